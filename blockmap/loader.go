@@ -1,0 +1,216 @@
+package blockmap
+
+import (
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"ckptfs/segment"
+	"ckptfs/staging"
+)
+
+// ObjectLoader is the read path's Loader: it fetches nodes from the objects
+// of one file. The first time a node of object X is needed it reads X's
+// header (segment.ReadHeader: one suffix request for a stream object) and
+// then X's whole meta region (segment.ReadMeta: one ranged GET), and keeps
+// the region, so a cold walk fetches each object's index nodes once: the
+// nodes it needs later, under nodes already loaded, come from that fetch.
+// Kept regions are evicted least recently used first when their bytes pass
+// the budget. Concurrent loads from one object share one fetch.
+//
+// An ObjectLoader is safe for concurrent use.
+type ObjectLoader struct {
+	st      staging.Store
+	prefix  string
+	fileTag uint64
+	format  segment.Format
+	budget  int64
+
+	mu sync.Mutex
+	// cache holds the kept regions. GUARDED_BY(mu).
+	// INVARIANT: cached == the sum of len(meta) over cache, and
+	// cached <= budget; lru holds exactly the entries of cache, most
+	// recently used at the front.
+	cache    map[segment.ObjectName]*metaRegion
+	lru      list.List
+	cached   int64
+	inflight map[segment.ObjectName]*fetch // GUARDED_BY(mu)
+	stats    LoaderStats                   // GUARDED_BY(mu)
+}
+
+// LoaderStats counts an ObjectLoader's work.
+type LoaderStats struct {
+	Loads         int64 // LoadNode calls that returned a node
+	HeaderReads   int64 // headers read from the store
+	MetaReads     int64 // meta regions read from the store
+	Hits          int64 // loads served from a kept region (or a shared fetch)
+	Evictions     int64 // regions dropped for the budget
+	CachedObjects int   // regions kept now
+	CachedBytes   int64 // bytes kept now
+}
+
+// metaRegion is the meta region of one object.
+type metaRegion struct {
+	name   segment.ObjectName
+	header segment.Header
+	meta   []byte
+	elem   *list.Element // in lru; nil when not kept
+}
+
+// fetch is one fetch of an object's region in flight; done is closed once
+// region or err is set.
+type fetch struct {
+	done   chan struct{}
+	region *metaRegion
+	err    error
+}
+
+// NewObjectLoader loads the nodes of the file tagged fileTag, laid out as
+// format f, whose objects live at prefix + name.String(). budget bounds the
+// bytes of meta regions kept (0 keeps none).
+func NewObjectLoader(st staging.Store, prefix string, fileTag uint64, f segment.Format, budget int64) *ObjectLoader {
+	return &ObjectLoader{
+		st: st, prefix: prefix, fileTag: fileTag, format: f, budget: max(budget, 0),
+		cache:    map[segment.ObjectName]*metaRegion{},
+		inflight: map[segment.ObjectName]*fetch{},
+	}
+}
+
+var _ Loader = (*ObjectLoader)(nil)
+
+// LoadNode returns the meta block ref points at. The bytes are shared with
+// the kept region: the caller must not change them.
+func (l *ObjectLoader) LoadNode(ctx context.Context, ref segment.Ptr) ([]byte, error) {
+	r, err := l.region(ctx, ref.Object())
+	if err != nil {
+		return nil, err
+	}
+	if ref.Slot >= r.header.MetaBlocks {
+		return nil, corrupt(ref, "meta slot %d past the %d meta blocks of object %s", ref.Slot, r.header.MetaBlocks, l.key(r.name))
+	}
+	size := int(r.header.MetaBlockSize)
+	off := int(ref.Slot) * size
+	l.mu.Lock()
+	l.stats.Loads++
+	l.mu.Unlock()
+	return r.meta[off : off+size : off+size], nil
+}
+
+func (l *ObjectLoader) key(name segment.ObjectName) string { return l.prefix + name.String() }
+
+// region returns the meta region of name: kept, being fetched by another
+// caller, or fetched now.
+func (l *ObjectLoader) region(ctx context.Context, name segment.ObjectName) (*metaRegion, error) {
+	for {
+		l.mu.Lock()
+		if r, ok := l.cache[name]; ok {
+			l.lru.MoveToFront(r.elem)
+			l.stats.Hits++
+			l.mu.Unlock()
+			return r, nil
+		}
+		if f, ok := l.inflight[name]; ok {
+			l.mu.Unlock()
+			select {
+			case <-f.done:
+			case <-ctx.Done():
+				return nil, fmt.Errorf("load meta blocks of %s: %w", l.key(name), ctx.Err())
+			}
+			if f.err != nil && isContextErr(f.err) && ctx.Err() == nil {
+				continue // the fetching caller gave up; fetch again for this one
+			}
+			if f.err == nil {
+				l.mu.Lock()
+				l.stats.Hits++
+				l.mu.Unlock()
+			}
+			return f.region, f.err
+		}
+		f := &fetch{done: make(chan struct{})}
+		l.inflight[name] = f
+		l.mu.Unlock()
+
+		f.region, f.err = l.fetch(ctx, name)
+
+		l.mu.Lock()
+		delete(l.inflight, name)
+		if f.err == nil {
+			l.keep(f.region)
+		}
+		l.mu.Unlock()
+		close(f.done)
+		return f.region, f.err
+	}
+}
+
+func isContextErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// fetch reads the header and the meta region of name.
+func (l *ObjectLoader) fetch(ctx context.Context, name segment.ObjectName) (*metaRegion, error) {
+	key := l.key(name)
+	h, err := segment.ReadHeader(ctx, l.st, key, name, l.fileTag, l.format)
+	l.mu.Lock()
+	l.stats.HeaderReads++
+	l.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("load block-map nodes of %s: %w", key, err)
+	}
+	meta, err := segment.ReadMeta(ctx, l.st, key, h)
+	if h.MetaBlocks > 0 {
+		l.mu.Lock()
+		l.stats.MetaReads++
+		l.mu.Unlock()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("load block-map nodes of %s: %w", key, err)
+	}
+	return &metaRegion{name: name, header: h, meta: meta}, nil
+}
+
+// keep adds r to the cache, evicting least recently used regions to stay in
+// budget; a region larger than the whole budget is not kept.
+func (l *ObjectLoader) keep(r *metaRegion) {
+	size := int64(len(r.meta))
+	if size > l.budget {
+		return
+	}
+	for l.cached+size > l.budget {
+		old := l.lru.Back().Value.(*metaRegion)
+		l.drop(old)
+		l.stats.Evictions++
+	}
+	r.elem = l.lru.PushFront(r)
+	l.cache[r.name] = r
+	l.cached += size
+}
+
+func (l *ObjectLoader) drop(r *metaRegion) {
+	l.lru.Remove(r.elem)
+	r.elem = nil
+	delete(l.cache, r.name)
+	l.cached -= int64(len(r.meta))
+}
+
+// Forget drops the kept region of name, if any (for instance after the
+// object was deleted or replaced by a failed attempt's retry).
+func (l *ObjectLoader) Forget(name segment.ObjectName) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if r, ok := l.cache[name]; ok {
+		l.drop(r)
+	}
+}
+
+// Stats returns the loader's counters.
+func (l *ObjectLoader) Stats() LoaderStats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.stats
+	s.CachedObjects = len(l.cache)
+	s.CachedBytes = l.cached
+	return s
+}

@@ -1,0 +1,90 @@
+// Command ckptfs mounts a bucket (or a local directory) as a filesystem whose
+// every file is checkpointed into object storage.
+//
+//	ckptfs mount [-o name=value,...] [-f|--foreground] STORE MOUNTPOINT
+//	mount.ckptfs STORE MOUNTPOINT [-o name=value,...]     (for mount(8) and /etc/fstab)
+//
+// See usage for the stores and the options.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"ckptfs/config"
+)
+
+const usage = `ckptfs: a filesystem that checkpoints every file into object storage.
+
+Usage:
+  ckptfs mount [-o name=value,...] [-f|--foreground] STORE MOUNTPOINT
+  mount.ckptfs STORE MOUNTPOINT [-o name=value,...]
+  ckptfs --help | ckptfs mount --help
+
+STORE is one of
+  s3://bucket[/prefix]   an S3 bucket (or an S3-compatible server, see endpoint=)
+  file:///abs/dir        a local directory holding the objects (no S3 needed)
+  mem://                 memory; everything is lost at unmount (demos)
+
+ckptfs mount detaches once the volume is mounted, unless -f is given; a mount
+that fails (bad option, unreachable store, a volume written by a newer version,
+a missing or non-empty mount point) is reported before that and exits 1.
+SIGINT and SIGTERM unmount after flushing every file, as does
+"fusermount3 -u MOUNTPOINT" (or umount).
+
+/etc/fstab (with mount.ckptfs installed as a link to ckptfs in /sbin):
+  s3://bucket/vol1  /mnt/vol1  ckptfs  _netdev,endpoint=http://127.0.0.1:7070,path_style  0  0
+
+Store options (-o), besides the tunables below:
+  endpoint=URL     S3-compatible server ("http://127.0.0.1:7070"); default AWS
+  region=NAME      region; default from the environment or profile
+  path_style       address the bucket in the path (most S3-compatible servers)
+  profile=NAME     profile of the shared AWS config files
+  log_file=PATH    append the log here (a detached mount has no terminal;
+                   without it, its log is discarded)
+Credentials come the AWS way: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
+a profile, SSO, or an instance role. They are never logged.
+`
+
+func main() {
+	os.Exit(run(os.Args, os.Stdout, os.Stderr))
+}
+
+// run is main without the exit, for tests.
+func run(args []string, stdout, stderr io.Writer) int {
+	if filepath.Base(args[0]) == "mount.ckptfs" {
+		return mountCmd(args[1:], true, stdout, stderr)
+	}
+	if len(args) < 2 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[1] {
+	case "-h", "--help", "help":
+		printHelp(stdout)
+		return 0
+	case "mount":
+		return mountCmd(args[2:], false, stdout, stderr)
+	}
+	fmt.Fprintf(stderr, "ckptfs: unknown command %q\n\n%s", args[1], usage)
+	return 2
+}
+
+func printHelp(w io.Writer) {
+	fmt.Fprint(w, usage)
+	fmt.Fprint(w, "\nTunables (-o name=value):\n\n")
+	fmt.Fprint(w, config.Markdown())
+}
+
+// splitOpts appends the items of an -o string to opts.
+func splitOpts(opts []string, s string) []string {
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			opts = append(opts, item)
+		}
+	}
+	return opts
+}

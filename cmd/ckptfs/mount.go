@@ -1,0 +1,318 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	"ckptfs/config"
+	"ckptfs/fs/fusefs"
+	"ckptfs/staging"
+)
+
+// daemonEnv marks the detached child of a mount; its value is the number of
+// the file descriptor of the pipe to the parent.
+const daemonEnv = "CKPTFS_DAEMON_FD"
+
+// startTimeout bounds what a mount does before it serves: reaching the store,
+// reading the volume and the namespace.
+const startTimeout = 2 * time.Minute
+
+// mountArgs is a parsed command line of mount.
+type mountArgs struct {
+	store, mountpoint string
+	opts              []string // -o items, in order
+	foreground        bool
+}
+
+func parseMountArgs(args []string) (mountArgs, error) {
+	var m mountArgs
+	var pos []string
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "-f" || a == "--foreground":
+			m.foreground = true
+		case a == "-o":
+			if i+1 >= len(args) {
+				return m, errors.New("-o needs a value")
+			}
+			i++
+			m.opts = splitOpts(m.opts, args[i])
+		case strings.HasPrefix(a, "-o"):
+			m.opts = splitOpts(m.opts, a[2:])
+		case a == "-n" || a == "-s" || a == "-v":
+			// mount(8) passes these to helpers: no mtab, sloppy, verbose.
+		case a == "--":
+			pos = append(pos, args[i+1:]...)
+			i = len(args)
+		case strings.HasPrefix(a, "-") && len(a) > 1:
+			return m, fmt.Errorf("unknown flag %s", a)
+		default:
+			pos = append(pos, a)
+		}
+	}
+	if len(pos) != 2 {
+		return m, fmt.Errorf("want STORE and MOUNTPOINT, got %d arguments", len(pos))
+	}
+	m.store, m.mountpoint = pos[0], pos[1]
+	return m, nil
+}
+
+// storeOpts are the -o items that choose and reach the store; they are not
+// tunables.
+type storeOpts struct {
+	endpoint, region, profile string
+	pathStyle                 bool
+	logFile                   string // not a store option: where a detached mount logs
+}
+
+// takeStoreOpts removes the store options from opts and returns them with
+// what remains.
+func takeStoreOpts(opts []string) (storeOpts, []string, error) {
+	var so storeOpts
+	var rest []string
+	for _, item := range opts {
+		name, value, has := strings.Cut(item, "=")
+		switch name {
+		case "endpoint":
+			so.endpoint = value
+		case "region":
+			so.region = value
+		case "profile":
+			so.profile = value
+		case "log_file":
+			so.logFile = value
+		case "path_style":
+			so.pathStyle = true
+			if has {
+				switch value {
+				case "true", "on", "yes", "1":
+				case "false", "off", "no", "0":
+					so.pathStyle = false
+				default:
+					return so, nil, fmt.Errorf("option path_style=%q: want true or false", value)
+				}
+			}
+		default:
+			rest = append(rest, item)
+			continue
+		}
+		if name != "path_style" && (!has || value == "") {
+			return so, nil, fmt.Errorf("option %s needs a value: %s=...", name, name)
+		}
+	}
+	return so, rest, nil
+}
+
+// openStore opens STORE; it returns the store, the volume root in it and the
+// name shown in the mount table.
+func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, string, error) {
+	u, err := url.Parse(spec)
+	if err != nil {
+		return nil, "", fmt.Errorf("store %q: %w", spec, err)
+	}
+	switch u.Scheme {
+	case "mem":
+		return staging.NewMem(), "", nil
+	case "file":
+		if u.Host != "" || !filepath.IsAbs(u.Path) {
+			return nil, "", fmt.Errorf("store %q: want file:///absolute/dir", spec)
+		}
+		d, err := staging.NewDir(u.Path)
+		if err != nil {
+			return nil, "", fmt.Errorf("store %s: %w", spec, err)
+		}
+		return d, "", nil
+	case "s3":
+		if u.Host == "" {
+			return nil, "", fmt.Errorf("store %q: want s3://bucket[/prefix]", spec)
+		}
+		prefix := strings.Trim(u.Path, "/")
+		if prefix != "" {
+			prefix += "/"
+		}
+		s, err := staging.NewS3(ctx, staging.S3Config{
+			Bucket: u.Host, Prefix: prefix, Endpoint: so.endpoint, Region: so.region,
+			PathStyle: so.pathStyle, Profile: so.profile,
+		})
+		if err != nil {
+			return nil, "", fmt.Errorf("store %s: %w", spec, err)
+		}
+		return s, "", nil
+	}
+	return nil, "", fmt.Errorf("store %q: want s3://bucket[/prefix], file:///dir or mem://", spec)
+}
+
+func newLogger(level config.LogLevel, w io.Writer) *zap.Logger {
+	enc := zap.NewProductionEncoderConfig()
+	enc.EncodeTime = zapcore.ISO8601TimeEncoder
+	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), level.ZapLevel())
+	return zap.New(core).Named("ckptfs")
+}
+
+func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
+	for _, a := range args {
+		if a == "-h" || a == "--help" {
+			printHelp(stdout)
+			return 0
+		}
+	}
+	m, err := parseMountArgs(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "ckptfs mount: %v\n(see ckptfs mount --help)\n", err)
+		return 2
+	}
+	if os.Getenv(daemonEnv) == "" && !m.foreground {
+		return detach(stderr)
+	}
+	var report *os.File
+	if fd := os.Getenv(daemonEnv); fd != "" {
+		report = os.NewFile(3, "report")
+		os.Unsetenv(daemonEnv)
+	}
+	fail := func(err error) int {
+		if report != nil {
+			fmt.Fprintf(report, "error: %v\n", err)
+			report.Close()
+		}
+		fmt.Fprintf(stderr, "ckptfs mount: %v\n", err)
+		return 1
+	}
+	so, rest, err := takeStoreOpts(m.opts)
+	if err != nil {
+		return fail(err)
+	}
+	cfg, err := config.ParseMount(config.TotalRAM(), strings.Join(rest, ","))
+	if err != nil {
+		return fail(fmt.Errorf("options: %w", err))
+	}
+	logTo := stderr
+	if so.logFile != "" {
+		f, err := os.OpenFile(so.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+		if err != nil {
+			return fail(fmt.Errorf("option log_file: %w", err))
+		}
+		defer f.Close()
+		logTo = f
+	}
+	log := newLogger(cfg.Log, logTo)
+	defer log.Sync()
+
+	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	st, root, err := openStore(ctx, m.store, so)
+	if err != nil {
+		cancel()
+		return fail(err)
+	}
+	if cfg.EmulateLink != config.LinkNone {
+		p, err := staging.LinkProfileByName(cfg.EmulateLink.String())
+		if err != nil {
+			cancel()
+			return fail(fmt.Errorf("option emulate_link: %w", err))
+		}
+		st = staging.NewLink(st, p)
+	}
+	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Root: root, Logger: log, FsName: m.store})
+	cancel()
+	if err != nil {
+		return fail(err)
+	}
+	if err := fsys.Mount(m.mountpoint); err != nil {
+		fsys.Close()
+		return fail(err)
+	}
+	log.Info("mounted", zap.String("store", m.store), zap.String("mountpoint", m.mountpoint),
+		zap.String("options", cfg.EncodeChanged(config.MountDefault(config.TotalRAM()))))
+	if report != nil {
+		fmt.Fprintln(report, "mounted")
+		report.Close()
+	}
+
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	go func() {
+		fsys.Wait()
+		close(done)
+	}()
+	for {
+		select {
+		case s := <-sigs:
+			log.Info("unmounting", zap.Stringer("signal", s))
+			if err := fsys.Unmount(); err != nil {
+				log.Error("unmount failed", zap.Error(err))
+				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
+				continue // still mounted: keep serving
+			}
+			<-done
+			return 0
+		case <-done:
+			// Unmounted from outside (fusermount3 -u, umount).
+			if err := fsys.Close(); err != nil {
+				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
+				return 1
+			}
+			return 0
+		}
+	}
+}
+
+// detach starts this command again in the background, with the same
+// arguments, and waits until the child reports that the volume is mounted or
+// why it is not.
+func detach(stderr io.Writer) int {
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(stderr, "ckptfs mount: %v\n", err)
+		return 1
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		fmt.Fprintf(stderr, "ckptfs mount: %v\n", err)
+		return 1
+	}
+	cmd := exec.Command(self, os.Args[1:]...)
+	cmd.Args[0] = os.Args[0]
+	cmd.Env = append(os.Environ(), daemonEnv+"=3")
+	cmd.ExtraFiles = []*os.File{w}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if devnull, err := os.OpenFile(os.DevNull, os.O_RDWR, 0); err == nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = devnull, devnull, devnull
+		defer devnull.Close()
+	}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(stderr, "ckptfs mount: start: %v\n", err)
+		return 1
+	}
+	w.Close()
+	// The child writes "mounted" or the error, then closes its end.
+	b, err := io.ReadAll(r)
+	r.Close()
+	line := strings.TrimSpace(string(b))
+	if line == "mounted" {
+		cmd.Process.Release()
+		return 0
+	}
+	if line == "" {
+		st, werr := cmd.Process.Wait()
+		fmt.Fprintf(stderr, "ckptfs mount: the mount process ended without a report (%v %v %v)\n", st, werr, err)
+		return 1
+	}
+	cmd.Process.Wait()
+	fmt.Fprintf(stderr, "ckptfs mount: %s\n", strings.TrimPrefix(line, "error: "))
+	return 1
+}

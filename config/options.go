@@ -1,0 +1,418 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"ckptfs/segment"
+)
+
+// kind is the type of an option's value.
+type kind uint8
+
+const (
+	kindSize kind = iota + 1
+	kindInt
+	kindBool
+	kindDuration
+	kindEnum
+	kindAddr
+)
+
+func (k kind) String() string {
+	switch k {
+	case kindSize:
+		return "size"
+	case kindInt:
+		return "integer"
+	case kindBool:
+		return "boolean"
+	case kindDuration:
+		return "duration"
+	case kindEnum:
+		return "enum"
+	case kindAddr:
+		return "host:port"
+	}
+	return "?"
+}
+
+// option describes one tunable: how it reads and writes its field, and its
+// documentation. Validate holds the rules; set checks only syntax.
+type option struct {
+	name    string
+	field   string // Config field
+	kind    kind
+	allowed string
+	mount   string // what MountDefault sets, when it differs from Default
+	doc     string
+	get     func(*Config) string
+	set     func(*Config, string) error
+}
+
+func sizeOpt(name, field, allowed, mount, doc string, p func(*Config) *int64) option {
+	return option{name: name, field: field, kind: kindSize, allowed: allowed, mount: mount, doc: doc,
+		get: func(c *Config) string { return FormatSize(*p(c)) },
+		set: func(c *Config, s string) error {
+			n, err := ParseSize(s)
+			if err == nil {
+				*p(c) = n
+			}
+			return err
+		},
+	}
+}
+
+// intOpt is a plain decimal count, stored in an int or int64 field.
+func intOpt[T int | int64](name, field, allowed, doc string, p func(*Config) *T) option {
+	return option{name: name, field: field, kind: kindInt, allowed: allowed, doc: doc,
+		get: func(c *Config) string { return fmt.Sprint(*p(c)) },
+		set: func(c *Config, s string) error {
+			n, err := parseInt(s)
+			if err != nil {
+				return err
+			}
+			if int64(T(n)) != n {
+				return syntaxf("bad integer %q: too large", s)
+			}
+			*p(c) = T(n)
+			return nil
+		},
+	}
+}
+
+func boolOpt(name, field, doc string, p func(*Config) *bool) option {
+	return option{name: name, field: field, kind: kindBool, allowed: "true or false (bare name: true)", doc: doc,
+		get: func(c *Config) string { return formatBool(*p(c)) },
+		set: func(c *Config, s string) error {
+			b, err := parseBool(s)
+			if err == nil {
+				*p(c) = b
+			}
+			return err
+		},
+	}
+}
+
+func durationOpt(name, field, allowed, doc string, p func(*Config) *time.Duration) option {
+	return option{name: name, field: field, kind: kindDuration, allowed: allowed, doc: doc,
+		get: func(c *Config) string { return p(c).String() },
+		set: func(c *Config, s string) error {
+			d, err := parseDuration(s)
+			if err == nil {
+				*p(c) = d
+			}
+			return err
+		},
+	}
+}
+
+// enumOpt is an option whose value is one of a few words; T's String gives
+// each value's word.
+func enumOpt[T interface {
+	comparable
+	fmt.Stringer
+}](name, field, doc string, values []T, p func(*Config) *T) option {
+	words := make([]string, len(values))
+	for i, v := range values {
+		words[i] = v.String()
+	}
+	allowed := orList(words)
+	return option{name: name, field: field, kind: kindEnum, allowed: allowed, doc: doc,
+		get: func(c *Config) string { return (*p(c)).String() },
+		set: func(c *Config, s string) error {
+			for _, v := range values {
+				if strings.EqualFold(s, v.String()) {
+					*p(c) = v
+					return nil
+				}
+			}
+			return syntaxf("bad value %q: want %s", s, allowed)
+		},
+	}
+}
+
+// orList joins words as "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
+// options is every tunable, in the order of Options and Encode. It is a
+// constant table: nothing changes it after initialisation.
+var options = []option{
+	sizeOpt("data_block_size", "DataBlockSize", "a power of two from 512 to 1M", "64K",
+		"bytes per data block, chosen when a file is created",
+		func(c *Config) *int64 { return &c.DataBlockSize }),
+	sizeOpt("meta_block_size", "MetaBlockSize", "a power of two from 512 to 64K", "",
+		"bytes per block-map index node",
+		func(c *Config) *int64 { return &c.MetaBlockSize }),
+	sizeOpt("segment_max_object_bytes", "SegmentMaxObjectBytes", "1M to 1G", "",
+		"the largest object a flush or sending ahead makes",
+		func(c *Config) *int64 { return &c.SegmentMaxObjectBytes }),
+	sizeOpt("segment_mpu_chunk_size", "SegmentMPUChunkSize", "5M to segment_max_object_bytes", "",
+		"size of one multipart piece",
+		func(c *Config) *int64 { return &c.SegmentMPUChunkSize }),
+	intOpt("segment_mpu_max_concurrency", "SegmentMPUMaxConcurrency", "1 to 64",
+		"objects or pieces of one file in flight at once",
+		func(c *Config) *int { return &c.SegmentMPUMaxConcurrency }),
+	sizeOpt("stream_segment_bytes", "StreamSegmentBytes", "0 (nothing sent ahead) to segment_max_object_bytes", "64M",
+		"target size of the objects data is sent ahead in while it is written",
+		func(c *Config) *int64 { return &c.StreamSegmentBytes }),
+	sizeOpt("data_cache_dirty_max_bytes_threshold", "DataCacheDirtyMaxBytesThreshold", "0 or more", "memory_limit/2",
+		"dirty bytes a file may hold (see the dirty limit below)",
+		func(c *Config) *int64 { return &c.DataCacheDirtyMaxBytesThreshold }),
+	intOpt("data_cache_dirty_max_blocks_threshold", "DataCacheDirtyMaxBlocksThreshold", "1 to 4294967296",
+		"dirty blocks a file may hold (see the dirty limit below)",
+		func(c *Config) *int64 { return &c.DataCacheDirtyMaxBlocksThreshold }),
+	sizeOpt("segment_buffer_size", "SegmentBufferSize", "data_block_size or more", "memory_limit/2",
+		"caps the dirty data of a file (see the dirty limit below)",
+		func(c *Config) *int64 { return &c.SegmentBufferSize }),
+	sizeOpt("read_get_max_bytes", "ReadGetMaxBytes", "data_block_size to 1G", "",
+		"the largest ranged GET a read makes",
+		func(c *Config) *int64 { return &c.ReadGetMaxBytes }),
+	enumOpt("format", "Format", "block-pointer format of new files",
+		[]segment.Format{segment.FormatStream, segment.FormatParted},
+		func(c *Config) *segment.Format { return &c.Format }),
+	boolOpt("wal", "WAL", "make each acknowledged write durable before the acknowledgement",
+		func(c *Config) *bool { return &c.WAL }),
+	enumOpt("flush_conflict_policy", "FlushConflictPolicy", "what a flush does when another writer replaced the file's head",
+		[]ConflictPolicy{ConflictRetry, ConflictFailFast},
+		func(c *Config) *ConflictPolicy { return &c.FlushConflictPolicy }),
+	boolOpt("flush_on_close", "FlushOnClose", "publish a checkpoint when a written file is closed",
+		func(c *Config) *bool { return &c.FlushOnClose }),
+	durationOpt("flush_interval", "FlushInterval", "0 (off) or 100ms or more",
+		"period of the background flush of written files",
+		func(c *Config) *time.Duration { return &c.FlushInterval }),
+	enumOpt("log", "Log", "least severe level logged",
+		[]LogLevel{LogDebug, LogInfo, LogWarn, LogError},
+		func(c *Config) *LogLevel { return &c.Log }),
+	sizeOpt("memory_limit", "MemoryLimit", "0 (derived at mount), or at least segment_mpu_chunk_size and the dirty limit", "RAM/4, from 256M to 8G",
+		"the one memory budget of a mount for all dirty data and pieces in flight",
+		func(c *Config) *int64 { return &c.MemoryLimit }),
+	enumOpt("emulate_link", "EmulateLink", "emulate a network link in front of the store (benchmarks)",
+		[]LinkProfile{LinkNone, LinkDirectory, LinkGeneral},
+		func(c *Config) *LinkProfile { return &c.EmulateLink }),
+	{name: "metrics", field: "Metrics", kind: kindAddr, allowed: "empty (off) or host:port",
+		doc: "address of the Prometheus listener",
+		get: func(c *Config) string { return c.Metrics },
+		set: func(c *Config, s string) error { c.Metrics = s; return nil }},
+	durationOpt("ns_refresh", "NSRefresh", "10ms or more",
+		"how often a mount re-reads the namespace log of other mounts",
+		func(c *Config) *time.Duration { return &c.NSRefresh }),
+	boolOpt("allow_other", "AllowOther", "let users other than the mounting one access the mount",
+		func(c *Config) *bool { return &c.AllowOther }),
+	boolOpt("ro", "ReadOnly", "mount read-only",
+		func(c *Config) *bool { return &c.ReadOnly }),
+}
+
+func lookup(name string) *option {
+	for i := range options {
+		if options[i].name == name {
+			return &options[i]
+		}
+	}
+	return nil
+}
+
+func names() []string {
+	out := make([]string, len(options))
+	for i, o := range options {
+		out[i] = o.name
+	}
+	return out
+}
+
+// genericMountFlags are handled by the kernel or mount(8); fstab lines carry
+// them, so Parse accepts and ignores them.
+var genericMountFlags = map[string]bool{
+	"rw": true, "dev": true, "nodev": true, "suid": true, "nosuid": true,
+	"exec": true, "noexec": true, "atime": true, "noatime": true, "relatime": true,
+	"auto": true, "noauto": true, "user": true, "nouser": true, "users": true,
+	"_netdev": true, "nofail": true, "defaults": true,
+}
+
+// isGenericMountFlag reports whether item is a flag Parse ignores: one of
+// genericMountFlags, or an "x-" option, which mount(8) defines as a comment
+// for userspace tools (x-systemd.automount).
+func isGenericMountFlag(item string) bool {
+	return genericMountFlags[item] || strings.HasPrefix(item, "x-")
+}
+
+// Set sets one option by its mount-option name. It checks only the value's
+// syntax; Validate checks ranges and the rules that tie options together. An
+// unknown name or a bad value is an *OptionError.
+func (c *Config) Set(name, value string) error {
+	o := lookup(name)
+	if o == nil {
+		return &OptionError{Name: name, Value: value, Err: ErrUnknownOption}
+	}
+	if err := o.set(c, value); err != nil {
+		return &OptionError{Name: name, Value: value, Allowed: o.allowed, Err: err}
+	}
+	return nil
+}
+
+// Get returns the value of one option as option text, as Encode writes it.
+func (c Config) Get(name string) (string, error) {
+	o := lookup(name)
+	if o == nil {
+		return "", &OptionError{Name: name, Err: ErrUnknownOption}
+	}
+	return o.get(&c), nil
+}
+
+// Parse applies a mount-option string on top of base and validates the
+// result. opts is "name=value,name,..." (several -o strings joined by commas
+// read the same; empty items are ignored). A bare name sets a boolean option
+// to true. Later items win over earlier ones. Generic mount flags (rw, nodev,
+// noatime, _netdev, defaults, x-..., and the like) are accepted and ignored.
+//
+// Every problem is reported at once, as an errors.Join of *OptionError; on
+// error Parse returns base unchanged.
+func Parse(base Config, opts string) (Config, error) {
+	c := base
+	var errs []error
+	for item := range strings.SplitSeq(opts, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" || isGenericMountFlag(item) {
+			continue
+		}
+		name, value, hasValue := strings.Cut(item, "=")
+		o := lookup(name)
+		switch {
+		case o == nil:
+			errs = append(errs, &OptionError{Name: name, Value: value, Err: ErrUnknownOption})
+			continue
+		case !hasValue && o.kind == kindBool:
+			value = "true"
+		case !hasValue:
+			errs = append(errs, &OptionError{Name: name, Allowed: o.allowed,
+				Err: syntaxf("needs a value: %s=<%s>", name, o.kind)})
+			continue
+		}
+		if err := c.Set(name, value); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := c.Validate(); err != nil {
+		// Flatten, so that the result is one list of problems.
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			errs = append(errs, joined.Unwrap()...)
+		} else {
+			errs = append(errs, err)
+		}
+	}
+	if len(errs) > 0 {
+		return base, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// ParseMount is Parse on top of MountDefault(totalRAM), what `ckptfs mount`
+// does with its -o string, except that a memory_limit given in opts replaces
+// the one derived from totalRAM before anything is derived from it: the dirty
+// limits follow the budget the user chose (unless opts sets them too) rather
+// than contradicting it.
+func ParseMount(totalRAM uint64, opts string) (Config, error) {
+	mem := mountMemory(totalRAM)
+	for item := range strings.SplitSeq(opts, ",") {
+		value, ok := strings.CutPrefix(strings.TrimSpace(item), "memory_limit=")
+		if !ok {
+			continue
+		}
+		// A bad value is reported by Parse below. The last one wins, as in
+		// Parse; 0 asks for the derived budget.
+		if n, err := ParseSize(value); err == nil {
+			mem = n
+			if n == 0 {
+				mem = mountMemory(totalRAM)
+			}
+		}
+	}
+	return Parse(mountDefaultFor(mem), opts)
+}
+
+// Encode is the mount-option string of every option of c; Parse on top of any
+// base reads c back from it.
+func (c Config) Encode() string {
+	parts := make([]string, len(options))
+	for i, o := range options {
+		parts[i] = o.name + "=" + o.get(&c)
+	}
+	return strings.Join(parts, ",")
+}
+
+// EncodeChanged is the mount-option string of the options of c that differ
+// from base: Parse(base, c.EncodeChanged(base)) reads c back. Logs use it to
+// show what a mount changed.
+func (c Config) EncodeChanged(base Config) string {
+	var parts []string
+	for _, o := range options {
+		if v := o.get(&c); v != o.get(&base) {
+			parts = append(parts, o.name+"="+v)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// String is Encode.
+func (c Config) String() string { return c.Encode() }
+
+// OptionDoc documents one option.
+type OptionDoc struct {
+	Name    string // as in -o name=value
+	Field   string // the Config field it sets
+	Type    string // size, integer, boolean, duration, enum or host:port
+	Default string // under Default, as option text
+	Mount   string // under MountDefault, when it differs from Default
+	Allowed string // allowed values
+	Doc     string // one line
+}
+
+// Options lists every option, in a fixed order, for `ckptfs mount --help` and
+// generated documentation.
+func Options() []OptionDoc {
+	d := Default()
+	out := make([]OptionDoc, len(options))
+	for i, o := range options {
+		out[i] = OptionDoc{
+			Name: o.name, Field: o.field, Type: o.kind.String(),
+			Default: o.get(&d), Mount: o.mount, Allowed: o.allowed, Doc: o.doc,
+		}
+	}
+	return out
+}
+
+// Markdown renders Options as a Markdown table, with the units and the dirty
+// limit explained below it.
+func Markdown() string {
+	var b strings.Builder
+	b.WriteString("| option | type | default | `ckptfs mount` | allowed | description |\n")
+	b.WriteString("|---|---|---|---|---|---|\n")
+	cell := func(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+	for _, o := range Options() {
+		def := o.Default
+		if def == "" {
+			def = "(empty)"
+		}
+		mount := o.Mount
+		if mount == "" {
+			mount = "same"
+		}
+		fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s | %s | %s |\n",
+			o.Name, o.Type, cell(def), cell(mount), cell(o.Allowed), cell(o.Doc))
+	}
+	b.WriteString("\nSizes are bytes, or a number with K, M or G (also KiB, MiB, GiB; any case), powers of 1024. ")
+	b.WriteString("Durations are Go durations (`100ms`, `1m30s`). ")
+	b.WriteString("Booleans are `true`, `false`, `on`, `off`, `yes`, `no`, `1`, `0`, or the bare name for true.\n")
+	b.WriteString("\nThe dirty limit of a file is `min(max(data_cache_dirty_max_bytes_threshold, ")
+	b.WriteString("data_cache_dirty_max_blocks_threshold × data_block_size), segment_buffer_size)`: ")
+	b.WriteString("8M with the engine defaults, less than one `segment_mpu_chunk_size` piece, so nothing is sent ahead; ")
+	b.WriteString("`ckptfs mount` raises it to half of `memory_limit`.\n")
+	return b.String()
+}

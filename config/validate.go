@@ -1,0 +1,150 @@
+package config
+
+import (
+	"errors"
+	"net"
+	"strconv"
+	"strings"
+	"time"
+
+	"ckptfs/segment"
+	"ckptfs/staging"
+)
+
+// Limits that Validate enforces, with the reason for each.
+const (
+	minBlockSize     = 512      // one disk sector: smaller blocks only multiply map work
+	maxDataBlockSize = 1 * mib  // larger blocks make small writes rewrite too much
+	maxMetaBlockSize = 64 * kib // index nodes are read one walk at a time
+	minObjectBytes   = 1 * mib  // an object must hold a leaf and its data with room to spare
+	// maxObjectBytes: a block pointer addresses at most 1 GiB inside one object.
+	maxObjectBytes = segment.MaxObjectBytes
+	// minChunkSize: S3 refuses parts below 5 MiB but the last.
+	minChunkSize          = staging.MinPartSize
+	maxConcurrency        = 64
+	maxDirtyBlocks        = 1 << 32 // keeps blocks × block size far from overflow
+	minFlushInterval      = 100 * time.Millisecond
+	minNamespaceRefresh   = 10 * time.Millisecond
+	maxPort               = 65535
+	dirtyLimitDescription = "min(max(data_cache_dirty_max_bytes_threshold, data_cache_dirty_max_blocks_threshold × data_block_size), segment_buffer_size)"
+)
+
+// Validate checks every rule of every option and of options taken together,
+// and returns all problems at once: an errors.Join of *OptionError, each
+// wrapping ErrInvalidValue, or nil.
+func (c Config) Validate() error {
+	v := validator{c: &c}
+
+	v.check("data_block_size", isPowerOfTwo(c.DataBlockSize) && c.DataBlockSize >= minBlockSize && c.DataBlockSize <= maxDataBlockSize,
+		"must be a power of two from 512 to 1M")
+	v.check("meta_block_size", isPowerOfTwo(c.MetaBlockSize) && c.MetaBlockSize >= minBlockSize && c.MetaBlockSize <= maxMetaBlockSize,
+		"must be a power of two from 512 to 64K")
+
+	switch {
+	case c.SegmentMaxObjectBytes < minObjectBytes:
+		v.fail("segment_max_object_bytes", "must be at least 1M")
+	case c.SegmentMaxObjectBytes > maxObjectBytes:
+		v.fail("segment_max_object_bytes", "must be at most 1G (the most a block pointer addresses in one object)")
+	}
+
+	v.check("segment_mpu_chunk_size", c.SegmentMPUChunkSize >= minChunkSize,
+		"must be at least 5M (S3's minimum part size)")
+	v.check("segment_mpu_chunk_size", c.SegmentMPUChunkSize <= c.SegmentMaxObjectBytes,
+		"must be at most segment_max_object_bytes="+FormatSize(c.SegmentMaxObjectBytes))
+
+	v.check("segment_mpu_max_concurrency", c.SegmentMPUMaxConcurrency >= 1 && c.SegmentMPUMaxConcurrency <= maxConcurrency,
+		"must be from 1 to 64")
+
+	switch {
+	case c.StreamSegmentBytes < 0:
+		v.fail("stream_segment_bytes", "must not be negative (0 sends nothing ahead)")
+	case c.StreamSegmentBytes > c.SegmentMaxObjectBytes:
+		v.fail("stream_segment_bytes", "must be at most segment_max_object_bytes="+FormatSize(c.SegmentMaxObjectBytes)+
+			" (no object sent ahead is larger than a flush would make one)")
+	}
+
+	v.check("data_cache_dirty_max_bytes_threshold", c.DataCacheDirtyMaxBytesThreshold >= 0, "must not be negative")
+	v.check("data_cache_dirty_max_blocks_threshold", c.DataCacheDirtyMaxBlocksThreshold >= 1 && c.DataCacheDirtyMaxBlocksThreshold <= maxDirtyBlocks,
+		"must be from 1 to 4294967296")
+	// With at least one block in the blocks threshold and in the buffer, the
+	// dirty limit holds at least one block, so a write can always proceed.
+	v.check("segment_buffer_size", c.SegmentBufferSize >= c.DataBlockSize,
+		"must be at least data_block_size="+FormatSize(c.DataBlockSize))
+
+	v.check("read_get_max_bytes", c.ReadGetMaxBytes >= c.DataBlockSize,
+		"must be at least data_block_size="+FormatSize(c.DataBlockSize))
+	v.check("read_get_max_bytes", c.ReadGetMaxBytes <= maxObjectBytes,
+		"must be at most 1G (one GET reads inside one object)")
+
+	v.check("format", c.Format == segment.FormatStream || c.Format == segment.FormatParted,
+		"must be stream or parted")
+	v.check("flush_conflict_policy", c.FlushConflictPolicy == ConflictRetry || c.FlushConflictPolicy == ConflictFailFast,
+		"must be retry or failfast")
+	v.check("flush_interval", c.FlushInterval == 0 || c.FlushInterval >= minFlushInterval,
+		"must be 0 (off) or at least 100ms")
+	v.check("log", c.Log >= LogDebug && c.Log <= LogError,
+		"must be debug, info, warn or error")
+
+	switch {
+	case c.MemoryLimit < 0:
+		v.fail("memory_limit", "must not be negative (0 derives it at mount)")
+	case c.MemoryLimit > 0 && c.MemoryLimit < c.SegmentMPUChunkSize:
+		// The budget must hold at least one piece in flight.
+		v.fail("memory_limit", "must be 0 (derived at mount) or at least segment_mpu_chunk_size="+
+			FormatSize(c.SegmentMPUChunkSize))
+	case c.MemoryLimit > 0 && c.MemoryLimit < c.DirtyLimit():
+		// One file must be able to reach its dirty limit inside the budget.
+		v.fail("memory_limit", "must be 0 (derived at mount) or at least the dirty limit "+
+			FormatSize(c.DirtyLimit())+" = "+dirtyLimitDescription)
+	}
+
+	v.check("emulate_link", c.EmulateLink >= LinkNone && c.EmulateLink <= LinkGeneral,
+		"must be none, directory or general")
+
+	if c.Metrics != "" {
+		if err := checkAddr(c.Metrics); err != nil {
+			v.fail("metrics", err.Error())
+		}
+	}
+
+	v.check("ns_refresh", c.NSRefresh >= minNamespaceRefresh, "must be at least 10ms")
+
+	return errors.Join(v.errs...)
+}
+
+// checkAddr checks a listener address: host:port with a decimal port, and
+// nothing that would not survive a mount-option string.
+func checkAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return invalidf("want host:port: %v", err)
+	}
+	if strings.ContainsAny(host, ", \t\n") {
+		return invalidf("want host:port: host %q has a comma or a space", host)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > maxPort {
+		return invalidf("want host:port: port %q is not a number from 0 to 65535", port)
+	}
+	return nil
+}
+
+// validator collects the problems of one Validate.
+type validator struct {
+	c    *Config
+	errs []error
+}
+
+// check records msg against the option name unless ok.
+func (v *validator) check(name string, ok bool, msg string) {
+	if !ok {
+		v.fail(name, msg)
+	}
+}
+
+func (v *validator) fail(name, msg string) {
+	o := lookup(name)
+	v.errs = append(v.errs, &OptionError{
+		Name: name, Value: o.get(v.c), Allowed: o.allowed,
+		Err: &problem{class: ErrInvalidValue, msg: msg},
+	})
+}

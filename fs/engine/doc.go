@@ -1,0 +1,74 @@
+// Package engine is the per-file engine of ckptfs: one checkpointed file on a
+// store prefix, with a dirty-block tier, the read planner, and the flush that
+// publishes checkpoints. The FUSE layer calls it; it never sees errno values.
+//
+// # Objects of one file
+//
+// A file lives under a prefix (the namespace gives "<root>/f/<file-id>/"):
+//
+//	<prefix>inode          the head: the latest checkpoint's inode (segment.EncodeHead),
+//	                       created with If-None-Match: * and replaced only with
+//	                       If-Match on the ETag last seen
+//	<prefix><cno>.<part>   checkpoint objects (package segment); part 0 of a
+//	                       checkpoint carries its inode and the index nodes above
+//	                       the leaves
+//
+// # Checkpoint numbers and parts
+//
+// A writer takes the checkpoint number of its next checkpoint (cno) once, when it
+// first writes an object after the last checkpoint: the head's cno plus one.
+// Every object it writes for that checkpoint (partial segments written under
+// dirty-memory pressure, data parts of the flush) is named <cno>.<part> with a
+// part number taken from a counter that only grows, so no attempt reuses a name.
+// Every object is created with If-None-Match: *, so an object name is owned by
+// exactly one writer: a second writer that picked the same name fails its create
+// and reserves new part numbers past the ones it found taken.
+//
+// Part 0 is the checkpoint. If an attempt's part 0 was stored but the head was
+// not (the flush failed between the two), that part 0 is never reused, because
+// later writes may have changed what it should hold: the next attempt takes the
+// next checkpoint number. Checkpoint numbers therefore grow but may skip; every
+// part 0 names the inode it was built on, so the chain of checkpoints is
+// followed from the head, never guessed from numbers.
+//
+// # What a flush does
+//
+//  1. The dirty blocks are inserted in the block map with a placeholder, which
+//     fixes the map's structure (it depends on keys only), so each dirty block
+//     knows its leaf.
+//  2. Blocks are packed into objects leaf by leaf: a leaf is never split from
+//     its data, and an object never exceeds segment_max_object_bytes. The last
+//     object becomes part 0.
+//  3. Pointers are set, and the map is committed: leaves go into the object
+//     holding their data, or are reused from an object already stored when
+//     their bytes are unchanged (content-addressed by xxh3), or go into part 0
+//     with the nodes above the leaves.
+//  4. Data parts are uploaded, several at once (objects larger than one
+//     segment_mpu_chunk_size go up as multipart pieces in parallel), then part
+//     0, then the head.
+//
+// A flush that fails leaves every block dirty and the in-memory map as it was
+// (pointers into objects that did not complete are overwritten by the next
+// placement before any commit), so a later flush writes everything and nothing
+// is lost.
+//
+// # Conflicts
+//
+// The head is replaced with If-Match. A precondition failure is first checked
+// against the write id (metadata "ckptfs-write") now on the head: if it is the
+// id of this attempt, the write landed and its answer was lost, and the flush
+// succeeded. Otherwise another writer published: with ConflictFailFast the
+// flush returns a *ConflictError and the in-memory state rolls back to the
+// winner's checkpoint; with ConflictRetry the changes made since the last
+// checkpoint are replayed onto the winner's (the later writer wins block by
+// block), and the flush is retried with backoff.
+//
+// # Locking
+//
+// One RWMutex per file. Reads hold it shared for their whole length (the block
+// map's lazy loads are safe under concurrent readers); writes, truncates and
+// flushes hold it exclusively, so overlapping writes are serialised and a read
+// never sees half of a write. Data moves with memmove under the lock; only a
+// read-modify-write of a block that is not resident fetches from the store
+// while holding it.
+package engine

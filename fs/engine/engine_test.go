@@ -1,0 +1,258 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+
+	"ckptfs/segment"
+	"ckptfs/staging"
+)
+
+func mustCreate(t *testing.T, st staging.Store, prefix string, p Params) *File {
+	t.Helper()
+	f, err := Create(context.Background(), st, prefix, Options{Params: p, FileID: prefix})
+	if err != nil {
+		t.Fatalf("create %s: %v", prefix, err)
+	}
+	return f
+}
+
+func mustOpen(t *testing.T, st staging.Store, prefix string, p Params) *File {
+	t.Helper()
+	f, err := Open(context.Background(), st, prefix, Options{Params: p, FileID: prefix})
+	if err != nil {
+		t.Fatalf("open %s: %v", prefix, err)
+	}
+	return f
+}
+
+func pattern(n int, seed uint64) []byte {
+	r := rand.New(rand.NewPCG(seed, seed))
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+func readAll(t *testing.T, f *File) []byte {
+	t.Helper()
+	buf := make([]byte, f.Size())
+	n, err := f.ReadAt(context.Background(), buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("read all: %v", err)
+	}
+	return buf[:n]
+}
+
+func TestCreateTwiceIsErrExists(t *testing.T) {
+	st := staging.NewMem()
+	mustCreate(t, st, "a/", smallParams(segment.FormatStream))
+	_, err := Create(context.Background(), st, "a/", Options{Params: smallParams(segment.FormatStream), FileID: "a/"})
+	if !errors.Is(err, ErrExists) {
+		t.Fatalf("second create: %v, want ErrExists", err)
+	}
+	if _, err := Open(context.Background(), st, "b/", Options{FileID: "b/"}); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("open missing: %v, want ErrNotExist", err)
+	}
+}
+
+func TestOpenRefusesAnotherFilesHead(t *testing.T) {
+	st := staging.NewMem()
+	mustCreate(t, st, "a/", smallParams(segment.FormatStream))
+	_, err := Open(context.Background(), st, "a/", Options{FileID: "not-a"})
+	if !errors.Is(err, segment.ErrWrongObject) {
+		t.Fatalf("open with another id: %v, want ErrWrongObject", err)
+	}
+}
+
+// Writing four times the dirty limit without a flush keeps the dirty tier
+// within the limit plus one write, and everything reads back before and
+// after the flush and a reopen.
+func TestDirtyLimitHolds(t *testing.T) {
+	for _, fm := range []segment.Format{segment.FormatStream, segment.FormatParted} {
+		t.Run(fm.String(), func(t *testing.T) {
+			ctx := context.Background()
+			st := staging.NewMem()
+			p := smallParams(fm)
+			f := mustCreate(t, st, "d/", p)
+			data := pattern(int(4*p.DirtyLimit)+777, 1)
+			const w = 3000
+			for off := 0; off < len(data); off += w {
+				end := min(off+w, len(data))
+				if _, err := f.WriteAt(ctx, data[off:end], int64(off)); err != nil {
+					t.Fatal(err)
+				}
+				if d := f.Stat().DirtyBytes; d > p.DirtyLimit+w+int64(p.DataBlockSize) {
+					t.Fatalf("after %d bytes: %d dirty bytes, limit %d", end, d, p.DirtyLimit)
+				}
+			}
+			if f.Stats().Partials == 0 {
+				t.Fatalf("no partial segment written")
+			}
+			if got := readAll(t, f); !bytes.Equal(got, data) {
+				t.Fatalf("before flush: content differs")
+			}
+			if _, err := f.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if got := readAll(t, f); !bytes.Equal(got, data) {
+				t.Fatalf("after flush: content differs")
+			}
+			g := mustOpen(t, st, "d/", p)
+			if got := readAll(t, g); !bytes.Equal(got, data) {
+				t.Fatalf("after reopen: content differs")
+			}
+		})
+	}
+}
+
+func TestTwoWriters(t *testing.T) {
+	for _, policy := range []ConflictPolicy{ConflictFailFast, ConflictRetry} {
+		t.Run(fmt.Sprint(policy), func(t *testing.T) {
+			ctx := context.Background()
+			st := staging.NewMem()
+			p := smallParams(segment.FormatStream)
+			p.ConflictPolicy = policy
+			a := mustCreate(t, st, "w/", p)
+			b := mustOpen(t, st, "w/", p)
+			// b's write covers whole blocks: the later writer wins block by
+			// block, so a's bytes around them stay.
+			bs := p.DataBlockSize
+			da, db := pattern(10*bs+300, 2), pattern(6*bs, 3)
+			if _, err := a.WriteAt(ctx, da, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.WriteAt(ctx, db, int64(2*bs)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Flush(ctx); err != nil {
+				t.Fatalf("first flush: %v", err)
+			}
+			_, err := b.Flush(ctx)
+			fresh := func() []byte { return readAll(t, mustOpen(t, st, "w/", p)) }
+			switch policy {
+			case ConflictFailFast:
+				var ce *ConflictError
+				if !errors.As(err, &ce) || !errors.Is(err, ErrConflict) {
+					t.Fatalf("second flush: %v, want a ConflictError", err)
+				}
+				// b rolled back: it reads the winner.
+				if got := readAll(t, b); !bytes.Equal(got, da) {
+					t.Fatalf("loser does not read the winner after rollback")
+				}
+				if got := fresh(); !bytes.Equal(got, da) {
+					t.Fatalf("fresh open does not read the winner")
+				}
+			case ConflictRetry:
+				if err != nil {
+					t.Fatalf("second flush: %v", err)
+				}
+				want := append([]byte(nil), da...)
+				copy(want[2*bs:], db)
+				if got := fresh(); !bytes.Equal(got, want) {
+					t.Fatalf("fresh open does not read the later writer's data over the first's")
+				}
+			}
+		})
+	}
+}
+
+func TestCorruptObjectRefused(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := smallParams(segment.FormatStream)
+	f := mustCreate(t, st, "c/", p)
+	data := pattern(20000, 4)
+	if _, err := f.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	pl, err := f.BlockPlacement(ctx, 3, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	obj, info, err := st.Get(ctx, pl[0].Key, staging.Whole())
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := append([]byte(nil), obj...)
+	bad[pl[0].Offset+10] ^= 0xff
+	if _, err := st.Put(ctx, pl[0].Key, bad, staging.PutOptions{Conditions: staging.Conditions{IfMatch: info.ETag}}); err != nil {
+		t.Fatal(err)
+	}
+	g := mustOpen(t, st, "c/", p)
+	buf := make([]byte, p.DataBlockSize)
+	_, err = g.ReadAt(ctx, buf, 3*int64(p.DataBlockSize))
+	if !errors.Is(err, segment.ErrChecksum) || !strings.Contains(err.Error(), pl[0].Key) {
+		t.Fatalf("read of a corrupt block: %v, want a checksum error naming %s", err, pl[0].Key)
+	}
+	// A block the damage does not touch still reads.
+	if _, err := g.ReadAt(ctx, buf, 0); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("read of an intact block: %v", err)
+	}
+	// A write that needs the corrupt block's old bytes fails, and changes nothing.
+	if _, err := g.WriteAt(ctx, []byte{1, 2, 3}, 3*int64(p.DataBlockSize)+5); !errors.Is(err, segment.ErrChecksum) {
+		t.Fatalf("partial write over a corrupt block: %v, want a checksum error", err)
+	}
+}
+
+// Eight goroutines reading and writing one file, for the race detector; each
+// writer owns a stripe and checks it reads back its own bytes.
+func TestConcurrentReadWrite(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := smallParams(segment.FormatStream)
+	f := mustCreate(t, st, "r/", p)
+	const stripe = 9000
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for g := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := rand.New(rand.NewPCG(uint64(g), 1))
+			mine := make([]byte, stripe)
+			base := int64(g * stripe)
+			for i := range 300 {
+				off := r.IntN(stripe - 100)
+				n := 1 + r.IntN(100)
+				b := pattern(n, uint64(g*1000+i))
+				if _, err := f.WriteAt(ctx, b, base+int64(off)); err != nil {
+					errs <- err
+					return
+				}
+				copy(mine[off:], b)
+				got := make([]byte, n)
+				if _, err := f.ReadAt(ctx, got, base+int64(off)); err != nil && !errors.Is(err, io.EOF) {
+					errs <- err
+					return
+				}
+				if !bytes.Equal(got, b) {
+					errs <- fmt.Errorf("goroutine %d: read back differs", g)
+					return
+				}
+				if i%50 == 0 {
+					if _, err := f.Flush(ctx); err != nil {
+						errs <- err
+						return
+					}
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,590 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"ckptfs/blockmap"
+	"ckptfs/segment"
+	"ckptfs/staging"
+)
+
+// noTruncate is minSize when the file was not truncated since its head.
+const noTruncate = int64(math.MaxInt64)
+
+// HeadKey is the key of a file's head object under its prefix.
+const HeadKey = "inode"
+
+// writeIDMeta is the metadata key that carries the unique id of a conditional
+// write, so that a write whose answer was lost is recognised when resent.
+const writeIDMeta = "ckptfs-write"
+
+// ConflictPolicy says what a flush does when another writer published first.
+type ConflictPolicy int
+
+const (
+	// ConflictRetry reloads, replays this writer's changes on the winner's
+	// checkpoint and retries: the later writer wins.
+	ConflictRetry ConflictPolicy = iota
+	// ConflictFailFast returns a *ConflictError and rolls back to the winner.
+	ConflictFailFast
+)
+
+// Params are the tunables the engine uses (package config maps mount options
+// onto them).
+type Params struct {
+	Format        segment.Format // format of files created; an opened file keeps its own
+	DataBlockSize int            // of files created
+	MetaBlockSize int            // of files created
+	// MaxObjectBytes caps every object (segment_max_object_bytes).
+	MaxObjectBytes int64
+	// ChunkSize is one multipart piece (segment_mpu_chunk_size).
+	ChunkSize int64
+	// Concurrency caps objects or pieces in flight (segment_mpu_max_concurrency).
+	Concurrency int
+	// StreamSegmentBytes is the target of objects sent ahead (0: none).
+	StreamSegmentBytes int64
+	// DirtyLimit bounds the dirty tier: crossing it writes a partial segment.
+	DirtyLimit int64
+	// ReadGetMaxBytes caps one ranged GET of the read path.
+	ReadGetMaxBytes int64
+	// ConflictPolicy is what a flush does on a conflicting writer.
+	ConflictPolicy ConflictPolicy
+	// CacheBytes bounds the cache of data blocks read from the store.
+	CacheBytes int64
+	// NodeCacheBytes bounds the cache of objects' index regions.
+	NodeCacheBytes int64
+	// MaxRetries bounds the attempts of a flush under ConflictRetry.
+	MaxRetries int
+}
+
+// DefaultParams are the seed's defaults: with them nothing is sent ahead.
+func DefaultParams() Params {
+	return Params{
+		Format:             segment.FormatStream,
+		DataBlockSize:      4 << 10,
+		MetaBlockSize:      4 << 10,
+		MaxObjectBytes:     1 << 30,
+		ChunkSize:          16 << 20,
+		Concurrency:        8,
+		StreamSegmentBytes: 1 << 30,
+		DirtyLimit:         8 << 20,
+		ReadGetMaxBytes:    16 << 20,
+		ConflictPolicy:     ConflictRetry,
+		CacheBytes:         64 << 20,
+		NodeCacheBytes:     64 << 20,
+		MaxRetries:         8,
+	}
+}
+
+// Validate reports what is wrong with p.
+func (p Params) Validate() error {
+	var errs []error
+	pow2 := func(n int) bool { return n > 0 && n&(n-1) == 0 }
+	if !pow2(p.DataBlockSize) || p.DataBlockSize < 512 || p.DataBlockSize > 1<<20 {
+		errs = append(errs, fmt.Errorf("data block size %d: want a power of two from 512 to 1M", p.DataBlockSize))
+	}
+	if !pow2(p.MetaBlockSize) || p.MetaBlockSize < 256 || p.MetaBlockSize > 64<<10 {
+		errs = append(errs, fmt.Errorf("meta block size %d: want a power of two from 256 to 64K", p.MetaBlockSize))
+	}
+	if p.MaxObjectBytes <= 0 || p.MaxObjectBytes > segment.MaxObjectBytes {
+		errs = append(errs, fmt.Errorf("max object bytes %d: want 1..%d", p.MaxObjectBytes, segment.MaxObjectBytes))
+	}
+	if p.ChunkSize < staging.MinPartSize {
+		errs = append(errs, fmt.Errorf("chunk size %d: want at least %d", p.ChunkSize, staging.MinPartSize))
+	}
+	if p.Concurrency < 1 {
+		errs = append(errs, fmt.Errorf("concurrency %d: want at least 1", p.Concurrency))
+	}
+	if p.DirtyLimit < int64(p.DataBlockSize) {
+		errs = append(errs, fmt.Errorf("dirty limit %d: want at least one data block", p.DirtyLimit))
+	}
+	if p.ReadGetMaxBytes < int64(p.DataBlockSize) {
+		errs = append(errs, fmt.Errorf("read get max bytes %d: want at least one data block", p.ReadGetMaxBytes))
+	}
+	if p.Format != segment.FormatStream && p.Format != segment.FormatParted {
+		errs = append(errs, fmt.Errorf("format %v: want stream or parted", p.Format))
+	}
+	return errors.Join(errs...)
+}
+
+// Errors a caller decides on.
+var (
+	// ErrConflict: another writer published a checkpoint first (failfast).
+	ErrConflict = errors.New("conflicting writer")
+	// ErrReadOnly: the file was opened at a given checkpoint.
+	ErrReadOnly = errors.New("file is read-only")
+	// ErrClosed: the file was closed.
+	ErrClosed = errors.New("file is closed")
+	// ErrExists: Create found a file already at the prefix.
+	ErrExists = errors.New("file exists")
+	// ErrNotExist: no file (or no such checkpoint) at the prefix.
+	ErrNotExist = errors.New("file does not exist")
+	// ErrInvalid: a bad offset or size.
+	ErrInvalid = errors.New("invalid argument")
+)
+
+// ConflictError says who won.
+type ConflictError struct {
+	Prefix string
+	Ours   uint64        // the checkpoint number this writer tried
+	Theirs segment.Inode // the winner's inode, now loaded
+	etag   string        // the winner's head ETag
+}
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("flush %s: checkpoint %d conflicts with checkpoint %d published by another writer",
+		e.Prefix, e.Ours, e.Theirs.Cno)
+}
+
+func (e *ConflictError) Unwrap() error { return ErrConflict }
+
+// Stat is what the file looks like now.
+type Stat struct {
+	Size       int64
+	Cno        uint64 // last published checkpoint (0: none yet)
+	Format     segment.Format
+	BlockSize  int
+	Dirty      bool // something is not yet in a published checkpoint
+	DirtyBytes int64
+	Mtime      time.Time
+	ReadOnly   bool
+}
+
+// File is one checkpointed file. Its methods are safe for concurrent use.
+type File struct {
+	st     staging.Store
+	prefix string
+	tag    uint64
+	p      Params
+	log    *zap.Logger
+	loader *blockmap.ObjectLoader
+	cache  *blockCache
+
+	// mu: readers shared, everything that changes state exclusive.
+	mu sync.RWMutex
+
+	// GUARDED_BY(mu)
+	format   segment.Format
+	bs       int // data block size
+	mbs      int // meta block size
+	readOnly bool
+	closed   bool
+	size     int64
+	mtime    time.Time
+	tree     *blockmap.Tree
+	dirty    map[uint64]*dirtyBlock
+	dirtyB   int64 // bytes held by dirty blocks
+	changed  bool  // size, mtime or map differ from the head
+
+	// head is the published checkpoint this writer builds on.
+	head     segment.Inode
+	headETag string
+	// persisted is the block map of head: rollback returns to it.
+	persisted *blockmap.Tree
+
+	// Since head: what this writer did, replayed onto a winner's checkpoint
+	// under ConflictRetry. written holds blocks moved from the dirty tier into
+	// objects; zeroed holds blocks turned into holes; minSize is the smallest
+	// size a truncate gave the file (noTruncate: none).
+	written map[uint64]blockmap.Value
+	zeroed  map[uint64]struct{}
+	minSize int64
+
+	// The checkpoint being built.
+	pendingCno uint64 // 0: not taken yet
+	nextPart   uint32 // next part number >= 1 for data objects
+	// leafImages maps the xxh3 of a leaf's bytes stored in a completed object
+	// of the pending checkpoint to where it is, so an unchanged leaf is not
+	// written again.
+	leafImages map[uint64]segment.Ptr
+
+	budget *Budget // shared with the mount's other files; may be nil
+	// streams are the sequential streams of writes followed, by where each
+	// ends; tick orders them for eviction.
+	streams map[int64]*seqStream
+	tick    uint64
+
+	// s is the send-ahead state (StreamSegment with stream_segment_bytes > 0).
+	s *sender
+
+	stats Stats
+}
+
+// dirtyBlock is one block's bytes that are not in a completed object yet.
+type dirtyBlock struct {
+	buf []byte // exactly one data block
+	// sent is the object sent ahead that holds a copy of the block at slot,
+	// until that object finishes; nil when the block is unsent.
+	sent *streamObj
+	slot uint32
+	// seq is the sequential stream of writes that last wrote the block: a
+	// block of a long stream goes with runs, others with scattered blocks.
+	seq *seqStream
+}
+
+// seqStream is a run of writes each starting where the last one ended.
+type seqStream struct {
+	end   int64  // where the next write must start to extend it
+	bytes int64  // bytes written in it
+	last  uint64 // when it was last extended (File.tick)
+}
+
+// Stats are cumulative counters of one file.
+type Stats struct {
+	Flushes        int
+	Partials       int   // partial segments written under dirty pressure
+	Conflicts      int   // conflicts seen
+	BytesWritten   int64 // by WriteAt
+	BytesUploaded  int64 // object bytes stored
+	ObjectsWritten int
+	LastFlush      FlushTiming
+}
+
+// FlushTiming is what one flush did. The stream_* counters are the seed's.
+type FlushTiming struct {
+	Cno      uint64
+	Attempts int
+	Objects  int // objects written by this flush (part 0 included)
+	// StreamSentBytes: data sent ahead before the flush (in objects that
+	// completed) since the last checkpoint.
+	StreamSentBytes int64
+	// StreamDeadBytes: data sent ahead that died before its object counted.
+	StreamDeadBytes int64
+	// StreamFlushBytes: data written by the flush itself.
+	StreamFlushBytes int64
+	// StreamMetaBytes: index nodes, summaries and headers the flush wrote.
+	StreamMetaBytes int64
+	Requests        int // store requests the flush made
+	Plan            time.Duration
+	Data            time.Duration // uploading data parts
+	Part0           time.Duration
+	Head            time.Duration
+	Total           time.Duration
+}
+
+func (p Params) withDefaults() Params {
+	d := DefaultParams()
+	if p.Format == 0 {
+		p.Format = d.Format
+	}
+	if p.DataBlockSize == 0 {
+		p.DataBlockSize = d.DataBlockSize
+	}
+	if p.MetaBlockSize == 0 {
+		p.MetaBlockSize = d.MetaBlockSize
+	}
+	if p.MaxObjectBytes == 0 {
+		p.MaxObjectBytes = d.MaxObjectBytes
+	}
+	if p.ChunkSize == 0 {
+		p.ChunkSize = d.ChunkSize
+	}
+	if p.Concurrency == 0 {
+		p.Concurrency = d.Concurrency
+	}
+	if p.DirtyLimit == 0 {
+		p.DirtyLimit = d.DirtyLimit
+	}
+	if p.ReadGetMaxBytes == 0 {
+		p.ReadGetMaxBytes = d.ReadGetMaxBytes
+	}
+	if p.CacheBytes == 0 {
+		p.CacheBytes = d.CacheBytes
+	}
+	if p.NodeCacheBytes == 0 {
+		p.NodeCacheBytes = d.NodeCacheBytes
+	}
+	if p.MaxRetries == 0 {
+		p.MaxRetries = d.MaxRetries
+	}
+	return p
+}
+
+// Options of Create and Open.
+type Options struct {
+	Params Params
+	// FileID names the file; objects carry its tag so that an object copied
+	// under another file is refused.
+	FileID string
+	Logger *zap.Logger
+	// Budget, when set, is the memory budget this file shares with the other
+	// files of a mount.
+	Budget *Budget
+}
+
+func newFile(st staging.Store, prefix string, o Options) (*File, error) {
+	p := o.Params.withDefaults()
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("file %s: %w", prefix, err)
+	}
+	log := o.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	f := &File{
+		st:         st,
+		prefix:     prefix,
+		tag:        segment.FileTag(o.FileID),
+		p:          p,
+		log:        log,
+		cache:      newBlockCache(p.CacheBytes),
+		budget:     o.Budget,
+		streams:    make(map[int64]*seqStream),
+		dirty:      make(map[uint64]*dirtyBlock),
+		written:    make(map[uint64]blockmap.Value),
+		zeroed:     make(map[uint64]struct{}),
+		leafImages: make(map[uint64]segment.Ptr),
+		nextPart:   1,
+	}
+	f.initSender()
+	return f, nil
+}
+
+// Create makes a new, empty file at prefix (with o.Params' format and block
+// sizes) by creating its head with If-None-Match. It fails with ErrExists if
+// a head is already there.
+func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*File, error) {
+	f, err := newFile(st, prefix, o)
+	if err != nil {
+		return nil, err
+	}
+	ino := segment.Inode{
+		Format:        f.p.Format,
+		DataBlockSize: uint32(f.p.DataBlockSize),
+		MetaBlockSize: uint32(f.p.MetaBlockSize),
+		MtimeNs:       time.Now().UnixNano(),
+	}
+	head, err := segment.EncodeHead(segment.Head{FileTag: f.tag, Inode: ino})
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", prefix, err)
+	}
+	info, err := st.Put(ctx, prefix+HeadKey, head, staging.PutOptions{
+		Conditions: staging.Conditions{IfNoneMatch: true},
+		Metadata:   map[string]string{writeIDMeta: newWriteID()},
+	})
+	if errors.Is(err, staging.ErrPrecondition) {
+		return nil, fmt.Errorf("create %s: %w", prefix, ErrExists)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create %s: %w", prefix, err)
+	}
+	f.adopt(ino, info.ETag)
+	return f, nil
+}
+
+// Open opens the file at prefix at its latest checkpoint, for reading and
+// writing.
+func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*File, error) {
+	f, err := newFile(st, prefix, o)
+	if err != nil {
+		return nil, err
+	}
+	ino, etag, err := f.readHead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	f.adopt(ino, etag)
+	return f, nil
+}
+
+// OpenAt opens the file at checkpoint cno, read-only. The checkpoint must be
+// one that was published (reachable from the head); its objects are read as
+// they are.
+func OpenAt(ctx context.Context, st staging.Store, prefix string, cno uint64, o Options) (*File, error) {
+	f, err := newFile(st, prefix, o)
+	if err != nil {
+		return nil, err
+	}
+	ino, err := f.inodeAt(ctx, cno)
+	if err != nil {
+		return nil, err
+	}
+	f.adopt(ino, "")
+	f.readOnly = true
+	return f, nil
+}
+
+// readHead reads and decodes the head object.
+func (f *File) readHead(ctx context.Context) (segment.Inode, string, error) {
+	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	if errors.Is(err, staging.ErrNotFound) {
+		return segment.Inode{}, "", fmt.Errorf("open %s: %w", f.prefix, ErrNotExist)
+	}
+	if err != nil {
+		return segment.Inode{}, "", fmt.Errorf("open %s: %w", f.prefix, err)
+	}
+	return hd.Inode, info.ETag, nil
+}
+
+// inodeAt finds the inode of checkpoint cno by following the chain of
+// checkpoints from the head.
+func (f *File) inodeAt(ctx context.Context, cno uint64) (segment.Inode, error) {
+	cps, err := f.checkpointsFrom(ctx, 0)
+	if err != nil {
+		return segment.Inode{}, err
+	}
+	for _, c := range cps {
+		if c.Inode.Cno == cno {
+			return c.Inode, nil
+		}
+	}
+	return segment.Inode{}, fmt.Errorf("open %s at checkpoint %d: %w", f.prefix, cno, ErrNotExist)
+}
+
+// Checkpoint is one published checkpoint.
+type Checkpoint struct {
+	Inode segment.Inode
+	Base  segment.Inode // the inode it was built on
+}
+
+// Checkpoints lists the published checkpoints, newest first, by following the
+// chain from the head through each part 0's base inode. A checkpoint whose
+// part 0 is gone (the cleaner removed it) ends the chain.
+func (f *File) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
+	return f.checkpointsFrom(ctx, 0)
+}
+
+func (f *File) checkpointsFrom(ctx context.Context, limit int) ([]Checkpoint, error) {
+	ino, _, err := f.readHead(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []Checkpoint
+	for ino.Cno != 0 {
+		name := segment.ObjectName{Cno: ino.Cno, Part: 0}
+		h, err := segment.ReadHeader(ctx, f.st, f.prefix+name.String(), name, f.tag, ino.Format)
+		if errors.Is(err, staging.ErrNotFound) && len(out) > 0 {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("checkpoints of %s: %w", f.prefix, err)
+		}
+		out = append(out, Checkpoint{Inode: h.Inode, Base: h.Base})
+		if limit > 0 && len(out) >= limit {
+			break
+		}
+		ino = h.Base
+	}
+	return out, nil
+}
+
+// adopt makes ino (with head ETag etag) the state of f: nothing dirty.
+// Callers hold mu exclusively (or own f alone).
+func (f *File) adopt(ino segment.Inode, etag string) {
+	f.format = ino.Format
+	f.bs = int(ino.DataBlockSize)
+	f.mbs = int(ino.MetaBlockSize)
+	f.size = int64(ino.Size)
+	f.mtime = time.Unix(0, ino.MtimeNs)
+	f.head = ino
+	f.headETag = etag
+	if f.loader == nil {
+		f.loader = blockmap.NewObjectLoader(f.st, f.prefix, f.tag, f.format, f.p.NodeCacheBytes)
+	}
+	bo := blockmap.Options{MetaBlockSize: f.mbs}
+	if ino.Height == 0 {
+		f.persisted = blockmap.New(bo, f.loader)
+	} else {
+		f.persisted = blockmap.Open(bo, f.loader, ino.Root, int(ino.Height))
+	}
+	f.tree = f.persisted.Snapshot()
+	f.resetSenderLocked(context.Background())
+	for _, d := range f.dirty {
+		f.freeBlock(d.buf)
+	}
+	f.dirty = make(map[uint64]*dirtyBlock)
+	f.dirtyB = 0
+	f.changed = false
+	f.resetSince()
+}
+
+// resetSince forgets what was done since the head (after a publish).
+func (f *File) resetSince() {
+	f.written = make(map[uint64]blockmap.Value)
+	f.zeroed = make(map[uint64]struct{})
+	f.minSize = noTruncate
+	f.pendingCno = 0
+	f.nextPart = 1
+	f.leafImages = make(map[uint64]segment.Ptr)
+	f.s.unsent = make(map[uint64]struct{})
+	f.s.unsentB, f.s.sentB, f.s.deadB, f.s.flushB = 0, 0, 0, 0
+}
+
+// Stat returns the file's state.
+func (f *File) Stat() Stat {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return Stat{
+		Size:       f.size,
+		Cno:        f.head.Cno,
+		Format:     f.format,
+		BlockSize:  f.bs,
+		Dirty:      f.changed,
+		DirtyBytes: f.dirtyB,
+		Mtime:      f.mtime,
+		ReadOnly:   f.readOnly,
+	}
+}
+
+// Size is the file's size now.
+func (f *File) Size() int64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.size
+}
+
+// Stats returns the cumulative counters.
+func (f *File) Stats() Stats {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.stats
+}
+
+// SetMtime sets the modification time the next checkpoint records.
+func (f *File) SetMtime(t time.Time) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.writable(); err != nil {
+		return err
+	}
+	f.mtime = t
+	f.changed = true
+	return nil
+}
+
+// Close releases the file without flushing (the caller flushes first when it
+// wants a checkpoint): what is dirty is dropped.
+func (f *File) Close() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return nil
+	}
+	f.closed = true
+	f.stopSender()
+	for _, d := range f.dirty {
+		f.freeBlock(d.buf)
+	}
+	f.dirty = nil
+	f.dirtyB = 0
+	return nil
+}
+
+func (f *File) writable() error {
+	if f.closed {
+		return fmt.Errorf("%s: %w", f.prefix, ErrClosed)
+	}
+	if f.readOnly {
+		return fmt.Errorf("%s at checkpoint %d: %w", f.prefix, f.head.Cno, ErrReadOnly)
+	}
+	return nil
+}
+
+func (f *File) key(n segment.ObjectName) string { return f.prefix + n.String() }

@@ -1,0 +1,557 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"github.com/zeebo/xxh3"
+
+	"ckptfs/blockmap"
+	"ckptfs/segment"
+	"ckptfs/staging"
+)
+
+// placeholderPart marks a block inserted in the map only to fix its structure
+// before it is placed; it never reaches an object (Commit runs after every
+// placeholder is replaced).
+const placeholderPart = math.MaxUint32
+
+// noLeaf marks a group of blocks that is not its leaf's only group.
+const noLeaf = math.MaxUint64
+
+// errNameTaken: an object name this writer chose was created by someone else
+// (another writer on the same file). The attempt is planned again under new
+// names.
+var errNameTaken = errors.New("object name taken by another writer")
+
+// plannedObject is one object being built: its data blocks (in slot order),
+// its leaves, and for part 0 the nodes above the leaves and the inode.
+type plannedObject struct {
+	name    segment.ObjectName
+	fbns    []uint64
+	bufs    [][]byte
+	summary []segment.SummaryEntry
+	metas   [][]byte
+	leafLos []uint64 // the leaves (by their Lo) whose data is here
+}
+
+func (o *plannedObject) dataBytes(bs int) int64 { return int64(len(o.fbns)) * int64(bs) }
+
+// size of the object with extra meta blocks beyond those it has.
+func (o *plannedObject) size(bs, mbs, extraMetas int) int64 {
+	n := int64(len(o.fbns))
+	m := int64(len(o.metas) + extraMetas)
+	return n*int64(bs) + m*int64(mbs) + n*segment.SummaryEntrySize + segment.HeaderSize
+}
+
+// flushCounters collects what one flush or partial segment did.
+type flushCounters struct {
+	requests  atomic.Int64
+	dataBytes atomic.Int64
+	metaBytes atomic.Int64
+	objects   atomic.Int64
+}
+
+// Flush publishes a checkpoint of everything written so far, if anything
+// changed. It returns when the head names the new checkpoint.
+func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.writable(); err != nil {
+		return FlushTiming{}, err
+	}
+	if !f.changed {
+		return FlushTiming{Cno: f.head.Cno}, nil
+	}
+	start := time.Now()
+	var t FlushTiming
+	var c flushCounters
+	// Objects sent ahead: the last pieces go up, open objects close, and
+	// everything in flight completes (or fails, leaving its blocks dirty).
+	if err := f.settleLocked(ctx); err != nil {
+		return t, fmt.Errorf("flush %s: %w", f.prefix, err)
+	}
+	backoff := 10 * time.Millisecond
+	for {
+		t.Attempts++
+		err := f.flushAttemptLocked(ctx, &t, &c)
+		if err == nil {
+			break
+		}
+		if errors.Is(err, errNameTaken) && t.Attempts < f.p.MaxRetries {
+			continue // new names were reserved; plan again at once
+		}
+		var ce *ConflictError
+		if !errors.As(err, &ce) {
+			t.fill(&c, start)
+			return t, err
+		}
+		f.stats.Conflicts++
+		if f.p.ConflictPolicy == ConflictFailFast {
+			f.rollbackLocked(ce.Theirs, ce.theirsETag())
+			t.fill(&c, start)
+			return t, ce
+		}
+		if t.Attempts >= f.p.MaxRetries {
+			t.fill(&c, start)
+			return t, fmt.Errorf("flush %s: gave up after %d attempts: %w", f.prefix, t.Attempts, ce)
+		}
+		if err := f.rebaseLocked(ctx, ce.Theirs, ce.theirsETag()); err != nil {
+			t.fill(&c, start)
+			return t, fmt.Errorf("flush %s: rebase on checkpoint %d: %w", f.prefix, ce.Theirs.Cno, err)
+		}
+		// Back off while holding the file: writers would only add to a flush
+		// that is about to retry, and the other writer needs no lock of ours.
+		sleep := backoff/2 + rand.N(backoff)
+		select {
+		case <-ctx.Done():
+			t.fill(&c, start)
+			return t, fmt.Errorf("flush %s: %w", f.prefix, ctx.Err())
+		case <-time.After(sleep):
+		}
+		backoff = min(backoff*2, time.Second)
+	}
+	t.fill(&c, start)
+	f.stats.Flushes++
+	f.stats.LastFlush = t
+	return t, nil
+}
+
+func (t *FlushTiming) fill(c *flushCounters, start time.Time) {
+	t.Requests = int(c.requests.Load())
+	t.StreamFlushBytes += c.dataBytes.Load()
+	t.StreamMetaBytes = c.metaBytes.Load()
+	t.Objects = int(c.objects.Load())
+	t.Total = time.Since(start)
+}
+
+// takeCno returns the checkpoint number objects are named with now.
+func (f *File) takeCno() uint64 {
+	if f.pendingCno == 0 {
+		f.pendingCno = f.head.Cno + 1
+		f.nextPart = 1
+	}
+	return f.pendingCno
+}
+
+// bumpCno moves to a fresh checkpoint number: after a part 0 was attempted
+// (its name is spent) or a name was found taken. Objects already stored keep
+// their names; pointers carry them.
+func (f *File) bumpCno() {
+	f.pendingCno = max(f.pendingCno, f.head.Cno) + 1
+	f.nextPart = 1
+}
+
+// sortedDirty returns the dirty block numbers, ascending.
+func (f *File) sortedDirty() []uint64 {
+	fbns := make([]uint64, 0, len(f.dirty))
+	for fbn := range f.dirty {
+		fbns = append(fbns, fbn)
+	}
+	slices.Sort(fbns)
+	return fbns
+}
+
+// packLocked places the given dirty blocks into objects, leaf by leaf, and
+// sets their pointers in the map. With final, the last object is part 0 when
+// it has room for the index nodes too (reserve metas), otherwise part 0 is
+// an object of its own and is returned last with no data.
+func (f *File) packLocked(ctx context.Context, fbns []uint64, final bool) ([]*plannedObject, error) {
+	cno := f.takeCno()
+	// 1. Fix the map's structure.
+	for _, fbn := range fbns {
+		if err := f.tree.Set(ctx, fbn, blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: placeholderPart}}); err != nil {
+			return nil, fmt.Errorf("place block %d: %w", fbn, err)
+		}
+	}
+	leaves, err := f.tree.LeavesFor(ctx, fbns)
+	if err != nil {
+		return nil, fmt.Errorf("leaves of dirty blocks: %w", err)
+	}
+	// 2. Group blocks by leaf; scattered groups and runs go to objects of
+	// their own (isolation); pack groups into objects.
+	type group struct {
+		fbns []uint64
+		lo   uint64
+		run  bool
+	}
+	var groups []group
+	li := 0
+	for i := 0; i < len(fbns); {
+		for li+1 < len(leaves) && leaves[li+1].Lo <= fbns[i] {
+			li++
+		}
+		j := i + 1
+		for j < len(fbns) && fbns[j] < leaves[li].Hi {
+			j++
+		}
+		// A leaf's blocks split by class only where a run meets scattered
+		// blocks; such a leaf then goes into part 0.
+		g := fbns[i:j]
+		k := 0
+		for k < len(g) {
+			c := f.classOf(f.dirty[g[k]])
+			m := k + 1
+			for m < len(g) && f.classOf(f.dirty[g[m]]) == c {
+				m++
+			}
+			lo := leaves[li].Lo
+			if m-k != len(g) {
+				lo = noLeaf
+			}
+			groups = append(groups, group{fbns: g[k:m], lo: lo, run: c == classRun})
+			k = m
+		}
+		i = j
+	}
+	slices.SortStableFunc(groups, func(a, b group) int {
+		switch {
+		case a.run == b.run:
+			return 0
+		case !a.run:
+			return -1
+		}
+		return 1
+	})
+	maxObj := f.p.MaxObjectBytes
+	var objs []*plannedObject
+	cur := &plannedObject{}
+	for gi, g := range groups {
+		groupBytes := int64(len(g.fbns))*(int64(f.bs)+segment.SummaryEntrySize) + int64(f.mbs)
+		classBreak := gi > 0 && groups[gi-1].run != g.run
+		if len(cur.fbns) > 0 && (classBreak || cur.size(f.bs, f.mbs, len(cur.leafLos))+groupBytes > maxObj) {
+			objs = append(objs, cur)
+			cur = &plannedObject{}
+		}
+		// A leaf whose data alone is larger than an object is split across
+		// objects; its leaf then goes into part 0.
+		rest := g.fbns
+		for len(rest) > 0 {
+			room := (maxObj - cur.size(f.bs, f.mbs, len(cur.leafLos)+1)) / (int64(f.bs) + segment.SummaryEntrySize)
+			if room <= 0 {
+				objs = append(objs, cur)
+				cur = &plannedObject{}
+				continue
+			}
+			take := min(int64(len(rest)), room)
+			cur.fbns = append(cur.fbns, rest[:take]...)
+			if take == int64(len(rest)) && len(rest) == len(g.fbns) && g.lo != noLeaf {
+				cur.leafLos = append(cur.leafLos, g.lo)
+			}
+			rest = rest[take:]
+			if len(rest) > 0 {
+				objs = append(objs, cur)
+				cur = &plannedObject{}
+			}
+		}
+	}
+	if len(cur.fbns) > 0 || final {
+		objs = append(objs, cur)
+	}
+	if final {
+		last := objs[len(objs)-1]
+		reserve := f.tree.DirtyNodes() + 1
+		if len(last.fbns) > 0 && last.size(f.bs, f.mbs, len(last.leafLos)+reserve) > maxObj {
+			objs = append(objs, &plannedObject{})
+		}
+	}
+	// 3. Name objects and set pointers.
+	for k, o := range objs {
+		if final && k == len(objs)-1 {
+			o.name = segment.ObjectName{Cno: cno, Part: 0}
+		} else {
+			o.name = segment.ObjectName{Cno: cno, Part: f.nextPart}
+			f.nextPart++
+		}
+		o.bufs = make([][]byte, len(o.fbns))
+		o.summary = make([]segment.SummaryEntry, len(o.fbns))
+		for s, fbn := range o.fbns {
+			buf := f.dirty[fbn].buf
+			crc := segment.Checksum(buf)
+			o.bufs[s] = buf
+			o.summary[s] = segment.SummaryEntry{FBN: fbn, CRC: crc}
+			v := blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: o.name.Part, Slot: uint32(s)}, CRC: crc}
+			if err := f.tree.Set(ctx, fbn, v); err != nil {
+				return nil, fmt.Errorf("place block %d: %w", fbn, err)
+			}
+		}
+	}
+	return objs, nil
+}
+
+// writePartialLocked writes every dirty block into objects that are not a
+// checkpoint (a partial segment), so the dirty tier empties; the writer that
+// crossed the limit waits for it. Blocks of objects that fail stay dirty.
+func (f *File) writePartialLocked(ctx context.Context) error {
+	fbns := f.sortedDirty()
+	if len(fbns) == 0 {
+		return nil
+	}
+	var c flushCounters
+	objs, err := f.packLocked(ctx, fbns, false)
+	if err != nil {
+		return fmt.Errorf("partial segment of %s: %w", f.prefix, err)
+	}
+	// Leaves go with their data, as they are now: if unchanged at the flush,
+	// they are reused from here instead of written again.
+	for _, o := range objs {
+		imgs, err := f.tree.LeavesFor(ctx, o.fbns)
+		if err != nil {
+			return fmt.Errorf("partial segment of %s: %w", f.prefix, err)
+		}
+		for _, img := range imgs {
+			if slices.Contains(o.leafLos, img.Lo) {
+				o.metas = append(o.metas, img.Encoded)
+			}
+		}
+	}
+	errs := f.uploadAll(ctx, objs, nil, nil, &c)
+	var firstErr error
+	for k, o := range objs {
+		if errs[k] != nil {
+			if firstErr == nil {
+				firstErr = errs[k]
+			}
+			continue
+		}
+		for s, fbn := range o.fbns {
+			d := f.dirty[fbn]
+			f.clearUnsent(fbn)
+			f.freeBlock(d.buf)
+			delete(f.dirty, fbn)
+			f.dirtyB -= int64(f.bs)
+			f.written[fbn] = blockmap.Value{Ptr: segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: uint32(s)}, CRC: o.summary[s].CRC}
+		}
+		for m, enc := range o.metas {
+			f.leafImages[xxh3.Hash(enc)] = segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: uint32(m)}
+		}
+		f.stats.BytesUploaded += o.size(f.bs, f.mbs, 0)
+		f.stats.ObjectsWritten++
+	}
+	f.stats.Partials++
+	if errors.Is(firstErr, errNameTaken) {
+		f.bumpCno()
+	}
+	return firstErr
+}
+
+// flushAttemptLocked makes one attempt at publishing a checkpoint.
+func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushCounters) error {
+	planStart := time.Now()
+	fbns := f.sortedDirty()
+	objs, err := f.packLocked(ctx, fbns, true)
+	if err != nil {
+		return fmt.Errorf("flush %s: %w", f.prefix, err)
+	}
+	part0 := objs[len(objs)-1]
+	cno := part0.name.Cno
+	t.Cno = cno
+	leafHome := make(map[uint64]*plannedObject)
+	for _, o := range objs {
+		for _, lo := range o.leafLos {
+			leafHome[lo] = o
+		}
+	}
+	// Commit the map: leaves with their data, unchanged leaves reused, the
+	// rest and the nodes above the leaves in part 0.
+	place := func(n blockmap.NodeImage) (segment.Ptr, error) {
+		if n.Level == 0 {
+			if p, ok := f.leafImages[xxh3.Hash(n.Encoded)]; ok {
+				return p, nil
+			}
+			if o := leafHome[n.Lo]; o != nil {
+				o.metas = append(o.metas, n.Encoded)
+				return segment.Ptr{Cno: cno, Part: o.name.Part, Slot: uint32(len(o.metas) - 1)}, nil
+			}
+		}
+		part0.metas = append(part0.metas, n.Encoded)
+		return segment.Ptr{Cno: cno, Part: 0, Slot: uint32(len(part0.metas) - 1)}, nil
+	}
+	committed, err := f.tree.Commit(ctx, place)
+	if err != nil {
+		return fmt.Errorf("flush %s: commit block map: %w", f.prefix, err)
+	}
+	if part0.size(f.bs, f.mbs, 0) > segment.MaxObjectBytes {
+		return fmt.Errorf("flush %s: part 0 would be %d bytes, over the %d an object may hold",
+			f.prefix, part0.size(f.bs, f.mbs, 0), segment.MaxObjectBytes)
+	}
+	ino := segment.Inode{
+		Cno:           cno,
+		Size:          uint64(f.size),
+		Format:        f.format,
+		Height:        uint8(committed.Height()),
+		DataBlockSize: uint32(f.bs),
+		MetaBlockSize: uint32(f.mbs),
+		Parts:         f.nextPart,
+		MtimeNs:       f.mtime.UnixNano(),
+	}
+	if committed.Height() > 0 {
+		ino.Root = committed.Root()
+	}
+	base := f.head
+	t.Plan = time.Since(planStart)
+
+	// Data parts first, several at once; then part 0; then the head.
+	dataStart := time.Now()
+	errs := f.uploadAll(ctx, objs[:len(objs)-1], nil, nil, c)
+	t.Data = time.Since(dataStart)
+	for _, err := range errs {
+		if err != nil {
+			if errors.Is(err, errNameTaken) {
+				f.bumpCno()
+			}
+			return fmt.Errorf("flush %s: %w", f.prefix, err)
+		}
+	}
+	p0Start := time.Now()
+	errs = f.uploadAll(ctx, []*plannedObject{part0}, &base, &ino, c)
+	t.Part0 = time.Since(p0Start)
+	// Whatever happened to part 0, its name is spent.
+	spent := cno
+	defer func() {
+		if f.pendingCno == spent {
+			f.bumpCno()
+		}
+	}()
+	if errs[0] != nil {
+		return fmt.Errorf("flush %s: %w", f.prefix, errs[0])
+	}
+	headStart := time.Now()
+	etag, err := f.putHeadLocked(ctx, ino, c)
+	t.Head = time.Since(headStart)
+	if err != nil {
+		return err
+	}
+	// Published.
+	t.StreamSentBytes, t.StreamDeadBytes, t.StreamFlushBytes = f.s.sentB, f.s.deadB, f.s.flushB
+	for _, o := range objs {
+		f.stats.BytesUploaded += o.size(f.bs, f.mbs, 0)
+		f.stats.ObjectsWritten++
+	}
+	for _, d := range f.dirty {
+		f.freeBlock(d.buf)
+	}
+	f.dirty = make(map[uint64]*dirtyBlock)
+	f.dirtyB = 0
+	f.tree = committed
+	f.persisted = committed.Snapshot()
+	f.head = ino
+	f.headETag = etag
+	f.changed = false
+	f.resetSince()
+	return nil
+}
+
+// putHeadLocked replaces the head with ino, conditionally on the ETag last
+// seen. A precondition failure is checked against the write id now on the
+// head before it is called a conflict.
+func (f *File) putHeadLocked(ctx context.Context, ino segment.Inode, c *flushCounters) (string, error) {
+	body, err := segment.EncodeHead(segment.Head{FileTag: f.tag, Inode: ino})
+	if err != nil {
+		return "", fmt.Errorf("flush %s: encode head: %w", f.prefix, err)
+	}
+	id := newWriteID()
+	cond := staging.Conditions{IfMatch: f.headETag}
+	if f.headETag == "" {
+		cond = staging.Conditions{IfNoneMatch: true}
+	}
+	c.requests.Add(1)
+	info, err := f.st.Put(ctx, f.prefix+HeadKey, body, staging.PutOptions{Conditions: cond,
+		Metadata: map[string]string{writeIDMeta: id}})
+	if err == nil {
+		return info.ETag, nil
+	}
+	// Did it land? A lost answer (resent or not) leaves our id on the head.
+	c.requests.Add(1)
+	hd, hinfo, herr := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	if herr == nil && hinfo.Metadata[writeIDMeta] == id {
+		return hinfo.ETag, nil
+	}
+	if !errors.Is(err, staging.ErrPrecondition) {
+		return "", fmt.Errorf("flush %s: write head: %w", f.prefix, err)
+	}
+	if herr != nil {
+		return "", fmt.Errorf("flush %s: write head: %w (and reading it back: %v)", f.prefix, err, herr)
+	}
+	return "", &ConflictError{Prefix: f.prefix, Ours: ino.Cno, Theirs: hd.Inode, etag: hinfo.ETag}
+}
+
+// rollbackLocked returns to the winner's checkpoint: what this writer did
+// since its head is dropped, so a read shows the winner.
+func (f *File) rollbackLocked(theirs segment.Inode, etag string) {
+	f.adopt(theirs, etag)
+}
+
+// rebaseLocked replays what this writer did since its head onto the winner's
+// checkpoint: the later writer wins block by block. Dirty blocks stay dirty;
+// blocks already stored in objects keep their pointers.
+func (f *File) rebaseLocked(ctx context.Context, theirs segment.Inode, etag string) error {
+	bo := blockmap.Options{MetaBlockSize: f.mbs}
+	var t *blockmap.Tree
+	if theirs.Height == 0 {
+		t = blockmap.New(bo, f.loader)
+	} else {
+		t = blockmap.Open(bo, f.loader, theirs.Root, int(theirs.Height))
+	}
+	persisted := t.Snapshot()
+	bs := int64(f.bs)
+	truncated := f.minSize != noTruncate
+	if truncated && f.minSize < int64(theirs.Size) {
+		if err := t.Truncate(ctx, uint64((f.minSize+bs-1)/bs)); err != nil {
+			return err
+		}
+	}
+	if !truncated {
+		// Only writes: the file is as long as the longer of the two.
+		f.size = max(f.size, int64(theirs.Size))
+	}
+	for fbn := range f.zeroed {
+		if err := t.Delete(ctx, fbn); err != nil {
+			return err
+		}
+	}
+	for fbn, v := range f.written {
+		if err := t.Set(ctx, fbn, v); err != nil {
+			return err
+		}
+	}
+	f.tree = t
+	f.persisted = persisted
+	f.head = theirs
+	f.headETag = etag
+	f.pendingCno = max(f.pendingCno, theirs.Cno+1)
+	f.changed = true
+	return nil
+}
+
+// Rollback drops everything written since the last checkpoint this writer
+// saw, and reloads the head: reads then show the file as last published.
+func (f *File) Rollback(ctx context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.writable(); err != nil {
+		return err
+	}
+	if err := f.takeInLocked(ctx, false); err != nil {
+		return err
+	}
+	f.rethrowLocked()
+	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	if err != nil {
+		return fmt.Errorf("rollback %s: %w", f.prefix, err)
+	}
+	f.rollbackLocked(hd.Inode, info.ETag)
+	return nil
+}
+
+func (e *ConflictError) theirsETag() string { return e.etag }
+
+func newWriteID() string {
+	return fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
+}

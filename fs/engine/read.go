@@ -1,0 +1,377 @@
+package engine
+
+import (
+	"container/list"
+	"context"
+	"fmt"
+	"io"
+	"sync"
+
+	"ckptfs/blockmap"
+	"ckptfs/segment"
+	"ckptfs/staging"
+)
+
+// blockRef is a mapped block: its number and where it is stored.
+type blockRef struct {
+	fbn uint64
+	v   blockmap.Value
+}
+
+// PlannedGet is one ranged GET the read path makes: a stretch of blocks that
+// adjoin inside one object, capped at read_get_max_bytes.
+type PlannedGet struct {
+	Key    string
+	Object segment.ObjectName
+	Off    int64 // byte offset in the object
+	Len    int64
+	First  uint64 // first file block
+	Blocks int
+	refs   []blockRef
+}
+
+// ReadPlan is what a read would cost now. It is the read path's own planner:
+// ReadAt executes exactly these GETs.
+type ReadPlan struct {
+	Gets   []PlannedGet
+	Dirty  int // blocks served from the dirty tier
+	Cached int // blocks served from the data cache
+	Holes  int // blocks that read as zeros
+}
+
+// Placement says where one block of the file is.
+type Placement struct {
+	FBN    uint64
+	Dirty  bool        // in the dirty tier (its stored copy, if any, is stale)
+	Hole   bool        // no block: reads as zeros
+	Ptr    segment.Ptr // where it is stored (zero for a hole)
+	Key    string      // the object's key
+	Offset int64       // byte offset in the object
+}
+
+// ReadAt reads len(p) bytes at off. At the end of the file it returns what it
+// read and io.EOF.
+func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read %s at %d: %w", f.prefix, off, ErrInvalid)
+	}
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed {
+		return 0, fmt.Errorf("read %s: %w", f.prefix, ErrClosed)
+	}
+	if off >= f.size {
+		return 0, io.EOF
+	}
+	n := int64(len(p))
+	var eof error
+	if off+n > f.size {
+		n = f.size - off
+		eof = io.EOF
+	}
+	if n == 0 {
+		return 0, eof
+	}
+	if err := f.readLocked(ctx, p[:n], off); err != nil {
+		return 0, err
+	}
+	return int(n), eof
+}
+
+// readLocked fills p (inside the file) from the dirty tier, the cache and the
+// store. The caller holds mu (shared is enough).
+func (f *File) readLocked(ctx context.Context, p []byte, off int64) error {
+	plan, err := f.planLocked(ctx, off, int64(len(p)), true, p)
+	if err != nil {
+		return err
+	}
+	if len(plan.Gets) == 0 {
+		return nil
+	}
+	// Execute the GETs, a few at a time.
+	bs := int64(f.bs)
+	errs := make([]error, len(plan.Gets))
+	sem := make(chan struct{}, f.p.Concurrency)
+	var wg sync.WaitGroup
+	for i := range plan.Gets {
+		g := &plan.Gets[i]
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			data, err := f.getVerified(ctx, g)
+			if err != nil {
+				errs[i] = err
+				return
+			}
+			for j, r := range g.refs {
+				blk := data[int64(j)*bs : int64(j+1)*bs]
+				copyBlockInto(p, off, r.fbn, bs, blk)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return fmt.Errorf("read %s at %d: %w", f.prefix, off, err)
+		}
+	}
+	return nil
+}
+
+// copyBlockInto copies the part of block fbn (bytes blk) that overlaps
+// p = file[off, off+len(p)).
+func copyBlockInto(p []byte, off int64, fbn uint64, bs int64, blk []byte) {
+	start := int64(fbn) * bs
+	lo := max(start, off)
+	hi := min(start+bs, off+int64(len(p)))
+	if lo >= hi {
+		return
+	}
+	copy(p[lo-off:hi-off], blk[lo-start:hi-start])
+}
+
+// planLocked plans a read of [off, off+n). With fill, it also copies what does
+// not need the store (dirty, cached, holes) into p.
+func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte) (ReadPlan, error) {
+	var plan ReadPlan
+	bs := int64(f.bs)
+	first := uint64(off / bs)
+	end := uint64((off + n + bs - 1) / bs)
+	next := first // the next block not yet accounted for
+	var cur *PlannedGet
+	hole := func(upto uint64) {
+		for ; next < upto; next++ {
+			if d := f.dirty[next]; d != nil {
+				plan.Dirty++
+				if fill {
+					copyBlockInto(p, off, next, bs, d.buf)
+				}
+				continue
+			}
+			plan.Holes++
+			if fill {
+				zeroBlockIn(p, off, next, bs)
+			}
+		}
+	}
+	err := f.tree.Scan(ctx, first, end, func(fbn uint64, v blockmap.Value) error {
+		hole(fbn)
+		next = fbn + 1
+		if d := f.dirty[fbn]; d != nil {
+			plan.Dirty++
+			if fill {
+				copyBlockInto(p, off, fbn, bs, d.buf)
+			}
+			return nil
+		}
+		if fill {
+			if f.cache.copyInto(v.Ptr, func(blk []byte) { copyBlockInto(p, off, fbn, bs, blk) }) {
+				plan.Cached++
+				return nil
+			}
+		} else if f.cache.has(v.Ptr) {
+			plan.Cached++
+			return nil
+		}
+		obj := v.Ptr.Object()
+		o := dataOffset(f.format, bs, v.Ptr.Slot)
+		if cur != nil && cur.Object == obj && cur.Off+cur.Len == o && cur.First+uint64(cur.Blocks) == fbn &&
+			cur.Len+bs <= f.p.ReadGetMaxBytes {
+			cur.Len += bs
+			cur.Blocks++
+			cur.refs = append(cur.refs, blockRef{fbn, v})
+			return nil
+		}
+		plan.Gets = append(plan.Gets, PlannedGet{
+			Key: f.key(obj), Object: obj, Off: o, Len: bs, First: fbn, Blocks: 1,
+			refs: []blockRef{{fbn, v}},
+		})
+		cur = &plan.Gets[len(plan.Gets)-1]
+		return nil
+	})
+	if err != nil {
+		return plan, fmt.Errorf("plan read of %s at %d: %w", f.prefix, off, err)
+	}
+	hole(end)
+	return plan, nil
+}
+
+func zeroBlockIn(p []byte, off int64, fbn uint64, bs int64) {
+	start := int64(fbn) * bs
+	lo := max(start, off)
+	hi := min(start+bs, off+int64(len(p)))
+	if lo < hi {
+		clear(p[lo-off : hi-off])
+	}
+}
+
+// dataOffset is where data slot lives in an object of format fm.
+func dataOffset(fm segment.Format, bs int64, slot uint32) int64 {
+	if fm == segment.FormatParted {
+		return segment.HeaderSize + int64(slot)*bs
+	}
+	return int64(slot) * bs
+}
+
+// getVerified makes one planned GET and checks every block's CRC against the
+// map, so that a corrupt or foreign object is never read as data. Verified
+// blocks go into the cache.
+func (f *File) getVerified(ctx context.Context, g *PlannedGet) ([]byte, error) {
+	data, _, err := f.st.Get(ctx, g.Key, staging.Bytes(g.Off, g.Len))
+	if err != nil {
+		return nil, fmt.Errorf("get %s bytes %d+%d: %w", g.Key, g.Off, g.Len, err)
+	}
+	if int64(len(data)) != g.Len {
+		return nil, &segment.CorruptError{Key: g.Key, Err: segment.ErrSize,
+			Detail: fmt.Sprintf("data range %d+%d returned %d bytes", g.Off, g.Len, len(data))}
+	}
+	bs := int64(f.bs)
+	for j, r := range g.refs {
+		blk := data[int64(j)*bs : int64(j+1)*bs]
+		if c := segment.Checksum(blk); c != r.v.CRC {
+			return nil, &segment.CorruptError{Key: g.Key, Err: segment.ErrChecksum,
+				Detail: fmt.Sprintf("block %d (slot %d) has CRC %08x, the map says %08x", r.fbn, r.v.Ptr.Slot, c, r.v.CRC)}
+		}
+		f.cache.put(r.v.Ptr, blk)
+	}
+	return data, nil
+}
+
+// fetchBlocks reads the given mapped blocks into bufs (one block each).
+func (f *File) fetchBlocks(ctx context.Context, refs []blockRef, bufs [][]byte) error {
+	bs := int64(f.bs)
+	for i, r := range refs {
+		if f.cache.copyInto(r.v.Ptr, func(blk []byte) { copy(bufs[i], blk) }) {
+			continue
+		}
+		obj := r.v.Ptr.Object()
+		g := PlannedGet{Key: f.key(obj), Object: obj, Off: dataOffset(f.format, bs, r.v.Ptr.Slot), Len: bs,
+			First: r.fbn, Blocks: 1, refs: []blockRef{r}}
+		data, err := f.getVerified(ctx, &g)
+		if err != nil {
+			return err
+		}
+		copy(bufs[i], data)
+	}
+	return nil
+}
+
+// Plan returns what a read of [off, off+n) would cost now: the GETs it would
+// make (after loading the index nodes it needs, as the read would) and the
+// blocks it would serve from memory.
+func (f *File) Plan(ctx context.Context, off, n int64) (ReadPlan, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if off < 0 || n < 0 {
+		return ReadPlan{}, fmt.Errorf("plan %s at %d+%d: %w", f.prefix, off, n, ErrInvalid)
+	}
+	if off >= f.size {
+		return ReadPlan{}, nil
+	}
+	n = min(n, f.size-off)
+	return f.planLocked(ctx, off, n, false, nil)
+}
+
+// BlockPlacement says which object and offset holds each of the n blocks from
+// block start.
+func (f *File) BlockPlacement(ctx context.Context, start uint64, n int) ([]Placement, error) {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]Placement, n)
+	for i := range out {
+		out[i] = Placement{FBN: start + uint64(i), Hole: true}
+		if f.dirty[start+uint64(i)] != nil {
+			out[i].Dirty = true
+		}
+	}
+	bs := int64(f.bs)
+	err := f.tree.Scan(ctx, start, start+uint64(n), func(fbn uint64, v blockmap.Value) error {
+		pl := &out[fbn-start]
+		pl.Hole = false
+		pl.Ptr = v.Ptr
+		pl.Key = f.key(v.Ptr.Object())
+		pl.Offset = dataOffset(f.format, bs, v.Ptr.Slot)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("placement of %s blocks %d+%d: %w", f.prefix, start, n, err)
+	}
+	for i := range out {
+		if out[i].Dirty {
+			out[i].Hole = false
+		}
+	}
+	return out, nil
+}
+
+// blockCache keeps verified data blocks read from the store, by pointer
+// (objects are immutable, so a pointer's bytes never change).
+type blockCache struct {
+	mu    sync.Mutex
+	max   int64
+	bytes int64 // GUARDED_BY(mu)
+	lru   *list.List
+	idx   map[segment.Ptr]*list.Element
+}
+
+type cacheEntry struct {
+	ptr  segment.Ptr
+	data []byte
+}
+
+func newBlockCache(max int64) *blockCache {
+	return &blockCache{max: max, lru: list.New(), idx: make(map[segment.Ptr]*list.Element)}
+}
+
+func (c *blockCache) has(p segment.Ptr) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, ok := c.idx[p]
+	return ok
+}
+
+// copyInto calls fn with the cached bytes of p, if any, under the cache lock.
+func (c *blockCache) copyInto(p segment.Ptr, fn func([]byte)) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.idx[p]
+	if !ok {
+		return false
+	}
+	c.lru.MoveToFront(e)
+	fn(e.Value.(*cacheEntry).data)
+	return true
+}
+
+func (c *blockCache) put(p segment.Ptr, blk []byte) {
+	if c.max <= 0 || int64(len(blk)) > c.max {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.idx[p]; ok {
+		c.lru.MoveToFront(e)
+		return
+	}
+	c.idx[p] = c.lru.PushFront(&cacheEntry{ptr: p, data: append([]byte(nil), blk...)})
+	c.bytes += int64(len(blk))
+	for c.bytes > c.max {
+		e := c.lru.Back()
+		ce := e.Value.(*cacheEntry)
+		c.lru.Remove(e)
+		delete(c.idx, ce.ptr)
+		c.bytes -= int64(len(ce.data))
+	}
+}
+
+// drop empties the cache (after a rollback the pointers stay valid, but a
+// cleaner may have removed objects; keep it simple and correct).
+func (c *blockCache) drop() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Init()
+	c.idx = make(map[segment.Ptr]*list.Element)
+	c.bytes = 0
+}

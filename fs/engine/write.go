@@ -1,0 +1,321 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+)
+
+// Block buffers are pooled by size: a writer at GiB/s would otherwise make the
+// garbage collector the bottleneck.
+var blockPools sync.Map // int -> *sync.Pool
+
+func getBlockBuf(n int) []byte {
+	p, ok := blockPools.Load(n)
+	if !ok {
+		p, _ = blockPools.LoadOrStore(n, &sync.Pool{New: func() any { b := make([]byte, n); return &b }})
+	}
+	b := *(p.(*sync.Pool).Get().(*[]byte))
+	return b
+}
+
+func putBlockBuf(b []byte) {
+	if b == nil {
+		return
+	}
+	if p, ok := blockPools.Load(len(b)); ok {
+		p.(*sync.Pool).Put(&b)
+	}
+}
+
+// MaxFileSize bounds offsets: block numbers must fit the map's keys and
+// int64 arithmetic must not overflow.
+const MaxFileSize = 1 << 60
+
+// WriteAt writes p at off, extending the file as needed. A partial block is
+// read, modified and written back; if reading it fails, the write fails and
+// nothing of it is applied to that block.
+func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	if off < 0 || off+int64(len(p)) > MaxFileSize {
+		return 0, fmt.Errorf("write %s at %d: %w", f.prefix, off, ErrInvalid)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.writable(); err != nil {
+		return 0, err
+	}
+	n, err := f.writeLocked(ctx, p, off)
+	f.stats.BytesWritten += int64(n)
+	if n > 0 {
+		f.mtime = time.Now()
+		f.changed = true
+	}
+	if err != nil {
+		return n, err
+	}
+	// What follows moves data toward the store; the write itself has
+	// succeeded (its data is in the dirty tier, and the flush writes it if
+	// anything here fails), so failures are logged, not returned.
+	if f.sendAheadOn() {
+		if err := f.sendAheadLocked(ctx); err != nil {
+			f.log.Debug("send ahead failed; data stays dirty", zap.Error(err))
+		}
+	}
+	if f.dirtyB > f.p.DirtyLimit {
+		if err := f.relieveLocked(ctx); err != nil {
+			f.log.Warn("partial segment failed; data stays dirty", zap.Error(err))
+		}
+	}
+	return n, nil
+}
+
+func (f *File) writeLocked(ctx context.Context, p []byte, off int64) (int, error) {
+	bs := int64(f.bs)
+	seq := f.streamAt(off, int64(len(p)))
+	done := 0
+	for done < len(p) {
+		pos := off + int64(done)
+		fbn := uint64(pos / bs)
+		in := int(pos % bs)
+		n := min(len(p)-done, f.bs-in)
+		d := f.dirty[fbn]
+		if d == nil {
+			buf, err := f.allocBlock(ctx)
+			if err != nil {
+				return done, fmt.Errorf("write %s at %d: %w", f.prefix, pos, err)
+			}
+			if n < f.bs {
+				// Read-modify-write: the rest of the block keeps its bytes.
+				if err := f.readBlockLocked(ctx, fbn, buf); err != nil {
+					f.freeBlock(buf)
+					return done, fmt.Errorf("write %s at %d: read block %d: %w", f.prefix, pos, fbn, err)
+				}
+			}
+			d = &dirtyBlock{buf: buf}
+			f.dirty[fbn] = d
+			f.dirtyB += bs
+			delete(f.zeroed, fbn)
+			if f.sendAheadOn() {
+				f.markUnsent(fbn)
+			}
+		} else {
+			f.touchLocked(d)
+		}
+		d.seq = seq
+		copy(d.buf[in:in+n], p[done:done+n])
+		done += n
+	}
+	if end := off + int64(len(p)); end > f.size {
+		f.size = end
+	}
+	return done, nil
+}
+
+// readBlockLocked fills buf with block fbn as the file holds it now, ignoring
+// the dirty tier (the caller checked it): zeros past the end or in a hole.
+func (f *File) readBlockLocked(ctx context.Context, fbn uint64, buf []byte) error {
+	if int64(fbn)*int64(f.bs) >= f.size {
+		clear(buf)
+		return nil
+	}
+	v, ok, err := f.tree.Get(ctx, fbn)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		clear(buf)
+		return nil
+	}
+	return f.fetchBlocks(ctx, []blockRef{{fbn: fbn, v: v}}, [][]byte{buf})
+}
+
+// Truncate sets the size. Growing adds a hole that reads as zeros; shrinking
+// drops the blocks past the end and zeroes the tail of the last block, so that
+// growing again later reads zeros there too.
+func (f *File) Truncate(ctx context.Context, size int64) error {
+	if size < 0 || size > MaxFileSize {
+		return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, ErrInvalid)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.writable(); err != nil {
+		return err
+	}
+	if size == f.size {
+		return nil
+	}
+	if size > f.size {
+		f.size = size
+		f.mtime = time.Now()
+		f.changed = true
+		return nil
+	}
+	bs := int64(f.bs)
+	if in := size % bs; in != 0 {
+		// Zero the tail of the new last block.
+		fbn := uint64(size / bs)
+		if err := f.zeroInBlockLocked(ctx, fbn, int(in), f.bs); err != nil {
+			return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, err)
+		}
+	}
+	keep := uint64((size + bs - 1) / bs) // blocks [0, keep) stay
+	if err := f.tree.Truncate(ctx, keep); err != nil {
+		return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, err)
+	}
+	for fbn, d := range f.dirty {
+		if fbn >= keep {
+			f.dropDirtyLocked(fbn, d)
+		}
+	}
+	for fbn := range f.written {
+		if fbn >= keep {
+			delete(f.written, fbn)
+		}
+	}
+	f.size = size
+	if size < f.minSize {
+		f.minSize = size
+	}
+	f.mtime = time.Now()
+	f.changed = true
+	return nil
+}
+
+// zeroInBlockLocked zeroes bytes [from, to) of block fbn, making it dirty.
+func (f *File) zeroInBlockLocked(ctx context.Context, fbn uint64, from, to int) error {
+	d := f.dirty[fbn]
+	if d == nil {
+		v, ok, err := f.tree.Get(ctx, fbn)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return nil // a hole is zeros already
+		}
+		buf, err := f.allocBlock(ctx)
+		if err != nil {
+			return err
+		}
+		if err := f.fetchBlocks(ctx, []blockRef{{fbn: fbn, v: v}}, [][]byte{buf}); err != nil {
+			f.freeBlock(buf)
+			return fmt.Errorf("read block %d: %w", fbn, err)
+		}
+		d = &dirtyBlock{buf: buf}
+		f.dirty[fbn] = d
+		f.dirtyB += int64(f.bs)
+		if f.sendAheadOn() {
+			f.markUnsent(fbn)
+		}
+	} else {
+		f.touchLocked(d)
+	}
+	clear(d.buf[from:to])
+	return nil
+}
+
+// Zero makes [off, off+n) read as zeros without changing the size: whole
+// blocks become holes (their storage is dropped from the map), partial ones
+// are zeroed in place.
+func (f *File) Zero(ctx context.Context, off, n int64) error {
+	if off < 0 || n < 0 || off+n > MaxFileSize {
+		return fmt.Errorf("zero %s at %d+%d: %w", f.prefix, off, n, ErrInvalid)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.writable(); err != nil {
+		return err
+	}
+	end := min(off+n, f.size)
+	bs := int64(f.bs)
+	for pos := off; pos < end; {
+		fbn := uint64(pos / bs)
+		in := pos % bs
+		m := min(end-pos, bs-in)
+		if m == bs {
+			if err := f.tree.Delete(ctx, fbn); err != nil {
+				return fmt.Errorf("zero %s block %d: %w", f.prefix, fbn, err)
+			}
+			if d := f.dirty[fbn]; d != nil {
+				f.dropDirtyLocked(fbn, d)
+			}
+			delete(f.written, fbn)
+			f.zeroed[fbn] = struct{}{}
+		} else if err := f.zeroInBlockLocked(ctx, fbn, int(in), int(in+m)); err != nil {
+			return fmt.Errorf("zero %s at %d: %w", f.prefix, pos, err)
+		}
+		pos += m
+	}
+	if end > off {
+		f.mtime = time.Now()
+		f.changed = true
+	}
+	return nil
+}
+
+// dropDirtyLocked removes a dirty block (truncated or zeroed away); a copy of
+// it in an open object becomes a dead slot.
+func (f *File) dropDirtyLocked(fbn uint64, d *dirtyBlock) {
+	f.touchLocked(d)
+	f.clearUnsent(fbn)
+	f.freeBlock(d.buf)
+	delete(f.dirty, fbn)
+	f.dirtyB -= int64(f.bs)
+}
+
+// allocBlock returns a buffer for a new dirty block, drawn from the mount's
+// memory budget: when the budget is full the file first relieves itself (a
+// partial segment), then waits for room that other files release.
+func (f *File) allocBlock(ctx context.Context) ([]byte, error) {
+	if b := f.budget; b != nil && !b.TryAcquire(int64(f.bs)) {
+		if len(f.dirty) > 0 {
+			if err := f.relieveAllLocked(ctx); err != nil {
+				f.log.Warn("relieving the memory budget failed; waiting for room", zap.Error(err))
+			}
+		}
+		if err := b.Acquire(ctx, int64(f.bs)); err != nil {
+			return nil, fmt.Errorf("wait for memory: %w", err)
+		}
+	}
+	return getBlockBuf(f.bs), nil
+}
+
+// freeBlock returns a dirty block's buffer and its share of the budget.
+func (f *File) freeBlock(b []byte) {
+	putBlockBuf(b)
+	if f.budget != nil {
+		f.budget.Release(int64(len(b)))
+	}
+}
+
+// maxStreams is how many sequential streams a file follows at once (several
+// writers, or one that interleaves a log with its data).
+const maxStreams = 16
+
+// streamAt returns the sequential stream a write of n bytes at off extends,
+// or a new one.
+func (f *File) streamAt(off, n int64) *seqStream {
+	s, ok := f.streams[off]
+	if ok {
+		delete(f.streams, off)
+	} else {
+		if len(f.streams) >= maxStreams {
+			var oldest int64 = -1
+			for end, st := range f.streams {
+				if oldest < 0 || st.last < f.streams[oldest].last {
+					oldest = end
+				}
+			}
+			delete(f.streams, oldest)
+		}
+		s = &seqStream{}
+	}
+	f.tick++
+	s.last = f.tick
+	s.end = off + n
+	s.bytes += n
+	f.streams[s.end] = s
+	return s
+}

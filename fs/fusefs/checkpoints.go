@@ -1,0 +1,198 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"strconv"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"ckptfs/fs/engine"
+	"ckptfs/fs/namespace"
+)
+
+// The read-only tree of old checkpoints (see the package doc):
+// .checkpoints mirrors the directories; a file appears as a directory of its
+// checkpoints, each a read-only file opened with engine.OpenAt.
+
+func (fsys *FS) fillCkptDirAttr(out *fuse.Attr) {
+	out.Mode = syscall.S_IFDIR | 0o555
+	out.Nlink = 2
+	out.Size = 4096
+}
+
+// ckptDir mirrors directory ino of the namespace.
+type ckptDir struct {
+	fs.Inode
+	fsys *FS
+	ino  namespace.Ino
+}
+
+var (
+	_ = (fs.NodeLookuper)((*ckptDir)(nil))
+	_ = (fs.NodeReaddirer)((*ckptDir)(nil))
+	_ = (fs.NodeGetattrer)((*ckptDir)(nil))
+)
+
+func (d *ckptDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	d.fsys.fillCkptDirAttr(&out.Attr)
+	return 0
+}
+
+func (d *ckptDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	nn, err := d.fsys.ns.Lookup(d.ino, name)
+	if err != nil {
+		return nil, d.fsys.errnoOf("lookup", err)
+	}
+	d.fsys.fillCkptDirAttr(&out.Attr)
+	switch nn.Kind {
+	case namespace.KindDir:
+		return d.NewInode(ctx, &ckptDir{fsys: d.fsys, ino: nn.Ino}, fs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	case namespace.KindFile:
+		return d.NewInode(ctx, &ckptList{fsys: d.fsys, id: nn.FileID}, fs.StableAttr{Mode: syscall.S_IFDIR}), 0
+	}
+	return nil, syscall.ENOENT
+}
+
+func (d *ckptDir) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	ents, err := d.fsys.ns.ReadDir(d.ino)
+	if err != nil {
+		return nil, d.fsys.errnoOf("readdir", err)
+	}
+	out := make([]fuse.DirEntry, 0, len(ents))
+	for _, e := range ents {
+		if e.Kind == namespace.KindSymlink {
+			continue
+		}
+		out = append(out, fuse.DirEntry{Name: e.Name, Mode: syscall.S_IFDIR})
+	}
+	return fs.NewListDirStream(out), 0
+}
+
+// ckptList is the directory of the checkpoints of one file.
+type ckptList struct {
+	fs.Inode
+	fsys *FS
+	id   string
+}
+
+var (
+	_ = (fs.NodeLookuper)((*ckptList)(nil))
+	_ = (fs.NodeReaddirer)((*ckptList)(nil))
+	_ = (fs.NodeGetattrer)((*ckptList)(nil))
+)
+
+func (l *ckptList) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	l.fsys.fillCkptDirAttr(&out.Attr)
+	return 0
+}
+
+// checkpoints lists the published checkpoints of the file, newest first.
+func (l *ckptList) checkpoints(ctx context.Context) ([]engine.Checkpoint, error) {
+	f, err := engine.Open(ctx, l.fsys.st, l.fsys.prefix(l.id), l.fsys.engineOptions(l.id))
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return f.Checkpoints(ctx)
+}
+
+func (l *ckptList) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	cps, err := l.checkpoints(ctx)
+	if err != nil {
+		return nil, l.fsys.errnoOf("readdir checkpoints", err)
+	}
+	out := make([]fuse.DirEntry, 0, len(cps))
+	for _, c := range cps {
+		out = append(out, fuse.DirEntry{Name: strconv.FormatUint(c.Inode.Cno, 10), Mode: syscall.S_IFREG})
+	}
+	return fs.NewListDirStream(out), 0
+}
+
+func (l *ckptList) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	cno, err := strconv.ParseUint(name, 10, 64)
+	if err != nil || cno == 0 || strconv.FormatUint(cno, 10) != name {
+		return nil, syscall.ENOENT
+	}
+	cps, err := l.checkpoints(ctx)
+	if err != nil {
+		return nil, l.fsys.errnoOf("lookup checkpoint", err)
+	}
+	for _, c := range cps {
+		if c.Inode.Cno != cno {
+			continue
+		}
+		cf := &ckptFile{fsys: l.fsys, id: l.id, cno: cno, size: int64(c.Inode.Size), mtime: c.Inode.MtimeNs}
+		cf.fill(&out.Attr)
+		return l.NewInode(ctx, cf, fs.StableAttr{Mode: syscall.S_IFREG}), 0
+	}
+	return nil, syscall.ENOENT
+}
+
+// ckptFile is one checkpoint of a file, read-only.
+type ckptFile struct {
+	fs.Inode
+	fsys  *FS
+	id    string
+	cno   uint64
+	size  int64
+	mtime int64
+}
+
+var (
+	_ = (fs.NodeOpener)((*ckptFile)(nil))
+	_ = (fs.NodeGetattrer)((*ckptFile)(nil))
+)
+
+func (c *ckptFile) fill(out *fuse.Attr) {
+	out.Mode = syscall.S_IFREG | 0o444
+	out.Nlink = 1
+	out.Size = uint64(c.size)
+	out.Blocks = (out.Size + 511) / 512
+	setTime(&out.Mtime, &out.Mtimensec, c.mtime)
+	setTime(&out.Ctime, &out.Ctimensec, c.mtime)
+	setTime(&out.Atime, &out.Atimensec, c.mtime)
+}
+
+func (c *ckptFile) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	c.fill(&out.Attr)
+	return 0
+}
+
+func (c *ckptFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		return nil, 0, syscall.EROFS
+	}
+	f, err := engine.OpenAt(ctx, c.fsys.st, c.fsys.prefix(c.id), c.cno, c.fsys.engineOptions(c.id))
+	if err != nil {
+		return nil, 0, c.fsys.errnoOf("open checkpoint", err)
+	}
+	// A checkpoint never changes: the page cache may keep it.
+	return &ckptHandle{fsys: c.fsys, f: f}, fuse.FOPEN_KEEP_CACHE, 0
+}
+
+type ckptHandle struct {
+	fsys *FS
+	f    *engine.File
+}
+
+var (
+	_ = (fs.FileReader)((*ckptHandle)(nil))
+	_ = (fs.FileReleaser)((*ckptHandle)(nil))
+)
+
+func (h *ckptHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := h.f.ReadAt(ctx, dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, h.fsys.errnoOf("read checkpoint", err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *ckptHandle) Release(ctx context.Context) syscall.Errno {
+	h.f.Close()
+	return 0
+}

@@ -1,0 +1,590 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
+
+	"ckptfs/config"
+	"ckptfs/fs/engine"
+	"ckptfs/fs/namespace"
+	"ckptfs/segment"
+	"ckptfs/staging"
+)
+
+// attrTimeout is how long the kernel may cache names and attributes. Short,
+// so that other mounts' changes show quickly; every answer comes from memory.
+const attrTimeout = time.Second
+
+// orphanGrace is how long the data of an unlinked file with no handle is kept
+// before it is deleted, for an open that raced the unlink.
+const orphanGrace = 2 * time.Second
+
+// Options of New.
+type Options struct {
+	// Config is every tunable (config.ParseMount).
+	Config config.Config
+	// Root is the key prefix of the volume in the store: "" or ending in '/'.
+	Root string
+	// Logger; nil logs nothing.
+	Logger *zap.Logger
+	// FsName is the source shown in the mount table (the store URL).
+	FsName string
+}
+
+// FS is one mounted (or mountable) volume.
+type FS struct {
+	st     staging.Store
+	root   string
+	cfg    config.Config
+	params engine.Params
+	log    *zap.Logger
+	ns     *namespace.Namespace
+	vol    Volume
+	budget *engine.Budget
+	fsName string
+
+	// ctx is canceled by Close; it bounds the background loops.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // the background loops
+
+	mu      sync.Mutex
+	files   map[string]*openFile // by file id; GUARDED_BY(mu)
+	orphans map[string]time.Time // file id -> when its last name went; GUARDED_BY(mu)
+	heads   map[string]headInfo  // last head seen of closed files; GUARDED_BY(mu)
+
+	server    *fuse.Server
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// openFile is one file's engine shared by all its handles.
+type openFile struct {
+	id    string
+	ready chan struct{} // closed when f or err is set
+	f     *engine.File
+	err   error
+	refs  int // GUARDED_BY(FS.mu)
+}
+
+// headInfo is what the kernel needs of a file that is not open.
+type headInfo struct {
+	size   int64
+	mtime  int64
+	cno    uint64
+	format segment.Format
+	seen   time.Time
+}
+
+// New opens the volume under o.Root: its descriptor (created if absent) and
+// its namespace. Nothing is mounted yet.
+func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
+	if o.Root != "" && !strings.HasSuffix(o.Root, "/") {
+		return nil, fmt.Errorf("volume root %q: must be empty or end with '/'", o.Root)
+	}
+	if err := o.Config.Validate(); err != nil {
+		return nil, err
+	}
+	log := o.Logger
+	if log == nil {
+		log = zap.NewNop()
+	}
+	vol, err := openVolume(ctx, st, o.Root, o.Config)
+	if err != nil {
+		return nil, err
+	}
+	ns, err := namespace.Open(ctx, st, o.Root, namespace.Options{Logger: log.Named("namespace")})
+	if err != nil {
+		return nil, fmt.Errorf("open namespace: %w", err)
+	}
+	budget := o.Config.MemoryLimit
+	if budget <= 0 {
+		budget = config.MountDefault(config.TotalRAM()).MemoryLimit
+	}
+	fctx, cancel := context.WithCancel(context.Background())
+	fsys := &FS{
+		st: st, root: o.Root, cfg: o.Config, params: Params(o.Config), log: log, ns: ns, vol: vol,
+		budget: engine.NewBudget(budget), fsName: o.FsName,
+		ctx: fctx, cancel: cancel,
+		files: make(map[string]*openFile), orphans: make(map[string]time.Time), heads: make(map[string]headInfo),
+	}
+	fsys.wg.Add(1)
+	go fsys.loop()
+	return fsys, nil
+}
+
+// Params maps the tunables of a mount onto the engine's.
+func Params(c config.Config) engine.Params {
+	p := engine.Params{
+		Format:             c.Format,
+		DataBlockSize:      int(c.DataBlockSize),
+		MetaBlockSize:      int(c.MetaBlockSize),
+		MaxObjectBytes:     c.SegmentMaxObjectBytes,
+		ChunkSize:          c.SegmentMPUChunkSize,
+		Concurrency:        c.SegmentMPUMaxConcurrency,
+		StreamSegmentBytes: c.EffectiveStreamSegmentBytes(),
+		DirtyLimit:         c.DirtyLimit(),
+		ReadGetMaxBytes:    c.ReadGetMaxBytes,
+		ConflictPolicy:     engine.ConflictRetry,
+	}
+	if c.FlushConflictPolicy == config.ConflictFailFast {
+		p.ConflictPolicy = engine.ConflictFailFast
+	}
+	return p
+}
+
+// Namespace is the volume's namespace.
+func (fsys *FS) Namespace() *namespace.Namespace { return fsys.ns }
+
+// Volume is the volume descriptor.
+func (fsys *FS) Volume() Volume { return fsys.vol }
+
+// Budget is the memory budget shared by every file of the mount.
+func (fsys *FS) Budget() *engine.Budget { return fsys.budget }
+
+func (fsys *FS) prefix(id string) string { return fsys.root + "f/" + id + "/" }
+
+func (fsys *FS) engineOptions(id string) engine.Options {
+	return engine.Options{Params: fsys.params, FileID: id, Logger: fsys.log.With(zap.String("file", id)), Budget: fsys.budget}
+}
+
+// Mount mounts the volume at mountpoint and serves it until Unmount (or an
+// external unmount; see Wait).
+func (fsys *FS) Mount(mountpoint string) error {
+	if err := checkMountpoint(mountpoint); err != nil {
+		return err
+	}
+	timeout := attrTimeout
+	opts := &fs.Options{
+		EntryTimeout: &timeout,
+		AttrTimeout:  &timeout,
+		MountOptions: fuse.MountOptions{
+			FsName:               fsys.fsName,
+			Name:                 "ckptfs",
+			DirectMount:          os.Geteuid() == 0,
+			AllowOther:           fsys.cfg.AllowOther,
+			MaxWrite:             1 << 20,
+			MaxReadAhead:         1 << 20,
+			EnableSymlinkCaching: true,
+			Options:              []string{"default_permissions"},
+		},
+		RootStableAttr: &fs.StableAttr{Ino: uint64(namespace.RootIno), Mode: syscall.S_IFDIR},
+		UID:            uint32(os.Getuid()),
+		GID:            uint32(os.Getgid()),
+	}
+	if fsys.cfg.ReadOnly {
+		opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
+	}
+	if fsys.fsName == "" {
+		opts.MountOptions.FsName = "ckptfs"
+	}
+	srv, err := fs.Mount(mountpoint, &node{fsys: fsys, ino: namespace.RootIno}, opts)
+	if err != nil {
+		return fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	fsys.server = srv
+	return nil
+}
+
+// checkMountpoint refuses a missing or non-empty mount point before the
+// kernel is asked, with an error that says which.
+func checkMountpoint(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("mount point %s: not a directory", dir)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("mount point: %w", err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("mount point %s: %w", dir, err)
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("mount point %s: not empty", dir)
+	}
+	return nil
+}
+
+// Wait blocks until the volume is unmounted (by Unmount, fusermount3 -u or
+// umount).
+func (fsys *FS) Wait() {
+	if fsys.server != nil {
+		fsys.server.Wait()
+	}
+}
+
+// Unmount unmounts the volume from the kernel, then flushes and closes every
+// file (Close). It fails, leaving everything mounted, when the mount is busy.
+func (fsys *FS) Unmount() error {
+	if fsys.server != nil {
+		var err error
+		for i := 0; i < 20; i++ {
+			if err = fsys.server.Unmount(); err == nil {
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if err != nil {
+			return fmt.Errorf("unmount: %w", err)
+		}
+		fsys.server.Wait()
+	}
+	return fsys.Close()
+}
+
+// Close flushes every file that holds unpublished data, closes every engine,
+// deletes unlinked files that no handle holds, and stops the background
+// loops. Call it after the volume is unmounted (Wait returned); Unmount calls
+// it. It returns the first flush error: the data of that file is lost.
+func (fsys *FS) Close() error {
+	fsys.closeOnce.Do(func() {
+		fsys.cancel()
+		fsys.wg.Wait()
+		ctx := context.Background()
+		var errs []error
+		fsys.mu.Lock()
+		files := make([]*openFile, 0, len(fsys.files))
+		for _, of := range fsys.files {
+			files = append(files, of)
+		}
+		fsys.files = make(map[string]*openFile)
+		fsys.mu.Unlock()
+		for _, of := range files {
+			<-of.ready
+			if of.f == nil {
+				continue
+			}
+			if of.f.Stat().Dirty && !fsys.isOrphan(of.id) {
+				if _, err := of.f.Flush(ctx); err != nil {
+					errs = append(errs, fmt.Errorf("flush file %s at unmount: %w", of.id, err))
+					fsys.log.Error("flush at unmount failed; data lost", zap.String("file", of.id), zap.Error(err))
+				}
+			}
+			of.f.Close()
+		}
+		fsys.reapOrphans(ctx, true)
+		fsys.closeErr = errors.Join(errs...)
+	})
+	return fsys.closeErr
+}
+
+// loop runs the periodic work of the mount: namespace refresh, the periodic
+// flush, and deletion of unlinked files. It stops when Close cancels fsys.ctx.
+func (fsys *FS) loop() {
+	defer fsys.wg.Done()
+	refresh := time.NewTicker(fsys.cfg.NSRefresh)
+	defer refresh.Stop()
+	var flushC <-chan time.Time
+	if fsys.cfg.FlushInterval > 0 {
+		t := time.NewTicker(fsys.cfg.FlushInterval)
+		defer t.Stop()
+		flushC = t.C
+	}
+	reap := time.NewTicker(orphanGrace / 2)
+	defer reap.Stop()
+	for {
+		select {
+		case <-fsys.ctx.Done():
+			return
+		case <-refresh.C:
+			if err := fsys.ns.Refresh(fsys.ctx); err != nil && fsys.ctx.Err() == nil {
+				fsys.log.Warn("namespace refresh failed", zap.Error(err))
+			}
+		case <-flushC:
+			fsys.flushAll(fsys.ctx)
+		case <-reap.C:
+			fsys.flushIdle(fsys.ctx)
+			fsys.reapOrphans(fsys.ctx, false)
+		}
+	}
+}
+
+// flushAll publishes a checkpoint of every dirty file.
+func (fsys *FS) flushAll(ctx context.Context) {
+	for _, of := range fsys.snapshotFiles() {
+		if of.f.Stat().Dirty && !fsys.isOrphan(of.id) {
+			if _, err := of.f.Flush(ctx); err != nil && ctx.Err() == nil {
+				fsys.log.Warn("periodic flush failed; data stays dirty", zap.String("file", of.id), zap.Error(err))
+			}
+		}
+	}
+	fsys.flushIdle(ctx)
+}
+
+// flushIdle retries the flush of files no handle holds any more, and closes
+// them once clean.
+func (fsys *FS) flushIdle(ctx context.Context) {
+	for _, of := range fsys.snapshotFiles() {
+		fsys.mu.Lock()
+		idle := of.refs == 0
+		fsys.mu.Unlock()
+		if !idle {
+			continue
+		}
+		if of.f.Stat().Dirty && !fsys.isOrphan(of.id) && fsys.cfg.FlushInterval > 0 {
+			if _, err := of.f.Flush(ctx); err != nil {
+				fsys.log.Warn("flush of a closed file failed; data stays dirty", zap.String("file", of.id), zap.Error(err))
+				continue
+			}
+		}
+		fsys.closeIfIdle(of)
+	}
+}
+
+// snapshotFiles lists the files whose engine is open.
+func (fsys *FS) snapshotFiles() []*openFile {
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	out := make([]*openFile, 0, len(fsys.files))
+	for _, of := range fsys.files {
+		select {
+		case <-of.ready:
+			if of.f != nil {
+				out = append(out, of)
+			}
+		default:
+		}
+	}
+	return out
+}
+
+// acquire returns the shared engine of file id, opening it on first use (and
+// creating its head if the namespace names a file whose head was never
+// written). Release it with release.
+func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
+	fsys.mu.Lock()
+	of := fsys.files[id]
+	if of != nil {
+		of.refs++
+		fsys.mu.Unlock()
+		<-of.ready
+		if of.err != nil {
+			fsys.mu.Lock()
+			of.refs--
+			fsys.mu.Unlock()
+			return nil, of.err
+		}
+		return of, nil
+	}
+	of = &openFile{id: id, ready: make(chan struct{}), refs: 1}
+	fsys.files[id] = of
+	fsys.mu.Unlock()
+
+	f, err := engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+	// An unlinked file whose data is being deleted must not be brought back.
+	if errors.Is(err, engine.ErrNotExist) && !fsys.isOrphan(id) {
+		f, err = engine.Create(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+		if errors.Is(err, engine.ErrExists) {
+			f, err = engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+		}
+	}
+	of.f, of.err = f, err
+	close(of.ready)
+	if err != nil {
+		fsys.mu.Lock()
+		delete(fsys.files, id)
+		fsys.mu.Unlock()
+		return nil, err
+	}
+	return of, nil
+}
+
+// adopt registers f, just created, as the open engine of file id with one
+// reference.
+func (fsys *FS) adopt(id string, f *engine.File) *openFile {
+	of := &openFile{id: id, ready: make(chan struct{}), f: f, refs: 1}
+	close(of.ready)
+	fsys.mu.Lock()
+	fsys.files[id] = of
+	fsys.mu.Unlock()
+	return of
+}
+
+// release drops one reference. The last one flushes the file when flush is
+// set and it is dirty, then closes its engine unless it is still dirty.
+func (fsys *FS) release(ctx context.Context, of *openFile, flush bool) error {
+	fsys.mu.Lock()
+	of.refs--
+	last := of.refs == 0
+	fsys.mu.Unlock()
+	if !last {
+		return nil
+	}
+	var err error
+	if flush && of.f.Stat().Dirty && !fsys.isOrphan(of.id) {
+		if _, err = of.f.Flush(ctx); err != nil {
+			fsys.log.Warn("flush at last close failed; data stays dirty", zap.String("file", of.id), zap.Error(err))
+		}
+	}
+	fsys.closeIfIdle(of)
+	return err
+}
+
+// closeIfIdle closes the engine of of if no handle holds it and nothing in it
+// waits to be published (or the file is unlinked, so nothing needs to be).
+func (fsys *FS) closeIfIdle(of *openFile) {
+	orphan := fsys.isOrphan(of.id)
+	if !orphan && of.f.Stat().Dirty {
+		return
+	}
+	fsys.mu.Lock()
+	if fsys.files[of.id] != of || of.refs != 0 {
+		fsys.mu.Unlock()
+		return
+	}
+	delete(fsys.files, of.id)
+	if !orphan {
+		st := of.f.Stat()
+		fsys.heads[of.id] = headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format, seen: time.Now()}
+	}
+	fsys.mu.Unlock()
+	of.f.Close()
+}
+
+func (fsys *FS) isOrphan(id string) bool {
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	_, ok := fsys.orphans[id]
+	return ok
+}
+
+// orphaned records that file id lost its last name here.
+func (fsys *FS) orphaned(n namespace.Node) {
+	if n.Kind != namespace.KindFile || n.Nlink != 0 || n.FileID == "" {
+		return
+	}
+	fsys.mu.Lock()
+	fsys.orphans[n.FileID] = time.Now()
+	delete(fsys.heads, n.FileID)
+	fsys.mu.Unlock()
+}
+
+// reapOrphans deletes the data of unlinked files no handle holds (all of
+// them when now is set, else those past the grace period) and makes the
+// namespace forget them.
+func (fsys *FS) reapOrphans(ctx context.Context, now bool) {
+	fsys.mu.Lock()
+	var ids []string
+	for id, t := range fsys.orphans {
+		if of := fsys.files[id]; of != nil && of.refs > 0 {
+			continue
+		}
+		if now || time.Since(t) >= orphanGrace {
+			ids = append(ids, id)
+		}
+	}
+	fsys.mu.Unlock()
+	for _, id := range ids {
+		fsys.mu.Lock()
+		of := fsys.files[id]
+		if of != nil && of.refs > 0 {
+			fsys.mu.Unlock()
+			continue
+		}
+		if of != nil {
+			delete(fsys.files, id)
+		}
+		fsys.mu.Unlock()
+		if of != nil {
+			<-of.ready
+			if of.f != nil {
+				of.f.Close()
+			}
+		}
+		if err := fsys.deleteData(ctx, id); err != nil {
+			fsys.log.Warn("delete data of unlinked file failed", zap.String("file", id), zap.Error(err))
+			continue
+		}
+		if err := fsys.ns.Forget(ctx, id); err != nil {
+			fsys.log.Warn("forget unlinked file failed", zap.String("file", id), zap.Error(err))
+			continue
+		}
+		fsys.mu.Lock()
+		delete(fsys.orphans, id)
+		fsys.mu.Unlock()
+	}
+}
+
+// deleteData deletes every object and open upload of file id; the head goes
+// last, so a crash midway leaves a file that still opens.
+func (fsys *FS) deleteData(ctx context.Context, id string) error {
+	p := fsys.prefix(id)
+	ups, err := fsys.st.ListMultipartUploads(ctx, p)
+	if err != nil {
+		return fmt.Errorf("list uploads of %s: %w", p, err)
+	}
+	for _, u := range ups {
+		if err := fsys.st.AbortMultipart(ctx, u.Key, u.UploadID); err != nil && !errors.Is(err, staging.ErrNotFound) {
+			return fmt.Errorf("abort upload of %s: %w", u.Key, err)
+		}
+	}
+	objs, err := staging.ListAll(ctx, fsys.st, p)
+	if err != nil {
+		return fmt.Errorf("list objects of %s: %w", p, err)
+	}
+	head := p + engine.HeadKey
+	for _, o := range objs {
+		if o.Key == head {
+			continue
+		}
+		if err := fsys.st.Delete(ctx, o.Key); err != nil {
+			return fmt.Errorf("delete %s: %w", o.Key, err)
+		}
+	}
+	if err := fsys.st.Delete(ctx, head); err != nil {
+		return fmt.Errorf("delete %s: %w", head, err)
+	}
+	return nil
+}
+
+// fileHead returns size, mtime, checkpoint and format of file id: from its
+// open engine, or its head object (remembered for up to ns_refresh).
+func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
+	fsys.mu.Lock()
+	of := fsys.files[id]
+	h, cached := fsys.heads[id]
+	fsys.mu.Unlock()
+	if of != nil {
+		select {
+		case <-of.ready:
+			if of.f != nil {
+				st := of.f.Stat()
+				return headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format}, nil
+			}
+		default:
+		}
+	}
+	if cached && time.Since(h.seen) < max(fsys.cfg.NSRefresh, attrTimeout) {
+		return h, nil
+	}
+	hd, _, err := segment.ReadHead(ctx, fsys.st, fsys.prefix(id)+engine.HeadKey, segment.FileTag(id))
+	if errors.Is(err, staging.ErrNotFound) {
+		// Named but never written (a create that did not finish): empty.
+		return headInfo{format: fsys.params.Format, seen: time.Now()}, nil
+	}
+	if err != nil {
+		return headInfo{}, err
+	}
+	h = headInfo{size: int64(hd.Inode.Size), mtime: hd.Inode.MtimeNs, cno: hd.Inode.Cno, format: hd.Inode.Format, seen: time.Now()}
+	fsys.mu.Lock()
+	fsys.heads[id] = h
+	fsys.mu.Unlock()
+	return h, nil
+}

@@ -1,0 +1,155 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"io"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"ckptfs/fs/engine"
+)
+
+// handle is one open file description. All handles of a file share its
+// engine (openFile).
+type handle struct {
+	fsys  *FS
+	of    *openFile
+	flags uint32
+
+	mu    sync.Mutex
+	next  int64 // where a sequential read would continue; GUARDED_BY(mu)
+	raEnd int64 // end of what the last read-ahead fetched; GUARDED_BY(mu)
+}
+
+// readAhead is the window a sequential reader fetches at once. The kernel
+// asks for at most 128 KiB per read (its read-ahead is capped by the
+// device's default), and one ranged GET per 128 KiB spends most of its time
+// in the request, not the transfer; a larger read through the engine makes
+// few large GETs (in parallel) and leaves the blocks in the engine's block
+// cache, from which the next reads are served.
+const readAhead = 4 << 20
+
+// seqSlack is how far from the expected offset a read still counts as
+// sequential: the kernel keeps several reads in flight and they may arrive
+// out of order.
+const seqSlack = 1 << 20
+
+// raBufs holds read-ahead buffers between reads.
+var raBufs = sync.Pool{New: func() any { b := make([]byte, readAhead); return &b }}
+
+var (
+	_ = (fs.FileReader)((*handle)(nil))
+	_ = (fs.FileWriter)((*handle)(nil))
+	_ = (fs.FileFlusher)((*handle)(nil))
+	_ = (fs.FileFsyncer)((*handle)(nil))
+	_ = (fs.FileReleaser)((*handle)(nil))
+	_ = (fs.FileAllocater)((*handle)(nil))
+)
+
+// engineCreate creates the head of a new file.
+func engineCreate(ctx context.Context, fsys *FS, id string) (*engine.File, error) {
+	return engine.Create(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+}
+
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	end := off + int64(len(dest))
+	h.mu.Lock()
+	seq := off >= h.next-seqSlack && off <= h.next+seqSlack
+	h.next = end
+	ahead := seq && end > h.raEnd && len(dest) < readAhead
+	if ahead {
+		h.raEnd = off + readAhead
+	}
+	h.mu.Unlock()
+	if ahead {
+		bp := raBufs.Get().(*[]byte)
+		defer raBufs.Put(bp)
+		n, err := h.of.f.ReadAt(ctx, *bp, off)
+		if err != nil && !errors.Is(err, io.EOF) {
+			return nil, h.fsys.errnoOf("read", err)
+		}
+		return fuse.ReadResultData(dest[:copy(dest, (*bp)[:n])]), 0
+	}
+	n, err := h.of.f.ReadAt(ctx, dest, off)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, h.fsys.errnoOf("read", err)
+	}
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	n, err := h.of.f.WriteAt(ctx, data, off)
+	if err != nil {
+		return uint32(n), h.fsys.errnoOf("write", err)
+	}
+	// O_SYNC and O_DSYNC writes are durable when they return: a checkpoint.
+	if h.flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0 {
+		if _, err := h.of.f.Flush(ctx); err != nil {
+			return 0, h.fsys.errnoOf("write (O_SYNC flush)", err)
+		}
+	}
+	return uint32(n), 0
+}
+
+// Flush is the close of one file descriptor: with flush_on_close it publishes
+// a checkpoint before close returns, so that a successful close means the
+// data is safe.
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	if !h.fsys.cfg.FlushOnClose || h.fsys.isOrphan(h.of.id) || !h.of.f.Stat().Dirty {
+		return 0
+	}
+	if _, err := h.of.f.Flush(ctx); err != nil {
+		return h.fsys.errnoOf("flush", err)
+	}
+	return 0
+}
+
+func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	if h.fsys.isOrphan(h.of.id) || !h.of.f.Stat().Dirty {
+		return 0
+	}
+	if _, err := h.of.f.Flush(ctx); err != nil {
+		return h.fsys.errnoOf("fsync", err)
+	}
+	return 0
+}
+
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	// Release comes after the last Flush; it has no one to report to, so a
+	// file still dirty here stays in the table for the periodic flush and the
+	// unmount.
+	h.fsys.release(context.Background(), h.of, h.fsys.cfg.FlushOnClose)
+	return 0
+}
+
+// Linux fallocate modes.
+const (
+	fallocKeepSize  = 0x01
+	fallocPunchHole = 0x02
+)
+
+// Allocate: mode 0 extends the file to off+size (holes cost nothing, so the
+// space is as allocated as it will ever be); PUNCH_HOLE|KEEP_SIZE zeroes the
+// range; other modes are not supported.
+func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	switch mode {
+	case 0:
+		end := int64(off + size)
+		if end > h.of.f.Size() {
+			if err := h.of.f.Truncate(ctx, end); err != nil {
+				return h.fsys.errnoOf("fallocate", err)
+			}
+		}
+		return 0
+	case fallocPunchHole | fallocKeepSize:
+		if err := h.of.f.Zero(ctx, int64(off), int64(size)); err != nil {
+			return h.fsys.errnoOf("fallocate", err)
+		}
+		return 0
+	}
+	return syscall.EOPNOTSUPP
+}

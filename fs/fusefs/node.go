@@ -1,0 +1,515 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"ckptfs/fs/namespace"
+)
+
+// node is a directory, file or symlink of the namespace, addressed by its
+// inode number (never by path).
+type node struct {
+	fs.Inode
+	fsys *FS
+	ino  namespace.Ino
+}
+
+var (
+	_ = (fs.NodeLookuper)((*node)(nil))
+	_ = (fs.NodeGetattrer)((*node)(nil))
+	_ = (fs.NodeSetattrer)((*node)(nil))
+	_ = (fs.NodeOpener)((*node)(nil))
+	_ = (fs.NodeCreater)((*node)(nil))
+	_ = (fs.NodeMkdirer)((*node)(nil))
+	_ = (fs.NodeUnlinker)((*node)(nil))
+	_ = (fs.NodeRmdirer)((*node)(nil))
+	_ = (fs.NodeRenamer)((*node)(nil))
+	_ = (fs.NodeLinker)((*node)(nil))
+	_ = (fs.NodeSymlinker)((*node)(nil))
+	_ = (fs.NodeReadlinker)((*node)(nil))
+	_ = (fs.NodeOpendirHandler)((*node)(nil))
+	_ = (fs.NodeStatfser)((*node)(nil))
+	_ = (fs.NodeGetxattrer)((*node)(nil))
+	_ = (fs.NodeSetxattrer)((*node)(nil))
+	_ = (fs.NodeListxattrer)((*node)(nil))
+	_ = (fs.NodeRemovexattrer)((*node)(nil))
+)
+
+// Virtual extended attributes of every file; read-only.
+const (
+	xattrCno    = "user.ckptfs.cno"
+	xattrFormat = "user.ckptfs.format"
+)
+
+// checkpointsDir is the name of the hidden directory of old checkpoints.
+const checkpointsDir = ".checkpoints"
+
+func kindMode(k namespace.Kind) uint32 {
+	switch k {
+	case namespace.KindDir:
+		return syscall.S_IFDIR
+	case namespace.KindSymlink:
+		return syscall.S_IFLNK
+	}
+	return syscall.S_IFREG
+}
+
+func owner(ctx context.Context) namespace.Owner {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return namespace.Owner{Uid: c.Uid, Gid: c.Gid}
+	}
+	return namespace.Owner{}
+}
+
+// fillAttr fills out with the attributes of n; a file's size and mtime come
+// from its engine or head.
+func (fsys *FS) fillAttr(ctx context.Context, n namespace.Node, out *fuse.Attr) syscall.Errno {
+	out.Ino = uint64(n.Ino)
+	out.Mode = kindMode(n.Kind) | n.Mode
+	out.Nlink = n.Nlink
+	out.Uid, out.Gid = n.Uid, n.Gid
+	out.Blksize = 4096
+	mtime := n.MtimeNs
+	switch n.Kind {
+	case namespace.KindFile:
+		h, err := fsys.fileHead(ctx, n.FileID)
+		if err != nil {
+			return fsys.errnoOf("stat", err)
+		}
+		out.Size = uint64(h.size)
+		if h.mtime > n.MtimeSetNs {
+			mtime = h.mtime
+		}
+	case namespace.KindSymlink:
+		out.Size = uint64(len(n.Target))
+	case namespace.KindDir:
+		out.Size = 4096
+	}
+	out.Blocks = (out.Size + 511) / 512
+	setTime(&out.Atime, &out.Atimensec, n.AtimeNs)
+	setTime(&out.Mtime, &out.Mtimensec, mtime)
+	setTime(&out.Ctime, &out.Ctimensec, n.CtimeNs)
+	return 0
+}
+
+func setTime(sec *uint64, nsec *uint32, ns int64) {
+	if ns < 0 {
+		ns = 0
+	}
+	*sec = uint64(ns / 1e9)
+	*nsec = uint32(ns % 1e9)
+}
+
+// child makes (or finds) the go-fuse inode of namespace node n and fills out.
+func (n *node) child(ctx context.Context, nn namespace.Node, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if errno := n.fsys.fillAttr(ctx, nn, &out.Attr); errno != 0 {
+		return nil, errno
+	}
+	out.NodeId = 0
+	ch := n.NewInode(ctx, &node{fsys: n.fsys, ino: nn.Ino}, fs.StableAttr{Mode: kindMode(nn.Kind), Ino: uint64(nn.Ino)})
+	return ch, 0
+}
+
+func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.ino == namespace.RootIno && name == checkpointsDir {
+		ch := n.NewInode(ctx, &ckptDir{fsys: n.fsys, ino: namespace.RootIno}, fs.StableAttr{Mode: syscall.S_IFDIR})
+		n.fsys.fillCkptDirAttr(&out.Attr)
+		return ch, 0
+	}
+	nn, err := n.fsys.ns.Lookup(n.ino, name)
+	if err != nil {
+		return nil, n.fsys.errnoOf("lookup", err)
+	}
+	return n.child(ctx, nn, out)
+}
+
+func (n *node) get() (namespace.Node, syscall.Errno) {
+	nn, err := n.fsys.ns.GetNode(n.ino)
+	if err != nil {
+		return namespace.Node{}, n.fsys.errnoOf("getattr", err)
+	}
+	return nn, 0
+}
+
+func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	nn, errno := n.get()
+	if errno != 0 {
+		return errno
+	}
+	return n.fsys.fillAttr(ctx, nn, &out.Attr)
+}
+
+func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	nn, errno := n.get()
+	if errno != 0 {
+		return errno
+	}
+	if sz, ok := in.GetSize(); ok {
+		if nn.Kind != namespace.KindFile {
+			return syscall.EISDIR
+		}
+		if errno := n.truncate(ctx, f, nn.FileID, int64(sz)); errno != 0 {
+			return errno
+		}
+	}
+	var a namespace.SetAttr
+	change := false
+	if m, ok := in.GetMode(); ok {
+		m &= namespace.ModeMask
+		a.Mode, change = &m, true
+	}
+	if u, ok := in.GetUID(); ok {
+		a.Uid, change = &u, true
+	}
+	if g, ok := in.GetGID(); ok {
+		a.Gid, change = &g, true
+	}
+	// Only the times the kernel marks valid are set: UTIME_OMIT leaves the
+	// other one alone (touch -m keeps atime).
+	if t, ok := in.GetATime(); ok {
+		a.Atime, change = &t, true
+	}
+	if t, ok := in.GetMTime(); ok {
+		a.Mtime, change = &t, true
+		if nn.Kind == namespace.KindFile {
+			n.fsys.setOpenMtime(nn.FileID, t)
+		}
+	}
+	if change {
+		var err error
+		if nn, err = n.fsys.ns.SetAttr(ctx, n.ino, a); err != nil {
+			return n.fsys.errnoOf("setattr", err)
+		}
+	}
+	return n.fsys.fillAttr(ctx, nn, &out.Attr)
+}
+
+// setOpenMtime passes an explicit mtime to the open engine of a file, so that
+// its next checkpoint records it.
+func (fsys *FS) setOpenMtime(id string, t time.Time) {
+	fsys.mu.Lock()
+	of := fsys.files[id]
+	fsys.mu.Unlock()
+	if of == nil {
+		return
+	}
+	<-of.ready
+	if of.f != nil {
+		_ = of.f.SetMtime(t) // read-only or closed: the namespace's mtime stands
+	}
+}
+
+// truncate sets the size of file id, through the handle f when the kernel
+// names one.
+func (n *node) truncate(ctx context.Context, f fs.FileHandle, id string, size int64) syscall.Errno {
+	if h, ok := f.(*handle); ok {
+		if err := h.of.f.Truncate(ctx, size); err != nil {
+			return n.fsys.errnoOf("truncate", err)
+		}
+		return 0
+	}
+	of, err := n.fsys.acquire(ctx, id)
+	if err != nil {
+		return n.fsys.errnoOf("truncate", err)
+	}
+	terr := of.f.Truncate(ctx, size)
+	// No close will follow a truncate by path: publish it now.
+	rerr := n.fsys.release(ctx, of, true)
+	if terr != nil {
+		return n.fsys.errnoOf("truncate", terr)
+	}
+	return n.fsys.errnoOf("truncate", rerr)
+}
+
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	nn, errno := n.get()
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	if nn.Kind != namespace.KindFile {
+		return nil, 0, syscall.EISDIR
+	}
+	of, err := n.fsys.acquire(ctx, nn.FileID)
+	if err != nil {
+		return nil, 0, n.fsys.errnoOf("open", err)
+	}
+	h := &handle{fsys: n.fsys, of: of, flags: flags}
+	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
+		if err := of.f.Truncate(ctx, 0); err != nil {
+			n.fsys.release(ctx, of, false)
+			return nil, 0, n.fsys.errnoOf("open", err)
+		}
+	}
+	return h, 0, 0
+}
+
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	nn, err := n.fsys.ns.Create(ctx, n.ino, name, mode&namespace.ModeMask, owner(ctx))
+	if err != nil {
+		return nil, nil, 0, n.fsys.errnoOf("create", err)
+	}
+	f, err := engineCreate(ctx, n.fsys, nn.FileID)
+	if err != nil {
+		if _, uerr := n.fsys.ns.Unlink(ctx, n.ino, name); uerr != nil {
+			n.fsys.log.Warn("undo of a failed create failed")
+		}
+		return nil, nil, 0, n.fsys.errnoOf("create", err)
+	}
+	of := n.fsys.adopt(nn.FileID, f)
+	ch, errno := n.child(ctx, nn, out)
+	if errno != 0 {
+		n.fsys.release(ctx, of, false)
+		return nil, nil, 0, errno
+	}
+	return ch, &handle{fsys: n.fsys, of: of, flags: flags}, 0, 0
+}
+
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	nn, err := n.fsys.ns.Mkdir(ctx, n.ino, name, mode&namespace.ModeMask, owner(ctx))
+	if err != nil {
+		return nil, n.fsys.errnoOf("mkdir", err)
+	}
+	return n.child(ctx, nn, out)
+}
+
+func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	nn, err := n.fsys.ns.Symlink(ctx, n.ino, name, target, owner(ctx))
+	if err != nil {
+		return nil, n.fsys.errnoOf("symlink", err)
+	}
+	return n.child(ctx, nn, out)
+}
+
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	nn, errno := n.get()
+	if errno != 0 {
+		return nil, errno
+	}
+	if nn.Kind != namespace.KindSymlink {
+		return nil, syscall.EINVAL
+	}
+	return []byte(nn.Target), 0
+}
+
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	t, ok := target.(*node)
+	if !ok {
+		return nil, syscall.EXDEV
+	}
+	nn, err := n.fsys.ns.Link(ctx, t.ino, n.ino, name)
+	if err != nil {
+		return nil, n.fsys.errnoOf("link", err)
+	}
+	// The reply carries the new link count to the kernel for every name of
+	// the node at once (they share one inode).
+	return n.child(ctx, nn, out)
+}
+
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	nn, err := n.fsys.ns.Unlink(ctx, n.ino, name)
+	if err != nil {
+		return n.fsys.errnoOf("unlink", err)
+	}
+	n.fsys.orphaned(nn)
+	return 0
+}
+
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	if err := n.fsys.ns.Rmdir(ctx, n.ino, name); err != nil {
+		return n.fsys.errnoOf("rmdir", err)
+	}
+	return 0
+}
+
+// Linux renameat2 flags.
+const (
+	renameNoReplace = 1
+	renameExchange  = 2
+)
+
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np, ok := newParent.(*node)
+	if !ok {
+		return syscall.EXDEV
+	}
+	if flags&^(renameNoReplace|renameExchange) != 0 {
+		return syscall.EINVAL
+	}
+	var rf namespace.RenameFlags
+	if flags&renameNoReplace != 0 {
+		rf |= namespace.RenameNoReplace
+	}
+	if flags&renameExchange != 0 {
+		rf |= namespace.RenameExchange
+	}
+	replaced, err := n.fsys.ns.Rename(ctx, n.ino, name, np.ino, newName, rf)
+	if err != nil {
+		return n.fsys.errnoOf("rename", err)
+	}
+	n.fsys.orphaned(replaced)
+	return 0
+}
+
+func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
+	// Object storage has no fixed capacity: report a large, honest-looking
+	// free space so that tools that check it proceed.
+	const blocks = 1 << 40
+	out.Bsize = 4096
+	out.Frsize = 4096
+	out.Blocks = blocks
+	out.Bfree = blocks
+	out.Bavail = blocks
+	out.Files = 1 << 40
+	out.Ffree = 1 << 40
+	out.NameLen = namespace.MaxNameLen
+	return 0
+}
+
+func (n *node) virtualXattr(ctx context.Context, name string) ([]byte, bool, syscall.Errno) {
+	if name != xattrCno && name != xattrFormat {
+		return nil, false, 0
+	}
+	nn, errno := n.get()
+	if errno != 0 {
+		return nil, true, errno
+	}
+	if nn.Kind != namespace.KindFile {
+		return nil, false, 0
+	}
+	h, err := n.fsys.fileHead(ctx, nn.FileID)
+	if err != nil {
+		return nil, true, n.fsys.errnoOf("getxattr", err)
+	}
+	if name == xattrCno {
+		return []byte(strconv.FormatUint(h.cno, 10)), true, 0
+	}
+	return []byte(h.format.String()), true, 0
+}
+
+func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	v, virtual, errno := n.virtualXattr(ctx, attr)
+	if errno != 0 {
+		return 0, errno
+	}
+	if !virtual {
+		var err error
+		if v, err = n.fsys.ns.GetXattr(n.ino, attr); err != nil {
+			return 0, n.fsys.errnoOf("getxattr", err)
+		}
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	if attr == xattrCno || attr == xattrFormat {
+		return syscall.EPERM
+	}
+	if err := n.fsys.ns.SetXattr(ctx, n.ino, attr, data, namespace.XattrFlags(flags)); err != nil {
+		return n.fsys.errnoOf("setxattr", err)
+	}
+	return 0
+}
+
+func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	if attr == xattrCno || attr == xattrFormat {
+		return syscall.EPERM
+	}
+	if err := n.fsys.ns.RemoveXattr(ctx, n.ino, attr); err != nil {
+		return n.fsys.errnoOf("removexattr", err)
+	}
+	return 0
+}
+
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	nn, errno := n.get()
+	if errno != 0 {
+		return 0, errno
+	}
+	names, err := n.fsys.ns.ListXattr(n.ino)
+	if err != nil {
+		return 0, n.fsys.errnoOf("listxattr", err)
+	}
+	if nn.Kind == namespace.KindFile {
+		names = append(names, xattrCno, xattrFormat)
+	}
+	var b []byte
+	for _, s := range names {
+		b = append(append(b, s...), 0)
+	}
+	if len(dest) < len(b) {
+		return uint32(len(b)), syscall.ERANGE
+	}
+	return uint32(copy(dest, b)), 0
+}
+
+func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	nn, errno := n.get()
+	if errno != 0 {
+		return nil, 0, errno
+	}
+	if nn.Kind != namespace.KindDir {
+		return nil, 0, syscall.ENOTDIR
+	}
+	return &dirHandle{fsys: n.fsys, ino: n.ino, parent: nn.Parent}, 0, 0
+}
+
+// dirHandle lists a directory with stable offsets: the offset of an entry is
+// its namespace cookie, and a listing resumes after it, so entries removed
+// during the listing never make others repeat or vanish. Offsets 1 and 2 are
+// "." and "..".
+type dirHandle struct {
+	fsys   *FS
+	ino    namespace.Ino
+	parent namespace.Ino
+	pos    uint64
+	buf    []namespace.Dirent
+}
+
+var (
+	_ = (fs.FileReaddirenter)((*dirHandle)(nil))
+	_ = (fs.FileSeekdirer)((*dirHandle)(nil))
+)
+
+func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
+	switch d.pos {
+	case 0:
+		d.pos = 1
+		return &fuse.DirEntry{Name: ".", Ino: uint64(d.ino), Mode: syscall.S_IFDIR, Off: 1}, 0
+	case 1:
+		d.pos = 2
+		return &fuse.DirEntry{Name: "..", Ino: uint64(d.parent), Mode: syscall.S_IFDIR, Off: 2}, 0
+	}
+	if len(d.buf) == 0 {
+		ents, err := d.fsys.ns.ReadDirAfter(d.ino, d.pos)
+		if errors.Is(err, namespace.ErrNotExist) {
+			return nil, 0 // removed while listed: nothing more
+		}
+		if err != nil {
+			return nil, d.fsys.errnoOf("readdir", err)
+		}
+		if len(ents) == 0 {
+			return nil, 0
+		}
+		d.buf = ents
+	}
+	e := d.buf[0]
+	d.buf = d.buf[1:]
+	d.pos = e.Cookie
+	return &fuse.DirEntry{Name: e.Name, Ino: uint64(e.Ino), Mode: kindMode(e.Kind), Off: e.Cookie}, 0
+}
+
+func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	d.pos = off
+	d.buf = nil
+	return 0
+}

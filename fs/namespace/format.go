@@ -1,0 +1,376 @@
+package namespace
+
+import (
+	"bytes"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Keys under a mount root. Sequence numbers are decimal, zero-padded to 20
+// digits (the width of the largest uint64) so that keys sort by seq.
+//
+//	<root>/ns/log/<seq>    one change; created with If-None-Match: *
+//	<root>/ns/snap/<seq>   the whole namespace as of log entry <seq>
+//
+// These names are part of the format.
+const (
+	nsDir      = "ns/"
+	logDir     = "ns/log/"
+	snapDir    = "ns/snap/"
+	seqDigits  = 20
+	writerMeta = "ckptfs-write" // metadata: the id of the change an entry holds
+)
+
+func prefix(root string) string {
+	root = strings.Trim(root, "/")
+	if root == "" {
+		return ""
+	}
+	return root + "/"
+}
+
+// LogKey is the key of log entry seq under root.
+func LogKey(root string, seq uint64) string {
+	return prefix(root) + logDir + fmt.Sprintf("%0*d", seqDigits, seq)
+}
+
+// SnapKey is the key of the snapshot as of entry seq under root.
+func SnapKey(root string, seq uint64) string {
+	return prefix(root) + snapDir + fmt.Sprintf("%0*d", seqDigits, seq)
+}
+
+// parseSeq returns the seq of a log or snapshot key under dirPrefix.
+func parseSeq(key, dirPrefix string) (uint64, bool) {
+	s, ok := strings.CutPrefix(key, dirPrefix)
+	if !ok || len(s) != seqDigits {
+		return 0, false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseUint(s, 10, 64)
+	return n, err == nil
+}
+
+// Envelope of every namespace object (log entry or snapshot): a 16-byte
+// header, little-endian, then a JSON body.
+//
+//	 0        4     5     6          8          12         16
+//	+--------+-----+-----+----------+----------+----------+--------------+
+//	| "CKNS" | ver | kind| reserved | body len | CRC-32C  | JSON body    |
+//	| magic  | u8  | u8  | u16 = 0  | u32      | u32      | (body len B) |
+//	+--------+-----+-----+----------+----------+----------+--------------+
+//
+// The CRC-32C (Castagnoli) covers header bytes 0..11 and the body, so a
+// flipped kind or length is caught as well as a flipped body byte. The object
+// is exactly 16 + body len bytes. JSON keeps the objects readable with
+// ordinary S3 tools; the envelope makes them self-checking.
+//
+// These constants are part of the format.
+const (
+	envMagic      = "CKNS"
+	envVersion    = 1
+	envHeaderLen  = 16
+	kindEntry     = 1
+	kindSnapshot  = 2
+	maxObjectBody = 1 << 30
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func seal(kind byte, body []byte) []byte {
+	out := make([]byte, envHeaderLen+len(body))
+	copy(out, envMagic)
+	out[4] = envVersion
+	out[5] = kind
+	binary.LittleEndian.PutUint32(out[8:], uint32(len(body)))
+	copy(out[envHeaderLen:], body)
+	crc := crc32.Update(crc32.Checksum(out[:12], castagnoli), castagnoli, body)
+	binary.LittleEndian.PutUint32(out[12:], crc)
+	return out
+}
+
+func unseal(key string, kind byte, data []byte) ([]byte, error) {
+	if len(data) < envHeaderLen {
+		return nil, corruptf(key, "%d bytes, shorter than the %d-byte header", len(data), envHeaderLen)
+	}
+	if string(data[:4]) != envMagic {
+		return nil, corruptf(key, "bad magic %q", data[:4])
+	}
+	if data[4] != envVersion {
+		return nil, corruptf(key, "unknown format version %d", data[4])
+	}
+	if data[5] != kind {
+		return nil, corruptf(key, "object kind %d, want %d", data[5], kind)
+	}
+	if binary.LittleEndian.Uint16(data[6:]) != 0 {
+		return nil, corruptf(key, "reserved header bytes are not zero")
+	}
+	n := binary.LittleEndian.Uint32(data[8:])
+	if n > maxObjectBody || int64(n) != int64(len(data)-envHeaderLen) {
+		return nil, corruptf(key, "body length %d, object holds %d", n, len(data)-envHeaderLen)
+	}
+	body := data[envHeaderLen:]
+	crc := crc32.Update(crc32.Checksum(data[:12], castagnoli), castagnoli, body)
+	if got := binary.LittleEndian.Uint32(data[12:]); got != crc {
+		return nil, corruptf(key, "checksum %08x, computed %08x", got, crc)
+	}
+	return body, nil
+}
+
+// decodeJSON decodes body strictly: unknown fields and trailing data are
+// corruption, not something to skip.
+func decodeJSON(key string, body []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return corruptf(key, "decode body: %v", err)
+	}
+	if dec.More() {
+		return corruptf(key, "data after the body")
+	}
+	return nil
+}
+
+// bname is a name, symlink target or attribute name: POSIX allows any bytes,
+// JSON strings only UTF-8. Valid UTF-8 is a JSON string; anything else is
+// {"b":"<base64>"}, so that every byte survives.
+type bname string
+
+func (b bname) MarshalJSON() ([]byte, error) {
+	if utf8.ValidString(string(b)) {
+		return json.Marshal(string(b))
+	}
+	return json.Marshal(struct {
+		B []byte `json:"b"`
+	}{[]byte(b)})
+}
+
+func (b *bname) UnmarshalJSON(data []byte) error {
+	if len(data) > 0 && data[0] == '"' {
+		var s string
+		if err := json.Unmarshal(data, &s); err != nil {
+			return err
+		}
+		*b = bname(s)
+		return nil
+	}
+	var raw struct {
+		B *string `json:"b"`
+	}
+	if err := json.Unmarshal(data, &raw); err != nil {
+		return err
+	}
+	if raw.B == nil {
+		return fmt.Errorf("name is neither a string nor {\"b\":...}")
+	}
+	v, err := base64.StdEncoding.DecodeString(*raw.B)
+	if err != nil {
+		return fmt.Errorf("name: %w", err)
+	}
+	*b = bname(v)
+	return nil
+}
+
+// Operation kinds of a log entry. These strings are part of the format.
+const (
+	opCreate      = "create"
+	opMkdir       = "mkdir"
+	opSymlink     = "symlink"
+	opLink        = "link"
+	opUnlink      = "unlink"
+	opRmdir       = "rmdir"
+	opRename      = "rename"
+	opSetAttr     = "setattr"
+	opSetXattr    = "setxattr"
+	opRemoveXattr = "removexattr"
+	opForget      = "forget"
+)
+
+// entry is the body of one log entry: one change, applied atomically.
+//
+//	{"seq":7,"id":"<32 hex>","t":<unix ns>,"op":{"k":"create","p":1,"n":"a",...}}
+//
+// seq repeats the key's number so that an object copied to another key is
+// refused; id is random per change (also in the object's ckptfs-write
+// metadata) so that a writer recognises its own entry after a lost answer; t
+// is the time of the change, used for every time it sets, so that every
+// mount replays the same state.
+type entry struct {
+	Seq  uint64 `json:"seq"`
+	ID   string `json:"id"`
+	Time int64  `json:"t"`
+	Op   op     `json:"op"`
+}
+
+// op is one change. Which fields a kind uses is documented at its apply
+// function in state.go; unused fields are omitted.
+type op struct {
+	Kind      string   `json:"k"`
+	Ino       Ino      `json:"i,omitempty"`
+	Parent    Ino      `json:"p,omitempty"`
+	Name      bname    `json:"n,omitempty"`
+	NewParent Ino      `json:"np,omitempty"`
+	NewName   bname    `json:"nn,omitempty"`
+	Mode      uint32   `json:"m,omitempty"`
+	Uid       uint32   `json:"u,omitempty"`
+	Gid       uint32   `json:"g,omitempty"`
+	FileID    string   `json:"f,omitempty"`
+	Target    bname    `json:"l,omitempty"`
+	Flags     uint32   `json:"fl,omitempty"`
+	Attr      *attrRec `json:"a,omitempty"`
+	Value     []byte   `json:"v,omitempty"`
+}
+
+// attrRec is the change of a setattr: nil fields are left alone.
+type attrRec struct {
+	Mode  *uint32 `json:"m,omitempty"`
+	Uid   *uint32 `json:"u,omitempty"`
+	Gid   *uint32 `json:"g,omitempty"`
+	Atime *int64  `json:"at,omitempty"`
+	Mtime *int64  `json:"mt,omitempty"`
+	Ctime *int64  `json:"ct,omitempty"`
+}
+
+func encodeEntry(e *entry) []byte {
+	body, err := json.Marshal(e)
+	if err != nil {
+		// Every field has a total encoding; failing here is a bug.
+		panic(fmt.Sprintf("namespace: encode entry: %v", err))
+	}
+	return seal(kindEntry, body)
+}
+
+// decodeEntry parses the log entry stored under key. wantSeq 0 skips the
+// check that the body's seq matches the key.
+func decodeEntry(key string, wantSeq uint64, data []byte) (*entry, error) {
+	body, err := unseal(key, kindEntry, data)
+	if err != nil {
+		return nil, err
+	}
+	var e entry
+	if err := decodeJSON(key, body, &e); err != nil {
+		return nil, err
+	}
+	if e.Seq == 0 {
+		return nil, corruptf(key, "seq 0")
+	}
+	if wantSeq != 0 && e.Seq != wantSeq {
+		return nil, corruptf(key, "entry says seq %d", e.Seq)
+	}
+	if !validID(e.ID) {
+		return nil, corruptf(key, "bad change id %q", e.ID)
+	}
+	switch e.Op.Kind {
+	case opCreate, opMkdir, opSymlink, opLink, opUnlink, opRmdir, opRename,
+		opSetAttr, opSetXattr, opRemoveXattr, opForget:
+	default:
+		return nil, corruptf(key, "unknown operation %q", e.Op.Kind)
+	}
+	if e.Op.Kind == opSetAttr && e.Op.Attr == nil {
+		return nil, corruptf(key, "setattr without attributes")
+	}
+	return &e, nil
+}
+
+// Snapshot body: the whole state as of entry seq, nodes sorted by ino,
+// directory entries and attributes sorted by name. Link counts and orphans
+// are derived, not stored, so that they cannot disagree with the tree.
+//
+//	{"seq":1000,"nodes":[{"i":1,"k":2,"m":493,...,"c":[{"n":"a","i":65536,"c":65536}]}]}
+type snapRec struct {
+	Seq   uint64    `json:"seq"`
+	Nodes []nodeRec `json:"nodes"`
+}
+
+type nodeRec struct {
+	Ino      Ino         `json:"i"`
+	Kind     Kind        `json:"k"`
+	Mode     uint32      `json:"m"`
+	Uid      uint32      `json:"u"`
+	Gid      uint32      `json:"g"`
+	Atime    int64       `json:"at"`
+	Mtime    int64       `json:"mt"`
+	Ctime    int64       `json:"ct"`
+	MtimeSet int64       `json:"ms,omitempty"`
+	FileID   string      `json:"f,omitempty"`
+	Target   bname       `json:"l,omitempty"`
+	Xattrs   []xattrRec  `json:"x,omitempty"`
+	Children []direntRec `json:"c,omitempty"`
+}
+
+type xattrRec struct {
+	Name  bname  `json:"n"`
+	Value []byte `json:"v"`
+}
+
+type direntRec struct {
+	Name   bname  `json:"n"`
+	Ino    Ino    `json:"i"`
+	Cookie uint64 `json:"c"`
+}
+
+func encodeSnapshot(st *state) []byte {
+	body, err := json.Marshal(st.record())
+	if err != nil {
+		panic(fmt.Sprintf("namespace: encode snapshot: %v", err))
+	}
+	return seal(kindSnapshot, body)
+}
+
+// decodeSnapshot parses and checks a snapshot; wantSeq 0 skips the check
+// against the key.
+func decodeSnapshot(key string, wantSeq uint64, data []byte) (*state, error) {
+	body, err := unseal(key, kindSnapshot, data)
+	if err != nil {
+		return nil, err
+	}
+	var rec snapRec
+	if err := decodeJSON(key, body, &rec); err != nil {
+		return nil, err
+	}
+	if wantSeq != 0 && rec.Seq != wantSeq {
+		return nil, corruptf(key, "snapshot says seq %d", rec.Seq)
+	}
+	st, err := stateFromRecord(&rec)
+	if err != nil {
+		return nil, corruptf(key, "%v", err)
+	}
+	return st, nil
+}
+
+// NewFileID returns a new random 128-bit file id in lower-case hex; the file's
+// data lives under <root>/f/<id>/.
+func NewFileID() string { return randomID() }
+
+func randomID() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		// crypto/rand never fails on supported platforms.
+		panic(fmt.Sprintf("namespace: random id: %v", err))
+	}
+	return hex.EncodeToString(b[:])
+}
+
+func validID(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,949 @@
+package staging
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/zeebo/xxh3"
+	"golang.org/x/sys/unix"
+)
+
+// ErrCorrupt: a file of a directory store is not what the store writes (a
+// commit record that does not parse, a data file of the wrong size).
+var ErrCorrupt = errors.New("corrupt store file")
+
+// Dir is a Store of files under a root directory: the embedded default store,
+// used without any bucket. Several processes may share one root; conditional
+// writes hold across them.
+//
+// # Layout
+//
+// Each segment of a key is a folder or file name, escaped so that it never
+// contains '~' ('%' becomes "%25", '~' becomes "%7E"). An object is two files
+// in the folder of its key:
+//
+//	<root>/<seg1>/.../<last>~meta   commit record (JSON, below)
+//	<root>/<seg1>/.../<last>~<id>   data: exactly the object's bytes
+//
+// Folder names never contain '~' and file names always do, so that "a" and
+// "a/b" are both possible objects, as in S3. The commit record names the data
+// file; a write creates a new data file under a fresh id, then renames a new
+// commit record over the old one (the atomic step), then removes the old data
+// file. A reader reads the record, then opens the data file it names; if a
+// writer removed that file in between, the reader reads the record again.
+//
+// The commit record, these field names are part of the format:
+//
+//	{"v":1,                         format version
+//	 "etag":"\"<32 hex>\"",         random per write
+//	 "size":123,                    bytes of the data file
+//	 "modified":"<RFC 3339>",
+//	 "data":"<last>~<32 hex>",      data file, in the same folder
+//	 "metadata":{"k":"v"}}          user metadata, omitted when empty
+//
+// What is not an object lives under <root>/.ckptfs-staging/ (ReservedPrefix,
+// which no key may start with):
+//
+//	tmp/<id>...                     upload parts and records being written
+//	locks/<00..ff>                  flock(2) stripes, by xxh3 of the key
+//	uploads/<upload id>/upload      upload record: {"v":1,"key":..,"metadata":..,"initiated":..}
+//	uploads/<upload id>/<n>-<id>    part n (5 decimal digits), ETag "<id>"
+//
+// Conditional writes take the key's stripe lock around check and rename, so
+// they hold between goroutines and processes alike (flock locks belong to an
+// open file description, and every operation opens its own). Upload
+// operations lock the upload record the same way.
+//
+// Limits beyond ValidateKey: an escaped segment is at most 200 bytes (file
+// names are at most 255). A crash during a write can leave an unreferenced
+// data file beside the object, which no operation sees or removes; a crash
+// while writing a part leaves a file in tmp/, removed by NewDir after a day.
+// Folders emptied by Delete stay (removing them would race with writers).
+type Dir struct {
+	root   string // absolute
+	sys    string // root/.ckptfs-staging
+	noSync bool
+}
+
+// DirOptions are the options of a directory store.
+type DirOptions struct {
+	// NoSync skips fsync(2): faster, for tests and scratch volumes. Writes
+	// stay atomic while the machine runs; a machine crash may lose recent
+	// writes or leave a commit record naming a short data file, which Get
+	// then reports as ErrCorrupt.
+	NoSync bool
+}
+
+var _ Store = (*Dir)(nil)
+
+const (
+	dirFormatVersion = 1
+	metaSuffix       = "~meta"
+	maxEscapedSeg    = 200
+	uploadRecord     = "upload"
+	staleTmpAge      = 24 * time.Hour
+	lockStripes      = 256
+	// readRetries bounds how often a reader follows a commit record whose
+	// data file was replaced meanwhile; only a key rewritten without pause
+	// can exhaust it.
+	readRetries = 100
+)
+
+// NewDir opens (creating it if needed) a directory store at root; every
+// acknowledged write is synced to disk.
+func NewDir(root string) (*Dir, error) { return NewDirWith(root, DirOptions{}) }
+
+// NewDirWith is NewDir with options.
+func NewDirWith(root string, o DirOptions) (*Dir, error) {
+	abs, err := filepath.Abs(root)
+	if err != nil {
+		return nil, fmt.Errorf("directory store %s: %w", root, err)
+	}
+	d := &Dir{root: abs, sys: filepath.Join(abs, strings.TrimSuffix(ReservedPrefix, "/")), noSync: o.NoSync}
+	for _, sub := range []string{"tmp", "locks", "uploads"} {
+		if err := os.MkdirAll(filepath.Join(d.sys, sub), 0o755); err != nil {
+			return nil, fmt.Errorf("directory store %s: %w", root, err)
+		}
+	}
+	d.removeStaleTmp()
+	return d, nil
+}
+
+// Root is the directory the store keeps its files under.
+func (d *Dir) Root() string { return d.root }
+
+// removeStaleTmp removes what crashed writers left in tmp/. A live writer
+// keeps a temporary file for seconds, never a day.
+func (d *Dir) removeStaleTmp() {
+	dir := filepath.Join(d.sys, "tmp")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && time.Since(info.ModTime()) > staleTmpAge {
+			_ = os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
+}
+
+// escapeSeg makes a key segment a file name without '~'.
+func escapeSeg(s string) string {
+	if !strings.ContainsAny(s, "%~") {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch s[i] {
+		case '%':
+			b.WriteString("%25")
+		case '~':
+			b.WriteString("%7E")
+		default:
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
+}
+
+// unescapeSeg inverts escapeSeg; ok is false for a name escapeSeg cannot
+// produce (a file of someone else's).
+func unescapeSeg(s string) (string, bool) {
+	if strings.IndexByte(s, '~') >= 0 {
+		return "", false
+	}
+	if strings.IndexByte(s, '%') < 0 {
+		return s, true
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] != '%' {
+			b.WriteByte(s[i])
+			continue
+		}
+		switch {
+		case strings.HasPrefix(s[i:], "%25"):
+			b.WriteByte('%')
+		case strings.HasPrefix(s[i:], "%7E"):
+			b.WriteByte('~')
+		default:
+			return "", false
+		}
+		i += 2
+	}
+	return b.String(), true
+}
+
+// objPath is where the files of one key live.
+type objPath struct {
+	key  string
+	dir  string // absolute folder
+	base string // escaped last segment
+}
+
+func (p objPath) meta() string              { return filepath.Join(p.dir, p.base+metaSuffix) }
+func (p objPath) dataName(id string) string { return p.base + "~" + id }
+
+func (d *Dir) path(key string) (objPath, error) {
+	if err := ValidateKey(key); err != nil {
+		return objPath{}, err
+	}
+	segs := strings.Split(key, "/")
+	for i, s := range segs {
+		segs[i] = escapeSeg(s)
+		if len(segs[i]) > maxEscapedSeg {
+			return objPath{}, fmt.Errorf("key %q: segment of %d bytes, more than a directory store's %d: %w",
+				truncKey(key), len(segs[i]), maxEscapedSeg, ErrInvalidKey)
+		}
+	}
+	n := len(segs) - 1
+	return objPath{key: key, dir: filepath.Join(append([]string{d.root}, segs[:n]...)...), base: segs[n]}, nil
+}
+
+// dirMeta is the commit record of an object (format in the Dir doc).
+type dirMeta struct {
+	Version  int               `json:"v"`
+	ETag     string            `json:"etag"`
+	Size     int64             `json:"size"`
+	Modified time.Time         `json:"modified"`
+	Data     string            `json:"data"`
+	Metadata map[string]string `json:"metadata,omitempty"`
+}
+
+// parseMeta parses and checks a commit record.
+func parseMeta(b []byte) (dirMeta, error) {
+	var m dirMeta
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&m); err != nil {
+		return dirMeta{}, fmt.Errorf("commit record: %v: %w", err, ErrCorrupt)
+	}
+	if dec.More() {
+		return dirMeta{}, fmt.Errorf("commit record: data after the record: %w", ErrCorrupt)
+	}
+	switch {
+	case m.Version != dirFormatVersion:
+		return dirMeta{}, fmt.Errorf("commit record: version %d, want %d: %w", m.Version, dirFormatVersion, ErrCorrupt)
+	case m.ETag == "":
+		return dirMeta{}, fmt.Errorf("commit record: no ETag: %w", ErrCorrupt)
+	case m.Size < 0:
+		return dirMeta{}, fmt.Errorf("commit record: size %d: %w", m.Size, ErrCorrupt)
+	case m.Data == "" || strings.ContainsAny(m.Data, "/\x00") || !strings.Contains(m.Data, "~") ||
+		strings.HasSuffix(m.Data, metaSuffix) || m.Data == "." || m.Data == "..":
+		return dirMeta{}, fmt.Errorf("commit record: data file %q: %w", m.Data, ErrCorrupt)
+	}
+	if err := ValidateMetadata(m.Metadata); err != nil {
+		return dirMeta{}, fmt.Errorf("commit record: %v: %w", err, ErrCorrupt)
+	}
+	return m, nil
+}
+
+// readMeta reads the commit record of p; ErrNotFound if there is none.
+func (d *Dir) readMeta(p objPath) (dirMeta, error) {
+	b, err := os.ReadFile(p.meta())
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			return dirMeta{}, ErrNotFound
+		}
+		return dirMeta{}, err
+	}
+	m, err := parseMeta(b)
+	if err != nil {
+		return dirMeta{}, fmt.Errorf("%s: %w", p.meta(), err)
+	}
+	return m, nil
+}
+
+func (m dirMeta) info(key string) ObjectInfo {
+	return ObjectInfo{Key: key, Size: m.Size, ETag: m.ETag, LastModified: m.Modified, Metadata: maps.Clone(m.Metadata)}
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return hex.EncodeToString(b[:])
+}
+
+// lock takes an exclusive flock on name (created if missing) and returns
+// its release.
+func lock(name string) (func(), error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", name, err)
+	}
+	return func() { f.Close() }, nil // closing the file releases the lock
+}
+
+func (d *Dir) lockKey(key string) (func(), error) {
+	stripe := xxh3.HashString(key) % lockStripes
+	return lock(filepath.Join(d.sys, "locks", fmt.Sprintf("%02x", stripe)))
+}
+
+// writeTmp writes data to a new file in tmp/ and syncs it.
+func (d *Dir) writeTmp(name string, data []byte) (string, error) {
+	path := filepath.Join(d.sys, "tmp", name)
+	return path, d.writeNew(path, data)
+}
+
+// writeNew writes data to a new file at path and syncs it; on failure the
+// file is removed.
+func (d *Dir) writeNew(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err == nil && !d.noSync {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(path)
+	}
+	return err
+}
+
+// mkdirs creates dir and its missing parents under root, syncing the parent
+// of each folder it creates so that the folder survives a crash.
+func (d *Dir) mkdirs(dir string) error {
+	if dir == d.root {
+		return nil
+	}
+	if _, err := os.Stat(dir); err == nil {
+		return nil
+	}
+	parent := filepath.Dir(dir)
+	if err := d.mkdirs(parent); err != nil {
+		return err
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return nil
+		}
+		return err
+	}
+	return d.syncDir(parent)
+}
+
+func (d *Dir) syncDir(dir string) error {
+	if d.noSync {
+		return nil
+	}
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// publish makes the synced data file p.dataName(id), written in place
+// (unreferenced, so invisible), the object p if cond holds. It takes the
+// key's lock; on failure the data file is removed.
+func (d *Dir) publish(p objPath, id string, size int64, md map[string]string, cond Conditions) (_ ObjectInfo, err error) {
+	data := filepath.Join(p.dir, p.dataName(id))
+	tmpMeta := data + ".meta-tmp" // no "~meta" suffix: never listed
+	defer func() {
+		if err != nil {
+			os.Remove(data)
+			os.Remove(tmpMeta)
+		}
+	}()
+	meta := dirMeta{Version: dirFormatVersion, ETag: `"` + id + `"`, Size: size, Modified: time.Now().UTC(), Data: p.dataName(id), Metadata: md}
+	rec, err := json.Marshal(meta)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	if err := d.writeNew(tmpMeta, rec); err != nil {
+		return ObjectInfo{}, err
+	}
+	unlock, err := d.lockKey(p.key)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	defer unlock()
+	old, err := d.readMeta(p)
+	exists := err == nil
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		return ObjectInfo{}, err
+	}
+	if err := checkConditions(cond, exists, func() string { return old.ETag }); err != nil {
+		return ObjectInfo{}, err
+	}
+	// Data and record are in one folder: the renames need no file-system-wide
+	// lock, and one sync of the folder makes both durable.
+	if err := os.Rename(tmpMeta, p.meta()); err != nil {
+		return ObjectInfo{}, err
+	}
+	if err := d.syncDir(p.dir); err != nil {
+		return ObjectInfo{}, err
+	}
+	if exists && old.Data != meta.Data {
+		_ = os.Remove(filepath.Join(p.dir, old.Data)) // readers holding it open keep reading
+	}
+	return meta.info(p.key), nil
+}
+
+func (d *Dir) Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
+	if err := checkWrite(ctx, "put", key, opts.Metadata); err != nil {
+		return ObjectInfo{}, err
+	}
+	p, err := d.path(key)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("put: %w", err)
+	}
+	id := newID()
+	if err := d.mkdirs(p.dir); err != nil {
+		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+	}
+	if err := d.writeNew(filepath.Join(p.dir, p.dataName(id)), data); err != nil {
+		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+	}
+	if err := ctx.Err(); err != nil {
+		os.Remove(filepath.Join(p.dir, p.dataName(id)))
+		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+	}
+	info, err := d.publish(p, id, int64(len(data)), maps.Clone(opts.Metadata), opts.Conditions)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+	}
+	return info, nil
+}
+
+// open returns the commit record of p and its data file, opened.
+func (d *Dir) open(p objPath) (dirMeta, *os.File, error) {
+	for range readRetries {
+		m, err := d.readMeta(p)
+		if err != nil {
+			return dirMeta{}, nil, err
+		}
+		f, err := os.Open(filepath.Join(p.dir, m.Data))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // replaced meanwhile: read the new record
+		}
+		if err != nil {
+			return dirMeta{}, nil, err
+		}
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return dirMeta{}, nil, err
+		}
+		if st.Size() != m.Size {
+			f.Close()
+			return dirMeta{}, nil, fmt.Errorf("data file %s is %d bytes, its record says %d: %w", m.Data, st.Size(), m.Size, ErrCorrupt)
+		}
+		return m, f, nil
+	}
+	return dirMeta{}, nil, fmt.Errorf("replaced %d times while being read", readRetries)
+}
+
+func (d *Dir) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
+	if err := checkRead(ctx, "get", key); err != nil {
+		return nil, ObjectInfo{}, err
+	}
+	p, err := d.path(key)
+	if err != nil {
+		return nil, ObjectInfo{}, fmt.Errorf("get: %w", err)
+	}
+	m, f, err := d.open(p)
+	if err != nil {
+		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
+	}
+	defer f.Close()
+	off, n, err := r.resolve(m.Size)
+	if err != nil {
+		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
+	}
+	buf := make([]byte, n)
+	if _, err := f.ReadAt(buf, off); err != nil && !(err == io.EOF && n == 0) {
+		return nil, ObjectInfo{}, fmt.Errorf("get %s: read %s: %w", key, m.Data, err)
+	}
+	return buf, m.info(key), nil
+}
+
+func (d *Dir) Head(ctx context.Context, key string) (ObjectInfo, error) {
+	if err := checkRead(ctx, "head", key); err != nil {
+		return ObjectInfo{}, err
+	}
+	p, err := d.path(key)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("head: %w", err)
+	}
+	m, err := d.readMeta(p)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("head %s: %w", key, err)
+	}
+	return m.info(key), nil
+}
+
+func (d *Dir) Delete(ctx context.Context, key string) error {
+	if err := checkWrite(ctx, "delete", key, nil); err != nil {
+		return err
+	}
+	p, err := d.path(key)
+	if err != nil {
+		return fmt.Errorf("delete: %w", err)
+	}
+	unlock, err := d.lockKey(key)
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	defer unlock()
+	m, err := d.readMeta(p)
+	if errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	if err := os.Remove(p.meta()); err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	_ = os.Remove(filepath.Join(p.dir, m.Data))
+	if err := d.syncDir(p.dir); err != nil {
+		return fmt.Errorf("delete %s: %w", key, err)
+	}
+	return nil
+}
+
+// List walks the folder the prefix's whole segments name and sorts what it
+// finds: a directory store is for volumes a person runs without a bucket, not
+// for millions of keys.
+func (d *Dir) List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error) {
+	if err := ctx.Err(); err != nil {
+		return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	if err := ValidatePrefix(prefix); err != nil {
+		return ListPage{}, fmt.Errorf("list: %w", err)
+	}
+	if max <= 0 || max > 1000 {
+		max = 1000
+	}
+	// The folder of the prefix's whole segments, and the key prefix it holds.
+	start, startKey := d.root, ""
+	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
+		segs := strings.Split(prefix[:i], "/")
+		for j, s := range segs {
+			segs[j] = escapeSeg(s)
+		}
+		start = filepath.Join(append([]string{d.root}, segs...)...)
+		startKey = prefix[:i+1]
+	}
+	var keys []string
+	err := filepath.WalkDir(start, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+				return nil // no such folder, or removed meanwhile: nothing there
+			}
+			return err
+		}
+		if path == d.sys {
+			return filepath.SkipDir
+		}
+		if e.IsDir() || !strings.HasSuffix(e.Name(), metaSuffix) {
+			return nil
+		}
+		rel, err := filepath.Rel(start, path)
+		if err != nil {
+			return nil
+		}
+		key, ok := keyOf(startKey, strings.TrimSuffix(rel, metaSuffix))
+		if ok && strings.HasPrefix(key, prefix) && key > startAfter {
+			keys = append(keys, key)
+		}
+		return nil
+	})
+	if err != nil {
+		return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	slices.Sort(keys)
+	var page ListPage
+	for _, key := range keys {
+		if err := ctx.Err(); err != nil {
+			return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
+		}
+		if len(page.Objects) == max {
+			page.Truncated = true
+			break
+		}
+		p, err := d.path(key)
+		if err != nil {
+			continue
+		}
+		m, err := d.readMeta(p)
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted since the walk
+		}
+		if err != nil {
+			return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
+		}
+		info := m.info(key)
+		info.Metadata = nil
+		page.Objects = append(page.Objects, info)
+	}
+	return page, nil
+}
+
+// keyOf turns a path relative to the listing's folder back into a key.
+func keyOf(startKey, rel string) (string, bool) {
+	segs := strings.Split(filepath.ToSlash(rel), "/")
+	for i, s := range segs {
+		u, ok := unescapeSeg(s)
+		if !ok {
+			return "", false
+		}
+		segs[i] = u
+	}
+	key := startKey + strings.Join(segs, "/")
+	return key, ValidateKey(key) == nil
+}
+
+// dirUpload is the record of an open upload (format in the Dir doc).
+type dirUpload struct {
+	Version   int               `json:"v"`
+	Key       string            `json:"key"`
+	Metadata  map[string]string `json:"metadata,omitempty"`
+	Initiated time.Time         `json:"initiated"`
+}
+
+func parseUpload(b []byte) (dirUpload, error) {
+	var u dirUpload
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&u); err != nil {
+		return dirUpload{}, fmt.Errorf("upload record: %v: %w", err, ErrCorrupt)
+	}
+	if dec.More() {
+		return dirUpload{}, fmt.Errorf("upload record: data after the record: %w", ErrCorrupt)
+	}
+	if u.Version != dirFormatVersion {
+		return dirUpload{}, fmt.Errorf("upload record: version %d, want %d: %w", u.Version, dirFormatVersion, ErrCorrupt)
+	}
+	if err := ValidateKey(u.Key); err != nil {
+		return dirUpload{}, fmt.Errorf("upload record: %v: %w", err, ErrCorrupt)
+	}
+	if err := ValidateMetadata(u.Metadata); err != nil {
+		return dirUpload{}, fmt.Errorf("upload record: %v: %w", err, ErrCorrupt)
+	}
+	return u, nil
+}
+
+// isID reports whether s is an id newID makes: no path tricks in upload ids.
+func isID(s string) bool {
+	if len(s) != 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
+func (d *Dir) uploadDir(id string) string { return filepath.Join(d.sys, "uploads", id) }
+
+func (d *Dir) CreateMultipart(ctx context.Context, key string, opts PutOptions) (string, error) {
+	if err := checkWrite(ctx, "create multipart upload", key, opts.Metadata); err != nil {
+		return "", err
+	}
+	if _, err := d.path(key); err != nil {
+		return "", fmt.Errorf("create multipart upload: %w", err)
+	}
+	id := newID()
+	rec, err := json.Marshal(dirUpload{Version: dirFormatVersion, Key: key, Metadata: opts.Metadata, Initiated: time.Now().UTC()})
+	if err == nil {
+		err = os.Mkdir(d.uploadDir(id), 0o755)
+	}
+	var tmp string
+	if err == nil {
+		tmp, err = d.writeTmp(id+"~upload", rec)
+	}
+	if err == nil {
+		// The record appears whole or not at all: ListMultipartUploads skips
+		// folders without one.
+		err = os.Rename(tmp, filepath.Join(d.uploadDir(id), uploadRecord))
+	}
+	if err != nil {
+		os.RemoveAll(d.uploadDir(id))
+		return "", fmt.Errorf("create multipart upload of %s: %w", key, err)
+	}
+	return id, nil
+}
+
+// openUpload locks upload id of key and returns its record and the release
+// of the lock; ErrNotFound if the upload is not open (or is another key's).
+func (d *Dir) openUpload(key, id string) (dirUpload, func(), error) {
+	if !isID(id) {
+		return dirUpload{}, nil, fmt.Errorf("upload %q of %s: %w", id, key, ErrNotFound)
+	}
+	recPath := filepath.Join(d.uploadDir(id), uploadRecord)
+	f, err := os.Open(recPath)
+	if errors.Is(err, fs.ErrNotExist) {
+		return dirUpload{}, nil, fmt.Errorf("upload %s of %s: %w", id, key, ErrNotFound)
+	}
+	if err != nil {
+		return dirUpload{}, nil, err
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return dirUpload{}, nil, fmt.Errorf("lock %s: %w", recPath, err)
+	}
+	release := func() { f.Close() }
+	// An abort or complete that held the lock before us removed the upload.
+	if _, err := os.Stat(recPath); err != nil {
+		release()
+		return dirUpload{}, nil, fmt.Errorf("upload %s of %s: %w", id, key, ErrNotFound)
+	}
+	b, err := io.ReadAll(f)
+	if err != nil {
+		release()
+		return dirUpload{}, nil, err
+	}
+	u, err := parseUpload(b)
+	if err != nil {
+		release()
+		return dirUpload{}, nil, fmt.Errorf("%s: %w", recPath, err)
+	}
+	if u.Key != key {
+		release()
+		return dirUpload{}, nil, fmt.Errorf("upload %s is of %s, not %s: %w", id, u.Key, key, ErrNotFound)
+	}
+	return u, release, nil
+}
+
+func (d *Dir) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
+	if err := checkWrite(ctx, "upload part", key, nil); err != nil {
+		return "", err
+	}
+	if err := checkPartNumber(n); err != nil {
+		return "", fmt.Errorf("upload part of %s: %w", key, err)
+	}
+	partID := newID()
+	tmp, err := d.writeTmp(partID, data)
+	if err != nil {
+		return "", fmt.Errorf("upload part %d of %s: %w", n, key, err)
+	}
+	defer os.Remove(tmp) // a no-op once renamed
+	_, release, err := d.openUpload(key, uploadID)
+	if err != nil {
+		return "", fmt.Errorf("upload part %d: %w", n, err)
+	}
+	defer release()
+	dir := d.uploadDir(uploadID)
+	old, _ := d.partFiles(dir)
+	if err := os.Rename(tmp, filepath.Join(dir, partName(n, partID))); err != nil {
+		return "", fmt.Errorf("upload part %d of %s: %w", n, key, err)
+	}
+	if p, ok := old[n]; ok {
+		_ = os.Remove(filepath.Join(dir, partName(n, p.id)))
+	}
+	return `"` + partID + `"`, nil
+}
+
+func partName(n int32, id string) string { return fmt.Sprintf("%05d-%s", n, id) }
+
+type dirPart struct {
+	id   string
+	size int64
+}
+
+// partFiles returns the parts stored in an upload folder by number.
+func (d *Dir) partFiles(dir string) (map[int32]dirPart, error) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	parts := make(map[int32]dirPart)
+	for _, e := range ents {
+		num, id, ok := strings.Cut(e.Name(), "-")
+		if !ok || !isID(id) {
+			continue
+		}
+		n, err := strconv.ParseInt(num, 10, 32)
+		if err != nil {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return nil, err
+		}
+		parts[int32(n)] = dirPart{id: id, size: info.Size()}
+	}
+	return parts, nil
+}
+
+func (d *Dir) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
+	if err := checkWrite(ctx, "complete multipart upload", key, nil); err != nil {
+		return ObjectInfo{}, err
+	}
+	p, err := d.path(key)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
+	}
+	if err := checkCompletedParts(parts); err != nil {
+		return ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
+	}
+	u, release, err := d.openUpload(key, uploadID)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
+	}
+	defer release()
+	info, err := d.complete(ctx, p, uploadID, u, parts, cond)
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
+	}
+	return info, nil
+}
+
+// complete concatenates the parts into a new data file and publishes it.
+// Called with the upload locked.
+func (d *Dir) complete(ctx context.Context, p objPath, id string, u dirUpload, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
+	dir := d.uploadDir(id)
+	stored, err := d.partFiles(dir)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	for i, cp := range parts {
+		sp, ok := stored[cp.Number]
+		switch {
+		case !ok:
+			return ObjectInfo{}, fmt.Errorf("part %d was not uploaded", cp.Number)
+		case `"`+sp.id+`"` != cp.ETag:
+			return ObjectInfo{}, fmt.Errorf("part %d has ETag \"%s\", not %s", cp.Number, sp.id, cp.ETag)
+		case i < len(parts)-1 && sp.size < MinPartSize:
+			return ObjectInfo{}, fmt.Errorf("part %d is %d bytes: %w", cp.Number, sp.size, ErrPartTooSmall)
+		}
+	}
+	dataID := newID()
+	if err := d.mkdirs(p.dir); err != nil {
+		return ObjectInfo{}, err
+	}
+	tmp := filepath.Join(p.dir, p.dataName(dataID))
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	var size int64
+	for _, cp := range parts {
+		if err = ctx.Err(); err != nil {
+			break
+		}
+		var in *os.File
+		in, err = os.Open(filepath.Join(dir, partName(cp.Number, stored[cp.Number].id)))
+		if err != nil {
+			break
+		}
+		var n int64
+		n, err = io.Copy(out, in) // copy_file_range(2) where the file system has it
+		in.Close()
+		size += n
+		if err != nil {
+			break
+		}
+	}
+	if err == nil && !d.noSync {
+		err = out.Sync()
+	}
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return ObjectInfo{}, err
+	}
+	info, err := d.publish(p, dataID, size, u.Metadata, cond)
+	if err != nil {
+		return ObjectInfo{}, err
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return ObjectInfo{}, fmt.Errorf("published, but removing the upload: %w", err)
+	}
+	return info, nil
+}
+
+func (d *Dir) AbortMultipart(ctx context.Context, key, uploadID string) error {
+	if err := checkWrite(ctx, "abort multipart upload", key, nil); err != nil {
+		return err
+	}
+	_, release, err := d.openUpload(key, uploadID)
+	if err != nil {
+		return fmt.Errorf("abort multipart upload: %w", err)
+	}
+	defer release()
+	if err := os.RemoveAll(d.uploadDir(uploadID)); err != nil {
+		return fmt.Errorf("abort multipart upload %s of %s: %w", uploadID, key, err)
+	}
+	return nil
+}
+
+func (d *Dir) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list multipart uploads %s: %w", prefix, err)
+	}
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, fmt.Errorf("list multipart uploads: %w", err)
+	}
+	ents, err := os.ReadDir(filepath.Join(d.sys, "uploads"))
+	if err != nil {
+		return nil, fmt.Errorf("list multipart uploads %s: %w", prefix, err)
+	}
+	var out []Upload
+	for _, e := range ents {
+		if !isID(e.Name()) {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(d.uploadDir(e.Name()), uploadRecord))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue // being created or removed
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list multipart uploads %s: %w", prefix, err)
+		}
+		u, err := parseUpload(b)
+		if err != nil {
+			return nil, fmt.Errorf("list multipart uploads: upload %s: %w", e.Name(), err)
+		}
+		if strings.HasPrefix(u.Key, prefix) {
+			out = append(out, Upload{Key: u.Key, UploadID: e.Name(), Initiated: u.Initiated})
+		}
+	}
+	sortUploads(out)
+	return out, nil
+}

@@ -1,0 +1,305 @@
+package staging_test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"ckptfs/staging"
+	"ckptfs/staging/storetest"
+)
+
+func newDir(t *testing.T) *staging.Dir {
+	t.Helper()
+	d, err := staging.NewDir(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// The contract runs without fsync: on this kind of disk each costs
+// milliseconds and the suite writes thousands of objects. The synced path is
+// covered by the other tests of Dir.
+func TestDirContract(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) staging.Store {
+		d, err := staging.NewDirWith(t.TempDir(), staging.DirOptions{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	})
+}
+
+// The object's bytes are a plain file under the root, and nothing internal
+// shows up in a listing, even with an open upload.
+func TestDirLayout(t *testing.T) {
+	d := newDir(t)
+	ctx := t.Context()
+	if _, err := d.Put(ctx, "vol/files/42/inode", []byte("inode bytes"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.CreateMultipart(ctx, "vol/files/42/big", staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	matches, err := filepath.Glob(filepath.Join(d.Root(), "vol", "files", "42", "inode~*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var found bool
+	for _, m := range matches {
+		if b, err := os.ReadFile(m); err == nil && string(b) == "inode bytes" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no file holds exactly the object's bytes among %q", matches)
+	}
+	objs, err := staging.ListAll(ctx, d, "")
+	if err != nil || len(objs) != 1 || objs[0].Key != "vol/files/42/inode" {
+		t.Fatalf("list of everything: %+v, %v", objs, err)
+	}
+}
+
+// A commit record that is not the store's is refused as corrupt, not read.
+func TestDirCorruptRecord(t *testing.T) {
+	d := newDir(t)
+	ctx := t.Context()
+	if _, err := d.Put(ctx, "k", []byte("x"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(d.Root(), "k~meta"), []byte(`{"v":1,"etag":"\"e\"","size":1,"data":"../../etc~x"}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := d.Get(ctx, "k", staging.Whole()); !errors.Is(err, staging.ErrCorrupt) {
+		t.Fatalf("get: %v, want ErrCorrupt", err)
+	}
+}
+
+// Too long a segment for a file name is refused as an invalid key.
+func TestDirLongSegment(t *testing.T) {
+	d := newDir(t)
+	_, err := d.Put(t.Context(), "a/"+strings.Repeat("x", 300), nil, staging.PutOptions{})
+	if !errors.Is(err, staging.ErrInvalidKey) {
+		t.Fatalf("put: %v, want ErrInvalidKey", err)
+	}
+}
+
+const (
+	raceEnvRole  = "CKPTFS_DIR_RACE_ROLE"
+	raceEnvRoot  = "CKPTFS_DIR_RACE_ROOT"
+	raceRounds   = 60
+	raceGoMarker = "go"
+)
+
+// TestDirTwoProcesses races two processes on conditional writes of one key
+// per round: exactly one wins each If-None-Match create and each If-Match
+// replace.
+func TestDirTwoProcesses(t *testing.T) {
+	if role := os.Getenv(raceEnvRole); role != "" {
+		raceChild(t, role, os.Getenv(raceEnvRoot))
+		return
+	}
+	work := t.TempDir()
+	root := filepath.Join(work, "store")
+	d, err := staging.NewDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	var etags []string
+	for i := range raceRounds {
+		info, err := d.Put(ctx, fmt.Sprintf("m/%d", i), []byte("initial"), staging.PutOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		etags = append(etags, info.ETag)
+	}
+	if err := os.WriteFile(filepath.Join(work, "etags"), []byte(strings.Join(etags, "\n")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var cmds []*exec.Cmd
+	for _, role := range []string{"A", "B"} {
+		cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestDirTwoProcesses$", "-test.count=1")
+		cmd.Env = append(os.Environ(), raceEnvRole+"="+role, raceEnvRoot+"="+work)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("process %s:\n%s", role, out.String())
+			}
+		})
+		cmds = append(cmds, cmd)
+	}
+	if err := os.WriteFile(filepath.Join(work, raceGoMarker), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("child: %v", err)
+		}
+	}
+	wins := map[string]map[int]string{"n": {}, "m": {}}
+	for _, role := range []string{"A", "B"} {
+		b, err := os.ReadFile(filepath.Join(work, "result-"+role))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for line := range strings.Lines(string(b)) {
+			var kind string
+			var round int
+			if _, err := fmt.Sscanf(line, "%s %d", &kind, &round); err != nil {
+				t.Fatalf("result line %q: %v", line, err)
+			}
+			if other, ok := wins[kind][round]; ok {
+				t.Fatalf("%s round %d: processes %s and %s both won", kind, round, other, role)
+			}
+			wins[kind][round] = role
+		}
+	}
+	for _, kind := range []string{"n", "m"} {
+		for i := range raceRounds {
+			winner, ok := wins[kind][i]
+			if !ok {
+				t.Fatalf("%s round %d: no process won", kind, i)
+			}
+			data, _, err := d.Get(ctx, fmt.Sprintf("%s/%d", kind, i), staging.Whole())
+			if err != nil || string(data) != winner {
+				t.Fatalf("%s round %d: object %q (%v), winner %s", kind, i, data, err, winner)
+			}
+		}
+	}
+}
+
+func raceChild(t *testing.T, role, work string) {
+	d, err := staging.NewDir(filepath.Join(work, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(filepath.Join(work, "etags"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	etags := strings.Split(string(b), "\n")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(work, raceGoMarker)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("never told to start")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	ctx := t.Context()
+	var out strings.Builder
+	for i := range raceRounds {
+		_, err := d.Put(ctx, "n/"+strconv.Itoa(i), []byte(role), staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true}})
+		switch {
+		case err == nil:
+			fmt.Fprintf(&out, "n %d\n", i)
+		case !errors.Is(err, staging.ErrPrecondition):
+			t.Fatalf("create round %d: %v", i, err)
+		}
+		_, err = d.Put(ctx, "m/"+strconv.Itoa(i), []byte(role), staging.PutOptions{Conditions: staging.Conditions{IfMatch: etags[i]}})
+		switch {
+		case err == nil:
+			fmt.Fprintf(&out, "m %d\n", i)
+		case !errors.Is(err, staging.ErrPrecondition):
+			t.Fatalf("replace round %d: %v", i, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(work, "result-"+role), []byte(out.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// "x" and "x/y" are both objects, as in S3 general purpose buckets (some
+// S3-compatible servers refuse this, so it is not part of the contract).
+func TestKeyAndFolder(t *testing.T) {
+	for name, s := range map[string]staging.Store{"mem": staging.NewMem(), "dir": newDir(t)} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			keys := []string{"x", "x/y", "x/y/z"}
+			for _, k := range keys {
+				if _, err := s.Put(ctx, k, []byte("bytes of "+k), staging.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, k := range keys {
+				if data, _, err := s.Get(ctx, k, staging.Whole()); err != nil || string(data) != "bytes of "+k {
+					t.Fatalf("get %s: %q, %v", k, data, err)
+				}
+			}
+			objs, err := staging.ListAll(ctx, s, "")
+			if err != nil || len(objs) != len(keys) {
+				t.Fatalf("list: %+v, %v", objs, err)
+			}
+			for i, o := range objs {
+				if o.Key != keys[i] {
+					t.Fatalf("list: key %d is %q, want %q", i, o.Key, keys[i])
+				}
+			}
+			if err := s.Delete(ctx, "x"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Head(ctx, "x/y"); err != nil {
+				t.Fatalf("deleting x removed x/y: %v", err)
+			}
+		})
+	}
+}
+
+// Readers racing a writer see one whole version or another, never a mix and
+// never an error.
+func TestReadersDuringOverwrite(t *testing.T) {
+	for name, s := range map[string]staging.Store{"mem": staging.NewMem(), "dir": newDir(t)} {
+		t.Run(name, func(t *testing.T) {
+			ctx := t.Context()
+			const size = 64 << 10
+			if _, err := s.Put(ctx, "k", bytes.Repeat([]byte{0}, size), staging.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan struct{})
+			werr := make(chan error, 1)
+			go func() {
+				defer close(done)
+				for i := 1; i <= 100; i++ {
+					if _, err := s.Put(ctx, "k", bytes.Repeat([]byte{byte(i)}, size), staging.PutOptions{}); err != nil {
+						werr <- err
+						return
+					}
+				}
+			}()
+			for reads := 0; ; reads++ {
+				select {
+				case <-done:
+					select {
+					case err := <-werr:
+						t.Fatalf("writer: %v", err)
+					default:
+					}
+					return
+				default:
+				}
+				data, _, err := s.Get(ctx, "k", staging.Whole())
+				if err != nil {
+					t.Fatalf("read %d: %v", reads, err)
+				}
+				if len(data) != size || !bytes.Equal(data, bytes.Repeat(data[:1], size)) {
+					t.Fatalf("read %d: a torn object of %d bytes", reads, len(data))
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,222 @@
+package staging
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// LinkProfile describes an emulated network link to object storage.
+// Bandwidths are in bytes per second (MB = 10^6 bytes); zero means unlimited.
+type LinkProfile struct {
+	Name string
+	// Latency is paid once per request.
+	Latency time.Duration
+	// PerRequestBps caps the payload rate of one request.
+	PerRequestBps float64
+	// TotalBps caps the payload rate of all requests in flight together.
+	TotalBps float64
+}
+
+// The project's reference links (DESIGN.md, "How we measure"): results of
+// benchmarks compare across the project only with these numbers.
+var (
+	// ProfileDirectory is an S3 directory bucket in the same zone.
+	ProfileDirectory = LinkProfile{Name: "directory", Latency: 3 * time.Millisecond, PerRequestBps: 200e6, TotalBps: 800e6}
+	// ProfileGeneral is an S3 general purpose bucket in the same region.
+	ProfileGeneral = LinkProfile{Name: "general", Latency: 30 * time.Millisecond, PerRequestBps: 90e6, TotalBps: 450e6}
+	// ProfileNone adds no delay.
+	ProfileNone = LinkProfile{Name: "none"}
+)
+
+// LinkProfileByName returns the profile named name: "directory", "general"
+// or "none".
+func LinkProfileByName(name string) (LinkProfile, error) {
+	for _, p := range []LinkProfile{ProfileDirectory, ProfileGeneral, ProfileNone} {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	return LinkProfile{}, fmt.Errorf("unknown link profile %q (known: directory, general, none)", name)
+}
+
+// Link is a Store that delays requests to another as a network link would.
+// Each request pays the latency once; its payload (the bytes sent by Put and
+// UploadPart, the bytes returned by Get) then moves at the lesser of the
+// per-request bandwidth and its share of the total bandwidth.
+//
+// The total is shared fairly by a virtual clock: the link is free again at
+// next; each request moves its payload in chunks, reserving for each chunk
+// the next chunk/TotalBps of link time, so that requests in flight take
+// turns chunk by chunk. A request also paces itself at PerRequestBps, and
+// sleeps until both its own pace and its reservation allow the chunk.
+// Reservations are made when they are needed, never banked: an idle link
+// gives no burst later.
+//
+// A context ended during the delay returns its error; a Put or UploadPart
+// then never reaches the inner store.
+type Link struct {
+	inner Store
+	p     LinkProfile
+
+	mu   sync.Mutex
+	next time.Time // GUARDED_BY(mu); when the shared link is free
+}
+
+var _ Store = (*Link)(nil)
+
+// linkChunk is the unit of bandwidth sharing: small enough to interleave
+// requests finely, large enough that pacing does not cost much CPU.
+const linkChunk = 256 << 10
+
+// linkSlack is how far behind its schedule a transfer may fall before it
+// sleeps; the final sleep is exact, so totals keep their lower bound.
+const linkSlack = time.Millisecond
+
+// NewLink wraps inner with an emulated link.
+func NewLink(inner Store, p LinkProfile) *Link { return &Link{inner: inner, p: p} }
+
+// Profile is the link's profile.
+func (l *Link) Profile() LinkProfile { return l.p }
+
+func rateDur(n int, bps float64) time.Duration {
+	if bps <= 0 {
+		return 0
+	}
+	return time.Duration(float64(n) / bps * float64(time.Second))
+}
+
+// sleepUntil waits until t or until ctx ends.
+func sleepUntil(ctx context.Context, t time.Time) error {
+	d := time.Until(t)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// delay pays the latency of one request and moves n payload bytes.
+func (l *Link) delay(ctx context.Context, op Op, key string, n int) error {
+	if err := l.wait(ctx, n); err != nil {
+		return fmt.Errorf("link %s: %s %s: %w", l.p.Name, op, truncKey(key), err)
+	}
+	return nil
+}
+
+func (l *Link) wait(ctx context.Context, n int) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if err := sleepUntil(ctx, time.Now().Add(l.p.Latency)); err != nil {
+		return err
+	}
+	if l.p.PerRequestBps <= 0 && l.p.TotalBps <= 0 {
+		return nil
+	}
+	own := time.Now() // when this request's own pace allows its next chunk
+	var target time.Time
+	for moved := 0; moved < n; {
+		c := min(linkChunk, n-moved)
+		own = own.Add(rateDur(c, l.p.PerRequestBps))
+		target = own
+		if l.p.TotalBps > 0 {
+			l.mu.Lock()
+			start := l.next
+			if now := time.Now(); start.Before(now) {
+				start = now
+			}
+			l.next = start.Add(rateDur(c, l.p.TotalBps))
+			if l.next.After(target) {
+				target = l.next
+			}
+			l.mu.Unlock()
+		}
+		moved += c
+		if moved < n && time.Until(target) < linkSlack {
+			continue
+		}
+		if err := sleepUntil(ctx, target); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l *Link) Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
+	if err := l.delay(ctx, OpPut, key, len(data)); err != nil {
+		return ObjectInfo{}, err
+	}
+	return l.inner.Put(ctx, key, data, opts)
+}
+
+func (l *Link) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
+	data, info, err := l.inner.Get(ctx, key, r)
+	if derr := l.delay(ctx, OpGet, key, len(data)); derr != nil {
+		return nil, ObjectInfo{}, derr
+	}
+	return data, info, err
+}
+
+func (l *Link) Head(ctx context.Context, key string) (ObjectInfo, error) {
+	if err := l.delay(ctx, OpHead, key, 0); err != nil {
+		return ObjectInfo{}, err
+	}
+	return l.inner.Head(ctx, key)
+}
+
+func (l *Link) List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error) {
+	if err := l.delay(ctx, OpList, prefix, 0); err != nil {
+		return ListPage{}, err
+	}
+	return l.inner.List(ctx, prefix, startAfter, max)
+}
+
+func (l *Link) Delete(ctx context.Context, key string) error {
+	if err := l.delay(ctx, OpDelete, key, 0); err != nil {
+		return err
+	}
+	return l.inner.Delete(ctx, key)
+}
+
+func (l *Link) CreateMultipart(ctx context.Context, key string, opts PutOptions) (string, error) {
+	if err := l.delay(ctx, OpCreateMultipart, key, 0); err != nil {
+		return "", err
+	}
+	return l.inner.CreateMultipart(ctx, key, opts)
+}
+
+func (l *Link) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
+	if err := l.delay(ctx, OpUploadPart, key, len(data)); err != nil {
+		return "", err
+	}
+	return l.inner.UploadPart(ctx, key, uploadID, n, data)
+}
+
+func (l *Link) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
+	if err := l.delay(ctx, OpCompleteMultipart, key, 0); err != nil {
+		return ObjectInfo{}, err
+	}
+	return l.inner.CompleteMultipart(ctx, key, uploadID, parts, cond)
+}
+
+func (l *Link) AbortMultipart(ctx context.Context, key, uploadID string) error {
+	if err := l.delay(ctx, OpAbortMultipart, key, 0); err != nil {
+		return err
+	}
+	return l.inner.AbortMultipart(ctx, key, uploadID)
+}
+
+func (l *Link) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error) {
+	if err := l.delay(ctx, OpListUploads, prefix, 0); err != nil {
+		return nil, err
+	}
+	return l.inner.ListMultipartUploads(ctx, prefix)
+}

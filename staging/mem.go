@@ -1,0 +1,404 @@
+package staging
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"maps"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+)
+
+// Mem is a Store in memory with the semantics of S3 documented on Store. It
+// backs unit tests and benchmarks that move GiBs, so it copies only where a
+// caller could otherwise change stored bytes:
+//
+//   - Put and UploadPart copy data: callers may reuse their buffers.
+//   - Get returns a slice of the stored object without copying it. Callers
+//     must not modify the bytes Get returns (objects are immutable; a later
+//     Put of the key stores a new slice and leaves old readers' bytes alone).
+//
+// ETags are opaque quoted strings, unique per write within one Mem.
+type Mem struct {
+	tag string // random per Mem, so ETags of two stores never compare equal
+
+	mu      sync.RWMutex
+	seq     uint64                // GUARDED_BY(mu); numbers ETags and upload ids
+	objects map[string]*memObject // GUARDED_BY(mu)
+	keys    []string              // GUARDED_BY(mu); INVARIANT: the keys of objects, sorted
+	bytes   int64                 // GUARDED_BY(mu); INVARIANT: sum of len(data) of objects
+	uploads map[string]*memUpload // GUARDED_BY(mu); by upload id
+}
+
+// memObject is immutable once stored: readers share it without copying.
+type memObject struct {
+	data []byte
+	etag string
+	mod  time.Time
+	md   map[string]string
+}
+
+type memUpload struct {
+	key       string
+	md        map[string]string
+	initiated time.Time
+	parts     map[int32]memPart
+}
+
+type memPart struct {
+	data []byte
+	etag string
+}
+
+var _ Store = (*Mem)(nil)
+
+// NewMem returns an empty memory store.
+func NewMem() *Mem {
+	var b [4]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return &Mem{
+		tag:     hex.EncodeToString(b[:]),
+		objects: make(map[string]*memObject),
+		uploads: make(map[string]*memUpload),
+	}
+}
+
+// Len is the number of objects stored.
+func (m *Mem) Len() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.objects)
+}
+
+// Bytes is the total size of the objects stored (open uploads' parts are not
+// counted: they are not objects yet).
+func (m *Mem) Bytes() int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.bytes
+}
+
+// nextTag returns a fresh ETag-like string. Called with mu held for writing.
+func (m *Mem) nextTag() string {
+	m.seq++
+	return fmt.Sprintf("%s-%x", m.tag, m.seq)
+}
+
+func (m *Mem) Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
+	if err := checkWrite(ctx, "put", key, opts.Metadata); err != nil {
+		return ObjectInfo{}, err
+	}
+	obj := &memObject{data: slices.Clone(data), md: maps.Clone(opts.Metadata), mod: time.Now()}
+	if obj.data == nil {
+		obj.data = []byte{}
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.publish(key, obj, opts.Conditions); err != nil {
+		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+	}
+	return obj.info(key), nil
+}
+
+// publish stores obj under key if cond holds. Called with mu held for writing.
+func (m *Mem) publish(key string, obj *memObject, cond Conditions) error {
+	old := m.objects[key]
+	if err := checkConditions(cond, old != nil, func() string { return old.etag }); err != nil {
+		return err
+	}
+	obj.etag = `"` + m.nextTag() + `"`
+	m.objects[key] = obj
+	m.bytes += int64(len(obj.data))
+	if old != nil {
+		m.bytes -= int64(len(old.data))
+	} else {
+		i, _ := slices.BinarySearch(m.keys, key)
+		m.keys = slices.Insert(m.keys, i, key)
+	}
+	return nil
+}
+
+// checkConditions decides a conditional write given whether the key exists
+// and (lazily) its current ETag.
+func checkConditions(cond Conditions, exists bool, etag func() string) error {
+	if cond.IfNoneMatch && exists {
+		return fmt.Errorf("If-None-Match: the key exists: %w", ErrPrecondition)
+	}
+	if cond.IfMatch != "" {
+		if !exists {
+			return fmt.Errorf("If-Match %s: no such key: %w", cond.IfMatch, ErrPrecondition)
+		}
+		if cur := etag(); cur != cond.IfMatch {
+			return fmt.Errorf("If-Match %s: the ETag is %s: %w", cond.IfMatch, cur, ErrPrecondition)
+		}
+	}
+	return nil
+}
+
+// checkWrite is the validation common to every write of every backend.
+func checkWrite(ctx context.Context, op, key string, md map[string]string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("%s %s: %w", op, truncKey(key), err)
+	}
+	if err := ValidateKey(key); err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if err := ValidateMetadata(md); err != nil {
+		return fmt.Errorf("%s %s: %w", op, key, err)
+	}
+	return nil
+}
+
+// checkRead is the validation common to every read of every backend.
+func checkRead(ctx context.Context, op, key string) error {
+	return checkWrite(ctx, op, key, nil)
+}
+
+func (o *memObject) info(key string) ObjectInfo {
+	return ObjectInfo{Key: key, Size: int64(len(o.data)), ETag: o.etag, LastModified: o.mod, Metadata: maps.Clone(o.md)}
+}
+
+func (m *Mem) lookup(key string) *memObject {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.objects[key]
+}
+
+func (m *Mem) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
+	if err := checkRead(ctx, "get", key); err != nil {
+		return nil, ObjectInfo{}, err
+	}
+	obj := m.lookup(key)
+	if obj == nil {
+		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, ErrNotFound)
+	}
+	off, n, err := r.resolve(int64(len(obj.data)))
+	if err != nil {
+		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
+	}
+	// Full slice expression: an append by the caller cannot reach the bytes
+	// that follow the range.
+	return obj.data[off : off+n : off+n], obj.info(key), nil
+}
+
+func (m *Mem) Head(ctx context.Context, key string) (ObjectInfo, error) {
+	if err := checkRead(ctx, "head", key); err != nil {
+		return ObjectInfo{}, err
+	}
+	obj := m.lookup(key)
+	if obj == nil {
+		return ObjectInfo{}, fmt.Errorf("head %s: %w", key, ErrNotFound)
+	}
+	return obj.info(key), nil
+}
+
+func (m *Mem) List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error) {
+	if err := ctx.Err(); err != nil {
+		return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	if err := ValidatePrefix(prefix); err != nil {
+		return ListPage{}, fmt.Errorf("list: %w", err)
+	}
+	if max <= 0 || max > 1000 {
+		max = 1000
+	}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	from := prefix
+	if startAfter >= prefix {
+		from = startAfter + "\x00" // the first string after startAfter
+	}
+	i := sort.SearchStrings(m.keys, from)
+	var page ListPage
+	for ; i < len(m.keys); i++ {
+		k := m.keys[i]
+		if len(k) < len(prefix) || k[:len(prefix)] != prefix {
+			break
+		}
+		if len(page.Objects) == max {
+			page.Truncated = true
+			break
+		}
+		o := m.objects[k]
+		page.Objects = append(page.Objects, ObjectInfo{Key: k, Size: int64(len(o.data)), ETag: o.etag, LastModified: o.mod})
+	}
+	return page, nil
+}
+
+func (m *Mem) Delete(ctx context.Context, key string) error {
+	if err := checkWrite(ctx, "delete", key, nil); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	old := m.objects[key]
+	if old == nil {
+		return nil
+	}
+	delete(m.objects, key)
+	m.bytes -= int64(len(old.data))
+	if i, ok := slices.BinarySearch(m.keys, key); ok {
+		m.keys = slices.Delete(m.keys, i, i+1)
+	}
+	return nil
+}
+
+func (m *Mem) CreateMultipart(ctx context.Context, key string, opts PutOptions) (string, error) {
+	if err := checkWrite(ctx, "create multipart upload", key, opts.Metadata); err != nil {
+		return "", err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	id := m.nextTag()
+	m.uploads[id] = &memUpload{key: key, md: maps.Clone(opts.Metadata), initiated: time.Now(), parts: make(map[int32]memPart)}
+	return id, nil
+}
+
+// upload returns the open upload id of key. Called with mu held.
+func (m *Mem) upload(key, uploadID string) (*memUpload, error) {
+	u := m.uploads[uploadID]
+	if u == nil || u.key != key {
+		return nil, fmt.Errorf("upload %s of %s: %w", uploadID, key, ErrNotFound)
+	}
+	return u, nil
+}
+
+func (m *Mem) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
+	if err := checkWrite(ctx, "upload part", key, nil); err != nil {
+		return "", err
+	}
+	if err := checkPartNumber(n); err != nil {
+		return "", fmt.Errorf("upload part of %s: %w", key, err)
+	}
+	p := memPart{data: slices.Clone(data)}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u, err := m.upload(key, uploadID)
+	if err != nil {
+		return "", fmt.Errorf("upload part %d: %w", n, err)
+	}
+	p.etag = `"` + m.nextTag() + `"`
+	u.parts[n] = p
+	return p.etag, nil
+}
+
+func (m *Mem) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
+	if err := checkWrite(ctx, "complete multipart upload", key, nil); err != nil {
+		return ObjectInfo{}, err
+	}
+	if err := checkCompletedParts(parts); err != nil {
+		return ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
+	}
+	// Check under the read lock and concatenate outside any lock: parts are
+	// immutable, and a part replaced meanwhile is caught when publishing.
+	m.mu.RLock()
+	u, err := m.upload(key, uploadID)
+	var chosen []memPart
+	if err == nil {
+		chosen, err = pickParts(u, parts)
+	}
+	m.mu.RUnlock()
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
+	}
+	size := 0
+	for _, p := range chosen {
+		size += len(p.data)
+	}
+	data := make([]byte, 0, size)
+	for _, p := range chosen {
+		data = append(data, p.data...)
+	}
+
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	u, err = m.upload(key, uploadID)
+	if err == nil {
+		_, err = pickParts(u, parts) // unchanged since: the ETags still match
+	}
+	if err != nil {
+		return ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
+	}
+	obj := &memObject{data: data, md: u.md, mod: time.Now()}
+	if err := m.publish(key, obj, cond); err != nil {
+		return ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
+	}
+	delete(m.uploads, uploadID)
+	return obj.info(key), nil
+}
+
+// pickParts returns the stored parts named by parts, checking their ETags and
+// sizes as S3 does. Called with mu held.
+func pickParts(u *memUpload, parts []CompletedPart) ([]memPart, error) {
+	out := make([]memPart, len(parts))
+	for i, cp := range parts {
+		p, ok := u.parts[cp.Number]
+		switch {
+		case !ok:
+			return nil, fmt.Errorf("part %d of %s was not uploaded", cp.Number, u.key)
+		case p.etag != cp.ETag:
+			return nil, fmt.Errorf("part %d of %s has ETag %s, not %s", cp.Number, u.key, p.etag, cp.ETag)
+		case i < len(parts)-1 && len(p.data) < MinPartSize:
+			return nil, fmt.Errorf("part %d of %s is %d bytes: %w", cp.Number, u.key, len(p.data), ErrPartTooSmall)
+		}
+		out[i] = p
+	}
+	return out, nil
+}
+
+func (m *Mem) AbortMultipart(ctx context.Context, key, uploadID string) error {
+	if err := checkWrite(ctx, "abort multipart upload", key, nil); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if _, err := m.upload(key, uploadID); err != nil {
+		return fmt.Errorf("abort multipart upload: %w", err)
+	}
+	delete(m.uploads, uploadID)
+	return nil
+}
+
+func (m *Mem) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("list multipart uploads %s: %w", prefix, err)
+	}
+	if err := ValidatePrefix(prefix); err != nil {
+		return nil, fmt.Errorf("list multipart uploads: %w", err)
+	}
+	m.mu.RLock()
+	var out []Upload
+	for id, u := range m.uploads {
+		if len(u.key) >= len(prefix) && u.key[:len(prefix)] == prefix {
+			out = append(out, Upload{Key: u.key, UploadID: id, Initiated: u.initiated})
+		}
+	}
+	m.mu.RUnlock()
+	sortUploads(out)
+	return out, nil
+}
+
+// sortUploads orders uploads as S3 lists them: by key, then by initiation.
+func sortUploads(us []Upload) {
+	slices.SortFunc(us, func(a, b Upload) int {
+		if a.Key != b.Key {
+			if a.Key < b.Key {
+				return -1
+			}
+			return 1
+		}
+		if c := a.Initiated.Compare(b.Initiated); c != 0 {
+			return c
+		}
+		if a.UploadID < b.UploadID {
+			return -1
+		}
+		if a.UploadID > b.UploadID {
+			return 1
+		}
+		return 0
+	})
+}

@@ -1,0 +1,170 @@
+// Package staging is the only door to object storage. Everything ckptfs keeps
+// lives behind the Store interface: the S3 backend for real buckets, a local
+// directory (the embedded default), and memory (benchmarks and unit tests), plus
+// wrappers that emulate a network link, inject faults and count requests.
+//
+// # Semantics every backend honours
+//
+//   - Keys are UTF-8 strings of at most 1024 bytes, '/'-separated. A key that is
+//     empty, absolute, contains a NUL, or has a "." or ".." segment is refused
+//     with ErrInvalidKey by every backend, so code tested on memory behaves the
+//     same on a directory or a bucket.
+//   - Objects are immutable once written; a Put or a completed multipart upload
+//     replaces an object as a whole and atomically: a reader sees the old bytes
+//     or the new ones, never a mix.
+//   - Conditions: IfNoneMatch creates only when no object has the key;
+//     IfMatch replaces only the object whose ETag it names. A condition that
+//     does not hold returns an error for which errors.Is(err, ErrPrecondition)
+//     is true (S3's 412 and the 409 of a concurrent conditional write alike).
+//   - A missing key returns an error for which errors.Is(err, ErrNotFound).
+//   - Delete of a missing key succeeds (S3 semantics).
+//   - Multipart: parts other than the last must be at least MinPartSize bytes
+//     (checked at CompleteMultipart, as S3 does); part numbers start at 1.
+//     Nothing of an upload is visible until it completes; an aborted upload
+//     leaves nothing behind.
+//   - User metadata keys are lower-case ASCII letters, digits and '-'; S3 sends
+//     them as x-amz-meta-<key>.
+package staging
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors. Backends wrap them with what was being done; callers use
+// errors.Is.
+var (
+	// ErrNotFound: no object (or upload) has that key.
+	ErrNotFound = errors.New("not found")
+	// ErrPrecondition: an If-None-Match or If-Match condition did not hold.
+	ErrPrecondition = errors.New("precondition failed")
+	// ErrInvalidKey: the key could escape the store's root or is malformed.
+	ErrInvalidKey = errors.New("invalid key")
+	// ErrInvalidRange: a range starts at or past the end of the object.
+	ErrInvalidRange = errors.New("invalid range")
+	// ErrPartTooSmall: a multipart upload had a non-last part under MinPartSize.
+	ErrPartTooSmall = errors.New("multipart part too small")
+)
+
+// MinPartSize is S3's minimum size of every part but the last of a multipart
+// upload; every backend enforces it so that tests on memory catch violations.
+const MinPartSize = 5 << 20
+
+// Conditions of a write.
+type Conditions struct {
+	// IfNoneMatch: create only; fail with ErrPrecondition if the key exists.
+	IfNoneMatch bool
+	// IfMatch: replace only the object with this ETag; fail with
+	// ErrPrecondition otherwise (and if the key does not exist).
+	IfMatch string
+}
+
+// PutOptions are the options of Put and CreateMultipart.
+type PutOptions struct {
+	Conditions
+	// Metadata is stored with the object and returned by Head and Get.
+	Metadata map[string]string
+}
+
+// ObjectInfo describes a stored object.
+type ObjectInfo struct {
+	Key          string
+	Size         int64
+	ETag         string // opaque; compare only for equality (equal bytes may keep an equal ETag on S3)
+	LastModified time.Time
+	// Metadata is filled by Head, Get, Put and CompleteMultipart; List leaves
+	// it nil.
+	Metadata map[string]string
+}
+
+// Range selects bytes of an object for Get.
+//
+// The zero Range is the whole object. With Suffix > 0 it is the last Suffix
+// bytes (the whole object if it is shorter), like HTTP "bytes=-N". Otherwise it
+// is Len bytes from Off (Len <= 0 meaning to the end); a range that runs past
+// the end is cut at the end, and one that starts at or past the end fails with
+// ErrInvalidRange (an empty object read whole is not an error).
+type Range struct {
+	Off    int64
+	Len    int64
+	Suffix int64
+}
+
+// Whole is the zero Range.
+func Whole() Range { return Range{} }
+
+// Bytes is the range of n bytes at off.
+func Bytes(off, n int64) Range { return Range{Off: off, Len: n} }
+
+// Suffix is the range of the last n bytes.
+func Suffix(n int64) Range { return Range{Suffix: n} }
+
+// ListPage is one page of a listing, in ascending key order.
+type ListPage struct {
+	Objects []ObjectInfo
+	// Truncated is true when more keys follow the last one returned; list again
+	// with startAfter set to the last key.
+	Truncated bool
+}
+
+// Upload is an open multipart upload.
+type Upload struct {
+	Key       string
+	UploadID  string
+	Initiated time.Time
+}
+
+// CompletedPart names an uploaded part when completing an upload.
+type CompletedPart struct {
+	Number int32
+	ETag   string
+}
+
+// Store is object storage. Implementations are safe for concurrent use.
+// Every method honours ctx cancellation where the backend can.
+type Store interface {
+	// Put stores data under key as one object.
+	Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error)
+	// Get returns the bytes of r and the object's info (Size is the size of
+	// the whole object, not of the range).
+	Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error)
+	// Head returns the object's info without its bytes.
+	Head(ctx context.Context, key string) (ObjectInfo, error)
+	// List returns up to max keys (max <= 0 or > 1000: 1000) that start with
+	// prefix and sort after startAfter.
+	List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error)
+	// Delete removes key; a missing key is not an error.
+	Delete(ctx context.Context, key string) error
+
+	// CreateMultipart starts an upload; its metadata applies to the object.
+	// The conditions of opts are ignored here: pass them to CompleteMultipart.
+	CreateMultipart(ctx context.Context, key string, opts PutOptions) (uploadID string, err error)
+	// UploadPart stores part number n (1..10000) and returns its ETag.
+	UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (etag string, err error)
+	// CompleteMultipart publishes the upload as one object if cond holds.
+	// A failed condition leaves the upload open (abort it).
+	CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error)
+	// AbortMultipart discards an upload and its parts; an unknown upload is
+	// ErrNotFound.
+	AbortMultipart(ctx context.Context, key, uploadID string) error
+	// ListMultipartUploads lists open uploads whose key starts with prefix.
+	ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error)
+}
+
+// ListAll lists every object under prefix, following pages.
+func ListAll(ctx context.Context, s Store, prefix string) ([]ObjectInfo, error) {
+	var out []ObjectInfo
+	after := ""
+	for {
+		page, err := s.List(ctx, prefix, after, 1000)
+		if err != nil {
+			return out, err
+		}
+		out = append(out, page.Objects...)
+		if !page.Truncated || len(page.Objects) == 0 {
+			return out, nil
+		}
+		after = page.Objects[len(page.Objects)-1].Key
+	}
+}

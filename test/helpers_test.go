@@ -1,0 +1,209 @@
+// Package test holds the end-to-end tests of ckptfs: a real FUSE mount over a
+// real S3 server on loopback (staging/s3test), driven by unmodified programs.
+package test
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"ckptfs/config"
+	"ckptfs/fs/fusefs"
+	"ckptfs/staging"
+	"ckptfs/staging/s3test"
+)
+
+func TestMain(m *testing.M) { s3test.Main(m) }
+
+// volume is a folder of the test bucket that holds one ckptfs volume, and
+// mounts of it.
+type volume struct {
+	t   *testing.T
+	cfg staging.S3Config
+}
+
+func newVolume(t *testing.T) *volume {
+	t.Helper()
+	return &volume{t: t, cfg: s3test.Config(t)}
+}
+
+// store opens the volume's folder as a store, for looking at objects.
+func (v *volume) store() staging.Store {
+	v.t.Helper()
+	s, err := staging.NewS3(context.Background(), v.cfg)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	return s
+}
+
+// mount is one in-process mount of a volume.
+type mount struct {
+	t    *testing.T
+	dir  string
+	fsys *fusefs.FS
+	done bool
+}
+
+// mount mounts the volume under t.TempDir() in this process with the mount
+// defaults and opts; t.Cleanup unmounts it.
+func (v *volume) mount(opts string) *mount {
+	v.t.Helper()
+	start := time.Now()
+	defer func() { v.t.Logf("mount: %v", time.Since(start)) }()
+	cfg, err := config.ParseMount(config.TotalRAM(), opts)
+	if err != nil {
+		v.t.Fatalf("options %q: %v", opts, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := staging.NewS3(ctx, v.cfg)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	log := zaptest.NewLogger(v.t, zaptest.Level(zap.WarnLevel))
+	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Logger: log, FsName: "ckptfs-test"})
+	if err != nil {
+		v.t.Fatalf("open volume: %v", err)
+	}
+	dir := filepath.Join(v.t.TempDir(), "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		v.t.Fatal(err)
+	}
+	if err := fsys.Mount(dir); err != nil {
+		fsys.Close()
+		v.t.Fatalf("mount: %v", err)
+	}
+	m := &mount{t: v.t, dir: dir, fsys: fsys}
+	v.t.Cleanup(func() { m.unmount() })
+	return m
+}
+
+// unmount unmounts and flushes; it fails the test if that fails.
+func (m *mount) unmount() {
+	m.t.Helper()
+	if m.done {
+		return
+	}
+	m.done = true
+	start := time.Now()
+	defer func() { m.t.Logf("unmount: %v", time.Since(start)) }()
+	if err := m.fsys.Unmount(); err != nil {
+		m.t.Errorf("unmount %s: %v", m.dir, err)
+	}
+}
+
+func (m *mount) path(name string) string { return filepath.Join(m.dir, name) }
+
+// run runs a program and fails the test with its output if it fails.
+func run(t *testing.T, dir, name string, args ...string) string {
+	t.Helper()
+	start := time.Now()
+	out, err := runErr(dir, name, args...)
+	t.Logf("%s %s: %v", name, strings.Join(args, " "), time.Since(start))
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+func runErr(dir, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir = dir
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	err := cmd.Run()
+	return b.String(), err
+}
+
+// need fails the test when a program it drives is missing (CI installs
+// them).
+func need(t *testing.T, progs ...string) {
+	t.Helper()
+	for _, p := range progs {
+		if _, err := exec.LookPath(p); err != nil {
+			t.Fatalf("%s is needed by this test: %v", p, err)
+		}
+	}
+}
+
+// size picks n normally and small with -short.
+func size(n, short int64) int64 {
+	if testing.Short() {
+		return short
+	}
+	return n
+}
+
+var binary struct {
+	once sync.Once
+	path string
+	err  error
+	out  string
+}
+
+// ckptfsBinary builds cmd/ckptfs once per test binary.
+func ckptfsBinary(t *testing.T) string {
+	t.Helper()
+	binary.once.Do(func() {
+		// A fixed folder, so that runs reuse it instead of leaving copies.
+		dir := filepath.Join(os.TempDir(), "ckptfs-e2e-bin")
+		if binary.err = os.MkdirAll(dir, 0o755); binary.err != nil {
+			return
+		}
+		binary.path = filepath.Join(dir, "ckptfs")
+		_, file, _, _ := runtime.Caller(0)
+		binary.out, binary.err = runErr(filepath.Dir(file), "go", "build", "-o", binary.path, "ckptfs/cmd/ckptfs")
+	})
+	if binary.err != nil {
+		t.Fatalf("build ckptfs: %v\n%s", binary.err, binary.out)
+	}
+	return binary.path
+}
+
+// randomFile writes n random bytes (no holes, incompressible) to path. It
+// uses a seeded ChaCha8 stream: /dev/urandom runs at tens of MB/s on a busy
+// machine, and a GiB of it would dominate the test.
+func randomFile(t *testing.T, path string, n int64) {
+	t.Helper()
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seed [32]byte
+	copy(seed[:], path)
+	r := rand.NewChaCha8(seed)
+	buf := make([]byte, 1<<20)
+	for n > 0 {
+		k := min(int64(len(buf)), n)
+		_, _ = r.Read(buf[:k]) // ChaCha8.Read never fails
+		if _, err := f.Write(buf[:k]); err != nil {
+			t.Fatal(err)
+		}
+		n -= k
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// countObjects counts the objects under prefix of a volume.
+func countObjects(t *testing.T, st staging.Store, prefix string) int {
+	t.Helper()
+	objs, err := staging.ListAll(context.Background(), st, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(objs)
+}
