@@ -63,7 +63,8 @@ func TestBinaryDaemon(t *testing.T) {
 	store, opts, env := s3Args(t, v)
 	dir := mountpoint(t)
 
-	cmd := exec.Command(bin, "mount", "-o", opts+",ns_refresh=500ms", store, dir)
+	logFile := filepath.Join(t.TempDir(), "ckptfs.log")
+	cmd := exec.Command(bin, "mount", "-o", opts+",ns_refresh=500ms,log=debug,log_file="+logFile, store, dir)
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("ckptfs mount: %v\n%s", err, out)
@@ -81,6 +82,20 @@ func TestBinaryDaemon(t *testing.T) {
 	if isMounted(t, dir) {
 		t.Fatal("still mounted after fusermount3 -u")
 	}
+	e, _ := s3test.Shared()
+	waitFor(t, 30*time.Second, func() error {
+		b, err := os.ReadFile(logFile)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(string(b), e.SecretKey) || strings.Contains(string(b), e.AccessKey) {
+			t.Fatalf("the log holds the credentials:\n%s", b)
+		}
+		if !strings.Contains(string(b), "mounted") {
+			return errors.New("log does not say mounted yet")
+		}
+		return nil
+	})
 
 	// mount.ckptfs, the form mount(8) runs: STORE MOUNTPOINT -o opts.
 	helper := filepath.Join(t.TempDir(), "mount.ckptfs")

@@ -22,6 +22,7 @@ const usage = `ckptfs: a filesystem that checkpoints every file into object stor
 Usage:
   ckptfs mount [-o name=value,...] [-f|--foreground] STORE MOUNTPOINT
   mount.ckptfs STORE MOUNTPOINT [-o name=value,...]
+  ckptfs bench [-table ...]      (reproduces the seed's tables; ckptfs bench -h)
   ckptfs --help | ckptfs mount --help
 
 STORE is one of
@@ -68,6 +69,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return 0
 	case "mount":
 		return mountCmd(args[2:], false, stdout, stderr)
+	case "bench":
+		return benchRun(args[2:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "ckptfs: unknown command %q\n\n%s", args[1], usage)
 	return 2

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"encoding/binary"
 	"context"
 	"errors"
 	"fmt"
@@ -35,11 +36,11 @@ func mustOpen(t *testing.T, st staging.Store, prefix string, p Params) *File {
 
 func pattern(n int, seed uint64) []byte {
 	r := rand.New(rand.NewPCG(seed, seed))
-	b := make([]byte, n)
-	for i := range b {
-		b[i] = byte(r.Uint32())
+	b := make([]byte, n+8)
+	for i := 0; i < n; i += 8 {
+		binary.LittleEndian.PutUint64(b[i:], r.Uint64())
 	}
-	return b
+	return b[:n:n]
 }
 
 func readAll(t *testing.T, f *File) []byte {

@@ -219,7 +219,8 @@ type File struct {
 
 // dirtyBlock is one block's bytes that are not in a completed object yet.
 type dirtyBlock struct {
-	buf []byte // exactly one data block
+	buf []byte  // exactly one data block; nil for a reference
+	ref *refSrc // a block written by reference: its bytes are in a Source
 	// sent is the object sent ahead that holds a copy of the block at slot,
 	// until that object finishes; nil when the block is unsent.
 	sent *streamObj
@@ -394,17 +395,33 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Fil
 	return f, nil
 }
 
-// OpenAt opens the file at checkpoint cno, read-only. The checkpoint must be
-// one that was published (reachable from the head); its objects are read as
-// they are.
+// OpenAt opens the file at checkpoint cno, read-only, straight from that
+// checkpoint's part 0 (one header read). Checkpoints lists the published
+// ones; a part 0 whose flush failed before the head named it is a whole,
+// consistent checkpoint too, and opens the same way.
 func OpenAt(ctx context.Context, st staging.Store, prefix string, cno uint64, o Options) (*File, error) {
 	f, err := newFile(st, prefix, o)
 	if err != nil {
 		return nil, err
 	}
-	ino, err := f.inodeAt(ctx, cno)
+	head, _, err := f.readHead(ctx)
 	if err != nil {
 		return nil, err
+	}
+	if cno == 0 || cno > head.Cno {
+		return nil, fmt.Errorf("open %s at checkpoint %d: %w", prefix, cno, ErrNotExist)
+	}
+	ino := head
+	if cno != head.Cno {
+		name := segment.ObjectName{Cno: cno, Part: 0}
+		h, err := segment.ReadHeader(ctx, st, f.key(name), name, f.tag, head.Format)
+		if errors.Is(err, staging.ErrNotFound) {
+			return nil, fmt.Errorf("open %s at checkpoint %d: %w", prefix, cno, ErrNotExist)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("open %s at checkpoint %d: %w", prefix, cno, err)
+		}
+		ino = h.Inode
 	}
 	f.adopt(ino, "")
 	f.readOnly = true
@@ -421,21 +438,6 @@ func (f *File) readHead(ctx context.Context) (segment.Inode, string, error) {
 		return segment.Inode{}, "", fmt.Errorf("open %s: %w", f.prefix, err)
 	}
 	return hd.Inode, info.ETag, nil
-}
-
-// inodeAt finds the inode of checkpoint cno by following the chain of
-// checkpoints from the head.
-func (f *File) inodeAt(ctx context.Context, cno uint64) (segment.Inode, error) {
-	cps, err := f.checkpointsFrom(ctx, 0)
-	if err != nil {
-		return segment.Inode{}, err
-	}
-	for _, c := range cps {
-		if c.Inode.Cno == cno {
-			return c.Inode, nil
-		}
-	}
-	return segment.Inode{}, fmt.Errorf("open %s at checkpoint %d: %w", f.prefix, cno, ErrNotExist)
 }
 
 // Checkpoint is one published checkpoint.

@@ -39,6 +39,15 @@ type plannedObject struct {
 	summary []segment.SummaryEntry
 	metas   [][]byte
 	leafLos []uint64 // the leaves (by their Lo) whose data is here
+	held    int64    // budget drawn for blocks by reference read into bufs
+}
+
+// releasePlanned returns the budget drawn for blocks read by reference.
+func (f *File) releasePlanned(objs []*plannedObject) {
+	for _, o := range objs {
+		f.releaseCopy(o.held)
+		o.held = 0
+	}
 }
 
 func (o *plannedObject) dataBytes(bs int) int64 { return int64(len(o.fbns)) * int64(bs) }
@@ -272,7 +281,18 @@ func (f *File) packLocked(ctx context.Context, fbns []uint64, final bool) ([]*pl
 		o.bufs = make([][]byte, len(o.fbns))
 		o.summary = make([]segment.SummaryEntry, len(o.fbns))
 		for s, fbn := range o.fbns {
-			buf := f.dirty[fbn].buf
+			d := f.dirty[fbn]
+			buf := d.buf
+			if d.ref != nil {
+				// A block by reference: the flush reads it from its source.
+				f.forceCopy(int64(f.bs))
+				o.held += int64(f.bs)
+				buf = make([]byte, f.bs)
+				if err := d.ref.read(buf); err != nil {
+					f.releasePlanned(objs)
+					return nil, fmt.Errorf("block %d by reference: %w", fbn, err)
+				}
+			}
 			crc := segment.Checksum(buf)
 			o.bufs[s] = buf
 			o.summary[s] = segment.SummaryEntry{FBN: fbn, CRC: crc}
@@ -289,7 +309,8 @@ func (f *File) packLocked(ctx context.Context, fbns []uint64, final bool) ([]*pl
 // checkpoint (a partial segment), so the dirty tier empties; the writer that
 // crossed the limit waits for it. Blocks of objects that fail stay dirty.
 func (f *File) writePartialLocked(ctx context.Context) error {
-	fbns := f.sortedDirty()
+	// Blocks by reference hold no memory: the limits do not apply to them.
+	fbns := slices.DeleteFunc(f.sortedDirty(), func(fbn uint64) bool { return f.dirty[fbn].ref != nil })
 	if len(fbns) == 0 {
 		return nil
 	}
@@ -312,6 +333,7 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 		}
 	}
 	errs := f.uploadAll(ctx, objs, nil, nil, &c)
+	f.releasePlanned(objs)
 	var firstErr error
 	for k, o := range objs {
 		if errs[k] != nil {
@@ -349,6 +371,7 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	if err != nil {
 		return fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
+	defer f.releasePlanned(objs)
 	part0 := objs[len(objs)-1]
 	cno := part0.name.Cno
 	t.Cno = cno

@@ -61,6 +61,7 @@ type modelRun struct {
 	saved  map[uint64][]byte // checkpoint number -> content
 	maxOff int64
 	bigW   int // the largest of the occasional big writes
+	first  uint64
 }
 
 func (m *modelRun) fatalf(format string, args ...any) {
@@ -74,9 +75,9 @@ func (m *modelRun) randBytes(n int) []byte {
 	// while staying distinguishable from zeros.
 	for i := 0; i < n; {
 		run := min(n-i, 1+m.rng.IntN(700))
-		v := byte(1 + m.rng.IntN(255))
-		for j := 0; j < run; j++ {
-			b[i+j] = v
+		b[i] = byte(1 + m.rng.IntN(255))
+		for j := 1; j < run; j *= 2 {
+			copy(b[i+j:i+run], b[i:i+j])
 		}
 		i += run
 	}
@@ -96,6 +97,17 @@ func (m *modelRun) step() {
 		got, err := m.f.WriteAt(ctx, p, off)
 		if err != nil || got != n {
 			m.fatalf("write %d at %d: %d, %v", n, off, got, err)
+		}
+		if end := off + int64(n); end > int64(len(m.model)) {
+			m.model = append(m.model, make([]byte, end-int64(len(m.model)))...)
+		}
+		copy(m.model[off:], p)
+	case op < 50: // write by reference: the source keeps its bytes
+		off := m.rng.Int64N(m.maxOff)
+		n := 1 + m.rng.IntN(m.bigW)
+		p := m.randBytes(n)
+		if err := m.f.WriteRef(ctx, off, int64(n), bytes.NewReader(p), 0); err != nil {
+			m.fatalf("write %d by reference at %d: %v", n, off, err)
 		}
 		if end := off + int64(n); end > int64(len(m.model)) {
 			m.model = append(m.model, make([]byte, end-int64(len(m.model)))...)
@@ -171,7 +183,19 @@ func (m *modelRun) flush() {
 	if _, err := m.f.Flush(m.ctx); err != nil {
 		m.fatalf("flush: %v", err)
 	}
-	m.saved[m.f.Stat().Cno] = append([]byte(nil), m.model...)
+	cno := m.f.Stat().Cno
+	m.saved[cno] = append([]byte(nil), m.model...)
+	// Keep the contents of the most recent checkpoints only (and the first,
+	// the oldest one reachable), so that memory stays bounded.
+	const keep = 12
+	for c := range m.saved {
+		if c != 0 && c != m.first && c+keep*4 < cno {
+			delete(m.saved, c)
+		}
+	}
+	if m.first == 0 {
+		m.first = cno
+	}
 }
 
 func (m *modelRun) checkRead(f *File, model []byte, off int64, n int) {

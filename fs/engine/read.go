@@ -141,13 +141,27 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 	end := uint64((off + n + bs - 1) / bs)
 	next := first // the next block not yet accounted for
 	var cur *PlannedGet
+	var tmp []byte
+	var refErr error
+	fromDirty := func(fbn uint64, d *dirtyBlock) {
+		plan.Dirty++
+		if !fill {
+			return
+		}
+		if d.ref != nil && tmp == nil {
+			tmp = make([]byte, bs)
+		}
+		b, err := d.bytes(tmp)
+		if err != nil {
+			refErr = fmt.Errorf("block %d by reference: %w", fbn, err)
+			return
+		}
+		copyBlockInto(p, off, fbn, bs, b)
+	}
 	hole := func(upto uint64) {
 		for ; next < upto; next++ {
 			if d := f.dirty[next]; d != nil {
-				plan.Dirty++
-				if fill {
-					copyBlockInto(p, off, next, bs, d.buf)
-				}
+				fromDirty(next, d)
 				continue
 			}
 			plan.Holes++
@@ -160,10 +174,7 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 		hole(fbn)
 		next = fbn + 1
 		if d := f.dirty[fbn]; d != nil {
-			plan.Dirty++
-			if fill {
-				copyBlockInto(p, off, fbn, bs, d.buf)
-			}
+			fromDirty(fbn, d)
 			return nil
 		}
 		if fill {
@@ -195,6 +206,9 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 		return plan, fmt.Errorf("plan read of %s at %d: %w", f.prefix, off, err)
 	}
 	hole(end)
+	if refErr != nil {
+		return plan, fmt.Errorf("read %s at %d: %w", f.prefix, off, refErr)
+	}
 	return plan, nil
 }
 

@@ -51,24 +51,26 @@ const (
 
 // streamObj is an object sent ahead.
 type streamObj struct {
-	name      segment.ObjectName
-	cls       class
-	whole     bool // sent in one request
-	uploadID  string
-	fbns      []uint64
-	hashes    []uint64
-	summary   []segment.SummaryEntry
-	metas     [][]byte
-	parts     []staging.CompletedPart
-	leafLos   map[uint64]struct{} // leaves (by Lo) over the blocks placed, as counted when placed
-	pending   int   // tasks of this object in flight
-	closed    bool  // no more pieces
-	failed    error // first failure; the object will be aborted
-	aborting  bool
-	finished  bool // completed, failed or given up: taken in for good
-	complete  bool
-	dataSent  int64 // data bytes handed to tasks
-	flushData int64 // of which placed by a flush
+	name       segment.ObjectName
+	cls        class
+	whole      bool // sent in one request
+	uploadID   string
+	fbns       []uint64
+	hashes     []uint64
+	summary    []segment.SummaryEntry
+	metas      [][]byte
+	parts      []staging.CompletedPart
+	leafLos    map[uint64]struct{} // leaves (by Lo) over the blocks placed, as counted when placed
+	pending    int                 // tasks of this object in flight
+	closed     bool                // no more pieces
+	failed     error               // first failure; the object will be aborted
+	aborting   bool
+	finished   bool // completed, failed or given up: taken in for good
+	complete   bool
+	refs       map[uint32]*refSrc // slots holding blocks by reference
+	refPending int                // of those, not read yet by their task
+	dataSent   int64              // data bytes handed to tasks
+	flushData  int64              // of which placed by a flush
 }
 
 func (o *streamObj) n() int { return len(o.fbns) }
@@ -85,6 +87,8 @@ const (
 type sendResult struct {
 	obj   *streamObj
 	kind  taskKind
+	refs  []pieceRef // blocks by reference the task read
+	crcs  []uint32   // their checksums (nil if the read failed)
 	part  int32
 	etag  string
 	err   error
@@ -232,6 +236,9 @@ func (f *File) handleResultLocked(ctx context.Context, r sendResult) {
 	} else if r.err != nil && o.failed == nil && r.kind != taskAbort {
 		o.failed = r.err
 	}
+	if len(r.refs) > 0 {
+		f.refsReadLocked(o, r.refs, r.crcs)
+	}
 	switch r.kind {
 	case taskPiece:
 		if r.err == nil && r.panic == nil {
@@ -290,14 +297,18 @@ func (f *File) completedLocked(o *streamObj) {
 		d.sent = nil
 		want := segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: uint32(slot)}
 		v, ok, err := f.tree.Get(f.s.ctx, fbn)
-		if o.summary[slot].Dead || err != nil || !ok || v.Ptr != want || xxh3.Hash(d.buf) != o.hashes[slot] {
+		same := d.ref != nil && o.refs[uint32(slot)] == d.ref ||
+			d.ref == nil && o.refs[uint32(slot)] == nil && xxh3.Hash(d.buf) == o.hashes[slot]
+		if o.summary[slot].Dead || err != nil || !ok || v.Ptr != want || !same {
 			f.s.deadB += int64(f.bs)
 			f.markUnsent(fbn)
 			continue
 		}
-		f.freeBlock(d.buf)
+		if d.buf != nil {
+			f.freeBlock(d.buf)
+			f.dirtyB -= int64(f.bs)
+		}
 		delete(f.dirty, fbn)
-		f.dirtyB -= int64(f.bs)
 		f.written[fbn] = v
 	}
 	for m, enc := range o.metas {
@@ -450,25 +461,98 @@ func (f *File) sendAheadLocked(ctx context.Context) error {
 
 // placeLocked puts blocks into o at its next slots: copies them into buf,
 // hashes them and sets their pointers.
-func (f *File) placeLocked(ctx context.Context, o *streamObj, blocks []uint64, buf []byte) error {
+func (f *File) placeLocked(ctx context.Context, o *streamObj, blocks []uint64, buf []byte, readRefs bool) ([]pieceRef, error) {
 	bs := int64(f.bs)
+	var later []pieceRef
 	for i, fbn := range blocks {
 		d := f.dirty[fbn]
 		slot := uint32(o.n())
-		copy(buf[int64(i)*bs:], d.buf)
-		crc := segment.Checksum(d.buf)
-		h := xxh3.Hash(d.buf)
+		blk := buf[int64(i)*bs : int64(i+1)*bs]
+		var crc uint32
+		var h uint64
+		switch {
+		case d.ref == nil:
+			copy(blk, d.buf)
+			crc, h = segment.Checksum(blk), xxh3.Hash(blk)
+		case readRefs:
+			if err := d.ref.read(blk); err != nil {
+				return later, fmt.Errorf("place block %d by reference: %w", fbn, err)
+			}
+			crc = segment.Checksum(blk)
+		default:
+			// Read by the upload task; its checksum follows with the result.
+			later = append(later, pieceRef{idx: i, slot: slot, fbn: fbn, ref: d.ref})
+		}
+		if d.ref != nil {
+			if o.refs == nil {
+				o.refs = make(map[uint32]*refSrc)
+			}
+			o.refs[slot] = d.ref
+		}
 		o.fbns = append(o.fbns, fbn)
 		o.hashes = append(o.hashes, h)
 		o.summary = append(o.summary, segment.SummaryEntry{FBN: fbn, CRC: crc})
 		v := blockmap.Value{Ptr: segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: slot}, CRC: crc}
 		if err := f.tree.Set(ctx, fbn, v); err != nil {
-			return fmt.Errorf("place block %d in %s: %w", fbn, f.key(o.name), err)
+			return later, fmt.Errorf("place block %d in %s: %w", fbn, f.key(o.name), err)
 		}
 		d.sent, d.slot = o, slot
 		f.clearUnsent(fbn)
 	}
 	o.dataSent += int64(len(blocks)) * bs
+	o.refPending += len(later)
+	return later, nil
+}
+
+// pieceRef is a block by reference in a piece, read by the upload task.
+type pieceRef struct {
+	idx  int // block index in the piece
+	slot uint32
+	fbn  uint64
+	ref  *refSrc
+}
+
+// readRefs fills a piece's referenced blocks from their sources (in the
+// upload task) and returns their checksums.
+func readRefs(buf []byte, bs int64, refs []pieceRef) ([]uint32, error) {
+	crcs := make([]uint32, len(refs))
+	for i, r := range refs {
+		blk := buf[int64(r.idx)*bs : int64(r.idx+1)*bs]
+		if err := r.ref.read(blk); err != nil {
+			return nil, fmt.Errorf("block %d by reference: %w", r.fbn, err)
+		}
+		crcs[i] = segment.Checksum(blk)
+	}
+	return crcs, nil
+}
+
+// refsReadLocked records the checksums of blocks by reference that an
+// upload task read: in the summary, and in the map while the block still
+// points where it was sent.
+func (f *File) refsReadLocked(o *streamObj, refs []pieceRef, crcs []uint32) {
+	o.refPending -= len(refs)
+	if crcs == nil {
+		return
+	}
+	for i, r := range refs {
+		o.summary[r.slot].CRC = crcs[i]
+		ptr := segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: r.slot}
+		if v, ok, err := f.tree.Get(f.s.ctx, r.fbn); err == nil && ok && v.Ptr == ptr {
+			if err := f.tree.Set(f.s.ctx, r.fbn, blockmap.Value{Ptr: ptr, CRC: crcs[i]}); err != nil && o.failed == nil {
+				o.failed = err
+			}
+		}
+	}
+}
+
+// waitRefsLocked waits until every block by reference placed in o has been
+// read, so that o's leaves and summary carry their checksums.
+func (f *File) waitRefsLocked(ctx context.Context, o *streamObj) error {
+	for o.refPending > 0 {
+		if err := f.takeInLocked(ctx, true); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 
@@ -541,7 +625,7 @@ func (f *File) sendWholeLocked(ctx context.Context, c class, blocks []uint64) (i
 		return 0, nil // the limits come first: no room for a copy now
 	}
 	data := make([]byte, held)
-	if err := f.placeLocked(ctx, o, blocks[:n], data); err != nil {
+	if _, err := f.placeLocked(ctx, o, blocks[:n], data, true); err != nil {
 		f.releaseCopy(held)
 		return 0, err
 	}
@@ -658,7 +742,8 @@ func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, la
 		f.forceCopy(held)
 	}
 	buf := make([]byte, held)
-	if err := f.placeLocked(ctx, o, blocks[:n], buf); err != nil {
+	later, err := f.placeLocked(ctx, o, blocks[:n], buf, last)
+	if err != nil {
 		f.releaseCopy(held)
 		return 0, err
 	}
@@ -674,10 +759,17 @@ func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, la
 	o.parts = append(o.parts, staging.CompletedPart{})
 	part := int32(len(o.parts))
 	key, id := f.key(o.name), o.uploadID
+	bs := int64(f.bs)
 	f.spawn(o, taskPiece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
-		etag, err := f.st.UploadPart(ctx, key, id, part, buf)
-		return sendResult{part: part, etag: etag, err: err}
+		r := sendResult{part: part, refs: later}
+		if len(later) > 0 {
+			if r.crcs, r.err = readRefs(buf, bs, later); r.err != nil {
+				return r
+			}
+		}
+		r.etag, r.err = f.st.UploadPart(ctx, key, id, part, buf)
+		return r
 	})
 	if o.n() >= int((f.target()-segment.HeaderSize)/int64(f.bs)) {
 		return n, f.closeOpenLocked(ctx, c)
@@ -698,7 +790,6 @@ func (f *File) closeOpenLocked(ctx context.Context, c class) error {
 // the tail. An object whose leaves outgrew the spare is given up.
 func (f *File) finishLocked(ctx context.Context, o *streamObj, data []byte, held int64) error {
 	f.s.open[o.cls] = nil
-	o.closed = true
 	// Blocks rewritten while o was open may go into the next object.
 	for slot, fbn := range o.fbns {
 		if o.summary[slot].Dead {
@@ -708,20 +799,37 @@ func (f *File) finishLocked(ctx context.Context, o *streamObj, data []byte, held
 			}
 		}
 	}
+	// giveUp closes o as failed: it is aborted once its tasks are in, and
+	// its blocks stay dirty.
+	giveUp := func(err error) {
+		f.releaseCopy(held)
+		if o.failed == nil {
+			o.failed = err
+		}
+		o.closed = true
+		f.advanceLocked(ctx, o)
+	}
+	if err := f.waitRefsLocked(ctx, o); err != nil {
+		giveUp(err)
+		return err
+	}
+	if o.failed != nil {
+		giveUp(o.failed) // a piece failed while we waited
+		return nil
+	}
 	metas, err := f.leavesLocked(ctx, o)
 	if err != nil {
+		giveUp(err)
 		return err
 	}
 	o.metas = metas
 	if f.objSize(o.n(), len(metas)) > f.p.MaxObjectBytes {
-		f.releaseCopy(held)
-		o.failed = fmt.Errorf("object %s given up: its leaves outgrew the spare", f.key(o.name))
-		f.advanceLocked(ctx, o)
+		giveUp(fmt.Errorf("object %s given up: its leaves outgrew the spare", f.key(o.name)))
 		return nil
 	}
 	tail, err := f.tailLocked(o)
 	if err != nil {
-		f.releaseCopy(held)
+		giveUp(err)
 		return err
 	}
 	body := append(data, tail...)
@@ -733,6 +841,9 @@ func (f *File) finishLocked(ctx context.Context, o *streamObj, data []byte, held
 		etag, err := f.st.UploadPart(ctx, key, id, part, body)
 		return sendResult{part: part, etag: etag, err: err}
 	})
+	// Closed only now: the completion must wait for the tail part, which is
+	// in flight from here on.
+	o.closed = true
 	return nil
 }
 

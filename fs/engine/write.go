@@ -103,6 +103,18 @@ func (f *File) writeLocked(ctx context.Context, p []byte, off int64) (int, error
 			}
 		} else {
 			f.touchLocked(d)
+			if d.ref != nil {
+				if n == f.bs {
+					buf, err := f.allocBlock(ctx)
+					if err != nil {
+						return done, fmt.Errorf("write %s at %d: %w", f.prefix, pos, err)
+					}
+					d.buf, d.ref = buf, nil
+					f.dirtyB += bs
+				} else if err := f.materializeLocked(ctx, d); err != nil {
+					return done, fmt.Errorf("write %s at %d: block %d by reference: %w", f.prefix, pos, fbn, err)
+				}
+			}
 		}
 		d.seq = seq
 		copy(d.buf[in:in+n], p[done:done+n])
@@ -211,6 +223,9 @@ func (f *File) zeroInBlockLocked(ctx context.Context, fbn uint64, from, to int) 
 		}
 	} else {
 		f.touchLocked(d)
+		if err := f.materializeLocked(ctx, d); err != nil {
+			return fmt.Errorf("block %d by reference: %w", fbn, err)
+		}
 	}
 	clear(d.buf[from:to])
 	return nil
@@ -260,9 +275,11 @@ func (f *File) Zero(ctx context.Context, off, n int64) error {
 func (f *File) dropDirtyLocked(fbn uint64, d *dirtyBlock) {
 	f.touchLocked(d)
 	f.clearUnsent(fbn)
-	f.freeBlock(d.buf)
+	if d.buf != nil {
+		f.freeBlock(d.buf)
+		f.dirtyB -= int64(f.bs)
+	}
 	delete(f.dirty, fbn)
-	f.dirtyB -= int64(f.bs)
 }
 
 // allocBlock returns a buffer for a new dirty block, drawn from the mount's

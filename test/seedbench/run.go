@@ -93,6 +93,9 @@ type Run struct {
 	// Hot is the working set: write i goes to offset (i × WriteSize) mod
 	// Hot. 0 (or Size) writes the file once, front to back.
 	Hot int64
+	// ByRef writes by reference (engine.File.WriteRef) instead of by value:
+	// the engine reads the blocks from a source when it sends them.
+	ByRef bool
 }
 
 // Result is what one run measured.
@@ -117,10 +120,24 @@ type Result struct {
 	// own and the last pieces it sent ahead while settling), by operation;
 	// requests sent ahead before the flush that ended during it are not.
 	FlushStarted map[staging.Op]int
-	// Limit is the physical limit of the flush: the bytes the flush itself
-	// had to send (StreamFlushBytes + StreamMetaBytes) over the link, plus
-	// one latency for each request that must follow another (SeqRequests).
+	// FlushSentBytes is the payload of the requests the flush started: the
+	// data still unsent at the flush (StreamFlushBytes), the tail of the
+	// open object (its leaves, summary and header), part 0 and the head.
+	FlushSentBytes int64
+	// Limit is the physical limit of the flush: FlushSentBytes over the
+	// link, plus one latency for each request that must follow another
+	// (SeqRequests).
 	Limit time.Duration
+	// FlushLongest is the longest request of each operation the flush
+	// started (the link's delay and the store's own time).
+	FlushLongest map[staging.Op]time.Duration
+	// InFlight and InFlightBytes are the requests sent ahead that had not
+	// returned when the flush began, and their payload.
+	InFlight      int
+	InFlightBytes int64
+	// LimitInFlight is Limit started once the requests in flight at the
+	// flush (sent ahead, not landed) can have ended over the link.
+	LimitInFlight time.Duration
 	// SeqRequests is the number of requests in the flush's critical chain:
 	// create of an upload, the data pieces, complete, part 0, head.
 	SeqRequests int
@@ -159,6 +176,23 @@ func source(n int) []byte {
 	return b
 }
 
+// repeatSource is a block source whose bytes at off are src's at off modulo
+// its length: what a writer by reference would give from its own buffers (a
+// mapped file, a model's tensors). It never changes, as the contract asks.
+type repeatSource []byte
+
+func (s repeatSource) ReadAt(p []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read source at %d: negative offset", off)
+	}
+	n := 0
+	for n < len(p) {
+		at := (off + int64(n)) % int64(len(s))
+		n += copy(p[n:], s[at:])
+	}
+	return n, nil
+}
+
 // validate reports what is wrong with r.
 func (r Run) validate() error {
 	var errs []error
@@ -193,7 +227,7 @@ func RunOne(ctx context.Context, r Run) (Result, error) {
 		linked = staging.NewLink(mem, r.Profile)
 	}
 	counting := staging.NewCounting(linked)
-	starts := &startCounter{Store: counting}
+	starts := &startCounter{Store: counting, link: r.Profile, live: make(map[*liveReq]struct{})}
 	f, err := engine.Create(ctx, starts, benchPrefix, engine.Options{Params: r.Params, FileID: "bench"})
 	if err != nil {
 		return Result{}, fmt.Errorf("bench run: %w", err)
@@ -226,7 +260,12 @@ func RunOne(ctx context.Context, r Run) (Result, error) {
 			}
 		}
 		w0 := time.Now()
-		if _, err := f.WriteAt(ctx, src[:n], off); err != nil {
+		if r.ByRef {
+			err = f.WriteRef(ctx, off, n, repeatSource(src), off)
+		} else {
+			_, err = f.WriteAt(ctx, src[:n], off)
+		}
+		if err != nil {
 			return Result{}, fmt.Errorf("bench run: write %d bytes at %d: %w", n, off, err)
 		}
 		d := time.Since(w0)
@@ -234,7 +273,8 @@ func RunOne(ctx context.Context, r Run) (Result, error) {
 		res.LongestWrite = max(res.LongestWrite, d)
 		written += n
 	}
-	starts.arm()
+	var inflightWait time.Duration
+	res.InFlight, res.InFlightBytes, inflightWait = starts.arm()
 	f0 := time.Now()
 	t, err := f.Flush(ctx)
 	res.Flush = time.Since(f0)
@@ -244,7 +284,8 @@ func RunOne(ctx context.Context, r Run) (Result, error) {
 	}
 	after := counting.Snapshot()
 	res.Timing = t
-	res.FlushStarted = starts.disarm()
+	var biggest int64
+	res.FlushStarted, res.FlushSentBytes, biggest, res.FlushLongest = starts.disarm()
 	res.Kept = f.Size()
 	all := after.Sub(created)
 	res.Uploaded = all.Op(staging.OpPut).BytesSent + all.Op(staging.OpUploadPart).BytesSent
@@ -259,7 +300,10 @@ func RunOne(ctx context.Context, r Run) (Result, error) {
 		}
 	}
 	res.SeqRequests = seqRequests(res.FlushStarted)
-	res.Limit = flushLimit(r.Profile, r.Params, t.StreamFlushBytes+t.StreamMetaBytes, res.SeqRequests)
+	res.Limit = flushLimit(r.Profile, r.Params, res.FlushSentBytes, biggest, res.SeqRequests)
+	// Part 0 goes only after every object has completed: the chain starts
+	// when the last request in flight can have ended.
+	res.LimitInFlight = inflightWait + res.Limit
 	return res, nil
 }
 
@@ -284,12 +328,13 @@ func seqRequests(started map[staging.Op]int) int {
 	return n
 }
 
-// flushLimit is the physical limit of a flush that must send bytes and make
-// seq requests one after the other over the link of profile p: the bytes go
-// at the link's total bandwidth, or at what Concurrency requests carry if
-// that is less, and no faster than one request's bandwidth moves one piece;
-// each request in the chain pays the latency once.
-func flushLimit(p staging.LinkProfile, params engine.Params, bytes int64, seq int) time.Duration {
+// flushLimit is the physical limit of a flush that must send bytes, in
+// requests of at most biggest bytes each, and make seq requests one after the
+// other over the link of profile p: the bytes go at the link's total
+// bandwidth, or at what Concurrency requests carry if that is less, and no
+// faster than one request's bandwidth moves the biggest; each request in the
+// chain pays the latency once.
+func flushLimit(p staging.LinkProfile, params engine.Params, bytes, biggest int64, seq int) time.Duration {
 	secs := float64(seq) * p.Latency.Seconds()
 	if bytes > 0 {
 		agg := p.TotalBps
@@ -304,7 +349,7 @@ func flushLimit(p staging.LinkProfile, params engine.Params, bytes int64, seq in
 			xfer = float64(bytes) / agg
 		}
 		if p.PerRequestBps > 0 {
-			xfer = max(xfer, float64(min(bytes, params.ChunkSize))/p.PerRequestBps)
+			xfer = max(xfer, float64(min(bytes, biggest))/p.PerRequestBps)
 		}
 		secs += xfer
 	}
@@ -320,45 +365,100 @@ type startCounter struct {
 	mu    sync.Mutex
 	armed bool               // GUARDED_BY(mu)
 	n     map[staging.Op]int // GUARDED_BY(mu)
+	bytes int64              // GUARDED_BY(mu); payload of the Puts and UploadParts
+	big   int64              // GUARDED_BY(mu); the largest of those payloads
+	// Requests in flight now, and their payload, armed or not.
+	inflight      int   // GUARDED_BY(mu)
+	inflightBytes int64 // GUARDED_BY(mu)
+	// live are the requests in flight, for the earliest time the link lets
+	// the last of them end.
+	link staging.LinkProfile
+	live map[*liveReq]struct{} // GUARDED_BY(mu)
+	// longest is the longest request of each operation, started armed.
+	longest map[staging.Op]time.Duration // GUARDED_BY(mu)
 }
 
-func (s *startCounter) arm() {
+// liveReq is a request in flight: when it started and its payload.
+type liveReq struct {
+	t0    time.Time
+	bytes int64
+}
+
+// arm starts counting and returns the requests in flight, their payload
+// (what was sent ahead but had not landed when the flush began), and how
+// long the link makes the flush wait for the last of them at least: each
+// pays its latency and moves its payload at one request's bandwidth.
+func (s *startCounter) arm() (int, int64, time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.armed, s.n = true, make(map[staging.Op]int)
+	s.armed, s.n, s.bytes, s.big = true, make(map[staging.Op]int), 0, 0
+	s.longest = make(map[staging.Op]time.Duration)
+	now := time.Now()
+	var wait time.Duration
+	for q := range s.live {
+		end := q.t0.Add(s.link.Latency)
+		if s.link.PerRequestBps > 0 {
+			end = end.Add(time.Duration(float64(q.bytes) / s.link.PerRequestBps * float64(time.Second)))
+		}
+		wait = max(wait, end.Sub(now))
+	}
+	return s.inflight, s.inflightBytes, wait
 }
 
-func (s *startCounter) disarm() map[staging.Op]int {
+// disarm stops counting and returns what was counted since arm: requests
+// by operation, their payload, the largest payload of one request, and the
+// longest request of each operation.
+func (s *startCounter) disarm() (map[staging.Op]int, int64, int64, map[staging.Op]time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.armed = false
-	return s.n
+	return s.n, s.bytes, s.big, s.longest
 }
 
-func (s *startCounter) start(op staging.Op) {
+// start counts a request; the caller calls the returned func when it ends.
+func (s *startCounter) start(op staging.Op, payload int) func() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.armed {
+	armed := s.armed
+	if armed {
 		s.n[op]++
+		s.bytes += int64(payload)
+		s.big = max(s.big, int64(payload))
+	}
+	s.inflight++
+	s.inflightBytes += int64(payload)
+	t0 := time.Now()
+	q := &liveReq{t0: t0, bytes: int64(payload)}
+	s.live[q] = struct{}{}
+	return func() {
+		d := time.Since(t0)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		delete(s.live, q)
+		s.inflight--
+		s.inflightBytes -= int64(payload)
+		if armed && s.armed && d > s.longest[op] {
+			s.longest[op] = d
+		}
 	}
 }
 
 func (s *startCounter) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
-	s.start(staging.OpPut)
+	defer s.start(staging.OpPut, len(data))()
 	return s.Store.Put(ctx, key, data, opts)
 }
 
 func (s *startCounter) CreateMultipart(ctx context.Context, key string, opts staging.PutOptions) (string, error) {
-	s.start(staging.OpCreateMultipart)
+	defer s.start(staging.OpCreateMultipart, 0)()
 	return s.Store.CreateMultipart(ctx, key, opts)
 }
 
 func (s *startCounter) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
-	s.start(staging.OpUploadPart)
+	defer s.start(staging.OpUploadPart, len(data))()
 	return s.Store.UploadPart(ctx, key, uploadID, n, data)
 }
 
 func (s *startCounter) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
-	s.start(staging.OpCompleteMultipart)
+	defer s.start(staging.OpCompleteMultipart, 0)()
 	return s.Store.CompleteMultipart(ctx, key, uploadID, parts, cond)
 }

@@ -70,18 +70,20 @@ func TestFlushLimit(t *testing.T) {
 		name    string
 		profile staging.LinkProfile
 		bytes   int64
+		biggest int64
 		seq     int
 		wantMs  float64
 	}{
-		{"nothing to send", staging.ProfileGeneral, 0, 2, 60},
-		{"one piece, one request's bandwidth", staging.ProfileGeneral, 9e6, 2, 60 + 100},
-		{"many pieces, total bandwidth", staging.ProfileGeneral, 450e6, 4, 120 + 1000},
-		{"directory, per-request cap of 8 in flight", staging.ProfileDirectory, 800e6, 4, 12 + 1000},
-		{"no link", staging.ProfileNone, 1 << 30, 4, 0},
+		{"nothing to send", staging.ProfileGeneral, 0, 0, 2, 60},
+		{"one piece, one request's bandwidth", staging.ProfileGeneral, 9e6, 9e6, 2, 60 + 100},
+		{"two requests in parallel", staging.ProfileGeneral, 18e6, 9e6, 2, 60 + 100},
+		{"many pieces, total bandwidth", staging.ProfileGeneral, 450e6, 16 << 20, 4, 120 + 1000},
+		{"directory, per-request cap of 8 in flight", staging.ProfileDirectory, 800e6, 16 << 20, 4, 12 + 1000},
+		{"no link", staging.ProfileNone, 1 << 30, 16 << 20, 4, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := flushLimit(tc.profile, p, tc.bytes, tc.seq).Seconds() * 1000
+			got := flushLimit(tc.profile, p, tc.bytes, tc.biggest, tc.seq).Seconds() * 1000
 			if got < tc.wantMs-0.01 || got > tc.wantMs+0.01 {
 				t.Errorf("limit %.3f ms, want %.3f", got, tc.wantMs)
 			}
@@ -115,10 +117,13 @@ func TestWriterRowsSane(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rows) != 2 {
-		t.Fatalf("got %d rows, want 2", len(rows))
+	if len(rows) != 4 {
+		t.Fatalf("got %d rows, want 2 by value and 2 by reference", len(rows))
 	}
-	for _, r := range rows {
+	for i, r := range rows {
+		if r.ByRef != (i >= 2) {
+			t.Errorf("row %d: by reference %v", i, r.ByRef)
+		}
 		if r.WriteTime <= 0 || r.LongestWrite > r.WriteTime {
 			t.Errorf("%s: write time %v, longest write %v", r.Variant.Name, r.WriteTime, r.LongestWrite)
 		}
@@ -126,12 +131,14 @@ func TestWriterRowsSane(t *testing.T) {
 			t.Errorf("%s: kept %d, want %d", r.Variant.Name, r.Kept, tinySize)
 		}
 	}
-	if rows[1].Timing.StreamSentBytes == 0 {
-		t.Errorf("stream 16 MiB sent nothing ahead")
+	for _, i := range []int{1, 3} {
+		if rows[i].Timing.StreamSentBytes == 0 {
+			t.Errorf("stream 16 MiB (by reference: %v) sent nothing ahead", rows[i].ByRef)
+		}
 	}
 	var buf bytes.Buffer
 	WriterMarkdown(&buf, rows, tinySize)
-	if !strings.Contains(buf.String(), "1.00×") {
+	if strings.Count(buf.String(), "1.00×") != 2 {
 		t.Errorf("parted's row is not its own reference:\n%s", buf.String())
 	}
 }

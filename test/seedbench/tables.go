@@ -127,8 +127,8 @@ func BuysMarkdown(w io.Writer, rows []BuysRow) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| link | writer | variant | flush s | objects | longest write ms | flush sent MiB | sequential requests | limit s | flush/limit | parted/flush | sent ahead MiB | dead MiB |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| link | writer | variant | flush s | objects | longest write ms | flush sent MiB | sequential requests | limit s | flush/limit | limit after in flight s | flush/that |  parted/flush | sent ahead MiB | in flight at flush | dead MiB | settle / plan / data / part 0 / head ms | longest complete ms |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, k := range keys {
 		parted, hasParted := cells[k][Parted.Name]
 		for _, v := range variants {
@@ -141,12 +141,28 @@ func BuysMarkdown(w io.Writer, rows []BuysRow) {
 				ratio = fmt.Sprintf("%.1f×", float64(parted.Flush)/float64(r.Flush))
 			}
 			t := r.Timing
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s | %d | %s | %.2f | %s | %s | %s |\n",
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %d | %s | %s | %d | %s | %.2f | %s | %.2f | %s | %s | %d, %s MiB | %s | %s | %s |\n",
 				k.profile, rateName(k.rate), v, secs(r.Flush), r.Objects, ms(r.LongestWrite),
-				mib(t.StreamFlushBytes+t.StreamMetaBytes), r.SeqRequests, secs(r.Limit), r.FlushOverLimit(),
-				ratio, mib(t.StreamSentBytes), mib(t.StreamDeadBytes))
+				mib(r.FlushSentBytes), r.SeqRequests, secs(r.Limit), r.FlushOverLimit(),
+				secs(r.LimitInFlight), ratioOf(r.Flush, r.LimitInFlight), ratio, mib(t.StreamSentBytes), r.InFlight, mib(r.InFlightBytes), mib(t.StreamDeadBytes), phases(t),
+				ms(r.FlushLongest[staging.OpCompleteMultipart]))
 		}
 	}
+}
+
+func ratioOf(a, b time.Duration) float64 {
+	if b <= 0 {
+		return 0
+	}
+	return float64(a) / float64(b)
+}
+
+// phases writes where a flush's time went: settling what was sent ahead
+// (the rest of Total), planning, data parts, part 0 and the head.
+func phases(t engine.FlushTiming) string {
+	settle := t.Total - t.Plan - t.Data - t.Part0 - t.Head
+	return fmt.Sprintf("%.0f / %.0f / %.0f / %.0f / %.0f", float64(settle)/1e6, float64(t.Plan)/1e6,
+		float64(t.Data)/1e6, float64(t.Part0)/1e6, float64(t.Head)/1e6)
 }
 
 func contains(s []string, v string) bool {
@@ -203,48 +219,54 @@ func (c WriterConfig) withDefaults() WriterConfig {
 
 // Writer measures the cost of the writing calls: Size bytes in WriteSize
 // writes, unpaced, at 4 KiB blocks, on memory staging with no link, with the
-// dirty-data limit raised. Writing by reference is not measured: the engine
-// has no WriteRef yet.
+// dirty-data limit raised; by value (WriteAt), then by reference (WriteRef).
 func Writer(ctx context.Context, c WriterConfig) ([]WriterRow, error) {
 	c = c.withDefaults()
 	var rows []WriterRow
-	for _, v := range c.Variants {
-		var best Result
-		for i := range c.Repeats {
-			res, err := RunOne(ctx, Run{Params: BenchParams(v), Size: c.Size, WriteSize: c.WriteSize})
-			if err != nil {
-				return rows, fmt.Errorf("writer cost, %s: %w", v.Name, err)
+	for _, byRef := range []bool{false, true} {
+		for _, v := range c.Variants {
+			var best Result
+			for i := range c.Repeats {
+				res, err := RunOne(ctx, Run{Params: BenchParams(v), Size: c.Size, WriteSize: c.WriteSize, ByRef: byRef})
+				if err != nil {
+					return rows, fmt.Errorf("writer cost, %s (by reference: %v): %w", v.Name, byRef, err)
+				}
+				if i == 0 || res.WriteTime < best.WriteTime {
+					best = res
+				}
 			}
-			if i == 0 || res.WriteTime < best.WriteTime {
-				best = res
+			row := WriterRow{Variant: v, ByRef: byRef, Result: best}
+			rows = append(rows, row)
+			if c.Progress != nil {
+				c.Progress(row)
 			}
-		}
-		row := WriterRow{Variant: v, Result: best}
-		rows = append(rows, row)
-		if c.Progress != nil {
-			c.Progress(row)
 		}
 	}
 	return rows, nil
 }
 
-// WriterMarkdown prints the writer's cost per GiB, by value, with each
-// variant's ratio to Parted.
+// WriterMarkdown prints the writer's cost per GiB, by value and by
+// reference, each with its ratio to Parted's written the same way.
 func WriterMarkdown(w io.Writer, rows []WriterRow, size int64) {
-	var parted float64
+	parted := map[bool]float64{}
 	for _, r := range rows {
-		if r.Variant.Name == Parted.Name && !r.ByRef {
-			parted = r.SecondsPerGiB(size)
+		if r.Variant.Name == Parted.Name {
+			parted[r.ByRef] = r.SecondsPerGiB(size)
 		}
 	}
-	fmt.Fprintln(w, "| variant | by value, s/GiB in the writing calls | against parted | longest write ms | flush s |")
-	fmt.Fprintln(w, "|---|---|---|---|---|")
+	fmt.Fprintln(w, "| variant | written | s/GiB in the writing calls | against parted | longest write ms | flush s | sent ahead MiB |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|")
 	for _, r := range rows {
 		ratio := "–"
-		if parted > 0 {
-			ratio = fmt.Sprintf("%.2f×", r.SecondsPerGiB(size)/parted)
+		if p := parted[r.ByRef]; p > 0 {
+			ratio = fmt.Sprintf("%.2f×", r.SecondsPerGiB(size)/p)
 		}
-		fmt.Fprintf(w, "| %s | %.3f | %s | %s | %s |\n", r.Variant.Name, r.SecondsPerGiB(size), ratio, ms(r.LongestWrite), secs(r.Flush))
+		how := "by value"
+		if r.ByRef {
+			how = "by reference"
+		}
+		fmt.Fprintf(w, "| %s | %s | %.3f | %s | %s | %s | %s |\n", r.Variant.Name, how, r.SecondsPerGiB(size), ratio,
+			ms(r.LongestWrite), secs(r.Flush), mib(r.Timing.StreamSentBytes))
 	}
 }
 
@@ -340,8 +362,8 @@ func AmpMarkdown(w io.Writer, rows []AmpRow) {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintln(w)
-	fmt.Fprintln(w, "| working set | variant | uploaded MiB | kept MiB | amplification | objects | stream_sent MiB | stream_dead MiB | stream_flush MiB | stream_meta MiB | flush s |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| working set | variant | uploaded MiB | kept MiB | amplification | data only | objects | stream_sent MiB | stream_dead MiB | stream_flush MiB | stream_meta MiB | flush s |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, h := range hots {
 		for _, v := range variants {
 			r, ok := cells[h][v]
@@ -349,8 +371,9 @@ func AmpMarkdown(w io.Writer, rows []AmpRow) {
 				continue
 			}
 			t := r.Timing
-			fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f× | %d | %s | %s | %s | %s | %s |\n",
-				sizeName(h), v, mib(r.Uploaded), mib(r.Kept), r.Amplification(), r.Objects,
+			data := float64(t.StreamSentBytes+t.StreamFlushBytes) / float64(max(r.Kept, 1))
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %.2f× | %.2f× | %d | %s | %s | %s | %s | %s |\n",
+				sizeName(h), v, mib(r.Uploaded), mib(r.Kept), r.Amplification(), data, r.Objects,
 				mib(t.StreamSentBytes), mib(t.StreamDeadBytes), mib(t.StreamFlushBytes), mib(t.StreamMetaBytes), secs(r.Flush))
 		}
 	}

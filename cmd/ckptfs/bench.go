@@ -1,0 +1,212 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"ckptfs/config"
+	"ckptfs/staging"
+	"ckptfs/test/seedbench"
+)
+
+const benchUsage = `Usage: ckptfs bench [-table buys|writer|amp|limits|all] [-size 512M] [-profile directory|general|all]
+                    [-rates 100,400,0] [-hot 512,64,16] [-repeats 3]
+
+Reproduces the seed's tables on memory staging behind an emulated link and
+prints them as markdown, with the command line that made them.
+
+  buys    512 MiB in 1 MiB writes at 100 MB/s, 400 MB/s and unpaced, then one
+          flush: flush seconds (objects per checkpoint), against the physical
+          limit of each flush
+  writer  seconds per GiB spent inside the writing calls (16 MiB writes, no link)
+  amp     write amplification round a working set, at 200 MB/s
+  limits  the default dirty-data limit (8 MiB): nothing is sent ahead
+
+The size defaults to $BENCH_SIZE, else 512M; the working sets to
+$BENCH_HOT_MIB (MiB, comma separated), else 512,64,16.
+`
+
+// benchMain implements "ckptfs bench ARGS"; it returns the exit status.
+func benchMain(args []string) int {
+	return benchRun(args, os.Stdout, os.Stderr)
+}
+
+func benchRun(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprint(stderr, benchUsage) }
+	defSize := "512M"
+	if s := os.Getenv("BENCH_SIZE"); s != "" {
+		defSize = s
+	}
+	defHot := "512,64,16"
+	if s := os.Getenv("BENCH_HOT_MIB"); s != "" {
+		defHot = s
+	}
+	table := fs.String("table", "all", "buys, writer, amp, limits or all")
+	sizeText := fs.String("size", defSize, "bytes written by each run (512M is the seed's)")
+	profileText := fs.String("profile", "all", "link: directory, general or all")
+	ratesText := fs.String("rates", "100,400,0", "writer paces of the buys table in MB/s; 0 is unpaced")
+	hotText := fs.String("hot", defHot, "working sets of the amp table in MiB")
+	repeats := fs.Int("repeats", 3, "runs per row of the writer table (the least time is kept)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "ckptfs bench: unexpected argument %q\n\n%s", fs.Arg(0), benchUsage)
+		return 2
+	}
+	cfg, err := parseBenchFlags(*table, *sizeText, *profileText, *ratesText, *hotText, *repeats)
+	if err != nil {
+		fmt.Fprintf(stderr, "ckptfs bench: %v\n", err)
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := runBench(ctx, cfg, append([]string{"ckptfs", "bench"}, args...), stdout, stderr); err != nil {
+		fmt.Fprintf(stderr, "ckptfs bench: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+type benchConfig struct {
+	tables   []string
+	size     int64
+	profiles []staging.LinkProfile
+	rates    []float64
+	hots     []int64
+	repeats  int
+}
+
+func parseBenchFlags(table, size, profile, rates, hot string, repeats int) (benchConfig, error) {
+	var c benchConfig
+	var errs []error
+	switch table {
+	case "all":
+		c.tables = []string{"buys", "writer", "amp", "limits"}
+	case "buys", "writer", "amp", "limits":
+		c.tables = []string{table}
+	default:
+		errs = append(errs, fmt.Errorf("-table %q: want buys, writer, amp, limits or all", table))
+	}
+	n, err := config.ParseSize(size)
+	switch {
+	case err != nil:
+		errs = append(errs, fmt.Errorf("-size: %w", err))
+	case n < seedbench.MiB:
+		errs = append(errs, fmt.Errorf("-size %s: want at least 1M", size))
+	case n%seedbench.MiB != 0:
+		errs = append(errs, fmt.Errorf("-size %s: want whole MiB (the writes are 1 MiB)", size))
+	}
+	c.size = n
+	switch profile {
+	case "all":
+		c.profiles = seedbench.Profiles()
+	default:
+		p, err := staging.LinkProfileByName(profile)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("-profile: %w", err))
+		}
+		c.profiles = []staging.LinkProfile{p}
+	}
+	for _, f := range strings.Split(rates, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v < 0 {
+			errs = append(errs, fmt.Errorf("-rates %q: want MB/s numbers >= 0, comma separated", rates))
+			break
+		}
+		c.rates = append(c.rates, v*1e6)
+	}
+	for _, f := range strings.Split(hot, ",") {
+		v, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil || v < 1 {
+			errs = append(errs, fmt.Errorf("working sets %q: want MiB counts >= 1, comma separated", hot))
+			break
+		}
+		c.hots = append(c.hots, v*seedbench.MiB)
+	}
+	if repeats < 1 {
+		errs = append(errs, fmt.Errorf("-repeats %d: want at least 1", repeats))
+	}
+	c.repeats = repeats
+	return c, errors.Join(errs...)
+}
+
+func runBench(ctx context.Context, c benchConfig, argv []string, stdout, stderr io.Writer) error {
+	fmt.Fprintf(stdout, "Made by `%s` on %s (%s, GOMAXPROCS %d).\n\n",
+		strings.Join(argv, " "), time.Now().UTC().Format("2006-01-02 15:04 MST"), runtime.Version(), runtime.GOMAXPROCS(0))
+	for _, t := range c.tables {
+		start := time.Now()
+		switch t {
+		case "buys":
+			rows, err := seedbench.Buys(ctx, seedbench.BuysConfig{Size: c.size, Rates: c.rates, Profiles: c.profiles,
+				Progress: func(r seedbench.BuysRow) {
+					fmt.Fprintf(stderr, "buys: %s %.0f MB/s %s: flush %.2f s, %d objects\n", r.Profile, r.Rate/1e6, r.Variant.Name, r.Flush.Seconds(), r.Objects)
+				}})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "### What it buys: %s in 1 MiB writes, then one flush\n\n", sizeText(c.size))
+			fmt.Fprintln(stdout, "Flush seconds (objects per checkpoint).")
+			fmt.Fprintln(stdout)
+			seedbench.BuysMarkdown(stdout, rows)
+		case "writer":
+			rows, err := seedbench.Writer(ctx, seedbench.WriterConfig{Size: c.size, Repeats: c.repeats,
+				Progress: func(r seedbench.WriterRow) {
+					fmt.Fprintf(stderr, "writer: %s: %.3f s/GiB\n", r.Variant.Name, r.SecondsPerGiB(c.size))
+				}})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "### Writer cost: %s in 16 MiB writes, 4 KiB blocks, memory staging, best of %d\n\n", sizeText(c.size), c.repeats)
+			seedbench.WriterMarkdown(stdout, rows, c.size)
+		case "amp":
+			for _, p := range c.profiles {
+				rows, err := seedbench.Amp(ctx, seedbench.AmpConfig{Size: c.size, Hots: c.hots, Profile: p,
+					Progress: func(r seedbench.AmpRow) {
+						fmt.Fprintf(stderr, "amp: %s round %d MiB %s: %.2f×\n", p.Name, r.Hot/seedbench.MiB, r.Variant.Name, r.Amplification())
+					}})
+				if err != nil {
+					return err
+				}
+				fmt.Fprintf(stdout, "### Write amplification: %s at 200 MB/s round a working set, %s link\n\n", sizeText(c.size), p.Name)
+				fmt.Fprintln(stdout, "Bytes uploaded (Put and UploadPart payloads) over bytes kept (the file's size).")
+				fmt.Fprintln(stdout)
+				seedbench.AmpMarkdown(stdout, rows)
+				fmt.Fprintln(stdout)
+			}
+		case "limits":
+			rows, err := seedbench.Limits(ctx, seedbench.LimitsConfig{Size: c.size, Profiles: c.profiles,
+				Progress: func(r seedbench.LimitsRow) {
+					fmt.Fprintf(stderr, "limits: %s %s: run %.2f s, %d objects\n", r.Profile, r.Variant.Name, r.Total.Seconds(), r.Objects)
+				}})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "### The dirty-data limits come first: %s in 1 MiB writes, unpaced, default limits (8 MiB)\n\n", sizeText(c.size))
+			seedbench.LimitsMarkdown(stdout, rows)
+		}
+		fmt.Fprintf(stdout, "\n(%s: %.0f s)\n\n", t, time.Since(start).Seconds())
+	}
+	return nil
+}
+
+func sizeText(n int64) string {
+	if n%seedbench.GiB == 0 {
+		return fmt.Sprintf("%d GiB", n/seedbench.GiB)
+	}
+	return fmt.Sprintf("%d MiB", n/seedbench.MiB)
+}

@@ -1,0 +1,31 @@
+package engine
+
+import (
+	"testing"
+
+	"ckptfs/segment"
+	"ckptfs/staging/s3test"
+)
+
+func TestMain(m *testing.M) { s3test.Main(m) }
+
+// The randomized model test against a real S3 server on loopback.
+func TestModelS3(t *testing.T) {
+	ops := 5000
+	if testing.Short() {
+		ops = 600
+	}
+	cases := []struct {
+		name string
+		p    Params
+	}{
+		{"parted", smallParams(segment.FormatParted)},
+		{"stream-send-whole", sendWholeParams()},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			runModel(t, s3test.NewStore(t), c.p, ops, 200_000, 40_000)
+		})
+	}
+}
