@@ -25,7 +25,10 @@ func s3Args(t *testing.T, v *volume) (store, opts string, env []string) {
 	}
 	store = "s3://" + v.cfg.Bucket + "/" + strings.TrimSuffix(v.cfg.Prefix, "/")
 	opts = "endpoint=" + v.cfg.Endpoint + ",path_style,region=" + v.cfg.Region
-	env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+e.AccessKey, "AWS_SECRET_ACCESS_KEY="+e.SecretKey)
+	env = os.Environ()
+	if e.AccessKey != "" { // else the environment's own credentials reach it
+		env = append(env, "AWS_ACCESS_KEY_ID="+e.AccessKey, "AWS_SECRET_ACCESS_KEY="+e.SecretKey)
+	}
 	return store, opts, env
 }
 

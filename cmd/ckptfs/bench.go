@@ -18,7 +18,7 @@ import (
 	"ckptfs/test/seedbench"
 )
 
-const benchUsage = `Usage: ckptfs bench [-table buys|writer|amp|limits|all] [-size 512M] [-profile directory|general|all]
+const benchUsage = `Usage: ckptfs bench [-table buys|writer|amp|limits|all] [-size 512M] [-profile directory|general|none|all]
                     [-rates 100,400,0] [-hot 512,64,16] [-repeats 3]
 
 Reproduces the seed's tables on memory staging behind an emulated link and
@@ -54,7 +54,7 @@ func benchRun(args []string, stdout, stderr io.Writer) int {
 	}
 	table := fs.String("table", "all", "buys, writer, amp, limits or all")
 	sizeText := fs.String("size", defSize, "bytes written by each run (512M is the seed's)")
-	profileText := fs.String("profile", "all", "link: directory, general or all")
+	profileText := fs.String("profile", "all", "link: directory, general, none (no link) or all")
 	ratesText := fs.String("rates", "100,400,0", "writer paces of the buys table in MB/s; 0 is unpaced")
 	hotText := fs.String("hot", defHot, "working sets of the amp table in MiB")
 	repeats := fs.Int("repeats", 3, "runs per row of the writer table (the least time is kept)")

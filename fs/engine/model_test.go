@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"strings"
 	"context"
 	"errors"
 	"fmt"
@@ -62,6 +63,7 @@ type modelRun struct {
 	maxOff int64
 	bigW   int // the largest of the occasional big writes
 	first  uint64
+	flaky  bool // the store fails some requests
 }
 
 func (m *modelRun) fatalf(format string, args ...any) {
@@ -149,6 +151,9 @@ func (m *modelRun) step() {
 			m.fatalf("close: %v", err)
 		}
 		f, err := Open(ctx, m.st, m.prefix, m.opts)
+		for try := 0; err != nil && m.flaky && try < 50; try++ {
+			f, err = Open(ctx, m.st, m.prefix, m.opts)
+		}
 		if err != nil {
 			m.fatalf("reopen: %v", err)
 		}
@@ -180,7 +185,14 @@ func (m *modelRun) step() {
 
 func (m *modelRun) flush() {
 	m.t.Helper()
-	if _, err := m.f.Flush(m.ctx); err != nil {
+	_, err := m.f.Flush(m.ctx)
+	for try := 0; err != nil && m.flaky && try < 50; try++ {
+		// Faults fail some flushes: the data must still read back, and a
+		// later flush succeeds.
+		m.checkAll(m.f, m.model)
+		_, err = m.f.Flush(m.ctx)
+	}
+	if err != nil {
 		m.fatalf("flush: %v", err)
 	}
 	cno := m.f.Stat().Cno
@@ -231,6 +243,10 @@ func (m *modelRun) checkAll(f *File, model []byte) {
 }
 
 func runModel(t *testing.T, st staging.Store, p Params, ops int, maxOff int64, bigW int) {
+	runModelFlaky(t, st, p, ops, maxOff, bigW, false)
+}
+
+func runModelFlaky(t *testing.T, st staging.Store, p Params, ops int, maxOff int64, bigW int, flaky bool) {
 	seed := modelSeed(t)
 	ctx := context.Background()
 	prefix := fmt.Sprintf("model/%d/", seed)
@@ -240,7 +256,7 @@ func runModel(t *testing.T, st staging.Store, p Params, ops int, maxOff int64, b
 		t.Fatalf("create: %v", err)
 	}
 	m := &modelRun{t: t, ctx: ctx, st: st, prefix: prefix, opts: opts, rng: rand.New(rand.NewPCG(seed, 7)),
-		seed: seed, f: f, saved: map[uint64][]byte{0: nil}, maxOff: maxOff, bigW: bigW}
+		seed: seed, f: f, saved: map[uint64][]byte{0: nil}, maxOff: maxOff, bigW: bigW, flaky: flaky}
 	for i := 0; i < ops; i++ {
 		m.step()
 	}
@@ -296,6 +312,42 @@ func TestModelMem(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			runModel(t, staging.NewMem(), c.p, c.ops, c.maxOff, c.bigW)
+		})
+	}
+}
+
+// The model test with sending ahead while the store fails a fraction of the
+// uploads of objects in flight (and of the flush's own): nothing is lost.
+func TestModelFaultsInFlight(t *testing.T) {
+	ops := 20_000
+	if testing.Short() {
+		ops = 3_000
+	}
+	for _, c := range []struct {
+		name string
+		p    Params
+		bigW int
+		max  int64
+	}{
+		{"send-whole", sendWholeParams(), 40_000, 200_000},
+		{"send-pieces", sendPiecesParams(), 12 << 20, 48 << 20},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			mem := staging.NewMem()
+			faults := staging.NewFaults(mem, int64(modelSeed(t)))
+			isData := func(k string) bool { return !strings.HasSuffix(k, "/inode") }
+			for _, op := range []staging.Op{staging.OpPut, staging.OpUploadPart, staging.OpCompleteMultipart} {
+				faults.Add(staging.Rule{Op: op, Match: isData, Fraction: 0.05, Kind: staging.FaultError})
+			}
+			n := ops
+			if c.name == "send-pieces" {
+				n = ops / 20
+			}
+			runModelFlaky(t, faults, c.p, n, c.max, c.bigW, true)
+			if faults.Injected() == 0 {
+				t.Fatalf("no fault fired")
+			}
 		})
 	}
 }

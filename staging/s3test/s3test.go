@@ -76,8 +76,9 @@ type Env struct {
 	Bucket   string
 	Prefix   string // folder of the bucket the tests write under ("" or ".../")
 	Region   string // "" for the SDK's chain
-	// AccessKey and SecretKey are set for a server started here; empty for
-	// the environment's bucket, whose credentials come from the SDK's chain.
+	// AccessKey and SecretKey: a server started here makes its own; for the
+	// environment's bucket they are AWS_ACCESS_KEY_ID and
+	// AWS_SECRET_ACCESS_KEY when set, else empty (the SDK's chain finds them).
 	AccessKey string
 	SecretKey string
 }
@@ -107,7 +108,8 @@ func FromEnviron() (Env, bool, error) {
 		}
 		return Env{}, false, nil
 	}
-	e := Env{Endpoint: endpoint, Bucket: bucket, Prefix: os.Getenv("CKPTFS_S3_PREFIX"), Region: os.Getenv("AWS_REGION")}
+	e := Env{Endpoint: endpoint, Bucket: bucket, Prefix: os.Getenv("CKPTFS_S3_PREFIX"), Region: os.Getenv("AWS_REGION"),
+		AccessKey: os.Getenv("AWS_ACCESS_KEY_ID"), SecretKey: os.Getenv("AWS_SECRET_ACCESS_KEY")}
 	if e.Prefix != "" && !strings.HasSuffix(e.Prefix, "/") {
 		return Env{}, false, fmt.Errorf("CKPTFS_S3_PREFIX %q does not end with '/'", e.Prefix)
 	}

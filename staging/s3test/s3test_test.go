@@ -22,11 +22,13 @@ func TestFromEnviron(t *testing.T) {
 			Env{Endpoint: "http://127.0.0.1:9", Bucket: "b", Region: "eu-west-1"}, true, ""},
 		{"AWS bucket with prefix", map[string]string{"CKPTFS_S3_BUCKET": "b", "CKPTFS_S3_PREFIX": "ci/"},
 			Env{Bucket: "b", Prefix: "ci/"}, true, ""},
+		{"keys from the environment", map[string]string{"CKPTFS_S3_BUCKET": "b", "AWS_ACCESS_KEY_ID": "k", "AWS_SECRET_ACCESS_KEY": "s"},
+			Env{Bucket: "b", AccessKey: "k", SecretKey: "s"}, true, ""},
 		{"endpoint without bucket", map[string]string{"CKPTFS_S3_ENDPOINT": "http://127.0.0.1:9"}, Env{}, false, "CKPTFS_S3_BUCKET is not"},
 		{"prefix without slash", map[string]string{"CKPTFS_S3_BUCKET": "b", "CKPTFS_S3_PREFIX": "ci"}, Env{}, false, "does not end with '/'"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for _, k := range []string{"CKPTFS_S3_ENDPOINT", "CKPTFS_S3_BUCKET", "CKPTFS_S3_PREFIX", "AWS_REGION"} {
+			for _, k := range []string{"CKPTFS_S3_ENDPOINT", "CKPTFS_S3_BUCKET", "CKPTFS_S3_PREFIX", "AWS_REGION", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
 				t.Setenv(k, tc.env[k])
 			}
 			got, found, err := FromEnviron()

@@ -81,12 +81,18 @@ func BenchmarkBuys(b *testing.B) {
 
 func BenchmarkWriter(b *testing.B) {
 	size := benchSize(b)
-	for _, v := range []Variant{Parted, Stream(16 * MiB), Stream(GiB)} {
-		b.Run(benchName(v.Name), func(b *testing.B) {
-			b.SetBytes(size)
-			res := runBench(b, Run{Params: BenchParams(v), Size: size, WriteSize: 16 * MiB})
-			b.ReportMetric(WriterRow{Result: res}.SecondsPerGiB(size), "write-s/GiB")
-		})
+	for _, byRef := range []bool{false, true} {
+		how := "value"
+		if byRef {
+			how = "ref"
+		}
+		for _, v := range []Variant{Parted, Stream(16 * MiB), Stream(GiB)} {
+			b.Run(how+"/"+benchName(v.Name), func(b *testing.B) {
+				b.SetBytes(size)
+				res := runBench(b, Run{Params: BenchParams(v), Size: size, WriteSize: 16 * MiB, ByRef: byRef})
+				b.ReportMetric(WriterRow{Result: res}.SecondsPerGiB(size), "write-s/GiB")
+			})
+		}
 	}
 }
 

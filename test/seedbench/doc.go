@@ -16,7 +16,8 @@
 //     limit raised out of the way. Each row carries the physical limit of
 //     its flush (see Result.Limit).
 //   - Writer: the time spent inside the writing calls, per GiB, with 16 MiB
-//     writes on memory staging without a link.
+//     writes on memory staging without a link, by value (WriteAt) and by
+//     reference (WriteRef).
 //   - Amp: write amplification when a working set is written over and over:
 //     bytes uploaded (Put and UploadPart payloads, counted by
 //     staging.Counting) over bytes kept (the file's size).

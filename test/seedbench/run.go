@@ -120,9 +120,11 @@ type Result struct {
 	// own and the last pieces it sent ahead while settling), by operation;
 	// requests sent ahead before the flush that ended during it are not.
 	FlushStarted map[staging.Op]int
-	// FlushSentBytes is the payload of the requests the flush started: the
-	// data still unsent at the flush (StreamFlushBytes), the tail of the
-	// open object (its leaves, summary and header), part 0 and the head.
+	// FlushSentBytes is the payload of the requests started during the
+	// flush: the data still unsent at the flush (StreamFlushBytes), the tail
+	// of the open object (its leaves, summary and header), part 0 and the
+	// head, and any piece or object the last write handed to an upload task
+	// whose request had not begun yet (unsent too, when the flush began).
 	FlushSentBytes int64
 	// Limit is the physical limit of the flush: FlushSentBytes over the
 	// link, plus one latency for each request that must follow another
@@ -247,14 +249,14 @@ func RunOne(ctx context.Context, r Run) (Result, error) {
 		n := min(int64(r.WriteSize), r.Size-written)
 		off := (i * int64(r.WriteSize)) % hot
 		if r.Rate > 0 {
-			// Hold the pace: write i may start once the bytes before it are
-			// due. A writer that fell behind does not sleep (no catching up
-			// by bursts beyond what the calls themselves allow).
+			// Hold the pace: a write starts once the bytes before it are
+			// due. A writer that fell behind (a write that waited) does not
+			// sleep until it is back on schedule, so the average rate holds.
 			due := start.Add(time.Duration(float64(written) / r.Rate * float64(time.Second)))
 			if d := time.Until(due); d > 0 {
 				select {
 				case <-ctx.Done():
-					return Result{}, ctx.Err()
+					return Result{}, fmt.Errorf("bench run: pacing write at %d: %w", off, ctx.Err())
 				case <-time.After(d):
 				}
 			}
