@@ -2,7 +2,6 @@ package engine
 
 import (
 	"bytes"
-	"strings"
 	"context"
 	"errors"
 	"fmt"
@@ -10,6 +9,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
