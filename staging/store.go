@@ -22,6 +22,8 @@
 //     (checked at CompleteMultipart, as S3 does); part numbers start at 1.
 //     Nothing of an upload is visible until it completes; an aborted upload
 //     leaves nothing behind.
+//   - Put and UploadPart do not keep the caller's slice after they return: the
+//     caller may reuse it (the file engine pools its piece buffers).
 //   - User metadata keys are lower-case ASCII letters, digits and '-'; S3 sends
 //     them as x-amz-meta-<key>.
 package staging

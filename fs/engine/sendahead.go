@@ -407,6 +407,12 @@ func (f *File) objSize(n, m int) int64 {
 	return int64(n)*(int64(f.bs)+segment.SummaryEntrySize) + int64(m)*int64(f.mbs) + segment.HeaderSize
 }
 
+// tailRoom is the room to leave after n data blocks for the tail of an
+// object with about m leaves (and the spare).
+func (f *File) tailRoom(n, m int) int {
+	return withSpare(m+1)*f.mbs + n*segment.SummaryEntrySize + segment.HeaderSize
+}
+
 // withSpare adds the spare leaves: one in sixteen.
 func withSpare(m int) int { return m + (m+15)/16 }
 
@@ -610,7 +616,7 @@ func (f *File) tailLocked(o *streamObj) ([]byte, error) {
 // target, in one request.
 func (f *File) sendWholeLocked(ctx context.Context, c class, blocks []uint64) (int, error) {
 	o := f.newStreamObj(c, true)
-	n, _, err := f.fitLocked(ctx, o, blocks, f.target())
+	n, added, err := f.fitLocked(ctx, o, blocks, f.target())
 	if err != nil {
 		return 0, err
 	}
@@ -624,9 +630,10 @@ func (f *File) sendWholeLocked(ctx context.Context, c class, blocks []uint64) (i
 		delete(f.s.objs, o)
 		return 0, nil // the limits come first: no room for a copy now
 	}
-	data := make([]byte, held)
+	data := allocPiece(int(held), f.tailRoom(n, len(added)))
 	if _, err := f.placeLocked(ctx, o, blocks[:n], data, true); err != nil {
 		f.releaseCopy(held)
+		freePiece(data)
 		return 0, err
 	}
 	if f.s.settling {
@@ -649,10 +656,11 @@ func (f *File) sendWholeLocked(ctx context.Context, c class, blocks []uint64) (i
 		f.releaseCopy(held)
 		return 0, err
 	}
-	body := append(data, tail...)
+	body := append(data, tail...) // within data's capacity: no copy
 	key := f.key(o.name)
 	f.spawn(o, taskWhole, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
+		defer freePiece(body)
 		return sendResult{err: f.createObject(ctx, key, body)}
 	})
 	return n, nil
@@ -741,10 +749,15 @@ func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, la
 	if last {
 		f.forceCopy(held)
 	}
-	buf := make([]byte, held)
+	extra := 0
+	if last {
+		extra = f.tailRoom(o.n()+n, len(o.leafLos)+len(added))
+	}
+	buf := allocPiece(int(held), extra)
 	later, err := f.placeLocked(ctx, o, blocks[:n], buf, last)
 	if err != nil {
 		f.releaseCopy(held)
+		freePiece(buf)
 		return 0, err
 	}
 	for _, lo := range added {
@@ -762,6 +775,7 @@ func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, la
 	bs := int64(f.bs)
 	f.spawn(o, taskPiece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
+		defer freePiece(buf)
 		r := sendResult{part: part, refs: later}
 		if len(later) > 0 {
 			if r.crcs, r.err = readRefs(buf, bs, later); r.err != nil {
@@ -832,12 +846,13 @@ func (f *File) finishLocked(ctx context.Context, o *streamObj, data []byte, held
 		giveUp(err)
 		return err
 	}
-	body := append(data, tail...)
+	body := append(data, tail...) // within data's capacity when data has blocks
 	o.parts = append(o.parts, staging.CompletedPart{})
 	part := int32(len(o.parts))
 	key, id := f.key(o.name), o.uploadID
 	f.spawn(o, taskPiece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
+		defer freePiece(body)
 		etag, err := f.st.UploadPart(ctx, key, id, part, body)
 		return sendResult{part: part, etag: etag, err: err}
 	})

@@ -111,10 +111,11 @@ func (f *File) putObject(ctx context.Context, key string, body *objectBody, sem 
 	if body.size <= f.p.ChunkSize {
 		sem <- struct{}{}
 		f.forceCopy(body.size)
-		buf := make([]byte, body.size)
+		buf := allocPiece(int(body.size), 0)
 		body.readAt(buf, 0)
 		c.requests.Add(1)
 		_, err := f.st.Put(ctx, key, buf, opts)
+		freePiece(buf)
 		f.releaseCopy(body.size)
 		<-sem
 		if err != nil {
@@ -148,7 +149,8 @@ func (f *File) putObject(ctx context.Context, key string, body *objectBody, sem 
 			n := min(f.p.ChunkSize, body.size-off)
 			f.forceCopy(n)
 			defer f.releaseCopy(n)
-			buf := make([]byte, n)
+			buf := allocPiece(int(n), 0)
+			defer freePiece(buf)
 			body.readAt(buf, off)
 			c.requests.Add(1)
 			etag, err := f.st.UploadPart(ctx, key, upload, int32(i+1), buf)

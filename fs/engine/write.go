@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"math/bits"
 	"sync"
 	"time"
 
@@ -28,6 +29,31 @@ func putBlockBuf(b []byte) {
 	}
 	if p, ok := blockPools.Load(len(b)); ok {
 		p.(*sync.Pool).Put(&b)
+	}
+}
+
+// Piece buffers (copies of blocks on their way to the store) are pooled by
+// capacity, a power of two: allocating and zeroing a fresh 16 MiB for every
+// piece was most of what sending ahead cost the writer. Stores do not keep
+// the slices they are given (the Store contract), so a buffer is reused once
+// its request returns.
+var piecePools [48]sync.Pool
+
+// allocPiece returns a buffer of length n with room for extra more bytes.
+// Its bytes are not zeroed: callers fill all n.
+func allocPiece(n, extra int) []byte {
+	c := bits.Len(uint(n + extra - 1)) // capacity class: 1<<c >= n+extra
+	if p, ok := piecePools[c].Get().(*[]byte); ok {
+		return (*p)[:n]
+	}
+	return make([]byte, n, 1<<c)
+}
+
+// freePiece returns a buffer from allocPiece.
+func freePiece(b []byte) {
+	c := bits.Len(uint(cap(b) - 1))
+	if cap(b) == 1<<c && c < len(piecePools) {
+		piecePools[c].Put(&b)
 	}
 }
 
