@@ -82,3 +82,51 @@ func BenchmarkMemPutGet(b *testing.B) {
 		}
 	}
 }
+
+// A completed multipart object keeps its parts: ranges inside one part, across
+// parts and the whole object read the same bytes as a concatenation would.
+func TestMemMultipartRanges(t *testing.T) {
+	ctx := t.Context()
+	m := staging.NewMem()
+	const ps = staging.MinPartSize
+	parts := [][]byte{bytes.Repeat([]byte{1}, ps), bytes.Repeat([]byte{2}, ps), {3, 4, 5}}
+	id, err := m.CreateMultipart(ctx, "k", staging.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var done []staging.CompletedPart
+	for i, p := range parts {
+		etag, err := m.UploadPart(ctx, "k", id, int32(i+1), p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done = append(done, staging.CompletedPart{Number: int32(i + 1), ETag: etag})
+	}
+	if _, err := m.CompleteMultipart(ctx, "k", id, done, staging.Conditions{}); err != nil {
+		t.Fatal(err)
+	}
+	whole := bytes.Join(parts, nil)
+	size := int64(len(whole))
+	for _, c := range []struct {
+		r      staging.Range
+		off, n int64
+	}{
+		{staging.Whole(), 0, size},
+		{staging.Bytes(10, 20), 10, 20},
+		{staging.Bytes(ps-5, 10), ps - 5, 10},
+		{staging.Bytes(2*ps-1, 4), 2*ps - 1, 4},
+		{staging.Suffix(4), size - 4, 4},
+		{staging.Bytes(2*ps+1, 100), 2*ps + 1, 2},
+	} {
+		got, info, err := m.Get(ctx, "k", c.r)
+		if err != nil {
+			t.Fatalf("get %+v: %v", c.r, err)
+		}
+		if info.Size != size || !bytes.Equal(got, whole[c.off:c.off+c.n]) {
+			t.Fatalf("get %+v: %d bytes, size %d; want %d bytes from %d", c.r, len(got), info.Size, c.n, c.off)
+		}
+	}
+	if m.Bytes() != size {
+		t.Fatalf("Bytes() = %d, want %d", m.Bytes(), size)
+	}
+}
