@@ -61,6 +61,7 @@ func (o *plannedObject) size(bs, mbs, extraMetas int) int64 {
 
 // flushCounters collects what one flush or partial segment did.
 type flushCounters struct {
+	taskBase  int64 // upload tasks' requests before the flush began
 	requests  atomic.Int64
 	dataBytes atomic.Int64
 	metaBytes atomic.Int64
@@ -81,6 +82,8 @@ func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
 	start := time.Now()
 	var t FlushTiming
 	var c flushCounters
+	// The requests of upload tasks the flush waits for or starts count too.
+	c.taskBase = f.s.requests.Load()
 	// Objects sent ahead: the last pieces go up, open objects close, and
 	// everything in flight completes (or fails, leaving its blocks dirty).
 	if err := f.settleLocked(ctx); err != nil {
@@ -98,21 +101,21 @@ func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
 		}
 		var ce *ConflictError
 		if !errors.As(err, &ce) {
-			t.fill(&c, start)
+			t.fill(&c, start, f.s.requests.Load())
 			return t, err
 		}
 		f.stats.Conflicts++
 		if f.p.ConflictPolicy == ConflictFailFast {
 			f.rollbackLocked(ce.Theirs, ce.theirsETag())
-			t.fill(&c, start)
+			t.fill(&c, start, f.s.requests.Load())
 			return t, ce
 		}
 		if t.Attempts >= f.p.MaxRetries {
-			t.fill(&c, start)
+			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: gave up after %d attempts: %w", f.prefix, t.Attempts, ce)
 		}
 		if err := f.rebaseLocked(ctx, ce.Theirs, ce.theirsETag()); err != nil {
-			t.fill(&c, start)
+			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: rebase on checkpoint %d: %w", f.prefix, ce.Theirs.Cno, err)
 		}
 		// Back off while holding the file: writers would only add to a flush
@@ -120,20 +123,20 @@ func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
 		sleep := backoff/2 + rand.N(backoff)
 		select {
 		case <-ctx.Done():
-			t.fill(&c, start)
+			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: %w", f.prefix, ctx.Err())
 		case <-time.After(sleep):
 		}
 		backoff = min(backoff*2, time.Second)
 	}
-	t.fill(&c, start)
+	t.fill(&c, start, f.s.requests.Load())
 	f.stats.Flushes++
 	f.stats.LastFlush = t
 	return t, nil
 }
 
-func (t *FlushTiming) fill(c *flushCounters, start time.Time) {
-	t.Requests = int(c.requests.Load())
+func (t *FlushTiming) fill(c *flushCounters, start time.Time, tasks int64) {
+	t.Requests = int(c.requests.Load() + tasks - c.taskBase)
 	t.StreamFlushBytes += c.dataBytes.Load()
 	t.StreamMetaBytes = c.metaBytes.Load()
 	t.Objects = int(c.objects.Load())

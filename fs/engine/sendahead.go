@@ -6,6 +6,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/zeebo/xxh3"
 
@@ -104,6 +105,8 @@ type sender struct {
 	wg     sync.WaitGroup
 	done   chan sendResult
 
+	requests atomic.Int64 // requests started by tasks, for FlushTiming
+
 	inflight int
 	open     [nClasses]*streamObj
 	objs     map[*streamObj]struct{} // started, not finished
@@ -162,6 +165,7 @@ func (f *File) touchLocked(d *dirtyBlock) {
 
 // spawn runs one upload task, owned by the sender.
 func (f *File) spawn(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
+	f.s.requests.Add(1) // every task makes one request (more only when it fails)
 	f.s.inflight++
 	o.pending++
 	f.s.wg.Add(1)

@@ -107,7 +107,14 @@ func TestSendAheadRegimes(t *testing.T) {
 					t.Fatalf("object %s is %d bytes, over the %d target", o.Key, o.Size, c.target)
 				}
 			}
+			before := cnt.Snapshot()
 			ft := flushAndCheck(t, mem, f, "sa/", p, data)
+			// Requests made by the flush (nothing was in flight when it began;
+			// flushAndCheck reads only after it).
+			flushReqs := cnt.Snapshot().Sub(before).Total().Requests - cnt.Snapshot().Sub(before).Op(staging.OpGet).Requests
+			if int64(ft.Requests) != flushReqs {
+				t.Fatalf("FlushTiming.Requests %d, the store saw %d", ft.Requests, flushReqs)
+			}
 			if c.objects && ft.StreamSentBytes == 0 {
 				t.Fatalf("nothing counted as sent ahead: %+v", ft)
 			}
