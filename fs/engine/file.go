@@ -186,8 +186,6 @@ type File struct {
 	// head is the published checkpoint this writer builds on.
 	head     segment.Inode
 	headETag string
-	// persisted is the block map of head: rollback returns to it.
-	persisted *blockmap.Tree
 
 	// Since head: what this writer did, replayed onto a winner's checkpoint
 	// under ConflictRetry. written holds blocks moved from the dirty tier into
@@ -492,11 +490,10 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 	}
 	bo := blockmap.Options{MetaBlockSize: f.mbs}
 	if ino.Height == 0 {
-		f.persisted = blockmap.New(bo, f.loader)
+		f.tree = blockmap.New(bo, f.loader)
 	} else {
-		f.persisted = blockmap.Open(bo, f.loader, ino.Root, int(ino.Height))
+		f.tree = blockmap.Open(bo, f.loader, ino.Root, int(ino.Height))
 	}
-	f.tree = f.persisted.Snapshot()
 	f.resetSenderLocked(context.Background())
 	for _, d := range f.dirty {
 		f.freeBlock(d.buf)

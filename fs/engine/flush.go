@@ -466,7 +466,6 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	f.dirty = make(map[uint64]*dirtyBlock)
 	f.dirtyB = 0
 	f.tree = committed
-	f.persisted = committed.Snapshot()
 	f.head = ino
 	f.headETag = etag
 	f.changed = false
@@ -525,7 +524,6 @@ func (f *File) rebaseLocked(ctx context.Context, theirs segment.Inode, etag stri
 	} else {
 		t = blockmap.Open(bo, f.loader, theirs.Root, int(theirs.Height))
 	}
-	persisted := t.Snapshot()
 	bs := int64(f.bs)
 	truncated := f.minSize != noTruncate
 	if truncated && f.minSize < int64(theirs.Size) {
@@ -548,7 +546,6 @@ func (f *File) rebaseLocked(ctx context.Context, theirs segment.Inode, etag stri
 		}
 	}
 	f.tree = t
-	f.persisted = persisted
 	f.head = theirs
 	f.headETag = etag
 	f.pendingCno = max(f.pendingCno, theirs.Cno+1)
