@@ -157,6 +157,17 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 	return nil, "", fmt.Errorf("store %q: want s3://bucket[/prefix], file:///dir or mem://", spec)
 }
 
+// redactStore drops user information (a key or password someone put in the
+// URL) from STORE, for the log and the mount table.
+func redactStore(spec string) string {
+	u, err := url.Parse(spec)
+	if err != nil || u.User == nil {
+		return spec
+	}
+	u.User = nil
+	return u.String()
+}
+
 func newLogger(level config.LogLevel, w io.Writer) *zap.Logger {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
@@ -226,7 +237,7 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 		}
 		st = staging.NewLink(st, p)
 	}
-	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Root: root, Logger: log, FsName: m.store})
+	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Root: root, Logger: log, FsName: redactStore(m.store)})
 	cancel()
 	if err != nil {
 		return fail(err)
@@ -235,7 +246,7 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 		fsys.Close()
 		return fail(err)
 	}
-	log.Info("mounted", zap.String("store", m.store), zap.String("mountpoint", m.mountpoint),
+	log.Info("mounted", zap.String("store", redactStore(m.store)), zap.String("mountpoint", m.mountpoint),
 		zap.String("options", cfg.EncodeChanged(config.MountDefault(config.TotalRAM()))))
 	if report != nil {
 		fmt.Fprintln(report, "mounted")

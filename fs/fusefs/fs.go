@@ -64,6 +64,9 @@ type FS struct {
 	orphans map[string]time.Time // file id -> when its last name went; GUARDED_BY(mu)
 	heads   map[string]headInfo  // last head seen of closed files; GUARDED_BY(mu)
 
+	metrics    *Metrics
+	metricsSrv *metricsServer // nil when -o metrics is off
+
 	server    *fuse.Server
 	closeOnce sync.Once
 	closeErr  error
@@ -100,6 +103,7 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
+	metrics, st := newMetrics(st)
 	vol, err := openVolume(ctx, st, o.Root, o.Config)
 	if err != nil {
 		return nil, err
@@ -118,6 +122,13 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		budget: engine.NewBudget(budget), fsName: o.FsName,
 		ctx: fctx, cancel: cancel,
 		files: make(map[string]*openFile), orphans: make(map[string]time.Time), heads: make(map[string]headInfo),
+		metrics: metrics,
+	}
+	if o.Config.Metrics != "" {
+		if err := fsys.startMetrics(o.Config.Metrics); err != nil {
+			cancel()
+			return nil, err
+		}
 	}
 	fsys.wg.Add(1)
 	go fsys.loop()
@@ -255,6 +266,7 @@ func (fsys *FS) Unmount() error {
 // it. It returns the first flush error: the data of that file is lost.
 func (fsys *FS) Close() error {
 	fsys.closeOnce.Do(func() {
+		defer fsys.stopMetrics()
 		fsys.cancel()
 		fsys.wg.Wait()
 		ctx := context.Background()
@@ -272,7 +284,7 @@ func (fsys *FS) Close() error {
 				continue
 			}
 			if of.f.Stat().Dirty && !fsys.isOrphan(of.id) {
-				if _, err := of.f.Flush(ctx); err != nil {
+				if _, err := fsys.flush(ctx, of); err != nil {
 					errs = append(errs, fmt.Errorf("flush file %s at unmount: %w", of.id, err))
 					fsys.log.Error("flush at unmount failed; data lost", zap.String("file", of.id), zap.Error(err))
 				}
@@ -320,7 +332,7 @@ func (fsys *FS) loop() {
 func (fsys *FS) flushAll(ctx context.Context) {
 	for _, of := range fsys.snapshotFiles() {
 		if of.f.Stat().Dirty && !fsys.isOrphan(of.id) {
-			if _, err := of.f.Flush(ctx); err != nil && ctx.Err() == nil {
+			if _, err := fsys.flush(ctx, of); err != nil && ctx.Err() == nil {
 				fsys.log.Warn("periodic flush failed; data stays dirty", zap.String("file", of.id), zap.Error(err))
 			}
 		}
@@ -339,7 +351,7 @@ func (fsys *FS) flushIdle(ctx context.Context) {
 			continue
 		}
 		if of.f.Stat().Dirty && !fsys.isOrphan(of.id) && fsys.cfg.FlushInterval > 0 {
-			if _, err := of.f.Flush(ctx); err != nil {
+			if _, err := fsys.flush(ctx, of); err != nil {
 				fsys.log.Warn("flush of a closed file failed; data stays dirty", zap.String("file", of.id), zap.Error(err))
 				continue
 			}
@@ -429,7 +441,7 @@ func (fsys *FS) release(ctx context.Context, of *openFile, flush bool) error {
 	}
 	var err error
 	if flush && of.f.Stat().Dirty && !fsys.isOrphan(of.id) {
-		if _, err = of.f.Flush(ctx); err != nil {
+		if _, err = fsys.flush(ctx, of); err != nil {
 			fsys.log.Warn("flush at last close failed; data stays dirty", zap.String("file", of.id), zap.Error(err))
 		}
 	}

@@ -88,7 +88,7 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 	}
 	// O_SYNC and O_DSYNC writes are durable when they return: a checkpoint.
 	if h.flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0 {
-		if _, err := h.of.f.Flush(ctx); err != nil {
+		if _, err := h.fsys.flush(ctx, h.of); err != nil {
 			return 0, h.fsys.errnoOf("write (O_SYNC flush)", err)
 		}
 	}
@@ -102,7 +102,7 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 	if !h.fsys.cfg.FlushOnClose || h.fsys.isOrphan(h.of.id) || !h.of.f.Stat().Dirty {
 		return 0
 	}
-	if _, err := h.of.f.Flush(ctx); err != nil {
+	if _, err := h.fsys.flush(ctx, h.of); err != nil {
 		return h.fsys.errnoOf("flush", err)
 	}
 	return 0
@@ -112,7 +112,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 	if h.fsys.isOrphan(h.of.id) || !h.of.f.Stat().Dirty {
 		return 0
 	}
-	if _, err := h.of.f.Flush(ctx); err != nil {
+	if _, err := h.fsys.flush(ctx, h.of); err != nil {
 		return h.fsys.errnoOf("fsync", err)
 	}
 	return 0
