@@ -22,6 +22,10 @@ const usage = `ckptfs: a filesystem that checkpoints every file into object stor
 Usage:
   ckptfs mount [-o name=value,...] [-f|--foreground] STORE MOUNTPOINT
   mount.ckptfs STORE MOUNTPOINT [-o name=value,...]
+  ckptfs ls [-o opts] STORE [PATH]
+  ckptfs info [-o opts] [--json] STORE [PATH]
+  ckptfs cat [-o opts] [--cno N] [--offset N] [--length N] STORE PATH
+  ckptfs fsck [-o opts] STORE [PATH]      (exit 0: all well, 1: problems found)
   ckptfs bench [-table ...]      (reproduces the seed's tables; ckptfs bench -h)
   ckptfs --help | ckptfs mount --help
 
@@ -71,6 +75,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return mountCmd(args[2:], false, stdout, stderr)
 	case "bench":
 		return benchRun(args[2:], stdout, stderr)
+	case "ls":
+		return lsMain(args[2:], stdout, stderr)
+	case "info":
+		return infoMain(args[2:], stdout, stderr)
+	case "cat":
+		return catMain(args[2:], stdout, stderr)
+	case "fsck":
+		return fsckMain(args[2:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "ckptfs: unknown command %q\n\n%s", args[1], usage)
 	return 2

@@ -1,0 +1,213 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+
+	"ckptfs/fs/engine"
+	"ckptfs/fs/namespace"
+	"ckptfs/segment"
+	"ckptfs/staging"
+)
+
+// Problem is one thing fsck found wrong, with the key of the object.
+type Problem struct {
+	Key string
+	Err error
+}
+
+func (p Problem) String() string { return p.Key + ": " + p.Err.Error() }
+
+// Report is what Fsck found. Leftovers (open multipart uploads) are not
+// corruption: an interrupted writer leaves them and the cleaner removes them.
+type Report struct {
+	Files     int
+	Objects   int
+	Problems  []Problem
+	Leftovers []staging.Upload
+}
+
+// OK reports whether no problem was found.
+func (r *Report) OK() bool { return len(r.Problems) == 0 }
+
+// Fsck checks the file at p, or every file of the volume when p is "" : every
+// object's header (CRC, counts, name, file tag), its summary, the CRC of every
+// data block, that the chain of checkpoints reads back, that every block of
+// the latest checkpoint points into an object that exists, and (for the whole
+// volume) that every stored file is reachable from the namespace. done, when
+// not nil, is called once per object checked.
+func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, error) {
+	r := &Report{}
+	files := map[string]string{} // file id -> a path
+	if p == "" || p == "/" {
+		err := v.Walk(func(fp string, n namespace.Node) error {
+			if n.Kind == namespace.KindFile {
+				files[n.FileID] = fp
+			}
+			return nil
+		})
+		if err != nil {
+			return r, fmt.Errorf("fsck: %w", err)
+		}
+		for _, o := range v.ns.Orphans() {
+			files[o.FileID] = "(unlinked)"
+		}
+	} else {
+		n, err := v.file(p)
+		if err != nil {
+			return r, err
+		}
+		files[n.FileID] = p
+	}
+	ids := make([]string, 0, len(files))
+	for id := range files {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	for _, id := range ids {
+		r.Files++
+		if err := v.fsckFile(ctx, id, r, done); err != nil {
+			return r, err
+		}
+	}
+	scope := v.root + "f/"
+	if p != "" && p != "/" {
+		scope = v.Prefix(ids[0])
+	} else {
+		all, err := staging.ListAll(ctx, v.st, scope)
+		if err != nil {
+			return r, fmt.Errorf("fsck: list %s: %w", scope, err)
+		}
+		for _, o := range all {
+			id, _, _ := strings.Cut(strings.TrimPrefix(o.Key, scope), "/")
+			if _, ok := files[id]; !ok {
+				r.Problems = append(r.Problems, Problem{o.Key, errors.New("not reachable: no name in the namespace refers to its file")})
+			}
+		}
+	}
+	ups, err := v.st.ListMultipartUploads(ctx, scope)
+	if err != nil {
+		return r, fmt.Errorf("fsck: list uploads: %w", err)
+	}
+	r.Leftovers = ups
+	return r, nil
+}
+
+// fsckFile checks one file; it returns an error only when the store cannot
+// be read (problems go into r).
+func (v *Volume) fsckFile(ctx context.Context, id string, r *Report, done func()) error {
+	prefix := v.Prefix(id)
+	tag := segment.FileTag(id)
+	objs, err := staging.ListAll(ctx, v.st, prefix)
+	if err != nil {
+		return fmt.Errorf("fsck: list %s: %w", prefix, err)
+	}
+	have := map[string]bool{}
+	for _, o := range objs {
+		have[o.Key] = true
+		r.Objects++
+		if err := v.checkObject(ctx, prefix, tag, o); err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			r.Problems = append(r.Problems, Problem{o.Key, err})
+		}
+		if done != nil {
+			done()
+		}
+	}
+	if !have[prefix+engine.HeadKey] {
+		r.Problems = append(r.Problems, Problem{prefix + engine.HeadKey, errors.New("missing: the file has no head")})
+		return nil
+	}
+	f, err := engine.Open(ctx, v.st, prefix, v.opts(id))
+	if err != nil {
+		return nil // the head's problem is already reported
+	}
+	defer f.Close()
+	if _, err := f.Checkpoints(ctx); err != nil {
+		key := keyOf(err, prefix)
+		if errors.Is(err, staging.ErrNotFound) {
+			// Only the head's own checkpoint must be there: older ones
+			// end the chain when the cleaner removed them.
+			key = prefix + segment.ObjectName{Cno: f.Stat().Cno}.String()
+			err = fmt.Errorf("missing: the head names checkpoint %d: %w", f.Stat().Cno, err)
+		}
+		r.Problems = append(r.Problems, Problem{key, err})
+		return nil
+	}
+	bs := int64(f.Stat().BlockSize)
+	if bs <= 0 {
+		return nil
+	}
+	nblocks := (f.Size() + bs - 1) / bs
+	const step = 4096
+	for b := int64(0); b < nblocks; b += step {
+		pl, err := f.BlockPlacement(ctx, uint64(b), int(min(step, nblocks-b)))
+		if err != nil {
+			r.Problems = append(r.Problems, Problem{keyOf(err, prefix), fmt.Errorf("block map: %w", err)})
+			return nil
+		}
+		for _, x := range pl {
+			if !x.Hole && !x.Dirty && !have[x.Key] {
+				r.Problems = append(r.Problems, Problem{x.Key, fmt.Errorf("missing: block %d of the latest checkpoint points here", x.FBN)})
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+// keyOf returns the key a segment error names, or def.
+func keyOf(err error, def string) string {
+	var ce *segment.CorruptError
+	if errors.As(err, &ce) && ce.Key != "" {
+		return ce.Key
+	}
+	return def
+}
+
+// checkObject checks one object of a file: its head, or a checkpoint object
+// read whole (header, summary, and the CRC of every data block).
+func (v *Volume) checkObject(ctx context.Context, prefix string, tag uint64, o staging.ObjectInfo) error {
+	rel := strings.TrimPrefix(o.Key, prefix)
+	if rel == engine.HeadKey {
+		_, _, err := segment.ReadHead(ctx, v.st, o.Key, tag)
+		return err
+	}
+	name, _, err := segment.ParseObjectName(rel)
+	if err != nil {
+		return fmt.Errorf("unexpected key in a file's folder: %w", err)
+	}
+	h, err := segment.DetectHeader(ctx, v.st, o.Key, name, tag)
+	if err != nil {
+		return err
+	}
+	sum, err := segment.ReadSummary(ctx, v.st, o.Key, h)
+	if err != nil {
+		return err
+	}
+	if _, err := segment.ReadMeta(ctx, v.st, o.Key, h); err != nil && h.MetaBlocks > 0 {
+		return err
+	}
+	if h.DataBlocks == 0 {
+		return nil
+	}
+	data, _, err := v.st.Get(ctx, o.Key, h.DataRange(0, h.DataBlocks))
+	if err != nil {
+		return fmt.Errorf("read data of %s: %w", o.Key, err)
+	}
+	bs := int64(h.DataBlockSize)
+	if int64(len(data)) != bs*int64(h.DataBlocks) {
+		return fmt.Errorf("data region is %d bytes, want %d", len(data), bs*int64(h.DataBlocks))
+	}
+	for i, e := range sum {
+		if c := segment.Checksum(data[int64(i)*bs : int64(i+1)*bs]); c != e.CRC {
+			return fmt.Errorf("slot %d (block %d) has CRC %08x, the summary says %08x: %w", i, e.FBN, c, e.CRC, segment.ErrChecksum)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,227 @@
+package inspect
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"ckptfs/fs/engine"
+	"ckptfs/fs/namespace"
+	"ckptfs/segment"
+	"ckptfs/staging"
+)
+
+// makeVolume builds, on a memory store, a volume with a file "x" of two
+// checkpoints (v1 then v2) and a directory "d".
+func makeVolume(t *testing.T) (staging.Store, string, []byte, []byte) {
+	t.Helper()
+	ctx := context.Background()
+	st := staging.NewMem()
+	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := ns.Create(ctx, namespace.RootIno, "x", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Mkdir(ctx, namespace.RootIno, "d", 0o755, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	p := engine.DefaultParams()
+	f, err := engine.Create(ctx, st, "f/"+n.FileID+"/", engine.Options{Params: p, FileID: n.FileID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v1 := bytes.Repeat([]byte("0123456789abcdef"), 20000)
+	v2 := append([]byte(nil), v1...)
+	copy(v2[5000:], "changed")
+	for _, data := range [][]byte{v1, v2} {
+		if _, err := f.WriteAt(ctx, data, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return st, n.FileID, v1, v2
+}
+
+func TestListInfoCat(t *testing.T) {
+	st, id, v1, v2 := makeVolume(t)
+	ctx := context.Background()
+	v, err := Open(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := v.List(ctx, "/")
+	if err != nil || len(ents) != 2 || ents[0].Name != "d" || ents[1].Name != "x" || ents[1].Size != int64(len(v2)) || ents[1].FileID != id {
+		t.Fatalf("List /: %+v, %v", ents, err)
+	}
+	fi, err := v.FileInfo(ctx, "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(fi.Checkpoints) != 2 || !fi.Checkpoints[0].Published || fi.Checkpoints[0].Cno <= fi.Checkpoints[1].Cno || fi.ColdReadGets == 0 {
+		t.Fatalf("FileInfo: %+v", fi)
+	}
+	si, err := v.StoreInfo(ctx)
+	if err != nil || si.Files != 1 || si.Dirs != 2 || si.Checkpoints != 2 || si.FileBytes != int64(len(v2)) {
+		t.Fatalf("StoreInfo: %+v, %v", si, err)
+	}
+	old := fi.Checkpoints[1].Cno
+	tests := []struct {
+		name    string
+		path    string
+		cno     uint64
+		off, n  int64
+		want    []byte
+		wantErr error
+	}{
+		{"latest", "x", 0, 0, -1, v2, nil},
+		{"older", "x", old, 0, -1, v1, nil},
+		{"range", "x", 0, 4990, 20, v2[4990:5010], nil},
+		{"range at end", "x", 0, int64(len(v2)) - 3, 100, v2[len(v2)-3:], nil},
+		{"no such checkpoint", "x", 99, 0, -1, nil, engine.ErrNotExist},
+		{"directory", "d", 0, 0, -1, nil, ErrNotFile},
+		{"missing", "nope", 0, 0, -1, nil, namespace.ErrNotExist},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			err := v.Cat(ctx, &buf, tt.path, tt.cno, tt.off, tt.n, nil)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err %v, want %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || !bytes.Equal(buf.Bytes(), tt.want) {
+				t.Fatalf("%d bytes, %v; want %d bytes", buf.Len(), err, len(tt.want))
+			}
+		})
+	}
+}
+
+func TestFsck(t *testing.T) {
+	tests := []struct {
+		name    string
+		damage  func(t *testing.T, st staging.Store, id string) string // returns the key fsck must name
+		problem string
+	}{
+		{"clean", func(*testing.T, staging.Store, string) string { return "" }, ""},
+		{"head flipped", func(t *testing.T, st staging.Store, id string) string {
+			return flip(t, st, "f/"+id+"/"+engine.HeadKey, 30)
+		}, "checksum"},
+		{"header flipped", func(t *testing.T, st staging.Store, id string) string {
+			k := objectKeys(t, st, id)[0]
+			return flip(t, st, k, -10)
+		}, "checksum"},
+		{"data flipped", func(t *testing.T, st staging.Store, id string) string {
+			k := objectKeys(t, st, id)[0]
+			return flip(t, st, k, 3)
+		}, "CRC"},
+		{"part 0 gone", func(t *testing.T, st staging.Store, id string) string {
+			keys := objectKeys(t, st, id)
+			k := keys[len(keys)-1]
+			if err := st.Delete(context.Background(), k); err != nil {
+				t.Fatal(err)
+			}
+			return k
+		}, "missing"},
+		{"foreign key", func(t *testing.T, st staging.Store, id string) string {
+			k := "f/" + id + "/junk"
+			put(t, st, k)
+			return k
+		}, "unexpected key"},
+		{"unreachable file", func(t *testing.T, st staging.Store, id string) string {
+			k := "f/0123456789abcdef0123456789abcdef/inode"
+			put(t, st, k)
+			return k
+		}, "not reachable"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			st, id, _, _ := makeVolume(t)
+			ctx := context.Background()
+			key := tt.damage(t, st, id)
+			v, err := Open(ctx, st, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			calls := 0
+			r, err := v.Fsck(ctx, "", func() { calls++ })
+			if err != nil {
+				t.Fatal(err)
+			}
+			if calls != r.Objects || r.Files != 1 {
+				t.Fatalf("progress %d for %d objects, %d files", calls, r.Objects, r.Files)
+			}
+			if key == "" {
+				if !r.OK() {
+					t.Fatalf("problems in a clean volume: %v", r.Problems)
+				}
+				return
+			}
+			if r.OK() {
+				t.Fatal("no problem found")
+			}
+			found := false
+			for _, p := range r.Problems {
+				if p.Key == key && strings.Contains(p.String(), tt.problem) {
+					found = true
+				}
+			}
+			if !found {
+				t.Fatalf("problems %v: none names %s with %q", r.Problems, key, tt.problem)
+			}
+		})
+	}
+}
+
+// objectKeys lists the checkpoint objects of a file, oldest first.
+func objectKeys(t *testing.T, st staging.Store, id string) []string {
+	t.Helper()
+	all, err := staging.ListAll(context.Background(), st, "f/"+id+"/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, o := range all {
+		if segment.IsObjectName(strings.TrimPrefix(o.Key, "f/"+id+"/")) {
+			out = append(out, o.Key)
+		}
+	}
+	if len(out) == 0 {
+		t.Fatal("no objects")
+	}
+	return out
+}
+
+// flip inverts one byte of key at off (negative: from the end).
+func flip(t *testing.T, st staging.Store, key string, off int) string {
+	t.Helper()
+	ctx := context.Background()
+	b, _, err := st.Get(ctx, key, staging.Whole())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if off < 0 {
+		off += len(b)
+	}
+	b[off] ^= 0xff
+	if _, err := st.Put(ctx, key, b, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+func put(t *testing.T, st staging.Store, key string) {
+	t.Helper()
+	if _, err := st.Put(context.Background(), key, []byte("junk"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
