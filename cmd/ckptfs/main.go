@@ -26,6 +26,7 @@ Usage:
   ckptfs info [-o opts] [--json] STORE [PATH]
   ckptfs cat [-o opts] [--cno N] [--offset N] [--length N] STORE PATH
   ckptfs fsck [-o opts] STORE [PATH]      (exit 0: all well, 1: problems found)
+  ckptfs gc [-o opts] [--keep N] [--keep-for D] [--grace D] [--min-age D] [--dry-run] STORE
   ckptfs bench [-table ...]      (reproduces the seed's tables; ckptfs bench -h)
   ckptfs --help | ckptfs mount --help
 
@@ -83,6 +84,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return catMain(args[2:], stdout, stderr)
 	case "fsck":
 		return fsckMain(args[2:], stdout, stderr)
+	case "gc":
+		return gcMain(args[2:], stdout, stderr)
 	}
 	fmt.Fprintf(stderr, "ckptfs: unknown command %q\n\n%s", args[1], usage)
 	return 2

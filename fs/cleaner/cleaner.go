@@ -1,0 +1,416 @@
+// Package cleaner owns the deletion of objects no retained checkpoint needs:
+// the logic behind `ckptfs gc`. It reads heads, part 0 headers and block-map
+// nodes; it writes nothing but deletions and multipart aborts.
+//
+// # What is retained
+//
+// The checkpoints of a file form a chain from its head through each part 0's
+// base inode. A checkpoint is retained when it is one of the newest Keep
+// along that chain (Keep 0: all of them) or when its part 0 was stored less
+// than KeepFor ago. The newest checkpoint, the head's, is always retained.
+// The chain ends at the first checkpoint whose part 0 is gone, so the
+// retained checkpoints are a run from the head, and Keep is a floor: an older
+// checkpoint whose part 0 a retained one still points into (its data blocks
+// live there) stays on the chain, so it is retained whole, or it would be
+// listed without being readable. The first one that is not pinned so cuts
+// the chain, and everything older is dropped.
+// An object is live when a retained checkpoint references it: its part 0
+// and every object its block map points into (nodes and data blocks). The
+// head object ("inode") is never deleted.
+//
+// # What a live writer may still publish
+//
+// A writer numbers the objects of its next checkpoint with a cno above the
+// head's. Objects with a cno greater than the head's cno (sent ahead, or the
+// parts of a flush in progress) are therefore never deleted unless their
+// LastModified is older than Grace (default one hour): only a writer that
+// died leaves them that long. Open multipart uploads are aborted only when
+// initiated more than Grace ago. The listing is taken before the head is
+// read, so an object listed is either below a head the cleaner sees or
+// protected by this rule; objects written after the listing are not seen.
+//
+// Unreferenced objects with cno not above the head's (a failed flush's part 0
+// and parts, the objects of dropped checkpoints) are deleted once older than
+// MinAge. The two ages are separate on purpose: Grace protects work in
+// progress and must be long, MinAge only covers a writer of another mount
+// whose view of the head is stale (it may still build on objects of a
+// checkpoint this cleaner just dropped) and may be zero for a volume with one
+// mount.
+//
+// Part 0 of a dropped checkpoint is deleted before anything else it
+// references, newest first, so a run cut short leaves a chain that ends at a
+// retained checkpoint rather than one that names half-deleted checkpoints.
+//
+// A file the namespace holds as an orphan (no name left; fs/namespace
+// Orphans) is deleted whole, head last, and then forgotten by the namespace,
+// once its newest object is older than Grace. A mount deletes its own
+// unlinked files when their last handle closes; this rule is for files a
+// mount that died left behind. The cleaner cannot see another mount's open
+// handles, so Grace is also how long a handle may read an unlinked file that
+// no one writes.
+//
+// Objects whose name is neither "<cno>.<part>" nor "inode" are left alone and
+// reported. A file with no head is left alone and reported. Part 0 headers
+// are read with segment.DetectHeader, which looks at the end of the object
+// first, so objects of either layout are handled without knowing it.
+package cleaner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"ckptfs/blockmap"
+	"ckptfs/fs/namespace"
+	"ckptfs/segment"
+	"ckptfs/staging"
+)
+
+// Options of a run.
+type Options struct {
+	// Keep is how many of the newest checkpoints of each file are retained;
+	// 0 retains all of them (nothing but failed and abandoned work goes).
+	Keep int
+	// KeepFor retains every checkpoint whose part 0 is younger than this.
+	KeepFor time.Duration
+	// Grace is how old work a writer may still publish (objects above the
+	// head's cno, multipart uploads) must be before it is deleted.
+	Grace time.Duration
+	// MinAge is how old an unreferenced object at or below the head's cno
+	// must be before it is deleted.
+	MinAge time.Duration
+	// DryRun deletes nothing; the report says what would be deleted.
+	DryRun bool
+	// Now is the clock (time.Now when nil).
+	Now func() time.Time
+	// Progress, when set, is told of each object examined.
+	Progress func(n int64)
+}
+
+// DefaultGrace is the default of Options.Grace for the command line.
+const DefaultGrace = time.Hour
+
+// Object is one object the cleaner deleted, would delete or left alone.
+type Object struct {
+	Key    string
+	Size   int64
+	Reason string
+}
+
+// Report says what a run did.
+type Report struct {
+	Files       int
+	Checkpoints int // checkpoints seen along the chains
+	Retained    int // checkpoints retained
+	Deleted     []Object
+	Kept        int
+	KeptBytes   int64
+	Aborted     []staging.Upload
+	Orphans     []string // ids of orphaned files deleted (or that would be)
+	Skipped     []Object // left alone: unknown names, files without a head
+}
+
+// DeletedBytes sums the sizes of the deleted objects.
+func (r *Report) DeletedBytes() int64 {
+	var n int64
+	for _, o := range r.Deleted {
+		n += o.Size
+	}
+	return n
+}
+
+func (o *Options) now() time.Time {
+	if o.Now != nil {
+		return o.Now()
+	}
+	return time.Now()
+}
+
+// ErrNoHead is reported (in Report.Skipped) for a file without a head.
+var ErrNoHead = errors.New("file has no head")
+
+// FilesPrefix is where a volume at root keeps its files (fs/fusefs).
+func FilesPrefix(root string) string { return root + "f/" }
+
+// CleanVolume cleans every file of the volume at root and aborts multipart
+// uploads under it that are older than the grace period.
+func CleanVolume(ctx context.Context, st staging.Store, root string, o Options) (*Report, error) {
+	rep := &Report{}
+	fp := FilesPrefix(root)
+	objs, err := staging.ListAll(ctx, st, fp)
+	if err != nil {
+		return rep, fmt.Errorf("list files under %q: %w", fp, err)
+	}
+	byFile := map[string][]staging.ObjectInfo{}
+	var ids []string
+	for _, obj := range objs {
+		id, _, ok := strings.Cut(strings.TrimPrefix(obj.Key, fp), "/")
+		if !ok || id == "" {
+			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: "not under a file"})
+			continue
+		}
+		if _, seen := byFile[id]; !seen {
+			ids = append(ids, id)
+		}
+		byFile[id] = append(byFile[id], obj)
+	}
+	ns, err := namespace.Open(ctx, st, root, namespace.Options{})
+	if err != nil {
+		return rep, fmt.Errorf("read the namespace of %q: %w", root, err)
+	}
+	orphans := map[string]bool{}
+	for _, or := range ns.Orphans() {
+		orphans[or.FileID] = true
+	}
+	now := o.now()
+	for _, id := range ids {
+		if orphans[id] {
+			if err := reapOrphan(ctx, st, ns, fp+id+"/", id, byFile[id], now, o, rep); err != nil {
+				return rep, err
+			}
+			continue
+		}
+		if err := cleanFile(ctx, st, fp+id+"/", id, byFile[id], o, rep); err != nil {
+			return rep, err
+		}
+	}
+	if err := abortUploads(ctx, st, fp, o, rep); err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// reapOrphan deletes an orphaned file whose newest object is older than the
+// grace period (head last, so a run cut short leaves a file that opens) and
+// makes the namespace forget it.
+func reapOrphan(ctx context.Context, st staging.Store, ns *namespace.Namespace, prefix, id string, objs []staging.ObjectInfo, now time.Time, o Options, rep *Report) error {
+	rep.Files++
+	var newest time.Time
+	for _, obj := range objs {
+		if obj.LastModified.After(newest) {
+			newest = obj.LastModified
+		}
+	}
+	if now.Sub(newest) <= o.Grace {
+		for _, obj := range objs {
+			rep.Kept++
+			rep.KeptBytes += obj.Size
+		}
+		return nil
+	}
+	head := prefix + "inode"
+	order := slices.Clone(objs)
+	sort.SliceStable(order, func(i, j int) bool { return order[j].Key == head && order[i].Key != head })
+	for _, obj := range order {
+		if o.Progress != nil {
+			o.Progress(1)
+		}
+		if !o.DryRun {
+			if err := st.Delete(ctx, obj.Key); err != nil {
+				return fmt.Errorf("delete %s of orphaned file %s: %w", obj.Key, id, err)
+			}
+		}
+		rep.Deleted = append(rep.Deleted, Object{Key: obj.Key, Size: obj.Size, Reason: "orphaned file (no name) older than the grace period"})
+	}
+	if !o.DryRun {
+		if err := ns.Forget(ctx, id); err != nil {
+			return fmt.Errorf("orphaned file %s: %w", id, err)
+		}
+	}
+	rep.Orphans = append(rep.Orphans, id)
+	return nil
+}
+
+// CleanFile cleans one file: the objects under prefix of the file with id.
+func CleanFile(ctx context.Context, st staging.Store, prefix, id string, o Options) (*Report, error) {
+	rep := &Report{}
+	objs, err := staging.ListAll(ctx, st, prefix)
+	if err != nil {
+		return rep, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	if err := cleanFile(ctx, st, prefix, id, objs, o, rep); err != nil {
+		return rep, err
+	}
+	return rep, abortUploads(ctx, st, prefix, o, rep)
+}
+
+// abortUploads aborts open multipart uploads under prefix initiated more
+// than the grace period ago.
+func abortUploads(ctx context.Context, st staging.Store, prefix string, o Options, rep *Report) error {
+	ups, err := st.ListMultipartUploads(ctx, prefix)
+	if err != nil {
+		return fmt.Errorf("list multipart uploads under %q: %w", prefix, err)
+	}
+	now := o.now()
+	for _, u := range ups {
+		if now.Sub(u.Initiated) <= o.Grace {
+			continue
+		}
+		if !o.DryRun {
+			if err := st.AbortMultipart(ctx, u.Key, u.UploadID); err != nil && !errors.Is(err, staging.ErrNotFound) {
+				return fmt.Errorf("abort upload %s of %s: %w", u.UploadID, u.Key, err)
+			}
+		}
+		rep.Aborted = append(rep.Aborted, u)
+	}
+	return nil
+}
+
+type checkpoint struct {
+	ino  segment.Inode
+	part segment.ObjectName
+	at   time.Time // LastModified of part 0 (zero if not listed)
+}
+
+// cleanFile cleans one file given its objects as listed (before the head is
+// read: see the package doc).
+func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []staging.ObjectInfo, o Options, rep *Report) error {
+	rep.Files++
+	tag := segment.FileTag(id)
+	headKey := prefix + "inode"
+	hd, _, err := segment.ReadHead(ctx, st, headKey, tag)
+	if errors.Is(err, staging.ErrNotFound) {
+		for _, obj := range objs {
+			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: ErrNoHead.Error()})
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("clean %s: %w", prefix, err)
+	}
+	listed := make(map[segment.ObjectName]staging.ObjectInfo, len(objs))
+	for _, obj := range objs {
+		if n, _, err := segment.ParseObjectName(strings.TrimPrefix(obj.Key, prefix)); err == nil {
+			listed[n] = obj
+		}
+	}
+
+	// The chain, newest first.
+	var chain []checkpoint
+	for ino := hd.Inode; ino.Cno != 0; {
+		name := segment.ObjectName{Cno: ino.Cno}
+		h, err := segment.DetectHeader(ctx, st, prefix+name.String(), name, tag)
+		if errors.Is(err, staging.ErrNotFound) && len(chain) > 0 {
+			break // an earlier run dropped it: the chain ends here
+		}
+		if err != nil {
+			return fmt.Errorf("clean %s: read checkpoint %d: %w", prefix, ino.Cno, err)
+		}
+		chain = append(chain, checkpoint{ino: h.Inode, part: name, at: listed[name].LastModified})
+		ino = h.Base
+	}
+	rep.Checkpoints += len(chain)
+
+	now := o.now()
+	live := map[segment.ObjectName]bool{}
+	var dropped []segment.ObjectName // part 0s of dropped checkpoints, newest first
+	loaders := map[segment.Format]*blockmap.ObjectLoader{}
+	cut := false
+	for i, c := range chain {
+		retain := !cut && (o.Keep <= 0 || i < o.Keep ||
+			(!c.at.IsZero() && now.Sub(c.at) < o.KeepFor) || live[c.part])
+		if !retain {
+			cut = true
+			dropped = append(dropped, c.part)
+			continue
+		}
+		rep.Retained++
+		live[c.part] = true
+		if err := markRefs(ctx, st, prefix, tag, c.ino, loaders, live); err != nil {
+			return fmt.Errorf("clean %s: checkpoint %d: %w", prefix, c.ino.Cno, err)
+		}
+	}
+
+	// Decide.
+	var doomed []Object
+	droppedSet := map[string]bool{}
+	for _, n := range dropped {
+		droppedSet[prefix+n.String()] = true
+	}
+	var first []Object // dropped part 0s, deleted first
+	for _, obj := range objs {
+		if o.Progress != nil {
+			o.Progress(1)
+		}
+		rel := strings.TrimPrefix(obj.Key, prefix)
+		if rel == "inode" {
+			rep.Kept++
+			rep.KeptBytes += obj.Size
+			continue
+		}
+		n, _, err := segment.ParseObjectName(rel)
+		if err != nil {
+			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: "not a checkpoint object name"})
+			continue
+		}
+		age := now.Sub(obj.LastModified)
+		var reason string
+		switch {
+		case live[n]:
+		case n.Cno > hd.Inode.Cno:
+			if age > o.Grace {
+				reason = "abandoned: above the head's checkpoint and older than the grace period"
+			}
+		case age >= o.MinAge:
+			if droppedSet[obj.Key] {
+				first = append(first, Object{Key: obj.Key, Size: obj.Size, Reason: "part 0 of a dropped checkpoint"})
+				continue
+			}
+			reason = "referenced by no retained checkpoint"
+		}
+		if reason == "" {
+			rep.Kept++
+			rep.KeptBytes += obj.Size
+			continue
+		}
+		doomed = append(doomed, Object{Key: obj.Key, Size: obj.Size, Reason: reason})
+	}
+	// Newest dropped checkpoint first: the chain is cut at the retained end.
+	sort.SliceStable(first, func(i, j int) bool { return first[i].Key > first[j].Key })
+	for _, obj := range slices.Concat(first, doomed) {
+		if !o.DryRun {
+			if err := st.Delete(ctx, obj.Key); err != nil {
+				return fmt.Errorf("delete %s: %w", obj.Key, err)
+			}
+		}
+		rep.Deleted = append(rep.Deleted, obj)
+	}
+	return nil
+}
+
+// markRefs marks every object the block map of ino points into: its nodes
+// and the data blocks of its leaves.
+func markRefs(ctx context.Context, st staging.Store, prefix string, tag uint64, ino segment.Inode, loaders map[segment.Format]*blockmap.ObjectLoader, live map[segment.ObjectName]bool) error {
+	if ino.Height == 0 {
+		return nil
+	}
+	l := loaders[ino.Format]
+	if l == nil {
+		l = blockmap.NewObjectLoader(st, prefix, tag, ino.Format, 64<<20)
+		loaders[ino.Format] = l
+	}
+	mbs := int(ino.MetaBlockSize)
+	t := blockmap.Open(blockmap.Options{MetaBlockSize: mbs}, l, ino.Root, int(ino.Height))
+	return t.Walk(ctx, func(ref segment.Ptr, level int, img blockmap.NodeImage) error {
+		if !ref.IsZero() {
+			live[ref.Object()] = true
+		}
+		if level != 0 {
+			return nil
+		}
+		n, err := blockmap.DecodeNode(mbs, ref, img.Encoded)
+		if err != nil {
+			return err
+		}
+		for _, v := range n.Values {
+			if !v.Ptr.IsZero() {
+				live[v.Ptr.Object()] = true
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,536 @@
+package cleaner_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"ckptfs/fs/cleaner"
+	"ckptfs/fs/engine"
+	"ckptfs/fs/namespace"
+	"ckptfs/segment"
+	"ckptfs/staging"
+)
+
+func params(f segment.Format, sendAhead bool) engine.Params {
+	p := engine.DefaultParams()
+	p.Format = f
+	p.DataBlockSize = 512
+	p.MetaBlockSize = 256
+	p.MaxObjectBytes = 48 << 10
+	p.DirtyLimit = 24 << 10
+	p.ReadGetMaxBytes = 8 << 10
+	p.CacheBytes = 16 << 10
+	p.NodeCacheBytes = 32 << 10
+	p.Concurrency = 4
+	if sendAhead {
+		p.StreamSegmentBytes = 8 << 10
+	}
+	return p
+}
+
+func randBytes(r *rand.Rand, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(r.Uint32())
+	}
+	return b
+}
+
+// history is a file written through several checkpoints, with its contents
+// at each.
+type history struct {
+	id       string
+	prefix   string
+	p        engine.Params
+	contents map[uint64][]byte
+	cnos     []uint64 // published, oldest first
+}
+
+// writeHistory publishes n checkpoints of one file: rewrites, extensions and
+// truncations, so that later checkpoints share objects with earlier ones and
+// leave others unreferenced.
+func writeHistory(t *testing.T, st staging.Store, id string, p engine.Params, n int, seed uint64) *history {
+	t.Helper()
+	ctx := context.Background()
+	h := &history{id: id, prefix: cleaner.FilesPrefix("") + id + "/", p: p, contents: map[uint64][]byte{}}
+	f, err := engine.Create(ctx, st, h.prefix, engine.Options{Params: p, FileID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := rand.New(rand.NewPCG(seed, 1))
+	var model []byte
+	for i := range n {
+		switch {
+		case i%4 == 3 && len(model) > 2000:
+			size := len(model) / 2
+			if err := f.Truncate(ctx, int64(size)); err != nil {
+				t.Fatal(err)
+			}
+			model = model[:size]
+		default:
+			off := r.IntN(len(model) + 1)
+			data := randBytes(r, 3000+r.IntN(20000))
+			if _, err := f.WriteAt(ctx, data, int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			if end := off + len(data); end > len(model) {
+				model = append(model, make([]byte, end-len(model))...)
+			}
+			copy(model[off:], data)
+		}
+		ft, err := f.Flush(ctx)
+		if err != nil {
+			t.Fatalf("flush %d: %v", i, err)
+		}
+		h.contents[ft.Cno] = slices.Clone(model)
+		h.cnos = append(h.cnos, ft.Cno)
+	}
+	return h
+}
+
+// checkAt fails unless checkpoint cno of the file reads back what was
+// written then.
+func (h *history) checkAt(t *testing.T, st staging.Store, cno uint64) {
+	t.Helper()
+	ctx := context.Background()
+	f, err := engine.OpenAt(ctx, st, h.prefix, cno, engine.Options{Params: h.p, FileID: h.id})
+	if err != nil {
+		t.Fatalf("open checkpoint %d: %v", cno, err)
+	}
+	defer f.Close()
+	buf := make([]byte, f.Size())
+	n, err := f.ReadAt(ctx, buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("read checkpoint %d: %v", cno, err)
+	}
+	if !bytes.Equal(buf[:n], h.contents[cno]) {
+		t.Fatalf("checkpoint %d: read %d bytes that differ from the %d written", cno, n, len(h.contents[cno]))
+	}
+}
+
+func (h *history) chain(t *testing.T, st staging.Store) []uint64 {
+	t.Helper()
+	f, err := engine.Open(context.Background(), st, h.prefix, engine.Options{Params: h.p, FileID: h.id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cps, err := f.Checkpoints(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []uint64
+	for _, c := range cps {
+		out = append(out, c.Inode.Cno)
+	}
+	return out
+}
+
+func keys(t *testing.T, st staging.Store, prefix string) []string {
+	t.Helper()
+	objs, err := staging.ListAll(context.Background(), st, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.Key)
+	}
+	return out
+}
+
+func TestKeepRetainsNewestAndTheyReadBack(t *testing.T) {
+	const n = 7
+	for _, tc := range []struct {
+		name      string
+		format    segment.Format
+		sendAhead bool
+		keep      int
+	}{
+		{"stream keep all", segment.FormatStream, true, 0},
+		{"stream keep 1", segment.FormatStream, true, 1},
+		{"stream keep 3", segment.FormatStream, true, 3},
+		{"parted keep 2", segment.FormatParted, false, 2},
+		{"stream no send-ahead keep 3", segment.FormatStream, false, 3},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := staging.NewMem()
+			h := writeHistory(t, st, "file1", params(tc.format, tc.sendAhead), n, 7)
+			other := writeHistory(t, st, "file2", params(tc.format, tc.sendAhead), 3, 8)
+			before := keys(t, st, "")
+			rep, err := cleaner.CleanVolume(context.Background(), st, "", cleaner.Options{Keep: tc.keep, Grace: time.Hour})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Files != 2 || rep.Checkpoints != n+3 {
+				t.Fatalf("report: %d files, %d checkpoints; want 2 and %d", rep.Files, rep.Checkpoints, n+3)
+			}
+			want := n
+			if tc.keep > 0 {
+				want = tc.keep
+			}
+			chain := h.chain(t, st)
+			// Keep is a floor: a checkpoint whose part 0 a retained one
+			// points into stays (see the package doc).
+			if len(chain) < want || !slices.Equal(chain, reversed(h.cnos)[:len(chain)]) {
+				t.Fatalf("checkpoints after gc %v, want at least the newest %d of %v", chain, want, h.cnos)
+			}
+			otherChain := other.chain(t, st)
+			if len(chain)+len(otherChain) != rep.Retained {
+				t.Fatalf("chains after gc %v and %v, but gc retained %d checkpoints", chain, otherChain, rep.Retained)
+			}
+			for _, cno := range chain {
+				h.checkAt(t, st, cno)
+			}
+			for _, cno := range otherChain {
+				other.checkAt(t, st, cno)
+			}
+			after := keys(t, st, "")
+			if len(before)-len(after) != len(rep.Deleted) {
+				t.Fatalf("%d objects before, %d after, report says %d deleted", len(before), len(after), len(rep.Deleted))
+			}
+			if tc.keep > 0 && tc.keep < n && len(rep.Deleted) == 0 {
+				t.Fatal("dropping checkpoints deleted nothing")
+			}
+			if tc.keep == 0 && len(rep.Deleted) != 0 {
+				t.Fatalf("keeping everything deleted %v", rep.Deleted)
+			}
+			// A second run finds nothing more.
+			rep, err = cleaner.CleanVolume(context.Background(), st, "", cleaner.Options{Keep: tc.keep, Grace: time.Hour})
+			if err != nil || len(rep.Deleted) != 0 {
+				t.Fatalf("second run: %v, deleted %v", err, rep.Deleted)
+			}
+		})
+	}
+}
+
+func reversed(s []uint64) []uint64 {
+	s = slices.Clone(s)
+	slices.Reverse(s)
+	return s
+}
+
+func TestDryRunDeletesNothing(t *testing.T) {
+	st := staging.NewMem()
+	h := writeHistory(t, st, "f", params(segment.FormatStream, true), 5, 3)
+	if _, err := st.CreateMultipart(context.Background(), h.prefix+"0000000099.1", staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := keys(t, st, "")
+	later := time.Now().Add(48 * time.Hour)
+	rep, err := cleaner.CleanVolume(context.Background(), st, "", cleaner.Options{Keep: 1, DryRun: true, Now: func() time.Time { return later }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Deleted) == 0 || len(rep.Aborted) != 1 {
+		t.Fatalf("dry run reports %d deletions and %d aborts; want some and 1", len(rep.Deleted), len(rep.Aborted))
+	}
+	if after := keys(t, st, ""); !slices.Equal(before, after) {
+		t.Fatalf("dry run changed the objects:\nbefore %v\nafter  %v", before, after)
+	}
+	ups, err := st.ListMultipartUploads(context.Background(), "")
+	if err != nil || len(ups) != 1 {
+		t.Fatalf("uploads after a dry run: %v, %v", ups, err)
+	}
+	for _, cno := range h.cnos {
+		h.checkAt(t, st, cno)
+	}
+}
+
+// A flush whose head write fails leaves its part 0 behind: kept while it is
+// above the head (a writer could still publish it) and within the grace
+// period, deleted once a later checkpoint passes it.
+func TestFailedFlushLeftover(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	faults := staging.NewFaults(mem, 1)
+	p := params(segment.FormatStream, false)
+	const id = "ff"
+	prefix := cleaner.FilesPrefix("") + id + "/"
+	f, err := engine.Create(ctx, faults, prefix, engine.Options{Params: p, FileID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data := bytes.Repeat([]byte("checkpoint"), 700)
+	if _, err := f.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	ft, err := f.Flush(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := ft.Cno
+	if _, err := f.WriteAt(ctx, []byte("second"), 100); err != nil {
+		t.Fatal(err)
+	}
+	faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "/inode", Times: 1})
+	if _, err := f.Flush(ctx); err == nil {
+		t.Fatal("flush with a failing head write succeeded")
+	}
+	leftover := prefix + segment.ObjectName{Cno: good + 1}.String()
+	if _, err := mem.Head(ctx, leftover); err != nil {
+		t.Fatalf("the failed flush left no part 0 at %s: %v", leftover, err)
+	}
+	// Above the head and young: kept, even with MinAge 0.
+	rep, err := cleaner.CleanVolume(ctx, mem, "", cleaner.Options{Keep: 1, Grace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Deleted) != 0 {
+		t.Fatalf("deleted work above the head: %v", rep.Deleted)
+	}
+	// The next flush takes a new number; the leftover is now below the head.
+	ft, err = f.Flush(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ft.Cno <= good+1 {
+		t.Fatalf("retry published %d, want above the failed %d", ft.Cno, good+1)
+	}
+	rep, err = cleaner.CleanVolume(ctx, mem, "", cleaner.Options{Grace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deleted []string
+	for _, d := range rep.Deleted {
+		deleted = append(deleted, d.Key)
+	}
+	if !slices.Contains(deleted, leftover) {
+		t.Fatalf("deleted %v; want the failed flush's part 0 %s", deleted, leftover)
+	}
+	want := slices.Clone(data)
+	copy(want[100:], "second")
+	g, err := engine.Open(ctx, mem, prefix, engine.Options{Params: p, FileID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	got := make([]byte, len(want))
+	if _, err := g.ReadAt(ctx, got, 0); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("file differs after gc")
+	}
+}
+
+// Objects sent ahead for a checkpoint not yet published are above the head:
+// gc leaves them however short MinAge is, and the flush that publishes them
+// still works.
+func TestSentAheadSurvives(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := params(segment.FormatStream, true)
+	const id = "sa"
+	prefix := cleaner.FilesPrefix("") + id + "/"
+	f, err := engine.Create(ctx, st, prefix, engine.Options{Params: p, FileID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := rand.New(rand.NewPCG(5, 5))
+	data := randBytes(r, 64<<10)
+	if _, err := f.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys(t, st, prefix)) < 2 {
+		t.Fatal("nothing was sent ahead")
+	}
+	rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Deleted) != 0 {
+		t.Fatalf("deleted objects sent ahead: %v", rep.Deleted)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g, err := engine.Open(ctx, st, prefix, engine.Options{Params: p, FileID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	got := make([]byte, len(data))
+	if _, err := g.ReadAt(ctx, got, 0); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("data sent ahead before gc reads back wrong")
+	}
+	// Past the grace period, a writer's abandoned objects go.
+	if _, err := f.WriteAt(ctx, data, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(2 * time.Hour)
+	rep, err = cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour, Now: func() time.Time { return later }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Deleted) == 0 {
+		t.Fatal("abandoned objects past the grace period were kept")
+	}
+	for _, d := range rep.Deleted {
+		if !strings.Contains(d.Reason, "abandoned") {
+			t.Fatalf("deleted %s: %s; want only abandoned work", d.Key, d.Reason)
+		}
+	}
+}
+
+func TestAbandonedUploads(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	key := cleaner.FilesPrefix("") + "u/0000000003.1"
+	if _, err := st.CreateMultipart(ctx, key, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		elapsed time.Duration
+		aborted int
+	}{
+		{"fresh", 0, 0},
+		{"within grace", 59 * time.Minute, 0},
+		{"past grace", 61 * time.Minute, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at := time.Now().Add(tc.elapsed)
+			rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Grace: time.Hour, Now: func() time.Time { return at }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(rep.Aborted) != tc.aborted {
+				t.Fatalf("aborted %v, want %d", rep.Aborted, tc.aborted)
+			}
+			ups, err := st.ListMultipartUploads(ctx, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ups) != 1-tc.aborted {
+				t.Fatalf("%d uploads left, want %d", len(ups), 1-tc.aborted)
+			}
+		})
+	}
+}
+
+func TestUnknownObjectsLeftAlone(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	h := writeHistory(t, st, "k", params(segment.FormatStream, false), 3, 4)
+	odd := []string{h.prefix + "notes.txt", cleaner.FilesPrefix("") + "headless/0000000001.0", cleaner.FilesPrefix("") + "stray"}
+	for _, k := range odd {
+		if _, err := st.Put(ctx, k, []byte("x"), staging.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var skipped []string
+	for _, s := range rep.Skipped {
+		skipped = append(skipped, s.Key)
+	}
+	slices.Sort(skipped)
+	want := slices.Sorted(slices.Values(odd))
+	if !slices.Equal(skipped, want) {
+		t.Fatalf("left alone %v, want %v", skipped, want)
+	}
+	for _, k := range odd {
+		if _, err := st.Head(ctx, k); err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+}
+
+// A corrupt part 0 on the chain stops the file's cleaning with an error
+// naming it, and deletes nothing of that file.
+func TestCorruptCheckpointDeletesNothing(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	h := writeHistory(t, st, "c", params(segment.FormatStream, false), 4, 6)
+	key := h.prefix + segment.ObjectName{Cno: h.cnos[1]}.String()
+	b, _, err := st.Get(ctx, key, staging.Whole())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-100] ^= 0xff
+	if _, err := st.Put(ctx, key, b, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := keys(t, st, "")
+	_, err = cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1})
+	if !errors.Is(err, segment.ErrCorrupt) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("gc over a corrupt part 0: %v; want ErrCorrupt naming %s", err, key)
+	}
+	if after := keys(t, st, ""); !slices.Equal(before, after) {
+		t.Fatal("gc deleted objects of a file whose chain it could not read")
+	}
+}
+
+// An orphaned file (its last name removed, as a mount that died leaves it)
+// is kept within the grace period, then deleted whole and forgotten; a named
+// file beside it is untouched.
+func TestOrphanedFile(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var hist = map[string]*history{}
+	for i, name := range []string{"gone", "kept"} {
+		n, err := ns.Create(ctx, namespace.RootIno, name, 0o644, namespace.Owner{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hist[name] = writeHistory(t, st, n.FileID, params(segment.FormatStream, false), 2, uint64(i))
+	}
+	if _, err := ns.Unlink(ctx, namespace.RootIno, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		elapsed time.Duration
+		dry     bool
+		reaped  bool
+	}{
+		{"within grace", 30 * time.Minute, false, false},
+		{"dry run past grace", 2 * time.Hour, true, false},
+		{"past grace", 2 * time.Hour, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			at := time.Now().Add(tc.elapsed)
+			rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Grace: time.Hour, DryRun: tc.dry, Now: func() time.Time { return at }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			left := len(keys(t, st, hist["gone"].prefix))
+			if tc.reaped != (left == 0) {
+				t.Fatalf("orphan has %d objects left; want reaped=%v (report %v)", left, tc.reaped, rep.Orphans)
+			}
+			if tc.dry && len(rep.Orphans) != 1 {
+				t.Fatalf("dry run reports orphans %v; want one", rep.Orphans)
+			}
+			for _, cno := range hist["kept"].cnos {
+				hist["kept"].checkAt(t, st, cno)
+			}
+		})
+	}
+	ns2, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o := ns2.Orphans(); len(o) != 0 {
+		t.Fatalf("namespace still holds orphans %v", o)
+	}
+}
