@@ -65,10 +65,15 @@
 //
 // # Locking
 //
-// One RWMutex per file. Reads hold it shared for their whole length (the block
-// map's lazy loads are safe under concurrent readers); writes, truncates and
-// flushes hold it exclusively, so overlapping writes are serialised and a read
-// never sees half of a write. Data moves with memmove under the lock; only a
-// read-modify-write of a block that is not resident fetches from the store
-// while holding it.
+// Two locks per file, always taken in this order. A range lock over block
+// numbers: a write takes its blocks exclusively, a read shares its blocks, a
+// truncate or zero takes the blocks it changes, and a flush, a rollback or a
+// close takes them all. Overlapping operations are thereby serialised and
+// disjoint ones are not. Then File.mu, an RWMutex over the file's state: a
+// write holds it to prepare its blocks (making them dirty and busy, reading
+// the rest of a partial block) and again to account for them, and copies its
+// bytes in between without it, so writes to disjoint blocks copy at once. A
+// busy block is left alone by sending ahead, partial segments and the
+// completion check. Reads hold File.mu shared for their whole length (the
+// block map's lazy loads are safe under concurrent readers).
 package engine

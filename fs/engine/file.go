@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -167,6 +168,13 @@ type File struct {
 	loader *blockmap.ObjectLoader
 	cache  *blockCache
 
+	// ranges orders operations on blocks: taken before mu, never inside it.
+	ranges rangeLock
+	// copiers counts writes copying their bytes (without mu) now;
+	// maxCopiers is the most there ever were at once.
+	copiers, maxCopiers atomic.Int64
+	copyHook            func() // tests: runs in every write's copy phase
+
 	// mu: readers shared, everything that changes state exclusive.
 	mu sync.RWMutex
 
@@ -223,6 +231,9 @@ type dirtyBlock struct {
 	// until that object finishes; nil when the block is unsent.
 	sent *streamObj
 	slot uint32
+	// busy counts writes copying into buf right now (without File.mu):
+	// nothing else reads or frees buf meanwhile.
+	busy int
 	// seq is the sequential stream of writes that last wrote the block: a
 	// block of a long stream goes with runs, others with scattered blocks.
 	seq *seqStream
@@ -237,6 +248,8 @@ type seqStream struct {
 
 // Stats are cumulative counters of one file.
 type Stats struct {
+	// ParallelWrites is the most writes that copied their bytes at once.
+	ParallelWrites int
 	Flushes        int
 	Partials       int   // partial segments written under dirty pressure
 	Conflicts      int   // conflicts seen
@@ -543,7 +556,9 @@ func (f *File) Size() int64 {
 func (f *File) Stats() Stats {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return f.stats
+	st := f.stats
+	st.ParallelWrites = int(f.maxCopiers.Load())
+	return st
 }
 
 // SetMtime sets the modification time the next checkpoint records.
@@ -561,6 +576,7 @@ func (f *File) SetMtime(t time.Time) error {
 // Close releases the file without flushing (the caller flushes first when it
 // wants a checkpoint): what is dirty is dropped.
 func (f *File) Close() error {
+	defer f.ranges.lock(allBlocks.lo, allBlocks.hi, true)()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {

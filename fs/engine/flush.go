@@ -71,6 +71,7 @@ type flushCounters struct {
 // Flush publishes a checkpoint of everything written so far, if anything
 // changed. It returns when the head names the new checkpoint.
 func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
+	defer f.ranges.lock(allBlocks.lo, allBlocks.hi, true)()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {
@@ -313,7 +314,11 @@ func (f *File) packLocked(ctx context.Context, fbns []uint64, final bool) ([]*pl
 // crossed the limit waits for it. Blocks of objects that fail stay dirty.
 func (f *File) writePartialLocked(ctx context.Context) error {
 	// Blocks by reference hold no memory: the limits do not apply to them.
-	fbns := slices.DeleteFunc(f.sortedDirty(), func(fbn uint64) bool { return f.dirty[fbn].ref != nil })
+	// Busy blocks are being written: they stay dirty for a later segment.
+	fbns := slices.DeleteFunc(f.sortedDirty(), func(fbn uint64) bool {
+		d := f.dirty[fbn]
+		return d.ref != nil || d.busy > 0
+	})
 	if len(fbns) == 0 {
 		return nil
 	}
@@ -556,6 +561,7 @@ func (f *File) rebaseLocked(ctx context.Context, theirs segment.Inode, etag stri
 // Rollback drops everything written since the last checkpoint this writer
 // saw, and reloads the head: reads then show the file as last published.
 func (f *File) Rollback(ctx context.Context) error {
+	defer f.ranges.lock(allBlocks.lo, allBlocks.hi, true)()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {

@@ -55,6 +55,8 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 {
 		return 0, fmt.Errorf("read %s at %d: %w", f.prefix, off, ErrInvalid)
 	}
+	bs := int64(f.bs)
+	defer f.ranges.lock(uint64(off/bs), uint64((off+int64(len(p))+bs-1)/bs), false)()
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.closed {

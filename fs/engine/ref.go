@@ -76,6 +76,7 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 		return err
 	}
 	if last > first {
+		release := f.ranges.lock(uint64(first/bs), uint64(last/bs), true)
 		f.mu.Lock()
 		err := f.writable()
 		if err == nil {
@@ -112,6 +113,7 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 			}
 		}
 		f.mu.Unlock()
+		release()
 		if err != nil {
 			return err
 		}

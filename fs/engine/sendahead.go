@@ -301,8 +301,8 @@ func (f *File) completedLocked(o *streamObj) {
 		d.sent = nil
 		want := segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: uint32(slot)}
 		v, ok, err := f.tree.Get(f.s.ctx, fbn)
-		same := d.ref != nil && o.refs[uint32(slot)] == d.ref ||
-			d.ref == nil && o.refs[uint32(slot)] == nil && xxh3.Hash(d.buf) == o.hashes[slot]
+		same := d.busy == 0 && (d.ref != nil && o.refs[uint32(slot)] == d.ref ||
+			d.ref == nil && o.refs[uint32(slot)] == nil && xxh3.Hash(d.buf) == o.hashes[slot])
 		if o.summary[slot].Dead || err != nil || !ok || v.Ptr != want || !same {
 			f.s.deadB += int64(f.bs)
 			f.markUnsent(fbn)
@@ -344,7 +344,11 @@ func (f *File) failedLocked(o *streamObj) {
 func (f *File) pickLocked() [nClasses][]uint64 {
 	var out [nClasses][]uint64
 	for fbn := range f.s.unsent {
-		c := f.classOf(f.dirty[fbn])
+		d := f.dirty[fbn]
+		if d.busy > 0 {
+			continue // being written: sent once the write is in
+		}
+		c := f.classOf(d)
 		out[c] = append(out[c], fbn)
 	}
 	for c := range out {

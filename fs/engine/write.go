@@ -64,23 +64,64 @@ const MaxFileSize = 1 << 60
 // WriteAt writes p at off, extending the file as needed. A partial block is
 // read, modified and written back; if reading it fails, the write fails and
 // nothing of it is applied to that block.
+//
+// Writes to disjoint blocks run at once: a write holds its blocks (the range
+// lock) and File.mu only to prepare them and, afterwards, to account for
+// them; it copies its bytes in between, with File.mu released. A prepared
+// block is busy until then: sending ahead, partial segments and the
+// completion check leave busy blocks alone.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if off < 0 || off+int64(len(p)) > MaxFileSize {
 		return 0, fmt.Errorf("write %s at %d: %w", f.prefix, off, ErrInvalid)
 	}
+	if len(p) == 0 {
+		return 0, nil
+	}
+	bs := int64(f.bs)
+	release := f.ranges.lock(uint64(off/bs), uint64((off+int64(len(p))+bs-1)/bs), true)
+	defer release()
+
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {
+		f.mu.Unlock()
 		return 0, err
 	}
-	n, err := f.writeLocked(ctx, p, off)
-	f.stats.BytesWritten += int64(n)
-	if n > 0 {
+	segs, perr := f.prepareLocked(ctx, p, off)
+	f.mu.Unlock()
+
+	// The copy, with only the blocks held.
+	n := f.copiers.Add(1)
+	for {
+		m := f.maxCopiers.Load()
+		if n <= m || f.maxCopiers.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	if f.copyHook != nil {
+		f.copyHook()
+	}
+	done := 0
+	for _, sg := range segs {
+		copy(sg.d.buf[sg.in:sg.in+sg.n], p[sg.src:sg.src+sg.n])
+		done = sg.src + sg.n
+	}
+	f.copiers.Add(-1)
+
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, sg := range segs {
+		sg.d.busy--
+	}
+	if done > 0 {
+		if end := off + int64(done); end > f.size {
+			f.size = end
+		}
+		f.stats.BytesWritten += int64(done)
 		f.mtime = time.Now()
 		f.changed = true
 	}
-	if err != nil {
-		return n, err
+	if perr != nil {
+		return done, perr
 	}
 	// What follows moves data toward the store; the write itself has
 	// succeeded (its data is in the dirty tier, and the flush writes it if
@@ -95,12 +136,22 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 			f.log.Warn("partial segment failed; data stays dirty", zap.Error(err))
 		}
 	}
-	return n, nil
+	return done, nil
 }
 
-func (f *File) writeLocked(ctx context.Context, p []byte, off int64) (int, error) {
+// writeSeg is one block's part of a write: p[src:src+n] goes to d.buf[in:].
+type writeSeg struct {
+	d          *dirtyBlock
+	in, n, src int
+}
+
+// prepareLocked makes every block of a write of p at off dirty and busy,
+// reading the rest of a partial block first; it stops at the first block it
+// cannot prepare, returning the blocks before it and the error.
+func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeSeg, error) {
 	bs := int64(f.bs)
 	seq := f.streamAt(off, int64(len(p)))
+	segs := make([]writeSeg, 0, (len(p)+f.bs-1)/f.bs+1)
 	done := 0
 	for done < len(p) {
 		pos := off + int64(done)
@@ -111,13 +162,13 @@ func (f *File) writeLocked(ctx context.Context, p []byte, off int64) (int, error
 		if d == nil {
 			buf, err := f.allocBlock(ctx)
 			if err != nil {
-				return done, fmt.Errorf("write %s at %d: %w", f.prefix, pos, err)
+				return segs, fmt.Errorf("write %s at %d: %w", f.prefix, pos, err)
 			}
 			if n < f.bs {
 				// Read-modify-write: the rest of the block keeps its bytes.
 				if err := f.readBlockLocked(ctx, fbn, buf); err != nil {
 					f.freeBlock(buf)
-					return done, fmt.Errorf("write %s at %d: read block %d: %w", f.prefix, pos, fbn, err)
+					return segs, fmt.Errorf("write %s at %d: read block %d: %w", f.prefix, pos, fbn, err)
 				}
 			}
 			d = &dirtyBlock{buf: buf}
@@ -133,23 +184,21 @@ func (f *File) writeLocked(ctx context.Context, p []byte, off int64) (int, error
 				if n == f.bs {
 					buf, err := f.allocBlock(ctx)
 					if err != nil {
-						return done, fmt.Errorf("write %s at %d: %w", f.prefix, pos, err)
+						return segs, fmt.Errorf("write %s at %d: %w", f.prefix, pos, err)
 					}
 					d.buf, d.ref = buf, nil
 					f.dirtyB += bs
 				} else if err := f.materializeLocked(ctx, d); err != nil {
-					return done, fmt.Errorf("write %s at %d: block %d by reference: %w", f.prefix, pos, fbn, err)
+					return segs, fmt.Errorf("write %s at %d: block %d by reference: %w", f.prefix, pos, fbn, err)
 				}
 			}
 		}
 		d.seq = seq
-		copy(d.buf[in:in+n], p[done:done+n])
+		d.busy++
+		segs = append(segs, writeSeg{d: d, in: in, n: n, src: done})
 		done += n
 	}
-	if end := off + int64(len(p)); end > f.size {
-		f.size = end
-	}
-	return done, nil
+	return segs, nil
 }
 
 // readBlockLocked fills buf with block fbn as the file holds it now, ignoring
@@ -177,6 +226,7 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if size < 0 || size > MaxFileSize {
 		return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, ErrInvalid)
 	}
+	defer f.ranges.lock(uint64(size/int64(f.bs)), allBlocks.hi, true)()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {
@@ -264,6 +314,7 @@ func (f *File) Zero(ctx context.Context, off, n int64) error {
 	if off < 0 || n < 0 || off+n > MaxFileSize {
 		return fmt.Errorf("zero %s at %d+%d: %w", f.prefix, off, n, ErrInvalid)
 	}
+	defer f.ranges.lock(uint64(off/int64(f.bs)), uint64((off+n)/int64(f.bs))+1, true)()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {

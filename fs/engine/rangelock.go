@@ -1,0 +1,101 @@
+package engine
+
+import (
+	"math"
+	"sync"
+)
+
+// rangeLock serialises overlapping operations on one file's blocks and lets
+// disjoint ones run at once: a write copies its bytes into the dirty tier
+// holding only its blocks, not the file. Writes and truncates take their
+// blocks exclusively, reads share theirs, and a flush, a rollback or a close
+// takes every block. A request that waits for an exclusive range stops newer
+// overlapping requests from jumping ahead of it, so a flush is not starved
+// by a stream of writes. Always taken before File.mu, never while holding it.
+type rangeLock struct {
+	mu      sync.Mutex
+	cond    sync.Cond
+	held    []blockRange // GUARDED_BY(mu)
+	waiting []blockRange // exclusive requests waiting; GUARDED_BY(mu)
+}
+
+// blockRange is blocks [lo, hi).
+type blockRange struct {
+	lo, hi uint64
+	excl   bool
+	id     uint64
+}
+
+func (r blockRange) overlaps(o blockRange) bool { return r.lo < o.hi && o.lo < r.hi }
+
+// allBlocks is every block of a file.
+var allBlocks = blockRange{lo: 0, hi: math.MaxUint64}
+
+var rangeIDs struct {
+	sync.Mutex
+	next uint64
+}
+
+// lock takes blocks [lo, hi) and returns the function that releases them.
+func (l *rangeLock) lock(lo, hi uint64, excl bool) func() {
+	if hi <= lo {
+		hi = lo + 1
+	}
+	rangeIDs.Lock()
+	rangeIDs.next++
+	me := blockRange{lo: lo, hi: hi, excl: excl, id: rangeIDs.next}
+	rangeIDs.Unlock()
+	l.mu.Lock()
+	if l.cond.L == nil {
+		l.cond.L = &l.mu
+	}
+	registered := false
+	for l.conflicts(me) {
+		if excl && !registered {
+			l.waiting = append(l.waiting, me)
+			registered = true
+		}
+		l.cond.Wait()
+	}
+	if registered {
+		l.unwait(me.id)
+	}
+	l.held = append(l.held, me)
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		for i, h := range l.held {
+			if h.id == me.id {
+				l.held = append(l.held[:i], l.held[i+1:]...)
+				break
+			}
+		}
+		l.cond.Broadcast()
+		l.mu.Unlock()
+	}
+}
+
+// conflicts: a held range overlaps me and one of us is exclusive, or an
+// older exclusive request waits for blocks I want.
+func (l *rangeLock) conflicts(me blockRange) bool {
+	for _, h := range l.held {
+		if h.overlaps(me) && (h.excl || me.excl) {
+			return true
+		}
+	}
+	for _, w := range l.waiting {
+		if w.id < me.id && w.overlaps(me) {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *rangeLock) unwait(id uint64) {
+	for i, w := range l.waiting {
+		if w.id == id {
+			l.waiting = append(l.waiting[:i], l.waiting[i+1:]...)
+			return
+		}
+	}
+}
