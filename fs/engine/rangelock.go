@@ -17,6 +17,7 @@ type rangeLock struct {
 	cond    sync.Cond
 	held    []blockRange // GUARDED_BY(mu)
 	waiting []blockRange // exclusive requests waiting; GUARDED_BY(mu)
+	nextID  uint64       // orders requests; GUARDED_BY(mu)
 }
 
 // blockRange is blocks [lo, hi).
@@ -31,21 +32,14 @@ func (r blockRange) overlaps(o blockRange) bool { return r.lo < o.hi && o.lo < r
 // allBlocks is every block of a file.
 var allBlocks = blockRange{lo: 0, hi: math.MaxUint64}
 
-var rangeIDs struct {
-	sync.Mutex
-	next uint64
-}
-
 // lock takes blocks [lo, hi) and returns the function that releases them.
 func (l *rangeLock) lock(lo, hi uint64, excl bool) func() {
 	if hi <= lo {
 		hi = lo + 1
 	}
-	rangeIDs.Lock()
-	rangeIDs.next++
-	me := blockRange{lo: lo, hi: hi, excl: excl, id: rangeIDs.next}
-	rangeIDs.Unlock()
 	l.mu.Lock()
+	l.nextID++
+	me := blockRange{lo: lo, hi: hi, excl: excl, id: l.nextID}
 	if l.cond.L == nil {
 		l.cond.L = &l.mu
 	}
