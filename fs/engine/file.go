@@ -14,6 +14,7 @@ import (
 	"ckptfs/blockmap"
 	"ckptfs/segment"
 	"ckptfs/staging"
+	"ckptfs/wal"
 )
 
 // noTruncate is minSize when the file was not truncated since its head.
@@ -63,6 +64,16 @@ type Params struct {
 	NodeCacheBytes int64
 	// MaxRetries bounds the attempts of a flush under ConflictRetry.
 	MaxRetries int
+	// WAL makes every change durable in the write-ahead log before it is
+	// acknowledged (see wal.go); nothing is sent ahead then.
+	WAL bool
+	// WALBatchBytes caps one WAL record (0: package wal's default).
+	WALBatchBytes int
+	// WALMaxInFlight caps WAL records being stored at once (0: default).
+	WALMaxInFlight int
+	// WALLeaseTTL is how long a writer's lease on the WAL lasts unrenewed
+	// (0: default).
+	WALLeaseTTL time.Duration
 }
 
 // DefaultParams are the seed's defaults: with them nothing is sent ahead.
@@ -137,6 +148,8 @@ type ConflictError struct {
 	Ours   uint64        // the checkpoint number this writer tried
 	Theirs segment.Inode // the winner's inode, now loaded
 	etag   string        // the winner's head ETag
+	// walApplied is the last WAL record the winner's checkpoint holds.
+	walApplied uint64
 }
 
 func (e *ConflictError) Error() string {
@@ -219,6 +232,10 @@ type File struct {
 
 	// s is the send-ahead state (StreamSegment with stream_segment_bytes > 0).
 	s *sender
+
+	// w is the write-ahead log's state; pubs counts WAL publishes running.
+	w    walState
+	pubs sync.WaitGroup
 
 	stats Stats
 }
@@ -367,6 +384,13 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 	if err != nil {
 		return nil, err
 	}
+	meta := map[string]string{writeIDMeta: newWriteID()}
+	if f.p.WAL {
+		if err := walExists(ctx, st, prefix); err != nil {
+			return nil, err
+		}
+		meta[walMeta] = "0"
+	}
 	ino := segment.Inode{
 		Format:        f.p.Format,
 		DataBlockSize: uint32(f.p.DataBlockSize),
@@ -379,7 +403,7 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 	}
 	info, err := st.Put(ctx, prefix+HeadKey, head, staging.PutOptions{
 		Conditions: staging.Conditions{IfNoneMatch: true},
-		Metadata:   map[string]string{writeIDMeta: newWriteID()},
+		Metadata:   meta,
 	})
 	if errors.Is(err, staging.ErrPrecondition) {
 		return nil, fmt.Errorf("create %s: %w", prefix, ErrExists)
@@ -388,6 +412,7 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 		return nil, fmt.Errorf("create %s: %w", prefix, err)
 	}
 	f.adopt(ino, info.ETag)
+	f.w.tracked = f.p.WAL
 	return f, nil
 }
 
@@ -398,11 +423,21 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Fil
 	if err != nil {
 		return nil, err
 	}
-	ino, etag, err := f.readHead(ctx)
+	ino, info, err := f.readHead(ctx)
 	if err != nil {
 		return nil, err
 	}
-	f.adopt(ino, etag)
+	f.adopt(ino, info.ETag)
+	f.w.applied, f.w.tracked, err = parseWALMeta(info.Metadata)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", prefix, err)
+	}
+	f.w.seq = f.w.applied
+	// Changes a crashed writer logged but did not publish are replayed now.
+	if err := f.openReplay(ctx); err != nil {
+		f.Close()
+		return nil, err
+	}
 	return f, nil
 }
 
@@ -440,15 +475,15 @@ func OpenAt(ctx context.Context, st staging.Store, prefix string, cno uint64, o 
 }
 
 // readHead reads and decodes the head object.
-func (f *File) readHead(ctx context.Context) (segment.Inode, string, error) {
+func (f *File) readHead(ctx context.Context) (segment.Inode, staging.ObjectInfo, error) {
 	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
 	if errors.Is(err, staging.ErrNotFound) {
-		return segment.Inode{}, "", fmt.Errorf("open %s: %w", f.prefix, ErrNotExist)
+		return segment.Inode{}, info, fmt.Errorf("open %s: %w", f.prefix, ErrNotExist)
 	}
 	if err != nil {
-		return segment.Inode{}, "", fmt.Errorf("open %s: %w", f.prefix, err)
+		return segment.Inode{}, info, fmt.Errorf("open %s: %w", f.prefix, err)
 	}
-	return hd.Inode, info.ETag, nil
+	return hd.Inode, info, nil
 }
 
 // Checkpoint is one published checkpoint.
@@ -508,6 +543,8 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 		f.tree = blockmap.Open(bo, f.loader, ino.Root, int(ino.Height))
 	}
 	f.resetSenderLocked(context.Background())
+	f.unpinLocked()
+	f.w.failed = nil
 	for _, d := range f.dirty {
 		f.freeBlock(d.buf)
 	}
@@ -538,7 +575,7 @@ func (f *File) Stat() Stat {
 		Cno:        f.head.Cno,
 		Format:     f.format,
 		BlockSize:  f.bs,
-		Dirty:      f.changed,
+		Dirty:      f.changed || f.w.failed != nil,
 		DirtyBytes: f.dirtyB,
 		Mtime:      f.mtime,
 		ReadOnly:   f.readOnly,
@@ -562,10 +599,13 @@ func (f *File) Stats() Stats {
 }
 
 // SetMtime sets the modification time the next checkpoint records.
-func (f *File) SetMtime(t time.Time) error {
+func (f *File) SetMtime(ctx context.Context, t time.Time) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {
+		return err
+	}
+	if err := f.logLocked(ctx, wal.Op{Kind: wal.OpMtime, MtimeNs: t.UnixNano()}); err != nil {
 		return err
 	}
 	f.mtime = t
@@ -575,11 +615,13 @@ func (f *File) SetMtime(t time.Time) error {
 
 // Close releases the file without flushing (the caller flushes first when it
 // wants a checkpoint): what is dirty is dropped.
+//
+// With the WAL on, Close waits for a publish in flight, then releases the
+// log's lease; what it drops is in the log and replays at the next open.
 func (f *File) Close() error {
-	defer f.ranges.lock(allBlocks.lo, allBlocks.hi, true)()
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	unlock, _ := f.lockAll(context.Background())
 	if f.closed {
+		unlock()
 		return nil
 	}
 	f.closed = true
@@ -589,6 +631,9 @@ func (f *File) Close() error {
 	}
 	f.dirty = nil
 	f.dirtyB = 0
+	f.unpinLocked()
+	unlock()
+	f.closeWAL()
 	return nil
 }
 

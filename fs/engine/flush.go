@@ -7,6 +7,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -70,13 +71,26 @@ type flushCounters struct {
 
 // Flush publishes a checkpoint of everything written so far, if anything
 // changed. It returns when the head names the new checkpoint.
+//
+// With the WAL on, every acknowledged write is durable already: Flush starts
+// a WAL publish (see wal.go) and returns without waiting for it to land.
 func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
+	if f.walOn() {
+		return f.walFlush(ctx)
+	}
 	defer f.ranges.lock(allBlocks.lo, allBlocks.hi, true)()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {
 		return FlushTiming{}, err
 	}
+	return f.flushLocked(ctx)
+}
+
+// flushLocked publishes a checkpoint on the direct path: in parts when it is
+// larger than one object, returning when the head names it. The caller holds
+// every block and mu.
+func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 	if !f.changed {
 		return FlushTiming{Cno: f.head.Cno}, nil
 	}
@@ -107,7 +121,11 @@ func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
 		}
 		f.stats.Conflicts++
 		if f.p.ConflictPolicy == ConflictFailFast {
-			f.rollbackLocked(ce.Theirs, ce.theirsETag())
+			f.rollbackLocked(ce.Theirs, ce.theirsETag(), ce.walApplied)
+			if err := f.discardWALLocked(ctx); err != nil {
+				t.fill(&c, start, f.s.requests.Load())
+				return t, fmt.Errorf("%w (and %w)", ce, err)
+			}
 			t.fill(&c, start, f.s.requests.Load())
 			return t, ce
 		}
@@ -115,7 +133,7 @@ func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: gave up after %d attempts: %w", f.prefix, t.Attempts, ce)
 		}
-		if err := f.rebaseLocked(ctx, ce.Theirs, ce.theirsETag()); err != nil {
+		if err := f.rebaseLocked(ctx, ce.Theirs, ce.theirsETag(), ce.walApplied); err != nil {
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: rebase on checkpoint %d: %w", f.prefix, ce.Theirs.Cno, err)
 		}
@@ -454,10 +472,15 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 		return fmt.Errorf("flush %s: %w", f.prefix, errs[0])
 	}
 	headStart := time.Now()
-	etag, err := f.putHeadLocked(ctx, ino, c)
+	applied := f.w.seq
+	etag, err := f.putHead(ctx, ino, f.headETag, applied, c)
 	t.Head = time.Since(headStart)
 	if err != nil {
 		return err
+	}
+	f.w.applied = applied
+	if f.w.log != nil {
+		f.w.log.Covered(applied)
 	}
 	// Published.
 	t.StreamSentBytes, t.StreamDeadBytes, t.StreamFlushBytes = f.s.sentB, f.s.deadB, f.s.flushB
@@ -478,22 +501,28 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	return nil
 }
 
-// putHeadLocked replaces the head with ino, conditionally on the ETag last
-// seen. A precondition failure is checked against the write id now on the
-// head before it is called a conflict.
-func (f *File) putHeadLocked(ctx context.Context, ino segment.Inode, c *flushCounters) (string, error) {
+// putHead replaces the head with ino, conditionally on etag (the head last
+// seen; "" creates it). A precondition failure is checked against the write
+// id now on the head before it is called a conflict. A file written with the
+// WAL carries in the head's metadata the last WAL record the checkpoint holds
+// (walMeta); a writer without the WAL carries it forward, so that records a
+// checkpoint holds are never replayed over it.
+func (f *File) putHead(ctx context.Context, ino segment.Inode, etag string, applied uint64, c *flushCounters) (string, error) {
 	body, err := segment.EncodeHead(segment.Head{FileTag: f.tag, Inode: ino})
 	if err != nil {
 		return "", fmt.Errorf("flush %s: encode head: %w", f.prefix, err)
 	}
 	id := newWriteID()
-	cond := staging.Conditions{IfMatch: f.headETag}
-	if f.headETag == "" {
+	cond := staging.Conditions{IfMatch: etag}
+	if etag == "" {
 		cond = staging.Conditions{IfNoneMatch: true}
 	}
+	meta := map[string]string{writeIDMeta: id}
+	if f.w.tracked {
+		meta[walMeta] = strconv.FormatUint(applied, 10)
+	}
 	c.requests.Add(1)
-	info, err := f.st.Put(ctx, f.prefix+HeadKey, body, staging.PutOptions{Conditions: cond,
-		Metadata: map[string]string{writeIDMeta: id}})
+	info, err := f.st.Put(ctx, f.prefix+HeadKey, body, staging.PutOptions{Conditions: cond, Metadata: meta})
 	if err == nil {
 		return info.ETag, nil
 	}
@@ -509,19 +538,22 @@ func (f *File) putHeadLocked(ctx context.Context, ino segment.Inode, c *flushCou
 	if herr != nil {
 		return "", fmt.Errorf("flush %s: write head: %w (and reading it back: %v)", f.prefix, err, herr)
 	}
-	return "", &ConflictError{Prefix: f.prefix, Ours: ino.Cno, Theirs: hd.Inode, etag: hinfo.ETag}
+	theirs, _, _ := parseWALMeta(hinfo.Metadata)
+	return "", &ConflictError{Prefix: f.prefix, Ours: ino.Cno, Theirs: hd.Inode, etag: hinfo.ETag, walApplied: theirs}
 }
 
 // rollbackLocked returns to the winner's checkpoint: what this writer did
 // since its head is dropped, so a read shows the winner.
-func (f *File) rollbackLocked(theirs segment.Inode, etag string) {
+func (f *File) rollbackLocked(theirs segment.Inode, etag string, applied uint64) {
 	f.adopt(theirs, etag)
+	f.w.applied = applied
+	f.w.seq = max(f.w.seq, applied)
 }
 
 // rebaseLocked replays what this writer did since its head onto the winner's
 // checkpoint: the later writer wins block by block. Dirty blocks stay dirty;
 // blocks already stored in objects keep their pointers.
-func (f *File) rebaseLocked(ctx context.Context, theirs segment.Inode, etag string) error {
+func (f *File) rebaseLocked(ctx context.Context, theirs segment.Inode, etag string, applied uint64) error {
 	bo := blockmap.Options{MetaBlockSize: f.mbs}
 	var t *blockmap.Tree
 	if theirs.Height == 0 {
@@ -553,6 +585,8 @@ func (f *File) rebaseLocked(ctx context.Context, theirs segment.Inode, etag stri
 	f.tree = t
 	f.head = theirs
 	f.headETag = etag
+	f.w.applied = applied
+	f.w.seq = max(f.w.seq, applied)
 	f.pendingCno = max(f.pendingCno, theirs.Cno+1)
 	f.changed = true
 	return nil
@@ -561,9 +595,11 @@ func (f *File) rebaseLocked(ctx context.Context, theirs segment.Inode, etag stri
 // Rollback drops everything written since the last checkpoint this writer
 // saw, and reloads the head: reads then show the file as last published.
 func (f *File) Rollback(ctx context.Context) error {
-	defer f.ranges.lock(allBlocks.lo, allBlocks.hi, true)()
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	unlock, err := f.lockAll(ctx)
+	if err != nil {
+		return fmt.Errorf("rollback %s: %w", f.prefix, err)
+	}
+	defer unlock()
 	if err := f.writable(); err != nil {
 		return err
 	}
@@ -575,7 +611,14 @@ func (f *File) Rollback(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rollback %s: %w", f.prefix, err)
 	}
-	f.rollbackLocked(hd.Inode, info.ETag)
+	applied, _, err := parseWALMeta(info.Metadata)
+	if err != nil {
+		return fmt.Errorf("rollback %s: %w", f.prefix, err)
+	}
+	f.rollbackLocked(hd.Inode, info.ETag, applied)
+	if err := f.discardWALLocked(ctx); err != nil {
+		return fmt.Errorf("rollback %s: %w", f.prefix, err)
+	}
 	return nil
 }
 

@@ -141,14 +141,21 @@ func (m *modelRun) step() {
 	case op < 90: // flush
 		m.flush()
 	case op < 94: // reopen (after a flush, or dropping what is dirty)
-		if m.rng.IntN(2) == 0 {
+		switch {
+		case m.rng.IntN(2) == 0:
 			m.flush()
-		} else {
+			if err := m.f.Close(); err != nil {
+				m.fatalf("close: %v", err)
+			}
+		case m.opts.Params.WAL:
+			// A crash with the WAL: everything acknowledged is kept.
+			crash(m.t, m.f)
+		default:
 			// A crash: what was not flushed is lost.
 			m.model = append([]byte(nil), m.saved[m.f.Stat().Cno]...)
-		}
-		if err := m.f.Close(); err != nil {
-			m.fatalf("close: %v", err)
+			if err := m.f.Close(); err != nil {
+				m.fatalf("close: %v", err)
+			}
 		}
 		f, err := Open(ctx, m.st, m.prefix, m.opts)
 		for try := 0; err != nil && m.flaky && try < 50; try++ {
@@ -194,6 +201,24 @@ func (m *modelRun) flush() {
 	}
 	if err != nil {
 		m.fatalf("flush: %v", err)
+	}
+	if m.opts.Params.WAL {
+		// The publish goes on in the background: half the time the run
+		// goes on with it (reads are served from the pinned part 0);
+		// otherwise it is waited for, recovered if it failed, and kept.
+		if m.rng.IntN(2) == 0 {
+			return
+		}
+		waitPublished(m.f)
+		for try := 0; m.f.Stat().Dirty && try < 50; try++ {
+			if _, err := m.f.Flush(m.ctx); err != nil && !m.flaky {
+				m.fatalf("flush: %v", err)
+			}
+			waitPublished(m.f)
+		}
+		if m.f.Stat().Dirty {
+			m.fatalf("still dirty after 50 flushes")
+		}
 	}
 	cno := m.f.Stat().Cno
 	m.saved[cno] = append([]byte(nil), m.model...)

@@ -37,6 +37,7 @@ type ReadPlan struct {
 	Dirty  int // blocks served from the dirty tier
 	Cached int // blocks served from the data cache
 	Holes  int // blocks that read as zeros
+	Pinned int // blocks served from a checkpoint being published (WAL)
 }
 
 // Placement says where one block of the file is.
@@ -179,6 +180,13 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 			fromDirty(fbn, d)
 			return nil
 		}
+		if b := f.pinnedBlock(v.Ptr); b != nil {
+			plan.Pinned++
+			if fill {
+				copyBlockInto(p, off, fbn, bs, b)
+			}
+			return nil
+		}
 		if fill {
 			if f.cache.copyInto(v.Ptr, func(blk []byte) { copyBlockInto(p, off, fbn, bs, blk) }) {
 				plan.Cached++
@@ -259,6 +267,10 @@ func (f *File) getVerified(ctx context.Context, g *PlannedGet) ([]byte, error) {
 func (f *File) fetchBlocks(ctx context.Context, refs []blockRef, bufs [][]byte) error {
 	bs := int64(f.bs)
 	for i, r := range refs {
+		if b := f.pinnedBlock(r.v.Ptr); b != nil {
+			copy(bufs[i], b)
+			continue
+		}
 		if f.cache.copyInto(r.v.Ptr, func(blk []byte) { copy(bufs[i], blk) }) {
 			continue
 		}

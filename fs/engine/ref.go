@@ -72,6 +72,16 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 		_, err := f.WriteAt(ctx, buf, at)
 		return err
 	}
+	if f.walOn() {
+		// The WAL must hold the bytes themselves: by value, in pieces.
+		const piece = 1 << 20
+		for at := off; at < off+n; at += piece {
+			if err := byValue(at, min(piece, off+n-at)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	if err := byValue(off, first-off); err != nil {
 		return err
 	}

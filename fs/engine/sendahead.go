@@ -120,7 +120,7 @@ type sender struct {
 }
 
 func (f *File) sendAheadOn() bool {
-	return f.format == segment.FormatStream && f.p.StreamSegmentBytes > 0 && !f.readOnly
+	return f.format == segment.FormatStream && f.p.StreamSegmentBytes > 0 && !f.readOnly && !f.p.WAL
 }
 
 // target is the effective stream_segment_bytes.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"ckptfs/wal"
 )
 
 // Block buffers are pooled by size: a writer at GiB/s would otherwise make the
@@ -80,6 +82,13 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	bs := int64(f.bs)
 	release := f.ranges.lock(uint64(off/bs), uint64((off+int64(len(p))+bs-1)/bs), true)
 	defer release()
+	var log *wal.Log
+	if f.walOn() {
+		var err error
+		if log, err = f.walLog(ctx); err != nil {
+			return 0, err
+		}
+	}
 
 	f.mu.Lock()
 	if err := f.writable(); err != nil {
@@ -88,6 +97,26 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	segs, perr := f.prepareLocked(ctx, p, off)
 	f.mu.Unlock()
+
+	// With the WAL, what was prepared is logged before it is applied (the
+	// blocks it made dirty hold the bytes they had, so a failed append
+	// leaves the file as it was) and the write is acknowledged once the
+	// record holding it is stored.
+	var seq uint64
+	mtime := time.Now()
+	if log != nil && len(segs) > 0 {
+		last := segs[len(segs)-1]
+		var err error
+		seq, err = log.Append(ctx, []wal.Op{{Kind: wal.OpWrite, Off: off, Data: p[:last.src+last.n], MtimeNs: mtime.UnixNano()}})
+		if err != nil {
+			f.mu.Lock()
+			for _, sg := range segs {
+				sg.d.busy--
+			}
+			f.mu.Unlock()
+			return 0, fmt.Errorf("write %s at %d: %w", f.prefix, off, err)
+		}
+	}
 
 	// The copy, with only the blocks held.
 	n := f.copiers.Add(1)
@@ -117,8 +146,9 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 			f.size = end
 		}
 		f.stats.BytesWritten += int64(done)
-		f.mtime = time.Now()
+		f.mtime = mtime
 		f.changed = true
+		f.w.seq = max(f.w.seq, seq)
 	}
 	if perr != nil {
 		return done, perr
@@ -235,6 +265,24 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if size == f.size {
 		return nil
 	}
+	now := time.Now()
+	if err := f.logLocked(ctx, wal.Op{Kind: wal.OpTruncate, Off: size, MtimeNs: now.UnixNano()}); err != nil {
+		return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, err)
+	}
+	if err := f.truncateLocked(ctx, size); err != nil {
+		f.walApplyFailedLocked(err)
+		return err
+	}
+	f.mtime = now
+	f.changed = true
+	return nil
+}
+
+// truncateLocked is Truncate with the blocks and mu held.
+func (f *File) truncateLocked(ctx context.Context, size int64) error {
+	if size == f.size {
+		return nil
+	}
 	if size > f.size {
 		f.size = size
 		f.mtime = time.Now()
@@ -270,6 +318,15 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	f.mtime = time.Now()
 	f.changed = true
 	return nil
+}
+
+// walApplyFailedLocked: a change logged but not (wholly) applied leaves
+// memory behind the log; the next Flush recovers by replaying it.
+func (f *File) walApplyFailedLocked(err error) {
+	if f.walOn() && f.w.log != nil {
+		f.w.failed = err
+		f.changed = true
+	}
 }
 
 // zeroInBlockLocked zeroes bytes [from, to) of block fbn, making it dirty.
@@ -320,6 +377,23 @@ func (f *File) Zero(ctx context.Context, off, n int64) error {
 	if err := f.writable(); err != nil {
 		return err
 	}
+	if min(off+n, f.size) <= off {
+		return nil
+	}
+	now := time.Now()
+	if err := f.logLocked(ctx, wal.Op{Kind: wal.OpZero, Off: off, Len: n, MtimeNs: now.UnixNano()}); err != nil {
+		return fmt.Errorf("zero %s at %d+%d: %w", f.prefix, off, n, err)
+	}
+	if err := f.zeroLocked(ctx, off, n); err != nil {
+		f.walApplyFailedLocked(err)
+		return err
+	}
+	f.mtime = now
+	return nil
+}
+
+// zeroLocked is Zero with the blocks and mu held.
+func (f *File) zeroLocked(ctx context.Context, off, n int64) error {
 	end := min(off+n, f.size)
 	bs := int64(f.bs)
 	for pos := off; pos < end; {

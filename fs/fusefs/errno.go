@@ -11,6 +11,7 @@ import (
 	"ckptfs/fs/namespace"
 	"ckptfs/segment"
 	"ckptfs/staging"
+	"ckptfs/wal"
 )
 
 // errnoTable maps typed errors to errno values, first match wins. This is the
@@ -36,6 +37,7 @@ var errnoTable = []struct {
 	{engine.ErrExists, syscall.EEXIST},
 	{engine.ErrClosed, syscall.EBADF},
 	{engine.ErrConflict, syscall.EIO},
+	{wal.ErrBusy, syscall.EBUSY}, // another writer holds the file's write-ahead log
 	{context.Canceled, syscall.EINTR},
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},
 	{staging.ErrNotFound, syscall.EIO}, // an object the file needs is gone
@@ -54,7 +56,7 @@ func (fsys *FS) errnoOf(op string, err error) syscall.Errno {
 	}
 	for _, e := range errnoTable {
 		if errors.Is(err, e.err) {
-			if e.errno == syscall.EIO {
+			if e.errno == syscall.EIO || e.errno == syscall.EBUSY {
 				fsys.log.Error(op+" failed", zap.Error(err))
 			}
 			return e.errno

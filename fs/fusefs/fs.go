@@ -148,6 +148,7 @@ func Params(c config.Config) engine.Params {
 		DirtyLimit:         c.DirtyLimit(),
 		ReadGetMaxBytes:    c.ReadGetMaxBytes,
 		ConflictPolicy:     engine.ConflictRetry,
+		WAL:                c.WAL,
 	}
 	if c.FlushConflictPolicy == config.ConflictFailFast {
 		p.ConflictPolicy = engine.ConflictFailFast

@@ -9,6 +9,7 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+	"go.uber.org/zap"
 
 	"ckptfs/fs/namespace"
 )
@@ -179,7 +180,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if t, ok := in.GetMTime(); ok {
 		a.Mtime, change = &t, true
 		if nn.Kind == namespace.KindFile {
-			n.fsys.setOpenMtime(nn.FileID, t)
+			n.fsys.setOpenMtime(ctx, nn.FileID, t)
 		}
 	}
 	if change {
@@ -193,7 +194,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 
 // setOpenMtime passes an explicit mtime to the open engine of a file, so that
 // its next checkpoint records it.
-func (fsys *FS) setOpenMtime(id string, t time.Time) {
+func (fsys *FS) setOpenMtime(ctx context.Context, id string, t time.Time) {
 	fsys.mu.Lock()
 	of := fsys.files[id]
 	fsys.mu.Unlock()
@@ -202,7 +203,11 @@ func (fsys *FS) setOpenMtime(id string, t time.Time) {
 	}
 	<-of.ready
 	if of.f != nil {
-		_ = of.f.SetMtime(t) // read-only or closed: the namespace's mtime stands
+		// Read-only, closed, or a WAL append that failed: the namespace's
+		// mtime stands.
+		if err := of.f.SetMtime(ctx, t); err != nil {
+			fsys.log.Debug("mtime of an open file not set", zap.String("file", id), zap.Error(err))
+		}
 	}
 }
 

@@ -1,0 +1,613 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/zeebo/xxh3"
+	"go.uber.org/zap"
+
+	"ckptfs/blockmap"
+	"ckptfs/segment"
+	"ckptfs/staging"
+	"ckptfs/wal"
+)
+
+// The write-ahead log (Params.WAL; package wal owns the records).
+//
+// With the WAL on, a write, truncate, zero or mtime change is acknowledged
+// only once a WAL record holding it is stored; concurrent writes share
+// records (group commit). The order of records is the order of the changes
+// wherever it matters: a change logs while it holds its blocks (the range
+// lock), so two changes to the same blocks log one after the other, and only
+// changes to disjoint blocks, which commute, share or race records.
+//
+// The head's metadata walMeta names the last record its checkpoint holds
+// (records have one sequence per file). Opening a file replays the records
+// after it, in order, and publishes them on the direct path; an interrupted
+// replay replays again the same way, because the head moves only when the
+// checkpoint holding them is published. Records a published checkpoint holds
+// are deleted off the critical path; a failed delete leaves a record the
+// next head already says is held, which harms nothing.
+//
+// A flush with the WAL is a WAL publish: everything dirty is packed into one
+// object, part 0, which stays pinned in memory (reads, and the read half of
+// partial writes, are served from it) while a goroutine uploads it and then
+// the head; Flush returns at once, and reads and writes go on. A checkpoint
+// that does not fit one object goes the direct way, in parts. Nothing is sent
+// ahead with the WAL. A publish that fails (or loses to a writer without the
+// WAL) leaves the file to be recovered by the next Flush: the head is read
+// again and every record after it is replayed, so nothing acknowledged is
+// lost.
+//
+// One writer at a time: the first change takes the WAL's lease (package wal);
+// a second writer gets wal.ErrBusy.
+
+// walMeta is the head metadata key: the last WAL record the checkpoint holds.
+// Its presence says the file has been written with the WAL, so that any
+// opener (with the WAL or without) looks for records to replay.
+const walMeta = "ckptfs-wal"
+
+// ErrWALNotEmpty: Create found WAL records under a prefix that has no file.
+var ErrWALNotEmpty = errors.New("write-ahead log is not empty")
+
+// walState is the WAL side of a File.
+type walState struct {
+	// GUARDED_BY(File.mu)
+	tracked bool   // the head carries walMeta (or will, from the next publish)
+	applied uint64 // walMeta of the head: records <= applied are published
+	seq     uint64 // the last record whose changes are in memory
+	pub     *publish
+	failed  error // a publish that did not land; the next Flush recovers
+
+	// logMu orders taking the lease; log is set once under it and read
+	// without it afterwards by the goroutine that set it or under File.mu.
+	logMu sync.Mutex
+	log   *wal.Log
+}
+
+// publish is one WAL publish in flight: part 0 pinned in memory.
+type publish struct {
+	name    segment.ObjectName
+	ino     segment.Inode
+	base    segment.Inode
+	etag    string // the head it replaces
+	applied uint64
+	body    *objectBody
+	bufs    [][]byte // by slot: the blocks, owned by the publish
+	owned   []bool   // by slot: a dirty block's buffer (else a copy of one by reference)
+	held    int64    // budget held for the copies
+	done    chan struct{}
+	// GUARDED_BY(File.mu)
+	finished bool
+}
+
+// parseWALMeta reads walMeta from a head's metadata.
+func parseWALMeta(meta map[string]string) (applied uint64, tracked bool, err error) {
+	v, ok := meta[walMeta]
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, false, fmt.Errorf("head metadata %s=%q: not a record number", walMeta, v)
+	}
+	return n, true, nil
+}
+
+func (f *File) walOn() bool { return f.p.WAL && !f.readOnly }
+
+func (f *File) walOptions() wal.Options {
+	return wal.Options{Tag: f.tag, BatchBytes: f.p.WALBatchBytes, MaxInFlight: f.p.WALMaxInFlight,
+		LeaseTTL: f.p.WALLeaseTTL, Logger: f.log}
+}
+
+// walLog returns the file's log, taking the lease on first use. A head not
+// yet marked as written with the WAL is marked first (rewritten with the same
+// inode), so that a crash before the first publish still leaves openers a
+// reason to look for records.
+func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
+	f.w.logMu.Lock()
+	defer f.w.logMu.Unlock()
+	if f.w.log != nil {
+		return f.w.log, nil
+	}
+	f.mu.RLock()
+	seen := f.w.seq
+	f.mu.RUnlock()
+	o := f.walOptions()
+	o.Next = seen + 1
+	log, err := wal.Open(ctx, f.st, f.prefix, o)
+	if err != nil {
+		return nil, fmt.Errorf("write %s: %w", f.prefix, err)
+	}
+	for _, s := range log.Found() {
+		if s > seen {
+			_ = log.Close(ctx)
+			return nil, fmt.Errorf("write %s: the write-ahead log holds record %d, written since this file was opened (last seen %d): %w",
+				f.prefix, s, seen, wal.ErrBusy)
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.w.tracked {
+		if err := f.markHeadLocked(ctx); err != nil {
+			_ = log.Close(ctx)
+			return nil, err
+		}
+	}
+	f.w.log = log
+	return log, nil
+}
+
+// markHeadLocked rewrites the head with walMeta. A head another writer
+// replaced meanwhile is adopted first when nothing here changed.
+func (f *File) markHeadLocked(ctx context.Context) error {
+	var c flushCounters
+	for try := 0; ; try++ {
+		f.w.tracked = true
+		etag, err := f.putHead(ctx, f.head, f.headETag, f.w.applied, &c)
+		if err == nil {
+			f.headETag = etag
+			return nil
+		}
+		f.w.tracked = false
+		var ce *ConflictError
+		if !errors.As(err, &ce) || f.changed || try > 0 {
+			return fmt.Errorf("write %s: mark the head as written with the write-ahead log: %w", f.prefix, err)
+		}
+		f.adopt(ce.Theirs, ce.etag)
+		f.w.applied, f.w.seq = ce.walApplied, ce.walApplied
+	}
+}
+
+// logLocked makes ops durable, with File.mu held (truncate, zero, mtime:
+// rare, and they change state that every reader looks at).
+func (f *File) logLocked(ctx context.Context, op wal.Op) error {
+	if !f.walOn() {
+		return nil
+	}
+	f.mu.Unlock()
+	log, err := f.walLog(ctx)
+	f.mu.Lock()
+	if err != nil {
+		return err
+	}
+	if err := f.writable(); err != nil {
+		return err
+	}
+	seq, err := log.Append(ctx, []wal.Op{op})
+	if err != nil {
+		return fmt.Errorf("log %s: %w", f.prefix, err)
+	}
+	f.w.seq = max(f.w.seq, seq)
+	return nil
+}
+
+// lockAll takes every block and mu once no WAL publish is in flight (a
+// publish takes mu when it lands).
+func (f *File) lockAll(ctx context.Context) (func(), error) {
+	for {
+		release := f.ranges.lock(allBlocks.lo, allBlocks.hi, true)
+		f.mu.Lock()
+		pub := f.w.pub
+		if pub == nil || pub.finished {
+			return func() { f.mu.Unlock(); release() }, nil
+		}
+		f.mu.Unlock()
+		release()
+		select {
+		case <-pub.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// walFlush is Flush with the WAL on.
+func (f *File) walFlush(ctx context.Context) (FlushTiming, error) {
+	unlock, err := f.lockAll(ctx)
+	if err != nil {
+		return FlushTiming{}, fmt.Errorf("flush %s: %w", f.prefix, err)
+	}
+	defer unlock()
+	if err := f.writable(); err != nil {
+		return FlushTiming{}, err
+	}
+	if f.w.failed != nil {
+		return f.recoverLocked(ctx)
+	}
+	if !f.changed {
+		return FlushTiming{Cno: f.head.Cno}, nil
+	}
+	return f.walPublishLocked(ctx)
+}
+
+// walPublishLocked packs everything dirty into part 0 and hands its upload to
+// a goroutine; the caller holds every block and mu.
+func (f *File) walPublishLocked(ctx context.Context) (FlushTiming, error) {
+	start := time.Now()
+	t := FlushTiming{Attempts: 1}
+	objs, err := f.packLocked(ctx, f.sortedDirty(), true)
+	if err != nil {
+		return t, fmt.Errorf("flush %s: %w", f.prefix, err)
+	}
+	if len(objs) > 1 {
+		// Larger than one object: refused on this path; the direct path
+		// lays it out in parts.
+		f.releasePlanned(objs)
+		f.log.Debug("checkpoint larger than one object: publishing on the direct path")
+		return f.flushLocked(ctx)
+	}
+	part0 := objs[0]
+	cno := part0.name.Cno
+	place := func(n blockmap.NodeImage) (segment.Ptr, error) {
+		if n.Level == 0 {
+			if p, ok := f.leafImages[xxh3.Hash(n.Encoded)]; ok {
+				return p, nil
+			}
+		}
+		part0.metas = append(part0.metas, n.Encoded)
+		return segment.Ptr{Cno: cno, Part: 0, Slot: uint32(len(part0.metas) - 1)}, nil
+	}
+	committed, err := f.tree.Commit(ctx, place)
+	if err != nil {
+		f.releasePlanned(objs)
+		return t, fmt.Errorf("flush %s: commit block map: %w", f.prefix, err)
+	}
+	ino := segment.Inode{
+		Cno:           cno,
+		Size:          uint64(f.size),
+		Format:        f.format,
+		Height:        uint8(committed.Height()),
+		DataBlockSize: uint32(f.bs),
+		MetaBlockSize: uint32(f.mbs),
+		Parts:         f.nextPart,
+		MtimeNs:       f.mtime.UnixNano(),
+	}
+	if committed.Height() > 0 {
+		ino.Root = committed.Root()
+	}
+	base := f.head
+	body, err := f.encode(part0, &base, &ino)
+	if err != nil {
+		f.releasePlanned(objs)
+		return t, fmt.Errorf("flush %s: encode %s: %w", f.prefix, part0.name, err)
+	}
+	pub := &publish{name: part0.name, ino: ino, base: base, etag: f.headETag, applied: f.w.seq,
+		body: body, bufs: part0.bufs, held: part0.held, done: make(chan struct{})}
+	// The dirty blocks' buffers now belong to the publish (blocks by
+	// reference were read into buffers of their own); the budget they hold
+	// is returned when it lands.
+	pub.owned = make([]bool, len(part0.fbns))
+	for s, fbn := range part0.fbns {
+		pub.owned[s] = f.dirty[fbn].ref == nil
+	}
+	part0.held = 0
+	f.dirty = make(map[uint64]*dirtyBlock)
+	f.dirtyB = 0
+	f.tree = committed
+	f.changed = false
+	f.resetSince()
+	// Changes from now on build the next checkpoint.
+	f.pendingCno, f.nextPart = cno+1, 1
+	f.w.pub = pub
+	f.stats.Flushes++
+	t.Cno = cno
+	t.Objects = 1
+	t.StreamFlushBytes = part0.dataBytes(f.bs)
+	t.StreamMetaBytes = body.size - part0.dataBytes(f.bs)
+	t.Plan = time.Since(start)
+	t.Total = t.Plan
+	f.stats.LastFlush = t
+	f.pubs.Add(1)
+	go f.runPublish(pub)
+	return t, nil
+}
+
+// publishAttempts bounds how often a WAL publish retries before it leaves the
+// file to be recovered by the next Flush.
+const publishAttempts = 5
+
+// runPublish uploads a pinned part 0 and then the head. It owns nothing but
+// the publish; Close waits for it (lockAll).
+func (f *File) runPublish(pub *publish) {
+	defer f.pubs.Done()
+	ctx := context.Background()
+	var c flushCounters
+	sem := make(chan struct{}, f.p.Concurrency)
+	var err error
+	backoff := 50 * time.Millisecond
+	for try := 1; ; try++ {
+		err = f.putObject(ctx, f.key(pub.name), pub.body, sem, &c)
+		if err == nil || errors.Is(err, errNameTaken) || try >= publishAttempts {
+			break
+		}
+		time.Sleep(backoff)
+		backoff *= 2
+	}
+	var etag string
+	if err == nil {
+		backoff = 50 * time.Millisecond
+		for try := 1; ; try++ {
+			etag, err = f.putHead(ctx, pub.ino, pub.etag, pub.applied, &c)
+			var ce *ConflictError
+			if err == nil || errors.As(err, &ce) || try >= publishAttempts {
+				break
+			}
+			time.Sleep(backoff)
+			backoff *= 2
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	pub.finished = true
+	close(pub.done)
+	f.stats.BytesUploaded += pub.body.size
+	if err != nil {
+		f.w.failed = fmt.Errorf("publish checkpoint %d of %s: %w", pub.ino.Cno, f.prefix, err)
+		f.log.Warn("publish failed; the next flush replays the write-ahead log", zap.Error(err))
+		f.changed = true
+		return
+	}
+	f.stats.ObjectsWritten++
+	f.head = pub.ino
+	f.headETag = etag
+	f.w.applied = pub.applied
+	f.unpinLocked()
+	if f.w.log != nil {
+		f.w.log.Covered(pub.applied)
+	}
+}
+
+// unpinLocked drops a finished publish and returns its memory: the dirty
+// blocks' buffers to the budget, and the copies of blocks read by reference.
+func (f *File) unpinLocked() {
+	pub := f.w.pub
+	if pub == nil || !pub.finished {
+		return
+	}
+	f.w.pub = nil
+	for s, b := range pub.bufs {
+		if pub.owned[s] {
+			f.freeBlock(b)
+		}
+	}
+	f.releaseCopy(pub.held)
+}
+
+// pinnedBlock returns the bytes of ptr if it is in the part 0 being
+// published. The caller holds mu.
+func (f *File) pinnedBlock(p segment.Ptr) []byte {
+	pub := f.w.pub
+	if pub == nil || p.Object() != pub.name || int(p.Slot) >= len(pub.bufs) {
+		return nil
+	}
+	return pub.bufs[p.Slot]
+}
+
+// recoverLocked follows a failed publish: the head is read again and the WAL
+// records after it are replayed and published on the direct path.
+func (f *File) recoverLocked(ctx context.Context) (FlushTiming, error) {
+	cause := f.w.failed
+	if err := f.reloadLocked(ctx); err != nil {
+		return FlushTiming{}, fmt.Errorf("flush %s: recover from %v: %w", f.prefix, cause, err)
+	}
+	seqs, err := wal.List(ctx, f.st, f.prefix)
+	if err != nil {
+		return FlushTiming{}, fmt.Errorf("flush %s: recover: %w", f.prefix, err)
+	}
+	t, err := f.replayLocked(ctx, seqs)
+	if err != nil {
+		return t, fmt.Errorf("flush %s: recover from %v: %w", f.prefix, cause, err)
+	}
+	return t, nil
+}
+
+// reloadLocked drops the in-memory state for the head as stored.
+func (f *File) reloadLocked(ctx context.Context) error {
+	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	if err != nil {
+		return fmt.Errorf("read head: %w", err)
+	}
+	applied, tracked, err := parseWALMeta(info.Metadata)
+	if err != nil {
+		return err
+	}
+	f.adopt(hd.Inode, info.ETag)
+	f.w.applied, f.w.tracked = applied, tracked || f.w.tracked
+	f.w.seq = max(f.w.seq, applied)
+	return nil
+}
+
+// replayLocked applies the records in seqs after the head's, in order, and
+// publishes them on the direct path. The caller holds every block and mu (or
+// owns the file alone).
+func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, error) {
+	from := f.w.applied
+	last := from
+	for _, seq := range seqs {
+		if seq <= from {
+			continue
+		}
+		rec, err := wal.ReadRecord(ctx, f.st, f.prefix, f.tag, seq)
+		if err != nil {
+			return FlushTiming{}, fmt.Errorf("replay: %w", err)
+		}
+		for i, op := range rec.Ops {
+			if err := f.applyLocked(ctx, op); err != nil {
+				return FlushTiming{}, fmt.Errorf("replay record %d op %d: %w", seq, i, err)
+			}
+		}
+		last = seq
+	}
+	if last == from {
+		return FlushTiming{Cno: f.head.Cno}, nil
+	}
+	f.w.seq = max(f.w.seq, last)
+	f.w.tracked = true
+	f.changed = true
+	t, err := f.flushLocked(ctx)
+	if err != nil {
+		return t, err
+	}
+	f.log.Info("replayed the write-ahead log", zap.Uint64("from", from+1), zap.Uint64("through", last),
+		zap.Uint64("cno", t.Cno))
+	if f.w.log == nil {
+		f.deleteCovered(ctx, seqs, f.w.applied)
+	}
+	return t, nil
+}
+
+// deleteCovered removes records a published checkpoint holds, for a replay
+// made without holding a log (a mount without the WAL). Failures are harmless.
+func (f *File) deleteCovered(ctx context.Context, seqs []uint64, applied uint64) {
+	for _, s := range seqs {
+		if s > applied {
+			break
+		}
+		if err := f.st.Delete(ctx, wal.RecordKey(f.prefix, s)); err != nil {
+			f.log.Debug("delete of a published WAL record failed; harmless", zap.Uint64("seq", s), zap.Error(err))
+		}
+	}
+}
+
+// applyLocked applies one replayed change (not logged again).
+func (f *File) applyLocked(ctx context.Context, op wal.Op) error {
+	switch op.Kind {
+	case wal.OpWrite:
+		if err := f.writeLocked(ctx, op.Data, op.Off); err != nil {
+			return err
+		}
+	case wal.OpTruncate:
+		if err := f.truncateLocked(ctx, op.Off); err != nil {
+			return err
+		}
+	case wal.OpZero:
+		if err := f.zeroLocked(ctx, op.Off, op.Len); err != nil {
+			return err
+		}
+	case wal.OpMtime:
+	default:
+		return fmt.Errorf("unknown op kind %d", op.Kind)
+	}
+	f.mtime = time.Unix(0, op.MtimeNs)
+	f.changed = true
+	if f.dirtyB > f.p.DirtyLimit {
+		// As in a write: a failed partial segment leaves the data dirty for
+		// the flush (a name the crashed writer used moves to a fresh one).
+		if err := f.writePartialLocked(ctx); err != nil {
+			f.log.Debug("partial segment during replay failed; data stays dirty", zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// writeLocked writes p at off with mu held (a replay: no one else is here).
+func (f *File) writeLocked(ctx context.Context, p []byte, off int64) error {
+	segs, err := f.prepareLocked(ctx, p, off)
+	for _, sg := range segs {
+		copy(sg.d.buf[sg.in:sg.in+sg.n], p[sg.src:sg.src+sg.n])
+		sg.d.busy--
+	}
+	if err != nil {
+		return err
+	}
+	f.size = max(f.size, off+int64(len(p)))
+	return nil
+}
+
+// openReplay runs at Open: records after the head's are replayed (the lease
+// taken for it) unless a live writer holds the lease, in which case they are
+// its own and the file opens at its head.
+func (f *File) openReplay(ctx context.Context) error {
+	if !f.w.tracked {
+		return nil
+	}
+	seqs, err := wal.List(ctx, f.st, f.prefix)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", f.prefix, err)
+	}
+	if len(seqs) == 0 || seqs[len(seqs)-1] <= f.w.applied {
+		if len(seqs) > 0 && f.walOn() {
+			// Published already; deleting them is the log's job once it
+			// exists, and harmless to leave otherwise.
+			f.deleteCovered(ctx, seqs, f.w.applied)
+		}
+		return nil
+	}
+	o := f.walOptions()
+	o.Next = f.w.applied + 1
+	log, err := wal.Open(ctx, f.st, f.prefix, o)
+	if errors.Is(err, wal.ErrBusy) {
+		f.log.Info("the write-ahead log has a live writer; opening at the head", zap.Error(err))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", f.prefix, err)
+	}
+	f.w.log = log
+	if _, err := f.replayLocked(ctx, log.Found()); err != nil {
+		f.w.log = nil
+		_ = log.Close(ctx)
+		return fmt.Errorf("open %s: %w", f.prefix, err)
+	}
+	if !f.walOn() {
+		f.w.log = nil
+		if err := log.Close(ctx); err != nil {
+			f.log.Debug("closing the write-ahead log after replay", zap.Error(err))
+		}
+	}
+	return nil
+}
+
+// discardWALLocked makes the records of changes a rollback dropped never
+// replay: the head (unchanged otherwise) is rewritten to say they are held.
+func (f *File) discardWALLocked(ctx context.Context) error {
+	if !f.w.tracked || f.w.seq <= f.w.applied {
+		return nil
+	}
+	var c flushCounters
+	etag, err := f.putHead(ctx, f.head, f.headETag, f.w.seq, &c)
+	if err != nil {
+		return fmt.Errorf("discard write-ahead log records %d..%d: %w", f.w.applied+1, f.w.seq, err)
+	}
+	f.headETag = etag
+	f.w.applied = f.w.seq
+	if f.w.log != nil {
+		f.w.log.Covered(f.w.seq)
+	}
+	return nil
+}
+
+// closeWAL waits for a publish in flight and releases the log.
+func (f *File) closeWAL() {
+	f.pubs.Wait()
+	f.w.logMu.Lock()
+	log := f.w.log
+	f.w.log = nil
+	f.w.logMu.Unlock()
+	if log != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := log.Close(ctx); err != nil {
+			f.log.Debug("closing the write-ahead log", zap.Error(err))
+		}
+	}
+}
+
+// walExists is Create's check that no log is left under the prefix.
+func walExists(ctx context.Context, st staging.Store, prefix string) error {
+	ok, err := wal.Exists(ctx, st, prefix)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", prefix, err)
+	}
+	if ok {
+		return fmt.Errorf("create %s: objects are left under %s%s: %w", prefix, prefix, wal.Dir, ErrWALNotEmpty)
+	}
+	return nil
+}

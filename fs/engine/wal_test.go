@@ -1,0 +1,535 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"ckptfs/segment"
+	"ckptfs/staging"
+	"ckptfs/wal"
+)
+
+// walParams are smallParams with the WAL on.
+func walParams(fm segment.Format) Params {
+	p := smallParams(fm)
+	p.WAL = true
+	p.WALLeaseTTL = time.Minute
+	return p
+}
+
+// crash drops f as a killed mount would: nothing more reaches the store from
+// it (a publish in flight is let finish first: a killed process's request
+// either landed or did not), the lease is not released, and it expires.
+func crash(t *testing.T, f *File) {
+	t.Helper()
+	f.pubs.Wait()
+	f.w.logMu.Lock()
+	log := f.w.log
+	f.w.log = nil
+	f.w.logMu.Unlock()
+	if log != nil {
+		log.Abandon()
+	}
+	f.mu.Lock()
+	f.closed = true
+	f.stopSender()
+	f.mu.Unlock()
+	// The lease of a killed writer expires.
+	if err := f.st.Delete(context.Background(), f.prefix+wal.Dir+wal.OwnerName); err != nil {
+		t.Fatalf("expire the lease: %v", err)
+	}
+}
+
+// waitPublished waits until no WAL publish of f is in flight.
+func waitPublished(f *File) { f.pubs.Wait() }
+
+func TestWALCrashKeepsAcknowledged(t *testing.T) {
+	ctx := context.Background()
+	for _, fm := range []segment.Format{segment.FormatStream, segment.FormatParted} {
+		t.Run(fm.String(), func(t *testing.T) {
+			st := staging.NewMem()
+			o := Options{Params: walParams(fm), FileID: "a"}
+			f, err := Create(ctx, st, "a/", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			want := bytes.Repeat([]byte("0123456789abcdef"), 4000)
+			if _, err := f.WriteAt(ctx, want, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// After the publish: more writes, a truncate and a zero, never
+			// flushed.
+			if _, err := f.WriteAt(ctx, []byte("hello"), 100); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Truncate(ctx, 50_000); err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Zero(ctx, 1000, 3000); err != nil {
+				t.Fatal(err)
+			}
+			mt := time.Unix(1_700_000_000, 0)
+			if err := f.SetMtime(ctx, mt); err != nil {
+				t.Fatal(err)
+			}
+			copy(want[100:], "hello")
+			want = want[:50_000]
+			clear(want[1000:4000])
+			crash(t, f)
+
+			g, err := Open(ctx, st, "a/", o)
+			if err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			defer g.Close()
+			if got := readAll(t, g); !bytes.Equal(got, want) {
+				t.Fatalf("after the crash: %d bytes, want %d (equal prefix %d)", len(got), len(want), commonPrefix(got, want))
+			}
+			if s := g.Stat(); s.Dirty || !s.Mtime.Equal(mt) {
+				t.Fatalf("after replay: dirty %v mtime %v, want clean and %v", s.Dirty, s.Mtime, mt)
+			}
+			// A mount without the WAL reads the replayed checkpoint.
+			o2 := o
+			o2.Params.WAL = false
+			h, err := Open(ctx, st, "a/", o2)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer h.Close()
+			if got := readAll(t, h); !bytes.Equal(got, want) {
+				t.Fatalf("read without the WAL differs")
+			}
+		})
+	}
+}
+
+func commonPrefix(a, b []byte) int {
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	return i
+}
+
+// A mount without the WAL that opens a file a crashed WAL writer left replays
+// its records (and a checkpoint of its own later is not overwritten by them).
+func TestWALCrossReadable(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	on := Options{Params: walParams(segment.FormatStream), FileID: "x"}
+	off := on
+	off.Params.WAL = false
+
+	f, err := Create(ctx, st, "x/", on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, []byte("written with the WAL"), 0); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, f)
+
+	g, err := Open(ctx, st, "x/", off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(readAll(t, g)); got != "written with the WAL" {
+		t.Fatalf("without the WAL after a crash: %q", got)
+	}
+	if _, err := g.WriteAt(ctx, []byte("WRITTEN"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := g.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g.Close()
+	if seqs, err := wal.List(ctx, st, "x/"); err != nil || len(seqs) != 0 {
+		t.Fatalf("records left after the replay's checkpoint: %v %v", seqs, err)
+	}
+
+	h, err := Open(ctx, st, "x/", on)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(readAll(t, h)); got != "WRITTEN with the WAL" {
+		t.Fatalf("with the WAL, after a writer without it: %q", got)
+	}
+	if _, err := h.WriteAt(ctx, []byte("!"), 20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	h.Close()
+	k, err := Open(ctx, st, "x/", off)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Close()
+	if got := string(readAll(t, k)); got != "WRITTEN with the WAL!" {
+		t.Fatalf("without the WAL, after a WAL publish: %q", got)
+	}
+}
+
+// gateStore holds every Put of a key ending in suffix until released.
+type gateStore struct {
+	staging.Store
+	suffix  string
+	arrived chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func (g *gateStore) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+	if strings.HasSuffix(key, g.suffix) {
+		g.once.Do(func() { close(g.arrived) })
+		<-g.release
+	}
+	return g.Store.Put(ctx, key, data, o)
+}
+
+// A partial write landing while a WAL publish uploads keeps the bytes of its
+// block that it does not cover: they are read from the pinned part 0.
+func TestWALPartialWriteDuringPublish(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	gate := &gateStore{Store: mem, suffix: ".0", arrived: make(chan struct{}), release: make(chan struct{})}
+	o := Options{Params: walParams(segment.FormatStream), FileID: "p"}
+	f, err := Create(ctx, gate, "p/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := f.Stat().BlockSize
+	want := bytes.Repeat([]byte{7}, 4*bs)
+	if _, err := f.WriteAt(ctx, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-gate.arrived // part 0 is uploading, and will until released
+	plan, err := f.Plan(ctx, 0, int64(len(want)))
+	if err != nil || plan.Pinned != 4 || len(plan.Gets) != 0 {
+		t.Fatalf("plan during the publish: %+v %v, want 4 pinned blocks and no GET", plan, err)
+	}
+	if _, err := f.WriteAt(ctx, []byte("xy"), int64(bs)+10); err != nil {
+		t.Fatal(err)
+	}
+	copy(want[bs+10:], "xy")
+	if got := readAll(t, f); !bytes.Equal(got, want) {
+		t.Fatalf("during the publish: mismatch at %d", commonPrefix(got, want))
+	}
+	close(gate.release)
+	waitPublished(f)
+	if s := f.Stat(); s.Cno != 1 || !s.Dirty {
+		t.Fatalf("after the publish: %+v, want checkpoint 1 and the partial write dirty", s)
+	}
+	if got := readAll(t, f); !bytes.Equal(got, want) {
+		t.Fatalf("after the publish: mismatch at %d", commonPrefix(got, want))
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	g, err := Open(ctx, mem, "p/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if got := readAll(t, g); !bytes.Equal(got, want) {
+		t.Fatalf("reopened: mismatch at %d", commonPrefix(got, want))
+	}
+}
+
+// One writer at a time: a second File with the WAL on the same prefix gets a
+// clear error on its first change; once the first closes it may write.
+func TestWALOneWriter(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "w"}
+	a, err := Create(ctx, st, "w/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.WriteAt(ctx, []byte("a"), 0); err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(ctx, st, "w/", o)
+	if err != nil {
+		t.Fatalf("a second opener while a writer is live: %v", err)
+	}
+	_, err = b.WriteAt(ctx, []byte("b"), 0)
+	var busy *wal.BusyError
+	if !errors.Is(err, wal.ErrBusy) || !errors.As(err, &busy) {
+		t.Fatalf("second writer: %v, want wal.ErrBusy", err)
+	}
+	if !strings.Contains(err.Error(), "one writer at a time") {
+		t.Fatalf("the error does not say why: %v", err)
+	}
+	b.Close()
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	c, err := Open(ctx, st, "w/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.WriteAt(ctx, []byte("c"), 1); err != nil {
+		t.Fatalf("after the first writer closed: %v", err)
+	}
+}
+
+func TestWALCreateRefusesLeftovers(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	if _, err := st.Put(ctx, "l/"+wal.Dir+"00000000000000000007", []byte("x"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Create(ctx, st, "l/", Options{Params: walParams(segment.FormatStream), FileID: "l"})
+	if !errors.Is(err, ErrWALNotEmpty) || !strings.Contains(err.Error(), "l/wal/") {
+		t.Fatalf("create over a WAL: %v, want ErrWALNotEmpty naming the prefix", err)
+	}
+}
+
+// A replay interrupted before its checkpoint lands replays again the same way;
+// a corrupt record is refused by name and nothing is deleted.
+func TestWALReplayInterruptedAndCorrupt(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	faults := staging.NewFaults(mem, 1)
+	o := Options{Params: walParams(segment.FormatParted), FileID: "r"}
+	f, err := Create(ctx, faults, "r/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want []byte
+	for i := range 20 {
+		p := bytes.Repeat([]byte{byte(i + 1)}, 700)
+		if _, err := f.WriteAt(ctx, p, int64(i*500)); err != nil {
+			t.Fatal(err)
+		}
+		if end := i*500 + 700; end > len(want) {
+			want = append(want, make([]byte, end-len(want))...)
+		}
+		copy(want[i*500:], p)
+	}
+	crash(t, f)
+	faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "/inode", Times: 1, Kind: staging.FaultError})
+	if _, err := Open(ctx, faults, "r/", o); err == nil {
+		t.Fatalf("open with the replay's head failing: no error")
+	}
+	mem.Delete(ctx, "r/"+wal.Dir+wal.OwnerName) // that opener died too
+	g, err := Open(ctx, faults, "r/", o)
+	if err != nil {
+		t.Fatalf("second replay: %v", err)
+	}
+	if got := readAll(t, g); !bytes.Equal(got, want) {
+		t.Fatalf("after an interrupted replay: mismatch at %d", commonPrefix(got, want))
+	}
+	if _, err := g.WriteAt(ctx, []byte("tail"), 0); err != nil {
+		t.Fatal(err)
+	}
+	crash(t, g)
+	seqs, err := wal.List(ctx, mem, "r/")
+	if err != nil || len(seqs) == 0 {
+		t.Fatalf("records: %v %v", seqs, err)
+	}
+	key := wal.RecordKey("r/", seqs[len(seqs)-1])
+	body, _, err := mem.Get(ctx, key, staging.Range{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body[len(body)/2] ^= 0x40
+	if _, err := mem.Put(ctx, key, body, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Open(ctx, mem, "r/", o)
+	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), key) {
+		t.Fatalf("open over a corrupt record: %v, want wal.ErrCorrupt naming %s", err, key)
+	}
+	if _, _, err := mem.Get(ctx, key, staging.Range{}); err != nil {
+		t.Fatalf("the corrupt record is gone: %v", err)
+	}
+}
+
+// latencyStore delays every request, so that concurrent writes meet in one
+// record.
+type latencyStore struct {
+	staging.Store
+	d    time.Duration
+	puts atomic.Int64
+}
+
+func (l *latencyStore) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+	time.Sleep(l.d)
+	if strings.Contains(key, "/"+wal.Dir) {
+		l.puts.Add(1)
+	}
+	return l.Store.Put(ctx, key, data, o)
+}
+
+func TestWALGroupCommit(t *testing.T) {
+	ctx := context.Background()
+	st := &latencyStore{Store: staging.NewMem(), d: 5 * time.Millisecond}
+	o := Options{Params: walParams(segment.FormatStream), FileID: "g"}
+	o.Params.DataBlockSize = 4096
+	o.Params.DirtyLimit = 64 << 20 // no partial segments: they hold the file
+	f, err := Create(ctx, st, "g/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writers, each = 64, 8
+	var wg sync.WaitGroup
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				p := bytes.Repeat([]byte{byte(w)}, 4096)
+				if _, err := f.WriteAt(ctx, p, int64((i*writers+w)*4096)); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	puts := st.puts.Load() - 1 // the lease
+	if puts >= writers*each/4 {
+		t.Fatalf("%d acknowledged writes took %d record PUTs: no group commit", writers*each, puts)
+	}
+	t.Logf("%d writes, %d record PUTs", writers*each, puts)
+	crash(t, f)
+	g, err := Open(ctx, st, "g/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	got := readAll(t, g)
+	for i := range writers * each {
+		if got[i*4096] != byte(i%writers) {
+			t.Fatalf("block %d: %d, want %d", i, got[i*4096], i%writers)
+		}
+	}
+}
+
+// A checkpoint larger than one object is refused on the WAL path and goes
+// the direct way, in parts.
+func TestWALLargeCheckpointDirect(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "big"}
+	o.Params.DirtyLimit = 1 << 20
+	f, err := Create(ctx, st, "big/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, 200<<10) // > MaxObjectBytes (48K)
+	for i := range want {
+		want[i] = byte(i / 512)
+	}
+	if _, err := f.WriteAt(ctx, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	ft, err := f.Flush(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ft.Objects < 2 || f.Stat().Cno != ft.Cno {
+		t.Fatalf("flush: %+v (head %d), want several objects, published on return", ft, f.Stat().Cno)
+	}
+	f.Close()
+	g, err := Open(ctx, st, "big/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if got := readAll(t, g); !bytes.Equal(got, want) {
+		t.Fatalf("mismatch at %d", commonPrefix(got, want))
+	}
+}
+
+// A publish whose part 0 cannot be stored leaves the file to be recovered by
+// the next Flush: nothing acknowledged is lost.
+func TestWALPublishFailsThenRecovers(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	faults := staging.NewFaults(mem, 3)
+	o := Options{Params: walParams(segment.FormatStream), FileID: "f"}
+	f, err := Create(ctx, faults, "f/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(ctx, []byte("first"), 0); err != nil {
+		t.Fatal(err)
+	}
+	faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: ".0", Times: publishAttempts, Kind: staging.FaultError})
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(f)
+	if s := f.Stat(); s.Cno != 0 || !s.Dirty {
+		t.Fatalf("after a failed publish: %+v, want no checkpoint and dirty", s)
+	}
+	if _, err := f.WriteAt(ctx, []byte("FI"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := string(readAll(t, f)); got != "FIrst" {
+		t.Fatalf("read after a failed publish: %q", got)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatalf("recovering flush: %v", err)
+	}
+	waitPublished(f)
+	if got := string(readAll(t, f)); got != "FIrst" || f.Stat().Cno == 0 || f.Stat().Dirty {
+		t.Fatalf("after recovery: %q %+v", got, f.Stat())
+	}
+}
+
+// The randomized model with the WAL on, crashes at random points included:
+// a crash keeps everything acknowledged.
+func TestModelWAL(t *testing.T) {
+	ops := 20_000
+	if testing.Short() {
+		ops = 3_000
+	}
+	for _, c := range []struct {
+		name  string
+		fm    segment.Format
+		flaky bool
+	}{
+		{"stream", segment.FormatStream, false},
+		{"parted", segment.FormatParted, false},
+		{"stream-publish-faults", segment.FormatStream, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			var st staging.Store = staging.NewMem()
+			var faults *staging.Faults
+			if c.flaky {
+				faults = staging.NewFaults(st, int64(modelSeed(t)))
+				// Checkpoint objects fail, WAL records never: a write is
+				// acknowledged or refused, and publishes fail and recover.
+				isObject := func(k string) bool { return !strings.Contains(k, "/"+wal.Dir) }
+				faults.Add(staging.Rule{Op: staging.OpPut, Match: isObject, Fraction: 0.05, Kind: staging.FaultError})
+				st = faults
+			}
+			runModelFlaky(t, st, walParams(c.fm), ops, 200_000, 40_000, c.flaky)
+			if faults != nil && faults.Injected() == 0 {
+				t.Fatalf("no fault fired")
+			}
+		})
+	}
+}

@@ -1,0 +1,114 @@
+// Package wal is the write-ahead log of one file: with it on, a write is
+// acknowledged only once it is durable in a record on the store, and a file
+// opened after a crash replays the records its last checkpoint does not cover.
+// The package owns the record format, the record names, the lease that keeps
+// one writer per log, group commit, and the deletion of records a published
+// checkpoint covers. What the ops mean to the file (replay) is the engine's.
+//
+// All integers are little-endian. The diagrams below, and the constants in the
+// code that implement them, are part of the format.
+//
+// # Objects
+//
+// Under a file's prefix (the namespace gives "<root>/f/<file-id>/"), next to
+// its checkpoint objects:
+//
+//	<prefix>wal/<seq>    one record; seq in decimal zero-padded to 20 digits, so
+//	                     that names sort as numbers ("wal/00000000000000000042")
+//	<prefix>wal/owner    the lease: which writer appends to this log, until when
+//
+// A record is created with If-None-Match: * and carries the metadata
+// "ckptfs-write" (the writer's random id), so a record name is owned by one
+// writer, and a writer whose answer was lost can tell its own record from
+// another's. Records are never replaced.
+//
+// # Record
+//
+//	+-----------+----------------------------+----------------------------+-----+---------+
+//	| header    | op 1                       | op 2                       | ... | trailer |
+//	| 32        | 32 + data (OpWrite only)   | 32 + data (OpWrite only)   |     | 4       |
+//	+-----------+----------------------------+----------------------------+-----+---------+
+//
+// Header (32 bytes):
+//
+//	off size field
+//	  0   8  magic "CKPTWAL1"
+//	  8   2  version (Version = 1)
+//	 10   2  reserved, zero
+//	 12   4  op count
+//	 16   8  file tag: segment.FileTag of the file's id (a record copied
+//	         under another file's prefix is refused)
+//	 24   8  seq: the seq of the record's name (a record renamed is refused)
+//
+// Op header (32 bytes), followed by Len bytes of data for OpWrite only:
+//
+//	off size field
+//	  0   1  kind: 1 write, 2 truncate, 3 zero, 4 mtime
+//	  1   7  reserved, zero
+//	  8   8  off (int64): write and zero: the offset; truncate: the new size;
+//	         mtime: zero
+//	 16   8  len (int64): write: the length of the data that follows; zero:
+//	         the length zeroed; truncate and mtime: zero
+//	 24   8  mtime: Unix nanoseconds (int64), the file's mtime after the op
+//
+// Offsets and lengths are >= 0 and off+len <= 1<<60 (MaxOffset).
+//
+// Trailer (4 bytes): CRC-32C (Castagnoli, segment.Checksum) of every byte
+// before it.
+//
+// A record is exactly the sum of its parts: Decode refuses trailing bytes,
+// so a record has one encoding and a decoded record re-encodes to its bytes.
+//
+// # Lease (the owner object)
+//
+// JSON, written by the writer that holds the log:
+//
+//	{"writer": "<random id>", "host": "<hostname>", "pid": 1234,
+//	 "boot": "<kernel boot id>", "expires": "<RFC 3339, nanoseconds>"}
+//
+// Open takes the lease: it creates the owner object (If-None-Match: *), or
+// replaces one whose writer is gone (If-Match on the ETag it read), and
+// otherwise fails with a *BusyError. A writer is gone when its lease expired,
+// or when it ran on this very boot of this host under a pid that no longer
+// exists (a crash is noticed at once, not after the TTL). A lease of the same
+// pid is another log of this process: busy. An owner object that does not
+// parse is treated as held until its last modification plus the TTL, since a
+// live writer rewrites it every TTL/3.
+//
+// The Log renews the lease every TTL/3 with If-Match on the ETag of its last
+// write. A precondition failure whose owner names another writer means the
+// lease was taken: from then on Append fails with ErrLeaseLost. A renewal that
+// fails otherwise is retried at the next tick. Close deletes the owner object
+// if it still names this writer.
+//
+// The lease makes a second writer fail fast; it is not what keeps records
+// apart. Two writers that both believe they hold the lease (clocks apart, a
+// writer paused past its TTL) still cannot overwrite each other's records:
+// the second create of a name fails, and the log that lost fails with
+// ErrTaken.
+//
+// # Group commit
+//
+// Append does not start a goroutine. An Append adds its ops to the batch being
+// filled (a batch holds ops up to BatchBytes of encoded record; one Append's
+// ops are never split). If fewer than MaxInFlight records are being PUT, the
+// caller becomes the leader of the oldest batch not yet sent: it assigns the
+// batch the next seq, encodes it and PUTs it, detached from its own context so
+// that one caller's cancel does not fail the ops of the others. Otherwise it
+// waits until its batch is done or a slot frees. Every batch waiting to be sent
+// has at least one Append waiting on it, and every finished PUT wakes them
+// all, so a batch never waits for a sender that will not come.
+//
+// Seqs are assigned in the order batches are sent and PUTs complete in any
+// order. A PUT that fails fails the ops of its record and its seq is skipped:
+// the next record takes the next seq. Its answer may have been lost with the
+// record stored; replay applies such a record whole, as any other.
+//
+// # Cleanup
+//
+// Covered(n) says records with seq <= n are in a published checkpoint. A
+// goroutine of the Log deletes them, off the caller's path; a delete that fails
+// is retried at the next Covered and at Close. A record left behind harms
+// nothing: replay skips the records a checkpoint covers, and a later log finds
+// it at Open and deletes it at its next Covered.
+package wal

@@ -1,0 +1,74 @@
+package wal
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Sentinel errors; callers decide with errors.Is.
+var (
+	// ErrCorrupt: a record is damaged, foreign or not what its name says.
+	// Every *CorruptError is one.
+	ErrCorrupt = errors.New("corrupt wal record")
+	// ErrBusy: another live writer holds the log's lease. Every *BusyError
+	// is one.
+	ErrBusy = errors.New("wal held by another writer")
+	// ErrTaken: a record name this log picked was created by another writer;
+	// the log has failed. Every *TakenError is one.
+	ErrTaken = errors.New("wal record taken by another writer")
+	// ErrLeaseLost: another writer took the lease; the log appends no more.
+	ErrLeaseLost = errors.New("wal lease lost")
+	// ErrClosed: the log was closed.
+	ErrClosed = errors.New("wal closed")
+)
+
+// CorruptError is the refusal of a record. Reason says what is wrong.
+type CorruptError struct {
+	Key    string
+	Reason string
+}
+
+func (e *CorruptError) Error() string { return "wal record " + e.Key + ": " + e.Reason }
+
+// Unwrap returns ErrCorrupt.
+func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+
+// BusyError is the refusal of Open while another writer holds the lease.
+// Owner is what the owner object says; it is zero where it could not be read.
+type BusyError struct {
+	Key   string // the owner object
+	Owner OwnerInfo
+}
+
+func (e *BusyError) Error() string {
+	prefix := strings.TrimSuffix(e.Key, Dir+OwnerName)
+	o := e.Owner
+	if o.Writer == "" {
+		if o.Expires.IsZero() {
+			return fmt.Sprintf("wal of %s is held by another writer: one writer at a time", prefix)
+		}
+		return fmt.Sprintf("wal of %s is held by another writer until %s: one writer at a time",
+			prefix, o.Expires.Format(time.RFC3339Nano))
+	}
+	return fmt.Sprintf("wal of %s is held by writer %s (pid %d on host %s) until %s: one writer at a time",
+		prefix, o.Writer, o.PID, o.Host, o.Expires.Format(time.RFC3339Nano))
+}
+
+// Unwrap returns ErrBusy.
+func (e *BusyError) Unwrap() error { return ErrBusy }
+
+// TakenError says a record name was created by another writer: two writers
+// append to one log, and this one stopped.
+type TakenError struct {
+	Key    string
+	Writer string // the id on the record ("" if it has none)
+}
+
+func (e *TakenError) Error() string {
+	return "wal record " + e.Key + " was written by another writer"
+}
+
+// Unwrap returns ErrTaken.
+func (e *TakenError) Unwrap() error { return ErrTaken }

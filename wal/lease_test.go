@@ -1,0 +1,276 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"ckptfs/staging"
+)
+
+const ownerKey = testPrefix + Dir + OwnerName
+
+func readOwner(t *testing.T, st staging.Store) OwnerInfo {
+	t.Helper()
+	b, _, err := st.Get(context.Background(), ownerKey, staging.Whole())
+	if err != nil {
+		t.Fatalf("read owner: %v", err)
+	}
+	o, err := parseOwner(b)
+	if err != nil {
+		t.Fatalf("parse owner %q: %v", b, err)
+	}
+	return o
+}
+
+func putOwner(t *testing.T, st staging.Store, body []byte) {
+	t.Helper()
+	if _, err := st.Put(context.Background(), ownerKey, body, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// deadPID is the pid of a process that has exited.
+func deadPID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("run true: %v", err)
+	}
+	return cmd.Process.Pid
+}
+
+func TestLeaseBusy(t *testing.T) {
+	mem := staging.NewMem()
+	l1 := openLog(t, mem, Options{})
+	_, err := Open(context.Background(), mem, testPrefix, Options{})
+	var be *BusyError
+	if !errors.Is(err, ErrBusy) || !errors.As(err, &be) {
+		t.Fatalf("second open: %v, want ErrBusy", err)
+	}
+	host, _ := os.Hostname()
+	if be.Key != ownerKey || be.Owner.Writer != l1.lease.id || be.Owner.PID != os.Getpid() || be.Owner.Host != host || !be.Owner.Expires.After(time.Now()) {
+		t.Fatalf("busy error %+v", be)
+	}
+	msg := err.Error()
+	for _, want := range []string{"wal of " + testPrefix + " is held by writer " + l1.lease.id, "pid ", "host " + host, "one writer at a time"} {
+		if !strings.Contains(msg, want) {
+			t.Fatalf("error %q does not say %q", msg, want)
+		}
+	}
+	if err := l1.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	l2 := openLog(t, mem, Options{})
+	if o := readOwner(t, mem); o.Writer != l2.lease.id {
+		t.Fatalf("owner %+v after the second open, want writer %s", o, l2.lease.id)
+	}
+}
+
+func TestLeaseTakeOver(t *testing.T) {
+	me := thisProcess()
+	future := time.Now().Add(time.Hour)
+	owner := func(host string, pid int, boot string, expires time.Time) []byte {
+		return encodeOwner(OwnerInfo{Writer: "previous", Host: host, PID: pid, Boot: boot, Expires: expires})
+	}
+	needBoot := me.boot != "" && me.host != ""
+	for _, tc := range []struct {
+		name     string
+		body     func(t *testing.T) []byte
+		ttl      time.Duration
+		age      time.Duration // sleep before Open
+		needBoot bool          // the case tells pids apart on this boot
+		taken    bool
+	}{
+		{name: "expired", body: func(*testing.T) []byte { return owner("elsewhere", 1, "b", time.Now().Add(-time.Second)) }, taken: true},
+		{name: "live on another host", body: func(*testing.T) []byte { return owner("elsewhere", 1, "b", future) }},
+		{name: "dead pid of this boot", body: func(t *testing.T) []byte { return owner(me.host, deadPID(t), me.boot, future) }, needBoot: true, taken: true},
+		{name: "dead pid of another boot", body: func(t *testing.T) []byte { return owner(me.host, deadPID(t), "another-boot", future) }},
+		{name: "dead pid of another host", body: func(t *testing.T) []byte { return owner("elsewhere", deadPID(t), me.boot, future) }},
+		{name: "live pid of this boot", body: func(*testing.T) []byte { return owner(me.host, os.Getppid(), me.boot, future) }, needBoot: true},
+		{name: "our pid, another log", body: func(*testing.T) []byte { return owner(me.host, os.Getpid(), me.boot, future) }, needBoot: true},
+		{name: "garbage, fresh", body: func(*testing.T) []byte { return []byte("not json") }},
+		{name: "no writer, fresh", body: func(*testing.T) []byte { return []byte(`{"pid":1,"expires":"2000-01-01T00:00:00Z"}`) }},
+		{name: "garbage, older than a TTL", body: func(*testing.T) []byte { return []byte("not json") }, ttl: 30 * time.Millisecond, age: 60 * time.Millisecond, taken: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.needBoot && !needBoot {
+				t.Skip("the kernel boot id or the hostname cannot be read here")
+			}
+			mem := staging.NewMem()
+			putOwner(t, mem, tc.body(t))
+			time.Sleep(tc.age)
+			l, err := Open(context.Background(), mem, testPrefix, Options{LeaseTTL: tc.ttl})
+			if !tc.taken {
+				if !errors.Is(err, ErrBusy) {
+					t.Fatalf("open: %v, want ErrBusy", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("open: %v", err)
+			}
+			defer l.Close(context.Background())
+			if o := readOwner(t, mem); o.Writer != l.lease.id || o.PID != os.Getpid() || o.Boot != me.boot {
+				t.Fatalf("owner after take-over %+v", o)
+			}
+		})
+	}
+}
+
+func TestLeaseRaces(t *testing.T) {
+	t.Run("create lost", func(t *testing.T) {
+		// Another writer creates the owner between our Get and our create.
+		mem := staging.NewMem()
+		f := staging.NewFaults(mem, 1)
+		f.Add(staging.Rule{Op: staging.OpGet, KeyPrefix: ownerKey, Nth: 1, Kind: staging.FaultError})
+		st := &raceStore{Store: f, mem: mem, body: encodeOwner(OwnerInfo{Writer: "racer", Host: "h", PID: 1, Expires: time.Now().Add(time.Hour)})}
+		_, err := Open(context.Background(), st, testPrefix, Options{})
+		var be *BusyError
+		if !errors.As(err, &be) || be.Owner.Writer != "racer" {
+			t.Fatalf("open: %v, want busy with the racer", err)
+		}
+	})
+	t.Run("take-over lost", func(t *testing.T) {
+		mem := staging.NewMem()
+		putOwner(t, mem, encodeOwner(OwnerInfo{Writer: "old", Host: "h", PID: 1, Expires: time.Now().Add(-time.Hour)}))
+		st := &raceStore{Store: mem, mem: mem, body: encodeOwner(OwnerInfo{Writer: "racer", Host: "h", PID: 1, Expires: time.Now().Add(time.Hour)})}
+		_, err := Open(context.Background(), st, testPrefix, Options{})
+		var be *BusyError
+		if !errors.As(err, &be) || be.Owner.Writer != "racer" {
+			t.Fatalf("open: %v, want busy with the racer", err)
+		}
+	})
+}
+
+// raceStore writes body as the owner just before the first conditional Put
+// of the owner: another writer got there first.
+type raceStore struct {
+	staging.Store
+	mem  *staging.Mem
+	body []byte
+	done bool
+}
+
+func (r *raceStore) Get(ctx context.Context, key string, rg staging.Range) ([]byte, staging.ObjectInfo, error) {
+	b, info, err := r.Store.Get(ctx, key, rg)
+	if errors.Is(err, staging.ErrInjected) {
+		err = staging.ErrNotFound // the first Get sees no owner
+	}
+	return b, info, err
+}
+
+func (r *raceStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
+	if key == ownerKey && !r.done {
+		r.done = true
+		if _, err := r.mem.Put(ctx, key, r.body, staging.PutOptions{}); err != nil {
+			return staging.ObjectInfo{}, err
+		}
+	}
+	return r.Store.Put(ctx, key, data, opts)
+}
+
+func TestLeaseRenewal(t *testing.T) {
+	const ttl = 150 * time.Millisecond
+	mem := staging.NewMem()
+	f := staging.NewFaults(mem, 1)
+	// One renewal lands with its answer lost; the next one must still find
+	// the lease ours.
+	f.Add(staging.Rule{Op: staging.OpPut, KeyPrefix: ownerKey, Nth: 2, Kind: staging.FaultLostAnswer})
+	// And one fails outright: retried at the next tick.
+	f.Add(staging.Rule{Op: staging.OpPut, KeyPrefix: ownerKey, Nth: 4, Kind: staging.FaultError})
+	l := openLog(t, f, Options{LeaseTTL: ttl})
+	first := readOwner(t, mem).Expires
+	time.Sleep(4 * ttl)
+	if _, err := Open(context.Background(), mem, testPrefix, Options{LeaseTTL: ttl}); !errors.Is(err, ErrBusy) {
+		t.Fatalf("open past the TTL of a renewed lease: %v, want ErrBusy", err)
+	}
+	if o := readOwner(t, mem); o.Writer != l.lease.id || !o.Expires.After(first.Add(ttl)) {
+		t.Fatalf("owner %+v, first expiry %s: not renewed", o, first)
+	}
+	if f.Injected() != 2 {
+		t.Fatalf("%d faults injected, want 2", f.Injected())
+	}
+	mustAppend(t, l, writeOp(0, "still ours"))
+}
+
+func TestLeaseLost(t *testing.T) {
+	mem := staging.NewMem()
+	l := openLog(t, mem, Options{LeaseTTL: 60 * time.Millisecond})
+	mustAppend(t, l, writeOp(0, "before"))
+	other := OwnerInfo{Writer: "usurper", Host: "elsewhere", PID: 1, Expires: time.Now().Add(time.Hour)}
+	putOwner(t, mem, encodeOwner(other))
+	var err error
+	waitFor(t, "the lease loss noticed", func() bool {
+		_, err = l.Append(context.Background(), []Op{writeOp(0, "after")})
+		return err != nil
+	})
+	if !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("append after the lease was taken: %v, want ErrLeaseLost", err)
+	}
+	if err := l.Close(context.Background()); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	// Close leaves another writer's lease alone.
+	if o := readOwner(t, mem); !equalOwner(o, other) {
+		t.Fatalf("owner after close %+v, want %+v", o, other)
+	}
+}
+
+func TestLeaseDeleted(t *testing.T) {
+	mem := staging.NewMem()
+	l := openLog(t, mem, Options{LeaseTTL: 60 * time.Millisecond})
+	if err := mem.Delete(context.Background(), ownerKey); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	waitFor(t, "the lease loss noticed", func() bool {
+		_, err = l.Append(context.Background(), []Op{writeOp(0, "after")})
+		return err != nil
+	})
+	if !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("append after the lease was deleted: %v, want ErrLeaseLost", err)
+	}
+}
+
+func TestParseOwner(t *testing.T) {
+	exp := time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)
+	for _, tc := range []struct {
+		name string
+		body string
+		want OwnerInfo
+		bad  string
+	}{
+		{name: "valid", body: `{"writer":"w","host":"h","pid":12,"boot":"b","expires":"2030-01-02T03:04:05.000000006Z"}`,
+			want: OwnerInfo{Writer: "w", Host: "h", PID: 12, Boot: "b", Expires: exp}},
+		{name: "offset and unknown field", body: `{"writer":"w","pid":12,"expires":"2030-01-02T04:04:05.000000006+01:00","new":[1]}`,
+			want: OwnerInfo{Writer: "w", PID: 12, Expires: exp}},
+		{name: "not json", body: `owner`, bad: "parse owner"},
+		{name: "trailing", body: `{"writer":"w","pid":1,"expires":"2030-01-02T03:04:05Z"} x`, bad: "parse owner"},
+		{name: "no writer", body: `{"pid":1,"expires":"2030-01-02T03:04:05Z"}`, bad: "no writer"},
+		{name: "pid 0", body: `{"writer":"w","pid":0,"expires":"2030-01-02T03:04:05Z"}`, bad: "pid 0"},
+		{name: "negative pid", body: `{"writer":"w","pid":-1,"expires":"2030-01-02T03:04:05Z"}`, bad: "pid -1"},
+		{name: "huge pid", body: `{"writer":"w","pid":4294967296,"expires":"2030-01-02T03:04:05Z"}`, bad: "pid 4294967296"},
+		{name: "pid as string", body: `{"writer":"w","pid":"1","expires":"2030-01-02T03:04:05Z"}`, bad: "parse owner"},
+		{name: "no expiry", body: `{"writer":"w","pid":1}`, bad: "expiry"},
+		{name: "expiry not RFC 3339", body: `{"writer":"w","pid":1,"expires":"tomorrow"}`, bad: "expiry"},
+		{name: "expiry before year 1 in UTC", body: `{"writer":"w","pid":1,"expires":"0001-01-01T00:00:00+01:00"}`, bad: "out of range"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o, err := parseOwner([]byte(tc.body))
+			if tc.bad != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.bad) {
+					t.Fatalf("parse: %+v, %v; want an error saying %q", o, err, tc.bad)
+				}
+				return
+			}
+			if err != nil || !equalOwner(o, tc.want) {
+				t.Fatalf("parse: %+v, %v; want %+v", o, err, tc.want)
+			}
+		})
+	}
+}

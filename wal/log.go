@@ -1,0 +1,540 @@
+package wal
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"ckptfs/staging"
+)
+
+// Defaults of Options.
+const (
+	DefaultBatchBytes  = 16 << 20
+	DefaultMaxInFlight = 4
+	DefaultLeaseTTL    = 30 * time.Second
+)
+
+// maxBatchBytes is the largest object one PUT may store on S3.
+const maxBatchBytes = 5 << 30
+
+// writeIDMeta is the metadata naming the writer of a record, as on every
+// object ckptfs creates with If-None-Match.
+const writeIDMeta = "ckptfs-write"
+
+// Options configure a Log.
+type Options struct {
+	Tag         uint64        // file tag carried by records
+	BatchBytes  int           // a record holds ops up to this many encoded bytes (0: 16 MiB); a single Append larger goes alone
+	MaxInFlight int           // records being PUT at once (0: 4)
+	LeaseTTL    time.Duration // (0: 30s) the lease is renewed every TTL/3
+	Logger      *zap.Logger   // nil: nop
+	// Next is the seq of the first record this log appends (>= 1; 0 is 1).
+	// Open sets it past every record found when larger.
+	Next uint64
+}
+
+// Stats count what a Log appended since Open.
+type Stats struct {
+	Records int64 // PUTs that succeeded
+	Ops     int64 // ops in them
+	Bytes   int64 // their encoded bytes
+	Failed  int64 // records whose PUT failed (their ops failed)
+}
+
+// batch is the ops of one record to be: the ops of one or more Appends.
+type batch struct {
+	ops  []Op
+	size int    // EncodedSize(ops)
+	seq  uint64 // set when sent
+	done bool
+	err  error
+}
+
+// Log is the write-ahead log of one file, held under its lease. Its methods
+// are safe for concurrent use.
+type Log struct {
+	st          staging.Store
+	prefix      string
+	tag         uint64
+	batchBytes  int
+	maxInFlight int
+	log         *zap.Logger
+	lease       *lease // the renewing goroutine's until it stopped, then Close's
+	found       []uint64
+
+	mu   sync.Mutex
+	cond *sync.Cond // on mu; broadcast when a batch finishes or the log stops appending
+	// INVARIANT: every batch in pending has an Append waiting on it, and that
+	// Append sends it or is woken when a PUT finishes.
+	pending   []*batch      // GUARDED_BY(mu); not yet sent, oldest first; the last is being filled
+	inflight  int           // GUARDED_BY(mu); PUTs running
+	next      uint64        // GUARDED_BY(mu); seq of the next batch sent
+	last      uint64        // GUARDED_BY(mu)
+	stats     Stats         // GUARDED_BY(mu)
+	failed    error         // GUARDED_BY(mu); sticky: a record name was taken
+	leaseLost error         // GUARDED_BY(mu); sticky
+	closed    bool          // GUARDED_BY(mu)
+	drained   chan struct{} // GUARDED_BY(mu); made by Close, closed when nothing is pending or in flight
+	covered   uint64        // GUARDED_BY(mu)
+	toDelete  []uint64      // GUARDED_BY(mu); seqs stored (or maybe stored) and not deleted yet
+
+	kick chan struct{} // capacity 1: the cleaner has work
+	stop context.CancelFunc
+	wg   sync.WaitGroup // the renewing and the cleaning goroutines
+
+	closeMu   sync.Mutex
+	closeDone bool  // GUARDED_BY(closeMu)
+	closeErr  error // GUARDED_BY(closeMu)
+}
+
+func (o *Options) withDefaults() (Options, error) {
+	r := *o
+	var bad []string
+	if r.BatchBytes < 0 || r.BatchBytes > maxBatchBytes {
+		bad = append(bad, fmt.Sprintf("batch bytes %d not in [0, %d]", r.BatchBytes, maxBatchBytes))
+	}
+	if r.MaxInFlight < 0 {
+		bad = append(bad, fmt.Sprintf("max in flight %d is negative", r.MaxInFlight))
+	}
+	if r.LeaseTTL < 0 || (r.LeaseTTL > 0 && r.LeaseTTL < 3*time.Millisecond) {
+		bad = append(bad, fmt.Sprintf("lease TTL %s: zero or at least 3ms", r.LeaseTTL))
+	}
+	if len(bad) > 0 {
+		return r, fmt.Errorf("wal options: %s", strings.Join(bad, "; "))
+	}
+	if r.BatchBytes == 0 {
+		r.BatchBytes = DefaultBatchBytes
+	}
+	if r.MaxInFlight == 0 {
+		r.MaxInFlight = DefaultMaxInFlight
+	}
+	if r.LeaseTTL == 0 {
+		r.LeaseTTL = DefaultLeaseTTL
+	}
+	if r.Logger == nil {
+		r.Logger = zap.NewNop()
+	}
+	if r.Next == 0 {
+		r.Next = 1
+	}
+	return r, nil
+}
+
+// Open takes the lease of the log under prefix and lists its records. It
+// fails with a *BusyError (errors.Is(err, ErrBusy)) if a live writer holds the
+// lease. The Log's goroutines run until Close.
+func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Log, error) {
+	opt, err := o.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := staging.ValidatePrefix(prefix + Dir); err != nil {
+		return nil, fmt.Errorf("open wal of %s: %w", prefix, err)
+	}
+	ls := &lease{st: st, key: prefix + Dir + OwnerName, me: thisProcess(), id: newWriterID(), ttl: opt.LeaseTTL, log: opt.Logger}
+	if err := ls.take(ctx); err != nil {
+		return nil, err
+	}
+	found, err := List(ctx, st, prefix)
+	if err != nil {
+		if rerr := ls.release(ctx); rerr != nil {
+			opt.Logger.Debug("release of the wal lease after a failed open failed; it will expire", zap.Error(rerr))
+		}
+		return nil, fmt.Errorf("open wal of %s: %w", prefix, err)
+	}
+	next := opt.Next
+	if n := len(found); n > 0 && found[n-1] >= next {
+		if found[n-1] == math.MaxUint64 {
+			_ = ls.release(ctx)
+			return nil, fmt.Errorf("open wal of %s: record %d is the last seq there is", prefix, found[n-1])
+		}
+		next = found[n-1] + 1
+	}
+	l := &Log{
+		st:          st,
+		prefix:      prefix,
+		tag:         opt.Tag,
+		batchBytes:  opt.BatchBytes,
+		maxInFlight: opt.MaxInFlight,
+		log:         opt.Logger,
+		lease:       ls,
+		found:       found,
+		next:        next,
+		toDelete:    slices.Clone(found),
+		kick:        make(chan struct{}, 1),
+	}
+	l.cond = sync.NewCond(&l.mu)
+	// The goroutines outlive Open's ctx (keeping its values) until Close.
+	bg, stop := context.WithCancel(context.WithoutCancel(ctx))
+	l.stop = stop
+	l.wg.Add(2)
+	go l.renewLoop(bg)
+	go l.cleanLoop(bg)
+	return l, nil
+}
+
+// Found returns the seqs of the records found at Open, ascending.
+func (l *Log) Found() []uint64 { return slices.Clone(l.found) }
+
+// Read reads and decodes record seq (one GET).
+func (l *Log) Read(ctx context.Context, seq uint64) (Record, error) {
+	return ReadRecord(ctx, l.st, l.prefix, l.tag, seq)
+}
+
+// Last returns the seq of the last record appended successfully (0: none
+// since Open). Records complete out of order: it is the highest.
+func (l *Log) Last() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.last
+}
+
+// Stats returns the counts since Open.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.stats
+}
+
+// refuseLocked is why the log takes no more ops, or nil.
+func (l *Log) refuseLocked() error {
+	switch {
+	case l.closed:
+		return fmt.Errorf("append to wal of %s: %w", l.prefix, ErrClosed)
+	case l.failed != nil:
+		return fmt.Errorf("append to wal of %s: the log failed: %w", l.prefix, l.failed)
+	case l.leaseLost != nil:
+		return fmt.Errorf("append to wal of %s: %w", l.prefix, l.leaseLost)
+	}
+	return nil
+}
+
+// Append makes ops durable in one record, shared with concurrent Appends
+// (group commit), and returns that record's seq once its PUT succeeded. It
+// keeps nothing of ops after it returns. ctx is checked before the ops are
+// queued; the PUT of a record runs detached from it, so that a cancel does
+// not fail the other Appends' ops, and Append waits for it.
+//
+// A record whose PUT failed fails its ops and its seq is skipped. A record
+// name created by another writer fails with a *TakenError (ErrTaken), and so
+// does every later Append. After Close Append fails with ErrClosed; after
+// the lease was lost, with ErrLeaseLost. An Append of no ops returns 0.
+func (l *Log) Append(ctx context.Context, ops []Op) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, fmt.Errorf("append to wal of %s: %w", l.prefix, err)
+	}
+	if uint64(len(ops)) > math.MaxUint32 {
+		return 0, fmt.Errorf("append to wal of %s: %d ops, a record holds at most %d", l.prefix, len(ops), uint32(math.MaxUint32))
+	}
+	for i, op := range ops {
+		if op.Kind == OpWrite && op.Len == 0 {
+			op.Len = int64(len(op.Data)) // as Encode does
+		}
+		if why := checkOp(op, int64(len(op.Data))); why != "" {
+			return 0, fmt.Errorf("append to wal of %s: op %d: %s", l.prefix, i, why)
+		}
+	}
+	size := EncodedSize(ops) - emptyRecord
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.refuseLocked(); err != nil {
+		return 0, err
+	}
+	if len(ops) == 0 {
+		return 0, nil
+	}
+	var b *batch
+	if n := len(l.pending); n > 0 && l.pending[n-1].size+size <= l.batchBytes {
+		b = l.pending[n-1]
+	} else {
+		b = &batch{size: emptyRecord}
+		l.pending = append(l.pending, b)
+	}
+	b.ops = append(b.ops, ops...)
+	b.size += size
+	for !b.done {
+		if l.inflight < l.maxInFlight && len(l.pending) > 0 {
+			l.sendLocked(ctx)
+			continue
+		}
+		l.cond.Wait()
+	}
+	if b.err != nil {
+		return 0, b.err
+	}
+	return b.seq, nil
+}
+
+// sendLocked sends the oldest pending batch and records how it ended. It
+// drops mu during the PUT.
+func (l *Log) sendLocked(ctx context.Context) {
+	b := l.pending[0]
+	l.pending[0] = nil
+	l.pending = l.pending[1:]
+	// A log that failed or lost its lease sends nothing more; batches queued
+	// before that fail with it.
+	if l.failed != nil || l.leaseLost != nil {
+		b.done, b.err = true, l.refuseLocked()
+		l.cond.Broadcast()
+		l.signalDrainedLocked()
+		return
+	}
+	b.seq = l.next
+	l.next++
+	l.inflight++
+	l.mu.Unlock()
+	n, err := l.put(context.WithoutCancel(ctx), b)
+	l.mu.Lock()
+	l.inflight--
+	b.done, b.err = true, err
+	// A failed PUT may have stored its record (a lost answer): covered, it
+	// is deleted like the others.
+	l.toDelete = append(l.toDelete, b.seq)
+	if err != nil {
+		l.stats.Failed++
+		if errors.Is(err, ErrTaken) && l.failed == nil {
+			l.failed = err
+		}
+	} else {
+		l.stats.Records++
+		l.stats.Ops += int64(len(b.ops))
+		l.stats.Bytes += int64(n)
+		l.last = max(l.last, b.seq)
+	}
+	b.ops = nil
+	l.cond.Broadcast()
+	l.signalDrainedLocked()
+}
+
+// signalDrainedLocked tells a waiting Close that nothing is pending or in
+// flight any more.
+func (l *Log) signalDrainedLocked() {
+	if l.drained != nil && len(l.pending) == 0 && l.inflight == 0 {
+		close(l.drained)
+		l.drained = nil
+	}
+}
+
+// put stores batch b as record b.seq and returns its size.
+func (l *Log) put(ctx context.Context, b *batch) (int, error) {
+	key := RecordKey(l.prefix, b.seq)
+	data := Encode(l.tag, Record{Seq: b.seq, Ops: b.ops})
+	_, err := l.st.Put(ctx, key, data, staging.PutOptions{
+		Conditions: staging.Conditions{IfNoneMatch: true},
+		Metadata:   map[string]string{writeIDMeta: l.lease.id},
+	})
+	if err == nil {
+		return len(data), nil
+	}
+	if !errors.Is(err, staging.ErrPrecondition) {
+		return 0, fmt.Errorf("append wal record %d of %s: %w", b.seq, l.prefix, err)
+	}
+	// The name exists: ours if an earlier try of this very PUT landed and its
+	// answer was lost, another writer's otherwise.
+	info, herr := l.st.Head(ctx, key)
+	if herr != nil {
+		return 0, fmt.Errorf("append wal record %d of %s: it exists and its writer could not be read: %w", b.seq, l.prefix, herr)
+	}
+	if w := info.Metadata[writeIDMeta]; w != l.lease.id {
+		return 0, &TakenError{Key: key, Writer: w}
+	}
+	l.log.Debug("wal record stored with its answer lost", zap.String("key", key))
+	return len(data), nil
+}
+
+// Covered says records with seq <= n are in a published checkpoint: the
+// cleaning goroutine deletes them (those found at Open and those appended),
+// off the caller's path.
+func (l *Log) Covered(n uint64) {
+	l.mu.Lock()
+	l.covered = max(l.covered, n)
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default: // a pass is already due and will see n
+	}
+}
+
+func (l *Log) cleanLoop(ctx context.Context) {
+	defer l.wg.Done()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.kick:
+		}
+		l.deleteCovered(ctx)
+	}
+}
+
+// deleteCovered deletes the records known and covered. A failed delete is
+// kept for the next pass: a record left behind harms nothing.
+func (l *Log) deleteCovered(ctx context.Context) {
+	l.mu.Lock()
+	var now, keep []uint64
+	for _, s := range l.toDelete {
+		if s <= l.covered {
+			now = append(now, s)
+		} else {
+			keep = append(keep, s)
+		}
+	}
+	l.toDelete = keep
+	l.mu.Unlock()
+	slices.Sort(now)
+	var failed []uint64
+	for _, s := range now {
+		if err := l.st.Delete(ctx, RecordKey(l.prefix, s)); err != nil {
+			l.log.Debug("delete of a covered wal record failed", zap.String("prefix", l.prefix), zap.Uint64("seq", s), zap.Error(err))
+			failed = append(failed, s)
+		}
+	}
+	if len(failed) > 0 {
+		l.mu.Lock()
+		l.toDelete = append(l.toDelete, failed...)
+		l.mu.Unlock()
+	}
+}
+
+func (l *Log) renewLoop(ctx context.Context) {
+	defer l.wg.Done()
+	every := l.lease.ttl / 3
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		// A renewal that hangs must not outlast the lease it extends.
+		rctx, cancel := context.WithTimeout(ctx, every)
+		err := l.lease.renew(rctx)
+		cancel()
+		if errors.Is(err, ErrLeaseLost) {
+			l.log.Warn("wal lease lost; appends fail from now on", zap.String("prefix", l.prefix), zap.Error(err))
+			l.mu.Lock()
+			l.leaseLost = err
+			l.cond.Broadcast()
+			l.mu.Unlock()
+			return
+		}
+		if err != nil && ctx.Err() == nil {
+			l.log.Debug("wal lease renewal failed; retrying at the next tick", zap.String("prefix", l.prefix), zap.Error(err))
+		}
+	}
+}
+
+// Close waits for the appends in flight, deletes what is covered (best
+// effort, bounded by ctx), stops the goroutines and releases the lease if it
+// is still ours. If ctx ends before the appends in flight, the lease is left
+// to expire (their PUTs still run under it). It is idempotent: later calls
+// return the first one's result.
+func (l *Log) Close(ctx context.Context) error {
+	l.closeMu.Lock()
+	defer l.closeMu.Unlock()
+	if l.closeDone {
+		return l.closeErr
+	}
+	l.closeDone = true
+
+	l.mu.Lock()
+	l.closed = true
+	var drained chan struct{}
+	if len(l.pending) > 0 || l.inflight > 0 {
+		l.drained = make(chan struct{})
+		drained = l.drained
+	}
+	l.mu.Unlock()
+
+	var errs []error
+	idle := true
+	if drained != nil {
+		select {
+		case <-drained:
+		case <-ctx.Done():
+			idle = false
+			errs = append(errs, fmt.Errorf("close wal of %s: waiting for appends in flight: %w", l.prefix, ctx.Err()))
+		}
+	}
+	l.stop()
+	l.wg.Wait()
+	l.deleteCovered(ctx)
+
+	l.mu.Lock()
+	lost := l.leaseLost
+	l.mu.Unlock()
+	if idle && lost == nil {
+		if err := l.lease.release(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("close wal of %s: %w", l.prefix, err))
+		}
+	}
+	l.closeErr = errors.Join(errs...)
+	return l.closeErr
+}
+
+// Abandon stops the log as a killed process would stop it: later appends
+// fail with ErrClosed, the goroutines stop, nothing is deleted and the lease
+// is left to expire. Recovery tests use it to leave a log behind.
+func (l *Log) Abandon() {
+	l.closeMu.Lock()
+	defer l.closeMu.Unlock()
+	if l.closeDone {
+		return
+	}
+	l.closeDone = true
+	l.closeErr = fmt.Errorf("wal of %s: %w", l.prefix, ErrClosed)
+	l.mu.Lock()
+	l.closed = true
+	l.cond.Broadcast()
+	l.mu.Unlock()
+	l.stop()
+	l.wg.Wait()
+}
+
+// Exists reports whether anything is stored under prefix+Dir (one List).
+func Exists(ctx context.Context, st staging.Store, prefix string) (bool, error) {
+	page, err := st.List(ctx, prefix+Dir, "", 1)
+	if err != nil {
+		return false, fmt.Errorf("look for a wal under %s: %w", prefix, err)
+	}
+	return len(page.Objects) > 0, nil
+}
+
+// List returns the seqs of the records under prefix+Dir, ascending. It takes
+// no lease: what it returns may change under a live writer.
+func List(ctx context.Context, st staging.Store, prefix string) ([]uint64, error) {
+	dir := prefix + Dir
+	objs, err := staging.ListAll(ctx, st, dir)
+	if err != nil {
+		return nil, fmt.Errorf("list wal records of %s: %w", prefix, err)
+	}
+	var seqs []uint64
+	for _, o := range objs {
+		if seq, ok := ParseRecordName(strings.TrimPrefix(o.Key, dir)); ok {
+			seqs = append(seqs, seq)
+		}
+	}
+	slices.Sort(seqs)
+	return seqs, nil
+}
+
+// ReadRecord reads and decodes record seq of the file under prefix (one GET,
+// no lease needed).
+func ReadRecord(ctx context.Context, st staging.Store, prefix string, tag, seq uint64) (Record, error) {
+	key := RecordKey(prefix, seq)
+	b, _, err := st.Get(ctx, key, staging.Whole())
+	if err != nil {
+		return Record{}, fmt.Errorf("read wal record %d of %s: %w", seq, prefix, err)
+	}
+	return Decode(key, seq, tag, b)
+}
