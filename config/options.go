@@ -178,7 +178,7 @@ var options = []option{
 	enumOpt("format", "Format", "block-pointer format of new files",
 		[]segment.Format{segment.FormatStream, segment.FormatParted},
 		func(c *Config) *segment.Format { return &c.Format }),
-	boolOpt("wal", "WAL", "make each acknowledged write durable before the acknowledgement",
+	boolOpt("wal", "WAL", "a write-ahead log: each write is durable when it returns, fsync/close publish in the background, one writer per file (another mount gets EBUSY), nothing sent ahead",
 		func(c *Config) *bool { return &c.WAL }),
 	enumOpt("flush_conflict_policy", "FlushConflictPolicy", "what a flush does when another writer replaced the file's head",
 		[]ConflictPolicy{ConflictRetry, ConflictFailFast},

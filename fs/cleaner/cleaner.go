@@ -49,6 +49,12 @@
 // handles, so Grace is also how long a handle may read an unlinked file that
 // no one writes.
 //
+// Write-ahead log records ("wal/<seq>", package wal) that the head's
+// checkpoint holds (seq at most the head's engine.HeadWAL) are deleted once
+// older than MinAge; a live writer deletes its own, so these are what a
+// crash or a failed delete left. Later records are acknowledged changes not
+// yet published and are never deleted; nor is the lease ("wal/owner").
+//
 // Objects whose name is neither "<cno>.<part>" nor "inode" are left alone and
 // reported. A file with no head is left alone and reported. Part 0 headers
 // are read with segment.DetectHeader, which looks at the end of the object
@@ -65,9 +71,11 @@ import (
 	"time"
 
 	"ckptfs/blockmap"
+	"ckptfs/fs/engine"
 	"ckptfs/fs/namespace"
 	"ckptfs/segment"
 	"ckptfs/staging"
+	"ckptfs/wal"
 )
 
 // Options of a run.
@@ -272,13 +280,17 @@ func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []
 	rep.Files++
 	tag := segment.FileTag(id)
 	headKey := prefix + "inode"
-	hd, _, err := segment.ReadHead(ctx, st, headKey, tag)
+	hd, hinfo, err := segment.ReadHead(ctx, st, headKey, tag)
 	if errors.Is(err, staging.ErrNotFound) {
 		for _, obj := range objs {
 			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: ErrNoHead.Error()})
 		}
 		return nil
 	}
+	if err != nil {
+		return fmt.Errorf("clean %s: %w", prefix, err)
+	}
+	walApplied, _, err := engine.HeadWAL(hinfo)
 	if err != nil {
 		return fmt.Errorf("clean %s: %w", prefix, err)
 	}
@@ -340,6 +352,15 @@ func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []
 		if rel == "inode" {
 			rep.Kept++
 			rep.KeptBytes += obj.Size
+			continue
+		}
+		if strings.HasPrefix(rel, wal.Dir) {
+			if walCovered(rel, walApplied, now.Sub(obj.LastModified) >= o.MinAge) {
+				doomed = append(doomed, Object{Key: obj.Key, Size: obj.Size, Reason: "write-ahead log record the head's checkpoint holds"})
+			} else {
+				rep.Kept++
+				rep.KeptBytes += obj.Size
+			}
 			continue
 		}
 		n, _, err := segment.ParseObjectName(rel)
@@ -413,4 +434,11 @@ func markRefs(ctx context.Context, st staging.Store, prefix string, tag uint64, 
 		}
 		return nil
 	})
+}
+
+// walCovered says whether the WAL object rel (under the file's prefix) is a
+// record the head's checkpoint holds, old enough to delete.
+func walCovered(rel string, applied uint64, oldEnough bool) bool {
+	seq, ok := wal.ParseRecordName(strings.TrimPrefix(rel, wal.Dir))
+	return ok && seq <= applied && oldEnough
 }

@@ -16,6 +16,7 @@ import (
 	"ckptfs/fs/namespace"
 	"ckptfs/segment"
 	"ckptfs/staging"
+	"ckptfs/wal"
 )
 
 func params(f segment.Format, sendAhead bool) engine.Params {
@@ -532,5 +533,60 @@ func TestOrphanedFile(t *testing.T) {
 	}
 	if o := ns2.Orphans(); len(o) != 0 {
 		t.Fatalf("namespace still holds orphans %v", o)
+	}
+}
+
+// WAL records the head's checkpoint holds are deleted; later ones (changes
+// acknowledged and not yet published) and the lease are kept.
+func TestWALRecords(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := params(segment.FormatStream, false)
+	p.WAL = true
+	prefix := cleaner.FilesPrefix("") + "w/"
+	o := engine.Options{Params: p, FileID: "w"}
+	f, err := engine.Create(ctx, st, prefix, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := f.WriteAt(ctx, []byte("abc"), int64(i*10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.Close() // waits for the publish: the head holds records 1..3
+	tag := segment.FileTag("w")
+	put := func(key string, body []byte) {
+		if _, err := st.Put(ctx, key, body, staging.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	covered := wal.RecordKey(prefix, 2)
+	pending := wal.RecordKey(prefix, 9)
+	owner := prefix + wal.Dir + wal.OwnerName
+	put(covered, wal.Encode(tag, wal.Record{Seq: 2, Ops: []wal.Op{{Kind: wal.OpWrite, Data: []byte("x")}}}))
+	put(pending, wal.Encode(tag, wal.Record{Seq: 9, Ops: []wal.Op{{Kind: wal.OpWrite, Data: []byte("y")}}}))
+	put(owner, []byte(`{}`))
+	rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var deleted []string
+	for _, d := range rep.Deleted {
+		deleted = append(deleted, d.Key)
+	}
+	if !slices.Contains(deleted, covered) || slices.Contains(deleted, pending) || slices.Contains(deleted, owner) {
+		t.Fatalf("deleted %v: want %s and neither %s nor %s", deleted, covered, pending, owner)
+	}
+	for _, k := range []string{pending, owner} {
+		if _, err := st.Head(ctx, k); err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+	}
+	if _, err := st.Head(ctx, covered); !errors.Is(err, staging.ErrNotFound) {
+		t.Fatalf("%s still there: %v", covered, err)
 	}
 }

@@ -274,6 +274,9 @@ type Stats struct {
 	BytesUploaded  int64 // object bytes stored
 	ObjectsWritten int
 	LastFlush      FlushTiming
+	// WAL counts the write-ahead log's records since the file took its
+	// lease (zero without the WAL).
+	WAL wal.Stats
 }
 
 // FlushTiming is what one flush did. The stream_* counters are the seed's.
@@ -346,6 +349,10 @@ type Options struct {
 	// Budget, when set, is the memory budget this file shares with the other
 	// files of a mount.
 	Budget *Budget
+	// ReadOnly opens the file at its head for reading only: nothing is
+	// written, and WAL records a crashed writer left are not replayed (tools
+	// that inspect a volume must not change it).
+	ReadOnly bool
 }
 
 func newFile(st staging.Store, prefix string, o Options) (*File, error) {
@@ -433,6 +440,10 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Fil
 		return nil, fmt.Errorf("open %s: %w", prefix, err)
 	}
 	f.w.seq = f.w.applied
+	if o.ReadOnly {
+		f.readOnly = true
+		return f, nil
+	}
 	// Changes a crashed writer logged but did not publish are replayed now.
 	if err := f.openReplay(ctx); err != nil {
 		f.Close()
@@ -592,9 +603,15 @@ func (f *File) Size() int64 {
 // Stats returns the cumulative counters.
 func (f *File) Stats() Stats {
 	f.mu.RLock()
-	defer f.mu.RUnlock()
 	st := f.stats
+	f.mu.RUnlock()
 	st.ParallelWrites = int(f.maxCopiers.Load())
+	// logMu is taken before mu elsewhere: never inside it.
+	f.w.logMu.Lock()
+	if f.w.log != nil {
+		st.WAL = f.w.log.Stats()
+	}
+	f.w.logMu.Unlock()
 	return st
 }
 

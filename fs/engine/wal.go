@@ -99,6 +99,14 @@ func parseWALMeta(meta map[string]string) (applied uint64, tracked bool, err err
 	return n, true, nil
 }
 
+// HeadWAL reads, from a head object's metadata, whether the file was written
+// with the WAL and the last WAL record its checkpoint holds: records up to
+// applied may be deleted, later ones are acknowledged changes not yet
+// published.
+func HeadWAL(info staging.ObjectInfo) (applied uint64, tracked bool, err error) {
+	return parseWALMeta(info.Metadata)
+}
+
 func (f *File) walOn() bool { return f.p.WAL && !f.readOnly }
 
 func (f *File) walOptions() wal.Options {
@@ -343,11 +351,14 @@ func (f *File) runPublish(pub *publish) {
 			backoff *= 2
 		}
 	}
+	// The budget the pinned blocks hold is returned before mu is taken: a
+	// writer waiting for room holds mu. Their buffers stay until unpinned (at
+	// most one object per file over the budget meanwhile).
+	f.releasePinnedBudget(pub)
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	pub.finished = true
 	close(pub.done)
-	f.stats.BytesUploaded += pub.body.size
 	if err != nil {
 		f.w.failed = fmt.Errorf("publish checkpoint %d of %s: %w", pub.ino.Cno, f.prefix, err)
 		f.log.Warn("publish failed; the next flush replays the write-ahead log", zap.Error(err))
@@ -355,6 +366,7 @@ func (f *File) runPublish(pub *publish) {
 		return
 	}
 	f.stats.ObjectsWritten++
+	f.stats.BytesUploaded += pub.body.size
 	f.head = pub.ino
 	f.headETag = etag
 	f.w.applied = pub.applied
@@ -364,8 +376,20 @@ func (f *File) runPublish(pub *publish) {
 	}
 }
 
-// unpinLocked drops a finished publish and returns its memory: the dirty
-// blocks' buffers to the budget, and the copies of blocks read by reference.
+// releasePinnedBudget returns the budget of a publish's blocks: the dirty
+// blocks' share and the copies of blocks read by reference.
+func (f *File) releasePinnedBudget(pub *publish) {
+	n := pub.held
+	for _, owned := range pub.owned {
+		if owned {
+			n += int64(f.bs)
+		}
+	}
+	f.releaseCopy(n)
+}
+
+// unpinLocked drops a finished publish (its budget was returned when it
+// finished) and pools its buffers.
 func (f *File) unpinLocked() {
 	pub := f.w.pub
 	if pub == nil || !pub.finished {
@@ -374,10 +398,9 @@ func (f *File) unpinLocked() {
 	f.w.pub = nil
 	for s, b := range pub.bufs {
 		if pub.owned[s] {
-			f.freeBlock(b)
+			putBlockBuf(b)
 		}
 	}
-	f.releaseCopy(pub.held)
 }
 
 // pinnedBlock returns the bytes of ptr if it is in the part 0 being

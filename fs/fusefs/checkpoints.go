@@ -92,7 +92,9 @@ func (l *ckptList) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrO
 
 // checkpoints lists the published checkpoints of the file, newest first.
 func (l *ckptList) checkpoints(ctx context.Context) ([]engine.Checkpoint, error) {
-	f, err := engine.Open(ctx, l.fsys.st, l.fsys.prefix(l.id), l.fsys.engineOptions(l.id))
+	o := l.fsys.engineOptions(l.id)
+	o.ReadOnly = true
+	f, err := engine.Open(ctx, l.fsys.st, l.fsys.prefix(l.id), o)
 	if err != nil {
 		return nil, err
 	}

@@ -11,6 +11,7 @@ import (
 	"ckptfs/fs/namespace"
 	"ckptfs/segment"
 	"ckptfs/staging"
+	"ckptfs/wal"
 )
 
 // Problem is one thing fsck found wrong, with the key of the object.
@@ -176,6 +177,19 @@ func (v *Volume) checkObject(ctx context.Context, prefix string, tag uint64, o s
 	rel := strings.TrimPrefix(o.Key, prefix)
 	if rel == engine.HeadKey {
 		_, _, err := segment.ReadHead(ctx, v.st, o.Key, tag)
+		return err
+	}
+	if w, ok := strings.CutPrefix(rel, wal.Dir); ok {
+		// The write-ahead log: each record is read whole and checked; the
+		// lease is the writer's business.
+		if w == wal.OwnerName {
+			return nil
+		}
+		seq, ok := wal.ParseRecordName(w)
+		if !ok {
+			return fmt.Errorf("unexpected key in a file's write-ahead log")
+		}
+		_, err := wal.ReadRecord(ctx, v.st, prefix, tag, seq)
 		return err
 	}
 	name, _, err := segment.ParseObjectName(rel)

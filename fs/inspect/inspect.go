@@ -129,7 +129,9 @@ func (v *Volume) file(p string) (namespace.Node, error) {
 	return n, nil
 }
 
-func (v *Volume) opts(id string) engine.Options { return engine.Options{FileID: id} }
+// opts open files read-only: inspecting a volume changes nothing in it (WAL
+// records a crashed writer left stay for the next writer to replay).
+func (v *Volume) opts(id string) engine.Options { return engine.Options{FileID: id, ReadOnly: true} }
 
 // Cat writes [off, off+n) of the file at p (n < 0: to the end) as of
 // checkpoint cno (0: the latest) to w. It reads only the objects that range

@@ -11,6 +11,7 @@ import (
 	"ckptfs/fs/namespace"
 	"ckptfs/segment"
 	"ckptfs/staging"
+	"ckptfs/wal"
 )
 
 // makeVolume builds, on a memory store, a volume with a file "x" of two
@@ -137,6 +138,20 @@ func TestFsck(t *testing.T) {
 			put(t, st, k)
 			return k
 		}, "unexpected key"},
+		{"wal record and lease", func(t *testing.T, st staging.Store, id string) string {
+			rec := wal.Encode(segment.FileTag(id), wal.Record{Seq: 4, Ops: []wal.Op{{Kind: wal.OpTruncate, Off: 3}}})
+			for k, body := range map[string][]byte{wal.RecordKey("f/"+id+"/", 4): rec, "f/" + id + "/wal/owner": []byte("{}")} {
+				if _, err := st.Put(context.Background(), k, body, staging.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			return ""
+		}, ""},
+		{"wal record corrupt", func(t *testing.T, st staging.Store, id string) string {
+			k := wal.RecordKey("f/"+id+"/", 4)
+			put(t, st, k)
+			return k
+		}, "a record has at least"},
 		{"unreachable file", func(t *testing.T, st staging.Store, id string) string {
 			k := "f/0123456789abcdef0123456789abcdef/inode"
 			put(t, st, k)
