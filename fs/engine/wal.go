@@ -216,15 +216,18 @@ func (f *File) lockAll(ctx context.Context) (func(), error) {
 	}
 }
 
-// walFlush is Flush with the WAL on.
+// walFlush is Flush with the WAL on. While a publish is in flight it returns
+// at once: what was written since is durable in the log, and the next Flush
+// (a later fsync, the periodic flush, Sync) publishes it.
 func (f *File) walFlush(ctx context.Context) (FlushTiming, error) {
-	unlock, err := f.lockAll(ctx)
-	if err != nil {
-		return FlushTiming{}, fmt.Errorf("flush %s: %w", f.prefix, err)
-	}
-	defer unlock()
+	defer f.ranges.lock(allBlocks.lo, allBlocks.hi, true)()
+	f.mu.Lock()
+	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {
 		return FlushTiming{}, err
+	}
+	if pub := f.w.pub; pub != nil && !pub.finished {
+		return FlushTiming{Cno: f.head.Cno}, nil
 	}
 	if f.w.failed != nil {
 		return f.recoverLocked(ctx)
@@ -233,6 +236,53 @@ func (f *File) walFlush(ctx context.Context) (FlushTiming, error) {
 		return FlushTiming{Cno: f.head.Cno}, nil
 	}
 	return f.walPublishLocked(ctx)
+}
+
+// Sync publishes everything written so far and returns once the head names
+// it. Without the WAL it is Flush; with it, it waits for the publish in
+// flight, publishes what came since, and waits for that to land (a publish
+// that fails is recovered on the direct path).
+func (f *File) Sync(ctx context.Context) error {
+	if !f.walOn() {
+		_, err := f.Flush(ctx)
+		return err
+	}
+	var last error
+	for try := 0; try < publishAttempts; try++ {
+		unlock, err := f.lockAll(ctx)
+		if err != nil {
+			return fmt.Errorf("sync %s: %w", f.prefix, err)
+		}
+		if err := f.writable(); err != nil {
+			unlock()
+			return err
+		}
+		if f.w.failed != nil {
+			_, err := f.recoverLocked(ctx)
+			unlock()
+			if err != nil {
+				return fmt.Errorf("sync %s: %w", f.prefix, err)
+			}
+			continue
+		}
+		if !f.changed {
+			unlock()
+			return nil
+		}
+		if _, err := f.walPublishLocked(ctx); err != nil {
+			unlock()
+			return fmt.Errorf("sync %s: %w", f.prefix, err)
+		}
+		pub := f.w.pub
+		unlock()
+		if pub != nil {
+			<-pub.done
+		}
+		f.mu.RLock()
+		last = f.w.failed
+		f.mu.RUnlock()
+	}
+	return fmt.Errorf("sync %s: the checkpoint did not land after %d attempts: %w", f.prefix, publishAttempts, last)
 }
 
 // walPublishLocked packs everything dirty into part 0 and hands its upload to

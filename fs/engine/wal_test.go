@@ -533,3 +533,53 @@ func TestModelWAL(t *testing.T) {
 		})
 	}
 }
+
+// Flush returns at once while a publish is in flight (what came since is in
+// the log); Sync waits for it, publishes the rest and waits for that too.
+func TestWALFlushDuringPublishAndSync(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	gate := &gateStore{Store: mem, suffix: ".0", arrived: make(chan struct{}), release: make(chan struct{})}
+	o := Options{Params: walParams(segment.FormatStream), FileID: "s"}
+	f, err := Create(ctx, gate, "s/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(ctx, []byte("one"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-gate.arrived
+	if _, err := f.WriteAt(ctx, []byte("two"), 3); err != nil {
+		t.Fatal(err)
+	}
+	ft, err := f.Flush(ctx)
+	if err != nil || ft.Cno != 0 || !f.Stat().Dirty {
+		t.Fatalf("flush during a publish: %+v %v (dirty %v), want an immediate return, still dirty", ft, err, f.Stat().Dirty)
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.Sync(ctx) }()
+	select {
+	case err := <-done:
+		t.Fatalf("Sync returned before the publish in flight landed: %v", err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(gate.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if s := f.Stat(); s.Dirty || s.Cno != 2 {
+		t.Fatalf("after Sync: %+v, want checkpoint 2, clean", s)
+	}
+	g, err := Open(ctx, mem, "s/", Options{Params: smallParams(segment.FormatStream), FileID: "s", ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if got := string(readAll(t, g)); got != "onetwo" {
+		t.Fatalf("published: %q", got)
+	}
+}

@@ -285,9 +285,15 @@ func (fsys *FS) Close() error {
 				continue
 			}
 			if of.f.Stat().Dirty && !fsys.isOrphan(of.id) {
-				if _, err := fsys.flush(ctx, of); err != nil {
+				// Sync, not Flush: with the WAL a flush only starts a
+				// publish, and the unmount waits for it to land.
+				if err := of.f.Sync(ctx); err != nil {
 					errs = append(errs, fmt.Errorf("flush file %s at unmount: %w", of.id, err))
-					fsys.log.Error("flush at unmount failed; data lost", zap.String("file", of.id), zap.Error(err))
+					msg := "flush at unmount failed; data lost"
+					if fsys.cfg.WAL {
+						msg = "flush at unmount failed; the write-ahead log keeps the data for the next mount"
+					}
+					fsys.log.Error(msg, zap.String("file", of.id), zap.Error(err))
 				}
 			}
 			of.f.Close()

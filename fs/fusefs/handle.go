@@ -87,7 +87,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		return uint32(n), h.fsys.errnoOf("write", err)
 	}
 	// O_SYNC and O_DSYNC writes are durable when they return: a checkpoint.
-	if h.flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0 {
+	// With the WAL the write is durable already.
+	if h.flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0 && !h.fsys.cfg.WAL {
 		if _, err := h.fsys.flush(ctx, h.of); err != nil {
 			return 0, h.fsys.errnoOf("write (O_SYNC flush)", err)
 		}
