@@ -583,3 +583,37 @@ func TestWALFlushDuringPublishAndSync(t *testing.T) {
 		t.Fatalf("published: %q", got)
 	}
 }
+
+// Nothing is sent ahead with the WAL, whatever stream_segment_bytes says.
+func TestWALSendsNothingAhead(t *testing.T) {
+	ctx := context.Background()
+	for _, wal := range []bool{false, true} {
+		st := staging.NewMem()
+		p := sendWholeParams()
+		p.WAL = wal
+		f, err := Create(ctx, st, "n/", Options{Params: p, FileID: "n"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteAt(ctx, bytes.Repeat([]byte{9}, 64<<10), 0); err != nil {
+			t.Fatal(err)
+		}
+		f.mu.Lock()
+		_ = f.takeInLocked(ctx, true) // objects in flight land
+		f.mu.Unlock()
+		objs, err := staging.ListAll(ctx, st, "n/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent := 0
+		for _, o := range objs {
+			if _, _, err := segment.ParseObjectName(strings.TrimPrefix(o.Key, "n/")); err == nil {
+				sent++
+			}
+		}
+		if wal != (sent == 0) {
+			t.Fatalf("wal=%v: %d objects sent before any flush", wal, sent)
+		}
+		f.Close()
+	}
+}
