@@ -482,6 +482,16 @@ func (l *Log) Close(ctx context.Context) error {
 	return l.closeErr
 }
 
+// SetNext makes the next record appended take a seq of at least n: a writer
+// that took the lease learns from the file's head which records a published
+// checkpoint already holds, and must not reuse their numbers even when the
+// records themselves were deleted.
+func (l *Log) SetNext(n uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.next = max(l.next, n)
+}
+
 // Abandon stops the log as a killed process would stop it: later appends
 // fail with ErrClosed, the goroutines stop, nothing is deleted and the lease
 // is left to expire. Recovery tests use it to leave a log behind.
@@ -499,6 +509,21 @@ func (l *Log) Abandon() {
 	l.mu.Unlock()
 	l.stop()
 	l.wg.Wait()
+}
+
+// After reports whether a record with a seq above seq is stored (one List):
+// whether a file has changes to replay.
+func After(ctx context.Context, st staging.Store, prefix string, seq uint64) (bool, error) {
+	page, err := st.List(ctx, prefix+Dir, RecordKey(prefix, seq), 1)
+	if err != nil {
+		return false, fmt.Errorf("look for wal records of %s after %d: %w", prefix, seq, err)
+	}
+	for _, o := range page.Objects {
+		if _, ok := ParseRecordName(strings.TrimPrefix(o.Key, prefix+Dir)); ok {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Exists reports whether anything is stored under prefix+Dir (one List).

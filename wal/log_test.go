@@ -493,6 +493,18 @@ func TestExistsList(t *testing.T) {
 			if got := mustList(t, mem); !slices.Equal(got, tc.seqs) {
 				t.Fatalf("List: %v, want %v", got, tc.seqs)
 			}
+			// After: one List, true exactly when a record above seq exists.
+			for _, seq := range []uint64{0, 2, 3, 11, 12, 13} {
+				want := false
+				for _, s := range tc.seqs {
+					want = want || s > seq
+				}
+				cnt := staging.NewCounting(mem)
+				got, err := After(context.Background(), cnt, testPrefix, seq)
+				if err != nil || got != want || cnt.Snapshot().Total().Requests != 1 {
+					t.Fatalf("After(%d): %v, %v (%s); want %v in one request", seq, got, err, cnt.Snapshot(), want)
+				}
+			}
 		})
 	}
 	f := staging.NewFaults(staging.NewMem(), 1)

@@ -124,24 +124,46 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 	if f.w.log != nil {
 		return f.w.log, nil
 	}
-	f.mu.RLock()
-	seen := f.w.seq
-	f.mu.RUnlock()
-	o := f.walOptions()
-	o.Next = seen + 1
-	log, err := wal.Open(ctx, f.st, f.prefix, o)
+	log, err := wal.Open(ctx, f.st, f.prefix, f.walOptions())
 	if err != nil {
 		return nil, fmt.Errorf("write %s: %w", f.prefix, err)
 	}
-	for _, s := range log.Found() {
-		if s > seen {
-			_ = log.Close(ctx)
-			return nil, fmt.Errorf("write %s: the write-ahead log holds record %d, written since this file was opened (last seen %d): %w",
-				f.prefix, s, seen, wal.ErrBusy)
-		}
+	// The head may have moved since this file was opened: a writer that held
+	// the lease published and let it go. Changes must build on its
+	// checkpoint, and record numbers go on past the ones it holds, whose
+	// records may be deleted already. (Every change takes the lease first,
+	// so nothing here has changed yet.)
+	ino, info, err := f.readHead(ctx)
+	if err != nil {
+		_ = log.Close(ctx)
+		return nil, fmt.Errorf("write %s: %w", f.prefix, err)
+	}
+	applied, tracked, err := parseWALMeta(info.Metadata)
+	if err != nil {
+		_ = log.Close(ctx)
+		return nil, fmt.Errorf("write %s: %w", f.prefix, err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if info.ETag != f.headETag {
+		if f.changed {
+			_ = log.Close(ctx)
+			return nil, fmt.Errorf("write %s: checkpoint %d was published by another writer: %w", f.prefix, ino.Cno, ErrConflict)
+		}
+		f.adopt(ino, info.ETag)
+		f.w.applied, f.w.tracked = applied, tracked || f.w.tracked
+		f.w.seq = max(f.w.seq, applied)
+	}
+	seen := f.w.seq
+	for _, s := range log.Found() {
+		if s > seen {
+			// A writer that died after this file was opened left them.
+			_ = log.Close(ctx)
+			return nil, fmt.Errorf("write %s: the write-ahead log holds record %d, written since this file was opened (last seen %d); open the file again to replay it: %w",
+				f.prefix, s, seen, ErrConflict)
+		}
+	}
+	log.SetNext(seen + 1)
 	if !f.w.tracked {
 		if err := f.markHeadLocked(ctx); err != nil {
 			_ = log.Close(ctx)

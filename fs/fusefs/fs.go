@@ -20,6 +20,7 @@ import (
 	"ckptfs/fs/namespace"
 	"ckptfs/segment"
 	"ckptfs/staging"
+	"ckptfs/wal"
 )
 
 // attrTimeout is how long the kernel may cache names and attributes. Short,
@@ -79,6 +80,10 @@ type openFile struct {
 	f     *engine.File
 	err   error
 	refs  int // GUARDED_BY(FS.mu)
+	// closing is set while the engine closes (it may wait for a WAL
+	// publish and release the WAL's lease) and closed when it has: an open
+	// meanwhile waits, so two engines of one file never overlap.
+	closing chan struct{} // GUARDED_BY(FS.mu)
 }
 
 // headInfo is what the kernel needs of a file that is not open.
@@ -168,7 +173,8 @@ func (fsys *FS) Budget() *engine.Budget { return fsys.budget }
 func (fsys *FS) prefix(id string) string { return fsys.root + "f/" + id + "/" }
 
 func (fsys *FS) engineOptions(id string) engine.Options {
-	return engine.Options{Params: fsys.params, FileID: id, Logger: fsys.log.With(zap.String("file", id)), Budget: fsys.budget}
+	return engine.Options{Params: fsys.params, FileID: id, Logger: fsys.log.With(zap.String("file", id)), Budget: fsys.budget,
+		ReadOnly: fsys.cfg.ReadOnly}
 }
 
 // Mount mounts the volume at mountpoint and serves it until Unmount (or an
@@ -284,6 +290,13 @@ func (fsys *FS) Close() error {
 			if of.f == nil {
 				continue
 			}
+			fsys.mu.Lock()
+			closing := of.closing
+			fsys.mu.Unlock()
+			if closing != nil {
+				<-closing // an engine closing on its own: let it finish
+				continue
+			}
 			if of.f.Stat().Dirty && !fsys.isOrphan(of.id) {
 				// Sync, not Flush: with the WAL a flush only starts a
 				// publish, and the unmount waits for it to land.
@@ -373,6 +386,9 @@ func (fsys *FS) snapshotFiles() []*openFile {
 	defer fsys.mu.Unlock()
 	out := make([]*openFile, 0, len(fsys.files))
 	for _, of := range fsys.files {
+		if of.closing != nil {
+			continue
+		}
 		select {
 		case <-of.ready:
 			if of.f != nil {
@@ -390,6 +406,17 @@ func (fsys *FS) snapshotFiles() []*openFile {
 func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
 	fsys.mu.Lock()
 	of := fsys.files[id]
+	for of != nil && of.closing != nil {
+		ch := of.closing
+		fsys.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		fsys.mu.Lock()
+		of = fsys.files[id]
+	}
 	if of != nil {
 		of.refs++
 		fsys.mu.Unlock()
@@ -464,17 +491,23 @@ func (fsys *FS) closeIfIdle(of *openFile) {
 		return
 	}
 	fsys.mu.Lock()
-	if fsys.files[of.id] != of || of.refs != 0 {
+	if fsys.files[of.id] != of || of.refs != 0 || of.closing != nil {
 		fsys.mu.Unlock()
 		return
 	}
-	delete(fsys.files, of.id)
+	of.closing = make(chan struct{})
+	fsys.mu.Unlock()
+	of.f.Close()
+	fsys.mu.Lock()
+	if fsys.files[of.id] == of {
+		delete(fsys.files, of.id)
+	}
 	if !orphan {
 		st := of.f.Stat()
 		fsys.heads[of.id] = headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format, seen: time.Now()}
 	}
+	close(of.closing)
 	fsys.mu.Unlock()
-	of.f.Close()
 }
 
 func (fsys *FS) isOrphan(id string) bool {
@@ -573,6 +606,29 @@ func (fsys *FS) deleteData(ctx context.Context, id string) error {
 	return nil
 }
 
+// replayedHead handles a file whose head says WAL records may follow it:
+// if there are, the file is opened, which replays them, so that the size and
+// mtime the kernel caches are those of every acknowledged write, not of the
+// last checkpoint. A read-only mount changes nothing and reports the head.
+func (fsys *FS) replayedHead(ctx context.Context, id string, info staging.ObjectInfo) (headInfo, bool) {
+	applied, tracked, err := engine.HeadWAL(info)
+	if err != nil || !tracked || fsys.cfg.ReadOnly {
+		return headInfo{}, false
+	}
+	pending, err := wal.After(ctx, fsys.st, fsys.prefix(id), applied)
+	if err != nil || !pending {
+		return headInfo{}, false
+	}
+	of, err := fsys.acquire(ctx, id)
+	if err != nil {
+		fsys.log.Warn("replaying the write-ahead log failed", zap.String("file", id), zap.Error(err))
+		return headInfo{}, false
+	}
+	st := of.f.Stat()
+	fsys.release(ctx, of, false)
+	return headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format, seen: time.Now()}, true
+}
+
 // fileHead returns size, mtime, checkpoint and format of file id: from its
 // open engine, or its head object (remembered for up to ns_refresh).
 func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
@@ -593,13 +649,16 @@ func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
 	if cached && time.Since(h.seen) < max(fsys.cfg.NSRefresh, attrTimeout) {
 		return h, nil
 	}
-	hd, _, err := segment.ReadHead(ctx, fsys.st, fsys.prefix(id)+engine.HeadKey, segment.FileTag(id))
+	hd, info, err := segment.ReadHead(ctx, fsys.st, fsys.prefix(id)+engine.HeadKey, segment.FileTag(id))
 	if errors.Is(err, staging.ErrNotFound) {
 		// Named but never written (a create that did not finish): empty.
 		return headInfo{format: fsys.params.Format, seen: time.Now()}, nil
 	}
 	if err != nil {
 		return headInfo{}, err
+	}
+	if h, ok := fsys.replayedHead(ctx, id, info); ok {
+		return h, nil
 	}
 	h = headInfo{size: int64(hd.Inode.Size), mtime: hd.Inode.MtimeNs, cno: hd.Inode.Cno, format: hd.Inode.Format, seen: time.Now()}
 	fsys.mu.Lock()
