@@ -64,8 +64,8 @@ type walState struct {
 	pub     *publish
 	failed  error // a publish that did not land; the next Flush recovers
 
-	// logMu orders taking the lease; log is set once under it and read
-	// without it afterwards by the goroutine that set it or under File.mu.
+	// logMu orders taking the lease. log is set under logMu and File.mu
+	// (or by Open, which owns the file alone) and read under either.
 	logMu sync.Mutex
 	log   *wal.Log
 }
