@@ -18,8 +18,8 @@ import (
 	"ckptfs/test/seedbench"
 )
 
-const benchUsage = `Usage: ckptfs bench [-table buys|writer|amp|limits|all] [-size 512M] [-profile directory|general|none|all]
-                    [-rates 100,400,0] [-hot 512,64,16] [-repeats 3]
+const benchUsage = `Usage: ckptfs bench [-table buys|writer|amp|limits|wal|all] [-size 512M] [-profile directory|general|none|all]
+                    [-rates 100,400,0] [-hot 512,64,16] [-repeats 3] [-duration 3s] [-writers 1,8,64]
 
 Reproduces the seed's tables on memory staging behind an emulated link and
 prints them as markdown, with the command line that made them.
@@ -30,6 +30,10 @@ prints them as markdown, with the command line that made them.
   writer  seconds per GiB spent inside the writing calls (16 MiB writes, no link)
   amp     write amplification round a working set, at 200 MB/s
   limits  the default dirty-data limit (8 MiB): nothing is sent ahead
+  wal     the write-ahead log (wal=on): writers of 4 KiB and 1 MiB writes, each
+          to its own region, for -duration or until -size bytes are
+          acknowledged: writes per second, record PUTs per write, latency;
+          then one flush (a WAL publish) and the time until it landed
 
 The size defaults to $BENCH_SIZE, else 512M; the working sets to
 $BENCH_HOT_MIB (MiB, comma separated), else 512,64,16.
@@ -52,12 +56,14 @@ func benchRun(args []string, stdout, stderr io.Writer) int {
 	if s := os.Getenv("BENCH_HOT_MIB"); s != "" {
 		defHot = s
 	}
-	table := fs.String("table", "all", "buys, writer, amp, limits or all")
+	table := fs.String("table", "all", "buys, writer, amp, limits, wal or all")
 	sizeText := fs.String("size", defSize, "bytes written by each run (512M is the seed's)")
 	profileText := fs.String("profile", "all", "link: directory, general, none (no link) or all")
 	ratesText := fs.String("rates", "100,400,0", "writer paces of the buys table in MB/s; 0 is unpaced")
 	hotText := fs.String("hot", defHot, "working sets of the amp table in MiB")
 	repeats := fs.Int("repeats", 3, "runs per row of the writer table (the least time is kept)")
+	duration := fs.Duration("duration", 3*time.Second, "how long the writers of each row of the wal table write")
+	writersText := fs.String("writers", "1,8,64", "concurrent writers of the rows of the wal table")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -69,6 +75,9 @@ func benchRun(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cfg, err := parseBenchFlags(*table, *sizeText, *profileText, *ratesText, *hotText, *repeats)
+	var werr error
+	cfg.duration, cfg.writers, werr = parseWALFlags(*duration, *writersText)
+	err = errors.Join(err, werr)
 	if err != nil {
 		fmt.Fprintf(stderr, "ckptfs bench: %v\n", err)
 		return 2
@@ -89,6 +98,8 @@ type benchConfig struct {
 	rates    []float64
 	hots     []int64
 	repeats  int
+	duration time.Duration // wal table
+	writers  []int         // wal table
 }
 
 func parseBenchFlags(table, size, profile, rates, hot string, repeats int) (benchConfig, error) {
@@ -96,11 +107,11 @@ func parseBenchFlags(table, size, profile, rates, hot string, repeats int) (benc
 	var errs []error
 	switch table {
 	case "all":
-		c.tables = []string{"buys", "writer", "amp", "limits"}
-	case "buys", "writer", "amp", "limits":
+		c.tables = []string{"buys", "writer", "amp", "limits", "wal"}
+	case "buys", "writer", "amp", "limits", "wal":
 		c.tables = []string{table}
 	default:
-		errs = append(errs, fmt.Errorf("-table %q: want buys, writer, amp, limits or all", table))
+		errs = append(errs, fmt.Errorf("-table %q: want buys, writer, amp, limits, wal or all", table))
 	}
 	n, err := config.ParseSize(size)
 	switch {
@@ -198,10 +209,42 @@ func runBench(ctx context.Context, c benchConfig, argv []string, stdout, stderr 
 			}
 			fmt.Fprintf(stdout, "### The dirty-data limits come first: %s in 1 MiB writes, unpaced, default limits (8 MiB)\n\n", sizeText(c.size))
 			seedbench.LimitsMarkdown(stdout, rows)
+		case "wal":
+			rows, err := walTable(ctx, c.profiles, c.writers, c.duration, c.size, func(r walRow) {
+				fmt.Fprintf(stderr, "wal: %s %s × %d: %.0f writes/s, %.1f MB/s, %.1f writes per record, record PUT %s ms, p99 %s ms, max %s ms, flush %s ms, landed %s ms\n",
+					r.Profile.Name, walSizeName(int64(r.WriteSize)), r.Writers, r.WritesPerSec(), r.MBPerSec(), r.WritesPerRecord(),
+					walMs(r.MeanPut()), walMs(r.P99Latency), walMs(r.MaxLatency), walMs(r.Flush), walMs(r.Landed))
+			})
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(stdout, "### Write-ahead log (wal=on): writers for %s each (or until %s are acknowledged), then one flush\n\n", c.duration, sizeText(c.size))
+			fmt.Fprintf(stdout, "One file on memory staging behind the link; %s. Each writer writes its own region, one write after another.\n\n", walParamsText(walBenchParams()))
+			walMarkdown(stdout, rows)
+			fmt.Fprintln(stdout)
+			fmt.Fprint(stdout, walColumns)
 		}
 		fmt.Fprintf(stdout, "\n(%s: %.0f s)\n\n", t, time.Since(start).Seconds())
 	}
 	return nil
+}
+
+// parseWALFlags checks the flags of the wal table.
+func parseWALFlags(d time.Duration, writers string) (time.Duration, []int, error) {
+	var errs []error
+	if d <= 0 {
+		errs = append(errs, fmt.Errorf("-duration %s: want more than 0", d))
+	}
+	var ws []int
+	for _, f := range strings.Split(writers, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 1 || v > 4096 {
+			errs = append(errs, fmt.Errorf("-writers %q: want counts from 1 to 4096, comma separated", writers))
+			break
+		}
+		ws = append(ws, v)
+	}
+	return d, ws, errors.Join(errs...)
 }
 
 func sizeText(n int64) string {

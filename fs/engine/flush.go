@@ -192,8 +192,10 @@ func (f *File) sortedDirty() []uint64 {
 // packLocked places the given dirty blocks into objects, leaf by leaf, and
 // sets their pointers in the map. With final, the last object is part 0 when
 // it has room for the index nodes too (reserve metas), otherwise part 0 is
-// an object of its own and is returned last with no data.
-func (f *File) packLocked(ctx context.Context, fbns []uint64, final bool) ([]*plannedObject, error) {
+// an object of its own and is returned last with no data. With mixed, runs
+// and scattered blocks share objects (a WAL publish is one object, whatever
+// it holds); otherwise each class goes to objects of its own.
+func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool) ([]*plannedObject, error) {
 	cno := f.takeCno()
 	// 1. Fix the map's structure.
 	for _, fbn := range fbns {
@@ -255,7 +257,7 @@ func (f *File) packLocked(ctx context.Context, fbns []uint64, final bool) ([]*pl
 	cur := &plannedObject{}
 	for gi, g := range groups {
 		groupBytes := int64(len(g.fbns))*(int64(f.bs)+segment.SummaryEntrySize) + int64(f.mbs)
-		classBreak := gi > 0 && groups[gi-1].run != g.run
+		classBreak := gi > 0 && groups[gi-1].run != g.run && !mixed
 		if len(cur.fbns) > 0 && (classBreak || cur.size(f.bs, f.mbs, len(cur.leafLos))+groupBytes > maxObj) {
 			objs = append(objs, cur)
 			cur = &plannedObject{}
@@ -341,7 +343,7 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 		return nil
 	}
 	var c flushCounters
-	objs, err := f.packLocked(ctx, fbns, false)
+	objs, err := f.packLocked(ctx, fbns, false, false)
 	if err != nil {
 		return fmt.Errorf("partial segment of %s: %w", f.prefix, err)
 	}
@@ -393,7 +395,7 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushCounters) error {
 	planStart := time.Now()
 	fbns := f.sortedDirty()
-	objs, err := f.packLocked(ctx, fbns, true)
+	objs, err := f.packLocked(ctx, fbns, true, false)
 	if err != nil {
 		return fmt.Errorf("flush %s: %w", f.prefix, err)
 	}

@@ -312,7 +312,7 @@ func (f *File) Sync(ctx context.Context) error {
 func (f *File) walPublishLocked(ctx context.Context) (FlushTiming, error) {
 	start := time.Now()
 	t := FlushTiming{Attempts: 1}
-	objs, err := f.packLocked(ctx, f.sortedDirty(), true)
+	objs, err := f.packLocked(ctx, f.sortedDirty(), true, true)
 	if err != nil {
 		return t, fmt.Errorf("flush %s: %w", f.prefix, err)
 	}

@@ -617,3 +617,36 @@ func TestWALSendsNothingAhead(t *testing.T) {
 		f.Close()
 	}
 }
+
+// A publish of a long run and scattered blocks together is still one object:
+// isolation does not split it off the WAL path.
+func TestWALPublishMixedIsOneObject(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "m"}
+	o.Params.MaxObjectBytes = 1 << 20
+	o.Params.DirtyLimit = 1 << 20
+	f, err := Create(ctx, st, "m/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for off := int64(0); off < 256<<10; off += 8 << 10 { // a sequential run
+		if _, err := f.WriteAt(ctx, bytes.Repeat([]byte{1}, 8<<10), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 { // scattered small writes
+		if _, err := f.WriteAt(ctx, []byte{2}, int64(300<<10+i*7919)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ft, err := f.Flush(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(f)
+	if ft.Objects != 1 || f.Stat().Cno != ft.Cno {
+		t.Fatalf("publish: %+v, want one object (published %d)", ft, f.Stat().Cno)
+	}
+}
