@@ -475,7 +475,7 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	}
 	headStart := time.Now()
 	applied := f.w.seq
-	etag, err := f.putHead(ctx, ino, f.headETag, applied, c)
+	etag, err := f.putHead(ctx, ino, f.headETag, walMark{f.w.tracked, applied}, c)
 	t.Head = time.Since(headStart)
 	if err != nil {
 		return err
@@ -509,7 +509,7 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 // WAL carries in the head's metadata the last WAL record the checkpoint holds
 // (walMeta); a writer without the WAL carries it forward, so that records a
 // checkpoint holds are never replayed over it.
-func (f *File) putHead(ctx context.Context, ino segment.Inode, etag string, applied uint64, c *flushCounters) (string, error) {
+func (f *File) putHead(ctx context.Context, ino segment.Inode, etag string, w walMark, c *flushCounters) (string, error) {
 	body, err := segment.EncodeHead(segment.Head{FileTag: f.tag, Inode: ino})
 	if err != nil {
 		return "", fmt.Errorf("flush %s: encode head: %w", f.prefix, err)
@@ -520,8 +520,8 @@ func (f *File) putHead(ctx context.Context, ino segment.Inode, etag string, appl
 		cond = staging.Conditions{IfNoneMatch: true}
 	}
 	meta := map[string]string{writeIDMeta: id}
-	if f.w.tracked {
-		meta[walMeta] = strconv.FormatUint(applied, 10)
+	if w.tracked {
+		meta[walMeta] = strconv.FormatUint(w.applied, 10)
 	}
 	c.requests.Add(1)
 	info, err := f.st.Put(ctx, f.prefix+HeadKey, body, staging.PutOptions{Conditions: cond, Metadata: meta})

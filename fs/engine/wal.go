@@ -86,6 +86,13 @@ type publish struct {
 	finished bool
 }
 
+// walMark is what a head written now says of the WAL: nothing (a file never
+// written with it), or the last record its checkpoint holds.
+type walMark struct {
+	tracked bool
+	applied uint64
+}
+
 // parseWALMeta reads walMeta from a head's metadata.
 func parseWALMeta(meta map[string]string) (applied uint64, tracked bool, err error) {
 	v, ok := meta[walMeta]
@@ -179,13 +186,12 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 func (f *File) markHeadLocked(ctx context.Context) error {
 	var c flushCounters
 	for try := 0; ; try++ {
-		f.w.tracked = true
-		etag, err := f.putHead(ctx, f.head, f.headETag, f.w.applied, &c)
+		etag, err := f.putHead(ctx, f.head, f.headETag, walMark{true, f.w.applied}, &c)
 		if err == nil {
 			f.headETag = etag
+			f.w.tracked = true
 			return nil
 		}
-		f.w.tracked = false
 		var ce *ConflictError
 		if !errors.As(err, &ce) || f.changed || try > 0 {
 			return fmt.Errorf("write %s: mark the head as written with the write-ahead log: %w", f.prefix, err)
@@ -414,7 +420,7 @@ func (f *File) runPublish(pub *publish) {
 	if err == nil {
 		backoff = 50 * time.Millisecond
 		for try := 1; ; try++ {
-			etag, err = f.putHead(ctx, pub.ino, pub.etag, pub.applied, &c)
+			etag, err = f.putHead(ctx, pub.ino, pub.etag, walMark{true, pub.applied}, &c)
 			var ce *ConflictError
 			if err == nil || errors.As(err, &ce) || try >= publishAttempts {
 				break
@@ -667,7 +673,7 @@ func (f *File) discardWALLocked(ctx context.Context) error {
 		return nil
 	}
 	var c flushCounters
-	etag, err := f.putHead(ctx, f.head, f.headETag, f.w.seq, &c)
+	etag, err := f.putHead(ctx, f.head, f.headETag, walMark{true, f.w.seq}, &c)
 	if err != nil {
 		return fmt.Errorf("discard write-ahead log records %d..%d: %w", f.w.applied+1, f.w.seq, err)
 	}
