@@ -398,3 +398,32 @@ func TestMountLogLevel(t *testing.T) {
 		})
 	}
 }
+
+// With the WAL, the records behind acknowledged writes are counted.
+func TestMetricsWAL(t *testing.T) {
+	v := newVolume(t)
+	m := v.mount("metrics=127.0.0.1:0,wal=on")
+	f, err := os.Create(m.path("w"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const writes = 10
+	for i := range writes {
+		if _, err := f.Write(make([]byte, 4096)); err != nil {
+			t.Fatalf("write %d: %v", i, err)
+		}
+	}
+	got, err := scrape(m.fsys.MetricsAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["ckptfs_wal_writes_total"] < writes || got["ckptfs_wal_records_total"] < 1 ||
+		got["ckptfs_wal_bytes_total"] < writes*4096 || got["ckptfs_wal_record_failures_total"] != 0 {
+		t.Fatalf("after %d acknowledged writes: records %v, writes %v, bytes %v, failures %v", writes,
+			got["ckptfs_wal_records_total"], got["ckptfs_wal_writes_total"], got["ckptfs_wal_bytes_total"],
+			got["ckptfs_wal_record_failures_total"])
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

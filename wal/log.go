@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -36,9 +37,20 @@ type Options struct {
 	MaxInFlight int           // records being PUT at once (0: 4)
 	LeaseTTL    time.Duration // (0: 30s) the lease is renewed every TTL/3
 	Logger      *zap.Logger   // nil: nop
+	// Shared, when set, also counts this log's records.
+	Shared *Counters
 	// Next is the seq of the first record this log appends (>= 1; 0 is 1).
 	// Open sets it past every record found when larger.
 	Next uint64
+}
+
+// Counters add up what several logs appended (a mount's files): a Log given
+// one in Options adds to it as it goes.
+type Counters struct {
+	Records atomic.Int64 // PUTs of records that succeeded
+	Ops     atomic.Int64 // ops in them
+	Bytes   atomic.Int64 // their encoded bytes
+	Failed  atomic.Int64 // record PUTs that failed
 }
 
 // Stats count what a Log appended since Open.
@@ -68,6 +80,7 @@ type Log struct {
 	maxInFlight int
 	log         *zap.Logger
 	lease       *lease // the renewing goroutine's until it stopped, then Close's
+	shared      *Counters
 	found       []uint64
 
 	mu   sync.Mutex
@@ -166,6 +179,7 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Log
 		maxInFlight: opt.MaxInFlight,
 		log:         opt.Logger,
 		lease:       ls,
+		shared:      opt.Shared,
 		found:       found,
 		next:        next,
 		toDelete:    slices.Clone(found),
@@ -299,6 +313,15 @@ func (l *Log) sendLocked(ctx context.Context) {
 	// A failed PUT may have stored its record (a lost answer): covered, it
 	// is deleted like the others.
 	l.toDelete = append(l.toDelete, b.seq)
+	if sh := l.shared; sh != nil {
+		if err != nil {
+			sh.Failed.Add(1)
+		} else {
+			sh.Records.Add(1)
+			sh.Ops.Add(int64(len(b.ops)))
+			sh.Bytes.Add(int64(n))
+		}
+	}
 	if err != nil {
 		l.stats.Failed++
 		if errors.Is(err, ErrTaken) && l.failed == nil {

@@ -233,9 +233,11 @@ type File struct {
 	// s is the send-ahead state (StreamSegment with stream_segment_bytes > 0).
 	s *sender
 
-	// w is the write-ahead log's state; pubs counts WAL publishes running.
-	w    walState
-	pubs sync.WaitGroup
+	// w is the write-ahead log's state; pubs counts WAL publishes running;
+	// walShared counts records with the mount's other files (may be nil).
+	w         walState
+	pubs      sync.WaitGroup
+	walShared *wal.Counters
 
 	stats Stats
 }
@@ -349,6 +351,9 @@ type Options struct {
 	// Budget, when set, is the memory budget this file shares with the other
 	// files of a mount.
 	Budget *Budget
+	// WALCounters, when set, counts this file's WAL records with the other
+	// files of a mount.
+	WALCounters *wal.Counters
 	// ReadOnly opens the file at its head for reading only: nothing is
 	// written, and WAL records a crashed writer left are not replayed (tools
 	// that inspect a volume must not change it).
@@ -372,6 +377,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		log:        log,
 		cache:      newBlockCache(p.CacheBytes),
 		budget:     o.Budget,
+		walShared:  o.WALCounters,
 		streams:    make(map[int64]*seqStream),
 		dirty:      make(map[uint64]*dirtyBlock),
 		written:    make(map[uint64]blockmap.Value),

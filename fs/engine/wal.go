@@ -118,7 +118,7 @@ func (f *File) walOn() bool { return f.p.WAL && !f.readOnly }
 
 func (f *File) walOptions() wal.Options {
 	return wal.Options{Tag: f.tag, BatchBytes: f.p.WALBatchBytes, MaxInFlight: f.p.WALMaxInFlight,
-		LeaseTTL: f.p.WALLeaseTTL, Logger: f.log}
+		LeaseTTL: f.p.WALLeaseTTL, Logger: f.log, Shared: f.walShared}
 }
 
 // walLog returns the file's log, taking the lease on first use. A head not

@@ -174,7 +174,7 @@ func (fsys *FS) prefix(id string) string { return fsys.root + "f/" + id + "/" }
 
 func (fsys *FS) engineOptions(id string) engine.Options {
 	return engine.Options{Params: fsys.params, FileID: id, Logger: fsys.log.With(zap.String("file", id)), Budget: fsys.budget,
-		ReadOnly: fsys.cfg.ReadOnly}
+		WALCounters: &fsys.metrics.wal, ReadOnly: fsys.cfg.ReadOnly}
 }
 
 // Mount mounts the volume at mountpoint and serves it until Unmount (or an

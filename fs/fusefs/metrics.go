@@ -16,6 +16,7 @@ import (
 
 	"ckptfs/fs/engine"
 	"ckptfs/staging"
+	"ckptfs/wal"
 )
 
 // Metrics are the counters of one mount, served in the Prometheus text
@@ -33,6 +34,7 @@ type Metrics struct {
 
 	counting *staging.Counting
 	inflight *inflightStore
+	wal      wal.Counters // the records of every file's write-ahead log
 }
 
 // recordFlush adds what one flush did.
@@ -104,6 +106,11 @@ func (fsys *FS) WriteMetrics(w io.Writer) error {
 	for op := staging.OpPut; op <= staging.OpListUploads; op++ {
 		p.line("ckptfs_store_errors_total", opLabel(op), strconv.FormatInt(c.Op(op).Errors, 10))
 	}
+
+	p.metric("ckptfs_wal_records_total", "counter", "Write-ahead log records stored (each one PUT; concurrent writes share one).", "", m.wal.Records.Load())
+	p.metric("ckptfs_wal_writes_total", "counter", "Changes (writes, truncates, hole punches, mtimes) made durable in write-ahead log records.", "", m.wal.Ops.Load())
+	p.metric("ckptfs_wal_bytes_total", "counter", "Bytes of write-ahead log records stored.", "", m.wal.Bytes.Load())
+	p.metric("ckptfs_wal_record_failures_total", "counter", "Write-ahead log records whose PUT failed (their writes failed).", "", m.wal.Failed.Load())
 
 	p.metric("ckptfs_dirty_bytes", "gauge", "Memory drawn from the mount's budget: dirty blocks and copies in flight.", "", fsys.budget.Used())
 	p.metric("ckptfs_memory_limit_bytes", "gauge", "Size of the mount's memory budget.", "", fsys.budget.Limit())
