@@ -43,6 +43,9 @@ func infoMain(args []string, stdout, stderr io.Writer) int {
 			for _, u := range fi.Uploads {
 				fmt.Fprintf(tw, "open upload\t%s\n", u)
 			}
+			if fi.WALRecords > 0 {
+				fmt.Fprintf(tw, "wal records\t%d\t%d bytes\n", fi.WALRecords, fi.WALBytes)
+			}
 			fmt.Fprintf(tw, "\nCNO\tTIME\tSIZE\tFORMAT\tPUBLISHED\tOBJECT\tBYTES\tLIVE\tDEAD\n")
 			for _, c := range fi.Checkpoints {
 				fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%v\t\t%d\t\t\n", c.Cno, c.Time.UTC().Format(time.RFC3339), c.Size, c.Format, c.Published, c.Bytes)

@@ -18,6 +18,7 @@ import (
 	"ckptfs/fs/namespace"
 	"ckptfs/segment"
 	"ckptfs/staging"
+	"ckptfs/wal"
 )
 
 // ErrNotFile is returned when a path that must name a file names a directory
@@ -217,6 +218,11 @@ type FileInfo struct {
 	ColdReadGets     int      `json:"cold_read_gets"`
 	ColdReadRequests int64    `json:"cold_read_requests"`
 	Uploads          []string `json:"open_uploads,omitempty"`
+	// WALRecords and WALBytes are the write-ahead log records stored
+	// (acknowledged changes a replay will publish, or published ones not
+	// deleted yet).
+	WALRecords int   `json:"wal_records"`
+	WALBytes   int64 `json:"wal_bytes"`
 }
 
 // FileInfo describes the file at p.
@@ -264,9 +270,15 @@ func (v *Volume) fileInfo(ctx context.Context, p, id string) (FileInfo, error) {
 	byCno := map[uint64]*Checkpoint{}
 	tag := segment.FileTag(id)
 	for _, o := range objs {
-		name, _, err := segment.ParseObjectName(strings.TrimPrefix(o.Key, prefix))
+		rel := strings.TrimPrefix(o.Key, prefix)
+		if _, ok := wal.ParseRecordName(strings.TrimPrefix(rel, wal.Dir)); ok && strings.HasPrefix(rel, wal.Dir) {
+			fi.WALRecords++
+			fi.WALBytes += o.Size
+			continue
+		}
+		name, _, err := segment.ParseObjectName(rel)
 		if err != nil {
-			continue // the head, or a key fsck reports
+			continue // the head, the lease, or a key fsck reports
 		}
 		c := byCno[name.Cno]
 		if c == nil {

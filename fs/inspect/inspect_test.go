@@ -240,3 +240,26 @@ func put(t *testing.T, st staging.Store, key string) {
 		t.Fatal(err)
 	}
 }
+
+// info counts the write-ahead log records stored, not the lease.
+func TestInfoWALRecords(t *testing.T) {
+	ctx := context.Background()
+	st, id, _, _ := makeVolume(t)
+	rec := wal.Encode(segment.FileTag(id), wal.Record{Seq: 9, Ops: []wal.Op{{Kind: wal.OpWrite, Data: []byte("abc")}}})
+	for k, body := range map[string][]byte{wal.RecordKey("f/"+id+"/", 9): rec, "f/" + id + "/wal/owner": []byte("{}")} {
+		if _, err := st.Put(ctx, k, body, staging.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v, err := Open(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := v.FileInfo(ctx, "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.WALRecords != 1 || fi.WALBytes != int64(len(rec)) {
+		t.Fatalf("info: %d WAL records, %d bytes; want 1 and %d", fi.WALRecords, fi.WALBytes, len(rec))
+	}
+}
