@@ -64,14 +64,20 @@
 // JSON, written by the writer that holds the log:
 //
 //	{"writer": "<random id>", "host": "<hostname>", "pid": 1234,
-//	 "boot": "<kernel boot id>", "expires": "<RFC 3339, nanoseconds>"}
+//	 "start": 81234567, "boot": "<kernel boot id>",
+//	 "expires": "<RFC 3339, nanoseconds>"}
+//
+// "start" is when the process started, in clock ticks since boot (field 22
+// of /proc/<pid>/stat); it is left out when unknown.
 //
 // Open takes the lease: it creates the owner object (If-None-Match: *), or
 // replaces one whose writer is gone (If-Match on the ETag it read), and
 // otherwise fails with a *BusyError. A writer is gone when its lease expired,
 // or when it ran on this very boot of this host under a pid that no longer
-// exists (a crash is noticed at once, not after the TTL). A lease of the same
-// pid is another log of this process: busy. An owner object that does not
+// exists, or that now names a process with another start time (a restarted
+// container often gets its old pid back): a crash is noticed at once, not
+// after the TTL. A lease of this very process is another log of it: busy.
+// An owner object that does not
 // parse is treated as held until its last modification plus the TTL, since a
 // live writer rewrites it every TTL/3.
 //

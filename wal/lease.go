@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -22,6 +23,7 @@ type OwnerInfo struct {
 	Writer  string    // random id of the log
 	Host    string    // os.Hostname
 	PID     int       // os.Getpid
+	Start   uint64    // when the process started, in clock ticks since boot (0 if unknown)
 	Boot    string    // the kernel's boot id ("" if unknown)
 	Expires time.Time // the lease is the writer's until then
 }
@@ -31,6 +33,7 @@ type ownerJSON struct {
 	Writer  string `json:"writer"`
 	Host    string `json:"host"`
 	PID     int    `json:"pid"`
+	Start   uint64 `json:"start,omitempty"`
 	Boot    string `json:"boot"`
 	Expires string `json:"expires"`
 }
@@ -44,6 +47,7 @@ func encodeOwner(o OwnerInfo) []byte {
 		Writer:  o.Writer,
 		Host:    o.Host,
 		PID:     o.PID,
+		Start:   o.Start,
 		Boot:    o.Boot,
 		Expires: o.Expires.UTC().Format(time.RFC3339Nano),
 	})
@@ -81,20 +85,48 @@ func parseOwner(b []byte) (OwnerInfo, error) {
 	if y := exp.UTC().Year(); y < 1 || y > 9999 {
 		return OwnerInfo{}, fmt.Errorf("owner expiry %s out of range", w.Expires)
 	}
-	return OwnerInfo{Writer: w.Writer, Host: w.Host, PID: w.PID, Boot: w.Boot, Expires: exp}, nil
+	return OwnerInfo{Writer: w.Writer, Host: w.Host, PID: w.PID, Start: w.Start, Boot: w.Boot, Expires: exp}, nil
 }
 
 // self is what identifies this process in a lease.
 type self struct {
-	host string
-	pid  int
-	boot string
+	host  string
+	pid   int
+	start uint64
+	boot  string
 }
 
 func thisProcess() self {
 	host, _ := os.Hostname() // "" never matches a stale owner's host check below
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	return self{host: host, pid: os.Getpid(), boot: strings.TrimSpace(string(boot))}
+	pid := os.Getpid()
+	return self{host: host, pid: pid, start: processStart(pid), boot: strings.TrimSpace(string(boot))}
+}
+
+// processStart returns when process pid started, in clock ticks since boot
+// (field 22 of /proc/<pid>/stat), or 0 if it cannot tell. With the pid it
+// names one process for the life of a boot: a pid is reused, a start time
+// with it is not (a restarted container often gets the pid it had).
+func processStart(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, field 2, is in parentheses and may hold anything:
+	// count fields after the last ')'. Field 3 is the first after it.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return 0
+	}
+	n, err := strconv.ParseUint(f[19], 10, 64)
+	if err != nil {
+		return 0
+	}
+	return n
 }
 
 // processGone reports whether no process has pid. Only ESRCH says so: EPERM
@@ -114,9 +146,17 @@ func (me self) stale(o OwnerInfo, now time.Time) bool {
 	if me.boot == "" || me.host == "" || o.Boot != me.boot || o.Host != me.host {
 		return false // another machine, or one we cannot tell apart: wait for expiry
 	}
-	// Same boot of this host: the pid tells. Our own pid is another log of
-	// this process (every Open has a new writer id), which is live.
-	return o.PID != me.pid && processGone(o.PID)
+	// Same boot of this host: the pid, and when it started, tell. Our own
+	// process is another log of it (every Open has a new writer id), which
+	// is live. A pid that now names a process started at another time was
+	// reused: the writer is gone.
+	if o.PID == me.pid && (o.Start == 0 || me.start == 0 || o.Start == me.start) {
+		return false
+	}
+	if processGone(o.PID) {
+		return true
+	}
+	return o.Start != 0 && processStart(o.PID) != 0 && processStart(o.PID) != o.Start
 }
 
 func newWriterID() string {
@@ -136,7 +176,7 @@ type lease struct {
 }
 
 func (ls *lease) body(now time.Time) []byte {
-	return encodeOwner(OwnerInfo{Writer: ls.id, Host: ls.me.host, PID: ls.me.pid, Boot: ls.me.boot, Expires: now.Add(ls.ttl)})
+	return encodeOwner(OwnerInfo{Writer: ls.id, Host: ls.me.host, PID: ls.me.pid, Start: ls.me.start, Boot: ls.me.boot, Expires: now.Add(ls.ttl)})
 }
 
 // busy builds the refusal of Open, reading the owner again when the caller

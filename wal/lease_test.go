@@ -77,6 +77,9 @@ func TestLeaseTakeOver(t *testing.T) {
 	owner := func(host string, pid int, boot string, expires time.Time) []byte {
 		return encodeOwner(OwnerInfo{Writer: "previous", Host: host, PID: pid, Boot: boot, Expires: expires})
 	}
+	ownerStarted := func(pid int, start uint64) []byte {
+		return encodeOwner(OwnerInfo{Writer: "previous", Host: me.host, PID: pid, Start: start, Boot: me.boot, Expires: future})
+	}
 	needBoot := me.boot != "" && me.host != ""
 	for _, tc := range []struct {
 		name     string
@@ -93,6 +96,12 @@ func TestLeaseTakeOver(t *testing.T) {
 		{name: "dead pid of another host", body: func(t *testing.T) []byte { return owner("elsewhere", deadPID(t), me.boot, future) }},
 		{name: "live pid of this boot", body: func(*testing.T) []byte { return owner(me.host, os.Getppid(), me.boot, future) }, needBoot: true},
 		{name: "our pid, another log", body: func(*testing.T) []byte { return owner(me.host, os.Getpid(), me.boot, future) }, needBoot: true},
+		{name: "our pid and start, another log", body: func(*testing.T) []byte { return ownerStarted(os.Getpid(), me.start) }, needBoot: true},
+		{name: "our pid reused: another start", body: func(*testing.T) []byte { return ownerStarted(os.Getpid(), me.start+1) }, needBoot: true, taken: true},
+		{name: "live pid reused: another start", body: func(*testing.T) []byte {
+			return ownerStarted(os.Getppid(), processStart(os.Getppid())+1)
+		}, needBoot: true, taken: true},
+		{name: "live pid, its start", body: func(*testing.T) []byte { return ownerStarted(os.Getppid(), processStart(os.Getppid())) }, needBoot: true},
 		{name: "garbage, fresh", body: func(*testing.T) []byte { return []byte("not json") }},
 		{name: "no writer, fresh", body: func(*testing.T) []byte { return []byte(`{"pid":1,"expires":"2000-01-01T00:00:00Z"}`) }},
 		{name: "garbage, older than a TTL", body: func(*testing.T) []byte { return []byte("not json") }, ttl: 30 * time.Millisecond, age: 60 * time.Millisecond, taken: true},
