@@ -638,3 +638,40 @@ func TestWALSqlite(t *testing.T) {
 		t.Errorf("a journal is left: %v", err)
 	}
 }
+
+// Unlinking a file written with the WAL removes its log with it: records of
+// writes never published and the lease included.
+func TestWALUnlink(t *testing.T) {
+	v := newVolume(t)
+	m := v.mount("wal=on")
+	f, err := os.Create(m.path("u"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := f.Write(bytes.Repeat([]byte{byte(i)}, 4096)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := v.store()
+	records, owners := walKeys(t, st)
+	if len(records) == 0 || len(owners) != 1 {
+		t.Fatalf("while written: %d records, leases %v; want records and one lease", len(records), owners)
+	}
+	if err := os.Remove(m.path("u")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("after the unlink")); err != nil {
+		t.Fatalf("write to an unlinked open file: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 15*time.Second, func() error {
+		if n := countObjects(t, st, "f/"); n != 0 {
+			return fmt.Errorf("%d objects left under f/", n)
+		}
+		return nil
+	})
+	m.unmount()
+}

@@ -650,3 +650,45 @@ func TestWALPublishMixedIsOneObject(t *testing.T) {
 		t.Fatalf("publish: %+v, want one object (published %d)", ft, f.Stat().Cno)
 	}
 }
+
+// A writer whose lease another took fails its writes with wal.ErrLeaseLost;
+// what it had acknowledged is in the log for the next writer.
+func TestWALLeaseLost(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "ll"}
+	o.Params.WALLeaseTTL = 60 * time.Millisecond
+	f, err := Create(ctx, st, "ll/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, []byte("kept"), 0); err != nil {
+		t.Fatal(err)
+	}
+	// Another writer takes the lease (as if this one had paused past it).
+	other := `{"writer":"other","host":"elsewhere","pid":1,"boot":"b","expires":"` +
+		time.Now().Add(time.Hour).UTC().Format(time.RFC3339Nano) + `"}`
+	if _, err := st.Put(ctx, "ll/"+wal.Dir+wal.OwnerName, []byte(other), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := f.WriteAt(ctx, []byte("x"), 10)
+		if errors.Is(err, wal.ErrLeaseLost) {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("write after the lease was taken: %v, want wal.ErrLeaseLost", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	crash(t, f)
+	g, err := Open(ctx, st, "ll/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if got := string(readAll(t, g)[:4]); got != "kept" {
+		t.Fatalf("after the lease was lost: %q", got)
+	}
+}
