@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
 	"slices"
@@ -193,19 +192,6 @@ func (c *walRecordCounter) Put(ctx context.Context, key string, data []byte, opt
 	return info, err
 }
 
-// walSource returns n bytes of incompressible content.
-func walSource(n int) []byte {
-	r := rand.New(rand.NewPCG(0x3a1, uint64(n)))
-	b := make([]byte, n)
-	for i := 0; i+8 <= len(b); i += 8 {
-		v := r.Uint64()
-		for k := range 8 {
-			b[i+k] = byte(v >> (8 * k))
-		}
-	}
-	return b
-}
-
 // walRunOne measures one cell on a fresh memory store behind the cell's
 // link. The memory of the previous run is returned to the system first.
 func walRunOne(ctx context.Context, c walCell) (walRow, error) {
@@ -234,7 +220,7 @@ func walRunOne(ctx context.Context, c walCell) (walRow, error) {
 		return row, fmt.Errorf("wal run: take the log: %w", err)
 	}
 
-	src := walSource(walSourceBytes)
+	src := seedbench.Source(walSourceBytes)
 	n := int64(c.WriteSize)
 	pieces := int64(len(src)) / n
 	// A writer never writes more than the cap: regions that far apart never

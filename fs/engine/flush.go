@@ -432,19 +432,7 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 		return fmt.Errorf("flush %s: part 0 would be %d bytes, over the %d an object may hold",
 			f.prefix, part0.size(f.bs, f.mbs, 0), segment.MaxObjectBytes)
 	}
-	ino := segment.Inode{
-		Cno:           cno,
-		Size:          uint64(f.size),
-		Format:        f.format,
-		Height:        uint8(committed.Height()),
-		DataBlockSize: uint32(f.bs),
-		MetaBlockSize: uint32(f.mbs),
-		Parts:         f.nextPart,
-		MtimeNs:       f.mtime.UnixNano(),
-	}
-	if committed.Height() > 0 {
-		ino.Root = committed.Root()
-	}
+	ino := f.inodeLocked(cno, committed)
 	base := f.head
 	t.Plan = time.Since(planStart)
 
@@ -501,6 +489,25 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	f.changed = false
 	f.resetSince()
 	return nil
+}
+
+// inodeLocked is the inode of checkpoint cno: the file as it is now, with
+// the committed block map.
+func (f *File) inodeLocked(cno uint64, committed *blockmap.Tree) segment.Inode {
+	ino := segment.Inode{
+		Cno:           cno,
+		Size:          uint64(f.size),
+		Format:        f.format,
+		Height:        uint8(committed.Height()),
+		DataBlockSize: uint32(f.bs),
+		MetaBlockSize: uint32(f.mbs),
+		Parts:         f.nextPart,
+		MtimeNs:       f.mtime.UnixNano(),
+	}
+	if committed.Height() > 0 {
+		ino.Root = committed.Root()
+	}
+	return ino
 }
 
 // putHead replaces the head with ino, conditionally on etag (the head last

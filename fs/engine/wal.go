@@ -345,19 +345,7 @@ func (f *File) walPublishLocked(ctx context.Context) (FlushTiming, error) {
 		f.releasePlanned(objs)
 		return t, fmt.Errorf("flush %s: commit block map: %w", f.prefix, err)
 	}
-	ino := segment.Inode{
-		Cno:           cno,
-		Size:          uint64(f.size),
-		Format:        f.format,
-		Height:        uint8(committed.Height()),
-		DataBlockSize: uint32(f.bs),
-		MetaBlockSize: uint32(f.mbs),
-		Parts:         f.nextPart,
-		MtimeNs:       f.mtime.UnixNano(),
-	}
-	if committed.Height() > 0 {
-		ino.Root = committed.Root()
-	}
+	ino := f.inodeLocked(cno, committed)
 	base := f.head
 	body, err := f.encode(part0, &base, &ino)
 	if err != nil {

@@ -164,9 +164,9 @@ func (r Result) FlushOverLimit() float64 {
 // benchPrefix is the file's prefix in the store, as the namespace would give.
 const benchPrefix = "vol/f/bench/"
 
-// source returns n bytes of incompressible, non-repeating content, so that no
+// Source returns n bytes of incompressible, non-repeating content, so that no
 // layer (leaf reuse by hash, for one) profits from repeated data.
-func source(n int) []byte {
+func Source(n int) []byte {
 	r := rand.New(rand.NewPCG(0x5eed, uint64(n)))
 	b := make([]byte, n)
 	for i := 0; i+8 <= len(b); i += 8 {
@@ -237,7 +237,7 @@ func RunOne(ctx context.Context, r Run) (Result, error) {
 	defer f.Close()
 	created := counting.Snapshot()
 
-	src := source(r.WriteSize)
+	src := Source(r.WriteSize)
 	hot := r.Hot
 	if hot == 0 || hot > r.Size {
 		hot = r.Size
