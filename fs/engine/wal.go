@@ -519,17 +519,55 @@ func (f *File) reloadLocked(ctx context.Context) error {
 func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, error) {
 	from := f.w.applied
 	last := from
+	var todo []uint64
 	for _, seq := range seqs {
-		if seq <= from {
-			continue
+		if seq > from {
+			todo = append(todo, seq)
 		}
-		rec, err := wal.ReadRecord(ctx, f.st, f.prefix, f.tag, seq)
-		if err != nil {
-			return FlushTiming{}, fmt.Errorf("replay: %w", err)
+	}
+	// Records are read ahead of the one being applied, up to Concurrency
+	// at once and in memory (a GET is a round trip: a long log then replays
+	// at the link's pace, not its latency's), and applied strictly in order.
+	// Reads are started in order, so the next record to apply is never
+	// waiting for a slot that later ones hold.
+	rctx, cancel := context.WithCancel(ctx)
+	type fetched struct {
+		rec wal.Record
+		err error
+	}
+	ahead := make([]chan fetched, len(todo))
+	for i := range ahead {
+		ahead[i] = make(chan fetched, 1)
+	}
+	slots := make(chan struct{}, f.p.Concurrency)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i, seq := range todo {
+			select {
+			case slots <- struct{}{}:
+			case <-rctx.Done():
+				return
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rec, err := wal.ReadRecord(rctx, f.st, f.prefix, f.tag, seq)
+				ahead[i] <- fetched{rec, err}
+			}()
 		}
-		for i, op := range rec.Ops {
+	}()
+	defer func() { cancel(); wg.Wait() }()
+	for i, seq := range todo {
+		r := <-ahead[i]
+		<-slots
+		if r.err != nil {
+			return FlushTiming{}, fmt.Errorf("replay: %w", r.err)
+		}
+		for j, op := range r.rec.Ops {
 			if err := f.applyLocked(ctx, op); err != nil {
-				return FlushTiming{}, fmt.Errorf("replay record %d op %d: %w", seq, i, err)
+				return FlushTiming{}, fmt.Errorf("replay record %d op %d: %w", seq, j, err)
 			}
 		}
 		last = seq
