@@ -310,6 +310,9 @@ func (f *File) Sync(ctx context.Context) error {
 		last = f.w.failed
 		f.mu.RUnlock()
 	}
+	if last == nil {
+		return fmt.Errorf("sync %s: changes kept coming during %d publishes", f.prefix, publishAttempts)
+	}
 	return fmt.Errorf("sync %s: the checkpoint did not land after %d attempts: %w", f.prefix, publishAttempts, last)
 }
 
