@@ -565,6 +565,10 @@ func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, er
 	for i, seq := range todo {
 		r := <-ahead[i]
 		<-slots
+		if r.err != nil && f.tornLocked(seq, todo[len(todo)-1], r.err) {
+			last = seq
+			continue
+		}
 		if r.err != nil {
 			return FlushTiming{}, fmt.Errorf("replay: %w", r.err)
 		}
@@ -591,6 +595,26 @@ func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, er
 		f.deleteCovered(ctx, seqs, f.w.applied)
 	}
 	return t, nil
+}
+
+// tornLocked says whether the record seq that failed to decode with err is
+// one a crash tore: a store that keeps what it received of an upload cut
+// short (versitygw does; S3 does not) leaves a record whose PUT never
+// returned, so none of its changes was acknowledged. Only the last records
+// can be such, those the log may have had in flight (its MaxInFlight): they
+// are skipped, and covered by the replay's checkpoint like the rest. A record
+// that does not decode anywhere else is corruption, and the replay stops.
+func (f *File) tornLocked(seq, lastListed uint64, err error) bool {
+	inFlight := uint64(f.p.WALMaxInFlight)
+	if inFlight == 0 {
+		inFlight = wal.DefaultMaxInFlight
+	}
+	if !errors.Is(err, wal.ErrCorrupt) || seq+inFlight <= lastListed {
+		return false
+	}
+	f.log.Warn("skipping a torn write-ahead log record: its upload was cut short by a crash, so its writes were never acknowledged",
+		zap.Uint64("seq", seq), zap.Error(err))
+	return true
 }
 
 // deleteCovered removes records a published checkpoint holds, for a replay

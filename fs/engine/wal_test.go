@@ -303,8 +303,9 @@ func TestWALCreateRefusesLeftovers(t *testing.T) {
 }
 
 // A replay interrupted before its checkpoint lands replays again the same way;
-// a corrupt record is refused by name and nothing is deleted.
-func TestWALReplayInterruptedAndCorrupt(t *testing.T) {
+// a corrupt record is refused by name and nothing is deleted; a torn record
+// among the last ones (an upload a crash cut short) is skipped.
+func TestWALReplayInterruptedTornAndCorrupt(t *testing.T) {
 	ctx := context.Background()
 	mem := staging.NewMem()
 	faults := staging.NewFaults(mem, 1)
@@ -337,29 +338,60 @@ func TestWALReplayInterruptedAndCorrupt(t *testing.T) {
 	if got := readAll(t, g); !bytes.Equal(got, want) {
 		t.Fatalf("after an interrupted replay: mismatch at %d", commonPrefix(got, want))
 	}
-	if _, err := g.WriteAt(ctx, []byte("tail"), 0); err != nil {
-		t.Fatal(err)
+	// Eight more records, one write each; then the crash.
+	for i := range 8 {
+		if _, err := g.WriteAt(ctx, []byte{'a' + byte(i)}, int64(i)); err != nil {
+			t.Fatal(err)
+		}
 	}
 	crash(t, g)
 	seqs, err := wal.List(ctx, mem, "r/")
-	if err != nil || len(seqs) == 0 {
+	if err != nil || len(seqs) < 8 {
 		t.Fatalf("records: %v %v", seqs, err)
 	}
-	key := wal.RecordKey("r/", seqs[len(seqs)-1])
-	body, _, err := mem.Get(ctx, key, staging.Range{})
-	if err != nil {
-		t.Fatal(err)
+	get := func(key string) []byte {
+		body, _, err := mem.Get(ctx, key, staging.Range{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return body
 	}
-	body[len(body)/2] ^= 0x40
-	if _, err := mem.Put(ctx, key, body, staging.PutOptions{}); err != nil {
-		t.Fatal(err)
+	put := func(key string, body []byte) {
+		if _, err := mem.Put(ctx, key, body, staging.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	// The last record torn, as a store that keeps what it received of an
+	// upload cut short by the crash leaves it; its write was never
+	// acknowledged.
+	torn := wal.RecordKey("r/", seqs[len(seqs)-1])
+	put(torn, get(torn)[:40])
+	// A record before the ones that may have been in flight, damaged.
+	key := wal.RecordKey("r/", seqs[len(seqs)-8])
+	good := get(key)
+	bad := append([]byte(nil), good...)
+	bad[len(bad)/2] ^= 0x40
+	put(key, bad)
 	_, err = Open(ctx, mem, "r/", o)
 	if !errors.Is(err, wal.ErrCorrupt) || !strings.Contains(err.Error(), key) {
 		t.Fatalf("open over a corrupt record: %v, want wal.ErrCorrupt naming %s", err, key)
 	}
 	if _, _, err := mem.Get(ctx, key, staging.Range{}); err != nil {
 		t.Fatalf("the corrupt record is gone: %v", err)
+	}
+	mem.Delete(ctx, "r/"+wal.Dir+wal.OwnerName) // that opener failed too
+	put(key, good)
+	h, err := Open(ctx, mem, "r/", o)
+	if err != nil {
+		t.Fatalf("open over a torn last record: %v", err)
+	}
+	copy(want, "abcdefg") // the eighth write ('h') was torn
+	if got := readAll(t, h); !bytes.Equal(got, want) {
+		t.Fatalf("after skipping the torn record: mismatch at %d", commonPrefix(got, want))
+	}
+	h.Close()
+	if left, err := wal.List(ctx, mem, "r/"); err != nil || len(left) != 0 {
+		t.Fatalf("records left after the replay: %v %v", left, err)
 	}
 }
 
