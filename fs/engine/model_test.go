@@ -277,6 +277,9 @@ func runModelFlaky(t *testing.T, st staging.Store, p Params, ops int, maxOff int
 	prefix := fmt.Sprintf("model/%d/", seed)
 	opts := Options{Params: p, FileID: "model-" + strconv.FormatUint(seed, 10)}
 	f, err := Create(ctx, st, prefix, opts)
+	for try := 0; err != nil && flaky && try < 50; try++ {
+		f, err = Create(ctx, st, prefix, opts) // the fault fired before the head was stored
+	}
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
