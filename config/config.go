@@ -82,6 +82,10 @@ type Config struct {
 	// WAL (wal) makes each acknowledged write durable before the
 	// acknowledgement.
 	WAL bool
+	// WALLease (wal_lease) is how long a writer's lease on a file's
+	// write-ahead log lasts unrenewed (it is renewed every third of it): how
+	// long a writer on another machine that died keeps others out.
+	WALLease time.Duration
 	// FlushConflictPolicy (flush_conflict_policy) is what a flush does when
 	// another writer replaced the file's head object.
 	FlushConflictPolicy ConflictPolicy
@@ -128,6 +132,7 @@ func Default() Config {
 		ReadGetMaxBytes:                  16 * mib,
 		Format:                           segment.FormatStream,
 		WAL:                              false,
+		WALLease:                         30 * time.Second,
 		FlushConflictPolicy:              ConflictRetry,
 		FlushOnClose:                     true,
 		FlushInterval:                    0,

@@ -220,6 +220,7 @@ func TestSetEveryOption(t *testing.T) {
 		{"read_get_max_bytes", map[string]string{"64M": "64M"}, []string{"64Mi"}},
 		{"format", map[string]string{"stream": "stream", "parted": "parted", "Parted": "parted"}, []string{"", "log", "2"}},
 		{"wal", map[string]string{"on": "true", "off": "false", "yes": "true", "0": "false"}, []string{"", "maybe"}},
+		{"wal_lease", map[string]string{"3s": "3s", "1m": "1m0s", "10m": "10m0s"}, []string{"30", "soon"}},
 		{"flush_conflict_policy", map[string]string{"retry": "retry", "failfast": "failfast"}, []string{"fail-fast", "abort"}},
 		{"flush_on_close", map[string]string{"false": "false", "true": "true"}, []string{"never"}},
 		{"flush_interval", map[string]string{"0": "0s", "100ms": "100ms", "1m30s": "1m30s", "5s": "5s"}, []string{"5", "1 s", "soon"}},
@@ -348,6 +349,8 @@ func TestValidate(t *testing.T) {
 		{"flush interval 100ms", func(c *Config) { c.FlushInterval = 100 * time.Millisecond }, nil},
 		{"flush interval 99ms", func(c *Config) { c.FlushInterval = 99 * time.Millisecond }, []string{"flush_interval"}},
 		{"flush interval negative", func(c *Config) { c.FlushInterval = -time.Second }, []string{"flush_interval"}},
+		{"wal lease too short", func(c *Config) { c.WALLease = time.Second }, []string{"wal_lease"}},
+		{"wal lease too long", func(c *Config) { c.WALLease = time.Hour }, []string{"wal_lease"}},
 		{"log unset", func(c *Config) { c.Log = 0 }, []string{"log"}},
 		{"log beyond error", func(c *Config) { c.Log = LogError + 1 }, []string{"log"}},
 		{"memory limit negative", func(c *Config) { c.MemoryLimit = -1 }, []string{"memory_limit"}},
@@ -375,7 +378,7 @@ func TestValidate(t *testing.T) {
 			"data_block_size", "meta_block_size", "segment_max_object_bytes",
 			"segment_mpu_chunk_size", "segment_mpu_max_concurrency",
 			"data_cache_dirty_max_blocks_threshold", "format", "flush_conflict_policy",
-			"log", "emulate_link", "ns_refresh",
+			"wal_lease", "log", "emulate_link", "ns_refresh",
 		}},
 	}
 	for _, tt := range tests {
@@ -540,6 +543,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 	every.ReadGetMaxBytes = (1 << 20) + 1
 	every.Format = segment.FormatParted
 	every.WAL = true
+	every.WALLease = 45 * time.Second
 	every.FlushConflictPolicy = ConflictFailFast
 	every.FlushOnClose = false
 	every.FlushInterval = 1500 * time.Millisecond

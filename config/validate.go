@@ -20,10 +20,14 @@ const (
 	// maxObjectBytes: a block pointer addresses at most 1 GiB inside one object.
 	maxObjectBytes = segment.MaxObjectBytes
 	// minChunkSize: S3 refuses parts below 5 MiB but the last.
-	minChunkSize          = staging.MinPartSize
-	maxConcurrency        = 64
-	maxDirtyBlocks        = 1 << 32 // keeps blocks × block size far from overflow
-	minFlushInterval      = 100 * time.Millisecond
+	minChunkSize     = staging.MinPartSize
+	maxConcurrency   = 64
+	maxDirtyBlocks   = 1 << 32 // keeps blocks × block size far from overflow
+	minFlushInterval = 100 * time.Millisecond
+	// A lease is renewed every third of it: below a second a slow request
+	// loses it; above minutes a dead writer keeps others out too long.
+	minWALLease           = 3 * time.Second
+	maxWALLease           = 10 * time.Minute
 	minNamespaceRefresh   = 10 * time.Millisecond
 	maxPort               = 65535
 	dirtyLimitDescription = "min(max(data_cache_dirty_max_bytes_threshold, data_cache_dirty_max_blocks_threshold × data_block_size), segment_buffer_size)"
@@ -82,6 +86,8 @@ func (c Config) Validate() error {
 		"must be retry or failfast")
 	v.check("flush_interval", c.FlushInterval == 0 || c.FlushInterval >= minFlushInterval,
 		"must be 0 (off) or at least 100ms")
+	v.check("wal_lease", c.WALLease >= minWALLease && c.WALLease <= maxWALLease,
+		"must be from 3s to 10m")
 	v.check("log", c.Log >= LogDebug && c.Log <= LogError,
 		"must be debug, info, warn or error")
 

@@ -154,6 +154,7 @@ func Params(c config.Config) engine.Params {
 		ReadGetMaxBytes:    c.ReadGetMaxBytes,
 		ConflictPolicy:     engine.ConflictRetry,
 		WAL:                c.WAL,
+		WALLeaseTTL:        c.WALLease,
 	}
 	if c.FlushConflictPolicy == config.ConflictFailFast {
 		p.ConflictPolicy = engine.ConflictFailFast
