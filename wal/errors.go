@@ -12,6 +12,10 @@ var (
 	// ErrCorrupt: a record is damaged, foreign or not what its name says.
 	// Every *CorruptError is one.
 	ErrCorrupt = errors.New("corrupt wal record")
+	// ErrTruncated: a record shorter than its own header and ops say, what
+	// an upload cut short leaves on a server that keeps what it received.
+	// Such a *CorruptError is both ErrCorrupt and ErrTruncated.
+	ErrTruncated = errors.New("wal record cut short")
 	// ErrBusy: another live writer holds the log's lease. Every *BusyError
 	// is one.
 	ErrBusy = errors.New("wal held by another writer")
@@ -24,16 +28,23 @@ var (
 	ErrClosed = errors.New("wal closed")
 )
 
-// CorruptError is the refusal of a record. Reason says what is wrong.
+// CorruptError is the refusal of a record. Reason says what is wrong;
+// Truncated, that the record ends before its header and ops do.
 type CorruptError struct {
-	Key    string
-	Reason string
+	Key       string
+	Reason    string
+	Truncated bool
 }
 
 func (e *CorruptError) Error() string { return "wal record " + e.Key + ": " + e.Reason }
 
-// Unwrap returns ErrCorrupt.
-func (e *CorruptError) Unwrap() error { return ErrCorrupt }
+// Unwrap returns ErrCorrupt, and ErrTruncated for a record cut short.
+func (e *CorruptError) Unwrap() []error {
+	if e.Truncated {
+		return []error{ErrCorrupt, ErrTruncated}
+	}
+	return []error{ErrCorrupt}
+}
 
 // BusyError is the refusal of Open while another writer holds the lease.
 // Owner is what the owner object says; it is zero where it could not be read.

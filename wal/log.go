@@ -359,19 +359,50 @@ func (l *Log) put(ctx context.Context, b *batch) (int, error) {
 		return len(data), nil
 	}
 	if !errors.Is(err, staging.ErrPrecondition) {
+		l.dropFailed(ctx, key)
 		return 0, fmt.Errorf("append wal record %d of %s: %w", b.seq, l.prefix, err)
 	}
 	// The name exists: ours if an earlier try of this very PUT landed and its
 	// answer was lost, another writer's otherwise.
 	info, herr := l.st.Head(ctx, key)
 	if herr != nil {
+		l.dropFailed(ctx, key)
 		return 0, fmt.Errorf("append wal record %d of %s: it exists and its writer could not be read: %w", b.seq, l.prefix, herr)
 	}
 	if w := info.Metadata[writeIDMeta]; w != l.lease.id {
 		return 0, &TakenError{Key: key, Writer: w}
 	}
+	if info.Size != int64(len(data)) {
+		// Ours, but torn: an earlier try was cut short and the server kept
+		// what it received (versitygw does). Never acknowledged, it must not
+		// stay to be found by a replay: it goes, and the record is stored
+		// again.
+		l.log.Debug("wal record torn by a cut upload; storing it again", zap.String("key", key),
+			zap.Int64("stored", info.Size), zap.Int("size", len(data)))
+		if err := l.st.Delete(ctx, key); err != nil {
+			return 0, fmt.Errorf("append wal record %d of %s: delete a torn copy: %w", b.seq, l.prefix, err)
+		}
+		if _, err := l.st.Put(ctx, key, data, staging.PutOptions{
+			Conditions: staging.Conditions{IfNoneMatch: true},
+			Metadata:   map[string]string{writeIDMeta: l.lease.id},
+		}); err != nil {
+			return 0, fmt.Errorf("append wal record %d of %s: store it again after a torn copy: %w", b.seq, l.prefix, err)
+		}
+		return len(data), nil
+	}
 	l.log.Debug("wal record stored with its answer lost", zap.String("key", key))
 	return len(data), nil
+}
+
+// dropFailed deletes the record of a PUT that failed. It may be stored all
+// the same (an answer lost) or in part (an upload cut short, on a server that
+// keeps what it received); its ops fail, so it goes: a replay must neither
+// apply a write reported failed nor stop at a torn record. A delete that
+// fails leaves it to the replay's rules.
+func (l *Log) dropFailed(ctx context.Context, key string) {
+	if err := l.st.Delete(ctx, key); err != nil {
+		l.log.Debug("delete of a failed wal record failed", zap.String("key", key), zap.Error(err))
+	}
 }
 
 // Covered says records with seq <= n are in a published checkpoint: the

@@ -164,6 +164,7 @@ func TestAppendFailures(t *testing.T) {
 		name   string
 		rule   staging.Rule
 		retry  bool        // the store retries server errors, as the S3 client does
+		tear   bool        // the first PUT of record 1 stores half of it and fails
 		first  error       // what the first Append returns (nil: success)
 		stored []uint64    // records after two Appends
 		stats  Stats       // Records and Failed
@@ -180,7 +181,7 @@ func TestAppendFailures(t *testing.T) {
 			name:   "answer lost",
 			rule:   staging.Rule{Op: staging.OpPut, KeyPrefix: rec1, Nth: 1, Kind: staging.FaultLostAnswer},
 			first:  staging.ErrInjected,
-			stored: []uint64{1, 2}, // the record landed; replay applies it whole
+			stored: []uint64{2}, // the record landed, and went: its write failed
 			stats:  Stats{Records: 1, Failed: 1},
 		},
 		{
@@ -202,22 +203,34 @@ func TestAppendFailures(t *testing.T) {
 			rule:   staging.Rule{Op: staging.OpHead, KeyPrefix: rec1, Kind: staging.FaultError},
 			retry:  true,
 			first:  staging.ErrInjected,
-			stored: []uint64{1, 2},
+			stored: []uint64{2},
 			stats:  Stats{Records: 1, Failed: 1},
+		},
+		{
+			name:   "torn by a cut upload, retried",
+			tear:   true,
+			retry:  true,
+			stored: []uint64{1, 2},
+			stats:  Stats{Records: 2},
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			mem := staging.NewMem()
 			f := staging.NewFaults(mem, 1)
 			var st staging.Store = f
+			if tc.tear {
+				st = &tearStore{Store: f, key: rec1}
+			}
 			if tc.retry {
-				st = &retryStore{Store: f, attempts: 3}
+				st = &retryStore{Store: st, attempts: 3}
 			}
 			if tc.name == "head fails after a lost answer" {
 				f.Add(staging.Rule{Op: staging.OpPut, KeyPrefix: rec1, Nth: 1, Kind: staging.FaultLostAnswer})
 			}
 			l := openLog(t, st, Options{})
-			f.Add(tc.rule)
+			if !tc.tear {
+				f.Add(tc.rule)
+			}
 			seq, err := l.Append(context.Background(), []Op{writeOp(0, "first")})
 			if tc.first == nil {
 				if err != nil || seq != 1 {
@@ -236,6 +249,11 @@ func TestAppendFailures(t *testing.T) {
 			}
 			if got := mustList(t, mem); !slices.Equal(got, tc.stored) {
 				t.Fatalf("records %v, want %v", got, tc.stored)
+			}
+			for _, s := range tc.stored {
+				if _, err := ReadRecord(context.Background(), mem, testPrefix, testTag, s); err != nil {
+					t.Fatalf("record %d: %v", s, err)
+				}
 			}
 			if st := l.Stats(); st.Records != tc.stats.Records || st.Failed != tc.stats.Failed {
 				t.Fatalf("stats %+v, want %+v", st, tc.stats)
@@ -574,4 +592,23 @@ func TestTakenFailsQueued(t *testing.T) {
 	if st := l.Stats(); st.Records != 1 || st.Failed != 1 {
 		t.Fatalf("stats %+v", st)
 	}
+}
+
+// tearStore stores half of the first PUT of key and fails it, as a server
+// that keeps what it received of an upload cut short.
+type tearStore struct {
+	staging.Store
+	key  string
+	done bool
+}
+
+func (s *tearStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
+	if key == s.key && !s.done {
+		s.done = true
+		if _, err := s.Store.Put(ctx, key, data[:len(data)/2], opts); err != nil {
+			return staging.ObjectInfo{}, err
+		}
+		return staging.ObjectInfo{}, fmt.Errorf("upload cut short: %w", staging.ErrInjected)
+	}
+	return s.Store.Put(ctx, key, data, opts)
 }

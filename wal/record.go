@@ -196,8 +196,12 @@ func Decode(key string, seq uint64, tag uint64, b []byte) (Record, error) {
 	bad := func(format string, args ...any) (Record, error) {
 		return Record{}, &CorruptError{Key: key, Reason: fmt.Sprintf(format, args...)}
 	}
+	// Every strict prefix of a record fails one of these length checks.
+	short := func(format string, args ...any) (Record, error) {
+		return Record{}, &CorruptError{Key: key, Reason: fmt.Sprintf(format, args...), Truncated: true}
+	}
 	if len(b) < emptyRecord {
-		return bad("truncated: %d bytes, a record has at least %d", len(b), emptyRecord)
+		return short("truncated: %d bytes, a record has at least %d", len(b), emptyRecord)
 	}
 	if string(b[:len(Magic)]) != Magic {
 		return bad("bad magic %q", b[:len(Magic)])
@@ -219,13 +223,13 @@ func Decode(key string, seq uint64, tag uint64, b []byte) (Record, error) {
 	// Every op takes at least its header: refuse a count the bytes cannot
 	// hold before allocating for it.
 	if uint64(count)*OpHeaderSize > uint64(body-HeaderSize) {
-		return bad("truncated: %d ops do not fit in %d bytes", count, len(b))
+		return short("truncated: %d ops do not fit in %d bytes", count, len(b))
 	}
 	r := Record{Seq: seq, Ops: make([]Op, 0, count)}
 	p := HeaderSize
 	for i := range count {
 		if body-p < OpHeaderSize {
-			return bad("truncated: op %d of %d at byte %d past the end", i, count, p)
+			return short("truncated: op %d of %d at byte %d past the end", i, count, p)
 		}
 		h := b[p : p+OpHeaderSize]
 		for _, c := range h[opReserved : opReserved+opReservedLen] {
@@ -242,8 +246,11 @@ func Decode(key string, seq uint64, tag uint64, b []byte) (Record, error) {
 		p += OpHeaderSize
 		var dataLen int64
 		if op.Kind == OpWrite {
-			if op.Len < 0 || op.Len > int64(body-p) {
-				return bad("truncated: op %d writes %d bytes, %d left", i, op.Len, body-p)
+			if op.Len < 0 {
+				return bad("op %d writes %d bytes", i, op.Len)
+			}
+			if op.Len > int64(body-p) {
+				return short("truncated: op %d writes %d bytes, %d left", i, op.Len, body-p)
 			}
 			dataLen = op.Len
 			op.Data = b[p : p+int(op.Len) : p+int(op.Len)]

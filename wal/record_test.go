@@ -205,3 +205,26 @@ func TestDecodeAliases(t *testing.T) {
 		t.Fatalf("data capacity %d, want 3", cap(r.Ops[0].Data))
 	}
 }
+
+// Every strict prefix of a record (what an upload cut short leaves) is
+// refused as truncated; damage that keeps the length is not.
+func TestDecodePrefixesAreTruncated(t *testing.T) {
+	r := Record{Seq: 7, Ops: []Op{
+		{Kind: OpWrite, Off: 10, Data: []byte("0123456789abcdef"), MtimeNs: 1},
+		{Kind: OpTruncate, Off: 3, MtimeNs: 2},
+		{Kind: OpZero, Off: 1, Len: 2, MtimeNs: 3},
+		{Kind: OpWrite, Off: 0, Data: []byte("xyz"), MtimeNs: 4},
+	}}
+	b := Encode(9, r)
+	for n := range len(b) {
+		_, err := Decode("k", 7, 9, b[:n])
+		if !errors.Is(err, ErrTruncated) || !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("prefix of %d of %d bytes: %v, want ErrTruncated and ErrCorrupt", n, len(b), err)
+		}
+	}
+	flipped := append([]byte(nil), b...)
+	flipped[len(flipped)-1] ^= 1
+	if _, err := Decode("k", 7, 9, flipped); !errors.Is(err, ErrCorrupt) || errors.Is(err, ErrTruncated) {
+		t.Fatalf("a damaged checksum: %v, want ErrCorrupt and not ErrTruncated", err)
+	}
+}

@@ -278,3 +278,55 @@ func TestFailFastRollbackReadsWinner(t *testing.T) {
 		t.Fatalf("fresh open reads %q", got)
 	}
 }
+
+// tearingStore keeps half of the first PUT of a key with the suffix and
+// fails it, as a server that keeps what it received of an upload cut short;
+// like the S3 client, it then retries the request.
+type tearingStore struct {
+	staging.Store
+	suffix string
+	torn   bool
+}
+
+func (s *tearingStore) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+	if strings.HasSuffix(key, s.suffix) && !s.torn {
+		s.torn = true
+		if _, err := s.Store.Put(ctx, key, data[:len(data)/2], o); err != nil {
+			return staging.ObjectInfo{}, err
+		}
+		// The retry finds the name taken (If-None-Match).
+	}
+	return s.Store.Put(ctx, key, data, o)
+}
+
+// A part 0 torn by a cut upload, with this writer's id on it, is not taken
+// for a write whose answer was lost: the flush moves to new names.
+func TestTornObjectIsNotLanded(t *testing.T) {
+	ctx := context.Background()
+	st := &tearingStore{Store: staging.NewMem(), suffix: ".0"}
+	p := smallParams(segment.FormatStream)
+	f, err := Create(ctx, st, "t/", Options{Params: p, FileID: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Repeat([]byte("torn?"), 300)
+	if _, err := f.WriteAt(ctx, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	ft, err := f.Flush(ctx)
+	if err != nil {
+		t.Fatalf("flush after a torn part 0: %v", err)
+	}
+	if !st.torn || ft.Attempts < 2 {
+		t.Fatalf("flush %+v: the tear did not happen or was taken for a landed write", ft)
+	}
+	f.Close()
+	g, err := Open(ctx, st, "t/", Options{Params: p, FileID: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if got := readAll(t, g); !bytes.Equal(got, want) {
+		t.Fatalf("read back: mismatch at %d", commonPrefix(got, want))
+	}
+}

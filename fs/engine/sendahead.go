@@ -684,7 +684,7 @@ func (f *File) createObject(ctx context.Context, key string, body []byte) error 
 		return nil
 	}
 	var c flushCounters
-	return f.checkLanded(ctx, key, id, fmt.Errorf("put %s: %w", key, err), &c)
+	return f.checkLanded(ctx, key, id, int64(len(body)), fmt.Errorf("put %s: %w", key, err), &c)
 }
 
 // sendPieceLocked places one piece's worth of blocks into the open object

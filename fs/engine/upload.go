@@ -119,7 +119,7 @@ func (f *File) putObject(ctx context.Context, key string, body *objectBody, sem 
 		f.releaseCopy(body.size)
 		<-sem
 		if err != nil {
-			return f.checkLanded(ctx, key, id, fmt.Errorf("put %s: %w", key, err), c)
+			return f.checkLanded(ctx, key, id, body.size, fmt.Errorf("put %s: %w", key, err), c)
 		}
 		return nil
 	}
@@ -168,7 +168,7 @@ func (f *File) putObject(ctx context.Context, key string, body *objectBody, sem 
 	}
 	c.requests.Add(1)
 	if _, err := f.st.CompleteMultipart(ctx, key, upload, parts, opts.Conditions); err != nil {
-		err = f.checkLanded(ctx, key, id, fmt.Errorf("complete upload of %s: %w", key, err), c)
+		err = f.checkLanded(ctx, key, id, body.size, fmt.Errorf("complete upload of %s: %w", key, err), c)
 		if err != nil {
 			f.abort(key, upload, c)
 		}
@@ -178,16 +178,21 @@ func (f *File) putObject(ctx context.Context, key string, body *objectBody, sem 
 }
 
 // checkLanded decides what a failed create of key means: if the object there
-// carries our write id, the write landed and only its answer was lost; if
-// another write id is there, the name is taken; otherwise the error stands.
-func (f *File) checkLanded(ctx context.Context, key, id string, err error, c *flushCounters) error {
+// carries our write id and its size, the write landed and only its answer
+// was lost; if another write id is there, or ours on an object cut short (a
+// server that keeps what it received of an upload that broke off), the name
+// is taken and the caller moves on to new names; otherwise the error stands.
+func (f *File) checkLanded(ctx context.Context, key, id string, size int64, err error, c *flushCounters) error {
 	c.requests.Add(1)
 	info, herr := f.st.Head(ctx, key)
 	if herr != nil {
 		return err
 	}
 	if info.Metadata[writeIDMeta] == id {
-		return nil
+		if info.Size == size {
+			return nil
+		}
+		return fmt.Errorf("%w: %s holds %d of its %d bytes (an upload cut short): %w", errNameTaken, key, info.Size, size, err)
 	}
 	if errors.Is(err, staging.ErrPrecondition) {
 		return fmt.Errorf("%w: %w", errNameTaken, err)

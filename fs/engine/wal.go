@@ -600,16 +600,17 @@ func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, er
 // tornLocked says whether the record seq that failed to decode with err is
 // one a crash tore: a store that keeps what it received of an upload cut
 // short (versitygw does; S3 does not) leaves a record whose PUT never
-// returned, so none of its changes was acknowledged. Only the last records
-// can be such, those the log may have had in flight (its MaxInFlight): they
-// are skipped, and covered by the replay's checkpoint like the rest. A record
-// that does not decode anywhere else is corruption, and the replay stops.
+// returned, so none of its changes was acknowledged. Such a record is cut
+// short (wal.ErrTruncated), and is among the last ones, those the log may
+// have had in flight (its MaxInFlight): it is skipped, and covered by the
+// replay's checkpoint like the rest. Any other record that does not decode
+// is corruption, and the replay stops.
 func (f *File) tornLocked(seq, lastListed uint64, err error) bool {
 	inFlight := uint64(f.p.WALMaxInFlight)
 	if inFlight == 0 {
 		inFlight = wal.DefaultMaxInFlight
 	}
-	if !errors.Is(err, wal.ErrCorrupt) || seq+inFlight <= lastListed {
+	if !errors.Is(err, wal.ErrTruncated) || seq+inFlight <= lastListed {
 		return false
 	}
 	f.log.Warn("skipping a torn write-ahead log record: its upload was cut short by a crash, so its writes were never acknowledged",
