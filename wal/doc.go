@@ -107,8 +107,14 @@
 //
 // Seqs are assigned in the order batches are sent and PUTs complete in any
 // order. A PUT that fails fails the ops of its record and its seq is skipped:
-// the next record takes the next seq. Its answer may have been lost with the
-// record stored; replay applies such a record whole, as any other.
+// the next record takes the next seq. The record may be stored all the same
+// (an answer lost) or in part (an upload cut short, on a server that keeps
+// what it received), so it is deleted; if that delete fails too, a replay
+// applies a whole one as any other and skips one cut short at the log's end.
+// A precondition failure on our own record is a retried request whose first
+// try landed: whole, it is success; cut short, it is deleted and stored again.
+// Decode tells a record cut short (ErrTruncated: every strict prefix of a
+// record is one) from one damaged otherwise.
 //
 // # Cleanup
 //
