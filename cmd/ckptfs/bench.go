@@ -39,11 +39,7 @@ The size defaults to $BENCH_SIZE, else 512M; the working sets to
 $BENCH_HOT_MIB (MiB, comma separated), else 512,64,16.
 `
 
-// benchMain implements "ckptfs bench ARGS"; it returns the exit status.
-func benchMain(args []string) int {
-	return benchRun(args, os.Stdout, os.Stderr)
-}
-
+// benchRun implements "ckptfs bench ARGS"; it returns the exit status.
 func benchRun(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	fs.SetOutput(stderr)

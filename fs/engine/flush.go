@@ -403,30 +403,9 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	part0 := objs[len(objs)-1]
 	cno := part0.name.Cno
 	t.Cno = cno
-	leafHome := make(map[uint64]*plannedObject)
-	for _, o := range objs {
-		for _, lo := range o.leafLos {
-			leafHome[lo] = o
-		}
-	}
-	// Commit the map: leaves with their data, unchanged leaves reused, the
-	// rest and the nodes above the leaves in part 0.
-	place := func(n blockmap.NodeImage) (segment.Ptr, error) {
-		if n.Level == 0 {
-			if p, ok := f.leafImages[xxh3.Hash(n.Encoded)]; ok {
-				return p, nil
-			}
-			if o := leafHome[n.Lo]; o != nil {
-				o.metas = append(o.metas, n.Encoded)
-				return segment.Ptr{Cno: cno, Part: o.name.Part, Slot: uint32(len(o.metas) - 1)}, nil
-			}
-		}
-		part0.metas = append(part0.metas, n.Encoded)
-		return segment.Ptr{Cno: cno, Part: 0, Slot: uint32(len(part0.metas) - 1)}, nil
-	}
-	committed, err := f.tree.Commit(ctx, place)
+	committed, err := f.commitLocked(ctx, objs)
 	if err != nil {
-		return fmt.Errorf("flush %s: commit block map: %w", f.prefix, err)
+		return fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
 	if part0.size(f.bs, f.mbs, 0) > segment.MaxObjectBytes {
 		return fmt.Errorf("flush %s: part 0 would be %d bytes, over the %d an object may hold",
@@ -489,6 +468,38 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	f.changed = false
 	f.resetSince()
 	return nil
+}
+
+// commitLocked commits the block map into objs, the last of which is part 0:
+// leaves go with their data, unchanged leaves are reused from objects
+// already stored, the rest and the nodes above the leaves go into part 0.
+func (f *File) commitLocked(ctx context.Context, objs []*plannedObject) (*blockmap.Tree, error) {
+	part0 := objs[len(objs)-1]
+	cno := part0.name.Cno
+	leafHome := make(map[uint64]*plannedObject)
+	for _, o := range objs {
+		for _, lo := range o.leafLos {
+			leafHome[lo] = o
+		}
+	}
+	place := func(n blockmap.NodeImage) (segment.Ptr, error) {
+		if n.Level == 0 {
+			if p, ok := f.leafImages[xxh3.Hash(n.Encoded)]; ok {
+				return p, nil
+			}
+			if o := leafHome[n.Lo]; o != nil {
+				o.metas = append(o.metas, n.Encoded)
+				return segment.Ptr{Cno: cno, Part: o.name.Part, Slot: uint32(len(o.metas) - 1)}, nil
+			}
+		}
+		part0.metas = append(part0.metas, n.Encoded)
+		return segment.Ptr{Cno: cno, Part: 0, Slot: uint32(len(part0.metas) - 1)}, nil
+	}
+	committed, err := f.tree.Commit(ctx, place)
+	if err != nil {
+		return nil, fmt.Errorf("commit block map: %w", err)
+	}
+	return committed, nil
 }
 
 // inodeLocked is the inode of checkpoint cno: the file as it is now, with

@@ -393,13 +393,3 @@ func (c *blockCache) put(p segment.Ptr, blk []byte) {
 		c.bytes -= int64(len(ce.data))
 	}
 }
-
-// drop empties the cache (after a rollback the pointers stay valid, but a
-// cleaner may have removed objects; keep it simple and correct).
-func (c *blockCache) drop() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.lru.Init()
-	c.idx = make(map[segment.Ptr]*list.Element)
-	c.bytes = 0
-}

@@ -8,10 +8,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/zeebo/xxh3"
 	"go.uber.org/zap"
 
-	"ckptfs/blockmap"
 	"ckptfs/segment"
 	"ckptfs/staging"
 	"ckptfs/wal"
@@ -74,7 +72,6 @@ type walState struct {
 type publish struct {
 	name    segment.ObjectName
 	ino     segment.Inode
-	base    segment.Inode
 	etag    string // the head it replaces
 	applied uint64
 	body    *objectBody
@@ -133,7 +130,7 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 	}
 	log, err := wal.Open(ctx, f.st, f.prefix, f.walOptions())
 	if err != nil {
-		return nil, fmt.Errorf("write %s: %w", f.prefix, err)
+		return nil, fmt.Errorf("take the write-ahead log of %s: %w", f.prefix, err)
 	}
 	// The head may have moved since this file was opened: a writer that held
 	// the lease published and let it go. Changes must build on its
@@ -143,19 +140,19 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 	ino, info, err := f.readHead(ctx)
 	if err != nil {
 		_ = log.Close(ctx)
-		return nil, fmt.Errorf("write %s: %w", f.prefix, err)
+		return nil, fmt.Errorf("take the write-ahead log of %s: %w", f.prefix, err)
 	}
 	applied, tracked, err := parseWALMeta(info.Metadata)
 	if err != nil {
 		_ = log.Close(ctx)
-		return nil, fmt.Errorf("write %s: %w", f.prefix, err)
+		return nil, fmt.Errorf("take the write-ahead log of %s: %w", f.prefix, err)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if info.ETag != f.headETag {
 		if f.changed {
 			_ = log.Close(ctx)
-			return nil, fmt.Errorf("write %s: checkpoint %d was published by another writer: %w", f.prefix, ino.Cno, ErrConflict)
+			return nil, fmt.Errorf("take the write-ahead log of %s: checkpoint %d was published by another writer: %w", f.prefix, ino.Cno, ErrConflict)
 		}
 		f.adopt(ino, info.ETag)
 		f.w.applied, f.w.tracked = applied, tracked || f.w.tracked
@@ -166,7 +163,7 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 		if s > seen {
 			// A writer that died after this file was opened left them.
 			_ = log.Close(ctx)
-			return nil, fmt.Errorf("write %s: the write-ahead log holds record %d, written since this file was opened (last seen %d); open the file again to replay it: %w",
+			return nil, fmt.Errorf("take the write-ahead log of %s: it holds record %d, written since this file was opened (last seen %d); open the file again to replay it: %w",
 				f.prefix, s, seen, ErrConflict)
 		}
 	}
@@ -218,7 +215,7 @@ func (f *File) logLocked(ctx context.Context, op wal.Op) error {
 	}
 	seq, err := log.Append(ctx, []wal.Op{op})
 	if err != nil {
-		return fmt.Errorf("log %s: %w", f.prefix, err)
+		return fmt.Errorf("append to the write-ahead log of %s: %w", f.prefix, err)
 	}
 	f.w.seq = max(f.w.seq, seq)
 	return nil
@@ -334,19 +331,10 @@ func (f *File) walPublishLocked(ctx context.Context) (FlushTiming, error) {
 	}
 	part0 := objs[0]
 	cno := part0.name.Cno
-	place := func(n blockmap.NodeImage) (segment.Ptr, error) {
-		if n.Level == 0 {
-			if p, ok := f.leafImages[xxh3.Hash(n.Encoded)]; ok {
-				return p, nil
-			}
-		}
-		part0.metas = append(part0.metas, n.Encoded)
-		return segment.Ptr{Cno: cno, Part: 0, Slot: uint32(len(part0.metas) - 1)}, nil
-	}
-	committed, err := f.tree.Commit(ctx, place)
+	committed, err := f.commitLocked(ctx, objs)
 	if err != nil {
 		f.releasePlanned(objs)
-		return t, fmt.Errorf("flush %s: commit block map: %w", f.prefix, err)
+		return t, fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
 	ino := f.inodeLocked(cno, committed)
 	base := f.head
@@ -355,7 +343,7 @@ func (f *File) walPublishLocked(ctx context.Context) (FlushTiming, error) {
 		f.releasePlanned(objs)
 		return t, fmt.Errorf("flush %s: encode %s: %w", f.prefix, part0.name, err)
 	}
-	pub := &publish{name: part0.name, ino: ino, base: base, etag: f.headETag, applied: f.w.seq,
+	pub := &publish{name: part0.name, ino: ino, etag: f.headETag, applied: f.w.seq,
 		body: body, bufs: part0.bufs, held: part0.held, done: make(chan struct{})}
 	// The dirty blocks' buffers now belong to the publish (blocks by
 	// reference were read into buffers of their own); the budget they hold

@@ -86,7 +86,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if f.walOn() {
 		var err error
 		if log, err = f.walLog(ctx); err != nil {
-			return 0, err
+			return 0, fmt.Errorf("write %s at %d: %w", f.prefix, off, err)
 		}
 	}
 
