@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -307,5 +310,84 @@ func TestGCDryRunAndUploads(t *testing.T) {
 	}
 	if _, err := readCheckpoint(ctx, st, prefix, id, chain[0]); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGCShortGraceSlowWriter: a mount writes a file slowly, sending objects
+// ahead, while `ckptfs gc --grace 1s --min-age 0` runs over and over: the
+// objects sent ahead grow older than the grace period long before the close
+// publishes them. The writer's marker keeps them; after the close the file
+// reads back exactly, through the mount (cmp) and from the store.
+func TestGCShortGraceSlowWriter(t *testing.T) {
+	need(t, "cmp")
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	m := v.mount(gcMountOpts)
+	store, opts, env := s3Args(t, v)
+	chunks := int(size(24, 12))
+	want := make([]byte, chunks*(64<<10))
+	r := rand.New(rand.NewPCG(21, 22))
+	for i := range want {
+		want[i] = byte(r.Uint32())
+	}
+
+	stop := make(chan struct{})
+	gcDone := make(chan error, 1)
+	var runs int
+	go func() {
+		gcDone <- func() error {
+			for {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				cmd := exec.Command(bin, "gc", "-o", opts, "--grace", "1s", "--min-age", "0", "--keep", "1", store)
+				cmd.Env = env
+				if out, err := cmd.CombinedOutput(); err != nil {
+					return fmt.Errorf("gc run %d: %v\n%s", runs, err, out)
+				}
+				runs++
+			}
+		}()
+	}()
+
+	p := m.path("slow")
+	f, err := os.Create(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range chunks {
+		if _, err := f.Write(want[i*(64<<10) : (i+1)*(64<<10)]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(250 * time.Millisecond) // slow: what was sent ahead ages past the grace period
+	}
+	closeErr := f.Close()
+	close(stop)
+	if err := <-gcDone; err != nil {
+		t.Fatal(err)
+	}
+	if closeErr != nil {
+		t.Fatalf("close: %v", closeErr)
+	}
+	t.Logf("%d gc runs while the file was written", runs)
+	if runs < 3 {
+		t.Fatalf("only %d gc runs: the test proved nothing", runs)
+	}
+	local := filepath.Join(t.TempDir(), "want")
+	if err := os.WriteFile(local, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "", "cmp", local, p)
+	st := v.store()
+	id, prefix := fileOf(t, st)
+	chain := chainOf(t, st, prefix, id)
+	got, err := readCheckpoint(context.Background(), st, prefix, id, chain[0])
+	if err != nil {
+		t.Fatalf("read the file from the store: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the file in the store: %d bytes differ from the %d written", len(got), len(want))
 	}
 }

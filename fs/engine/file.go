@@ -240,6 +240,10 @@ type File struct {
 	walShared *wal.Counters
 
 	stats Stats
+
+	// wm is the writer marker that shows the cleaner what this writer may
+	// still publish (writers.go).
+	wm *writerMark
 }
 
 // dirtyBlock is one block's bytes that are not in a completed object yet.
@@ -354,6 +358,9 @@ type Options struct {
 	// WALCounters, when set, counts this file's WAL records with the other
 	// files of a mount.
 	WALCounters *wal.Counters
+	// Clock is the time of the writer marker (writers.go); nil: the system
+	// clock.
+	Clock Clock
 	// ReadOnly opens the file at its head for reading only: nothing is
 	// written, and WAL records a crashed writer left are not replayed (tools
 	// that inspect a volume must not change it).
@@ -385,6 +392,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		leafImages: make(map[uint64]segment.Ptr),
 		nextPart:   1,
 	}
+	f.wm = newWriterMark(st, prefix, o.Clock, log)
 	f.initSender()
 	return f, nil
 }
@@ -656,6 +664,7 @@ func (f *File) Close() error {
 	f.dirtyB = 0
 	f.unpinLocked()
 	unlock()
+	f.wm.close() // what it protected is published or given up
 	f.closeWAL()
 	return nil
 }

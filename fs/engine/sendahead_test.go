@@ -172,7 +172,7 @@ type gate struct {
 func newGate(inner staging.Store) *gate { return &gate{Store: inner, open: make(chan struct{})} }
 
 func (g *gate) hold(key string) {
-	if strings.HasSuffix(key, "/inode") || strings.HasSuffix(key, ".0") {
+	if strings.HasSuffix(key, "/inode") || strings.HasSuffix(key, ".0") || strings.Contains(key, "/"+WritersDir) {
 		return
 	}
 	g.mu.Lock()
