@@ -313,19 +313,22 @@ func TestGCDryRunAndUploads(t *testing.T) {
 	}
 }
 
-// TestGCShortGraceSlowWriter: a mount writes a file slowly, sending objects
-// ahead, while `ckptfs gc --grace 1s --min-age 0` runs over and over: the
-// objects sent ahead grow older than the grace period long before the close
-// publishes them. The writer's marker keeps them; after the close the file
-// reads back exactly, through the mount (cmp) and from the store.
+// TestGCShortGraceSlowWriter: dd writes a file into a mount slowly, sending
+// objects ahead, while `ckptfs gc --grace 1s --min-age 0` runs over and over:
+// the objects sent ahead grow older than the grace period long before dd's
+// close publishes them. The writer's marker keeps them; afterwards the file
+// reads back exactly, through the mount (cmp) and from the store. (The writer
+// is a process of its own: a close of a copy of its descriptor in a forked
+// gc would publish a checkpoint.)
 func TestGCShortGraceSlowWriter(t *testing.T) {
-	need(t, "cmp")
+	need(t, "cmp", "dd")
 	bin := ckptfsBinary(t)
 	v := newVolume(t)
 	m := v.mount(gcMountOpts)
 	store, opts, env := s3Args(t, v)
+	const chunk = 64 << 10
 	chunks := int(size(24, 12))
-	want := make([]byte, chunks*(64<<10))
+	want := make([]byte, chunks*chunk)
 	r := rand.New(rand.NewPCG(21, 22))
 	for i := range want {
 		want[i] = byte(r.Uint32())
@@ -333,7 +336,7 @@ func TestGCShortGraceSlowWriter(t *testing.T) {
 
 	stop := make(chan struct{})
 	gcDone := make(chan error, 1)
-	var runs int
+	var runs, deleted int
 	go func() {
 		gcDone <- func() error {
 			for {
@@ -344,34 +347,43 @@ func TestGCShortGraceSlowWriter(t *testing.T) {
 				}
 				cmd := exec.Command(bin, "gc", "-o", opts, "--grace", "1s", "--min-age", "0", "--keep", "1", store)
 				cmd.Env = env
-				if out, err := cmd.CombinedOutput(); err != nil {
+				out, err := cmd.CombinedOutput()
+				if err != nil {
 					return fmt.Errorf("gc run %d: %v\n%s", runs, err, out)
 				}
 				runs++
+				deleted += strings.Count(string(out), "\ndeleted ")
 			}
 		}()
 	}()
 
 	p := m.path("slow")
-	f, err := os.Create(p)
+	dd := exec.Command("dd", "of="+p, "bs=64k", "iflag=fullblock", "status=none")
+	in, err := dd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
+	var ddOut bytes.Buffer
+	dd.Stderr = &ddOut
+	if err := dd.Start(); err != nil {
+		t.Fatal(err)
+	}
 	for i := range chunks {
-		if _, err := f.Write(want[i*(64<<10) : (i+1)*(64<<10)]); err != nil {
+		if _, err := in.Write(want[i*chunk : (i+1)*chunk]); err != nil {
 			t.Fatal(err)
 		}
 		time.Sleep(250 * time.Millisecond) // slow: what was sent ahead ages past the grace period
 	}
-	closeErr := f.Close()
+	in.Close()
+	ddErr := dd.Wait()
 	close(stop)
 	if err := <-gcDone; err != nil {
 		t.Fatal(err)
 	}
-	if closeErr != nil {
-		t.Fatalf("close: %v", closeErr)
+	if ddErr != nil {
+		t.Fatalf("dd: %v\n%s", ddErr, ddOut.String())
 	}
-	t.Logf("%d gc runs while the file was written", runs)
+	t.Logf("%d gc runs while the file was written, %d objects deleted", runs, deleted)
 	if runs < 3 {
 		t.Fatalf("only %d gc runs: the test proved nothing", runs)
 	}
@@ -389,5 +401,8 @@ func TestGCShortGraceSlowWriter(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("the file in the store: %d bytes differ from the %d written", len(got), len(want))
+	}
+	if len(chain) != 1 {
+		t.Fatalf("checkpoints %v: want the close's only", chain)
 	}
 }
