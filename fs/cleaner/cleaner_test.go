@@ -849,3 +849,120 @@ func TestRebasedWriterKeepsObjects(t *testing.T) {
 		t.Fatal("file reads back wrong")
 	}
 }
+
+// Writer markers as the cleaner sees them: a live one keeps the objects and
+// uploads of its range whatever their age; once dead, they go, and the
+// marker itself once dead for longer than the grace period; a marker that
+// does not decode is reported and keeps its file's objects.
+func TestWriterMarkers(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := params(segment.FormatStream, false)
+	live := writeHistory(t, st, "live", p, 2, 1)
+	bad := writeHistory(t, st, "bad", p, 2, 2)
+	put := func(key string, body []byte) {
+		t.Helper()
+		if _, err := st.Put(ctx, key, body, staging.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := live.cnos[len(live.cnos)-1]
+	marker := live.prefix + engine.WritersDir + "w1"
+	put(marker, engine.EncodeWriterMarker(engine.WriterMarker{Lo: head, TTL: time.Hour}))
+	below := live.prefix + segment.ObjectName{Cno: head, Part: 7}.String() // rebased onto, say
+	above := live.prefix + segment.ObjectName{Cno: head + 1, Part: 1}.String()
+	put(below, []byte("x"))
+	put(above, []byte("x"))
+	upload := live.prefix + segment.ObjectName{Cno: head + 1, Part: 2}.String()
+	if _, err := st.CreateMultipart(ctx, upload, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	badMarker := bad.prefix + engine.WritersDir + "w2"
+	put(badMarker, []byte("not a marker"))
+	badAbove := bad.prefix + segment.ObjectName{Cno: bad.cnos[len(bad.cnos)-1] + 1, Part: 1}.String()
+	put(badAbove, []byte("x"))
+
+	exists := func(key string) bool {
+		_, err := st.Head(ctx, key)
+		return err == nil
+	}
+	gc := func(after time.Duration) *cleaner.Report {
+		t.Helper()
+		at := time.Now().Add(after)
+		rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: 10 * time.Minute, Now: func() time.Time { return at }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	// Live: past the grace period and MinAge, nothing of its range goes.
+	rep := gc(30 * time.Minute)
+	if rep.Writers != 2 || len(rep.Aborted) != 0 {
+		t.Fatalf("live writers %d, aborted %v; want 2 and none", rep.Writers, rep.Aborted)
+	}
+	for _, k := range []string{marker, below, above, badMarker, badAbove} {
+		if !exists(k) {
+			t.Fatalf("%s deleted under a live marker", k)
+		}
+	}
+	var skipped []string
+	for _, s := range rep.Skipped {
+		skipped = append(skipped, s.Key)
+	}
+	if !slices.Equal(skipped, []string{badMarker}) {
+		t.Fatalf("left alone %v; want the bad marker", skipped)
+	}
+	for _, cno := range live.cnos[len(live.cnos)-1:] {
+		live.checkAt(t, st, cno)
+	}
+	// Dead for longer than its TTL plus the grace period: its objects, its
+	// upload and the marker go; the bad marker still keeps its file's.
+	rep = gc(2 * time.Hour)
+	for _, k := range []string{marker, below, above} {
+		if exists(k) {
+			t.Fatalf("%s kept under a dead marker", k)
+		}
+	}
+	if len(rep.Aborted) != 1 || rep.Aborted[0].Key != upload {
+		t.Fatalf("aborted %v; want %s", rep.Aborted, upload)
+	}
+	if !exists(badMarker) || !exists(badAbove) {
+		t.Fatal("a marker that does not decode, or its file's object above the head, was deleted")
+	}
+}
+
+// An orphaned file that a live writer marker shows still written (a handle
+// of another mount) is not reaped, however old its objects; once the marker
+// is dead it is.
+func TestOrphanWithLiveWriter(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := ns.Create(ctx, namespace.RootIno, "open", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := writeHistory(t, st, n.FileID, params(segment.FormatStream, false), 2, 3)
+	if _, err := ns.Unlink(ctx, namespace.RootIno, "open"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(ctx, h.prefix+engine.WritersDir+"w", engine.EncodeWriterMarker(engine.WriterMarker{Lo: 1, TTL: 2 * time.Hour}), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		after  time.Duration
+		reaped bool
+	}{{90 * time.Minute, false}, {3 * time.Hour, true}} {
+		at := time.Now().Add(tc.after)
+		rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Grace: time.Hour, Now: func() time.Time { return at }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := len(keys(t, st, h.prefix)); tc.reaped != (left == 0) {
+			t.Fatalf("after %v: %d objects left, orphans reaped %v; want reaped=%v", tc.after, left, rep.Orphans, tc.reaped)
+		}
+	}
+}
