@@ -392,8 +392,8 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		leafImages: make(map[uint64]segment.Ptr),
 		nextPart:   1,
 	}
-	f.wm = newWriterMark(st, prefix, o.Clock, log)
 	f.initSender()
+	f.wm = newWriterMark(st, prefix, o.Clock, log, &f.s.requests)
 	return f, nil
 }
 

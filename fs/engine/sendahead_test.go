@@ -35,7 +35,7 @@ func dataObjects(t *testing.T, st staging.Store, prefix string) []staging.Object
 	}
 	var out []staging.ObjectInfo
 	for _, o := range all {
-		if !strings.HasSuffix(o.Key, "/inode") && !strings.HasSuffix(o.Key, ".0") {
+		if !strings.HasSuffix(o.Key, "/inode") && !strings.HasSuffix(o.Key, ".0") && !strings.Contains(o.Key, "/"+WritersDir) {
 			out = append(out, o)
 		}
 	}

@@ -58,6 +58,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -264,6 +265,10 @@ type writerMark struct {
 	lapses  uint64    // lapses found: a check clears only the gap it checked
 	closed  bool
 
+	// requests counts the marker's requests with the sender's, for
+	// FlushTiming.Requests.
+	requests *atomic.Int64
+
 	ctx     context.Context // requests of the renewal goroutine
 	cancel  context.CancelFunc
 	wake    chan struct{}
@@ -272,7 +277,7 @@ type writerMark struct {
 	running bool
 }
 
-func newWriterMark(st staging.Store, prefix string, clock Clock, log *zap.Logger) *writerMark {
+func newWriterMark(st staging.Store, prefix string, clock Clock, log *zap.Logger, requests *atomic.Int64) *writerMark {
 	if clock == nil {
 		clock = sysClock{}
 	}
@@ -282,7 +287,7 @@ func newWriterMark(st staging.Store, prefix string, clock Clock, log *zap.Logger
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &writerMark{st: st, prefix: prefix, key: prefix + WritersDir + newWriteID(), ttl: DefaultWriterTTL, clock: clock,
-		log: log, host: host, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+		log: log, host: host, requests: requests, ctx: ctx, cancel: cancel, wake: make(chan struct{}, 1), stop: make(chan struct{})}
 }
 
 // validFor is how long after the start of a PUT the writer counts on it.
@@ -307,6 +312,7 @@ func (m *writerMark) putLocked(ctx context.Context, held bool) error {
 		m.key = m.prefix + WritersDir + newWriteID()
 	}
 	body := EncodeWriterMarker(WriterMarker{Lo: m.lo, TTL: m.ttl, Host: m.host, PID: os.Getpid()})
+	m.requests.Add(1)
 	if _, err := m.st.Put(ctx, m.key, body, staging.PutOptions{}); err != nil {
 		return fmt.Errorf("store writer marker %s: %w", m.key, err)
 	}
@@ -460,6 +466,7 @@ func (m *writerMark) tick() {
 			m.log.Warn("renewing the writer marker failed; retrying", zap.String("key", m.key), zap.Error(err))
 		}
 	case m.lo == 0 && m.stored != 0 && !now.Before(m.idleAt.Add(m.ttl/3)):
+		m.requests.Add(1)
 		if err := m.st.Delete(ctx, m.key); err != nil {
 			m.idleAt = now // try again later; the cleaner removes it once dead
 			m.log.Debug("deleting the writer marker failed", zap.String("key", m.key), zap.Error(err))
@@ -543,6 +550,7 @@ func (f *File) verifyWritersLocked(ctx context.Context, objs []*plannedObject) e
 		slices.Sort(keys)
 		f.log.Warn("the writer marker lapsed; checking the objects the checkpoint names", zap.Int("objects", len(keys)))
 		for _, k := range keys {
+			f.s.requests.Add(1)
 			if _, err := f.st.Head(ctx, k); err != nil {
 				if errors.Is(err, staging.ErrNotFound) {
 					return &LostObjectError{Prefix: f.prefix, Key: k}
