@@ -27,9 +27,9 @@ import (
 // so that other mounts' changes show quickly; every answer comes from memory.
 const attrTimeout = time.Second
 
-// orphanGrace is how long the data of an unlinked file with no handle is kept
-// before it is deleted, for an open that raced the unlink.
-const orphanGrace = 2 * time.Second
+// idleTick is how often the mount retries the flush of closed files that
+// are still dirty and forgets the orphans a cleaner has deleted.
+const idleTick = time.Second
 
 // Options of New.
 type Options struct {
@@ -62,7 +62,7 @@ type FS struct {
 
 	mu      sync.Mutex
 	files   map[string]*openFile // by file id; GUARDED_BY(mu)
-	orphans map[string]time.Time // file id -> when its last name went; GUARDED_BY(mu)
+	orphans map[string]struct{}  // ids of files whose last name went here; GUARDED_BY(mu)
 	heads   map[string]headInfo  // last head seen of closed files; GUARDED_BY(mu)
 
 	metrics    *Metrics
@@ -126,7 +126,7 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		st: st, root: o.Root, cfg: o.Config, params: Params(o.Config), log: log, ns: ns, vol: vol,
 		budget: engine.NewBudget(budget), fsName: o.FsName,
 		ctx: fctx, cancel: cancel,
-		files: make(map[string]*openFile), orphans: make(map[string]time.Time), heads: make(map[string]headInfo),
+		files: make(map[string]*openFile), orphans: make(map[string]struct{}), heads: make(map[string]headInfo),
 		metrics: metrics,
 	}
 	if o.Config.Metrics != "" {
@@ -269,8 +269,8 @@ func (fsys *FS) Unmount() error {
 }
 
 // Close flushes every file that holds unpublished data, closes every engine,
-// deletes unlinked files that no handle holds, and stops the background
-// loops. Call it after the volume is unmounted (Wait returned); Unmount calls
+// and stops the background loops. Unlinked files are left to the cleaner
+// (see the package doc). Call it after the volume is unmounted (Wait returned); Unmount calls
 // it. It returns the first flush error: the data of that file is lost.
 func (fsys *FS) Close() error {
 	fsys.closeOnce.Do(func() {
@@ -312,14 +312,13 @@ func (fsys *FS) Close() error {
 			}
 			of.f.Close()
 		}
-		fsys.reapOrphans(ctx, true)
 		fsys.closeErr = errors.Join(errs...)
 	})
 	return fsys.closeErr
 }
 
 // loop runs the periodic work of the mount: namespace refresh, the periodic
-// flush, and deletion of unlinked files. It stops when Close cancels fsys.ctx.
+// flush, and the retry of flushes of closed files. It stops when Close cancels fsys.ctx.
 func (fsys *FS) loop() {
 	defer fsys.wg.Done()
 	refresh := time.NewTicker(fsys.cfg.NSRefresh)
@@ -330,8 +329,8 @@ func (fsys *FS) loop() {
 		defer t.Stop()
 		flushC = t.C
 	}
-	reap := time.NewTicker(orphanGrace / 2)
-	defer reap.Stop()
+	idle := time.NewTicker(idleTick)
+	defer idle.Stop()
 	for {
 		select {
 		case <-fsys.ctx.Done():
@@ -342,9 +341,9 @@ func (fsys *FS) loop() {
 			}
 		case <-flushC:
 			fsys.flushAll(fsys.ctx)
-		case <-reap.C:
+		case <-idle.C:
 			fsys.flushIdle(fsys.ctx)
-			fsys.reapOrphans(fsys.ctx, false)
+			fsys.pruneOrphans()
 		}
 	}
 }
@@ -435,8 +434,8 @@ func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
 	fsys.mu.Unlock()
 
 	f, err := engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
-	// An unlinked file whose data is being deleted must not be brought back.
-	if errors.Is(err, engine.ErrNotExist) && !fsys.isOrphan(id) {
+	// An unlinked file whose data a cleaner deleted must not be brought back.
+	if errors.Is(err, engine.ErrNotExist) && !fsys.unlinked(id) {
 		f, err = engine.Create(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
 		if errors.Is(err, engine.ErrExists) {
 			f, err = engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
@@ -518,93 +517,45 @@ func (fsys *FS) isOrphan(id string) bool {
 	return ok
 }
 
+// unlinked says whether file id has no name left, here or on any mount
+// whose changes this one has read.
+func (fsys *FS) unlinked(id string) bool {
+	if fsys.isOrphan(id) {
+		return true
+	}
+	for _, o := range fsys.ns.Orphans() {
+		if o.FileID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // orphaned records that file id lost its last name here.
 func (fsys *FS) orphaned(n namespace.Node) {
 	if n.Kind != namespace.KindFile || n.Nlink != 0 || n.FileID == "" {
 		return
 	}
 	fsys.mu.Lock()
-	fsys.orphans[n.FileID] = time.Now()
+	fsys.orphans[n.FileID] = struct{}{}
 	delete(fsys.heads, n.FileID)
 	fsys.mu.Unlock()
 }
 
-// reapOrphans deletes the data of unlinked files no handle holds (all of
-// them when now is set, else those past the grace period) and makes the
-// namespace forget them.
-func (fsys *FS) reapOrphans(ctx context.Context, now bool) {
+// pruneOrphans forgets the unlinked files that no handle holds here and that
+// the namespace no longer holds as orphans: a cleaner deleted them.
+func (fsys *FS) pruneOrphans() {
+	held := map[string]bool{}
+	for _, o := range fsys.ns.Orphans() {
+		held[o.FileID] = true
+	}
 	fsys.mu.Lock()
-	var ids []string
-	for id, t := range fsys.orphans {
-		if of := fsys.files[id]; of != nil && of.refs > 0 {
-			continue
-		}
-		if now || time.Since(t) >= orphanGrace {
-			ids = append(ids, id)
+	defer fsys.mu.Unlock()
+	for id := range fsys.orphans {
+		if fsys.files[id] == nil && !held[id] {
+			delete(fsys.orphans, id)
 		}
 	}
-	fsys.mu.Unlock()
-	for _, id := range ids {
-		fsys.mu.Lock()
-		of := fsys.files[id]
-		if of != nil && of.refs > 0 {
-			fsys.mu.Unlock()
-			continue
-		}
-		if of != nil {
-			delete(fsys.files, id)
-		}
-		fsys.mu.Unlock()
-		if of != nil {
-			<-of.ready
-			if of.f != nil {
-				of.f.Close()
-			}
-		}
-		if err := fsys.deleteData(ctx, id); err != nil {
-			fsys.log.Warn("delete data of unlinked file failed", zap.String("file", id), zap.Error(err))
-			continue
-		}
-		if err := fsys.ns.Forget(ctx, id); err != nil {
-			fsys.log.Warn("forget unlinked file failed", zap.String("file", id), zap.Error(err))
-			continue
-		}
-		fsys.mu.Lock()
-		delete(fsys.orphans, id)
-		fsys.mu.Unlock()
-	}
-}
-
-// deleteData deletes every object and open upload of file id; the head goes
-// last, so a crash midway leaves a file that still opens.
-func (fsys *FS) deleteData(ctx context.Context, id string) error {
-	p := fsys.prefix(id)
-	ups, err := fsys.st.ListMultipartUploads(ctx, p)
-	if err != nil {
-		return fmt.Errorf("list uploads of %s: %w", p, err)
-	}
-	for _, u := range ups {
-		if err := fsys.st.AbortMultipart(ctx, u.Key, u.UploadID); err != nil && !errors.Is(err, staging.ErrNotFound) {
-			return fmt.Errorf("abort upload of %s: %w", u.Key, err)
-		}
-	}
-	objs, err := staging.ListAll(ctx, fsys.st, p)
-	if err != nil {
-		return fmt.Errorf("list objects of %s: %w", p, err)
-	}
-	head := p + engine.HeadKey
-	for _, o := range objs {
-		if o.Key == head {
-			continue
-		}
-		if err := fsys.st.Delete(ctx, o.Key); err != nil {
-			return fmt.Errorf("delete %s: %w", o.Key, err)
-		}
-	}
-	if err := fsys.st.Delete(ctx, head); err != nil {
-		return fmt.Errorf("delete %s: %w", head, err)
-	}
-	return nil
 }
 
 // replayedHead handles a file whose head says WAL records may follow it:
