@@ -50,7 +50,14 @@ const (
 )
 
 // checkpointsDir is the name of the hidden directory of old checkpoints.
+// The name is reserved at the root: a real entry there would be hidden
+// behind the virtual one.
 const checkpointsDir = ".checkpoints"
+
+// reserved says whether name in directory n is the reserved checkpointsDir.
+func (n *node) reserved(name string) bool {
+	return n.ino == namespace.RootIno && name == checkpointsDir
+}
 
 func kindMode(k namespace.Kind) uint32 {
 	switch k {
@@ -119,9 +126,13 @@ func (n *node) child(ctx context.Context, nn namespace.Node, out *fuse.EntryOut)
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	if n.ino == namespace.RootIno && name == checkpointsDir {
+	if n.reserved(name) {
+		root, errno := n.get()
+		if errno != 0 {
+			return nil, errno
+		}
 		ch := n.NewInode(ctx, &ckptDir{fsys: n.fsys, ino: namespace.RootIno}, fs.StableAttr{Mode: syscall.S_IFDIR})
-		n.fsys.fillCkptDirAttr(&out.Attr)
+		fillCkptDirAttr(root, ckptDirMode(root), &out.Attr)
 		return ch, 0
 	}
 	nn, err := n.fsys.ns.Lookup(n.ino, name)
@@ -256,6 +267,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, nil, 0, syscall.EPERM
+	}
 	nn, err := n.fsys.ns.Create(ctx, n.ino, name, mode&namespace.ModeMask, owner(ctx))
 	if err != nil {
 		return nil, nil, 0, n.fsys.errnoOf("create", err)
@@ -277,6 +291,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EPERM
+	}
 	nn, err := n.fsys.ns.Mkdir(ctx, n.ino, name, mode&namespace.ModeMask, owner(ctx))
 	if err != nil {
 		return nil, n.fsys.errnoOf("mkdir", err)
@@ -285,6 +302,9 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EPERM
+	}
 	nn, err := n.fsys.ns.Symlink(ctx, n.ino, name, target, owner(ctx))
 	if err != nil {
 		return nil, n.fsys.errnoOf("symlink", err)
@@ -304,6 +324,9 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EPERM
+	}
 	t, ok := target.(*node)
 	if !ok {
 		return nil, syscall.EXDEV
@@ -346,6 +369,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	if flags&^(renameNoReplace|renameExchange) != 0 {
 		return syscall.EINVAL
+	}
+	// Nothing may take the reserved name; an entry that has it (made before
+	// it was reserved) may be renamed away, not exchanged.
+	if np.reserved(newName) || (flags&renameExchange != 0 && n.reserved(name)) {
+		return syscall.EPERM
 	}
 	var rf namespace.RenameFlags
 	if flags&renameNoReplace != 0 {
@@ -435,17 +463,13 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	return 0
 }
 
+// Listxattr lists the stored attributes only: the virtual ones are read by
+// name, and left out so that cp -a, rsync -X and tar --xattrs do not copy
+// them onto other files.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	nn, errno := n.get()
-	if errno != 0 {
-		return 0, errno
-	}
 	names, err := n.fsys.ns.ListXattr(n.ino)
 	if err != nil {
 		return 0, n.fsys.errnoOf("listxattr", err)
-	}
-	if nn.Kind == namespace.KindFile {
-		names = append(names, xattrCno, xattrFormat)
 	}
 	var b []byte
 	for _, s := range names {
