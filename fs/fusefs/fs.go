@@ -545,6 +545,12 @@ func (fsys *FS) orphaned(n namespace.Node) {
 // pruneOrphans forgets the unlinked files that no handle holds here and that
 // the namespace no longer holds as orphans: a cleaner deleted them.
 func (fsys *FS) pruneOrphans() {
+	fsys.mu.Lock()
+	none := len(fsys.orphans) == 0
+	fsys.mu.Unlock()
+	if none {
+		return
+	}
 	held := map[string]bool{}
 	for _, o := range fsys.ns.Orphans() {
 		held[o.FileID] = true
