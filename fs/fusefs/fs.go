@@ -269,9 +269,10 @@ func (fsys *FS) Unmount() error {
 }
 
 // Close flushes every file that holds unpublished data, closes every engine,
-// and stops the background loops. Unlinked files are left to the cleaner
-// (see the package doc). Call it after the volume is unmounted (Wait returned); Unmount calls
-// it. It returns the first flush error: the data of that file is lost.
+// and stops the background loops; unlinked files are left to the cleaner
+// (see the package doc). Call it after the volume is unmounted (Wait
+// returned); Unmount calls it. It returns the first flush error: the data of
+// that file is lost.
 func (fsys *FS) Close() error {
 	fsys.closeOnce.Do(func() {
 		defer fsys.stopMetrics()
@@ -318,7 +319,8 @@ func (fsys *FS) Close() error {
 }
 
 // loop runs the periodic work of the mount: namespace refresh, the periodic
-// flush, and the retry of flushes of closed files. It stops when Close cancels fsys.ctx.
+// flush, and the retry of flushes of closed files. It stops when Close
+// cancels fsys.ctx.
 func (fsys *FS) loop() {
 	defer fsys.wg.Done()
 	refresh := time.NewTicker(fsys.cfg.NSRefresh)
