@@ -397,7 +397,8 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 	if err != nil {
 		return nil, err
 	}
-	meta := map[string]string{writeIDMeta: newWriteID()}
+	id := newWriteID()
+	meta := map[string]string{writeIDMeta: id}
 	if f.p.WAL {
 		if err := walExists(ctx, st, prefix); err != nil {
 			return nil, err
@@ -418,11 +419,18 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 		Conditions: staging.Conditions{IfNoneMatch: true},
 		Metadata:   meta,
 	})
-	if errors.Is(err, staging.ErrPrecondition) {
-		return nil, fmt.Errorf("create %s: %w", prefix, ErrExists)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", prefix, err)
+		// A lost answer, resent by the client, is refused as a precondition
+		// failure by our own head: our write id on it means it landed.
+		hinfo, herr := st.Head(ctx, prefix+HeadKey)
+		switch {
+		case herr == nil && hinfo.Metadata[writeIDMeta] == id && hinfo.Size == int64(len(head)):
+			info = hinfo
+		case errors.Is(err, staging.ErrPrecondition):
+			return nil, fmt.Errorf("create %s: %w", prefix, ErrExists)
+		default:
+			return nil, fmt.Errorf("create %s: %w", prefix, err)
+		}
 	}
 	f.adopt(ino, info.ETag)
 	f.w.tracked = f.p.WAL
