@@ -77,6 +77,9 @@ type Dir struct {
 	root   string // absolute
 	sys    string // root/.ckptfs-staging
 	noSync bool
+	// syncHook, if set, runs before each fsync of a folder and fails it with
+	// its error: tests use it to fail the sync that makes a commit durable.
+	syncHook func(dir string) error
 }
 
 // DirOptions are the options of a directory store.
@@ -352,6 +355,11 @@ func (d *Dir) mkdirs(dir string) error {
 }
 
 func (d *Dir) syncDir(dir string) error {
+	if d.syncHook != nil {
+		if err := d.syncHook(dir); err != nil {
+			return err
+		}
+	}
 	if d.noSync {
 		return nil
 	}
@@ -368,12 +376,15 @@ func (d *Dir) syncDir(dir string) error {
 
 // publish makes the synced data file p.dataName(id), written in place
 // (unreferenced, so invisible), the object p if cond holds. It takes the
-// key's lock; on failure the data file is removed.
+// key's lock. On failure before the commit record is renamed into place the
+// data file is removed; after it (the folder's sync failed) the data file
+// stays, since the record names it.
 func (d *Dir) publish(p objPath, id string, size int64, md map[string]string, cond Conditions) (_ ObjectInfo, err error) {
 	data := filepath.Join(p.dir, p.dataName(id))
 	tmpMeta := data + ".meta-tmp" // no "~meta" suffix: never listed
+	committed := false            // the record naming data is in place
 	defer func() {
-		if err != nil {
+		if err != nil && !committed {
 			os.Remove(data)
 			os.Remove(tmpMeta)
 		}
@@ -404,8 +415,15 @@ func (d *Dir) publish(p objPath, id string, size int64, md map[string]string, co
 	if err := os.Rename(tmpMeta, p.meta()); err != nil {
 		return ObjectInfo{}, err
 	}
+	// From here the record names the new data file: it must never be
+	// removed, whatever fails next.
+	committed = true
 	if err := d.syncDir(p.dir); err != nil {
-		return ObjectInfo{}, err
+		// Readers see the new object, but a crash may bring the old record
+		// back, so its data file stays too (unreferenced if no crash comes,
+		// as after a crash during a write). The caller cannot tell whether
+		// the write will last: like a lost answer.
+		return ObjectInfo{}, fmt.Errorf("committed, but syncing folder %s failed, so the write may not survive a crash: %w", p.dir, err)
 	}
 	if exists && old.Data != meta.Data {
 		_ = os.Remove(filepath.Join(p.dir, old.Data)) // readers holding it open keep reading

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -301,5 +302,43 @@ func TestReadersDuringOverwrite(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A failed fsync of the folder after the commit record was renamed into
+// place fails the write, but the record now names the new data file, so that
+// file must stay: the object reads back whole (the new bytes, which the
+// running system already shows), and the old data file stays too, in case a
+// crash brings the old record back.
+func TestDirSyncFailsAfterCommit(t *testing.T) {
+	d := newDir(t)
+	ctx := t.Context()
+	if _, err := d.Put(ctx, "vol/k", []byte("old bytes"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	errSync := errors.New("folder sync failed")
+	staging.SetDirSyncHook(d, func(string) error { return errSync })
+	_, err := d.Put(ctx, "vol/k", []byte("new bytes"), staging.PutOptions{})
+	staging.SetDirSyncHook(d, nil)
+	if !errors.Is(err, errSync) {
+		t.Fatalf("put with a failing folder sync: %v, want the sync's error", err)
+	}
+	b, _, err := d.Get(ctx, "vol/k", staging.Whole())
+	if err != nil || string(b) != "new bytes" {
+		t.Fatalf("get after the failed sync: %q, %v; want the committed bytes", b, err)
+	}
+	matches, err := filepath.Glob(filepath.Join(d.Root(), "vol", "k~*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data []string
+	for _, m := range matches {
+		if b, err := os.ReadFile(m); err == nil && !strings.HasSuffix(m, "~meta") {
+			data = append(data, string(b))
+		}
+	}
+	slices.Sort(data)
+	if !slices.Equal(data, []string{"new bytes", "old bytes"}) {
+		t.Fatalf("data files after the failed sync hold %q, want both the new and the old bytes", data)
 	}
 }
