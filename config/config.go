@@ -63,7 +63,8 @@ type Config struct {
 	// objects or pieces of one file are in flight at once.
 	SegmentMPUMaxConcurrency int
 	// StreamSegmentBytes (stream_segment_bytes) is the target size of the
-	// objects data is sent ahead in; 0 sends nothing ahead.
+	// objects data is sent ahead in; 0 sends nothing ahead. It is capped at
+	// SegmentMaxObjectBytes: see EffectiveStreamSegmentBytes.
 	StreamSegmentBytes int64
 	// DataCacheDirtyMaxBytesThreshold (data_cache_dirty_max_bytes_threshold)
 	// is one of the dirty-data limits of a file; see DirtyLimit.
@@ -202,8 +203,9 @@ func (c Config) DirtyLimit() int64 {
 }
 
 // EffectiveStreamSegmentBytes is the target size of objects sent ahead:
-// StreamSegmentBytes, but never more than SegmentMaxObjectBytes. Validate
-// refuses a larger StreamSegmentBytes; this guards callers that skip it.
+// min(StreamSegmentBytes, SegmentMaxObjectBytes). The specification caps the
+// target at segment_max_object_bytes rather than refusing a larger one, so
+// Validate accepts it and the engine is given this value.
 func (c Config) EffectiveStreamSegmentBytes() int64 {
 	return min(c.StreamSegmentBytes, c.SegmentMaxObjectBytes)
 }

@@ -175,6 +175,21 @@ func TestEffectiveStreamSegmentBytes(t *testing.T) {
 	}
 }
 
+// The specification caps stream_segment_bytes at segment_max_object_bytes:
+// a larger target is accepted and the effective target is the cap.
+func TestStreamSegmentBytesCapped(t *testing.T) {
+	c, err := Parse(Default(), "segment_max_object_bytes=64M,stream_segment_bytes=256M")
+	if err != nil {
+		t.Fatalf("a target above segment_max_object_bytes: %v, want it accepted and capped", err)
+	}
+	if got := c.EffectiveStreamSegmentBytes(); got != 64<<20 {
+		t.Fatalf("effective target %s, want 64M", FormatSize(got))
+	}
+	if c.StreamSegmentBytes != 256<<20 {
+		t.Fatalf("stream_segment_bytes read back as %s, want 256M as given", FormatSize(c.StreamSegmentBytes))
+	}
+}
+
 func TestLogLevel(t *testing.T) {
 	tests := []struct {
 		in   string
@@ -314,7 +329,7 @@ func TestValidate(t *testing.T) {
 		}, []string{"segment_mpu_chunk_size"}}, // 1M chunk is under S3's 5M
 		{"max object too small", func(c *Config) {
 			c.SegmentMaxObjectBytes = 512 << 10
-		}, []string{"segment_max_object_bytes", "segment_mpu_chunk_size", "stream_segment_bytes"}},
+		}, []string{"segment_max_object_bytes", "segment_mpu_chunk_size"}},
 		{"max object above 1G", func(c *Config) { c.SegmentMaxObjectBytes = 1<<30 + 1 }, []string{"segment_max_object_bytes"}},
 		{"max object 2G", func(c *Config) { c.SegmentMaxObjectBytes = 2 << 30 }, []string{"segment_max_object_bytes"}},
 		{"chunk under 5M", func(c *Config) { c.SegmentMPUChunkSize = 5<<20 - 1 }, []string{"segment_mpu_chunk_size"}},
@@ -331,7 +346,7 @@ func TestValidate(t *testing.T) {
 		{"concurrency 64", func(c *Config) { c.SegmentMPUMaxConcurrency = 64 }, nil},
 		{"stream zero sends nothing ahead", func(c *Config) { c.StreamSegmentBytes = 0 }, nil},
 		{"stream negative", func(c *Config) { c.StreamSegmentBytes = -1 }, []string{"stream_segment_bytes"}},
-		{"stream above max object", func(c *Config) { c.SegmentMaxObjectBytes = 256 << 20 }, []string{"stream_segment_bytes"}},
+		{"stream above max object is capped, not refused", func(c *Config) { c.SegmentMaxObjectBytes = 256 << 20 }, nil},
 		{"dirty bytes negative", func(c *Config) { c.DataCacheDirtyMaxBytesThreshold = -1 }, []string{"data_cache_dirty_max_bytes_threshold"}},
 		{"dirty bytes zero", func(c *Config) { c.DataCacheDirtyMaxBytesThreshold = 0 }, nil},
 		{"dirty blocks zero", func(c *Config) { c.DataCacheDirtyMaxBlocksThreshold = 0 }, []string{"data_cache_dirty_max_blocks_threshold"}},
@@ -409,9 +424,6 @@ func TestValidateMessages(t *testing.T) {
 	}{
 		{"segment_mpu_chunk_size=1M", []string{"option segment_mpu_chunk_size=1M: must be at least 5M (S3's minimum part size)"}},
 		{"data_block_size=4Q", []string{`option data_block_size=4Q: bad size "4Q": want bytes or a number with K, M or G`}},
-		{"stream_segment_bytes=1G,segment_max_object_bytes=256M", []string{
-			"option stream_segment_bytes=1G: must be at most segment_max_object_bytes=256M (no object sent ahead is larger than a flush would make one)",
-		}},
 		{"segment_mpu_chunk_size=32M,segment_max_object_bytes=16M,stream_segment_bytes=0", []string{
 			"option segment_mpu_chunk_size=32M: must be at most segment_max_object_bytes=16M",
 		}},
@@ -492,8 +504,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad unit", "data_block_size=4Q", []string{"data_block_size"}, []error{ErrSyntax}},
 		{"out of range", "segment_mpu_max_concurrency=100", []string{"segment_mpu_max_concurrency"}, []error{ErrInvalidValue}},
 		{"several problems at once",
-			"foo,data_block_size=4Q,segment_mpu_chunk_size=1M,wal=perhaps,stream_segment_bytes=2G,flush_interval=10ms,metrics=nowhere",
-			[]string{"foo", "data_block_size", "wal", "segment_mpu_chunk_size", "stream_segment_bytes", "flush_interval", "metrics"},
+			"foo,data_block_size=4Q,segment_mpu_chunk_size=1M,wal=perhaps,segment_mpu_max_concurrency=100,flush_interval=10ms,metrics=nowhere",
+			[]string{"foo", "data_block_size", "wal", "segment_mpu_chunk_size", "segment_mpu_max_concurrency", "flush_interval", "metrics"},
 			[]error{ErrUnknownOption, ErrSyntax, ErrSyntax, ErrInvalidValue, ErrInvalidValue, ErrInvalidValue, ErrInvalidValue}},
 	}
 	for _, tt := range tests {

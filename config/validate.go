@@ -59,13 +59,9 @@ func (c Config) Validate() error {
 	v.check("segment_mpu_max_concurrency", c.SegmentMPUMaxConcurrency >= 1 && c.SegmentMPUMaxConcurrency <= maxConcurrency,
 		"must be from 1 to 64")
 
-	switch {
-	case c.StreamSegmentBytes < 0:
-		v.fail("stream_segment_bytes", "must not be negative (0 sends nothing ahead)")
-	case c.StreamSegmentBytes > c.SegmentMaxObjectBytes:
-		v.fail("stream_segment_bytes", "must be at most segment_max_object_bytes="+FormatSize(c.SegmentMaxObjectBytes)+
-			" (no object sent ahead is larger than a flush would make one)")
-	}
+	// A target above segment_max_object_bytes is not an error: the
+	// specification caps it there (EffectiveStreamSegmentBytes).
+	v.check("stream_segment_bytes", c.StreamSegmentBytes >= 0, "must not be negative (0 sends nothing ahead)")
 
 	v.check("data_cache_dirty_max_bytes_threshold", c.DataCacheDirtyMaxBytesThreshold >= 0, "must not be negative")
 	v.check("data_cache_dirty_max_blocks_threshold", c.DataCacheDirtyMaxBlocksThreshold >= 1 && c.DataCacheDirtyMaxBlocksThreshold <= maxDirtyBlocks,
