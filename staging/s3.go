@@ -74,7 +74,7 @@ func (c S3Config) String() string {
 		return "<redacted>"
 	}
 	return fmt.Sprintf("{Bucket:%s Prefix:%s Endpoint:%s Region:%s PathStyle:%t AccessKey:%s SecretKey:%s SessionToken:%s Profile:%s DirectoryBucket:%t SignPayload:%t MaxIdleConns:%d}",
-		c.Bucket, c.Prefix, c.Endpoint, c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns)
+		c.Bucket, c.Prefix, RedactURL(c.Endpoint), c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns)
 }
 
 // GoString keeps %#v from printing the secrets too.
@@ -99,12 +99,16 @@ func (c S3Config) validate() error {
 		}
 	}
 	if c.Endpoint != "" {
+		// Never print the endpoint as given: it may hold a secret.
+		shown := RedactURL(c.Endpoint)
 		u, err := url.Parse(c.Endpoint)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("endpoint %q is not an http:// or https:// URL: %w", c.Endpoint, err))
+			errs = append(errs, fmt.Errorf("endpoint %q is not an http:// or https:// URL", shown))
 		case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
-			errs = append(errs, fmt.Errorf("endpoint %q is not an http:// or https:// URL", c.Endpoint))
+			errs = append(errs, fmt.Errorf("endpoint %q is not an http:// or https:// URL", shown))
+		case u.User != nil:
+			errs = append(errs, fmt.Errorf("endpoint %q has user information: give credentials as access and secret keys, or through the AWS credential chain", shown))
 		}
 	}
 	if (c.AccessKey == "") != (c.SecretKey == "") {

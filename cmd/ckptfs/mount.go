@@ -122,14 +122,19 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 // name shown in the mount table.
 func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, string, error) {
 	u, err := url.Parse(spec)
+	spec = staging.RedactURL(spec) // only printed from here on
 	if err != nil {
+		var ue *url.Error // its text repeats the URL
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, "", fmt.Errorf("store %q: %w", spec, err)
 	}
 	switch u.Scheme {
 	case "mem":
 		return staging.NewMem(), "", nil
 	case "file":
-		if u.Host != "" || !filepath.IsAbs(u.Path) {
+		if u.Host != "" || u.User != nil || !filepath.IsAbs(u.Path) {
 			return nil, "", fmt.Errorf("store %q: want file:///absolute/dir", spec)
 		}
 		d, err := staging.NewDir(u.Path)
@@ -159,14 +164,7 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 
 // redactStore drops user information (a key or password someone put in the
 // URL) from STORE, for the log and the mount table.
-func redactStore(spec string) string {
-	u, err := url.Parse(spec)
-	if err != nil || u.User == nil {
-		return spec
-	}
-	u.User = nil
-	return u.String()
-}
+func redactStore(spec string) string { return staging.RedactURL(spec) }
 
 func newLogger(level config.LogLevel, w io.Writer) *zap.Logger {
 	enc := zap.NewProductionEncoderConfig()
