@@ -104,10 +104,17 @@ const (
 	// data file was replaced meanwhile; only a key rewritten without pause
 	// can exhaust it.
 	readRetries = 100
+	// Everything a store creates is the mounting user's alone: the objects
+	// are the files' contents, which the mount's own permissions guard.
+	dirPerm  = 0o700
+	filePerm = 0o600
 )
 
 // NewDir opens (creating it if needed) a directory store at root; every
-// acknowledged write is synced to disk.
+// acknowledged write is synced to disk. What the store creates, the root
+// included, is private to the user running it (folders 0700, files 0600); a
+// root others can write is refused. The mode of an existing root is left as
+// it is.
 func NewDir(root string) (*Dir, error) { return NewDirWith(root, DirOptions{}) }
 
 // NewDirWith is NewDir with options.
@@ -117,8 +124,24 @@ func NewDirWith(root string, o DirOptions) (*Dir, error) {
 		return nil, fmt.Errorf("directory store %s: %w", root, err)
 	}
 	d := &Dir{root: abs, sys: filepath.Join(abs, strings.TrimSuffix(ReservedPrefix, "/")), noSync: o.NoSync}
+	if err := os.MkdirAll(abs, dirPerm); err != nil {
+		return nil, fmt.Errorf("directory store %s: %w", abs, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("directory store %s: %w", abs, err)
+	}
+	switch {
+	case !st.IsDir():
+		return nil, fmt.Errorf("directory store %s: not a directory", abs)
+	case st.Mode().Perm()&0o002 != 0:
+		// Anyone could then replace commit records or swap folders for
+		// links: the store's data would be theirs to choose.
+		return nil, fmt.Errorf("directory store %s: writable by others (mode %04o): remove that with chmod o-w %s, or use a private directory",
+			abs, st.Mode().Perm(), abs)
+	}
 	for _, sub := range []string{"tmp", "locks", "uploads"} {
-		if err := os.MkdirAll(filepath.Join(d.sys, sub), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(d.sys, sub), dirPerm); err != nil {
 			return nil, fmt.Errorf("directory store %s: %w", root, err)
 		}
 	}
@@ -284,7 +307,7 @@ func newID() string {
 // lock takes an exclusive flock on name (created if missing) and returns
 // its release.
 func lock(name string) (func(), error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, filePerm)
 	if err != nil {
 		return nil, err
 	}
@@ -315,7 +338,7 @@ func (d *Dir) writeTmp(name string, data []byte) (string, error) {
 // writeNew writes data to a new file at path and syncs it; on failure the
 // file is removed.
 func (d *Dir) writeNew(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
 	if err != nil {
 		return err
 	}
@@ -345,7 +368,7 @@ func (d *Dir) mkdirs(dir string) error {
 	if err := d.mkdirs(parent); err != nil {
 		return err
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, dirPerm); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil
 		}
@@ -701,7 +724,7 @@ func (d *Dir) CreateMultipart(ctx context.Context, key string, opts PutOptions) 
 	id := newID()
 	rec, err := json.Marshal(dirUpload{Version: dirFormatVersion, Key: key, Metadata: opts.Metadata, Initiated: time.Now().UTC()})
 	if err == nil {
-		err = os.Mkdir(d.uploadDir(id), 0o755)
+		err = os.Mkdir(d.uploadDir(id), dirPerm)
 	}
 	var tmp string
 	if err == nil {
@@ -874,7 +897,7 @@ func (d *Dir) complete(ctx context.Context, p objPath, id string, u dirUpload, p
 		return ObjectInfo{}, err
 	}
 	tmp := filepath.Join(p.dir, p.dataName(dataID))
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
 	if err != nil {
 		return ObjectInfo{}, err
 	}

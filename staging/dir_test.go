@@ -342,3 +342,67 @@ func TestDirSyncFailsAfterCommit(t *testing.T) {
 		t.Fatalf("data files after the failed sync hold %q, want both the new and the old bytes", data)
 	}
 }
+
+// Everything a directory store creates, its root included, is private to the
+// user running it: objects are the contents of files.
+func TestDirPrivate(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "store")
+	d, err := staging.NewDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := d.Put(ctx, "vol/f/1/inode", []byte("x"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := d.CreateMultipart(ctx, "vol/f/1/big", staging.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.UploadPart(ctx, "vol/f/1/big", id, 1, []byte("part")); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err = filepath.WalkDir(root, func(path string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		want := os.FileMode(0o600)
+		if e.IsDir() {
+			want = 0o700
+		}
+		if got := info.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %04o, want %04o", path, got, want)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 10 {
+		t.Fatalf("walked only %d entries", n)
+	}
+}
+
+// A root that others can write is refused, with a message naming it.
+func TestDirRefusesRootOthersCanWrite(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "store")
+	if _, err := staging.NewDir(root); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_, err := staging.NewDir(root)
+	if err == nil {
+		t.Fatalf("a root of mode 0777 was accepted")
+	}
+	if !strings.Contains(err.Error(), root) || !strings.Contains(err.Error(), "writable by others") {
+		t.Fatalf("refusal %q does not name the root and the reason", err)
+	}
+}
