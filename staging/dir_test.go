@@ -406,3 +406,22 @@ func TestDirRefusesRootOthersCanWrite(t *testing.T) {
 		t.Fatalf("refusal %q does not name the root and the reason", err)
 	}
 }
+
+// GetLimited refuses an object of gigabytes after a first read of 64 KiB: the
+// object is sparse, so a whole read would allocate all of it.
+func TestGetLimitedHugeObject(t *testing.T) {
+	root := t.TempDir()
+	d, err := staging.NewDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.HugeObject(t, root, "vol/huge", 64<<30)
+	_, info, err := staging.GetLimited(t.Context(), d, "vol/huge", 1<<30)
+	var tl *staging.TooLargeError
+	if !errors.As(err, &tl) || !errors.Is(err, staging.ErrTooLarge) || tl.Size != 64<<30 || tl.Key != "vol/huge" {
+		t.Fatalf("GetLimited of a 64 GiB object: %v, want a TooLargeError", err)
+	}
+	if info.Size != 64<<30 {
+		t.Fatalf("info %+v", info)
+	}
+}

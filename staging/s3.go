@@ -438,53 +438,131 @@ func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, 
 		return nil, ObjectInfo{}, fail("get", key, err, false)
 	}
 	defer out.Body.Close()
-	data, err := readBody(out.Body, out.ContentLength)
-	if err != nil {
-		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: read body: %w", key, err)
-	}
 	info := ObjectInfo{
 		Key:          key,
-		Size:         int64(len(data)),
 		ETag:         aws.ToString(out.ETag),
 		LastModified: aws.ToTime(out.LastModified),
 		Metadata:     meta(out.Metadata),
 	}
-	if hdr == nil {
+	// Nothing is allocated for a body before its length is known to be what
+	// was asked: a range never costs more memory than its length.
+	switch {
+	case hdr == nil:
+		data, err := readBody(out.Body, out.ContentLength, -1)
+		if err != nil {
+			return nil, ObjectInfo{}, bodyFail("get", key, err)
+		}
+		info.Size = int64(len(data))
 		return data, info, nil
-	}
-	if out.ContentRange == nil {
+	case out.ContentRange == nil:
 		// The server sent the whole object (200) for a range: some do for a
 		// suffix of an empty object, or when ranges are not supported. Cut
 		// the range here, by the rules every backend follows.
-		off, n, err := r.resolve(int64(len(data)))
+		data, size, err := cutWhole(out.Body, out.ContentLength, r)
 		if err != nil {
-			return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: %w", key, err)
+			return nil, ObjectInfo{}, bodyFail("get", key, err)
 		}
-		return data[off : off+n : off+n], info, nil
+		info.Size = size
+		return data, info, nil
 	}
 	first, last, size, err := parseContentRange(*out.ContentRange)
 	if err != nil {
 		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: %w", key, err)
 	}
 	wantFirst, wantN, err := r.resolve(size)
-	if err != nil || first != wantFirst || last-first+1 != int64(len(data)) || int64(len(data)) != wantN {
-		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: asked %s, server sent %d bytes as %q", key, *hdr, len(data), *out.ContentRange)
+	if err != nil || first != wantFirst || last-first+1 != wantN ||
+		out.ContentLength != nil && *out.ContentLength >= 0 && *out.ContentLength != wantN {
+		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: asked %s, server sent %d bytes as %q", key, *hdr, aws.ToInt64(out.ContentLength), *out.ContentRange)
+	}
+	data, err := readBody(out.Body, &wantN, wantN)
+	if err != nil {
+		return nil, ObjectInfo{}, bodyFail("get", key, err)
 	}
 	info.Size = size
 	return data, info, nil
 }
 
-// readBody reads a response body into a buffer sized from its
-// Content-Length, so that large objects are not copied while growing.
-func readBody(body io.Reader, contentLength *int64) ([]byte, error) {
+// bodyFail wraps an error reading a response body: the request was answered,
+// the body was cut or stalled.
+func bodyFail(op, key string, err error) error {
+	return fmt.Errorf("s3 %s %s: read body: %w", op, truncKey(key), err)
+}
+
+// readBody reads a response body of contentLength bytes (nil or negative:
+// unknown) into one buffer, so that large objects are not copied while
+// growing. With limit >= 0, a body longer than limit is refused before
+// anything is allocated for it, or once limit is passed when its length is
+// unknown.
+func readBody(body io.Reader, contentLength *int64, limit int64) ([]byte, error) {
 	if contentLength == nil || *contentLength < 0 {
-		return io.ReadAll(body)
+		if limit < 0 {
+			return io.ReadAll(body)
+		}
+		data, err := io.ReadAll(io.LimitReader(body, limit+1))
+		if err == nil && int64(len(data)) > limit {
+			err = fmt.Errorf("body longer than the %d bytes asked", limit)
+		}
+		return data, err
+	}
+	if limit >= 0 && *contentLength > limit {
+		return nil, fmt.Errorf("body of %d bytes, more than the %d asked", *contentLength, limit)
 	}
 	data := make([]byte, *contentLength)
 	if _, err := io.ReadFull(body, data); err != nil {
 		return nil, fmt.Errorf("%d-byte body: %w", len(data), err)
 	}
 	return data, nil
+}
+
+// cutWhole returns range r of a whole object sent as body, and the object's
+// size, holding in memory no more than the range: the bytes before it are
+// skipped, those after it counted.
+func cutWhole(body io.Reader, contentLength *int64, r Range) ([]byte, int64, error) {
+	if contentLength != nil && *contentLength >= 0 {
+		size := *contentLength
+		off, n, err := r.resolve(size)
+		if err != nil {
+			return nil, 0, err
+		}
+		if _, err := io.CopyN(io.Discard, body, off); err != nil {
+			return nil, 0, fmt.Errorf("skip %d bytes: %w", off, err)
+		}
+		data, err := readBody(body, &n, n)
+		return data, size, err
+	}
+	if r.Suffix > 0 || r.Len == 0 {
+		// The range's end is the object's, which only the whole body tells.
+		data, err := io.ReadAll(body)
+		if err != nil {
+			return nil, 0, err
+		}
+		off, n, err := r.resolve(int64(len(data)))
+		if err != nil {
+			return nil, 0, err
+		}
+		return data[off : off+n : off+n], int64(len(data)), nil
+	}
+	skipped, err := io.CopyN(io.Discard, body, r.Off)
+	if err != nil && err != io.EOF {
+		return nil, 0, err
+	}
+	data, err := io.ReadAll(io.LimitReader(body, r.Len))
+	if err != nil {
+		return nil, 0, err
+	}
+	rest, err := io.Copy(io.Discard, body)
+	if err != nil {
+		return nil, 0, err
+	}
+	size := skipped + int64(len(data)) + rest
+	off, n, err := r.resolve(size)
+	if err != nil {
+		return nil, 0, err
+	}
+	if off != r.Off || n != int64(len(data)) {
+		return nil, 0, fmt.Errorf("range %+v of a %d-byte body", r, size)
+	}
+	return data, size, nil
 }
 
 func (s *S3) Head(ctx context.Context, key string) (ObjectInfo, error) {
