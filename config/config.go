@@ -36,6 +36,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"ckptfs/segment"
+	"ckptfs/staging"
 )
 
 const (
@@ -110,6 +111,18 @@ type Config struct {
 	// NSRefresh (ns_refresh) is how often a mount re-reads the namespace log
 	// written by other mounts.
 	NSRefresh time.Duration
+	// S3ConnectTimeout (s3_connect_timeout) bounds a TCP connect and a TLS
+	// handshake to the S3 endpoint.
+	S3ConnectTimeout time.Duration
+	// S3RequestTimeout (s3_request_timeout) bounds the wait for the headers
+	// of an S3 answer once the request, body included, is sent.
+	S3RequestTimeout time.Duration
+	// S3StallTimeout (s3_stall_timeout) fails an S3 request whose body, sent
+	// or received, moves no byte for this long.
+	S3StallTimeout time.Duration
+	// S3RetryMaxTime (s3_retry_max_time) is how long a failed S3 request is
+	// retried: no attempt starts later than this after the first.
+	S3RetryMaxTime time.Duration
 	// AllowOther (allow_other) lets users other than the mounting one access
 	// the mount.
 	AllowOther bool
@@ -142,6 +155,10 @@ func Default() Config {
 		EmulateLink:                      LinkNone,
 		Metrics:                          "",
 		NSRefresh:                        time.Second,
+		S3ConnectTimeout:                 staging.DefaultConnectTimeout,
+		S3RequestTimeout:                 staging.DefaultRequestTimeout,
+		S3StallTimeout:                   staging.DefaultStallTimeout,
+		S3RetryMaxTime:                   staging.DefaultRetryMaxTime,
 		AllowOther:                       false,
 		ReadOnly:                         false,
 	}
@@ -208,6 +225,11 @@ func (c Config) DirtyLimit() int64 {
 // Validate accepts it and the engine is given this value.
 func (c Config) EffectiveStreamSegmentBytes() int64 {
 	return min(c.StreamSegmentBytes, c.SegmentMaxObjectBytes)
+}
+
+// S3Timeouts are the bounds of every request to an S3 store.
+func (c Config) S3Timeouts() staging.S3Timeouts {
+	return staging.S3Timeouts{Connect: c.S3ConnectTimeout, Request: c.S3RequestTimeout, Stall: c.S3StallTimeout, RetryMax: c.S3RetryMaxTime}
 }
 
 // mulSat multiplies non-negative a and b, saturating instead of overflowing,

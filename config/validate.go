@@ -111,6 +111,17 @@ func (c Config) Validate() error {
 
 	v.check("ns_refresh", c.NSRefresh >= minNamespaceRefresh, "must be at least 10ms")
 
+	// Below a second a busy but healthy store fails requests; the upper
+	// bounds only catch a unit mistaken (a connect takes seconds, not hours).
+	v.check("s3_connect_timeout", c.S3ConnectTimeout >= time.Second && c.S3ConnectTimeout <= 10*time.Minute,
+		"must be from 1s to 10m")
+	v.check("s3_request_timeout", c.S3RequestTimeout >= time.Second && c.S3RequestTimeout <= time.Hour,
+		"must be from 1s to 1h")
+	v.check("s3_stall_timeout", c.S3StallTimeout >= time.Second && c.S3StallTimeout <= time.Hour,
+		"must be from 1s to 1h")
+	v.check("s3_retry_max_time", c.S3RetryMaxTime >= time.Second && c.S3RetryMaxTime <= time.Hour,
+		"must be from 1s to 1h")
+
 	return errors.Join(v.errs...)
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -63,6 +65,8 @@ type S3Config struct {
 	// MaxIdleConns is how many idle connections to the endpoint are kept
 	// for reuse; 0 means 64 (the SDK's 10 makes parallel transfers reconnect).
 	MaxIdleConns int
+	// Timeouts bound every request; zero fields take their defaults.
+	Timeouts S3Timeouts
 }
 
 // String describes c without its secrets.
@@ -73,8 +77,8 @@ func (c S3Config) String() string {
 		}
 		return "<redacted>"
 	}
-	return fmt.Sprintf("{Bucket:%s Prefix:%s Endpoint:%s Region:%s PathStyle:%t AccessKey:%s SecretKey:%s SessionToken:%s Profile:%s DirectoryBucket:%t SignPayload:%t MaxIdleConns:%d}",
-		c.Bucket, c.Prefix, RedactURL(c.Endpoint), c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns)
+	return fmt.Sprintf("{Bucket:%s Prefix:%s Endpoint:%s Region:%s PathStyle:%t AccessKey:%s SecretKey:%s SessionToken:%s Profile:%s DirectoryBucket:%t SignPayload:%t MaxIdleConns:%d Timeouts:%+v}",
+		c.Bucket, c.Prefix, RedactURL(c.Endpoint), c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns, c.Timeouts)
 }
 
 // GoString keeps %#v from printing the secrets too.
@@ -120,6 +124,7 @@ func (c S3Config) validate() error {
 	if c.MaxIdleConns < 0 {
 		errs = append(errs, fmt.Errorf("max idle connections %d is negative", c.MaxIdleConns))
 	}
+	errs = append(errs, c.Timeouts.validate()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("s3 config: %w", errors.Join(errs...))
 	}
@@ -140,9 +145,16 @@ func (c S3Config) validate() error {
 // every object ckptfs writes carries its own CRC that readers verify, and
 // TLS protects bytes in transit to a remote endpoint.
 //
-// # Retries
+// # Timeouts and retries
 //
-// The SDK's standard retryer stays on (3 attempts, backoff). A conditional
+// Every request is bounded (S3Timeouts): a connect, the wait for an
+// answer's headers, and each body, sent or received, that stops moving. A
+// request that fails by one of them is an error for which errors.Is(err,
+// ErrTimeout) holds, naming the operation and key. The SDK's standard
+// retryer retries what it deems transient (timeouts, 5xx, throttling), with
+// jittered exponential backoff, up to S3MaxAttempts attempts and never
+// starting one after S3Timeouts.RetryMax; the last attempt's error is
+// returned. docs/outages.md lists what a program sees. A conditional
 // write (If-None-Match, If-Match) whose first attempt succeeded but whose
 // answer was lost is retried and then fails with ErrPrecondition although the
 // write happened; a CompleteMultipart retried the same way fails with
@@ -190,12 +202,23 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 	if maxConns == 0 {
 		maxConns = 64
 	}
-	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-		t.MaxIdleConnsPerHost = maxConns
-		t.MaxIdleConns = max(t.MaxIdleConns, maxConns)
-	})
+	tm := c.Timeouts.withDefaults()
+	transport := awshttp.NewBuildableClient().
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = tm.Connect }).
+		WithTransportOptions(func(t *http.Transport) {
+			t.MaxIdleConnsPerHost = maxConns
+			t.MaxIdleConns = max(t.MaxIdleConns, maxConns)
+			t.TLSHandshakeTimeout = tm.Connect
+			t.ResponseHeaderTimeout = tm.Request
+		})
 	opts := []func(*config.LoadOptions) error{
-		config.WithHTTPClient(httpClient),
+		config.WithHTTPClient(transport),
+		config.WithRetryer(func() aws.Retryer {
+			return &boundedRetryer{
+				RetryerV2: retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = S3MaxAttempts }),
+				max:       tm.RetryMax,
+			}
+		}),
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
 	}
@@ -213,6 +236,10 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 bucket %s: load AWS config: %w", c.Bucket, err)
 	}
+	// Wrapped after loading, which may add a CA bundle to the transport.
+	// Not a BuildableClient any more, so the S3 client adds no timeouts of
+	// its own to ours.
+	cfg.HTTPClient = &stallClient{inner: cfg.HTTPClient, stall: tm.Stall}
 	if cfg.Region == "" {
 		if c.Endpoint == "" {
 			return nil, fmt.Errorf("s3 bucket %s: no region: set one in the configuration, AWS_REGION or the profile", c.Bucket)
@@ -225,6 +252,7 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 			o.BaseEndpoint = aws.String(c.Endpoint)
 		}
 		o.UsePathStyle = c.PathStyle
+		o.APIOptions = append(o.APIOptions, addOpStart)
 	})
 	s := &S3{
 		c:         client,
@@ -304,6 +332,9 @@ func sentinelOf(err error) error {
 // for a missing key, which the Store contract calls a failed precondition.
 func fail(op, key string, err error, ifMatch bool) error {
 	sentinel := sentinelOf(err)
+	if sentinel == nil && isTimeout(err) {
+		sentinel = ErrTimeout
+	}
 	if ifMatch && sentinel == ErrNotFound {
 		var ae smithy.APIError
 		if !errors.As(err, &ae) || ae.ErrorCode() != "NoSuchUpload" {
@@ -485,6 +516,9 @@ func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, 
 // bodyFail wraps an error reading a response body: the request was answered,
 // the body was cut or stalled.
 func bodyFail(op, key string, err error) error {
+	if isTimeout(err) {
+		return fmt.Errorf("s3 %s %s: read body: %w: %w", op, truncKey(key), ErrTimeout, err)
+	}
 	return fmt.Errorf("s3 %s %s: read body: %w", op, truncKey(key), err)
 }
 

@@ -77,7 +77,8 @@ func parseMountArgs(args []string) (mountArgs, error) {
 type storeOpts struct {
 	endpoint, region, profile string
 	pathStyle                 bool
-	logFile                   string // not a store option: where a detached mount logs
+	logFile                   string             // not a store option: where a detached mount logs
+	timeouts                  staging.S3Timeouts // from the mount's configuration; zero: defaults
 }
 
 // takeStoreOpts removes the store options from opts and returns them with
@@ -152,7 +153,7 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 		}
 		s, err := staging.NewS3(ctx, staging.S3Config{
 			Bucket: u.Host, Prefix: prefix, Endpoint: so.endpoint, Region: so.region,
-			PathStyle: so.pathStyle, Profile: so.profile,
+			PathStyle: so.pathStyle, Profile: so.profile, Timeouts: so.timeouts,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("store %s: %w", spec, err)
@@ -222,6 +223,7 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 	defer log.Sync()
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	so.timeouts = cfg.S3Timeouts()
 	st, root, err := openStore(ctx, m.store, so)
 	if err != nil {
 		cancel()
