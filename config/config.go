@@ -121,7 +121,8 @@ type Config struct {
 	// or received, moves no byte for this long.
 	S3StallTimeout time.Duration
 	// S3RetryMaxTime (s3_retry_max_time) is how long a failed S3 request is
-	// retried: no attempt starts later than this after the first.
+	// retried: no retry is begun once this much time has passed since the
+	// first attempt.
 	S3RetryMaxTime time.Duration
 	// AllowOther (allow_other) lets users other than the mounting one access
 	// the mount.

@@ -217,7 +217,7 @@ var options = []option{
 		"fails an S3 request whose body (sent or received) moves no byte for this long; a slow transfer that moves passes",
 		func(c *Config) *time.Duration { return &c.S3StallTimeout }),
 	durationOpt("s3_retry_max_time", "S3RetryMaxTime", "from 1s to 1h",
-		"how long a failed S3 request is retried (jittered exponential backoff): no attempt starts later than this after the first; then the program gets EIO",
+		"how long a failed S3 request is retried (jittered exponential backoff, at most 20s between attempts): no retry is begun once this much time has passed since the first attempt",
 		func(c *Config) *time.Duration { return &c.S3RetryMaxTime }),
 	boolOpt("allow_other", "AllowOther", "let users other than the mounting one access the mount",
 		func(c *Config) *bool { return &c.AllowOther }),

@@ -152,8 +152,8 @@ func (c S3Config) validate() error {
 // request that fails by one of them is an error for which errors.Is(err,
 // ErrTimeout) holds, naming the operation and key. The SDK's standard
 // retryer retries what it deems transient (timeouts, 5xx, throttling), with
-// jittered exponential backoff, up to S3MaxAttempts attempts and never
-// starting one after S3Timeouts.RetryMax; the last attempt's error is
+// jittered exponential backoff, up to S3MaxAttempts attempts, and decides no
+// retry once S3Timeouts.RetryMax has passed; the last attempt's error is
 // returned. docs/outages.md lists what a program sees. A conditional
 // write (If-None-Match, If-Match) whose first attempt succeeded but whose
 // answer was lost is retried and then fails with ErrPrecondition although the
@@ -215,8 +215,10 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 		config.WithHTTPClient(transport),
 		config.WithRetryer(func() aws.Retryer {
 			return &boundedRetryer{
-				RetryerV2: retry.NewStandard(func(o *retry.StandardOptions) { o.MaxAttempts = S3MaxAttempts }),
-				max:       tm.RetryMax,
+				RetryerV2: retry.NewStandard(func(o *retry.StandardOptions) {
+					o.MaxAttempts, o.MaxBackoff = S3MaxAttempts, S3MaxBackoff
+				}),
+				max: tm.RetryMax,
 			}
 		}),
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),

@@ -39,10 +39,11 @@ type S3Timeouts struct {
 	// whose answer's body brings no byte, for this long. A slow transfer
 	// that moves passes; only one that stops fails.
 	Stall time.Duration
-	// RetryMax is how long a failed request is retried: no attempt starts
-	// later than this after the first. The SDK's standard retryer chooses
-	// which errors are retried and waits between attempts (exponential
-	// backoff with jitter, at most S3MaxAttempts attempts).
+	// RetryMax is how long a failed request is retried: no retry is
+	// decided once this much time has passed since the first attempt. The
+	// SDK's standard retryer chooses which errors are retried and waits
+	// before each retry (exponential backoff with jitter, at most
+	// S3MaxBackoff), for at most S3MaxAttempts attempts.
 	RetryMax time.Duration
 }
 
@@ -54,8 +55,12 @@ const (
 	DefaultRetryMaxTime   = 2 * time.Minute
 )
 
-// S3MaxAttempts is the most attempts of one request, retries included.
-const S3MaxAttempts = 10
+// S3MaxAttempts is the most attempts of one request, retries included, and
+// S3MaxBackoff the longest wait before a retry.
+const (
+	S3MaxAttempts = 10
+	S3MaxBackoff  = 20 * time.Second
+)
 
 // withDefaults fills the zero fields.
 func (t S3Timeouts) withDefaults() S3Timeouts {
@@ -247,7 +252,7 @@ func addOpStart(stack *middleware.Stack) error {
 		}), middleware.Before)
 }
 
-// boundedRetryer is the SDK's retryer, but no retry starts once max has
+// boundedRetryer is the SDK's retryer, but no retry is decided once max has
 // passed since the operation's first attempt. The failed attempt's error
 // stays the operation's error (the SDK joins the refusal to it).
 type boundedRetryer struct {
