@@ -187,7 +187,7 @@ func (ls *lease) busy(ctx context.Context, o *OwnerInfo) error {
 		e.Owner = *o
 		return e
 	}
-	if b, _, err := ls.st.Get(ctx, ls.key, staging.Whole()); err == nil {
+	if b, _, err := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes); err == nil {
 		if o, err := parseOwner(b); err == nil {
 			e.Owner = o
 		}
@@ -197,7 +197,7 @@ func (ls *lease) busy(ctx context.Context, o *OwnerInfo) error {
 
 // take takes the lease or says why not.
 func (ls *lease) take(ctx context.Context) error {
-	b, info, err := ls.st.Get(ctx, ls.key, staging.Whole())
+	b, info, err := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
 	switch {
 	case errors.Is(err, staging.ErrNotFound):
 		put, err := ls.st.Put(ctx, ls.key, ls.body(time.Now()), staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true}})
@@ -250,7 +250,7 @@ func (ls *lease) renew(ctx context.Context) error {
 	}
 	// Our last renewal may have landed with its answer lost: the object then
 	// still names us, under an ETag we did not see.
-	b, info, gerr := ls.st.Get(ctx, ls.key, staging.Whole())
+	b, info, gerr := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
 	switch {
 	case errors.Is(gerr, staging.ErrNotFound):
 		return fmt.Errorf("wal lease %s was deleted: %w", ls.key, ErrLeaseLost)
@@ -269,7 +269,7 @@ func (ls *lease) renew(ctx context.Context) error {
 // conditional delete: a writer that took the lease between the read and the
 // delete loses it, which only happens to a lease that had expired.
 func (ls *lease) release(ctx context.Context) error {
-	b, _, err := ls.st.Get(ctx, ls.key, staging.Whole())
+	b, _, err := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
 	if errors.Is(err, staging.ErrNotFound) {
 		return nil
 	}

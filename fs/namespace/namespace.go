@@ -133,7 +133,7 @@ func (ns *Namespace) loadSnapshot(ctx context.Context, after uint64) (*state, er
 		return nil, nil
 	}
 	key := SnapKey(ns.root, seq)
-	data, _, err := ns.store.Get(ctx, key, staging.Whole())
+	data, _, err := staging.GetLimited(ctx, ns.store, key, envHeaderLen+maxObjectBody)
 	if err != nil {
 		return nil, fmt.Errorf("read namespace snapshot %s: %w", key, err)
 	}
@@ -232,7 +232,7 @@ func (ns *Namespace) skipGap(ctx context.Context, seq uint64) error {
 
 func (ns *Namespace) readEntry(ctx context.Context, seq uint64) (*entry, error) {
 	key := LogKey(ns.root, seq)
-	data, _, err := ns.store.Get(ctx, key, staging.Whole())
+	data, _, err := staging.GetLimited(ctx, ns.store, key, envHeaderLen+maxObjectBody)
 	if err != nil {
 		return nil, fmt.Errorf("read namespace entry %s: %w", key, err)
 	}
