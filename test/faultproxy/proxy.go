@@ -42,6 +42,18 @@ type Rule struct {
 	// LoseAnswer forwards the request, reads the server's whole answer and
 	// then closes the client's connection without sending it.
 	LoseAnswer float64
+	// OnFault, when set, is told of each request that met a fault, after
+	// the fault (it must not block for long).
+	OnFault func(Event)
+}
+
+// Event is one fault met by one request.
+type Event struct {
+	Time   time.Time // when the request came
+	Method string
+	Path   string // path and query, as the client sent them
+	Fault  string // "503", "500", "delay-before", "delay-after", "lost"
+	Delay  time.Duration
 }
 
 // Counters are what a proxy did since it started.
@@ -54,14 +66,15 @@ type Counters struct {
 	Lost      int64 // answers dropped after the server carried out the request
 	Stalled   int64 // requests held by Stall
 	Failed    int64 // requests the server could not be reached for (502)
+	Gone      int64 // requests whose client went away before the answer
 }
 
 // Faults is the number of requests that met a fault (delays included).
 func (c Counters) Faults() int64 { return c.Error503 + c.Error500 + c.Delayed + c.Lost }
 
 func (c Counters) String() string {
-	return fmt.Sprintf("%d requests: %d forwarded, %d answered 503, %d answered 500, %d delayed, %d answers lost, %d stalled, %d unreachable",
-		c.Requests, c.Forwarded, c.Error503, c.Error500, c.Delayed, c.Lost, c.Stalled, c.Failed)
+	return fmt.Sprintf("%d requests: %d forwarded, %d answered 503, %d answered 500, %d delayed, %d answers lost, %d stalled, %d unreachable, %d clients gone",
+		c.Requests, c.Forwarded, c.Error503, c.Error500, c.Delayed, c.Lost, c.Stalled, c.Failed, c.Gone)
 }
 
 // Proxy is a running fault-injecting proxy.
@@ -83,7 +96,7 @@ type Proxy struct {
 	closeOnce sync.Once
 	handlers  sync.WaitGroup // requests being served, waited for by Close
 
-	requests, forwarded, e503, e500, delayed, lost, stalled, failed atomic.Int64
+	requests, forwarded, e503, e500, delayed, lost, stalled, failed, gone atomic.Int64
 }
 
 // Start starts a proxy on 127.0.0.1 (a free port) to target, an http URL
@@ -153,7 +166,7 @@ func (p *Proxy) Counters() Counters {
 	return Counters{
 		Requests: p.requests.Load(), Forwarded: p.forwarded.Load(),
 		Error503: p.e503.Load(), Error500: p.e500.Load(), Delayed: p.delayed.Load(),
-		Lost: p.lost.Load(), Stalled: p.stalled.Load(), Failed: p.failed.Load(),
+		Lost: p.lost.Load(), Stalled: p.stalled.Load(), Failed: p.failed.Load(), Gone: p.gone.Load(),
 	}
 }
 
@@ -190,7 +203,7 @@ const (
 )
 
 // draw picks the fault of the next request, and a delay.
-func (p *Proxy) draw() (fault, time.Duration, chan struct{}) {
+func (p *Proxy) draw() (fault, time.Duration, chan struct{}, func(Event)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.rule
@@ -213,7 +226,7 @@ func (p *Proxy) draw() (fault, time.Duration, chan struct{}) {
 	case x < r.Error503+r.Error500+r.Delay+r.LoseAnswer:
 		f = loseAnswer
 	}
-	return f, d, p.stall
+	return f, d, p.stall, r.OnFault
 }
 
 // sleep waits d, or less when the proxy closes or the client goes.
@@ -234,7 +247,13 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.handlers.Add(1)
 	defer p.handlers.Done()
 	p.requests.Add(1)
-	f, d, stall := p.draw()
+	f, d, stall, onFault := p.draw()
+	came := time.Now()
+	tell := func(name string, d time.Duration) {
+		if onFault != nil {
+			onFault(Event{Time: came, Method: r.Method, Path: r.URL.RequestURI(), Fault: name, Delay: d})
+		}
+	}
 	if stall != nil {
 		p.stalled.Add(1)
 		select {
@@ -248,17 +267,20 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	switch f {
 	case err503:
 		p.e503.Add(1)
+		tell("503", 0)
 		drain(r)
 		writeError(w, http.StatusServiceUnavailable, "SlowDown", "Please reduce your request rate.")
 		return
 	case err500:
 		p.e500.Add(1)
+		tell("500", 0)
 		drain(r)
 		writeError(w, http.StatusInternalServerError, "InternalError", "We encountered an internal error. Please try again.")
 		return
 	case delayBefore:
 		p.delayed.Add(1)
 		p.sleep(r.Context(), d)
+		tell("delay-before", d)
 	}
 
 	out := r.Clone(r.Context())
@@ -275,6 +297,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.forwarded.Add(1)
 	resp, err := p.tr.RoundTrip(out)
 	if err != nil {
+		if r.Context().Err() != nil {
+			p.gone.Add(1)
+			return
+		}
 		p.failed.Add(1)
 		writeError(w, http.StatusBadGateway, "BadGateway", err.Error())
 		return
@@ -286,6 +312,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		// it is done, then drop the client's connection without a word.
 		_, _ = io.Copy(io.Discard, resp.Body)
 		p.lost.Add(1)
+		tell("lost", 0)
 		hijackAndClose(w)
 		return
 	}
@@ -297,6 +324,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		p.sleep(r.Context(), d)
+		tell("delay-after", d)
 		copyHeader(w.Header(), resp.Header)
 		w.WriteHeader(resp.StatusCode)
 		_, _ = w.Write(body)

@@ -103,7 +103,9 @@ func TestErrorsAreNotForwarded(t *testing.T) {
 // answer.
 func TestLoseAnswer(t *testing.T) {
 	srv, n := backend(t)
-	p := start(t, srv.URL, Rule{LoseAnswer: 1})
+	var events []Event
+	var mu sync.Mutex
+	p := start(t, srv.URL, Rule{LoseAnswer: 1, OnFault: func(e Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
 	resp, err := client().Post(p.URL()+"/x", "text/plain", bytes.NewReader([]byte("hello")))
 	if err == nil {
 		resp.Body.Close()
@@ -114,6 +116,11 @@ func TestLoseAnswer(t *testing.T) {
 	}
 	if c := p.Counters(); c.Lost != 1 || c.Forwarded != 1 {
 		t.Errorf("counters: %v", c)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(events) != 1 || events[0].Fault != "lost" || events[0].Method != "POST" || events[0].Path != "/x" {
+		t.Errorf("events: %+v", events)
 	}
 }
 
@@ -144,7 +151,7 @@ func TestSeededRule(t *testing.T) {
 		p.setRule(r)
 		var out []fault
 		for range 10000 {
-			f, _, _ := p.draw()
+			f, _, _, _ := p.draw()
 			out = append(out, f)
 		}
 		return out
