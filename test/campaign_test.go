@@ -329,6 +329,7 @@ func (c *campaign_) startMount(idx int, extra string) *mountProc {
 		close(m.exited)
 	}()
 	c.mounts[idx] = m
+	c.t.Logf("mount %c: pid %d, log %s", 'A'+idx, m.cmd.Process.Pid, filepath.Base(m.log))
 	deadline := time.Now().Add(campaignOpTimeout)
 	for !isMounted(t, m.dir) {
 		select {
@@ -617,6 +618,7 @@ func (c *campaign_) iteration(iter int) {
 			c.watch(drivers, wait)
 		}
 		killedAt[idx] = time.Now().UnixNano()
+		t.Logf("SIGKILL mount %c (pid %d) at %s", 'A'+idx, c.mounts[idx].cmd.Process.Pid, time.Unix(0, killedAt[idx]).UTC().Format("15:04:05.000"))
 		c.kill(c.mounts[idx])
 		c.stats.kills++
 	}
