@@ -42,6 +42,9 @@ type Rule struct {
 	// LoseAnswer forwards the request, reads the server's whole answer and
 	// then closes the client's connection without sending it.
 	LoseAnswer float64
+	// Match, when set, limits faults to the requests it accepts (a method
+	// and key, say, for a test that aims at one request); the others pass.
+	Match func(*http.Request) bool
 	// OnFault, when set, is told of each request that met a fault, after
 	// the fault (it must not block for long).
 	OnFault func(Event)
@@ -203,10 +206,13 @@ const (
 )
 
 // draw picks the fault of the next request, and a delay.
-func (p *Proxy) draw() (fault, time.Duration, chan struct{}, func(Event)) {
+func (p *Proxy) draw(req *http.Request) (fault, time.Duration, chan struct{}, func(Event)) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	r := p.rule
+	if r.Match != nil && !r.Match(req) {
+		return none, 0, p.stall, nil
+	}
 	x := p.rng.Float64()
 	var d time.Duration
 	if r.MaxDelay > 0 {
@@ -247,7 +253,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.handlers.Add(1)
 	defer p.handlers.Done()
 	p.requests.Add(1)
-	f, d, stall, onFault := p.draw()
+	f, d, stall, onFault := p.draw(r)
 	came := time.Now()
 	tell := func(name string, d time.Duration) {
 		if onFault != nil {

@@ -151,7 +151,7 @@ func TestSeededRule(t *testing.T) {
 		p.setRule(r)
 		var out []fault
 		for range 10000 {
-			f, _, _, _ := p.draw()
+			f, _, _, _ := p.draw(&http.Request{})
 			out = append(out, f)
 		}
 		return out
@@ -237,5 +237,31 @@ func TestStartBadTarget(t *testing.T) {
 			p.Close()
 			t.Errorf("Start(%q) accepted it", target)
 		}
+	}
+}
+
+// TestMatch: only the requests Match accepts meet faults.
+func TestMatch(t *testing.T) {
+	srv, n := backend(t)
+	p := start(t, srv.URL, Rule{Error503: 1, Match: func(r *http.Request) bool { return r.Method == http.MethodPut }})
+	resp, err := client().Get(p.URL() + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("GET: %d, want it passed", resp.StatusCode)
+	}
+	req, _ := http.NewRequest(http.MethodPut, p.URL()+"/x", bytes.NewReader([]byte("b")))
+	resp, err = client().Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 {
+		t.Errorf("PUT: %d, want 503", resp.StatusCode)
+	}
+	if n.Load() != 1 || p.Counters().Error503 != 1 {
+		t.Errorf("server saw %d, counters %v", n.Load(), p.Counters())
 	}
 }
