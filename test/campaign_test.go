@@ -230,8 +230,8 @@ type campaign_ struct {
 	// drivers and killedAt (unix ns, 0: alive) of the iteration running.
 	drivers  []*driverProc
 	killedAt [2]int64
-	logs   string // folder of mount logs, kept when the campaign fails
-	logN   int
+	logs     string // folder of mount logs, kept when the campaign fails
+	logN     int
 
 	// base is what the last check read: per driver, name -> content. A
 	// driver's directory exists once it is in base.
