@@ -725,6 +725,11 @@ func (c *campaign_) check(iter int, d *driverProc, killedAt [2]int64) {
 				abs = 1 - d.home
 			}
 			killed := killedAt[abs] != 0 && (!op.Ended || killedAt[abs] <= op.End)
+			if op.Kind == "see" { // it reads both mounts
+				for _, k := range killedAt {
+					killed = killed || k != 0 && (!op.Ended || k <= op.End)
+				}
+			}
 			switch {
 			case killed:
 			case op.Errno == int(syscall.EIO):

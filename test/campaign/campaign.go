@@ -25,7 +25,7 @@
 //	read    0 <name>                              results: <len> <crc32c>
 //	rename  m <src> <dst>
 //	unlink  m <name>
-//	see     m <name> <want 0|1>                   wait until mount m sees the name (or not)
+//	see     m                                     wait until mount m shows the directory as the other does
 //
 // Names are file names inside the driver's directory. After its first error
 // a driver stops: the operation that failed is the only one whose outcome is

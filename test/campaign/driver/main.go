@@ -8,20 +8,25 @@
 //	driver -id N -seed S -dir NAME -home MOUNT -other MOUNT [-max-size BYTES]
 //
 // Data operations go through the home mount; renames and unlinks through
-// either. Before a change through one mount the driver waits until that
-// mount sees the name (another mount's view lags by ns_refresh), and after
-// it until the home mount sees the result, logging both waits as "see".
+// either. Before a change through the other mount the driver waits until
+// that mount shows its directory as the home mount does (another mount's
+// view lags by ns_refresh), and after it until the home mount shows what
+// the other one does, logging both waits as "see".
 package main
 
 import (
+	"bytes"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
 	"hash/crc32"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -312,17 +317,78 @@ func (d *driver) read(name string, f *file) error {
 	})
 }
 
-// see waits until mount m sees name (want) or does not see it (!want).
-func (d *driver) see(m int, name string, want bool) error {
-	return d.do("see", m, []any{name, b2i(want)}, func() ([]any, error) {
+// view is a directory as one mount shows it: name -> inode number, from
+// getdents (the namespace) and from stat through the kernel's cached
+// entries (what an open by name reaches); both must agree.
+func (d *driver) view(m int) (map[string]uint64, error) {
+	dir := filepath.Join(d.mounts[m], d.dir)
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer syscall.Close(fd)
+	v := map[string]uint64{}
+	buf := make([]byte, 8192)
+	for {
+		n, err := syscall.ReadDirent(fd, buf)
+		if err != nil {
+			return nil, err
+		}
+		if n == 0 {
+			break
+		}
+		// struct linux_dirent64: ino u64, off s64, reclen u16, type u8, name.
+		for b := buf[:n]; len(b) >= 19; {
+			reclen := int(binary.LittleEndian.Uint16(b[16:18]))
+			if reclen < 19 || reclen > len(b) {
+				return nil, syscall.EIO
+			}
+			name := b[19:reclen]
+			if i := bytes.IndexByte(name, 0); i >= 0 {
+				name = name[:i]
+			}
+			if s := string(name); s != "." && s != ".." {
+				v[s] = binary.LittleEndian.Uint64(b[0:8])
+			}
+			b = b[reclen:]
+		}
+	}
+	for name, ino := range v {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(dir, name), &st); err != nil {
+			if errors.Is(err, syscall.ENOENT) {
+				v[name] = 0 // listed but not reachable yet: not in step
+				continue
+			}
+			return nil, err
+		}
+		if st.Ino != ino {
+			v[name] = 0
+		}
+	}
+	return v, nil
+}
+
+// see waits until mount m shows the driver's directory as mount 1-m does:
+// the same names for the same files (inode numbers, which every mount
+// derives from the namespace log alike), both in listings and through the
+// kernel's cached entries. Another mount's changes reach a mount within
+// ns_refresh, and its kernel's entries within their timeout; a change by
+// name made through a mount that is behind would act on what it shows.
+func (d *driver) see(m int) error {
+	return d.do("see", m, nil, func() ([]any, error) {
 		deadline := time.Now().Add(d.seeDeadline)
 		for {
-			_, err := os.Stat(d.path(m, name))
-			switch {
-			case err == nil && want, errors.Is(err, os.ErrNotExist) && !want:
-				return nil, nil
-			case err != nil && !errors.Is(err, os.ErrNotExist):
+			want, err := d.view(1 - m)
+			if err != nil {
 				return nil, unwrap(err)
+			}
+			got, err := d.view(m)
+			if err != nil {
+				return nil, unwrap(err)
+			}
+			if maps.Equal(want, got) && !slices.Contains(slices.Collect(maps.Values(got)), 0) {
+				return nil, nil
 			}
 			if time.Now().After(deadline) {
 				return nil, syscall.ETIMEDOUT
@@ -346,13 +412,8 @@ func (d *driver) rename(src string) error {
 	}
 	m := d.rng.IntN(2)
 	if m == 1 {
-		if err := d.see(1, src, true); err != nil {
+		if err := d.see(1); err != nil {
 			return err
-		}
-		if d.files[dst] != nil {
-			if err := d.see(1, dst, true); err != nil {
-				return err
-			}
 		}
 	}
 	if err := d.do("rename", m, []any{src, dst}, func() ([]any, error) {
@@ -363,10 +424,7 @@ func (d *driver) rename(src string) error {
 	d.files[dst] = d.files[src]
 	delete(d.files, src)
 	if m == 1 {
-		if err := d.see(0, src, false); err != nil {
-			return err
-		}
-		return d.see(0, dst, true)
+		return d.see(0)
 	}
 	return nil
 }
@@ -374,7 +432,7 @@ func (d *driver) rename(src string) error {
 func (d *driver) unlink(name string) error {
 	m := d.rng.IntN(2)
 	if m == 1 {
-		if err := d.see(1, name, true); err != nil {
+		if err := d.see(1); err != nil {
 			return err
 		}
 	}
@@ -385,7 +443,7 @@ func (d *driver) unlink(name string) error {
 	}
 	delete(d.files, name)
 	if m == 1 {
-		return d.see(0, name, false)
+		return d.see(0)
 	}
 	return nil
 }
