@@ -213,10 +213,11 @@ type mountProc struct {
 	err    error // after exited
 }
 
-type campaign_ struct {
+type campaignRun struct {
 	t      *testing.T
 	seed   uint64
-	rng    *rand.Rand
+	rngMu  sync.Mutex // the gc loop draws too
+	rng    *rand.Rand // GUARDED_BY(rngMu)
 	wal    bool
 	bin    string
 	drv    string
@@ -250,12 +251,21 @@ type campaign_ struct {
 	gcHang string
 }
 
-func newCampaign(t *testing.T, seed uint64, wal bool) *campaign_ {
+func newCampaign(t *testing.T, seed uint64, wal bool) *campaignRun {
 	bin := ckptfsBinary(t)
 	drv := campaignDriver(t)
 	v := newVolume(t)
 	store, _, env := s3Args(t, v)
-	c := &campaign_{}
+	logs := filepath.Join(os.TempDir(), "ckptfs-campaign", fmt.Sprintf("%d-%s", seed, map[bool]string{false: "plain", true: "wal"}[wal]))
+	_ = os.RemoveAll(logs)
+	if err := os.MkdirAll(logs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c := &campaignRun{
+		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0xca)), wal: wal,
+		bin: bin, drv: drv, store: store, env: env, logs: logs,
+		base: make([]map[string][]byte, campaignDrivers),
+	}
 	rule := campaignRule(seed)
 	rule.OnFault = func(e faultproxy.Event) {
 		c.faultMu.Lock()
@@ -271,17 +281,8 @@ func newCampaign(t *testing.T, seed uint64, wal bool) *campaign_ {
 			t.Error(err)
 		}
 	})
-	logs := filepath.Join(os.TempDir(), "ckptfs-campaign", fmt.Sprintf("%d-%s", seed, map[bool]string{false: "plain", true: "wal"}[wal]))
-	_ = os.RemoveAll(logs)
-	if err := os.MkdirAll(logs, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	*c = campaign_{
-		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0xca)), wal: wal,
-		bin: bin, drv: drv, store: store, env: env, proxy: proxy, logs: logs,
-		opts: "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region,
-		base: make([]map[string][]byte, campaignDrivers),
-	}
+	c.proxy = proxy
+	c.opts = "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region
 	for i := range c.dirs {
 		c.dirs[i] = mountpoint(t)
 	}
@@ -290,6 +291,11 @@ func newCampaign(t *testing.T, seed uint64, wal bool) *campaign_ {
 			if m != nil {
 				c.kill(m)
 			}
+		}
+		// The drivers stop at their next call on a dead mount.
+		for _, d := range c.drivers {
+			_ = d.stdin.Close()
+			<-d.done
 		}
 		c.detach()
 		c.stopGC()
@@ -304,7 +310,7 @@ func newCampaign(t *testing.T, seed uint64, wal bool) *campaign_ {
 
 // startMount mounts mount idx in the foreground and waits until it is
 // mounted.
-func (c *campaign_) startMount(idx int, extra string) *mountProc {
+func (c *campaignRun) startMount(idx int, extra string) *mountProc {
 	t := c.t
 	c.logN++
 	m := &mountProc{idx: idx, dir: c.dirs[idx], log: filepath.Join(c.logs, fmt.Sprintf("mount-%02d-%c.log", c.logN, 'A'+idx)), exited: make(chan struct{})}
@@ -349,7 +355,7 @@ func (c *campaign_) startMount(idx int, extra string) *mountProc {
 // kill kills a mount with SIGKILL. Its mount point stays attached (every
 // call on it fails with ENOTCONN) until detach: detached, the path would
 // lead into the empty folder below it.
-func (c *campaign_) kill(m *mountProc) {
+func (c *campaignRun) kill(m *mountProc) {
 	select {
 	case <-m.exited:
 	default:
@@ -363,7 +369,7 @@ func (c *campaign_) kill(m *mountProc) {
 }
 
 // detach detaches the mount points of killed mounts.
-func (c *campaign_) detach() {
+func (c *campaignRun) detach() {
 	for _, m := range c.killed {
 		if isMounted(c.t, m.dir) {
 			if out, err := runErr("", "fusermount3", "-uz", m.dir); err != nil {
@@ -376,7 +382,7 @@ func (c *campaign_) detach() {
 
 // hang fails the campaign: every live mount gets SIGQUIT (the Go runtime
 // writes every goroutine's stack to its log) and then SIGKILL.
-func (c *campaign_) hang(what string) {
+func (c *campaignRun) hang(what string) {
 	c.t.Helper()
 	var logs []string
 	for _, m := range c.mounts {
@@ -411,7 +417,7 @@ func (c *campaign_) hang(what string) {
 }
 
 // runGC runs `ckptfs gc` in a loop, through the proxy, until stopGC.
-func (c *campaign_) runGC() {
+func (c *campaignRun) runGC() {
 	c.gcStop, c.gcDone = make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(c.gcDone)
@@ -456,15 +462,13 @@ func (c *campaign_) runGC() {
 	}()
 }
 
-var campaignRngMu sync.Mutex
-
-func (c *campaign_) rngN(n int) int {
-	campaignRngMu.Lock()
-	defer campaignRngMu.Unlock()
+func (c *campaignRun) rngN(n int) int {
+	c.rngMu.Lock()
+	defer c.rngMu.Unlock()
 	return c.rng.IntN(n)
 }
 
-func (c *campaign_) stopGC() {
+func (c *campaignRun) stopGC() {
 	if c.gcStop == nil {
 		return
 	}
@@ -492,7 +496,7 @@ type driverProc struct {
 	stderr   bytes.Buffer
 }
 
-func (c *campaign_) startDriver(id, home int, iter int) *driverProc {
+func (c *campaignRun) startDriver(id, home int, iter int) *driverProc {
 	t := c.t
 	d := &driverProc{id: id, home: home, done: make(chan struct{})}
 	d.cmd = exec.Command(c.drv, "-id", strconv.Itoa(id), "-seed", strconv.FormatUint(c.seed*1000+uint64(iter), 10),
@@ -533,7 +537,7 @@ func (c *campaign_) startDriver(id, home int, iter int) *driverProc {
 
 // watch waits for until, checking every driver's operation in flight
 // against campaignOpTimeout.
-func (c *campaign_) watch(drivers []*driverProc, until <-chan struct{}) {
+func (c *campaignRun) watch(drivers []*driverProc, until <-chan struct{}) {
 	tick := time.NewTicker(100 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -559,7 +563,7 @@ func (c *campaign_) watch(drivers []*driverProc, until <-chan struct{}) {
 	}
 }
 
-func (c *campaign_) run(iterations int) campaignStats {
+func (c *campaignRun) run(iterations int) campaignStats {
 	t := c.t
 	start := time.Now()
 	for i := range 2 {
@@ -586,14 +590,14 @@ func (c *campaign_) run(iterations int) campaignStats {
 }
 
 // mountExtra: some mounts flush every second, some only on fsync and close.
-func (c *campaign_) mountExtra() string {
+func (c *campaignRun) mountExtra() string {
 	if c.rngN(2) == 0 {
 		return ",flush_interval=1s"
 	}
 	return ""
 }
 
-func (c *campaign_) iteration(iter int) {
+func (c *campaignRun) iteration(iter int) {
 	t := c.t
 	start := time.Now()
 	drivers := make([]*driverProc, campaignDrivers)
@@ -683,7 +687,7 @@ func (v nsView) clone() nsView {
 // check checks driver d's files after the kill against the model its log
 // gives, through mount A, compares with mount B, and makes what it read the
 // next iteration's base.
-func (c *campaign_) check(iter int, d *driverProc, killedAt [2]int64) {
+func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 	t := c.t
 	c.curDriver = d.id
 	d.mu.Lock()
@@ -710,7 +714,6 @@ func (c *campaign_) check(iter int, d *driverProc, killedAt [2]int64) {
 	for name, b := range c.base[d.id] {
 		view.names[name] = &mfile{states: [][]byte{b}, by: []*campaign.Op{nil}}
 	}
-	open := map[*mfile]bool{}
 	var alt *nsView // the view if the last op, in flight, happened
 	for i, op := range ops {
 		c.stats.ops++
@@ -743,14 +746,14 @@ func (c *campaign_) check(iter int, d *driverProc, killedAt [2]int64) {
 			if op.Kind == "mkdir" || op.Kind == "rename" || op.Kind == "unlink" || op.Kind == "open" && op.Int(1) == 1 {
 				a := view.clone()
 				alt = &a
-				c.apply(op, alt, open, true, fail)
+				c.apply(op, alt, true, fail)
 			} else {
-				c.apply(op, &view, open, true, fail)
+				c.apply(op, &view, true, fail)
 			}
 			continue
 		}
 		c.stats.okOps++
-		if !c.apply(op, &view, open, false, fail) {
+		if !c.apply(op, &view, false, fail) {
 			return
 		}
 	}
@@ -810,7 +813,7 @@ func (c *campaign_) check(iter int, d *driverProc, killedAt [2]int64) {
 
 // faultsDuring lists the faults injected while op ran (and a second
 // before).
-func (c *campaign_) faultsDuring(op *campaign.Op) string {
+func (c *campaignRun) faultsDuring(op *campaign.Op) string {
 	from := time.Unix(0, op.Begin).Add(-time.Second)
 	to := time.Unix(0, op.End)
 	c.faultMu.Lock()
@@ -840,7 +843,7 @@ func crc(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Casta
 // apply applies op to the view. uncertain: the op is the one in flight at
 // the end (it may or may not have happened). It reports false when the log
 // cannot be followed (a failure is reported).
-func (c *campaign_) apply(op *campaign.Op, v *nsView, open map[*mfile]bool, uncertain bool, fail func(string, ...any)) bool {
+func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail func(string, ...any)) bool {
 	name := ""
 	if len(op.Args) > 0 {
 		name = op.Args[0]
@@ -877,7 +880,6 @@ func (c *campaign_) apply(op *campaign.Op, v *nsView, open map[*mfile]bool, unce
 		} else if !needFile() {
 			return false
 		}
-		open[f] = true
 		if trunc && len(f.cur()) > 0 {
 			change(nil)
 		}
@@ -947,7 +949,7 @@ func (c *campaign_) apply(op *campaign.Op, v *nsView, open map[*mfile]bool, unce
 }
 
 // matches says why content is none of the states f may be in, or "".
-func (c *campaign_) matches(f *mfile, content []byte) string {
+func (c *campaignRun) matches(f *mfile, content []byte) string {
 	last := len(f.states) - 1
 	for k := f.acked; k <= last; k++ {
 		if bytes.Equal(content, f.states[k]) {
@@ -981,7 +983,7 @@ func (c *campaign_) matches(f *mfile, content []byte) string {
 }
 
 // whoWrote names the write of the model whose bytes content has at off.
-func (c *campaign_) whoWrote(f *mfile, content []byte, off int64) string {
+func (c *campaignRun) whoWrote(f *mfile, content []byte, off int64) string {
 	for k := len(f.by) - 1; k >= 1; k-- {
 		op := f.by[k]
 		if op == nil || op.Kind != "write" {
@@ -1044,13 +1046,13 @@ type gotDir struct {
 	files map[string][]byte
 }
 
-func (c *campaign_) readDir(d *driverProc, fail func(string, ...any)) (gotDir, bool) {
+func (c *campaignRun) readDir(d *driverProc, fail func(string, ...any)) (gotDir, bool) {
 	return c.readDirOn(0, d, fail)
 }
 
 // readDirOn lists and reads driver d's directory through mount idx, under
 // the watchdog.
-func (c *campaign_) readDirOn(idx int, d *driverProc, fail func(string, ...any)) (gotDir, bool) {
+func (c *campaignRun) readDirOn(idx int, d *driverProc, fail func(string, ...any)) (gotDir, bool) {
 	dir := filepath.Join(c.dirs[idx], fmt.Sprintf("d%d", d.id))
 	type result struct {
 		g   gotDir
