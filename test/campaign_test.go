@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -323,7 +324,8 @@ func (c *campaignRun) startMount(idx int, extra string) *mountProc {
 		opts += ",wal=on"
 	}
 	m.cmd = exec.Command(c.bin, "mount", "-f", "-o", opts, c.store, m.dir)
-	m.cmd.Env = c.env
+	// GOTRACEBACK=all: a SIGQUIT (see hang) writes every goroutine's stack.
+	m.cmd.Env = append(slices.Clone(c.env), "GOTRACEBACK=all")
 	m.cmd.Stdout, m.cmd.Stderr = lf, lf
 	if err := m.cmd.Start(); err != nil {
 		lf.Close()
@@ -412,8 +414,11 @@ func (c *campaignRun) hang(what string) {
 			kills = append(kills, fmt.Sprintf("mount %c killed at %d", 'A'+i, k))
 		}
 	}
-	c.t.Fatalf("HANG: %s (%s); live mounts' stacks (SIGQUIT) are at the end of %q; the drivers' logs are driver-*-hang.log in %s",
-		what, strings.Join(kills, ", "), logs, c.logs)
+	if len(kills) > 0 {
+		what += " (" + strings.Join(kills, ", ") + ")"
+	}
+	c.t.Fatalf("HANG: %s; live mounts' stacks (SIGQUIT) are at the end of %q; the drivers' logs are driver-*-hang.log in %s",
+		what, logs, c.logs)
 }
 
 // runGC runs `ckptfs gc` in a loop, through the proxy, until stopGC.
@@ -491,6 +496,7 @@ type driverProc struct {
 	lines    []string
 	inFlight string    // the last "B" line without its "E"
 	since    time.Time // when inFlight began
+	ended    int       // operations that returned
 	done     chan struct{}
 	err      error
 	stderr   bytes.Buffer
@@ -523,6 +529,7 @@ func (c *campaignRun) startDriver(id, home int, iter int) *driverProc {
 				d.inFlight, d.since = l, time.Now()
 			} else {
 				d.inFlight = ""
+				d.ended++
 			}
 			d.mu.Unlock()
 		}
@@ -535,17 +542,11 @@ func (c *campaignRun) startDriver(id, home int, iter int) *driverProc {
 	return d
 }
 
-// watch waits for until, checking every driver's operation in flight
-// against campaignOpTimeout.
-func (c *campaignRun) watch(drivers []*driverProc, until <-chan struct{}) {
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-until:
-			return
-		case <-tick.C:
-		}
+// watch waits until done() is true, checking every driver's operation in
+// flight against campaignOpTimeout, and the gc loop.
+func (c *campaignRun) watch(drivers []*driverProc, done func() bool) {
+	for !done() {
+		time.Sleep(20 * time.Millisecond)
 		for _, d := range drivers {
 			d.mu.Lock()
 			op, since := d.inFlight, d.since
@@ -606,20 +607,44 @@ func (c *campaignRun) iteration(iter int) {
 	}
 	// Run for a while, then kill both mounts, a little apart, in a random
 	// order.
-	runFor := time.Duration(1500+c.rngN(4500)) * time.Millisecond
-	timer := make(chan struct{})
-	go func() { time.Sleep(runFor); close(timer) }()
-	c.watch(drivers, timer)
-	first := c.rngN(2)
 	c.drivers = drivers
+	runFor := time.Duration(1500+c.rngN(4500)) * time.Millisecond
+	until := time.Now().Add(runFor)
+	c.watch(drivers, func() bool { return time.Now().After(until) })
+	// Before the kill, every driver that still runs must finish the
+	// operation it is in and one more: an operation that hangs is found
+	// here by the watchdog, where the kill would otherwise end it. Then a
+	// little more, so that the kill falls anywhere in the next ones.
+	snap := make([]int, len(drivers))
+	for i, d := range drivers {
+		d.mu.Lock()
+		snap[i] = d.ended
+		d.mu.Unlock()
+	}
+	c.watch(drivers, func() bool {
+		for i, d := range drivers {
+			select {
+			case <-d.done:
+				continue
+			default:
+			}
+			d.mu.Lock()
+			n := d.ended
+			d.mu.Unlock()
+			if n < snap[i]+2 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(time.Duration(c.rngN(300)) * time.Millisecond)
+	first := c.rngN(2)
 	c.killedAt = [2]int64{}
 	killedAt := &c.killedAt
 	for k, idx := range []int{first, 1 - first} {
 		if k == 1 {
-			gap := time.Duration(c.rngN(800)) * time.Millisecond
-			wait := make(chan struct{})
-			go func() { time.Sleep(gap); close(wait) }()
-			c.watch(drivers, wait)
+			gap := time.Now().Add(time.Duration(c.rngN(800)) * time.Millisecond)
+			c.watch(drivers, func() bool { return time.Now().After(gap) })
 		}
 		killedAt[idx] = time.Now().UnixNano()
 		t.Logf("SIGKILL mount %c (pid %d) at %s", 'A'+idx, c.mounts[idx].cmd.Process.Pid, time.Unix(0, killedAt[idx]).UTC().Format("15:04:05.000"))
@@ -627,15 +652,19 @@ func (c *campaignRun) iteration(iter int) {
 		c.stats.kills++
 	}
 	// The drivers stop at their first error, which the dead mounts give.
-	allDone := make(chan struct{})
-	go func() {
+	for _, d := range drivers {
+		_ = d.stdin.Close()
+	}
+	c.watch(drivers, func() bool {
 		for _, d := range drivers {
-			_ = d.stdin.Close()
-			<-d.done
+			select {
+			case <-d.done:
+			default:
+				return false
+			}
 		}
-		close(allDone)
-	}()
-	c.watch(drivers, allDone)
+		return true
+	})
 	c.detach()
 	stopped := time.Now()
 
