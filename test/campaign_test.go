@@ -144,6 +144,7 @@ type campaignStats struct {
 	fsyncs       int64 // fsyncs and closes that succeeded
 	kills        int
 	eio          int64 // operations failed with EIO under faults (tolerated)
+	eintr        int64 // operations interrupted by a signal (tolerated)
 	bytesChecked int64
 	filesChecked int64
 	gcRuns       int64
@@ -152,8 +153,8 @@ type campaignStats struct {
 }
 
 func (s campaignStats) String() string {
-	return fmt.Sprintf("%d iterations, %d operations (%d succeeded: %d writes of %d bytes, %d fsyncs and closes), %d SIGKILLs, %d operations failed with EIO under faults, %d files and %d bytes checked after the kills, %d gc runs (%d failed), faults: %d of %v",
-		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fsyncs, s.kills, s.eio, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed, s.proxy.Faults(), s.proxy)
+	return fmt.Sprintf("%d iterations, %d operations (%d succeeded: %d writes of %d bytes, %d fsyncs and closes), %d SIGKILLs, %d operations failed with EIO under faults and %d with EINTR, %d files and %d bytes checked after the kills, %d gc runs (%d failed), faults: %d of %v",
+		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fsyncs, s.kills, s.eio, s.eintr, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed, s.proxy.Faults(), s.proxy)
 }
 
 func (s *campaignStats) add(o campaignStats) {
@@ -165,6 +166,7 @@ func (s *campaignStats) add(o campaignStats) {
 	s.fsyncs += o.fsyncs
 	s.kills += o.kills
 	s.eio += o.eio
+	s.eintr += o.eintr
 	s.bytesChecked += o.bytesChecked
 	s.filesChecked += o.filesChecked
 	s.gcRuns += o.gcRuns
@@ -416,6 +418,16 @@ func (c *campaignRun) hang(what string) {
 	}
 	if len(kills) > 0 {
 		what += " (" + strings.Join(kills, ", ") + ")"
+	}
+	// Whether the server or a client is waiting.
+	var slow []string
+	for _, r := range c.proxy.InFlight() {
+		if age := time.Since(r.Since); age > 5*time.Second {
+			slow = append(slow, fmt.Sprintf("%s %s %s for %v", r.Method, r.Path, r.Stage, age.Round(time.Second)))
+		}
+	}
+	if len(slow) > 0 {
+		what += "; requests the proxy has held for more than 5s: " + strings.Join(slow, "; ")
 	}
 	c.t.Fatalf("HANG: %s; live mounts' stacks (SIGQUIT) are at the end of %q; the drivers' logs are driver-*-hang.log in %s",
 		what, logs, c.logs)
@@ -766,8 +778,13 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 			case killed:
 			case op.Errno == int(syscall.EIO):
 				c.stats.eio++
+			case op.Errno == int(syscall.EINTR):
+				// A signal (the driver's Go runtime preempts with
+				// SIGURG) interrupted a FUSE request the mount then
+				// abandoned; the outcome is unknown, as with EIO.
+				c.stats.eintr++
 			default:
-				fail("%v: %v while mount %c was alive (the faults give EIO at most); faults injected meanwhile: %s", op, syscall.Errno(op.Errno), 'A'+abs, c.faultsDuring(op))
+				fail("%v: %v while mount %c was alive (the faults give EIO at most, a signal EINTR); faults injected meanwhile: %s", op, syscall.Errno(op.Errno), 'A'+abs, c.faultsDuring(op))
 			}
 			// A change of names may or may not have happened: an
 			// alternative view; a change of content is the file's last,

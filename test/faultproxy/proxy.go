@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"sort"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -59,6 +60,26 @@ type Event struct {
 	Delay  time.Duration
 }
 
+// Request is a request the proxy is serving now.
+type Request struct {
+	Method, Path string
+	Since        time.Time
+	Stage        string // "stalled", "delaying", "at the server", "answering"
+}
+
+// InFlight lists the requests being served, oldest first: after a hang it
+// tells whether the server or the client is waiting.
+func (p *Proxy) InFlight() []Request {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]Request, 0, len(p.inflight))
+	for _, r := range p.inflight {
+		out = append(out, *r)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Since.Before(out[j].Since) })
+	return out
+}
+
 // Counters are what a proxy did since it started.
 type Counters struct {
 	Requests  int64 // requests received
@@ -92,6 +113,9 @@ type Proxy struct {
 	rule  Rule       // GUARDED_BY(mu)
 	rng   *rand.Rand // GUARDED_BY(mu)
 	stall chan struct{}
+	// inflight: the requests being served, by a number of their own.
+	inflight map[uint64]*Request // GUARDED_BY(mu)
+	nextReq  uint64              // GUARDED_BY(mu)
 
 	// closing is closed by Close: it releases stalled requests and cuts
 	// delays short.
@@ -255,12 +279,15 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	p.requests.Add(1)
 	f, d, stall, onFault := p.draw(r)
 	came := time.Now()
+	stage := p.track(r, came)
+	defer stage("")
 	tell := func(name string, d time.Duration) {
 		if onFault != nil {
 			onFault(Event{Time: came, Method: r.Method, Path: r.URL.RequestURI(), Fault: name, Delay: d})
 		}
 	}
 	if stall != nil {
+		stage("stalled")
 		p.stalled.Add(1)
 		select {
 		case <-stall:
@@ -284,6 +311,7 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, "InternalError", "We encountered an internal error. Please try again.")
 		return
 	case delayBefore:
+		stage("delaying")
 		p.delayed.Add(1)
 		p.sleep(r.Context(), d)
 		tell("delay-before", d)
@@ -301,7 +329,9 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		out.Body = nil
 	}
 	p.forwarded.Add(1)
+	stage("at the server")
 	resp, err := p.tr.RoundTrip(out)
+	stage("answering")
 	if err != nil {
 		if r.Context().Err() != nil {
 			p.gone.Add(1)
@@ -339,6 +369,28 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	copyHeader(w.Header(), resp.Header)
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, resp.Body)
+}
+
+// track records r as in flight; the function it returns sets its stage,
+// and "" ends it.
+func (p *Proxy) track(r *http.Request, came time.Time) func(string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.inflight == nil {
+		p.inflight = map[uint64]*Request{}
+	}
+	p.nextReq++
+	id := p.nextReq
+	p.inflight[id] = &Request{Method: r.Method, Path: r.URL.RequestURI(), Since: came, Stage: "received"}
+	return func(stage string) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if stage == "" {
+			delete(p.inflight, id)
+		} else if e := p.inflight[id]; e != nil {
+			e.Stage = stage
+		}
+	}
 }
 
 func copyHeader(dst, src http.Header) {

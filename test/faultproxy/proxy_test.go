@@ -198,11 +198,17 @@ func TestStall(t *testing.T) {
 	for p.Counters().Stalled < 3 {
 		time.Sleep(time.Millisecond)
 	}
+	if in := p.InFlight(); len(in) != 3 || in[0].Stage != "stalled" || in[0].Path != "/x" {
+		t.Errorf("in flight while stalled: %+v", in)
+	}
 	if n.Load() != 0 {
 		t.Fatalf("the server saw %d requests while stalled", n.Load())
 	}
 	p.Stall(false)
 	wg.Wait()
+	if in := p.InFlight(); len(in) != 0 {
+		t.Errorf("in flight after the stall: %+v", in)
+	}
 	close(codes)
 	for c := range codes {
 		if c != 200 {
