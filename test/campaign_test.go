@@ -34,7 +34,9 @@ import (
 // fsync, close, read, rename and unlink the files of their own directories,
 // data through a home mount, renames and unlinks through either, while
 // `ckptfs gc` runs in a loop with short grace periods. After a random while
-// both mounts are killed with SIGKILL, a little apart; new mounts are
+// (and once every driver has finished two more operations: a hang is found
+// rather than ended by the kill) both mounts are killed with SIGKILL, a
+// little apart; new mounts are
 // started, and every file is checked against a model built from the
 // drivers' logs of what was acknowledged. What a check reads is the next
 // iteration's starting point.
@@ -57,9 +59,10 @@ import (
 //
 // Failures: an acknowledged byte lost (the file is older than its
 // acknowledged state, or a name is missing), a byte read that no write put
-// there (during the run, by the driver's reads, or after the crash), an
-// operation that fails with anything but EIO while its mount lives, and an
-// operation, mount, check or gc run that hangs (the mounts then get SIGQUIT
+// there (during the run, by the driver's reads, or after the crash), two
+// new mounts that disagree, an operation that fails with anything but EIO
+// or EINTR while its mount lives, and an operation, mount, check or gc run
+// that hangs (the mounts then get SIGQUIT
 // and their logs, with every goroutine's stack, are kept).
 
 // campaignRule is the proxy's rule: about 6 % of requests meet a fault.
