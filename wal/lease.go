@@ -129,13 +129,36 @@ func processStart(pid int) uint64 {
 	return n
 }
 
-// processGone reports whether no process has pid. Only ESRCH says so: EPERM
-// is a process of another user.
+// processGone reports whether process pid has ended. ESRCH says so (EPERM
+// is a process of another user, alive), and so does a zombie: a process
+// that died and that its parent has not reaped yet still has its pid, but
+// it runs no code and holds no file, so it renews no lease. Its state,
+// field 3 of /proc/<pid>/stat, is 'Z' (or 'X' while it is being reaped).
 func processGone(pid int) bool {
 	if pid <= 0 || pid > math.MaxInt32 {
 		return false
 	}
-	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		return true
+	}
+	s := processState(pid)
+	return s == 'Z' || s == 'X'
+}
+
+// processState returns the state letter of process pid (field 3 of
+// /proc/<pid>/stat), or 0 if it cannot tell.
+func processState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, field 2, is in parentheses and may hold anything:
+	// the state follows the last ')' and a space.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
 }
 
 // stale reports whether the lease o can be taken over by me at now.

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,6 +43,24 @@ func deadPID(t *testing.T) int {
 		t.Fatalf("run true: %v", err)
 	}
 	return cmd.Process.Pid
+}
+
+// zombiePID is the pid of a process that has exited and that nobody has
+// reaped yet (its pid still exists, in state 'Z'); it is reaped when the test
+// ends.
+func zombiePID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start true: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	waitFor(t, "the child to exit", func() bool { return processState(pid) == 'Z' })
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the pid %d of a zombie: %v, want it to exist", pid, err)
+	}
+	return pid
 }
 
 func TestLeaseBusy(t *testing.T) {
@@ -92,6 +111,11 @@ func TestLeaseTakeOver(t *testing.T) {
 		{name: "expired", body: func(*testing.T) []byte { return owner("elsewhere", 1, "b", time.Now().Add(-time.Second)) }, taken: true},
 		{name: "live on another host", body: func(*testing.T) []byte { return owner("elsewhere", 1, "b", future) }},
 		{name: "dead pid of this boot", body: func(t *testing.T) []byte { return owner(me.host, deadPID(t), me.boot, future) }, needBoot: true, taken: true},
+		{name: "zombie of this boot", body: func(t *testing.T) []byte { return owner(me.host, zombiePID(t), me.boot, future) }, needBoot: true, taken: true},
+		{name: "zombie of this boot, its start", body: func(t *testing.T) []byte {
+			pid := zombiePID(t)
+			return ownerStarted(pid, processStart(pid))
+		}, needBoot: true, taken: true},
 		{name: "dead pid of another boot", body: func(t *testing.T) []byte { return owner(me.host, deadPID(t), "another-boot", future) }},
 		{name: "dead pid of another host", body: func(t *testing.T) []byte { return owner("elsewhere", deadPID(t), me.boot, future) }},
 		{name: "live pid of this boot", body: func(*testing.T) []byte { return owner(me.host, os.Getppid(), me.boot, future) }, needBoot: true},
