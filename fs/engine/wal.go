@@ -61,6 +61,10 @@ type walState struct {
 	seq     uint64 // the last record whose changes are in memory
 	pub     *publish
 	failed  error // a publish that did not land; the next Flush recovers
+	// overlay: the records (applied, seq] are another writer's, applied in
+	// memory to read them (see overlayLocked); their blocks are dirty but
+	// not this file's changes, and nothing of them may reach the store.
+	overlay bool
 
 	// logMu orders taking the lease. log is set under logMu and File.mu
 	// (or by Open, which owns the file alone) and read under either.
@@ -149,25 +153,43 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// Record numbers go on past every one this file has seen, even records
+	// deleted since (an overlay's).
+	seen := f.w.seq
 	if info.ETag != f.headETag {
 		if f.changed {
 			_ = log.Close(ctx)
 			return nil, fmt.Errorf("take the write-ahead log of %s: checkpoint %d was published by another writer: %w", f.prefix, ino.Cno, ErrConflict)
 		}
+		// The writer published: its checkpoint replaces what this file
+		// showed of it (an overlay included).
 		f.adopt(ino, info.ETag)
+		f.w.overlay = false
 		f.w.applied, f.w.tracked = applied, tracked || f.w.tracked
-		f.w.seq = max(f.w.seq, applied)
+		f.w.seq = applied
 	}
-	seen := f.w.seq
-	for _, s := range log.Found() {
-		if s > seen {
-			// A writer that died after this file was opened left them.
-			_ = log.Close(ctx)
-			return nil, fmt.Errorf("take the write-ahead log of %s: it holds record %d, written since this file was opened (last seen %d); open the file again to replay it: %w",
-				f.prefix, s, seen, ErrConflict)
-		}
+	if f.w.overlay {
+		// The records read from a writer that has gone are this file's to
+		// publish now, as a replay's would be.
+		f.w.overlay = false
+		f.changed = f.w.seq > f.w.applied
 	}
-	log.SetNext(seen + 1)
+	// Records after those in memory were left by a writer that died after
+	// this file was opened: applied now, as at an open, and published with
+	// the next checkpoint. Nothing here has changed but by records (every
+	// change takes the lease first), and mu keeps readers out meanwhile.
+	last, err := f.applyRecordsLocked(ctx, after(log.Found(), f.w.seq))
+	if err != nil {
+		f.adopt(f.head, f.headETag)
+		f.w.seq = f.w.applied
+		_ = log.Close(ctx)
+		return nil, fmt.Errorf("take the write-ahead log of %s: apply the records a writer left: %w", f.prefix, err)
+	}
+	if last > 0 {
+		f.w.seq, f.w.tracked = last, true
+		f.changed = true
+	}
+	log.SetNext(max(seen, f.w.seq) + 1)
 	if !f.w.tracked {
 		if err := f.markHeadLocked(ctx); err != nil {
 			_ = log.Close(ctx)
@@ -509,12 +531,47 @@ func (f *File) reloadLocked(ctx context.Context) error {
 // owns the file alone).
 func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, error) {
 	from := f.w.applied
-	last := from
+	last, err := f.applyRecordsLocked(ctx, after(seqs, from))
+	if err != nil {
+		return FlushTiming{}, err
+	}
+	if last == 0 {
+		return FlushTiming{Cno: f.head.Cno}, nil
+	}
+	f.w.seq = max(f.w.seq, last)
+	f.w.tracked = true
+	f.changed = true
+	t, err := f.flushLocked(ctx)
+	if err != nil {
+		return t, err
+	}
+	f.log.Info("replayed the write-ahead log", zap.Uint64("from", from+1), zap.Uint64("through", last),
+		zap.Uint64("cno", t.Cno))
+	if f.w.log == nil {
+		f.deleteCovered(ctx, seqs, f.w.applied)
+	}
+	return t, nil
+}
+
+// after returns the seqs above from (seqs ascending).
+func after(seqs []uint64, from uint64) []uint64 {
 	var todo []uint64
 	for _, seq := range seqs {
 		if seq > from {
 			todo = append(todo, seq)
 		}
+	}
+	return todo
+}
+
+// applyRecordsLocked reads the records todo (ascending) and applies them in
+// memory, in order, without publishing; it returns the last one applied or
+// skipped as torn (0: todo is empty). The caller holds every block and mu, or
+// owns the file alone, or is the first change under a lease just taken (see
+// walLog).
+func (f *File) applyRecordsLocked(ctx context.Context, todo []uint64) (uint64, error) {
+	if len(todo) == 0 {
+		return 0, nil
 	}
 	// Records are read ahead of the one being applied, up to Concurrency
 	// at once and in memory (a GET is a round trip: a long log then replays
@@ -550,6 +607,7 @@ func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, er
 		}
 	}()
 	defer func() { cancel(); wg.Wait() }()
+	var last uint64
 	for i, seq := range todo {
 		r := <-ahead[i]
 		<-slots
@@ -558,31 +616,16 @@ func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, er
 			continue
 		}
 		if r.err != nil {
-			return FlushTiming{}, fmt.Errorf("replay: %w", r.err)
+			return last, fmt.Errorf("replay: %w", r.err)
 		}
 		for j, op := range r.rec.Ops {
 			if err := f.applyLocked(ctx, op); err != nil {
-				return FlushTiming{}, fmt.Errorf("replay record %d op %d: %w", seq, j, err)
+				return last, fmt.Errorf("replay record %d op %d: %w", seq, j, err)
 			}
 		}
 		last = seq
 	}
-	if last == from {
-		return FlushTiming{Cno: f.head.Cno}, nil
-	}
-	f.w.seq = max(f.w.seq, last)
-	f.w.tracked = true
-	f.changed = true
-	t, err := f.flushLocked(ctx)
-	if err != nil {
-		return t, err
-	}
-	f.log.Info("replayed the write-ahead log", zap.Uint64("from", from+1), zap.Uint64("through", last),
-		zap.Uint64("cno", t.Cno))
-	if f.w.log == nil {
-		f.deleteCovered(ctx, seqs, f.w.applied)
-	}
-	return t, nil
+	return last, nil
 }
 
 // tornLocked says whether the record seq that failed to decode with err is
@@ -621,6 +664,14 @@ func (f *File) deleteCovered(ctx context.Context, seqs []uint64, applied uint64)
 
 // applyLocked applies one replayed change (not logged again).
 func (f *File) applyLocked(ctx context.Context, op wal.Op) error {
+	if f.w.overlay {
+		// Read-only: blocks cannot be relieved into partial segments, so the
+		// overlay must fit the memory budget by itself.
+		if b := f.budget; b != nil && op.Kind == wal.OpWrite && f.dirtyB+int64(len(op.Data))+2*int64(f.bs) > b.Limit() {
+			return fmt.Errorf("the records of another writer hold more data than the memory limit (%d bytes) allows to read without publishing them: %w",
+				b.Limit(), ErrOverlayTooLarge)
+		}
+	}
 	switch op.Kind {
 	case wal.OpWrite:
 		if err := f.writeLocked(ctx, op.Data, op.Off); err != nil {
@@ -640,7 +691,7 @@ func (f *File) applyLocked(ctx context.Context, op wal.Op) error {
 	}
 	f.mtime = time.Unix(0, op.MtimeNs)
 	f.changed = true
-	if f.dirtyB > f.p.DirtyLimit {
+	if f.dirtyB > f.p.DirtyLimit && !f.w.overlay {
 		// As in a write: a failed partial segment leaves the data dirty for
 		// the flush (a name the crashed writer used moves to a fresh one).
 		if err := f.writePartialLocked(ctx); err != nil {
@@ -687,7 +738,10 @@ func (f *File) openReplay(ctx context.Context) error {
 	o.Next = f.w.applied + 1
 	log, err := wal.Open(ctx, f.st, f.prefix, o)
 	if errors.Is(err, wal.ErrBusy) {
-		f.log.Info("the write-ahead log has a live writer; opening at the head", zap.Error(err))
+		f.log.Debug("the write-ahead log has a live writer; reading its records without publishing them", zap.Error(err))
+		if err := f.overlayLocked(ctx, seqs); err != nil {
+			return fmt.Errorf("open %s: %w", f.prefix, err)
+		}
 		return nil
 	}
 	if err != nil {
@@ -706,6 +760,56 @@ func (f *File) openReplay(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// ErrOverlayTooLarge: the records of a live writer hold more than a reader
+// may keep in memory.
+var ErrOverlayTooLarge = errors.New("write-ahead log too large to read without its lease")
+
+// overlayAttempts bounds how often overlayLocked starts again because the
+// live writer published (and deleted records) while they were read.
+const overlayAttempts = 5
+
+// overlayLocked applies, in memory and read-only, the records after the head
+// that a live writer holds: seqs as listed at Open. A reader never presents
+// the file without writes durable in its log, and never publishes them on
+// the writer's behalf (the writer does, and may go on writing). What it
+// shows is the head and the records stored when it looked: a snapshot,
+// refreshed by opening the file again. A record gone by the time it is read
+// was published and deleted by its writer: the head is read again and the
+// overlay starts over from it. The caller owns the file alone (Open).
+func (f *File) overlayLocked(ctx context.Context, seqs []uint64) error {
+	for try := 1; ; try++ {
+		f.w.overlay = true
+		last, err := f.applyRecordsLocked(ctx, after(seqs, f.w.applied))
+		if err == nil {
+			f.w.seq = max(f.w.seq, last)
+			f.changed = false // the writer's changes, not ours to publish
+			return nil
+		}
+		if !errors.Is(err, staging.ErrNotFound) || try >= overlayAttempts {
+			f.dropOverlayLocked()
+			return fmt.Errorf("read the write-ahead log of a live writer: %w", err)
+		}
+		f.log.Debug("a record of the live writer is gone (published); reading its log again", zap.Error(err))
+		if err := f.reloadLocked(ctx); err != nil {
+			f.dropOverlayLocked()
+			return fmt.Errorf("read the write-ahead log of a live writer: %w", err)
+		}
+		f.w.seq = f.w.applied
+		if seqs, err = wal.List(ctx, f.st, f.prefix); err != nil {
+			f.dropOverlayLocked()
+			return fmt.Errorf("read the write-ahead log of a live writer: %w", err)
+		}
+	}
+}
+
+// dropOverlayLocked frees an overlay that failed half way: the file is its
+// head again.
+func (f *File) dropOverlayLocked() {
+	f.adopt(f.head, f.headETag)
+	f.w.overlay = false
+	f.w.seq = f.w.applied
 }
 
 // discardWALLocked makes the records of changes a rollback dropped never
