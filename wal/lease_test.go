@@ -307,3 +307,42 @@ func TestParseOwner(t *testing.T) {
 		})
 	}
 }
+
+// Held counts a lease as held unless its writer is known to be gone: an
+// expired lease of a writer that may still run (another host, this process)
+// is held, unlike for Open.
+func TestHeld(t *testing.T) {
+	me := thisProcess()
+	if me.boot == "" || me.host == "" {
+		t.Skip("the kernel boot id or the hostname cannot be read here")
+	}
+	past := time.Now().Add(-time.Hour)
+	owner := func(host string, pid int, expires time.Time) []byte {
+		return encodeOwner(OwnerInfo{Writer: "w", Host: host, PID: pid, Boot: me.boot, Expires: expires})
+	}
+	for _, tc := range []struct {
+		name string
+		body func(t *testing.T) []byte // nil: no owner object
+		held bool
+	}{
+		{name: "no lease"},
+		{name: "expired, another host", body: func(*testing.T) []byte { return owner("elsewhere", 1, past) }, held: true},
+		{name: "expired, this process", body: func(*testing.T) []byte { return owner(me.host, os.Getpid(), past) }, held: true},
+		{name: "expired, live pid", body: func(*testing.T) []byte { return owner(me.host, os.Getppid(), past) }, held: true},
+		{name: "live pid", body: func(*testing.T) []byte { return owner(me.host, os.Getppid(), time.Now().Add(time.Hour)) }, held: true},
+		{name: "dead pid", body: func(t *testing.T) []byte { return owner(me.host, deadPID(t), time.Now().Add(time.Hour)) }},
+		{name: "zombie", body: func(t *testing.T) []byte { return owner(me.host, zombiePID(t), time.Now().Add(time.Hour)) }},
+		{name: "garbage", body: func(*testing.T) []byte { return []byte("not json") }, held: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := staging.NewMem()
+			if tc.body != nil {
+				putOwner(t, mem, tc.body(t))
+			}
+			held, err := Held(context.Background(), mem, testPrefix)
+			if err != nil || held != tc.held {
+				t.Fatalf("Held: %v, %v; want %v", held, err, tc.held)
+			}
+		})
+	}
+}

@@ -812,6 +812,74 @@ func (f *File) dropOverlayLocked() {
 	f.w.seq = f.w.applied
 }
 
+// WALView is what a file shows with the records of its WAL after the head
+// applied: its head, its size and mtime after them, and the last record
+// read.
+type WALView struct {
+	Inode segment.Inode
+	Size  int64
+	Mtime time.Time
+	Last  uint64
+}
+
+// ViewWAL computes a file's size and mtime with the records after its head,
+// without taking the WAL's lease, publishing or keeping data: the attributes
+// a reader reports while a live writer holds the log (see overlayLocked for
+// the data). Each record is read whole (its CRC covers it whole) and
+// dropped. A record gone by the time it is read was published: the head is
+// read again and the view starts over. A record cut short among the last
+// ones is skipped, as a replay skips it.
+func ViewWAL(ctx context.Context, st staging.Store, prefix string, o Options) (WALView, error) {
+	f, err := newFile(st, prefix, o)
+	if err != nil {
+		return WALView{}, err
+	}
+	for try := 1; ; try++ {
+		v, err := f.viewWAL(ctx)
+		if err == nil || !errors.Is(err, staging.ErrNotFound) || try >= overlayAttempts {
+			return v, err
+		}
+	}
+}
+
+func (f *File) viewWAL(ctx context.Context) (WALView, error) {
+	ino, info, err := f.readHead(ctx)
+	if err != nil {
+		return WALView{}, err
+	}
+	applied, _, err := parseWALMeta(info.Metadata)
+	if err != nil {
+		return WALView{}, fmt.Errorf("view %s: %w", f.prefix, err)
+	}
+	v := WALView{Inode: ino, Size: int64(ino.Size), Mtime: time.Unix(0, ino.MtimeNs), Last: applied}
+	seqs, err := wal.List(ctx, f.st, f.prefix)
+	if err != nil {
+		return v, fmt.Errorf("view %s: %w", f.prefix, err)
+	}
+	todo := after(seqs, applied)
+	for _, seq := range todo {
+		rec, err := wal.ReadRecord(ctx, f.st, f.prefix, f.tag, seq)
+		if err != nil && f.tornLocked(seq, todo[len(todo)-1], err) {
+			continue
+		}
+		if err != nil {
+			return v, fmt.Errorf("view %s: %w", f.prefix, err)
+		}
+		for _, op := range rec.Ops {
+			// As applyLocked changes size and mtime.
+			switch op.Kind {
+			case wal.OpWrite:
+				v.Size = max(v.Size, op.Off+int64(len(op.Data)))
+			case wal.OpTruncate:
+				v.Size = op.Off
+			}
+			v.Mtime = time.Unix(0, op.MtimeNs)
+		}
+		v.Last = seq
+	}
+	return v, nil
+}
+
 // discardWALLocked makes the records of changes a rollback dropped never
 // replay: the head (unchanged otherwise) is rewritten to say they are held.
 func (f *File) discardWALLocked(ctx context.Context) error {

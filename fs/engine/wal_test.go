@@ -798,6 +798,10 @@ func TestWALReaderOverlaysLiveWriter(t *testing.T) {
 			if s := b.Stat(); s.Size != int64(len(want)) || !s.Mtime.Equal(mt) || s.Dirty {
 				t.Fatalf("reader's stat %+v, want size %d, mtime %v, not dirty", s, len(want), mt)
 			}
+			v, err := ViewWAL(ctx, st, "ov/", ro)
+			if err != nil || v.Size != int64(len(want)) || !v.Mtime.Equal(mt) || v.Last != b.w.seq || v.Last == 0 {
+				t.Fatalf("ViewWAL: %+v, %v; want size %d, mtime %v, last %d", v, err, len(want), mt, b.w.seq)
+			}
 			if _, err := b.Flush(ctx); err != nil {
 				t.Fatalf("flush of a reader: %v", err)
 			}
