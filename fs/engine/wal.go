@@ -119,7 +119,49 @@ func (f *File) walOn() bool { return f.p.WAL && !f.readOnly }
 
 func (f *File) walOptions() wal.Options {
 	return wal.Options{Tag: f.tag, BatchBytes: f.p.WALBatchBytes, MaxInFlight: f.p.WALMaxInFlight,
-		LeaseTTL: f.p.WALLeaseTTL, Logger: f.log, Shared: f.walShared}
+		LeaseTTL: f.p.WALLeaseTTL, Logger: f.log, Shared: f.walShared, Retake: f.mayRetake}
+}
+
+// mayRetake says whether this writer's log may take back a lease another
+// opener took and let go (wal.Options.Retake): the head is the one this file
+// builds on, or one checkpoint built on it that holds records of this log
+// and no others (through is the last this log numbered), which is what a
+// replay of them publishes. A publish of this file's own that landed
+// unseen looks the same, and is the same. Anything else means another
+// writer changed the file.
+func (f *File) mayRetake(ctx context.Context, through uint64) (bool, error) {
+	ino, info, err := f.readHead(ctx)
+	if err != nil {
+		return false, err
+	}
+	applied, _, err := parseWALMeta(info.Metadata)
+	if err != nil {
+		return false, nil
+	}
+	// The log's goroutine asks this; a Close of the log under mu (walLog's
+	// failure paths) waits for that goroutine, so mu is only tried, until
+	// the renewal's deadline or that Close cancels ctx.
+	for !f.mu.TryRLock() {
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("check the head of %s: %w", f.prefix, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	etag, base, known := f.headETag, f.head, f.w.applied
+	f.mu.RUnlock()
+	if info.ETag == etag {
+		return true, nil
+	}
+	if applied <= known || applied > through || ino.Cno <= base.Cno {
+		return false, nil
+	}
+	name := segment.ObjectName{Cno: ino.Cno, Part: 0}
+	h, err := segment.ReadHeader(ctx, f.st, f.key(name), name, f.tag, ino.Format)
+	if err != nil {
+		return false, fmt.Errorf("read checkpoint %d of %s: %w", ino.Cno, f.prefix, err)
+	}
+	return h.Base == base, nil
 }
 
 // walLog returns the file's log, taking the lease on first use. A head not
@@ -748,16 +790,17 @@ func (f *File) openReplay(ctx context.Context) error {
 		return fmt.Errorf("open %s: %w", f.prefix, err)
 	}
 	f.w.log = log
-	if _, err := f.replayLocked(ctx, log.Found()); err != nil {
-		f.w.log = nil
-		_ = log.Close(ctx)
-		return fmt.Errorf("open %s: %w", f.prefix, err)
+	_, err = f.replayLocked(ctx, log.Found())
+	// The lease is let go once the records are published, writer or not: an
+	// open for reading must not keep it from a writer that may still run (a
+	// store outage let its lease expire) and that takes it back when no one
+	// else wrote (wal.Options.Retake). A first change takes it again.
+	f.w.log = nil
+	if cerr := log.Close(ctx); cerr != nil && err == nil {
+		f.log.Debug("closing the write-ahead log after replay", zap.Error(cerr))
 	}
-	if !f.walOn() {
-		f.w.log = nil
-		if err := log.Close(ctx); err != nil {
-			f.log.Debug("closing the write-ahead log after replay", zap.Error(err))
-		}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", f.prefix, err)
 	}
 	return nil
 }

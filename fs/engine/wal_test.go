@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -896,5 +897,69 @@ func TestWALOverlayTooLarge(t *testing.T) {
 	}
 	if used := ro.Budget.Used(); used != 0 {
 		t.Fatalf("%d bytes of the budget held after the refused open", used)
+	}
+}
+
+// TestWALLeaseTakenBackAfterReplay: a store outage stops a writer's lease
+// renewals; another opener takes the expired lease, replays and publishes
+// the writer's records and lets the lease go. No one else wrote, so the
+// writer takes the lease back and its writes go on; its next publish
+// conflicts with the replay's checkpoint and recovers, keeping everything.
+func TestWALLeaseTakenBackAfterReplay(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	faults := staging.NewFaults(mem, 5)
+	o := Options{Params: walParams(segment.FormatStream), FileID: "tb"}
+	o.Params.WALLeaseTTL = 60 * time.Millisecond
+	a, err := Create(ctx, faults, "tb/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.WriteAt(ctx, []byte("first "), 0); err != nil {
+		t.Fatal(err)
+	}
+	owner := "tb/" + wal.Dir + wal.OwnerName
+	outage := faults.Add(staging.Rule{Op: staging.OpAny, KeyPrefix: owner, Kind: staging.FaultError})
+	expired := func() bool {
+		b, _, err := mem.Get(ctx, owner, staging.Whole())
+		var o struct{ Expires time.Time }
+		return err == nil && json.Unmarshal(b, &o) == nil && time.Now().After(o.Expires)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !expired(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease did not expire during the outage")
+		}
+	}
+	b, err := Open(ctx, mem, "tb/", o)
+	if err != nil {
+		t.Fatalf("open with the writer's lease expired: %v", err)
+	}
+	if got := string(readAll(t, b)); got != "first " || b.Stat().Cno == 0 {
+		t.Fatalf("the opener: %q, %+v; want the writer's records replayed and published", got, b.Stat())
+	}
+	b.Close()
+	faults.Remove(outage)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, _, err := mem.Get(ctx, owner, staging.Whole()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the writer did not take its lease back")
+		}
+	}
+	if _, err := a.WriteAt(ctx, []byte("second"), 6); err != nil {
+		t.Fatalf("a write of the first writer once the store is back: %v", err)
+	}
+	if err := a.Sync(ctx); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	c, err := Open(ctx, mem, "tb/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := string(readAll(t, c)); got != "first second" {
+		t.Fatalf("published: %q", got)
 	}
 }
