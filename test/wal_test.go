@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"ckptfs/config"
+	"ckptfs/fs/fusefs"
 	"ckptfs/staging"
 )
 
@@ -831,4 +837,125 @@ func commonLen(a, b []byte) int {
 		n++
 	}
 	return n
+}
+
+// mountFaults is volume.mount with the mount's store behind fault injection.
+func (v *volume) mountFaults(opts string) (*mount, *staging.Faults) {
+	v.t.Helper()
+	cfg, err := config.ParseMount(config.TotalRAM(), opts)
+	if err != nil {
+		v.t.Fatalf("options %q: %v", opts, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s3, err := staging.NewS3(ctx, v.cfg)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	faults := staging.NewFaults(s3, 1)
+	log := zaptest.NewLogger(v.t, zaptest.Level(zap.WarnLevel))
+	fsys, err := fusefs.New(ctx, faults, fusefs.Options{Config: cfg, Logger: log, FsName: "ckptfs-test"})
+	if err != nil {
+		v.t.Fatalf("open volume: %v", err)
+	}
+	dir := filepath.Join(v.t.TempDir(), "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		v.t.Fatal(err)
+	}
+	if err := fsys.Mount(dir); err != nil {
+		fsys.Close()
+		v.t.Fatalf("mount: %v", err)
+	}
+	m := &mount{t: v.t, dir: dir, fsys: fsys}
+	v.t.Cleanup(func() { m.unmount() })
+	return m, faults
+}
+
+// walOwner reads the lease of the only file of a volume that has one.
+func walOwner(t *testing.T, st staging.Store) (owner struct {
+	Writer  string
+	Expires time.Time
+}, ok bool) {
+	t.Helper()
+	_, owners := walKeys(t, st)
+	if len(owners) != 1 {
+		return owner, false
+	}
+	b, _, err := st.Get(context.Background(), owners[0], staging.Whole())
+	if err != nil {
+		return owner, false
+	}
+	if err := json.Unmarshal(b, &owner); err != nil {
+		t.Fatalf("lease %s: %v", owners[0], err)
+	}
+	return owner, true
+}
+
+// TestWALStatKeepsWritersLease: a store outage stops the renewals of a
+// writer's lease until it expires; a stat from another mount meanwhile
+// reports the writer's logged writes without taking the lease (before, it
+// took it, replayed, published and let it go, and every later write of the
+// writer failed with EIO). Once the store is back the writer renews its
+// lease and writes on.
+func TestWALStatKeepsWritersLease(t *testing.T) {
+	v := newVolume(t)
+	a, faults := v.mountFaults("wal=on,wal_lease=3s,ns_refresh=100ms")
+	b := v.mount("wal=on,wal_lease=3s,ns_refresh=100ms")
+	st := v.store()
+
+	fa, err := os.Create(a.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	if _, err := fa.WriteAt([]byte("logged "), 0); err != nil {
+		t.Fatal(err)
+	}
+	first, ok := walOwner(t, st)
+	if !ok {
+		t.Fatal("no lease while the file is written")
+	}
+	outage := faults.Add(staging.Rule{Op: staging.OpAny, Match: func(key string) bool { return strings.HasSuffix(key, "/wal/owner") }, Kind: staging.FaultError})
+	waitFor(t, 30*time.Second, func() error {
+		if o, ok := walOwner(t, st); ok && time.Now().Before(o.Expires) {
+			return fmt.Errorf("the lease holds until %v", o.Expires)
+		}
+		return nil
+	})
+	var fi os.FileInfo
+	waitFor(t, 10*time.Second, func() error {
+		var err error
+		fi, err = os.Stat(b.path("f"))
+		return err
+	})
+	if fi.Size() != 7 {
+		t.Errorf("stat from another mount: %d bytes, want the writer's 7 logged", fi.Size())
+	}
+	if o, ok := walOwner(t, st); !ok || o.Writer != first.Writer {
+		t.Errorf("the lease after a stat from another mount: %+v (found %v), want the writer's own, untouched", o, ok)
+	}
+	if records, _ := walKeys(t, st); len(records) == 0 {
+		t.Error("the writer's records are gone after a stat from another mount: it replayed them")
+	}
+	faults.Remove(outage)
+	// The writer's next renewal extends its own lease, still there.
+	waitFor(t, 30*time.Second, func() error {
+		o, ok := walOwner(t, st)
+		if !ok || o.Writer != first.Writer || !time.Now().Before(o.Expires) {
+			return fmt.Errorf("the lease after the outage: %+v (found %v), want writer %s renewed", o, ok, first.Writer)
+		}
+		return nil
+	})
+	if _, err := fa.WriteAt([]byte("written"), 7); err != nil {
+		t.Fatalf("the writer after the outage: %v", err)
+	}
+	if err := fa.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	a.unmount()
+	b.unmount()
+	c := v.mount("")
+	if got, err := os.ReadFile(c.path("f")); err != nil || string(got) != "logged written" {
+		t.Fatalf("published: %q, %v", got, err)
+	}
 }
