@@ -43,7 +43,18 @@ import (
 // lost.
 //
 // One writer at a time: the first change takes the WAL's lease (package wal);
-// a second writer gets wal.ErrBusy.
+// a second writer gets wal.ErrBusy. An open that replays lets the lease go
+// once the replay is published, so that it never keeps it from a writer that
+// may still run (wal.Options.Retake: mayRetake).
+//
+// A file opened while a live writer holds the lease never shows less than
+// that writer's durable records: it applies them in memory, read-only
+// (overlayLocked), as they stand at the open. The blocks are dirty but not
+// this file's changes (walState.overlay): nothing of them is published or
+// written, even under memory pressure. The first change after the writer is
+// gone takes the lease and makes them this file's to publish, with what the
+// writer logged since (walLog). ViewWAL gives a stat the same size and mtime
+// without keeping data.
 
 // walMeta is the head metadata key: the last WAL record the checkpoint holds.
 // Its presence says the file has been written with the WAL, so that any
@@ -758,8 +769,9 @@ func (f *File) writeLocked(ctx context.Context, p []byte, off int64) error {
 }
 
 // openReplay runs at Open: records after the head's are replayed (the lease
-// taken for it) unless a live writer holds the lease, in which case they are
-// its own and the file opens at its head.
+// taken for it, and let go once they are published) unless a live writer
+// holds the lease, in which case they are its own to publish and the file
+// shows them read-only (overlayLocked).
 func (f *File) openReplay(ctx context.Context) error {
 	if !f.w.tracked {
 		return nil
