@@ -963,3 +963,80 @@ func TestWALLeaseTakenBackAfterReplay(t *testing.T) {
 		t.Fatalf("published: %q", got)
 	}
 }
+
+// getHookStore runs hook once, before the first Get of a key containing
+// match.
+type getHookStore struct {
+	staging.Store
+	match string
+	once  sync.Once
+	hook  func()
+}
+
+func (s *getHookStore) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
+	if strings.Contains(key, s.match) {
+		s.once.Do(s.hook)
+	}
+	return s.Store.Get(ctx, key, r)
+}
+
+// TestWALOverlayWriterPublishesMeanwhile: the live writer publishes, and
+// deletes its records, while a reader reads them; the reader reads the head
+// again and shows the writer's checkpoint, and so does ViewWAL.
+func TestWALOverlayWriterPublishesMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "pm"}
+	a, err := Create(ctx, mem, "pm/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for i := range 4 {
+		if _, err := a.WriteAt(ctx, bytes.Repeat([]byte{'a' + byte(i)}, 3000), int64(i)*3000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := readAll(t, a)
+	for _, view := range []bool{false, true} {
+		published := false
+		st := &getHookStore{Store: mem, match: "/" + wal.Dir + "0", hook: func() {
+			if err := a.Sync(ctx); err != nil {
+				t.Errorf("sync: %v", err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if seqs, err := wal.List(ctx, mem, "pm/"); err == nil && len(seqs) == 0 {
+					published = true
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Error("the writer's records were not deleted after its publish")
+					return
+				}
+			}
+		}}
+		if view {
+			v, err := ViewWAL(ctx, st, "pm/", o)
+			if err != nil || v.Size != int64(len(want)) || v.Inode.Cno == 0 {
+				t.Fatalf("ViewWAL while the writer publishes: %+v, %v", v, err)
+			}
+		} else {
+			b, err := Open(ctx, st, "pm/", o)
+			if err != nil {
+				t.Fatalf("open while the writer publishes: %v", err)
+			}
+			if got := readAll(t, b); !bytes.Equal(got, want) || b.Stat().Cno == 0 {
+				t.Fatalf("reader: %d bytes, %+v; want the writer's %d, published", len(got), b.Stat(), len(want))
+			}
+			b.Close()
+		}
+		if !published {
+			t.Fatal("the writer did not publish during the read")
+		}
+		// More for the second round.
+		if _, err := a.WriteAt(ctx, []byte("more"), int64(len(want))); err != nil {
+			t.Fatal(err)
+		}
+		want = readAll(t, a)
+	}
+}
