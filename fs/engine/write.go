@@ -438,7 +438,9 @@ func (f *File) dropDirtyLocked(fbn uint64, d *dirtyBlock) {
 // partial segment), then waits for room that other files release.
 func (f *File) allocBlock(ctx context.Context) ([]byte, error) {
 	if b := f.budget; b != nil && !b.TryAcquire(int64(f.bs)) {
-		if len(f.dirty) > 0 {
+		// Blocks of another writer's records (a WAL overlay) are not ours
+		// to write out.
+		if len(f.dirty) > 0 && !f.w.overlay {
 			if err := f.relieveAllLocked(ctx); err != nil {
 				f.log.Warn("relieving the memory budget failed; waiting for room", zap.Error(err))
 			}

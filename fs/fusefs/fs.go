@@ -566,27 +566,56 @@ func (fsys *FS) pruneOrphans() {
 	}
 }
 
-// replayedHead handles a file whose head says WAL records may follow it:
-// if there are, the file is opened, which replays them, so that the size and
-// mtime the kernel caches are those of every acknowledged write, not of the
-// last checkpoint. A read-only mount changes nothing and reports the head.
-func (fsys *FS) replayedHead(ctx context.Context, id string, info staging.ObjectInfo) (headInfo, bool) {
+// replayedHead handles a file whose head says WAL records may follow it.
+// If there are, the size and mtime the kernel caches must be those of every
+// write durable in the log, not of the last checkpoint:
+//   - when no writer that may be alive holds the log (its lease is absent, or
+//     names a process of this host that ended, a zombie included), the file
+//     is opened, which replays the records and publishes them;
+//   - otherwise (a live writer, or one whose lease expired but that may
+//     still run) nothing is taken or published: the records are
+//     read and their effect on size and mtime reported (engine.ViewWAL), as
+//     they stand now; the answer is cached like a head.
+//
+// A stat never replays on a live writer's behalf: that would take its lease
+// (after a store outage stopped its renewals) and publish under it.
+func (fsys *FS) replayedHead(ctx context.Context, id string, info staging.ObjectInfo) (headInfo, bool, error) {
 	applied, tracked, err := engine.HeadWAL(info)
 	if err != nil || !tracked || fsys.cfg.ReadOnly {
-		return headInfo{}, false
+		// A read-only mount opens files at their heads (engine.Options
+		// ReadOnly), and reports what it reads.
+		return headInfo{}, false, nil
 	}
-	pending, err := wal.After(ctx, fsys.st, fsys.prefix(id), applied)
-	if err != nil || !pending {
-		return headInfo{}, false
-	}
-	of, err := fsys.acquire(ctx, id)
+	prefix := fsys.prefix(id)
+	pending, err := wal.After(ctx, fsys.st, prefix, applied)
 	if err != nil {
-		fsys.log.Warn("replaying the write-ahead log failed", zap.String("file", id), zap.Error(err))
-		return headInfo{}, false
+		return headInfo{}, false, err
 	}
-	st := of.f.Stat()
-	fsys.release(ctx, of, false)
-	return headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format, seen: time.Now()}, true
+	if !pending {
+		return headInfo{}, false, nil
+	}
+	held, err := wal.Held(ctx, fsys.st, prefix)
+	if err != nil {
+		return headInfo{}, false, err
+	}
+	if !held {
+		of, err := fsys.acquire(ctx, id)
+		if err != nil {
+			return headInfo{}, false, fmt.Errorf("replay the write-ahead log of %s: %w", id, err)
+		}
+		st := of.f.Stat()
+		fsys.release(ctx, of, false)
+		return headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format, seen: time.Now()}, true, nil
+	}
+	v, err := engine.ViewWAL(ctx, fsys.st, prefix, fsys.engineOptions(id))
+	if err != nil {
+		return headInfo{}, false, fmt.Errorf("read the write-ahead log of %s: %w", id, err)
+	}
+	h := headInfo{size: v.Size, mtime: v.Mtime.UnixNano(), cno: v.Inode.Cno, format: v.Inode.Format, seen: time.Now()}
+	fsys.mu.Lock()
+	fsys.heads[id] = h
+	fsys.mu.Unlock()
+	return h, true, nil
 }
 
 // fileHead returns size, mtime, checkpoint and format of file id: from its
@@ -617,7 +646,11 @@ func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
 	if err != nil {
 		return headInfo{}, err
 	}
-	if h, ok := fsys.replayedHead(ctx, id, info); ok {
+	if h, ok, err := fsys.replayedHead(ctx, id, info); err != nil {
+		// Reporting the head would show the file without writes durable in
+		// its log.
+		return headInfo{}, err
+	} else if ok {
 		return h, nil
 	}
 	h = headInfo{size: int64(hd.Inode.Size), mtime: hd.Inode.MtimeNs, cno: hd.Inode.Cno, format: hd.Inode.Format, seen: time.Now()}
