@@ -250,6 +250,12 @@ func (ls *lease) take(ctx context.Context) error {
 	switch {
 	case errors.Is(err, staging.ErrNotFound):
 		put, err := ls.st.Put(ctx, ls.key, ls.body(time.Now()), staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true}})
+		if err != nil {
+			if etag, ok := ls.landed(ctx); ok {
+				ls.etag = etag
+				return nil
+			}
+		}
 		if errors.Is(err, staging.ErrPrecondition) {
 			return ls.busy(ctx, nil) // another writer created it since our Get
 		}
@@ -275,6 +281,12 @@ func (ls *lease) take(ctx context.Context) error {
 		return ls.busy(ctx, &o)
 	}
 	put, err := ls.st.Put(ctx, ls.key, ls.body(now), staging.PutOptions{Conditions: staging.Conditions{IfMatch: info.ETag}})
+	if err != nil {
+		if etag, ok := ls.landed(ctx); ok {
+			ls.etag = etag
+			return nil
+		}
+	}
 	if errors.Is(err, staging.ErrPrecondition) {
 		return ls.busy(ctx, nil) // another writer took it since our Get
 	}
@@ -284,6 +296,21 @@ func (ls *lease) take(ctx context.Context) error {
 	ls.log.Debug("took over a stale wal lease", zap.String("key", ls.key), zap.String("writer", o.Writer))
 	ls.etag = put.ETag
 	return nil
+}
+
+// landed says whether a write of the owner object that failed landed after
+// all: a lost answer, resent by the client and then refused by our own
+// object, leaves our writer id there. It returns the ETag to renew against.
+func (ls *lease) landed(ctx context.Context) (string, bool) {
+	b, info, err := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
+	if err != nil {
+		return "", false
+	}
+	o, err := parseOwner(b)
+	if err != nil || o.Writer != ls.id {
+		return "", false
+	}
+	return info.ETag, true
 }
 
 // renew extends the lease. It returns ErrLeaseLost when another writer holds

@@ -443,3 +443,47 @@ func TestHeld(t *testing.T) {
 		})
 	}
 }
+
+// resendOwnerStore sends every conditional write of the owner object twice,
+// as an S3 client does when the first answer is lost: the resend is refused
+// by the object the first one wrote.
+type resendOwnerStore struct {
+	staging.Store
+}
+
+func (r resendOwnerStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
+	if key == ownerKey && (opts.Conditions.IfNoneMatch || opts.Conditions.IfMatch != "") {
+		if _, err := r.Store.Put(ctx, key, data, opts); err != nil {
+			return staging.ObjectInfo{}, err
+		}
+	}
+	return r.Store.Put(ctx, key, data, opts)
+}
+
+// A lease whose create or take-over landed with its answer lost is ours: the
+// writer is not busy against itself.
+func TestLeaseAnswerLost(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, st staging.Store)
+	}{
+		{"create", func(*testing.T, staging.Store) {}},
+		{"take over", func(t *testing.T, st staging.Store) {
+			putOwner(t, st, encodeOwner(OwnerInfo{Writer: "previous", Host: "elsewhere", PID: 1, Expires: time.Now().Add(-time.Minute)}))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := staging.NewMem()
+			tc.setup(t, mem)
+			l, err := Open(context.Background(), resendOwnerStore{mem}, testPrefix, Options{})
+			if err != nil {
+				t.Fatalf("open with a resent lease write: %v", err)
+			}
+			t.Cleanup(func() { _ = l.Close(context.Background()) })
+			if o := readOwner(t, mem); o.Writer != l.lease.id {
+				t.Fatalf("owner %+v, want writer %s", o, l.lease.id)
+			}
+			mustAppend(t, l, writeOp(0, "ours"))
+		})
+	}
+}
