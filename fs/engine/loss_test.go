@@ -63,15 +63,9 @@ func TestSettleWithFullBudget(t *testing.T) {
 	case <-fctx.Done():
 		t.Fatalf("the flush did not return (it spins with the file held)")
 	}
-	if got := readAll(t, mustOpenWith(t, mem, "ba/", p)); !bytes.Equal(got, data) {
+	if got := readAll(t, mustOpen(t, mem, "ba/", p)); !bytes.Equal(got, data) {
 		t.Fatalf("after reopen: content differs at %d", commonPrefix(got, data))
 	}
-	_ = errors.New
-}
-
-func mustOpenWith(t *testing.T, st staging.Store, prefix string, p Params) *File {
-	t.Helper()
-	return mustOpen(t, st, prefix, p)
 }
 
 // failingSource fails every read from the failAt-th on, until healed.
@@ -193,7 +187,6 @@ func liveObjects(t *testing.T, f *File) map[string]bool {
 // flush resolves its own writes: the object landed, its data counts as sent,
 // and it is the one the checkpoint uses (nothing is left behind).
 func TestSendAheadLostCompleteAnswer(t *testing.T) {
-	ctx := context.Background()
 	mem := staging.NewMem()
 	faults := staging.NewFaults(mem, 5)
 	faults.Add(staging.Rule{Op: staging.OpCompleteMultipart, Nth: 1, Kind: staging.FaultLostAnswer})
@@ -214,7 +207,6 @@ func TestSendAheadLostCompleteAnswer(t *testing.T) {
 			t.Fatalf("object %s landed and was left behind", o.Key)
 		}
 	}
-	_ = ctx
 }
 
 // After a rollback, sending ahead takes names no object has: the objects
