@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"syscall"
@@ -23,6 +24,30 @@ type handle struct {
 	mu    sync.Mutex
 	next  int64 // where a sequential read would continue; GUARDED_BY(mu)
 	raEnd int64 // end of what the last read-ahead fetched; GUARDED_BY(mu)
+	// losses is the engine's count of rollbacks that dropped unflushed
+	// changes, as this handle last reported it; GUARDED_BY(mu)
+	losses uint64
+}
+
+// newHandle opens a handle on of: losses before it opened are not its own.
+func newHandle(fsys *FS, of *openFile, flags uint32) *handle {
+	return &handle{fsys: fsys, of: of, flags: flags, losses: of.f.Losses()}
+}
+
+// lost reports, once, that a rollback dropped changes not yet in a
+// checkpoint while this handle was open (another handle's flush lost a
+// conflict under flush_conflict_policy=failfast): its fsync or close fails,
+// even though the file is clean again.
+func (h *handle) lost(op string) syscall.Errno {
+	n := h.of.f.Losses()
+	h.mu.Lock()
+	seen := h.losses
+	h.losses = n
+	h.mu.Unlock()
+	if n == seen {
+		return 0
+	}
+	return h.fsys.errnoOf(op, fmt.Errorf("%s: %w", op, engine.ErrLost))
 }
 
 // readAhead is the window a sequential reader fetches at once. The kernel
@@ -100,23 +125,29 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // a checkpoint before close returns, so that a successful close means the
 // data is safe.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
-	if !h.fsys.cfg.FlushOnClose || h.fsys.isOrphan(h.of.id) || !h.of.f.Stat().Dirty {
+	if !h.fsys.cfg.FlushOnClose || h.fsys.isOrphan(h.of.id) {
 		return 0
 	}
-	if _, err := h.fsys.flush(ctx, h.of); err != nil {
-		return h.fsys.errnoOf("flush", err)
-	}
-	return 0
+	return h.sync(ctx, "close")
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	if h.fsys.isOrphan(h.of.id) || !h.of.f.Stat().Dirty {
+	if h.fsys.isOrphan(h.of.id) {
 		return 0
 	}
-	if _, err := h.fsys.flush(ctx, h.of); err != nil {
-		return h.fsys.errnoOf("fsync", err)
+	return h.sync(ctx, "fsync")
+}
+
+// sync publishes what is dirty; a loss since this handle last reported one
+// fails it (the handle whose flush lost the conflict hears of it there).
+func (h *handle) sync(ctx context.Context, op string) syscall.Errno {
+	if h.of.f.Stat().Dirty {
+		if _, err := h.fsys.flush(ctx, h.of); err != nil {
+			h.lost(op)
+			return h.fsys.errnoOf(op, err)
+		}
 	}
-	return 0
+	return h.lost(op)
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {

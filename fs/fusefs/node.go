@@ -256,7 +256,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if err != nil {
 		return nil, 0, n.fsys.errnoOf("open", err)
 	}
-	h := &handle{fsys: n.fsys, of: of, flags: flags}
+	h := newHandle(n.fsys, of, flags)
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		if err := of.f.Truncate(ctx, 0); err != nil {
 			n.fsys.release(ctx, of, false)
@@ -287,7 +287,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		n.fsys.release(ctx, of, false)
 		return nil, nil, 0, errno
 	}
-	return ch, &handle{fsys: n.fsys, of: of, flags: flags}, 0, 0
+	return ch, newHandle(n.fsys, of, flags), 0, 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
