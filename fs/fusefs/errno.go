@@ -43,9 +43,11 @@ var errnoTable = []struct {
 	{staging.ErrNotFound, syscall.EIO}, // an object the file needs is gone
 }
 
-// errnoOf maps err to an errno. Errors that say something is broken (a
-// corrupt object, a store failure) are EIO and logged with their reason,
-// since the program only sees the number.
+// errnoOf maps err to an errno; op names the operation and what it was on.
+// Errors that say something is broken (a corrupt object, a store failure)
+// are EIO and logged with their reason, since the program only sees the
+// number; so is a timeout (ETIMEDOUT: the store did not answer in time),
+// once per failed operation, with what the operation was doing.
 func (fsys *FS) errnoOf(op string, err error) syscall.Errno {
 	if err == nil {
 		return 0
@@ -56,8 +58,13 @@ func (fsys *FS) errnoOf(op string, err error) syscall.Errno {
 	}
 	for _, e := range errnoTable {
 		if errors.Is(err, e.err) {
-			if e.errno == syscall.EIO || e.errno == syscall.EBUSY {
+			switch e.errno {
+			case syscall.EIO, syscall.EBUSY:
 				fsys.log.Error(op+" failed", zap.Error(err))
+			case syscall.ETIMEDOUT:
+				fsys.log.Error(op+" failed: the store did not answer in time", zap.Error(err))
+			case syscall.EINTR:
+				fsys.log.Debug(op+" interrupted before it changed anything", zap.Error(err))
 			}
 			return e.errno
 		}
@@ -71,4 +78,17 @@ func (fsys *FS) errnoOf(op string, err error) syscall.Errno {
 		fsys.log.Error(op+" failed", zap.Error(err))
 	}
 	return syscall.EIO
+}
+
+// where names the entry name in directory n (n itself if name is empty), as
+// a path inside the mount, for the log.
+func (n *node) where(name string) string {
+	p := "/" + n.Path(nil)
+	if name == "" {
+		return p
+	}
+	if p == "/" {
+		return p + name
+	}
+	return p + "/" + name
 }

@@ -1,0 +1,374 @@
+package test
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"ckptfs/test/faultproxy"
+)
+
+// outageOpts bound every S3 request to about a second, so that an outage
+// shows within seconds: a request fails after s3_request_timeout (or
+// s3_connect_timeout) and is not retried past s3_retry_max_time.
+const outageOpts = "s3_connect_timeout=1s,s3_request_timeout=1s,s3_stall_timeout=1s,s3_retry_max_time=1s,ns_refresh=200ms,log=info"
+
+// outageWatchdog only catches a hang: far above the bound docs/outages.md
+// gives for these options, it is no timing assertion.
+const outageWatchdog = 2 * time.Minute
+
+// outageMount is one ckptfs mount process in the foreground.
+type outageMount struct {
+	cmd    *exec.Cmd
+	dir    string
+	log    string
+	exited chan struct{}
+	err    error
+}
+
+func startOutageMount(t *testing.T, bin, store, opts string, env []string, dir, log string) *outageMount {
+	t.Helper()
+	lf, err := os.Create(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &outageMount{dir: dir, log: log, exited: make(chan struct{})}
+	m.cmd = exec.Command(bin, "mount", "-f", "-o", opts, store, dir)
+	m.cmd.Env = append(env, "GOTRACEBACK=all")
+	m.cmd.Stdout, m.cmd.Stderr = lf, lf
+	if err := m.cmd.Start(); err != nil {
+		lf.Close()
+		t.Fatal(err)
+	}
+	go func() {
+		m.err = m.cmd.Wait()
+		lf.Close()
+		close(m.exited)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-m.exited:
+		default:
+			_ = m.cmd.Process.Kill()
+			<-m.exited
+			_ = exec.Command("fusermount3", "-u", "-z", dir).Run()
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(log)
+			t.Logf("log of the mount of %s:\n%s", dir, b)
+		}
+	})
+	deadline := time.Now().Add(outageWatchdog)
+	for !isMounted(t, dir) {
+		select {
+		case <-m.exited:
+			b, _ := os.ReadFile(log)
+			t.Fatalf("mount exited before it mounted: %v\n%s", m.err, b)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("not mounted within %v", outageWatchdog)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return m
+}
+
+// runBounded runs a program on the mount and returns its error and how long
+// it took; it fails the test if the program is still running after the
+// watchdog (its stack in the kernel is logged: a D state shows there).
+func runBounded(t *testing.T, name string, args ...string) (string, error, time.Duration) {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		return out.String(), err, time.Since(start)
+	case <-time.After(outageWatchdog):
+		stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stack", cmd.Process.Pid))
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+		_ = cmd.Process.Kill()
+		<-done
+		t.Fatalf("%s %v hangs past %v\nstatus:\n%s\nkernel stack:\n%s", name, args, outageWatchdog, status, stack)
+		return "", nil, 0
+	}
+}
+
+// TestOutage: with the store behind the mount stalling every request,
+// metadata changes, stat, cat and fsync fail within the bound instead of
+// hanging, a killed program ends, the unmount completes (exiting non-zero,
+// naming the file it could not flush), and once the store is back a new
+// mount reads every file flushed before the outage exactly.
+func TestOutage(t *testing.T) {
+	need(t, "fusermount3", "touch", "mkdir", "stat", "cat")
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, _, env := s3Args(t, v)
+	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		proxy.Stall(false)
+		if err := proxy.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	opts := "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region + "," + outageOpts
+	logs := t.TempDir()
+	dir := mountpoint(t)
+	m := startOutageMount(t, bin, store, opts, env, dir, filepath.Join(logs, "mount-1.log"))
+	p := func(name string) string { return filepath.Join(dir, name) }
+
+	// Before the outage: files written and flushed, a directory.
+	want := map[string][]byte{}
+	for i, n := range []int{0, 1, 4096, 300_000} {
+		name := fmt.Sprintf("f%d", i)
+		data := bytes.Repeat([]byte(name+"."), n/3+1)[:n]
+		f, err := os.Create(p(name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(data); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want[name] = data
+	}
+	if err := os.Mkdir(p("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// A file kept open across the outage, for the fsync during it.
+	dirty, err := os.OpenFile(p("dirty"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := dirty.Sync(); err != nil {
+		t.Fatal(err)
+	}
+
+	proxy.Stall(true)
+	start := time.Now()
+
+	for _, c := range [][]string{
+		{"touch", p("new")},
+		{"mkdir", p("newdir")},
+		{"touch", p("d/new")},
+	} {
+		out, err, took := runBounded(t, c[0], c[1:]...)
+		t.Logf("%v during the outage: %v after %v: %s", c, err, took.Round(time.Millisecond), strings.TrimSpace(out))
+		if err == nil {
+			t.Errorf("%v succeeded with the store stalled", c)
+		}
+	}
+	// The attributes of a closed file are remembered for a second (the
+	// kernel's and the mount's): past that a stat needs the store.
+	time.Sleep(time.Until(start.Add(2 * time.Second)))
+	for _, c := range [][]string{
+		{"stat", p("f3")},
+		{"cat", p("f2")},
+	} {
+		out, err, took := runBounded(t, c[0], c[1:]...)
+		t.Logf("%v during the outage: %v after %v: %s", c, err, took.Round(time.Millisecond), strings.TrimSpace(out))
+		if err == nil {
+			t.Errorf("%v succeeded with the store stalled", c)
+		}
+	}
+
+	// fsync of data written during the outage fails; it is not reported
+	// durable.
+	if _, err := dirty.Write([]byte("written during the outage")); err != nil {
+		t.Fatalf("write during the outage (buffered, needs no store): %v", err)
+	}
+	synced := make(chan error, 1)
+	t0 := time.Now()
+	go func() { synced <- dirty.Sync() }()
+	select {
+	case err := <-synced:
+		t.Logf("fsync during the outage: %v after %v", err, time.Since(t0).Round(time.Millisecond))
+		if err == nil {
+			t.Error("fsync succeeded with the store stalled")
+		} else if !errors.Is(err, syscall.ETIMEDOUT) && !errors.Is(err, syscall.EIO) {
+			t.Errorf("fsync during the outage: %v, want ETIMEDOUT or EIO", err)
+		}
+	case <-time.After(outageWatchdog):
+		t.Fatalf("fsync hangs past %v", outageWatchdog)
+	}
+
+	// kill ends a program waiting on the mount.
+	for _, c := range [][]string{{"touch", p("killed")}, {"mkdir", p("killeddir")}, {"cat", p("f3")}} {
+		cmd := exec.Command(c[0], c[1:]...)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		t0 := time.Now()
+		_ = cmd.Process.Kill()
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		select {
+		case <-done:
+			t.Logf("%v killed: ended after %v", c, time.Since(t0).Round(time.Millisecond))
+		case <-time.After(outageWatchdog):
+			stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stack", cmd.Process.Pid))
+			t.Fatalf("%v killed, still there after %v; kernel stack:\n%s", c, outageWatchdog, stack)
+		}
+	}
+
+	// Unmount with the store down: the file it could not flush is named,
+	// and the mount exits non-zero.
+	if err := dirty.Close(); err == nil {
+		t.Log("close of the dirty file during the outage: no error (flush_on_close off)")
+	} else {
+		t.Logf("close of the dirty file during the outage: %v", err)
+	}
+	out, err, took := runBounded(t, "fusermount3", "-u", dir)
+	t.Logf("fusermount3 -u during the outage: %v after %v %s", err, took.Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatalf("fusermount3 -u during the outage: %v: %s", err, out)
+	}
+	unmounted := time.Now()
+	select {
+	case <-m.exited:
+	case <-time.After(outageWatchdog):
+		t.Fatalf("the mount process still runs %v after the unmount", outageWatchdog)
+	}
+	t.Logf("mount exit: %v, %v after the unmount, %v after the outage began", m.err,
+		time.Since(unmounted).Round(time.Millisecond), time.Since(start).Round(time.Millisecond))
+	var exit *exec.ExitError
+	if !errors.As(m.err, &exit) || exit.ExitCode() == 0 {
+		t.Errorf("the mount exited with %v after an unmount that left a file unflushed, want a non-zero status", m.err)
+	}
+	logText, _ := os.ReadFile(m.log)
+	if !strings.Contains(string(logText), "flush at unmount failed") {
+		t.Errorf("the mount's log does not name the file it could not flush")
+	}
+	if !strings.Contains(string(logText), "did not answer in time") {
+		t.Errorf("the mount's log does not name the operations that timed out")
+	}
+
+	// The store returns: a new mount has everything flushed before.
+	proxy.Stall(false)
+	m2 := startOutageMount(t, bin, store, opts, env, dir, filepath.Join(logs, "mount-2.log"))
+	for name, data := range want {
+		got, err := os.ReadFile(p(name))
+		if err != nil {
+			t.Errorf("read %s after the outage: %v", name, err)
+			continue
+		}
+		if !bytes.Equal(got, data) {
+			t.Errorf("%s after the outage: %d bytes, want the %d flushed before it", name, len(got), len(data))
+		}
+	}
+	if fi, err := os.Stat(p("d")); err != nil || !fi.IsDir() {
+		t.Errorf("directory d after the outage: %v", err)
+	}
+	// The mount carries on: changes succeed again.
+	if err := os.WriteFile(p("after"), []byte("after"), 0o644); err != nil {
+		t.Errorf("write after the outage: %v", err)
+	}
+	out, err = runErr(dir, "fusermount3", "-u", dir)
+	if err != nil {
+		t.Fatalf("fusermount3 -u after the outage: %v: %s", err, out)
+	}
+	<-m2.exited
+	if m2.err != nil {
+		t.Errorf("the mount after the outage exited with %v", m2.err)
+	}
+}
+
+// TestOutageSigterm: SIGTERM to a mount whose store is down unmounts it and
+// ends the process, non-zero, naming the file it could not flush; it does
+// not stay running unmounted.
+func TestOutageSigterm(t *testing.T) {
+	need(t, "fusermount3")
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, _, env := s3Args(t, v)
+	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		proxy.Stall(false)
+		if err := proxy.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	opts := "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region + "," + outageOpts
+	dir := mountpoint(t)
+	m := startOutageMount(t, bin, store, opts, env, dir, filepath.Join(t.TempDir(), "mount.log"))
+	f, err := os.Create(filepath.Join(dir, "dirty"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Stall(true)
+	if _, err := f.Write([]byte("written during the outage")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Logf("close during the outage: %v", err)
+	}
+	t0 := time.Now()
+	if err := m.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-m.exited:
+	case <-time.After(outageWatchdog):
+		t.Fatalf("the mount process still runs %v after SIGTERM", outageWatchdog)
+	}
+	t.Logf("mount exit after SIGTERM: %v after %v", m.err, time.Since(t0).Round(time.Millisecond))
+	var exit *exec.ExitError
+	if !errors.As(m.err, &exit) || exit.ExitCode() == 0 {
+		t.Errorf("the mount exited with %v after SIGTERM left a file unflushed, want a non-zero status", m.err)
+	}
+	if isMounted(t, dir) {
+		t.Errorf("%s still mounted after SIGTERM", dir)
+	}
+	logText, _ := os.ReadFile(m.log)
+	if !strings.Contains(string(logText), "flush at unmount failed") {
+		t.Errorf("the mount's log does not name the file it could not flush")
+	}
+}
+
+// TestFallocatePastMaxSize: fallocate of a range ending past the largest
+// file size is EFBIG, as on ext4.
+func TestFallocatePastMaxSize(t *testing.T) {
+	m := newVolume(t).mount("")
+	f, err := os.Create(m.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, c := range []struct{ off, n int64 }{{1 << 60, 4096}, {1<<60 - 4096, 8192}, {1 << 62, 1}} {
+		if err := syscall.Fallocate(int(f.Fd()), 0, c.off, c.n); !errors.Is(err, syscall.EFBIG) {
+			t.Errorf("fallocate(%d, %d): %v, want EFBIG", c.off, c.n, err)
+		}
+	}
+	if err := syscall.Fallocate(int(f.Fd()), 0, 0, 4096); err != nil {
+		t.Errorf("fallocate(0, 4096): %v", err)
+	}
+}
