@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -352,6 +353,108 @@ func TestOutageSigterm(t *testing.T) {
 	if !strings.Contains(string(logText), "flush at unmount failed") {
 		t.Errorf("the mount's log does not name the file it could not flush")
 	}
+}
+
+// interruptScript makes namespace changes on a mount under a storm of
+// SIGALRM (a handler that does nothing, as stress-ng's timer): every call
+// interrupted with EINTR is checked to have changed nothing, then retried as
+// a program would; any other error is reported. It prints one line per fault
+// and "eintr N" at the end.
+const interruptScript = `
+import os, signal, sys
+d, n = sys.argv[1], int(sys.argv[2])
+signal.signal(signal.SIGALRM, lambda s, f: None)
+signal.setitimer(signal.ITIMER_REAL, 0.004, 0.004)
+eintr = 0
+def retried(fn):
+    while True:
+        try:
+            return fn()
+        except InterruptedError:
+            pass
+def exists(path):
+    try:
+        retried(lambda: os.lstat(path))
+        return True
+    except FileNotFoundError:
+        return False
+def has_xattr(path):
+    try:
+        return retried(lambda: os.getxattr(path, "user.a")) == b"v"
+    except OSError:
+        return False
+def change(what, path, took_effect, fn):
+    global eintr
+    for _ in range(1000):
+        try:
+            fn()
+            return
+        except InterruptedError:
+            eintr += 1
+            if took_effect(path):
+                print(what, path, "failed with EINTR, yet took effect")
+                return
+        except OSError as e:
+            print(what, path, e)
+            return
+    print(what, path, "interrupted 1000 times")
+def create(path):
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+    retried(lambda: os.close(fd))
+for i in range(n):
+    sub = os.path.join(d, "d%d" % i)
+    f = os.path.join(sub, "f")
+    gone = lambda p: not exists(p)
+    change("mkdir", sub, exists, lambda: os.mkdir(sub))
+    change("create", f, exists, lambda: create(f))
+    change("setxattr", f, has_xattr, lambda: os.setxattr(f, "user.a", b"v"))
+    change("unlink", f, gone, lambda: os.unlink(f))
+    change("rmdir", sub, gone, lambda: os.rmdir(sub))
+signal.setitimer(signal.ITIMER_REAL, 0, 0)
+print("eintr", eintr)
+`
+
+// TestInterruptedChangesReportTheirOutcome: a signal that interrupts a
+// namespace change whose log entry was already sent does not make it fail
+// (it may be in the log); EINTR only comes when nothing changed. The proxy
+// delays the answers of log entry writes, so that signals land while the
+// entry is stored and its answer not yet back.
+func TestInterruptedChangesReportTheirOutcome(t *testing.T) {
+	need(t, "python3")
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, _, env := s3Args(t, v)
+	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{
+		Seed: 1, Delay: 0.99, MaxDelay: 30 * time.Millisecond,
+		Match: func(r *http.Request) bool { return r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/ns/log/") },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := proxy.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	opts := "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region + ",log=info"
+	dir := mountpoint(t)
+	startOutageMount(t, bin, store, opts, env, dir, filepath.Join(t.TempDir(), "mount.log"))
+	t.Cleanup(func() { _, _ = runErr(dir, "fusermount3", "-u", dir) })
+	out, err, took := runBounded(t, "python3", "-c", interruptScript, dir, fmt.Sprint(size(150, 60)))
+	t.Logf("after %v: %s; proxy: %v", took.Round(time.Millisecond), strings.TrimSpace(lastLine(out)), proxy.Counters())
+	if err != nil {
+		t.Fatalf("script: %v\n%s", err, out)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(out), "\n") {
+		if !strings.HasPrefix(l, "eintr ") {
+			t.Error(l)
+		}
+	}
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	return s[strings.LastIndex(s, "\n")+1:]
 }
 
 // TestFallocatePastMaxSize: fallocate of a range ending past the largest

@@ -274,10 +274,16 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if err != nil {
 		return nil, nil, 0, n.fsys.errnoOf("create "+n.where(name), err)
 	}
+	// The name is in the log now: an interrupt must not leave it there
+	// behind an error, so the rest (the head, or the undo of the name) is
+	// finished with a context free of the caller's cancellation, bounded.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestBound(n.fsys.cfg))
+	defer cancel()
 	f, err := engineCreate(ctx, n.fsys, nn.FileID)
 	if err != nil {
 		if _, uerr := n.fsys.ns.Unlink(ctx, n.ino, name); uerr != nil {
-			n.fsys.log.Warn("undo of a failed create failed")
+			n.fsys.log.Warn("undo of a failed create failed; the name stays, an empty file",
+				zap.String("path", n.where(name)), zap.Error(uerr))
 		}
 		return nil, nil, 0, n.fsys.errnoOf("create "+n.where(name), err)
 	}
