@@ -426,7 +426,9 @@ func TestInterruptedChangesReportTheirOutcome(t *testing.T) {
 	store, _, env := s3Args(t, v)
 	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{
 		Seed: 1, Delay: 0.99, MaxDelay: 30 * time.Millisecond,
-		Match: func(r *http.Request) bool { return r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/ns/log/") },
+		Match: func(r *http.Request) bool {
+			return r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/ns/log/")
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
