@@ -235,8 +235,24 @@ func TestOutage(t *testing.T) {
 		}
 	}
 
-	// Unmount with the store down: the file it could not flush is named,
-	// and the mount exits non-zero.
+	// The store returns: the mount carries on. The flush that failed
+	// succeeds now, and changes work again.
+	proxy.Stall(false)
+	if err := dirty.Sync(); err != nil {
+		t.Fatalf("fsync once the store is back: %v", err)
+	}
+	want["dirty"] = []byte("written during the outage")
+	if out, err := runErr(dir, "touch", p("new")); err != nil {
+		t.Fatalf("touch once the store is back: %v: %s", err, out)
+	}
+	want["new"] = []byte{}
+
+	// A second outage, with data not flushed: the unmount names the file
+	// it could not flush and the mount exits non-zero.
+	if _, err := dirty.Write([]byte(", and lost")); err != nil {
+		t.Fatal(err)
+	}
+	proxy.Stall(true)
 	if err := dirty.Close(); err == nil {
 		t.Log("close of the dirty file during the outage: no error (flush_on_close off)")
 	} else {
