@@ -322,6 +322,11 @@ func testOutage(t *testing.T, wal bool) {
 	if !strings.Contains(string(logText), "did not answer in time") {
 		t.Errorf("the mount's log does not name the operations that timed out")
 	}
+	// The background refresh fails every tick of an outage: it is logged
+	// when it starts failing, once per outage (two here), not every tick.
+	if n := strings.Count(string(logText), "namespace refresh failed"); n > 2 {
+		t.Errorf("the failing namespace refresh is logged %d times over two outages, want at most 2", n)
+	}
 
 	// The store returns: a new mount has everything flushed before.
 	proxy.Stall(false)

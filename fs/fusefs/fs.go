@@ -366,6 +366,7 @@ func (fsys *FS) loop() {
 	}
 	idle := time.NewTicker(idleTick)
 	defer idle.Stop()
+	refreshFailing := false
 	for {
 		select {
 		case <-fsys.ctx.Done():
@@ -376,8 +377,15 @@ func (fsys *FS) loop() {
 			ctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
 			err := fsys.ns.Refresh(ctx)
 			cancel()
-			if err != nil && fsys.ctx.Err() == nil {
-				fsys.log.Warn("namespace refresh failed", zap.Error(err))
+			// Logged when refreshes start failing and when they work
+			// again, not every tick of an outage.
+			switch {
+			case err != nil && fsys.ctx.Err() == nil && !refreshFailing:
+				refreshFailing = true
+				fsys.log.Warn("namespace refresh failed; other mounts' changes are not seen until it works again", zap.Error(err))
+			case err == nil && refreshFailing:
+				refreshFailing = false
+				fsys.log.Info("namespace refresh works again")
 			}
 		case <-flushC:
 			fsys.flushAll(fsys.ctx)
