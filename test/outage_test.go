@@ -515,6 +515,98 @@ func TestInterruptedChangesReportTheirOutcome(t *testing.T) {
 	}
 }
 
+// TestKilledDuringChange: a program killed while its change's log entry is
+// being written ends at once (the kernel keeps it in uninterruptible sleep
+// until the mount answers); the change finishes without it and the mount
+// stays consistent. The proxy holds log entry writes for up to a minute;
+// the kill comes while one is held, and the program must be gone while the
+// proxy still holds it.
+func TestKilledDuringChange(t *testing.T) {
+	need(t, "fusermount3", "mkdir")
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, _, env := s3Args(t, v)
+	isLogPut := func(method, path string) bool {
+		return method == http.MethodPut && strings.Contains(path, "/ns/log/")
+	}
+	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{
+		Seed: 3, Delay: 0.99, MaxDelay: time.Minute,
+		Match: func(r *http.Request) bool { return isLogPut(r.Method, r.URL.Path) },
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := proxy.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	opts := "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region + ",log=info"
+	dir := mountpoint(t)
+	m := startOutageMount(t, bin, store, opts, env, dir, filepath.Join(t.TempDir(), "mount.log"))
+	held := func() bool {
+		for _, r := range proxy.InFlight() {
+			if isLogPut(r.Method, r.Path) {
+				return true
+			}
+		}
+		return false
+	}
+	killedDuring := 0
+	for i := 0; i < 5 && killedDuring == 0; i++ {
+		cmd := exec.Command("mkdir", filepath.Join(dir, fmt.Sprintf("d%d", i)))
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		go func() { _ = cmd.Wait(); close(done) }()
+		deadline := time.After(outageWatchdog)
+		waiting := true
+		for waiting && !held() {
+			select {
+			case <-done:
+				waiting = false // finished before the kill: try again
+			case <-deadline:
+				t.Fatal("mkdir's log entry write never reached the proxy")
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		if !waiting {
+			continue
+		}
+		_ = cmd.Process.Kill()
+		select {
+		case <-done:
+		case <-time.After(outageWatchdog):
+			stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stack", cmd.Process.Pid))
+			t.Fatalf("mkdir killed during its change still there after %v; kernel stack:\n%s", outageWatchdog, stack)
+		}
+		if held() {
+			killedDuring++
+		}
+	}
+	if killedDuring == 0 {
+		t.Fatal("no killed mkdir ended while its log entry write was held: each waited for the answer (or every delay was too short)")
+	}
+	// The mount stays consistent and serves: ls works, and the unmount
+	// waits for the change that finishes without its caller.
+	if out, err := runErr(dir, "ls", dir); err != nil {
+		t.Fatalf("ls after the kill: %v: %s", err, out)
+	}
+	out, err := runErr(dir, "fusermount3", "-u", dir)
+	if err != nil {
+		t.Fatalf("fusermount3 -u: %v: %s", err, out)
+	}
+	select {
+	case <-m.exited:
+	case <-time.After(2 * outageWatchdog):
+		t.Fatal("the mount process did not exit after the unmount")
+	}
+	if m.err != nil {
+		t.Errorf("the mount exited with %v", m.err)
+	}
+}
+
 func lastLine(s string) string {
 	s = strings.TrimSpace(s)
 	return s[strings.LastIndex(s, "\n")+1:]

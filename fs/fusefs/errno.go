@@ -3,7 +3,12 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"go.uber.org/zap"
 
@@ -91,4 +96,38 @@ func (n *node) where(name string) string {
 		return p + name
 	}
 	return p + "/" + name
+}
+
+// changeCtx is the context of a namespace change made for the FUSE request
+// ctx: once the request is interrupted, the change asks whether its caller
+// is being killed, and if so answers at once (the kernel keeps a killed
+// process in uninterruptible sleep until the request is answered) and lets
+// the change finish without it.
+func changeCtx(ctx context.Context) context.Context {
+	c, ok := fuse.FromContext(ctx)
+	if !ok || c.Pid == 0 {
+		return ctx
+	}
+	pid := c.Pid
+	return namespace.WithGone(ctx, func() bool { return killed(pid) })
+}
+
+// killed says whether thread tid has SIGKILL pending (a fatal signal is
+// turned into one for every thread of its process), or is gone.
+func killed(tid uint32) bool {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(tid), 10) + "/status")
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	const sigkill = 1 << (9 - 1)
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, field := range []string{"SigPnd:", "ShdPnd:"} {
+			if v, ok := strings.CutPrefix(line, field); ok {
+				if m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && m&sigkill != 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

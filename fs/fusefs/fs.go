@@ -301,6 +301,7 @@ func (fsys *FS) Close() error {
 		defer fsys.stopMetrics()
 		fsys.cancel()
 		fsys.wg.Wait()
+		fsys.ns.Wait() // changes whose callers were killed, each bounded
 		bound := requestBound(fsys.cfg)
 		var storeDown error
 		var errs []error

@@ -196,7 +196,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if change {
 		var err error
-		if nn, err = n.fsys.ns.SetAttr(ctx, n.ino, a); err != nil {
+		if nn, err = n.fsys.ns.SetAttr(changeCtx(ctx), n.ino, a); err != nil {
 			return n.fsys.errnoOf("setattr "+n.where(""), err)
 		}
 	}
@@ -270,7 +270,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if n.reserved(name) {
 		return nil, nil, 0, syscall.EPERM
 	}
-	nn, err := n.fsys.ns.Create(ctx, n.ino, name, mode&namespace.ModeMask, owner(ctx))
+	nn, err := n.fsys.ns.Create(changeCtx(ctx), n.ino, name, mode&namespace.ModeMask, owner(ctx))
 	if err != nil {
 		return nil, nil, 0, n.fsys.errnoOf("create "+n.where(name), err)
 	}
@@ -300,7 +300,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if n.reserved(name) {
 		return nil, syscall.EPERM
 	}
-	nn, err := n.fsys.ns.Mkdir(ctx, n.ino, name, mode&namespace.ModeMask, owner(ctx))
+	nn, err := n.fsys.ns.Mkdir(changeCtx(ctx), n.ino, name, mode&namespace.ModeMask, owner(ctx))
 	if err != nil {
 		return nil, n.fsys.errnoOf("mkdir "+n.where(name), err)
 	}
@@ -311,7 +311,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	if n.reserved(name) {
 		return nil, syscall.EPERM
 	}
-	nn, err := n.fsys.ns.Symlink(ctx, n.ino, name, target, owner(ctx))
+	nn, err := n.fsys.ns.Symlink(changeCtx(ctx), n.ino, name, target, owner(ctx))
 	if err != nil {
 		return nil, n.fsys.errnoOf("symlink "+n.where(name), err)
 	}
@@ -337,7 +337,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	if !ok {
 		return nil, syscall.EXDEV
 	}
-	nn, err := n.fsys.ns.Link(ctx, t.ino, n.ino, name)
+	nn, err := n.fsys.ns.Link(changeCtx(ctx), t.ino, n.ino, name)
 	if err != nil {
 		return nil, n.fsys.errnoOf("link "+n.where(name), err)
 	}
@@ -347,7 +347,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	nn, err := n.fsys.ns.Unlink(ctx, n.ino, name)
+	nn, err := n.fsys.ns.Unlink(changeCtx(ctx), n.ino, name)
 	if err != nil {
 		return n.fsys.errnoOf("unlink "+n.where(name), err)
 	}
@@ -356,7 +356,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	if err := n.fsys.ns.Rmdir(ctx, n.ino, name); err != nil {
+	if err := n.fsys.ns.Rmdir(changeCtx(ctx), n.ino, name); err != nil {
 		return n.fsys.errnoOf("rmdir "+n.where(name), err)
 	}
 	return 0
@@ -388,7 +388,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if flags&renameExchange != 0 {
 		rf |= namespace.RenameExchange
 	}
-	replaced, err := n.fsys.ns.Rename(ctx, n.ino, name, np.ino, newName, rf)
+	replaced, err := n.fsys.ns.Rename(changeCtx(ctx), n.ino, name, np.ino, newName, rf)
 	if err != nil {
 		return n.fsys.errnoOf("rename "+n.where(name), err)
 	}
@@ -453,7 +453,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if attr == xattrCno || attr == xattrFormat {
 		return syscall.EPERM
 	}
-	if err := n.fsys.ns.SetXattr(ctx, n.ino, attr, data, namespace.XattrFlags(flags)); err != nil {
+	if err := n.fsys.ns.SetXattr(changeCtx(ctx), n.ino, attr, data, namespace.XattrFlags(flags)); err != nil {
 		return n.fsys.errnoOf("setxattr "+n.where(""), err)
 	}
 	return 0
@@ -463,7 +463,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if attr == xattrCno || attr == xattrFormat {
 		return syscall.EPERM
 	}
-	if err := n.fsys.ns.RemoveXattr(ctx, n.ino, attr); err != nil {
+	if err := n.fsys.ns.RemoveXattr(changeCtx(ctx), n.ino, attr); err != nil {
 		return n.fsys.errnoOf("removexattr "+n.where(""), err)
 	}
 	return 0

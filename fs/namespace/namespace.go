@@ -72,6 +72,7 @@ type Namespace struct {
 
 	appendMu sync.Mutex
 	mu       sync.RWMutex
+	bg       sync.WaitGroup // changes whose callers left
 	st       *state // GUARDED_BY(mu); written only with appendMu held too
 }
 
@@ -335,12 +336,81 @@ func (ns *Namespace) change(ctx context.Context, o op, done func(st *state, seq 
 
 // changeHooked is change with before, if not nil, run under mu with the
 // state just before the change is applied.
+//
+// The change runs in a goroutine of its own, owned by the namespace (Wait
+// waits for it), so that a caller whose context ends and who is gone (see
+// WithGone: a process being killed) can leave at once while the change
+// finishes, landed or not, as it would have with the caller waiting. A
+// caller still there waits for the real outcome.
 func (ns *Namespace) changeHooked(ctx context.Context, o op, before, done func(st *state, seq uint64)) error {
+	gone, _ := ctx.Value(goneKey{}).(func() bool)
+	if gone == nil {
+		return ns.changeNow(ctx, o, before, done)
+	}
+	var hookMu sync.Mutex
+	left := false // the caller left: its hooks write nowhere now
+	guard := func(h func(st *state, seq uint64)) func(st *state, seq uint64) {
+		if h == nil {
+			return nil
+		}
+		return func(st *state, seq uint64) {
+			hookMu.Lock()
+			defer hookMu.Unlock()
+			if !left {
+				h(st, seq)
+			}
+		}
+	}
+	res := make(chan error, 1)
+	ns.bg.Add(1)
+	go func() {
+		defer ns.bg.Done()
+		res <- ns.changeNow(ctx, o, guard(before), guard(done))
+	}()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+	}
+	for {
+		select {
+		case err := <-res:
+			return err
+		case <-time.After(goneCheck):
+		}
+		if gone() {
+			hookMu.Lock()
+			left = true
+			hookMu.Unlock()
+			ns.log.Info("caller gone; its change finishes without it", zap.String("op", o.Kind))
+			return fmt.Errorf("%s: %w", o.Kind, context.Canceled)
+		}
+	}
+}
+
+// goneCheck is how often a change whose caller was interrupted asks whether
+// the caller is gone.
+const goneCheck = 10 * time.Millisecond
+
+type goneKey struct{}
+
+// WithGone returns ctx carrying gone, which says whether the caller has left
+// for good (a process with a fatal signal pending): once ctx ends and gone
+// says so, a change returns at once and finishes without its caller.
+func WithGone(ctx context.Context, gone func() bool) context.Context {
+	return context.WithValue(ctx, goneKey{}, gone)
+}
+
+// Wait waits for the changes whose callers left (see WithGone); each is
+// bounded by Options.FinishTimeout.
+func (ns *Namespace) Wait() { ns.bg.Wait() }
+
+func (ns *Namespace) changeNow(ctx context.Context, o op, before, done func(st *state, seq uint64)) error {
 	ns.appendMu.Lock()
 	snap, err := ns.changeLocked(ctx, o, before, done)
 	ns.appendMu.Unlock()
 	if snap != nil {
-		ns.writeSnapshot(ctx, snap.seq, snap.data)
+		ns.writeSnapshot(context.WithoutCancel(ctx), snap.seq, snap.data)
 	}
 	return err
 }

@@ -156,3 +156,34 @@ func TestRefreshStuckDelaysNoChange(t *testing.T) {
 		t.Fatalf("lookup f after the refresh: %v", err)
 	}
 }
+
+// TestChangeOfGoneCallerReturnsAndFinishes: a caller interrupted and gone
+// (killed) is answered at once, and its change, already sent, finishes
+// without it.
+func TestChangeOfGoneCallerReturnsAndFinishes(t *testing.T) {
+	st := &landThenInterrupt{Store: staging.NewMem(), sent: make(chan struct{}), release: make(chan struct{})}
+	ns := openNS(t, st, Options{})
+	ctx, cancel := context.WithCancel(context.Background())
+	ctx = WithGone(ctx, func() bool { return true })
+	res := make(chan error, 1)
+	go func() {
+		_, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{})
+		res <- err
+	}()
+	<-st.sent
+	cancel()
+	select {
+	case err := <-res:
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("mkdir of a gone caller: %v, want context.Canceled", err)
+		}
+	case <-time.After(hangGuard):
+		close(st.release)
+		t.Fatal("mkdir of a gone caller waits for its change")
+	}
+	close(st.release)
+	ns.Wait()
+	if _, err := ns.Lookup(RootIno, "d"); err != nil {
+		t.Fatalf("lookup d after the change finished: %v", err)
+	}
+}
