@@ -73,7 +73,7 @@ type Namespace struct {
 	appendMu sync.Mutex
 	mu       sync.RWMutex
 	bg       sync.WaitGroup // changes whose callers left
-	st       *state // GUARDED_BY(mu); written only with appendMu held too
+	st       *state         // GUARDED_BY(mu); written only with appendMu held too
 }
 
 // Open loads the namespace under root: the newest snapshot, then the log
