@@ -279,15 +279,25 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 		case s := <-sigs:
 			log.Info("unmounting", zap.Stringer("signal", s))
 			if err := fsys.Unmount(); err != nil {
-				log.Error("unmount failed", zap.Error(err))
+				if errors.Is(err, fusefs.ErrMountBusy) {
+					log.Error("unmount failed", zap.Error(err))
+					fmt.Fprintf(stderr, "ckptfs: %v\n", err)
+					continue // still mounted: keep serving
+				}
+				// Unmounted, but files could not be flushed (each is
+				// named in the log): exit non-zero.
+				<-done
+				log.Error("unmounted; files not flushed", zap.Error(err))
 				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
-				continue // still mounted: keep serving
+				return 1
 			}
 			<-done
 			return 0
 		case <-done:
 			// Unmounted from outside (fusermount3 -u, umount).
+			log.Info("unmounted")
 			if err := fsys.Close(); err != nil {
+				log.Error("unmounted; files not flushed", zap.Error(err))
 				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
 				return 1
 			}

@@ -113,7 +113,10 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := namespace.Open(ctx, st, o.Root, namespace.Options{Logger: log.Named("namespace")})
+	ns, err := namespace.Open(ctx, st, o.Root, namespace.Options{
+		Logger:        log.Named("namespace"),
+		FinishTimeout: requestBound(o.Config),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open namespace: %w", err)
 	}
@@ -241,6 +244,19 @@ func checkMountpoint(dir string) error {
 	return nil
 }
 
+// requestBound is the longest one store request takes to fail: the retry
+// window, one wait before a retry (the retryer waits at most 20s), and the
+// last attempt (connect, send with no stall, answer). It bounds what the
+// mount does on its own (a refresh, the flush of a released file) and each
+// flush at unmount, so that nothing waits on a dead store for longer.
+func requestBound(c config.Config) time.Duration {
+	return c.S3RetryMaxTime + 20*time.Second + c.S3ConnectTimeout + c.S3StallTimeout + c.S3RequestTimeout
+}
+
+// ErrMountBusy: the kernel refused to unmount (a file or directory of the
+// volume is in use); the volume stays mounted and served.
+var ErrMountBusy = errors.New("mount busy")
+
 // Wait blocks until the volume is unmounted (by Unmount, fusermount3 -u or
 // umount).
 func (fsys *FS) Wait() {
@@ -250,7 +266,8 @@ func (fsys *FS) Wait() {
 }
 
 // Unmount unmounts the volume from the kernel, then flushes and closes every
-// file (Close). It fails, leaving everything mounted, when the mount is busy.
+// file (Close). It fails with ErrMountBusy, leaving everything mounted, when
+// the mount is busy; any other error is Close's (files not flushed).
 func (fsys *FS) Unmount() error {
 	if fsys.server != nil {
 		var err error
@@ -261,7 +278,7 @@ func (fsys *FS) Unmount() error {
 			time.Sleep(100 * time.Millisecond)
 		}
 		if err != nil {
-			return fmt.Errorf("unmount: %w", err)
+			return fmt.Errorf("unmount: %w: %w", ErrMountBusy, err)
 		}
 		fsys.server.Wait()
 	}
@@ -272,13 +289,21 @@ func (fsys *FS) Unmount() error {
 // and stops the background loops; unlinked files are left to the cleaner
 // (see the package doc). Call it after the volume is unmounted (Wait
 // returned); Unmount calls it. It returns the first flush error: the data of
-// that file is lost.
+// that file is lost (with the WAL on, what its log holds replays at the next
+// mount).
+//
+// Each flush is bounded by requestBound; once one fails for want of an
+// answer the store is taken as down and the remaining dirty files are not
+// tried: each is named in the log and in the error, so that an unmount with
+// the store down ends within about one request's bound.
 func (fsys *FS) Close() error {
 	fsys.closeOnce.Do(func() {
 		defer fsys.stopMetrics()
 		fsys.cancel()
 		fsys.wg.Wait()
-		ctx := context.Background()
+		fsys.ns.Wait() // changes whose callers were killed, each bounded
+		bound := requestBound(fsys.cfg)
+		var storeDown error
 		var errs []error
 		fsys.mu.Lock()
 		files := make([]*openFile, 0, len(fsys.files))
@@ -302,7 +327,16 @@ func (fsys *FS) Close() error {
 			if of.f.Stat().Dirty && !fsys.isOrphan(of.id) {
 				// Sync, not Flush: with the WAL a flush only starts a
 				// publish, and the unmount waits for it to land.
-				if err := of.f.Sync(ctx); err != nil {
+				err := storeDown
+				if err == nil {
+					ctx, cancel := context.WithTimeout(context.Background(), bound)
+					err = of.f.Sync(ctx)
+					cancel()
+					if errors.Is(err, context.DeadlineExceeded) {
+						storeDown = fmt.Errorf("not tried, the store did not answer a flush before: %w", err)
+					}
+				}
+				if err != nil {
 					errs = append(errs, fmt.Errorf("flush file %s at unmount: %w", of.id, err))
 					msg := "flush at unmount failed; data lost"
 					if fsys.cfg.WAL {
@@ -333,13 +367,26 @@ func (fsys *FS) loop() {
 	}
 	idle := time.NewTicker(idleTick)
 	defer idle.Stop()
+	refreshFailing := false
 	for {
 		select {
 		case <-fsys.ctx.Done():
 			return
 		case <-refresh.C:
-			if err := fsys.ns.Refresh(fsys.ctx); err != nil && fsys.ctx.Err() == nil {
-				fsys.log.Warn("namespace refresh failed", zap.Error(err))
+			// Bounded: a refresh stuck on a dead store would hold up the
+			// periodic flush and the unmount (Close waits for this loop).
+			ctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
+			err := fsys.ns.Refresh(ctx)
+			cancel()
+			// Logged when refreshes start failing and when they work
+			// again, not every tick of an outage.
+			switch {
+			case err != nil && fsys.ctx.Err() == nil && !refreshFailing:
+				refreshFailing = true
+				fsys.log.Warn("namespace refresh failed; other mounts' changes are not seen until it works again", zap.Error(err))
+			case err == nil && refreshFailing:
+				refreshFailing = false
+				fsys.log.Info("namespace refresh works again")
 			}
 		case <-flushC:
 			fsys.flushAll(fsys.ctx)

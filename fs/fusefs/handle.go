@@ -95,13 +95,13 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		defer raBufs.Put(bp)
 		n, err := h.of.f.ReadAt(ctx, *bp, off)
 		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, h.fsys.errnoOf("read", err)
+			return nil, h.fsys.errnoOf("read file "+h.of.id, err)
 		}
 		return fuse.ReadResultData(dest[:copy(dest, (*bp)[:n])]), 0
 	}
 	n, err := h.of.f.ReadAt(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, h.fsys.errnoOf("read", err)
+		return nil, h.fsys.errnoOf("read file "+h.of.id, err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
@@ -109,13 +109,13 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	n, err := h.of.f.WriteAt(ctx, data, off)
 	if err != nil {
-		return uint32(n), h.fsys.errnoOf("write", err)
+		return uint32(n), h.fsys.errnoOf("write file "+h.of.id, err)
 	}
 	// O_SYNC and O_DSYNC writes are durable when they return: a checkpoint.
 	// With the WAL the write is durable already.
 	if h.flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0 && !h.fsys.cfg.WAL {
 		if _, err := h.fsys.flush(ctx, h.of); err != nil {
-			return 0, h.fsys.errnoOf("write (O_SYNC flush)", err)
+			return 0, h.fsys.errnoOf("write (O_SYNC flush) file "+h.of.id, err)
 		}
 	}
 	return uint32(n), 0
@@ -144,7 +144,7 @@ func (h *handle) sync(ctx context.Context, op string) syscall.Errno {
 	if h.of.f.Stat().Dirty {
 		if _, err := h.fsys.flush(ctx, h.of); err != nil {
 			h.lost(op)
-			return h.fsys.errnoOf(op, err)
+			return h.fsys.errnoOf(op+" file "+h.of.id, err)
 		}
 	}
 	return h.lost(op)
@@ -153,8 +153,11 @@ func (h *handle) sync(ctx context.Context, op string) syscall.Errno {
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	// Release comes after the last Flush; it has no one to report to, so a
 	// file still dirty here stays in the table for the periodic flush and the
-	// unmount.
-	h.fsys.release(context.Background(), h.of, h.fsys.cfg.FlushOnClose)
+	// unmount. Its flush is bounded: the kernel holds the release (and an
+	// unmount behind it) until it is answered.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestBound(h.fsys.cfg))
+	defer cancel()
+	h.fsys.release(ctx, h.of, h.fsys.cfg.FlushOnClose)
 	return 0
 }
 
@@ -167,19 +170,25 @@ const (
 // Allocate: mode 0 extends the file to off+size (holes cost nothing, so the
 // space is as allocated as it will ever be); PUNCH_HOLE|KEEP_SIZE zeroes the
 // range; other modes are not supported.
+//
+// A range ending past the largest file size is EFBIG, as on ext4 (the
+// kernel refuses one past its own limit before it gets here).
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	if off > engine.MaxFileSize || size > engine.MaxFileSize-off {
+		return syscall.EFBIG
+	}
 	switch mode {
 	case 0:
 		end := int64(off + size)
 		if end > h.of.f.Size() {
 			if err := h.of.f.Truncate(ctx, end); err != nil {
-				return h.fsys.errnoOf("fallocate", err)
+				return h.fsys.errnoOf("fallocate file "+h.of.id, err)
 			}
 		}
 		return 0
 	case fallocPunchHole | fallocKeepSize:
 		if err := h.of.f.Zero(ctx, int64(off), int64(size)); err != nil {
-			return h.fsys.errnoOf("fallocate", err)
+			return h.fsys.errnoOf("fallocate file "+h.of.id, err)
 		}
 		return 0
 	}
