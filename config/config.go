@@ -36,6 +36,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"ckptfs/segment"
+	"ckptfs/staging"
 )
 
 const (
@@ -63,7 +64,8 @@ type Config struct {
 	// objects or pieces of one file are in flight at once.
 	SegmentMPUMaxConcurrency int
 	// StreamSegmentBytes (stream_segment_bytes) is the target size of the
-	// objects data is sent ahead in; 0 sends nothing ahead.
+	// objects data is sent ahead in; 0 sends nothing ahead. It is capped at
+	// SegmentMaxObjectBytes: see EffectiveStreamSegmentBytes.
 	StreamSegmentBytes int64
 	// DataCacheDirtyMaxBytesThreshold (data_cache_dirty_max_bytes_threshold)
 	// is one of the dirty-data limits of a file; see DirtyLimit.
@@ -109,6 +111,19 @@ type Config struct {
 	// NSRefresh (ns_refresh) is how often a mount re-reads the namespace log
 	// written by other mounts.
 	NSRefresh time.Duration
+	// S3ConnectTimeout (s3_connect_timeout) bounds a TCP connect and a TLS
+	// handshake to the S3 endpoint.
+	S3ConnectTimeout time.Duration
+	// S3RequestTimeout (s3_request_timeout) bounds the wait for the headers
+	// of an S3 answer once the request, body included, is sent.
+	S3RequestTimeout time.Duration
+	// S3StallTimeout (s3_stall_timeout) fails an S3 request whose body, sent
+	// or received, moves no byte for this long.
+	S3StallTimeout time.Duration
+	// S3RetryMaxTime (s3_retry_max_time) is how long a failed S3 request is
+	// retried: no retry is begun once this much time has passed since the
+	// first attempt.
+	S3RetryMaxTime time.Duration
 	// AllowOther (allow_other) lets users other than the mounting one access
 	// the mount.
 	AllowOther bool
@@ -141,6 +156,10 @@ func Default() Config {
 		EmulateLink:                      LinkNone,
 		Metrics:                          "",
 		NSRefresh:                        time.Second,
+		S3ConnectTimeout:                 staging.DefaultConnectTimeout,
+		S3RequestTimeout:                 staging.DefaultRequestTimeout,
+		S3StallTimeout:                   staging.DefaultStallTimeout,
+		S3RetryMaxTime:                   staging.DefaultRetryMaxTime,
 		AllowOther:                       false,
 		ReadOnly:                         false,
 	}
@@ -202,10 +221,16 @@ func (c Config) DirtyLimit() int64 {
 }
 
 // EffectiveStreamSegmentBytes is the target size of objects sent ahead:
-// StreamSegmentBytes, but never more than SegmentMaxObjectBytes. Validate
-// refuses a larger StreamSegmentBytes; this guards callers that skip it.
+// min(StreamSegmentBytes, SegmentMaxObjectBytes). The specification caps the
+// target at segment_max_object_bytes rather than refusing a larger one, so
+// Validate accepts it and the engine is given this value.
 func (c Config) EffectiveStreamSegmentBytes() int64 {
 	return min(c.StreamSegmentBytes, c.SegmentMaxObjectBytes)
+}
+
+// S3Timeouts are the bounds of every request to an S3 store.
+func (c Config) S3Timeouts() staging.S3Timeouts {
+	return staging.S3Timeouts{Connect: c.S3ConnectTimeout, Request: c.S3RequestTimeout, Stall: c.S3StallTimeout, RetryMax: c.S3RetryMaxTime}
 }
 
 // mulSat multiplies non-negative a and b, saturating instead of overflowing,

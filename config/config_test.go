@@ -63,6 +63,8 @@ func TestDefault(t *testing.T) {
 		{"flush_on_close", "true"}, {"flush_interval", "0s"}, {"log", "warn"},
 		{"memory_limit", "0"}, {"emulate_link", "none"}, {"metrics", ""},
 		{"ns_refresh", "1s"}, {"allow_other", "false"}, {"ro", "false"},
+		{"s3_connect_timeout", "10s"}, {"s3_request_timeout", "1m0s"},
+		{"s3_stall_timeout", "30s"}, {"s3_retry_max_time", "2m0s"},
 	}
 	for _, w := range want {
 		got, err := c.Get(w.name)
@@ -175,6 +177,21 @@ func TestEffectiveStreamSegmentBytes(t *testing.T) {
 	}
 }
 
+// The specification caps stream_segment_bytes at segment_max_object_bytes:
+// a larger target is accepted and the effective target is the cap.
+func TestStreamSegmentBytesCapped(t *testing.T) {
+	c, err := Parse(Default(), "segment_max_object_bytes=64M,stream_segment_bytes=256M")
+	if err != nil {
+		t.Fatalf("a target above segment_max_object_bytes: %v, want it accepted and capped", err)
+	}
+	if got := c.EffectiveStreamSegmentBytes(); got != 64<<20 {
+		t.Fatalf("effective target %s, want 64M", FormatSize(got))
+	}
+	if c.StreamSegmentBytes != 256<<20 {
+		t.Fatalf("stream_segment_bytes read back as %s, want 256M as given", FormatSize(c.StreamSegmentBytes))
+	}
+}
+
 func TestLogLevel(t *testing.T) {
 	tests := []struct {
 		in   string
@@ -229,6 +246,10 @@ func TestSetEveryOption(t *testing.T) {
 		{"emulate_link", map[string]string{"none": "none", "directory": "directory", "general": "general"}, []string{"fast", "dir"}},
 		{"metrics", map[string]string{"": "", "127.0.0.1:9090": "127.0.0.1:9090", "[::1]:0": "[::1]:0"}, nil},
 		{"ns_refresh", map[string]string{"10ms": "10ms", "2s": "2s"}, []string{"2", "often"}},
+		{"s3_connect_timeout", map[string]string{"1s": "1s", "2m": "2m0s"}, []string{"10", "fast"}},
+		{"s3_request_timeout", map[string]string{"90s": "1m30s"}, []string{"1 m"}},
+		{"s3_stall_timeout", map[string]string{"5s": "5s"}, []string{"never"}},
+		{"s3_retry_max_time", map[string]string{"1h": "1h0m0s"}, []string{"forever"}},
 		{"allow_other", map[string]string{"1": "true", "no": "false"}, []string{"everyone"}},
 		{"ro", map[string]string{"yes": "true", "false": "false"}, []string{"rw"}},
 	}
@@ -314,7 +335,7 @@ func TestValidate(t *testing.T) {
 		}, []string{"segment_mpu_chunk_size"}}, // 1M chunk is under S3's 5M
 		{"max object too small", func(c *Config) {
 			c.SegmentMaxObjectBytes = 512 << 10
-		}, []string{"segment_max_object_bytes", "segment_mpu_chunk_size", "stream_segment_bytes"}},
+		}, []string{"segment_max_object_bytes", "segment_mpu_chunk_size"}},
 		{"max object above 1G", func(c *Config) { c.SegmentMaxObjectBytes = 1<<30 + 1 }, []string{"segment_max_object_bytes"}},
 		{"max object 2G", func(c *Config) { c.SegmentMaxObjectBytes = 2 << 30 }, []string{"segment_max_object_bytes"}},
 		{"chunk under 5M", func(c *Config) { c.SegmentMPUChunkSize = 5<<20 - 1 }, []string{"segment_mpu_chunk_size"}},
@@ -330,8 +351,14 @@ func TestValidate(t *testing.T) {
 		{"concurrency 1", func(c *Config) { c.SegmentMPUMaxConcurrency = 1 }, nil},
 		{"concurrency 64", func(c *Config) { c.SegmentMPUMaxConcurrency = 64 }, nil},
 		{"stream zero sends nothing ahead", func(c *Config) { c.StreamSegmentBytes = 0 }, nil},
+		{"s3 timeouts below a second", func(c *Config) {
+			c.S3ConnectTimeout, c.S3RequestTimeout, c.S3StallTimeout, c.S3RetryMaxTime = 0, time.Millisecond, 999*time.Millisecond, 0
+		}, []string{"s3_connect_timeout", "s3_request_timeout", "s3_stall_timeout", "s3_retry_max_time"}},
+		{"s3 timeouts above their bounds", func(c *Config) {
+			c.S3ConnectTimeout, c.S3RequestTimeout, c.S3StallTimeout, c.S3RetryMaxTime = 11*time.Minute, 2*time.Hour, 2*time.Hour, 2*time.Hour
+		}, []string{"s3_connect_timeout", "s3_request_timeout", "s3_stall_timeout", "s3_retry_max_time"}},
 		{"stream negative", func(c *Config) { c.StreamSegmentBytes = -1 }, []string{"stream_segment_bytes"}},
-		{"stream above max object", func(c *Config) { c.SegmentMaxObjectBytes = 256 << 20 }, []string{"stream_segment_bytes"}},
+		{"stream above max object is capped, not refused", func(c *Config) { c.SegmentMaxObjectBytes = 256 << 20 }, nil},
 		{"dirty bytes negative", func(c *Config) { c.DataCacheDirtyMaxBytesThreshold = -1 }, []string{"data_cache_dirty_max_bytes_threshold"}},
 		{"dirty bytes zero", func(c *Config) { c.DataCacheDirtyMaxBytesThreshold = 0 }, nil},
 		{"dirty blocks zero", func(c *Config) { c.DataCacheDirtyMaxBlocksThreshold = 0 }, []string{"data_cache_dirty_max_blocks_threshold"}},
@@ -379,6 +406,7 @@ func TestValidate(t *testing.T) {
 			"segment_mpu_chunk_size", "segment_mpu_max_concurrency",
 			"data_cache_dirty_max_blocks_threshold", "format", "flush_conflict_policy",
 			"wal_lease", "log", "emulate_link", "ns_refresh",
+			"s3_connect_timeout", "s3_request_timeout", "s3_stall_timeout", "s3_retry_max_time",
 		}},
 	}
 	for _, tt := range tests {
@@ -409,9 +437,6 @@ func TestValidateMessages(t *testing.T) {
 	}{
 		{"segment_mpu_chunk_size=1M", []string{"option segment_mpu_chunk_size=1M: must be at least 5M (S3's minimum part size)"}},
 		{"data_block_size=4Q", []string{`option data_block_size=4Q: bad size "4Q": want bytes or a number with K, M or G`}},
-		{"stream_segment_bytes=1G,segment_max_object_bytes=256M", []string{
-			"option stream_segment_bytes=1G: must be at most segment_max_object_bytes=256M (no object sent ahead is larger than a flush would make one)",
-		}},
 		{"segment_mpu_chunk_size=32M,segment_max_object_bytes=16M,stream_segment_bytes=0", []string{
 			"option segment_mpu_chunk_size=32M: must be at most segment_max_object_bytes=16M",
 		}},
@@ -492,8 +517,8 @@ func TestParseErrors(t *testing.T) {
 		{"bad unit", "data_block_size=4Q", []string{"data_block_size"}, []error{ErrSyntax}},
 		{"out of range", "segment_mpu_max_concurrency=100", []string{"segment_mpu_max_concurrency"}, []error{ErrInvalidValue}},
 		{"several problems at once",
-			"foo,data_block_size=4Q,segment_mpu_chunk_size=1M,wal=perhaps,stream_segment_bytes=2G,flush_interval=10ms,metrics=nowhere",
-			[]string{"foo", "data_block_size", "wal", "segment_mpu_chunk_size", "stream_segment_bytes", "flush_interval", "metrics"},
+			"foo,data_block_size=4Q,segment_mpu_chunk_size=1M,wal=perhaps,segment_mpu_max_concurrency=100,flush_interval=10ms,metrics=nowhere",
+			[]string{"foo", "data_block_size", "wal", "segment_mpu_chunk_size", "segment_mpu_max_concurrency", "flush_interval", "metrics"},
 			[]error{ErrUnknownOption, ErrSyntax, ErrSyntax, ErrInvalidValue, ErrInvalidValue, ErrInvalidValue, ErrInvalidValue}},
 	}
 	for _, tt := range tests {
@@ -554,6 +579,10 @@ func TestEncodeRoundTrip(t *testing.T) {
 	every.NSRefresh = 2*time.Minute + 10*time.Millisecond
 	every.AllowOther = true
 	every.ReadOnly = true
+	every.S3ConnectTimeout = 3 * time.Second
+	every.S3RequestTimeout = 45 * time.Second
+	every.S3StallTimeout = 7 * time.Second
+	every.S3RetryMaxTime = 30 * time.Second
 	if err := every.Validate(); err != nil {
 		t.Fatalf("test config invalid: %v", err)
 	}

@@ -59,13 +59,9 @@ func (c Config) Validate() error {
 	v.check("segment_mpu_max_concurrency", c.SegmentMPUMaxConcurrency >= 1 && c.SegmentMPUMaxConcurrency <= maxConcurrency,
 		"must be from 1 to 64")
 
-	switch {
-	case c.StreamSegmentBytes < 0:
-		v.fail("stream_segment_bytes", "must not be negative (0 sends nothing ahead)")
-	case c.StreamSegmentBytes > c.SegmentMaxObjectBytes:
-		v.fail("stream_segment_bytes", "must be at most segment_max_object_bytes="+FormatSize(c.SegmentMaxObjectBytes)+
-			" (no object sent ahead is larger than a flush would make one)")
-	}
+	// A target above segment_max_object_bytes is not an error: the
+	// specification caps it there (EffectiveStreamSegmentBytes).
+	v.check("stream_segment_bytes", c.StreamSegmentBytes >= 0, "must not be negative (0 sends nothing ahead)")
 
 	v.check("data_cache_dirty_max_bytes_threshold", c.DataCacheDirtyMaxBytesThreshold >= 0, "must not be negative")
 	v.check("data_cache_dirty_max_blocks_threshold", c.DataCacheDirtyMaxBlocksThreshold >= 1 && c.DataCacheDirtyMaxBlocksThreshold <= maxDirtyBlocks,
@@ -114,6 +110,17 @@ func (c Config) Validate() error {
 	}
 
 	v.check("ns_refresh", c.NSRefresh >= minNamespaceRefresh, "must be at least 10ms")
+
+	// Below a second a busy but healthy store fails requests; the upper
+	// bounds only catch a unit mistaken (a connect takes seconds, not hours).
+	v.check("s3_connect_timeout", c.S3ConnectTimeout >= time.Second && c.S3ConnectTimeout <= 10*time.Minute,
+		"must be from 1s to 10m")
+	v.check("s3_request_timeout", c.S3RequestTimeout >= time.Second && c.S3RequestTimeout <= time.Hour,
+		"must be from 1s to 1h")
+	v.check("s3_stall_timeout", c.S3StallTimeout >= time.Second && c.S3StallTimeout <= time.Hour,
+		"must be from 1s to 1h")
+	v.check("s3_retry_max_time", c.S3RetryMaxTime >= time.Second && c.S3RetryMaxTime <= time.Hour,
+		"must be from 1s to 1h")
 
 	return errors.Join(v.errs...)
 }

@@ -166,7 +166,7 @@ func checkRegion(key, what string, b []byte, want, size int64, h Header) error {
 // ReadHead reads and verifies a file's head object. The returned info's ETag
 // is what replacing the head with If-Match names.
 func ReadHead(ctx context.Context, st staging.Store, key string, fileTag uint64) (Head, staging.ObjectInfo, error) {
-	b, info, err := st.Get(ctx, key, staging.Whole())
+	b, info, err := staging.GetLimited(ctx, st, key, HeadSize)
 	if err != nil {
 		return Head{}, info, fmt.Errorf("read head %s: %w", key, err)
 	}

@@ -77,6 +77,9 @@ type Dir struct {
 	root   string // absolute
 	sys    string // root/.ckptfs-staging
 	noSync bool
+	// syncHook, if set, runs before each fsync of a folder and fails it with
+	// its error: tests use it to fail the sync that makes a commit durable.
+	syncHook func(dir string) error
 }
 
 // DirOptions are the options of a directory store.
@@ -101,10 +104,17 @@ const (
 	// data file was replaced meanwhile; only a key rewritten without pause
 	// can exhaust it.
 	readRetries = 100
+	// Everything a store creates is the mounting user's alone: the objects
+	// are the files' contents, which the mount's own permissions guard.
+	dirPerm  = 0o700
+	filePerm = 0o600
 )
 
 // NewDir opens (creating it if needed) a directory store at root; every
-// acknowledged write is synced to disk.
+// acknowledged write is synced to disk. What the store creates, the root
+// included, is private to the user running it (folders 0700, files 0600); a
+// root others can write is refused. The mode of an existing root is left as
+// it is.
 func NewDir(root string) (*Dir, error) { return NewDirWith(root, DirOptions{}) }
 
 // NewDirWith is NewDir with options.
@@ -114,8 +124,24 @@ func NewDirWith(root string, o DirOptions) (*Dir, error) {
 		return nil, fmt.Errorf("directory store %s: %w", root, err)
 	}
 	d := &Dir{root: abs, sys: filepath.Join(abs, strings.TrimSuffix(ReservedPrefix, "/")), noSync: o.NoSync}
+	if err := os.MkdirAll(abs, dirPerm); err != nil {
+		return nil, fmt.Errorf("directory store %s: %w", abs, err)
+	}
+	st, err := os.Stat(abs)
+	if err != nil {
+		return nil, fmt.Errorf("directory store %s: %w", abs, err)
+	}
+	switch {
+	case !st.IsDir():
+		return nil, fmt.Errorf("directory store %s: not a directory", abs)
+	case st.Mode().Perm()&0o002 != 0:
+		// Anyone could then replace commit records or swap folders for
+		// links: the store's data would be theirs to choose.
+		return nil, fmt.Errorf("directory store %s: writable by others (mode %04o): remove that with chmod o-w %s, or use a private directory",
+			abs, st.Mode().Perm(), abs)
+	}
 	for _, sub := range []string{"tmp", "locks", "uploads"} {
-		if err := os.MkdirAll(filepath.Join(d.sys, sub), 0o755); err != nil {
+		if err := os.MkdirAll(filepath.Join(d.sys, sub), dirPerm); err != nil {
 			return nil, fmt.Errorf("directory store %s: %w", root, err)
 		}
 	}
@@ -281,7 +307,7 @@ func newID() string {
 // lock takes an exclusive flock on name (created if missing) and returns
 // its release.
 func lock(name string) (func(), error) {
-	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, filePerm)
 	if err != nil {
 		return nil, err
 	}
@@ -312,7 +338,7 @@ func (d *Dir) writeTmp(name string, data []byte) (string, error) {
 // writeNew writes data to a new file at path and syncs it; on failure the
 // file is removed.
 func (d *Dir) writeNew(path string, data []byte) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
 	if err != nil {
 		return err
 	}
@@ -342,7 +368,7 @@ func (d *Dir) mkdirs(dir string) error {
 	if err := d.mkdirs(parent); err != nil {
 		return err
 	}
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	if err := os.Mkdir(dir, dirPerm); err != nil {
 		if errors.Is(err, fs.ErrExist) {
 			return nil
 		}
@@ -352,6 +378,11 @@ func (d *Dir) mkdirs(dir string) error {
 }
 
 func (d *Dir) syncDir(dir string) error {
+	if d.syncHook != nil {
+		if err := d.syncHook(dir); err != nil {
+			return err
+		}
+	}
 	if d.noSync {
 		return nil
 	}
@@ -368,12 +399,15 @@ func (d *Dir) syncDir(dir string) error {
 
 // publish makes the synced data file p.dataName(id), written in place
 // (unreferenced, so invisible), the object p if cond holds. It takes the
-// key's lock; on failure the data file is removed.
+// key's lock. On failure before the commit record is renamed into place the
+// data file is removed; after it (the folder's sync failed) the data file
+// stays, since the record names it.
 func (d *Dir) publish(p objPath, id string, size int64, md map[string]string, cond Conditions) (_ ObjectInfo, err error) {
 	data := filepath.Join(p.dir, p.dataName(id))
 	tmpMeta := data + ".meta-tmp" // no "~meta" suffix: never listed
+	committed := false            // the record naming data is in place
 	defer func() {
-		if err != nil {
+		if err != nil && !committed {
 			os.Remove(data)
 			os.Remove(tmpMeta)
 		}
@@ -404,8 +438,15 @@ func (d *Dir) publish(p objPath, id string, size int64, md map[string]string, co
 	if err := os.Rename(tmpMeta, p.meta()); err != nil {
 		return ObjectInfo{}, err
 	}
+	// From here the record names the new data file: it must never be
+	// removed, whatever fails next.
+	committed = true
 	if err := d.syncDir(p.dir); err != nil {
-		return ObjectInfo{}, err
+		// Readers see the new object, but a crash may bring the old record
+		// back, so its data file stays too (unreferenced if no crash comes,
+		// as after a crash during a write). The caller cannot tell whether
+		// the write will last: like a lost answer.
+		return ObjectInfo{}, fmt.Errorf("committed, but syncing folder %s failed, so the write may not survive a crash: %w", p.dir, err)
 	}
 	if exists && old.Data != meta.Data {
 		_ = os.Remove(filepath.Join(p.dir, old.Data)) // readers holding it open keep reading
@@ -683,7 +724,7 @@ func (d *Dir) CreateMultipart(ctx context.Context, key string, opts PutOptions) 
 	id := newID()
 	rec, err := json.Marshal(dirUpload{Version: dirFormatVersion, Key: key, Metadata: opts.Metadata, Initiated: time.Now().UTC()})
 	if err == nil {
-		err = os.Mkdir(d.uploadDir(id), 0o755)
+		err = os.Mkdir(d.uploadDir(id), dirPerm)
 	}
 	var tmp string
 	if err == nil {
@@ -856,7 +897,7 @@ func (d *Dir) complete(ctx context.Context, p objPath, id string, u dirUpload, p
 		return ObjectInfo{}, err
 	}
 	tmp := filepath.Join(p.dir, p.dataName(dataID))
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
 	if err != nil {
 		return ObjectInfo{}, err
 	}

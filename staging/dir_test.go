@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -301,5 +302,126 @@ func TestReadersDuringOverwrite(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A failed fsync of the folder after the commit record was renamed into
+// place fails the write, but the record now names the new data file, so that
+// file must stay: the object reads back whole (the new bytes, which the
+// running system already shows), and the old data file stays too, in case a
+// crash brings the old record back.
+func TestDirSyncFailsAfterCommit(t *testing.T) {
+	d := newDir(t)
+	ctx := t.Context()
+	if _, err := d.Put(ctx, "vol/k", []byte("old bytes"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	errSync := errors.New("folder sync failed")
+	staging.SetDirSyncHook(d, func(string) error { return errSync })
+	_, err := d.Put(ctx, "vol/k", []byte("new bytes"), staging.PutOptions{})
+	staging.SetDirSyncHook(d, nil)
+	if !errors.Is(err, errSync) {
+		t.Fatalf("put with a failing folder sync: %v, want the sync's error", err)
+	}
+	b, _, err := d.Get(ctx, "vol/k", staging.Whole())
+	if err != nil || string(b) != "new bytes" {
+		t.Fatalf("get after the failed sync: %q, %v; want the committed bytes", b, err)
+	}
+	matches, err := filepath.Glob(filepath.Join(d.Root(), "vol", "k~*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var data []string
+	for _, m := range matches {
+		if b, err := os.ReadFile(m); err == nil && !strings.HasSuffix(m, "~meta") {
+			data = append(data, string(b))
+		}
+	}
+	slices.Sort(data)
+	if !slices.Equal(data, []string{"new bytes", "old bytes"}) {
+		t.Fatalf("data files after the failed sync hold %q, want both the new and the old bytes", data)
+	}
+}
+
+// Everything a directory store creates, its root included, is private to the
+// user running it: objects are the contents of files.
+func TestDirPrivate(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "store")
+	d, err := staging.NewDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if _, err := d.Put(ctx, "vol/f/1/inode", []byte("x"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	id, err := d.CreateMultipart(ctx, "vol/f/1/big", staging.PutOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.UploadPart(ctx, "vol/f/1/big", id, 1, []byte("part")); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	err = filepath.WalkDir(root, func(path string, e os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		want := os.FileMode(0o600)
+		if e.IsDir() {
+			want = 0o700
+		}
+		if got := info.Mode().Perm(); got != want {
+			t.Errorf("%s: mode %04o, want %04o", path, got, want)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 10 {
+		t.Fatalf("walked only %d entries", n)
+	}
+}
+
+// A root that others can write is refused, with a message naming it.
+func TestDirRefusesRootOthersCanWrite(t *testing.T) {
+	root := filepath.Join(t.TempDir(), "store")
+	if _, err := staging.NewDir(root); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(root, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	_, err := staging.NewDir(root)
+	if err == nil {
+		t.Fatalf("a root of mode 0777 was accepted")
+	}
+	if !strings.Contains(err.Error(), root) || !strings.Contains(err.Error(), "writable by others") {
+		t.Fatalf("refusal %q does not name the root and the reason", err)
+	}
+}
+
+// GetLimited refuses an object of gigabytes after a first read of 64 KiB: the
+// object is sparse, so a whole read would allocate all of it.
+func TestGetLimitedHugeObject(t *testing.T) {
+	root := t.TempDir()
+	d, err := staging.NewDir(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.HugeObject(t, root, "vol/huge", 64<<30)
+	_, info, err := staging.GetLimited(t.Context(), d, "vol/huge", 1<<30)
+	var tl *staging.TooLargeError
+	if !errors.As(err, &tl) || !errors.Is(err, staging.ErrTooLarge) || tl.Size != 64<<30 || tl.Key != "vol/huge" {
+		t.Fatalf("GetLimited of a 64 GiB object: %v, want a TooLargeError", err)
+	}
+	if info.Size != 64<<30 {
+		t.Fatalf("info %+v", info)
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"slices"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsmiddleware "github.com/aws/aws-sdk-go-v2/aws/middleware"
+	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
@@ -63,6 +65,8 @@ type S3Config struct {
 	// MaxIdleConns is how many idle connections to the endpoint are kept
 	// for reuse; 0 means 64 (the SDK's 10 makes parallel transfers reconnect).
 	MaxIdleConns int
+	// Timeouts bound every request; zero fields take their defaults.
+	Timeouts S3Timeouts
 }
 
 // String describes c without its secrets.
@@ -73,8 +77,8 @@ func (c S3Config) String() string {
 		}
 		return "<redacted>"
 	}
-	return fmt.Sprintf("{Bucket:%s Prefix:%s Endpoint:%s Region:%s PathStyle:%t AccessKey:%s SecretKey:%s SessionToken:%s Profile:%s DirectoryBucket:%t SignPayload:%t MaxIdleConns:%d}",
-		c.Bucket, c.Prefix, c.Endpoint, c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns)
+	return fmt.Sprintf("{Bucket:%s Prefix:%s Endpoint:%s Region:%s PathStyle:%t AccessKey:%s SecretKey:%s SessionToken:%s Profile:%s DirectoryBucket:%t SignPayload:%t MaxIdleConns:%d Timeouts:%+v}",
+		c.Bucket, c.Prefix, RedactURL(c.Endpoint), c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns, c.Timeouts)
 }
 
 // GoString keeps %#v from printing the secrets too.
@@ -99,12 +103,16 @@ func (c S3Config) validate() error {
 		}
 	}
 	if c.Endpoint != "" {
+		// Never print the endpoint as given: it may hold a secret.
+		shown := RedactURL(c.Endpoint)
 		u, err := url.Parse(c.Endpoint)
 		switch {
 		case err != nil:
-			errs = append(errs, fmt.Errorf("endpoint %q is not an http:// or https:// URL: %w", c.Endpoint, err))
+			errs = append(errs, fmt.Errorf("endpoint %q is not an http:// or https:// URL", shown))
 		case u.Scheme != "http" && u.Scheme != "https" || u.Host == "":
-			errs = append(errs, fmt.Errorf("endpoint %q is not an http:// or https:// URL", c.Endpoint))
+			errs = append(errs, fmt.Errorf("endpoint %q is not an http:// or https:// URL", shown))
+		case u.User != nil:
+			errs = append(errs, fmt.Errorf("endpoint %q has user information: give credentials as access and secret keys, or through the AWS credential chain", shown))
 		}
 	}
 	if (c.AccessKey == "") != (c.SecretKey == "") {
@@ -116,6 +124,7 @@ func (c S3Config) validate() error {
 	if c.MaxIdleConns < 0 {
 		errs = append(errs, fmt.Errorf("max idle connections %d is negative", c.MaxIdleConns))
 	}
+	errs = append(errs, c.Timeouts.validate()...)
 	if len(errs) > 0 {
 		return fmt.Errorf("s3 config: %w", errors.Join(errs...))
 	}
@@ -136,9 +145,16 @@ func (c S3Config) validate() error {
 // every object ckptfs writes carries its own CRC that readers verify, and
 // TLS protects bytes in transit to a remote endpoint.
 //
-// # Retries
+// # Timeouts and retries
 //
-// The SDK's standard retryer stays on (3 attempts, backoff). A conditional
+// Every request is bounded (S3Timeouts): a connect, the wait for an
+// answer's headers, and each body, sent or received, that stops moving. A
+// request that fails by one of them is an error for which errors.Is(err,
+// ErrTimeout) holds, naming the operation and key. The SDK's standard
+// retryer retries what it deems transient (timeouts, 5xx, throttling), with
+// jittered exponential backoff, up to S3MaxAttempts attempts, and decides no
+// retry once S3Timeouts.RetryMax has passed; the last attempt's error is
+// returned. docs/outages.md lists what a program sees. A conditional
 // write (If-None-Match, If-Match) whose first attempt succeeded but whose
 // answer was lost is retried and then fails with ErrPrecondition although the
 // write happened; a CompleteMultipart retried the same way fails with
@@ -186,12 +202,25 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 	if maxConns == 0 {
 		maxConns = 64
 	}
-	httpClient := awshttp.NewBuildableClient().WithTransportOptions(func(t *http.Transport) {
-		t.MaxIdleConnsPerHost = maxConns
-		t.MaxIdleConns = max(t.MaxIdleConns, maxConns)
-	})
+	tm := c.Timeouts.withDefaults()
+	transport := awshttp.NewBuildableClient().
+		WithDialerOptions(func(d *net.Dialer) { d.Timeout = tm.Connect }).
+		WithTransportOptions(func(t *http.Transport) {
+			t.MaxIdleConnsPerHost = maxConns
+			t.MaxIdleConns = max(t.MaxIdleConns, maxConns)
+			t.TLSHandshakeTimeout = tm.Connect
+			t.ResponseHeaderTimeout = tm.Request
+		})
 	opts := []func(*config.LoadOptions) error{
-		config.WithHTTPClient(httpClient),
+		config.WithHTTPClient(transport),
+		config.WithRetryer(func() aws.Retryer {
+			return &boundedRetryer{
+				RetryerV2: retry.NewStandard(func(o *retry.StandardOptions) {
+					o.MaxAttempts, o.MaxBackoff = S3MaxAttempts, S3MaxBackoff
+				}),
+				max: tm.RetryMax,
+			}
+		}),
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
 	}
@@ -209,6 +238,10 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 bucket %s: load AWS config: %w", c.Bucket, err)
 	}
+	// Wrapped after loading, which may add a CA bundle to the transport.
+	// Not a BuildableClient any more, so the S3 client adds no timeouts of
+	// its own to ours.
+	cfg.HTTPClient = &stallClient{inner: cfg.HTTPClient, stall: tm.Stall}
 	if cfg.Region == "" {
 		if c.Endpoint == "" {
 			return nil, fmt.Errorf("s3 bucket %s: no region: set one in the configuration, AWS_REGION or the profile", c.Bucket)
@@ -221,6 +254,7 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 			o.BaseEndpoint = aws.String(c.Endpoint)
 		}
 		o.UsePathStyle = c.PathStyle
+		o.APIOptions = append(o.APIOptions, addOpStart)
 	})
 	s := &S3{
 		c:         client,
@@ -300,6 +334,9 @@ func sentinelOf(err error) error {
 // for a missing key, which the Store contract calls a failed precondition.
 func fail(op, key string, err error, ifMatch bool) error {
 	sentinel := sentinelOf(err)
+	if sentinel == nil && isTimeout(err) {
+		sentinel = ErrTimeout
+	}
 	if ifMatch && sentinel == ErrNotFound {
 		var ae smithy.APIError
 		if !errors.As(err, &ae) || ae.ErrorCode() != "NoSuchUpload" {
@@ -434,53 +471,134 @@ func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, 
 		return nil, ObjectInfo{}, fail("get", key, err, false)
 	}
 	defer out.Body.Close()
-	data, err := readBody(out.Body, out.ContentLength)
-	if err != nil {
-		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: read body: %w", key, err)
-	}
 	info := ObjectInfo{
 		Key:          key,
-		Size:         int64(len(data)),
 		ETag:         aws.ToString(out.ETag),
 		LastModified: aws.ToTime(out.LastModified),
 		Metadata:     meta(out.Metadata),
 	}
-	if hdr == nil {
+	// Nothing is allocated for a body before its length is known to be what
+	// was asked: a range never costs more memory than its length.
+	switch {
+	case hdr == nil:
+		data, err := readBody(out.Body, out.ContentLength, -1)
+		if err != nil {
+			return nil, ObjectInfo{}, bodyFail("get", key, err)
+		}
+		info.Size = int64(len(data))
 		return data, info, nil
-	}
-	if out.ContentRange == nil {
+	case out.ContentRange == nil:
 		// The server sent the whole object (200) for a range: some do for a
 		// suffix of an empty object, or when ranges are not supported. Cut
 		// the range here, by the rules every backend follows.
-		off, n, err := r.resolve(int64(len(data)))
+		data, size, err := cutWhole(out.Body, out.ContentLength, r)
 		if err != nil {
-			return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: %w", key, err)
+			return nil, ObjectInfo{}, bodyFail("get", key, err)
 		}
-		return data[off : off+n : off+n], info, nil
+		info.Size = size
+		return data, info, nil
 	}
 	first, last, size, err := parseContentRange(*out.ContentRange)
 	if err != nil {
 		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: %w", key, err)
 	}
 	wantFirst, wantN, err := r.resolve(size)
-	if err != nil || first != wantFirst || last-first+1 != int64(len(data)) || int64(len(data)) != wantN {
-		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: asked %s, server sent %d bytes as %q", key, *hdr, len(data), *out.ContentRange)
+	if err != nil || first != wantFirst || last-first+1 != wantN ||
+		out.ContentLength != nil && *out.ContentLength >= 0 && *out.ContentLength != wantN {
+		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: asked %s, server sent %d bytes as %q", key, *hdr, aws.ToInt64(out.ContentLength), *out.ContentRange)
+	}
+	data, err := readBody(out.Body, &wantN, wantN)
+	if err != nil {
+		return nil, ObjectInfo{}, bodyFail("get", key, err)
 	}
 	info.Size = size
 	return data, info, nil
 }
 
-// readBody reads a response body into a buffer sized from its
-// Content-Length, so that large objects are not copied while growing.
-func readBody(body io.Reader, contentLength *int64) ([]byte, error) {
+// bodyFail wraps an error reading a response body: the request was answered,
+// the body was cut or stalled.
+func bodyFail(op, key string, err error) error {
+	if isTimeout(err) {
+		return fmt.Errorf("s3 %s %s: read body: %w: %w", op, truncKey(key), ErrTimeout, err)
+	}
+	return fmt.Errorf("s3 %s %s: read body: %w", op, truncKey(key), err)
+}
+
+// readBody reads a response body of contentLength bytes (nil or negative:
+// unknown) into one buffer, so that large objects are not copied while
+// growing. With limit >= 0, a body longer than limit is refused before
+// anything is allocated for it, or once limit is passed when its length is
+// unknown.
+func readBody(body io.Reader, contentLength *int64, limit int64) ([]byte, error) {
 	if contentLength == nil || *contentLength < 0 {
-		return io.ReadAll(body)
+		if limit < 0 {
+			return io.ReadAll(body)
+		}
+		data, err := io.ReadAll(io.LimitReader(body, limit+1))
+		if err == nil && int64(len(data)) > limit {
+			err = fmt.Errorf("body longer than the %d bytes asked", limit)
+		}
+		return data, err
+	}
+	if limit >= 0 && *contentLength > limit {
+		return nil, fmt.Errorf("body of %d bytes, more than the %d asked", *contentLength, limit)
 	}
 	data := make([]byte, *contentLength)
 	if _, err := io.ReadFull(body, data); err != nil {
 		return nil, fmt.Errorf("%d-byte body: %w", len(data), err)
 	}
 	return data, nil
+}
+
+// cutWhole returns range r of a whole object sent as body, and the object's
+// size, holding in memory no more than the range: the bytes before it are
+// skipped, those after it counted.
+func cutWhole(body io.Reader, contentLength *int64, r Range) ([]byte, int64, error) {
+	if contentLength != nil && *contentLength >= 0 {
+		size := *contentLength
+		off, n, err := r.resolve(size)
+		if err != nil {
+			return nil, 0, err
+		}
+		if _, err := io.CopyN(io.Discard, body, off); err != nil {
+			return nil, 0, fmt.Errorf("skip %d bytes: %w", off, err)
+		}
+		data, err := readBody(body, &n, n)
+		return data, size, err
+	}
+	if r.Suffix > 0 || r.Len == 0 {
+		// The range's end is the object's, which only the whole body tells.
+		data, err := io.ReadAll(body)
+		if err != nil {
+			return nil, 0, err
+		}
+		off, n, err := r.resolve(int64(len(data)))
+		if err != nil {
+			return nil, 0, err
+		}
+		return data[off : off+n : off+n], int64(len(data)), nil
+	}
+	skipped, err := io.CopyN(io.Discard, body, r.Off)
+	if err != nil && err != io.EOF {
+		return nil, 0, err
+	}
+	data, err := io.ReadAll(io.LimitReader(body, r.Len))
+	if err != nil {
+		return nil, 0, err
+	}
+	rest, err := io.Copy(io.Discard, body)
+	if err != nil {
+		return nil, 0, err
+	}
+	size := skipped + int64(len(data)) + rest
+	off, n, err := r.resolve(size)
+	if err != nil {
+		return nil, 0, err
+	}
+	if off != r.Off || n != int64(len(data)) {
+		return nil, 0, fmt.Errorf("range %+v of a %d-byte body", r, size)
+	}
+	return data, size, nil
 }
 
 func (s *S3) Head(ctx context.Context, key string) (ObjectInfo, error) {

@@ -26,6 +26,11 @@
 //     caller may reuse it (the file engine pools its piece buffers).
 //   - User metadata keys are lower-case ASCII letters, digits and '-'; S3 sends
 //     them as x-amz-meta-<key>.
+//
+// What is read from a store is untrusted: an object read whole goes through
+// GetLimited, which refuses one over its reader's limit (ErrTooLarge) before
+// allocating it. A store that stops answering fails requests with ErrTimeout
+// (S3Timeouts) rather than hanging them.
 package staging
 
 import (

@@ -207,3 +207,24 @@ func countObjects(t *testing.T, st staging.Store, prefix string) int {
 	}
 	return len(objs)
 }
+
+// asNobody runs a program as user nobody, group nogroup and no other group
+// (setpriv, util-linux), for a mount made with allow_other; it returns the
+// program's output and error.
+func asNobody(dir, name string, args ...string) (string, error) {
+	return runErr(dir, "setpriv", append([]string{"--reuid=nobody", "--regid=nogroup", "--clear-groups", name}, args...)...)
+}
+
+// openToOthers lets other users reach the mount point of m: t.TempDir makes
+// its folders 0700.
+func openToOthers(t *testing.T, m *mount) {
+	t.Helper()
+	for d := filepath.Dir(m.dir); d != os.TempDir() && d != "/"; d = filepath.Dir(d) {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if filepath.Dir(d) == filepath.Clean(os.TempDir()) {
+			break
+		}
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -19,6 +20,11 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest"
+
+	"ckptfs/config"
+	"ckptfs/fs/fusefs"
 	"ckptfs/staging"
 )
 
@@ -639,8 +645,9 @@ func TestWALSqlite(t *testing.T) {
 	}
 }
 
-// Unlinking a file written with the WAL removes its log with it: records of
-// writes never published and the lease included.
+// The log of an unlinked file written with the WAL goes with its data when
+// the cleaner deletes the orphan: records of writes never published and the
+// lease included.
 func TestWALUnlink(t *testing.T) {
 	v := newVolume(t)
 	m := v.mount("wal=on")
@@ -667,11 +674,287 @@ func TestWALUnlink(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 15*time.Second, func() error {
-		if n := countObjects(t, st, "f/"); n != 0 {
-			return fmt.Errorf("%d objects left under f/", n)
+	m.unmount()
+	reapOrphans(t, st)
+	if n := countObjects(t, st, "f/"); n != 0 {
+		t.Fatalf("%d objects left under f/", n)
+	}
+}
+
+// walPwriter writes argv[2] MiB to argv[1] with pwrite, 1 MiB at a time, in
+// walPattern with tag 0xD4; it neither fsyncs nor closes, says "done" and
+// waits for its stdin to close.
+const walPwriter = `
+import array, os, sys
+
+p, n = sys.argv[1], int(sys.argv[2])
+
+def pat(tag, off, n):
+    w = off // 8
+    a = array.array('Q', range((w << 8) | tag, ((w + n // 8) << 8) | tag, 256))
+    if sys.byteorder != 'little':
+        a.byteswap()
+    return a.tobytes()
+
+fd = os.open(p, os.O_WRONLY | os.O_CREAT, 0o644)
+for i in range(n):
+    buf = pat(0xD4, i << 20, 1 << 20)
+    if os.pwrite(fd, buf, i << 20) != len(buf):
+        sys.exit('short write')
+print('done', flush=True)
+sys.stdin.read()
+`
+
+// processState is the state letter of process pid (field 3 of
+// /proc/<pid>/stat), or 0.
+func processState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
+}
+
+// TestWALRemountWhileZombie: a mount with the WAL is killed (SIGKILL) after
+// a program wrote 64 MiB with pwrite and neither fsynced nor closed; the
+// killed process is left unreaped (a zombie: its pid still exists), and a new
+// mount made at once shows every written byte, to stat and to a read, and
+// replays the records (their writer is known dead).
+func TestWALRemountWhileZombie(t *testing.T) {
+	need(t, "python3", "fusermount3")
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, opts, env := s3Args(t, v)
+	dir := mountpoint(t)
+	logPath := filepath.Join(t.TempDir(), "mount.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	mnt := exec.Command(bin, "mount", "-f", "-o", opts+",wal=on", store, dir)
+	mnt.Env = env
+	mnt.Stdout, mnt.Stderr = logFile, logFile
+	if err := mnt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	reaped := false
+	t.Cleanup(func() {
+		if !reaped {
+			_ = mnt.Process.Kill()
+			_ = mnt.Wait()
+		}
+		if isMounted(t, dir) {
+			_, _ = runErr("", "fusermount3", "-uz", dir)
+		}
+		if t.Failed() {
+			b, _ := os.ReadFile(logPath)
+			t.Logf("the killed mount's log:\n%s", b)
+		}
+	})
+	waitFor(t, 30*time.Second, func() error {
+		if s := processState(mnt.Process.Pid); s == 'Z' || s == 0 {
+			t.Fatalf("ckptfs mount -f exited")
+		}
+		if !isMounted(t, dir) {
+			return errors.New("not mounted yet")
 		}
 		return nil
 	})
+
+	mib := size(64, 16)
+	py := exec.Command("python3", "-c", walPwriter, filepath.Join(dir, "f"), strconv.FormatInt(mib, 10))
+	stdin, err := py.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := py.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	py.Stderr = os.Stderr
+	if err := py.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = py.Process.Kill(); _ = py.Wait() })
+	line, err := bufio.NewReader(stdout).ReadString('\n')
+	if err != nil || line != "done\n" {
+		t.Fatalf("the writer: %q, %v", line, err)
+	}
+
+	if err := mnt.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Not reaped: the pid stays, as a zombie, until Wait below.
+	waitFor(t, 30*time.Second, func() error {
+		if s := processState(mnt.Process.Pid); s != 'Z' {
+			return fmt.Errorf("the killed mount is in state %q", s)
+		}
+		return nil
+	})
+	_ = stdin.Close()
+	run(t, "", "fusermount3", "-uz", dir)
+
+	m := v.mount("wal=on")
+	want := walPattern(0xD4, 0, mib<<20)
+	fi, err := os.Stat(m.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Size() != int64(len(want)) {
+		t.Errorf("stat at once after the crash: %d bytes, want the %d written", fi.Size(), len(want))
+	}
+	got, err := os.ReadFile(m.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("read at once after the crash: %d bytes, common prefix %d; want the %d written", len(got), commonLen(got, want), len(want))
+	}
+	if s := processState(mnt.Process.Pid); s != 'Z' {
+		t.Fatalf("the killed mount was reaped (state %q) before the checks", s)
+	}
+	_ = mnt.Wait()
+	reaped = true
+	// Its writer known dead, the records were replayed and published; the
+	// unmount deletes them and releases the lease.
 	m.unmount()
+	waitWALClean(t, v.store())
+	plain := v.mount("")
+	if got, err := os.ReadFile(plain.path("f")); err != nil || !bytes.Equal(got, want) {
+		t.Errorf("published: %d bytes (%v), want the %d written", len(got), err, len(want))
+	}
+}
+
+func commonLen(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+// mountFaults is volume.mount with the mount's store behind fault injection.
+func (v *volume) mountFaults(opts string) (*mount, *staging.Faults) {
+	v.t.Helper()
+	cfg, err := config.ParseMount(config.TotalRAM(), opts)
+	if err != nil {
+		v.t.Fatalf("options %q: %v", opts, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	s3, err := staging.NewS3(ctx, v.cfg)
+	if err != nil {
+		v.t.Fatal(err)
+	}
+	faults := staging.NewFaults(s3, 1)
+	log := zaptest.NewLogger(v.t, zaptest.Level(zap.WarnLevel))
+	fsys, err := fusefs.New(ctx, faults, fusefs.Options{Config: cfg, Logger: log, FsName: "ckptfs-test"})
+	if err != nil {
+		v.t.Fatalf("open volume: %v", err)
+	}
+	dir := filepath.Join(v.t.TempDir(), "mnt")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		v.t.Fatal(err)
+	}
+	if err := fsys.Mount(dir); err != nil {
+		fsys.Close()
+		v.t.Fatalf("mount: %v", err)
+	}
+	m := &mount{t: v.t, dir: dir, fsys: fsys}
+	v.t.Cleanup(func() { m.unmount() })
+	return m, faults
+}
+
+// walOwner reads the lease of the only file of a volume that has one.
+func walOwner(t *testing.T, st staging.Store) (owner struct {
+	Writer  string
+	Expires time.Time
+}, ok bool) {
+	t.Helper()
+	_, owners := walKeys(t, st)
+	if len(owners) != 1 {
+		return owner, false
+	}
+	b, _, err := st.Get(context.Background(), owners[0], staging.Whole())
+	if err != nil {
+		return owner, false
+	}
+	if err := json.Unmarshal(b, &owner); err != nil {
+		t.Fatalf("lease %s: %v", owners[0], err)
+	}
+	return owner, true
+}
+
+// TestWALStatKeepsWritersLease: a store outage stops the renewals of a
+// writer's lease until it expires; a stat from another mount meanwhile
+// reports the writer's logged writes without taking the lease (before, it
+// took it, replayed, published and let it go, and every later write of the
+// writer failed with EIO). Once the store is back the writer renews its
+// lease and writes on.
+func TestWALStatKeepsWritersLease(t *testing.T) {
+	v := newVolume(t)
+	a, faults := v.mountFaults("wal=on,wal_lease=3s,ns_refresh=100ms")
+	b := v.mount("wal=on,wal_lease=3s,ns_refresh=100ms")
+	st := v.store()
+
+	fa, err := os.Create(a.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	if _, err := fa.WriteAt([]byte("logged "), 0); err != nil {
+		t.Fatal(err)
+	}
+	first, ok := walOwner(t, st)
+	if !ok {
+		t.Fatal("no lease while the file is written")
+	}
+	outage := faults.Add(staging.Rule{Op: staging.OpAny, Match: func(key string) bool { return strings.HasSuffix(key, "/wal/owner") }, Kind: staging.FaultError})
+	waitFor(t, 30*time.Second, func() error {
+		if o, ok := walOwner(t, st); ok && time.Now().Before(o.Expires) {
+			return fmt.Errorf("the lease holds until %v", o.Expires)
+		}
+		return nil
+	})
+	var fi os.FileInfo
+	waitFor(t, 10*time.Second, func() error {
+		var err error
+		fi, err = os.Stat(b.path("f"))
+		return err
+	})
+	if fi.Size() != 7 {
+		t.Errorf("stat from another mount: %d bytes, want the writer's 7 logged", fi.Size())
+	}
+	if o, ok := walOwner(t, st); !ok || o.Writer != first.Writer {
+		t.Errorf("the lease after a stat from another mount: %+v (found %v), want the writer's own, untouched", o, ok)
+	}
+	if records, _ := walKeys(t, st); len(records) == 0 {
+		t.Error("the writer's records are gone after a stat from another mount: it replayed them")
+	}
+	faults.Remove(outage)
+	// The writer's next renewal extends its own lease, still there.
+	waitFor(t, 30*time.Second, func() error {
+		o, ok := walOwner(t, st)
+		if !ok || o.Writer != first.Writer || !time.Now().Before(o.Expires) {
+			return fmt.Errorf("the lease after the outage: %+v (found %v), want writer %s renewed", o, ok, first.Writer)
+		}
+		return nil
+	})
+	if _, err := fa.WriteAt([]byte("written"), 7); err != nil {
+		t.Fatalf("the writer after the outage: %v", err)
+	}
+	if err := fa.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	a.unmount()
+	b.unmount()
+	c := v.mount("")
+	if got, err := os.ReadFile(c.path("f")); err != nil || string(got) != "logged written" {
+		t.Fatalf("published: %q, %v", got, err)
+	}
 }

@@ -74,18 +74,39 @@
 // replaces one whose writer is gone (If-Match on the ETag it read), and
 // otherwise fails with a *BusyError. A writer is gone when its lease expired,
 // or when it ran on this very boot of this host under a pid that no longer
-// exists, or that now names a process with another start time (a restarted
-// container often gets its old pid back): a crash is noticed at once, not
-// after the TTL. A lease of this very process is another log of it: busy.
+// exists, or that names a zombie (a process that died and that its parent
+// has not reaped yet: state 'Z' or 'X' in /proc/<pid>/stat), or that now
+// names a process with another start time (a restarted container often gets
+// its old pid back): a crash is noticed at once, not after the TTL. A lease
+// of this very process is another log of it: busy.
+//
+// Held tells, without taking anything, whether a writer that may be alive
+// holds the lease: unlike Open it counts an expired lease as held unless its
+// writer is known gone, since a store outage stops renewals of a live
+// writer too. A reader that must not act on a live writer's behalf (replay
+// and publish its records) asks it first.
 // An owner object that does not
 // parse is treated as held until its last modification plus the TTL, since a
 // live writer rewrites it every TTL/3.
 //
 // The Log renews the lease every TTL/3 with If-Match on the ETag of its last
-// write. A precondition failure whose owner names another writer means the
-// lease was taken: from then on Append fails with ErrLeaseLost. A renewal that
-// fails otherwise is retried at the next tick. Close deletes the owner object
-// if it still names this writer.
+// write. A renewal that fails otherwise than by a precondition is retried at
+// the next tick. A precondition failure whose owner object is gone or names
+// another writer means the lease was taken (by an opener that found it
+// expired, say after a store outage, and may have replayed and published
+// this log's records). The Log then takes it back, and appends go on, when:
+// no writer that may be alive holds it (the owner object is gone, or its
+// lease is stale as for Open); no record is stored that this log did not
+// number (a seq at or above its next one: another writer appended); and
+// Options.Retake, the file's say, agrees (its head is unchanged, or one
+// checkpoint built on it holding only this log's records). The take-back
+// is a create (If-None-Match) or a replace (If-Match on the ETag read).
+// While a live writer holds the lease, Append fails with ErrLeaseLost and
+// the Log tries again at each tick (and when an Append fails so); when
+// another writer appended or changed the file, the lease is lost for good.
+// Appends in flight meanwhile are not stopped: records are kept apart by
+// their names, not by the lease. Close deletes the owner object if it still
+// names this writer.
 //
 // The lease makes a second writer fail fast; it is not what keeps records
 // apart. Two writers that both believe they hold the lease (clocks apart, a

@@ -129,20 +129,46 @@ func processStart(pid int) uint64 {
 	return n
 }
 
-// processGone reports whether no process has pid. Only ESRCH says so: EPERM
-// is a process of another user.
+// processGone reports whether process pid has ended. ESRCH says so (EPERM
+// is a process of another user, alive), and so does a zombie: a process
+// that died and that its parent has not reaped yet still has its pid, but
+// it runs no code and holds no file, so it renews no lease. Its state,
+// field 3 of /proc/<pid>/stat, is 'Z' (or 'X' while it is being reaped).
 func processGone(pid int) bool {
 	if pid <= 0 || pid > math.MaxInt32 {
 		return false
 	}
-	return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
+	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+		return true
+	}
+	s := processState(pid)
+	return s == 'Z' || s == 'X'
+}
+
+// processState returns the state letter of process pid (field 3 of
+// /proc/<pid>/stat), or 0 if it cannot tell.
+func processState(pid int) byte {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name, field 2, is in parentheses and may hold anything:
+	// the state follows the last ')' and a space.
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 || i+2 >= len(b) {
+		return 0
+	}
+	return b[i+2]
 }
 
 // stale reports whether the lease o can be taken over by me at now.
 func (me self) stale(o OwnerInfo, now time.Time) bool {
-	if now.After(o.Expires) {
-		return true
-	}
+	return now.After(o.Expires) || me.gone(o)
+}
+
+// gone reports whether the writer of lease o is known to have ended: a
+// process of this very boot of this host that no longer runs.
+func (me self) gone(o OwnerInfo) bool {
 	if me.boot == "" || me.host == "" || o.Boot != me.boot || o.Host != me.host {
 		return false // another machine, or one we cannot tell apart: wait for expiry
 	}
@@ -157,6 +183,29 @@ func (me self) stale(o OwnerInfo, now time.Time) bool {
 		return true
 	}
 	return o.Start != 0 && processStart(o.PID) != 0 && processStart(o.PID) != o.Start
+}
+
+// Held reports whether the lease of the log under prefix is held by a
+// writer that may be alive, without taking it (one GET). Unlike Open, it
+// counts an expired lease as held unless its writer is known to be gone (a
+// process of this boot of this host that ended): expiry says that a writer
+// stopped renewing, not that it stopped writing (a store outage stops
+// renewals too). A reader that must not act on a live writer's behalf
+// (replay and publish its records) asks this first.
+func Held(ctx context.Context, st staging.Store, prefix string) (bool, error) {
+	key := prefix + Dir + OwnerName
+	b, _, err := st.Get(ctx, key, staging.Whole())
+	if errors.Is(err, staging.ErrNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read wal lease %s: %w", key, err)
+	}
+	o, err := parseOwner(b)
+	if err != nil {
+		return true, nil // cannot tell: held
+	}
+	return !thisProcess().gone(o), nil
 }
 
 func newWriterID() string {
@@ -187,7 +236,7 @@ func (ls *lease) busy(ctx context.Context, o *OwnerInfo) error {
 		e.Owner = *o
 		return e
 	}
-	if b, _, err := ls.st.Get(ctx, ls.key, staging.Whole()); err == nil {
+	if b, _, err := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes); err == nil {
 		if o, err := parseOwner(b); err == nil {
 			e.Owner = o
 		}
@@ -197,10 +246,16 @@ func (ls *lease) busy(ctx context.Context, o *OwnerInfo) error {
 
 // take takes the lease or says why not.
 func (ls *lease) take(ctx context.Context) error {
-	b, info, err := ls.st.Get(ctx, ls.key, staging.Whole())
+	b, info, err := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
 	switch {
 	case errors.Is(err, staging.ErrNotFound):
 		put, err := ls.st.Put(ctx, ls.key, ls.body(time.Now()), staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true}})
+		if err != nil {
+			if etag, ok := ls.landed(ctx); ok {
+				ls.etag = etag
+				return nil
+			}
+		}
 		if errors.Is(err, staging.ErrPrecondition) {
 			return ls.busy(ctx, nil) // another writer created it since our Get
 		}
@@ -226,6 +281,12 @@ func (ls *lease) take(ctx context.Context) error {
 		return ls.busy(ctx, &o)
 	}
 	put, err := ls.st.Put(ctx, ls.key, ls.body(now), staging.PutOptions{Conditions: staging.Conditions{IfMatch: info.ETag}})
+	if err != nil {
+		if etag, ok := ls.landed(ctx); ok {
+			ls.etag = etag
+			return nil
+		}
+	}
 	if errors.Is(err, staging.ErrPrecondition) {
 		return ls.busy(ctx, nil) // another writer took it since our Get
 	}
@@ -235,6 +296,21 @@ func (ls *lease) take(ctx context.Context) error {
 	ls.log.Debug("took over a stale wal lease", zap.String("key", ls.key), zap.String("writer", o.Writer))
 	ls.etag = put.ETag
 	return nil
+}
+
+// landed says whether a write of the owner object that failed landed after
+// all: a lost answer, resent by the client and then refused by our own
+// object, leaves our writer id there. It returns the ETag to renew against.
+func (ls *lease) landed(ctx context.Context) (string, bool) {
+	b, info, err := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
+	if err != nil {
+		return "", false
+	}
+	o, err := parseOwner(b)
+	if err != nil || o.Writer != ls.id {
+		return "", false
+	}
+	return info.ETag, true
 }
 
 // renew extends the lease. It returns ErrLeaseLost when another writer holds
@@ -250,7 +326,7 @@ func (ls *lease) renew(ctx context.Context) error {
 	}
 	// Our last renewal may have landed with its answer lost: the object then
 	// still names us, under an ETag we did not see.
-	b, info, gerr := ls.st.Get(ctx, ls.key, staging.Whole())
+	b, info, gerr := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
 	switch {
 	case errors.Is(gerr, staging.ErrNotFound):
 		return fmt.Errorf("wal lease %s was deleted: %w", ls.key, ErrLeaseLost)
@@ -269,7 +345,7 @@ func (ls *lease) renew(ctx context.Context) error {
 // conditional delete: a writer that took the lease between the read and the
 // delete loses it, which only happens to a lease that had expired.
 func (ls *lease) release(ctx context.Context) error {
-	b, _, err := ls.st.Get(ctx, ls.key, staging.Whole())
+	b, _, err := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
 	if errors.Is(err, staging.ErrNotFound) {
 		return nil
 	}

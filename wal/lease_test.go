@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -42,6 +43,24 @@ func deadPID(t *testing.T) int {
 		t.Fatalf("run true: %v", err)
 	}
 	return cmd.Process.Pid
+}
+
+// zombiePID is the pid of a process that has exited and that nobody has
+// reaped yet (its pid still exists, in state 'Z'); it is reaped when the test
+// ends.
+func zombiePID(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command("true")
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start true: %v", err)
+	}
+	t.Cleanup(func() { _ = cmd.Wait() })
+	pid := cmd.Process.Pid
+	waitFor(t, "the child to exit", func() bool { return processState(pid) == 'Z' })
+	if err := syscall.Kill(pid, 0); err != nil {
+		t.Fatalf("the pid %d of a zombie: %v, want it to exist", pid, err)
+	}
+	return pid
 }
 
 func TestLeaseBusy(t *testing.T) {
@@ -92,6 +111,11 @@ func TestLeaseTakeOver(t *testing.T) {
 		{name: "expired", body: func(*testing.T) []byte { return owner("elsewhere", 1, "b", time.Now().Add(-time.Second)) }, taken: true},
 		{name: "live on another host", body: func(*testing.T) []byte { return owner("elsewhere", 1, "b", future) }},
 		{name: "dead pid of this boot", body: func(t *testing.T) []byte { return owner(me.host, deadPID(t), me.boot, future) }, needBoot: true, taken: true},
+		{name: "zombie of this boot", body: func(t *testing.T) []byte { return owner(me.host, zombiePID(t), me.boot, future) }, needBoot: true, taken: true},
+		{name: "zombie of this boot, its start", body: func(t *testing.T) []byte {
+			pid := zombiePID(t)
+			return ownerStarted(pid, processStart(pid))
+		}, needBoot: true, taken: true},
 		{name: "dead pid of another boot", body: func(t *testing.T) []byte { return owner(me.host, deadPID(t), "another-boot", future) }},
 		{name: "dead pid of another host", body: func(t *testing.T) []byte { return owner("elsewhere", deadPID(t), me.boot, future) }},
 		{name: "live pid of this boot", body: func(*testing.T) []byte { return owner(me.host, os.Getppid(), me.boot, future) }, needBoot: true},
@@ -218,8 +242,8 @@ func TestLeaseLost(t *testing.T) {
 		_, err = l.Append(context.Background(), []Op{writeOp(0, "after")})
 		return err != nil
 	})
-	if !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("append after the lease was taken: %v, want ErrLeaseLost", err)
+	if !errors.Is(err, ErrLeaseLost) || !strings.Contains(err.Error(), "usurper") {
+		t.Fatalf("append after the lease was taken: %v, want ErrLeaseLost naming the holder", err)
 	}
 	if err := l.Close(context.Background()); err != nil {
 		t.Fatalf("close: %v", err)
@@ -230,19 +254,116 @@ func TestLeaseLost(t *testing.T) {
 	}
 }
 
-func TestLeaseDeleted(t *testing.T) {
-	mem := staging.NewMem()
-	l := openLog(t, mem, Options{LeaseTTL: 60 * time.Millisecond})
-	if err := mem.Delete(context.Background(), ownerKey); err != nil {
-		t.Fatal(err)
+// A lease taken by another writer that let it go without appending is taken
+// back, and appends go on (a reader replayed this log's records after a store
+// outage stopped its renewals).
+func TestLeaseTakenBack(t *testing.T) {
+	const ttl = 60 * time.Millisecond
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T, mem *staging.Mem)
+	}{
+		{name: "deleted", change: func(t *testing.T, mem *staging.Mem) {
+			if err := mem.Delete(context.Background(), ownerKey); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "taken and released", change: func(t *testing.T, mem *staging.Mem) {
+			// The lease expires during an outage of this log's store; another
+			// opener takes it, reads the records and lets it go.
+			waitFor(t, "the lease to expire", func() bool { return time.Now().After(readOwner(t, mem).Expires) })
+			l2, err := Open(context.Background(), mem, testPrefix, Options{LeaseTTL: ttl})
+			if err != nil {
+				t.Fatalf("take over the expired lease: %v", err)
+			}
+			if err := l2.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{name: "taken, held a while, released", change: func(t *testing.T, mem *staging.Mem) {
+			putOwner(t, mem, encodeOwner(OwnerInfo{Writer: "reader", Host: "elsewhere", PID: 1, Expires: time.Now().Add(time.Hour)}))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := staging.NewMem()
+			f := staging.NewFaults(mem, 1)
+			var asked []uint64
+			l := openLog(t, f, Options{LeaseTTL: ttl, Retake: func(_ context.Context, through uint64) (bool, error) {
+				asked = append(asked, through)
+				return true, nil
+			}})
+			mustAppend(t, l, writeOp(0, "before"))
+			outage := f.Add(staging.Rule{Op: staging.OpAny, KeyPrefix: ownerKey, Kind: staging.FaultError})
+			tc.change(t, mem)
+			f.Remove(outage)
+			if tc.name == "taken, held a while, released" {
+				waitFor(t, "the lease loss noticed", func() bool {
+					_, err := l.Append(context.Background(), []Op{writeOp(0, "meanwhile")})
+					return errors.Is(err, ErrLeaseLost)
+				})
+				if err := mem.Delete(context.Background(), ownerKey); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, "the lease taken back", func() bool {
+				b, _, err := mem.Get(context.Background(), ownerKey, staging.Whole())
+				o, perr := parseOwner(b)
+				return err == nil && perr == nil && o.Writer == l.lease.id
+			})
+			if seq := mustAppend(t, l, writeOp(6, "after")); seq < 2 {
+				t.Fatalf("append after the lease was taken back: seq %d", seq)
+			}
+			if err := l.Close(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := mem.Get(context.Background(), ownerKey, staging.Whole()); !errors.Is(err, staging.ErrNotFound) {
+				t.Fatalf("the lease after close: %v, want it released", err)
+			}
+			if tc.name != "deleted" && len(asked) == 0 {
+				t.Fatal("the file was not asked before the lease was taken back")
+			}
+		})
 	}
-	var err error
-	waitFor(t, "the lease loss noticed", func() bool {
-		_, err = l.Append(context.Background(), []Op{writeOp(0, "after")})
-		return err != nil
-	})
-	if !errors.Is(err, ErrLeaseLost) {
-		t.Fatalf("append after the lease was deleted: %v, want ErrLeaseLost", err)
+}
+
+// A lease whose taker appended, or after which the file changed otherwise,
+// is lost for good.
+func TestLeaseNotTakenBack(t *testing.T) {
+	const ttl = 60 * time.Millisecond
+	for _, tc := range []struct {
+		name     string
+		appended bool
+		fileOK   bool
+	}{
+		{name: "another writer appended", appended: true, fileOK: true},
+		{name: "the file changed", appended: false, fileOK: false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := staging.NewMem()
+			l := openLog(t, mem, Options{LeaseTTL: ttl, Retake: func(context.Context, uint64) (bool, error) { return tc.fileOK, nil }})
+			mustAppend(t, l, writeOp(0, "before"))
+			if err := mem.Delete(context.Background(), ownerKey); err != nil {
+				t.Fatal(err)
+			}
+			if tc.appended {
+				// Another writer: found the record, appended after it, let go.
+				putRecord := Encode(testTag, Record{Seq: 2, Ops: []Op{writeOp(0, "theirs")}})
+				if _, err := mem.Put(context.Background(), RecordKey(testPrefix, 2), putRecord, staging.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, "the lease lost for good", func() bool {
+				l.mu.Lock()
+				defer l.mu.Unlock()
+				return l.lostFinal
+			})
+			if _, err := l.Append(context.Background(), []Op{writeOp(0, "after")}); !errors.Is(err, ErrLeaseLost) {
+				t.Fatalf("append: %v, want ErrLeaseLost", err)
+			}
+			if _, _, err := mem.Get(context.Background(), ownerKey, staging.Whole()); !errors.Is(err, staging.ErrNotFound) {
+				t.Fatalf("the lease: %v, want it left alone", err)
+			}
+		})
 	}
 }
 
@@ -280,6 +401,89 @@ func TestParseOwner(t *testing.T) {
 			if err != nil || !equalOwner(o, tc.want) {
 				t.Fatalf("parse: %+v, %v; want %+v", o, err, tc.want)
 			}
+		})
+	}
+}
+
+// Held counts a lease as held unless its writer is known to be gone: an
+// expired lease of a writer that may still run (another host, this process)
+// is held, unlike for Open.
+func TestHeld(t *testing.T) {
+	me := thisProcess()
+	if me.boot == "" || me.host == "" {
+		t.Skip("the kernel boot id or the hostname cannot be read here")
+	}
+	past := time.Now().Add(-time.Hour)
+	owner := func(host string, pid int, expires time.Time) []byte {
+		return encodeOwner(OwnerInfo{Writer: "w", Host: host, PID: pid, Boot: me.boot, Expires: expires})
+	}
+	for _, tc := range []struct {
+		name string
+		body func(t *testing.T) []byte // nil: no owner object
+		held bool
+	}{
+		{name: "no lease"},
+		{name: "expired, another host", body: func(*testing.T) []byte { return owner("elsewhere", 1, past) }, held: true},
+		{name: "expired, this process", body: func(*testing.T) []byte { return owner(me.host, os.Getpid(), past) }, held: true},
+		{name: "expired, live pid", body: func(*testing.T) []byte { return owner(me.host, os.Getppid(), past) }, held: true},
+		{name: "live pid", body: func(*testing.T) []byte { return owner(me.host, os.Getppid(), time.Now().Add(time.Hour)) }, held: true},
+		{name: "dead pid", body: func(t *testing.T) []byte { return owner(me.host, deadPID(t), time.Now().Add(time.Hour)) }},
+		{name: "zombie", body: func(t *testing.T) []byte { return owner(me.host, zombiePID(t), time.Now().Add(time.Hour)) }},
+		{name: "garbage", body: func(*testing.T) []byte { return []byte("not json") }, held: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := staging.NewMem()
+			if tc.body != nil {
+				putOwner(t, mem, tc.body(t))
+			}
+			held, err := Held(context.Background(), mem, testPrefix)
+			if err != nil || held != tc.held {
+				t.Fatalf("Held: %v, %v; want %v", held, err, tc.held)
+			}
+		})
+	}
+}
+
+// resendOwnerStore sends every conditional write of the owner object twice,
+// as an S3 client does when the first answer is lost: the resend is refused
+// by the object the first one wrote.
+type resendOwnerStore struct {
+	staging.Store
+}
+
+func (r resendOwnerStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
+	if key == ownerKey && (opts.Conditions.IfNoneMatch || opts.Conditions.IfMatch != "") {
+		if _, err := r.Store.Put(ctx, key, data, opts); err != nil {
+			return staging.ObjectInfo{}, err
+		}
+	}
+	return r.Store.Put(ctx, key, data, opts)
+}
+
+// A lease whose create or take-over landed with its answer lost is ours: the
+// writer is not busy against itself.
+func TestLeaseAnswerLost(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, st staging.Store)
+	}{
+		{"create", func(*testing.T, staging.Store) {}},
+		{"take over", func(t *testing.T, st staging.Store) {
+			putOwner(t, st, encodeOwner(OwnerInfo{Writer: "previous", Host: "elsewhere", PID: 1, Expires: time.Now().Add(-time.Minute)}))
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mem := staging.NewMem()
+			tc.setup(t, mem)
+			l, err := Open(context.Background(), resendOwnerStore{mem}, testPrefix, Options{})
+			if err != nil {
+				t.Fatalf("open with a resent lease write: %v", err)
+			}
+			t.Cleanup(func() { _ = l.Close(context.Background()) })
+			if o := readOwner(t, mem); o.Writer != l.lease.id {
+				t.Fatalf("owner %+v, want writer %s", o, l.lease.id)
+			}
+			mustAppend(t, l, writeOp(0, "ours"))
 		})
 	}
 }

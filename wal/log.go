@@ -42,6 +42,13 @@ type Options struct {
 	// Next is the seq of the first record this log appends (>= 1; 0 is 1).
 	// Open sets it past every record found when larger.
 	Next uint64
+	// Retake, when set, is asked before the log takes back a lease that
+	// another writer took while no one appended to the log (see "Lease" in
+	// the package doc): through is the highest seq this log has assigned.
+	// It says whether the file is still as this log's records leave it (its
+	// head unchanged, or a checkpoint of those records only); false keeps
+	// the lease lost. An error is transient: asked again at the next try.
+	Retake func(ctx context.Context, through uint64) (bool, error)
 }
 
 // Counters add up what several logs appended (a mount's files): a Log given
@@ -82,6 +89,7 @@ type Log struct {
 	lease       *lease // the renewing goroutine's until it stopped, then Close's
 	shared      *Counters
 	found       []uint64
+	retakeOK    func(ctx context.Context, through uint64) (bool, error)
 
 	mu   sync.Mutex
 	cond *sync.Cond // on mu; broadcast when a batch finishes or the log stops appending
@@ -93,13 +101,15 @@ type Log struct {
 	last      uint64        // GUARDED_BY(mu)
 	stats     Stats         // GUARDED_BY(mu)
 	failed    error         // GUARDED_BY(mu); sticky: a record name was taken
-	leaseLost error         // GUARDED_BY(mu); sticky
+	leaseLost error         // GUARDED_BY(mu); cleared if the lease is taken back, sticky once lostFinal
+	lostFinal bool          // GUARDED_BY(mu); another writer appended or changed the file: never taken back
 	closed    bool          // GUARDED_BY(mu)
 	drained   chan struct{} // GUARDED_BY(mu); made by Close, closed when nothing is pending or in flight
 	covered   uint64        // GUARDED_BY(mu)
 	toDelete  []uint64      // GUARDED_BY(mu); seqs stored (or maybe stored) and not deleted yet
 
 	kick chan struct{} // capacity 1: the cleaner has work
+	poke chan struct{} // capacity 1: the lease is lost; try to take it back now
 	stop context.CancelFunc
 	wg   sync.WaitGroup // the renewing and the cleaning goroutines
 
@@ -184,6 +194,8 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Log
 		next:        next,
 		toDelete:    slices.Clone(found),
 		kick:        make(chan struct{}, 1),
+		poke:        make(chan struct{}, 1),
+		retakeOK:    opt.Retake,
 	}
 	l.cond = sync.NewCond(&l.mu)
 	// The goroutines outlive Open's ctx (keeping its values) until Close.
@@ -226,6 +238,12 @@ func (l *Log) refuseLocked() error {
 	case l.failed != nil:
 		return fmt.Errorf("append to wal of %s: the log failed: %w", l.prefix, l.failed)
 	case l.leaseLost != nil:
+		if !l.lostFinal {
+			select {
+			case l.poke <- struct{}{}:
+			default:
+			}
+		}
 		return fmt.Errorf("append to wal of %s: %w", l.prefix, l.leaseLost)
 	}
 	return nil
@@ -469,23 +487,123 @@ func (l *Log) renewLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-l.poke:
 		}
+		l.mu.Lock()
+		lost := l.leaseLost
+		l.mu.Unlock()
 		// A renewal that hangs must not outlast the lease it extends.
 		rctx, cancel := context.WithTimeout(ctx, every)
-		err := l.lease.renew(rctx)
-		cancel()
-		if errors.Is(err, ErrLeaseLost) {
-			l.log.Warn("wal lease lost; appends fail from now on", zap.String("prefix", l.prefix), zap.Error(err))
-			l.mu.Lock()
-			l.leaseLost = err
-			l.cond.Broadcast()
-			l.mu.Unlock()
-			return
+		err := lost
+		if lost == nil {
+			err = l.lease.renew(rctx)
 		}
-		if err != nil && ctx.Err() == nil {
+		if errors.Is(err, ErrLeaseLost) {
+			err = l.takeBack(rctx, err)
+		}
+		cancel()
+		if err != nil && ctx.Err() == nil && !errors.Is(err, ErrLeaseLost) {
 			l.log.Debug("wal lease renewal failed; retrying at the next tick", zap.String("prefix", l.prefix), zap.Error(err))
 		}
+		l.mu.Lock()
+		final := l.lostFinal
+		l.mu.Unlock()
+		if final {
+			return
+		}
 	}
+}
+
+// takeBack follows the loss of the lease (lost says how): it tries to take
+// the lease back (retake); appends go on meanwhile (records are kept apart
+// by their names, not by the lease). If it cannot, appends fail with
+// ErrLeaseLost until a later try succeeds, or for good when another writer
+// appended or changed the file.
+func (l *Log) takeBack(ctx context.Context, lost error) error {
+	final, err := l.retake(ctx)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case err == nil:
+		l.log.Info("took the wal lease back: no other writer wrote meanwhile", zap.String("prefix", l.prefix), zap.NamedError("lost", lost))
+		l.leaseLost = nil
+		return nil
+	case final:
+		l.log.Warn("wal lease lost; appends fail from now on", zap.String("prefix", l.prefix), zap.Error(err))
+		l.leaseLost, l.lostFinal = err, true
+	default:
+		if l.leaseLost == nil {
+			l.log.Warn("wal lease taken by another writer; appends fail until it is let go", zap.String("prefix", l.prefix), zap.Error(err))
+		}
+		l.leaseLost = err
+	}
+	l.cond.Broadcast()
+	return err
+}
+
+// retake takes back the lease if no live writer holds it and no one else
+// wrote since this log lost it: no record this log did not number is
+// stored, and the Retake option agrees. final says the lease is lost for
+// good. Every error is an ErrLeaseLost.
+func (l *Log) retake(ctx context.Context) (final bool, err error) {
+	ls := l.lease
+	lost := func(final bool, format string, a ...any) (bool, error) {
+		return final, fmt.Errorf("wal lease %s: %s: %w", ls.key, fmt.Sprintf(format, a...), ErrLeaseLost)
+	}
+	b, info, err := ls.st.Get(ctx, ls.key, staging.Whole())
+	exists := true
+	switch {
+	case errors.Is(err, staging.ErrNotFound):
+		exists = false
+	case err != nil:
+		return lost(false, "read to take it back: %v", err)
+	}
+	now := time.Now()
+	var o OwnerInfo
+	if exists {
+		var perr error
+		o, perr = parseOwner(b)
+		switch {
+		case perr == nil && o.Writer == ls.id:
+			ls.etag = info.ETag // ours after all (a renewal whose answer was lost)
+			return false, nil
+		case perr != nil && !now.After(info.LastModified.Add(ls.ttl)):
+			return lost(false, "does not parse (%v); waiting for it to age", perr)
+		case perr == nil && !ls.me.stale(o, now):
+			return lost(false, "held by writer %s (pid %d on host %s) until %s", o.Writer, o.PID, o.Host, o.Expires.Format(time.RFC3339Nano))
+		}
+	}
+	seqs, err := List(ctx, ls.st, l.prefix)
+	if err != nil {
+		return lost(false, "%v", err)
+	}
+	// Read after the listing: every record of this log that it found had
+	// its seq, below next, before it was stored.
+	l.mu.Lock()
+	through := l.next - 1
+	l.mu.Unlock()
+	if n := len(seqs); n > 0 && seqs[n-1] > through {
+		return lost(true, "taken by another writer, which appended record %d", seqs[n-1])
+	}
+	if l.retakeOK != nil {
+		ok, err := l.retakeOK(ctx, through)
+		if err != nil {
+			return lost(false, "%v", err)
+		}
+		if !ok {
+			return lost(true, "taken by another writer, and the file changed meanwhile")
+		}
+	}
+	cond := staging.Conditions{IfMatch: info.ETag}
+	if !exists {
+		cond = staging.Conditions{IfNoneMatch: true}
+	}
+	put, err := ls.st.Put(ctx, ls.key, ls.body(now), staging.PutOptions{Conditions: cond})
+	if err != nil {
+		return lost(false, "take it back: %v", err)
+	}
+	ls.etag = put.ETag
+	return false, nil
 }
 
 // Close waits for the appends in flight, deletes what is covered (best

@@ -97,3 +97,68 @@ func TestS3(t *testing.T) {
 	}
 	c.Close(ctx)
 }
+
+// Taking a lease back against a real S3 server: created again (If-None-Match)
+// after an opener that took it during an outage let it go, replaced
+// (If-Match) when a stale owner is left on it, and lost for good once
+// another writer appended.
+func TestS3TakeBack(t *testing.T) {
+	ctx := context.Background()
+	raw := s3test.NewStore(t)
+	faults := staging.NewFaults(raw, 1)
+	const ttl = 300 * time.Millisecond
+	a, err := Open(ctx, faults, testPrefix, Options{Tag: 5, LeaseTTL: ttl})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	op := Op{Kind: OpMtime, MtimeNs: 1}
+	if _, err := a.Append(ctx, []Op{op}); err != nil {
+		t.Fatal(err)
+	}
+	ours := func() bool {
+		b, _, err := raw.Get(ctx, ownerKey, staging.Whole())
+		o, perr := parseOwner(b)
+		return err == nil && perr == nil && o.Writer == a.lease.id && time.Now().Before(o.Expires)
+	}
+
+	// 1. An outage; another opener takes the expired lease and lets it go.
+	outage := faults.Add(staging.Rule{Op: staging.OpAny, KeyPrefix: ownerKey, Kind: staging.FaultError})
+	waitFor(t, "the lease to expire", func() bool { return time.Now().After(readOwner(t, raw).Expires) })
+	b, err := Open(ctx, raw, testPrefix, Options{Tag: 5, LeaseTTL: ttl})
+	if err != nil {
+		t.Fatalf("take over the expired lease: %v", err)
+	}
+	if err := b.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	faults.Remove(outage)
+	waitFor(t, "the lease created again", ours)
+	if _, err := a.Append(ctx, []Op{op}); err != nil {
+		t.Fatalf("append after the lease was taken back: %v", err)
+	}
+
+	// 2. A stale owner left on it: replaced.
+	putOwner(t, raw, encodeOwner(OwnerInfo{Writer: "gone", Host: "elsewhere", PID: 1, Expires: time.Now().Add(-time.Second)}))
+	waitFor(t, "the stale owner replaced", ours)
+	if _, err := a.Append(ctx, []Op{op}); err != nil {
+		t.Fatalf("append after the lease was taken back: %v", err)
+	}
+
+	// 3. Another writer appended: lost for good.
+	putOwner(t, raw, encodeOwner(OwnerInfo{Writer: "gone", Host: "elsewhere", PID: 1, Expires: time.Now().Add(-time.Second)}))
+	if _, err := raw.Put(ctx, RecordKey(testPrefix, a.Last()+10), Encode(5, Record{Seq: a.Last() + 10, Ops: []Op{op}}), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lease lost for good", func() bool {
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		return a.lostFinal
+	})
+	if _, err := a.Append(ctx, []Op{op}); !errors.Is(err, ErrLeaseLost) {
+		t.Fatalf("append after another writer appended: %v, want ErrLeaseLost", err)
+	}
+	if o := readOwner(t, raw); o.Writer != "gone" {
+		t.Fatalf("owner %+v, want the other writer's left alone", o)
+	}
+}

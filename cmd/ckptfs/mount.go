@@ -77,7 +77,8 @@ func parseMountArgs(args []string) (mountArgs, error) {
 type storeOpts struct {
 	endpoint, region, profile string
 	pathStyle                 bool
-	logFile                   string // not a store option: where a detached mount logs
+	logFile                   string             // not a store option: where a detached mount logs
+	timeouts                  staging.S3Timeouts // from the mount's configuration; zero: defaults
 }
 
 // takeStoreOpts removes the store options from opts and returns them with
@@ -122,14 +123,19 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 // name shown in the mount table.
 func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, string, error) {
 	u, err := url.Parse(spec)
+	spec = staging.RedactURL(spec) // only printed from here on
 	if err != nil {
+		var ue *url.Error // its text repeats the URL
+		if errors.As(err, &ue) {
+			err = ue.Err
+		}
 		return nil, "", fmt.Errorf("store %q: %w", spec, err)
 	}
 	switch u.Scheme {
 	case "mem":
 		return staging.NewMem(), "", nil
 	case "file":
-		if u.Host != "" || !filepath.IsAbs(u.Path) {
+		if u.Host != "" || u.User != nil || !filepath.IsAbs(u.Path) {
 			return nil, "", fmt.Errorf("store %q: want file:///absolute/dir", spec)
 		}
 		d, err := staging.NewDir(u.Path)
@@ -147,7 +153,7 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 		}
 		s, err := staging.NewS3(ctx, staging.S3Config{
 			Bucket: u.Host, Prefix: prefix, Endpoint: so.endpoint, Region: so.region,
-			PathStyle: so.pathStyle, Profile: so.profile,
+			PathStyle: so.pathStyle, Profile: so.profile, Timeouts: so.timeouts,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("store %s: %w", spec, err)
@@ -159,14 +165,7 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 
 // redactStore drops user information (a key or password someone put in the
 // URL) from STORE, for the log and the mount table.
-func redactStore(spec string) string {
-	u, err := url.Parse(spec)
-	if err != nil || u.User == nil {
-		return spec
-	}
-	u.User = nil
-	return u.String()
-}
+func redactStore(spec string) string { return staging.RedactURL(spec) }
 
 func newLogger(level config.LogLevel, w io.Writer) *zap.Logger {
 	enc := zap.NewProductionEncoderConfig()
@@ -224,6 +223,7 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 	defer log.Sync()
 
 	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
+	so.timeouts = cfg.S3Timeouts()
 	st, root, err := openStore(ctx, m.store, so)
 	if err != nil {
 		cancel()
@@ -279,15 +279,25 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 		case s := <-sigs:
 			log.Info("unmounting", zap.Stringer("signal", s))
 			if err := fsys.Unmount(); err != nil {
-				log.Error("unmount failed", zap.Error(err))
+				if errors.Is(err, fusefs.ErrMountBusy) {
+					log.Error("unmount failed", zap.Error(err))
+					fmt.Fprintf(stderr, "ckptfs: %v\n", err)
+					continue // still mounted: keep serving
+				}
+				// Unmounted, but files could not be flushed (each is
+				// named in the log): exit non-zero.
+				<-done
+				log.Error("unmounted; files not flushed", zap.Error(err))
 				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
-				continue // still mounted: keep serving
+				return 1
 			}
 			<-done
 			return 0
 		case <-done:
 			// Unmounted from outside (fusermount3 -u, umount).
+			log.Info("unmounted")
 			if err := fsys.Close(); err != nil {
+				log.Error("unmounted; files not flushed", zap.Error(err))
 				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
 				return 1
 			}

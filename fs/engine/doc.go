@@ -22,7 +22,10 @@
 // part number taken from a counter that only grows, so no attempt reuses a name.
 // Every object is created with If-None-Match: *, so an object name is owned by
 // exactly one writer: a second writer that picked the same name fails its create
-// and reserves new part numbers past the ones it found taken.
+// and reserves new part numbers past the ones it found taken (sending ahead
+// moves to a new checkpoint number). A rollback forgets the checkpoint being
+// built, but not the numbers used: the next one is past the head's and past
+// every number this writer named an object with, so no name is taken twice.
 //
 // Part 0 is the checkpoint. If an attempt's part 0 was stored but the head was
 // not (the flush failed between the two), that part 0 is never reused, because
@@ -45,7 +48,11 @@
 //     with the nodes above the leaves.
 //  4. Data parts are uploaded, several at once (objects larger than one
 //     segment_mpu_chunk_size go up as multipart pieces in parallel), then part
-//     0, then the head.
+//     0, then the head. Every request holds one of segment_mpu_max_concurrency
+//     slots, as the tasks of sending ahead do (those beyond it wait in a
+//     queue). Every object obeys segment_max_object_bytes: a part 0 whose
+//     index nodes do not fit is refused (ErrObjectTooLarge), on the WAL's
+//     publish too.
 //
 // A flush that fails leaves every block dirty and the in-memory map as it was
 // (pointers into objects that did not complete are overwritten by the next
@@ -61,7 +68,10 @@
 // flush returns a *ConflictError and the in-memory state rolls back to the
 // winner's checkpoint; with ConflictRetry the changes made since the last
 // checkpoint are replayed onto the winner's (the later writer wins block by
-// block), and the flush is retried with backoff.
+// block), and the flush is retried with backoff. A rollback that drops
+// changes counts a loss (Losses): every open file description that was open
+// then fails its next fsync or close (ErrLost), not only the one whose flush
+// lost.
 //
 // # Locking
 //

@@ -140,6 +140,12 @@ var (
 	ErrNotExist = errors.New("file does not exist")
 	// ErrInvalid: a bad offset or size.
 	ErrInvalid = errors.New("invalid argument")
+	// ErrObjectTooLarge: an object of a checkpoint would exceed
+	// segment_max_object_bytes (part 0's index nodes do not fit).
+	ErrObjectTooLarge = errors.New("object over segment_max_object_bytes")
+	// ErrLost: changes not yet in a checkpoint were dropped by a rollback
+	// (a conflict under ConflictFailFast, or Rollback); see Losses.
+	ErrLost = errors.New("unflushed changes were dropped by a rollback")
 )
 
 // ConflictError says who won.
@@ -219,6 +225,9 @@ type File struct {
 	// The checkpoint being built.
 	pendingCno uint64 // 0: not taken yet
 	nextPart   uint32 // next part number >= 1 for data objects
+	// usedCno is the highest checkpoint number this writer named an object
+	// with; it survives rollbacks, so names taken are never taken again.
+	usedCno uint64
 	// leafImages maps the xxh3 of a leaf's bytes stored in a completed object
 	// of the pending checkpoint to where it is, so an unchanged leaf is not
 	// written again.
@@ -238,6 +247,9 @@ type File struct {
 	w         walState
 	pubs      sync.WaitGroup
 	walShared *wal.Counters
+
+	// losses counts rollbacks that dropped changes not yet in a checkpoint.
+	losses atomic.Uint64
 
 	stats Stats
 
@@ -405,7 +417,8 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 	if err != nil {
 		return nil, err
 	}
-	meta := map[string]string{writeIDMeta: newWriteID()}
+	id := newWriteID()
+	meta := map[string]string{writeIDMeta: id}
 	if f.p.WAL {
 		if err := walExists(ctx, st, prefix); err != nil {
 			return nil, err
@@ -426,11 +439,18 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 		Conditions: staging.Conditions{IfNoneMatch: true},
 		Metadata:   meta,
 	})
-	if errors.Is(err, staging.ErrPrecondition) {
-		return nil, fmt.Errorf("create %s: %w", prefix, ErrExists)
-	}
 	if err != nil {
-		return nil, fmt.Errorf("create %s: %w", prefix, err)
+		// A lost answer, resent by the client, is refused as a precondition
+		// failure by our own head: our write id on it means it landed.
+		hinfo, herr := st.Head(ctx, prefix+HeadKey)
+		switch {
+		case herr == nil && hinfo.Metadata[writeIDMeta] == id && hinfo.Size == int64(len(head)):
+			info = hinfo
+		case errors.Is(err, staging.ErrPrecondition):
+			return nil, fmt.Errorf("create %s: %w", prefix, ErrExists)
+		default:
+			return nil, fmt.Errorf("create %s: %w", prefix, err)
+		}
 	}
 	f.adopt(ino, info.ETag)
 	f.w.tracked = f.p.WAL
@@ -569,6 +589,10 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 	}
 	f.resetSenderLocked(context.Background())
 	f.unpinLocked()
+	// The map now may name objects this writer never saw under names whose
+	// bytes it cached (an object no checkpoint used, removed by the
+	// cleaner, and the name created again).
+	f.cache.clear()
 	f.w.failed = nil
 	for _, d := range f.dirty {
 		f.freeBlock(d.buf)
@@ -606,6 +630,14 @@ func (f *File) Stat() Stat {
 		ReadOnly:   f.readOnly,
 	}
 }
+
+// Losses counts the rollbacks that dropped changes not yet in a checkpoint
+// (a conflict under ConflictFailFast, or Rollback). Every user of the file
+// that may have made such changes (each open file description) remembers
+// the count it last saw: a count that moved means changes were lost, and its
+// next fsync or close must fail (ErrLost), even though the file is clean
+// again and a flush now succeeds.
+func (f *File) Losses() uint64 { return f.losses.Load() }
 
 // Size is the file's size now.
 func (f *File) Size() int64 {

@@ -162,12 +162,16 @@ func (t *FlushTiming) fill(c *flushCounters, start time.Time, tasks int64) {
 	t.Total = time.Since(start)
 }
 
-// takeCno returns the checkpoint number objects are named with now.
+// takeCno returns the checkpoint number objects are named with now: a
+// number past the head's and past every number this writer named an object
+// with, so that after a rollback (which forgets the checkpoint being built)
+// no name already taken is used again.
 func (f *File) takeCno() uint64 {
 	if f.pendingCno == 0 {
-		f.pendingCno = f.head.Cno + 1
+		f.pendingCno = max(f.head.Cno, f.usedCno) + 1
 		f.nextPart = 1
 	}
+	f.usedCno = max(f.usedCno, f.pendingCno)
 	return f.pendingCno
 }
 
@@ -175,7 +179,8 @@ func (f *File) takeCno() uint64 {
 // (its name is spent) or a name was found taken. Objects already stored keep
 // their names; pointers carry them.
 func (f *File) bumpCno() {
-	f.pendingCno = max(f.pendingCno, f.head.Cno) + 1
+	f.pendingCno = max(f.pendingCno, f.head.Cno, f.usedCno) + 1
+	f.usedCno = f.pendingCno
 	f.nextPart = 1
 }
 
@@ -418,9 +423,9 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	if err != nil {
 		return fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
-	if part0.size(f.bs, f.mbs, 0) > segment.MaxObjectBytes {
-		return fmt.Errorf("flush %s: part 0 would be %d bytes, over the %d an object may hold",
-			f.prefix, part0.size(f.bs, f.mbs, 0), segment.MaxObjectBytes)
+	if part0.size(f.bs, f.mbs, 0) > f.p.MaxObjectBytes {
+		return fmt.Errorf("flush %s: %w: part 0 would be %d bytes (%d index nodes), over segment_max_object_bytes %d",
+			f.prefix, ErrObjectTooLarge, part0.size(f.bs, f.mbs, 0), len(part0.metas), f.p.MaxObjectBytes)
 	}
 	ino := f.inodeLocked(cno, committed)
 	base := f.head
@@ -579,8 +584,12 @@ func (f *File) putHead(ctx context.Context, ino segment.Inode, etag string, w wa
 }
 
 // rollbackLocked returns to the winner's checkpoint: what this writer did
-// since its head is dropped, so a read shows the winner.
+// since its head is dropped, so a read shows the winner. A rollback that
+// drops changes counts a loss (see Losses).
 func (f *File) rollbackLocked(theirs segment.Inode, etag string, applied uint64) {
+	if f.changed || len(f.dirty) > 0 || f.w.failed != nil {
+		f.losses.Add(1)
+	}
 	f.adopt(theirs, etag)
 	f.wm.release(math.MaxUint64) // given up
 	f.w.applied = applied

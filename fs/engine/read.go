@@ -188,11 +188,11 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 			return nil
 		}
 		if fill {
-			if f.cache.copyInto(v.Ptr, func(blk []byte) { copyBlockInto(p, off, fbn, bs, blk) }) {
+			if f.cache.copyInto(v, func(blk []byte) { copyBlockInto(p, off, fbn, bs, blk) }) {
 				plan.Cached++
 				return nil
 			}
-		} else if f.cache.has(v.Ptr) {
+		} else if f.cache.has(v) {
 			plan.Cached++
 			return nil
 		}
@@ -258,7 +258,7 @@ func (f *File) getVerified(ctx context.Context, g *PlannedGet) ([]byte, error) {
 			return nil, &segment.CorruptError{Key: g.Key, Err: segment.ErrChecksum,
 				Detail: fmt.Sprintf("block %d (slot %d) has CRC %08x, the map says %08x", r.fbn, r.v.Ptr.Slot, c, r.v.CRC)}
 		}
-		f.cache.put(r.v.Ptr, blk)
+		f.cache.put(r.v, blk)
 	}
 	return data, nil
 }
@@ -271,7 +271,7 @@ func (f *File) fetchBlocks(ctx context.Context, refs []blockRef, bufs [][]byte) 
 			copy(bufs[i], b)
 			continue
 		}
-		if f.cache.copyInto(r.v.Ptr, func(blk []byte) { copy(bufs[i], blk) }) {
+		if f.cache.copyInto(r.v, func(blk []byte) { copy(bufs[i], blk) }) {
 			continue
 		}
 		obj := r.v.Ptr.Object()
@@ -334,37 +334,46 @@ func (f *File) BlockPlacement(ctx context.Context, start uint64, n int) ([]Place
 	return out, nil
 }
 
-// blockCache keeps verified data blocks read from the store, by pointer
-// (objects are immutable, so a pointer's bytes never change).
+// blockCache keeps verified data blocks read from the store, by pointer and
+// checksum: objects are immutable, but a name may be created again after
+// the object that had it was removed (by the cleaner, when no checkpoint
+// used it), and the checksum the map gives tells the two apart.
 type blockCache struct {
 	mu    sync.Mutex
 	max   int64
 	bytes int64 // GUARDED_BY(mu)
 	lru   *list.List
-	idx   map[segment.Ptr]*list.Element
+	idx   map[cacheKey]*list.Element
+}
+
+type cacheKey struct {
+	ptr segment.Ptr
+	crc uint32
 }
 
 type cacheEntry struct {
-	ptr  segment.Ptr
+	key  cacheKey
 	data []byte
 }
 
 func newBlockCache(max int64) *blockCache {
-	return &blockCache{max: max, lru: list.New(), idx: make(map[segment.Ptr]*list.Element)}
+	return &blockCache{max: max, lru: list.New(), idx: make(map[cacheKey]*list.Element)}
 }
 
-func (c *blockCache) has(p segment.Ptr) bool {
+func keyOf(v blockmap.Value) cacheKey { return cacheKey{ptr: v.Ptr, crc: v.CRC} }
+
+func (c *blockCache) has(v blockmap.Value) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	_, ok := c.idx[p]
+	_, ok := c.idx[keyOf(v)]
 	return ok
 }
 
-// copyInto calls fn with the cached bytes of p, if any, under the cache lock.
-func (c *blockCache) copyInto(p segment.Ptr, fn func([]byte)) bool {
+// copyInto calls fn with the cached bytes of v, if any, under the cache lock.
+func (c *blockCache) copyInto(v blockmap.Value, fn func([]byte)) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.idx[p]
+	e, ok := c.idx[keyOf(v)]
 	if !ok {
 		return false
 	}
@@ -373,23 +382,33 @@ func (c *blockCache) copyInto(p segment.Ptr, fn func([]byte)) bool {
 	return true
 }
 
-func (c *blockCache) put(p segment.Ptr, blk []byte) {
+func (c *blockCache) put(v blockmap.Value, blk []byte) {
 	if c.max <= 0 || int64(len(blk)) > c.max {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if e, ok := c.idx[p]; ok {
+	k := keyOf(v)
+	if e, ok := c.idx[k]; ok {
 		c.lru.MoveToFront(e)
 		return
 	}
-	c.idx[p] = c.lru.PushFront(&cacheEntry{ptr: p, data: append([]byte(nil), blk...)})
+	c.idx[k] = c.lru.PushFront(&cacheEntry{key: k, data: append([]byte(nil), blk...)})
 	c.bytes += int64(len(blk))
 	for c.bytes > c.max {
 		e := c.lru.Back()
 		ce := e.Value.(*cacheEntry)
 		c.lru.Remove(e)
-		delete(c.idx, ce.ptr)
+		delete(c.idx, ce.key)
 		c.bytes -= int64(len(ce.data))
 	}
+}
+
+// clear empties the cache.
+func (c *blockCache) clear() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lru.Init()
+	clear(c.idx)
+	c.bytes = 0
 }

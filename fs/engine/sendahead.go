@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"runtime/debug"
 	"slices"
@@ -40,6 +41,12 @@ import (
 // task's panic there. A block leaves the dirty tier when its object is
 // complete, if its pointer is still where it was sent and an xxh3 of its bytes
 // matches what was sent.
+//
+// At most segment_mpu_max_concurrency tasks run (pieces, tails, completions,
+// aborts); more wait in a queue. A completion whose answer was lost is
+// checked as the flush checks its own (checkLanded). A failure while blocks
+// are placed in an object (a source by reference that fails) gives the
+// object up: blocks placed with no bytes sent must never complete it.
 
 // class separates scattered small blocks from long runs (isolation).
 type class int
@@ -56,6 +63,8 @@ type streamObj struct {
 	cls        class
 	whole      bool // sent in one request
 	uploadID   string
+	writeID    string // the write id the multipart upload was created with
+	bytes      int64  // bytes handed to its parts so far
 	fbns       []uint64
 	hashes     []uint64
 	summary    []segment.SummaryEntry
@@ -107,7 +116,11 @@ type sender struct {
 
 	requests atomic.Int64 // requests started by tasks, for FlushTiming
 
+	// inflight counts tasks running (each makes one request at a time): at
+	// most segment_mpu_max_concurrency; tasks spawned beyond it wait in
+	// queued, and start as running ones are taken in.
 	inflight int
+	queued   []queuedTask
 	open     [nClasses]*streamObj
 	objs     map[*streamObj]struct{} // started, not finished
 	unsent   map[uint64]struct{}
@@ -163,11 +176,47 @@ func (f *File) touchLocked(d *dirtyBlock) {
 	}
 }
 
-// spawn runs one upload task, owned by the sender.
+// queuedTask is a task waiting for room under the concurrency cap.
+type queuedTask struct {
+	o    *streamObj
+	kind taskKind
+	run  func(ctx context.Context) sendResult
+}
+
+// spawn runs one upload task, owned by the sender, once fewer than
+// segment_mpu_max_concurrency run: every piece, tail, completion and abort
+// counts against the cap.
 func (f *File) spawn(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
 	f.s.requests.Add(1) // every task makes one request (more only when it fails)
-	f.s.inflight++
 	o.pending++
+	if f.s.inflight >= f.p.Concurrency {
+		f.s.queued = append(f.s.queued, queuedTask{o: o, kind: kind, run: run})
+		return
+	}
+	f.start(o, kind, run)
+}
+
+// startQueuedLocked starts waiting tasks while there is room.
+func (f *File) startQueuedLocked() {
+	for len(f.s.queued) > 0 && f.s.inflight < f.p.Concurrency {
+		q := f.s.queued[0]
+		f.s.queued = f.s.queued[1:]
+		f.start(q.o, q.kind, q.run)
+	}
+}
+
+// roomLocked waits until a request may start under the cap.
+func (f *File) roomLocked(ctx context.Context) error {
+	for f.s.inflight >= f.p.Concurrency {
+		if err := f.takeInLocked(ctx, true); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (f *File) start(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
+	f.s.inflight++
 	f.s.wg.Add(1)
 	go func() {
 		defer f.s.wg.Done()
@@ -205,6 +254,7 @@ func (f *File) takeInLocked(ctx context.Context, wait bool) error {
 			}
 		}
 		f.s.inflight--
+		f.startQueuedLocked()
 		f.handleResultLocked(ctx, r)
 	}
 	return nil
@@ -239,6 +289,10 @@ func (f *File) handleResultLocked(ctx context.Context, r sendResult) {
 		}
 	} else if r.err != nil && o.failed == nil && r.kind != taskAbort {
 		o.failed = r.err
+		if errors.Is(r.err, errNameTaken) && o.name.Cno == f.pendingCno {
+			// Another writer has names of this number: later objects move on.
+			f.bumpCno()
+		}
 	}
 	if len(r.refs) > 0 {
 		f.refsReadLocked(o, r.refs, r.crcs)
@@ -277,8 +331,15 @@ func (f *File) advanceLocked(ctx context.Context, o *streamObj) {
 	case o.closed && !o.whole:
 		key, id := f.key(o.name), o.uploadID
 		parts := slices.Clone(o.parts)
+		wid, size := o.writeID, o.bytes
 		f.spawn(o, taskComplete, func(ctx context.Context) sendResult {
 			_, err := f.st.CompleteMultipart(ctx, key, id, parts, staging.Conditions{IfNoneMatch: true})
+			if err != nil {
+				// A lost answer is resolved as the flush resolves its own.
+				var c flushCounters
+				err = f.checkLanded(ctx, key, wid, size, fmt.Errorf("complete upload of %s: %w", key, err), &c)
+				f.s.requests.Add(c.requests.Load())
+			}
 			return sendResult{err: err}
 		})
 	}
@@ -645,6 +706,7 @@ func (f *File) sendWholeLocked(ctx context.Context, c class, blocks []uint64) (i
 	if _, err := f.placeLocked(ctx, o, blocks[:n], data, true); err != nil {
 		f.releaseCopy(held)
 		freePiece(data)
+		f.abandonLocked(ctx, o, err)
 		return 0, err
 	}
 	if f.s.settling {
@@ -652,6 +714,9 @@ func (f *File) sendWholeLocked(ctx context.Context, c class, blocks []uint64) (i
 	}
 	metas, err := f.leavesLocked(ctx, o)
 	if err != nil {
+		f.releaseCopy(held)
+		freePiece(data)
+		f.abandonLocked(ctx, o, err)
 		return 0, err
 	}
 	o.metas = metas
@@ -687,7 +752,9 @@ func (f *File) createObject(ctx context.Context, key string, body []byte) error 
 		return nil
 	}
 	var c flushCounters
-	return f.checkLanded(ctx, key, id, int64(len(body)), fmt.Errorf("put %s: %w", key, err), &c)
+	err = f.checkLanded(ctx, key, id, int64(len(body)), fmt.Errorf("put %s: %w", key, err), &c)
+	f.s.requests.Add(c.requests.Load())
+	return err
 }
 
 // sendPieceLocked places one piece's worth of blocks into the open object
@@ -728,6 +795,10 @@ func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, la
 		if err := f.holdWritersLocked(ctx); err != nil {
 			return 0, err // nothing placed: the blocks stay unsent
 		}
+		// Creating the upload is a request too: it waits for room.
+		if err := f.roomLocked(ctx); err != nil {
+			return 0, err
+		}
 		o = f.newStreamObj(c, false)
 		fit, add, err := f.fitLocked(ctx, o, blocks[:n], f.target())
 		if err != nil {
@@ -744,8 +815,9 @@ func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, la
 			last = true
 		}
 		n, added = fit, add
+		o.writeID = newWriteID()
 		id, err := f.st.CreateMultipart(ctx, f.key(o.name), staging.PutOptions{
-			Metadata: map[string]string{writeIDMeta: newWriteID()}})
+			Metadata: map[string]string{writeIDMeta: o.writeID}})
 		if err != nil {
 			// Nothing was placed: the blocks stay unsent, and the flush or
 			// the dirty limit takes them.
@@ -756,12 +828,13 @@ func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, la
 		f.s.open[c] = o
 	}
 	held := int64(n) * int64(f.bs)
-	if !last && !f.holdCopy(held) {
+	if last || f.s.settling {
+		// A flush must make progress: its pieces are the stated overhead
+		// above the budget.
+		f.forceCopy(held)
+	} else if !f.holdCopy(held) {
 		// The limits come first: no room for a copy, nothing sent now.
 		return 0, nil
-	}
-	if last {
-		f.forceCopy(held)
 	}
 	extra := 0
 	if last {
@@ -770,8 +843,11 @@ func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, la
 	buf := allocPiece(int(held), extra)
 	later, err := f.placeLocked(ctx, o, blocks[:n], buf, last)
 	if err != nil {
+		// Blocks of this piece may be placed already, with no bytes sent:
+		// the object cannot complete as it is, and is given up.
 		f.releaseCopy(held)
 		freePiece(buf)
+		f.abandonLocked(ctx, o, err)
 		return 0, err
 	}
 	for _, lo := range added {
@@ -784,6 +860,7 @@ func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, la
 		return n, f.finishLocked(ctx, o, buf, held)
 	}
 	o.parts = append(o.parts, staging.CompletedPart{})
+	o.bytes += int64(len(buf))
 	part := int32(len(o.parts))
 	key, id := f.key(o.name), o.uploadID
 	bs := int64(f.bs)
@@ -803,6 +880,20 @@ func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, la
 		return n, f.closeOpenLocked(ctx, c)
 	}
 	return n, nil
+}
+
+// abandonLocked gives up o after a failure while blocks were being placed
+// in it: it closes as failed, is aborted once its tasks are in, and every
+// block placed in it goes back to the unsent (it is still dirty).
+func (f *File) abandonLocked(ctx context.Context, o *streamObj, err error) {
+	if f.s.open[o.cls] == o {
+		f.s.open[o.cls] = nil
+	}
+	if o.failed == nil {
+		o.failed = fmt.Errorf("object %s given up: %w", f.key(o.name), err)
+	}
+	o.closed = true
+	f.advanceLocked(ctx, o)
 }
 
 // closeOpenLocked closes the open object of class c with its tail.
@@ -862,6 +953,7 @@ func (f *File) finishLocked(ctx context.Context, o *streamObj, data []byte, held
 	}
 	body := append(data, tail...) // within data's capacity when data has blocks
 	o.parts = append(o.parts, staging.CompletedPart{})
+	o.bytes += int64(len(body))
 	part := int32(len(o.parts))
 	key, id := f.key(o.name), o.uploadID
 	f.spawn(o, taskPiece, func(ctx context.Context) sendResult {
@@ -893,6 +985,9 @@ func (f *File) settleLocked(ctx context.Context) error {
 			blocks := picked[c]
 			// Full pieces first, several at once, then the rest with the tail.
 			for f.s.open[c] != nil && int64(len(blocks))*int64(f.bs) >= f.p.ChunkSize {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
 				for f.s.inflight >= f.p.Concurrency {
 					if err := f.takeInLocked(ctx, true); err != nil {
 						return err
@@ -901,6 +996,9 @@ func (f *File) settleLocked(ctx context.Context) error {
 				n, err := f.sendPieceLocked(ctx, class(c), blocks, false)
 				if err != nil {
 					return err
+				}
+				if n == 0 {
+					break // nothing placed: the flush's own objects take the rest
 				}
 				blocks = blocks[n:]
 			}
@@ -927,15 +1025,31 @@ func (f *File) stopSender() {
 		return
 	}
 	f.s.cancel()
-	f.s.wg.Wait()
+	// Queued tasks run too, with the cancelled context: they fail at once
+	// and return the budget and buffers they hold. Their results are taken
+	// while waiting, so none blocks on a full channel.
+	for _, q := range f.s.queued {
+		f.start(q.o, q.kind, q.run)
+	}
+	f.s.queued = nil
+	waited := make(chan struct{})
+	go func() {
+		f.s.wg.Wait()
+		close(waited)
+	}()
 	for {
 		select {
 		case r := <-f.s.done:
 			r.obj.pending--
 			continue
-		default:
+		case <-waited:
 		}
 		break
+	}
+	// Every task sent its result before it was done: take in the rest.
+	for len(f.s.done) > 0 {
+		r := <-f.s.done
+		r.obj.pending--
 	}
 	f.s.inflight = 0
 	for o := range f.s.objs {

@@ -53,6 +53,13 @@ func (f *File) encode(o *plannedObject, base, ino *segment.Inode) (*objectBody, 
 	if err != nil {
 		return nil, err
 	}
+	if h.Size() > f.p.MaxObjectBytes {
+		// Every object obeys segment_max_object_bytes. Data parts are packed
+		// under it; part 0 holds the index nodes above the leaves, which a
+		// limit too small for the file's index cannot hold.
+		return nil, fmt.Errorf("%w: %s would be %d bytes (%d index nodes), over segment_max_object_bytes %d",
+			ErrObjectTooLarge, f.key(o.name), h.Size(), len(o.metas), f.p.MaxObjectBytes)
+	}
 	hdr, err := segment.EncodeHeader(h)
 	if err != nil {
 		return nil, err
@@ -103,29 +110,44 @@ func (f *File) uploadAll(ctx context.Context, objs []*plannedObject, base, ino *
 // putObject stores body under key, created with If-None-Match: whole when it
 // fits one piece, else as a multipart upload of pieces in parallel. A name
 // found taken by another writer is errNameTaken; a failed multipart upload is
-// aborted.
+// aborted. Every request holds a slot of sem (segment_mpu_max_concurrency).
 func (f *File) putObject(ctx context.Context, key string, body *objectBody, sem chan struct{}, c *flushCounters) error {
 	id := newWriteID()
 	opts := staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true},
 		Metadata: map[string]string{writeIDMeta: id}}
-	if body.size <= f.p.ChunkSize {
-		sem <- struct{}{}
-		f.forceCopy(body.size)
-		buf := allocPiece(int(body.size), 0)
-		body.readAt(buf, 0)
-		c.requests.Add(1)
-		_, err := f.st.Put(ctx, key, buf, opts)
-		freePiece(buf)
-		f.releaseCopy(body.size)
-		<-sem
-		if err != nil {
-			return f.checkLanded(ctx, key, id, body.size, fmt.Errorf("put %s: %w", key, err), c)
+	// one makes one request (or a few, one after another) in a slot.
+	one := func(req func() error) error {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		return nil
+		defer func() { <-sem }()
+		return req()
 	}
-	c.requests.Add(1)
-	upload, err := f.st.CreateMultipart(ctx, key, opts)
-	if err != nil {
+	abort := func(upload string) { _ = one(func() error { f.abort(key, upload, c); return nil }) }
+	if body.size <= f.p.ChunkSize {
+		return one(func() error {
+			f.forceCopy(body.size)
+			buf := allocPiece(int(body.size), 0)
+			body.readAt(buf, 0)
+			c.requests.Add(1)
+			_, err := f.st.Put(ctx, key, buf, opts)
+			freePiece(buf)
+			f.releaseCopy(body.size)
+			if err != nil {
+				return f.checkLanded(ctx, key, id, body.size, fmt.Errorf("put %s: %w", key, err), c)
+			}
+			return nil
+		})
+	}
+	var upload string
+	if err := one(func() error {
+		c.requests.Add(1)
+		var err error
+		upload, err = f.st.CreateMultipart(ctx, key, opts)
+		return err
+	}); err != nil {
 		return fmt.Errorf("create upload of %s: %w", key, err)
 	}
 	nparts := int((body.size + f.p.ChunkSize - 1) / f.p.ChunkSize)
@@ -163,18 +185,20 @@ func (f *File) putObject(ctx context.Context, key string, body *objectBody, sem 
 	}
 	wg.Wait()
 	if err := errors.Join(perr...); err != nil {
-		f.abort(key, upload, c)
+		abort(upload)
 		return err
 	}
-	c.requests.Add(1)
-	if _, err := f.st.CompleteMultipart(ctx, key, upload, parts, opts.Conditions); err != nil {
-		err = f.checkLanded(ctx, key, id, body.size, fmt.Errorf("complete upload of %s: %w", key, err), c)
-		if err != nil {
-			f.abort(key, upload, c)
+	err := one(func() error {
+		c.requests.Add(1)
+		if _, err := f.st.CompleteMultipart(ctx, key, upload, parts, opts.Conditions); err != nil {
+			return f.checkLanded(ctx, key, id, body.size, fmt.Errorf("complete upload of %s: %w", key, err), c)
 		}
-		return err
+		return nil
+	})
+	if err != nil {
+		abort(upload)
 	}
-	return nil
+	return err
 }
 
 // checkLanded decides what a failed create of key means: if the object there

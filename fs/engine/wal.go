@@ -43,7 +43,18 @@ import (
 // lost.
 //
 // One writer at a time: the first change takes the WAL's lease (package wal);
-// a second writer gets wal.ErrBusy.
+// a second writer gets wal.ErrBusy. An open that replays lets the lease go
+// once the replay is published, so that it never keeps it from a writer that
+// may still run (wal.Options.Retake: mayRetake).
+//
+// A file opened while a live writer holds the lease never shows less than
+// that writer's durable records: it applies them in memory, read-only
+// (overlayLocked), as they stand at the open. The blocks are dirty but not
+// this file's changes (walState.overlay): nothing of them is published or
+// written, even under memory pressure. The first change after the writer is
+// gone takes the lease and makes them this file's to publish, with what the
+// writer logged since (walLog). ViewWAL gives a stat the same size and mtime
+// without keeping data.
 
 // walMeta is the head metadata key: the last WAL record the checkpoint holds.
 // Its presence says the file has been written with the WAL, so that any
@@ -61,6 +72,10 @@ type walState struct {
 	seq     uint64 // the last record whose changes are in memory
 	pub     *publish
 	failed  error // a publish that did not land; the next Flush recovers
+	// overlay: the records (applied, seq] are another writer's, applied in
+	// memory to read them (see overlayLocked); their blocks are dirty but
+	// not this file's changes, and nothing of them may reach the store.
+	overlay bool
 
 	// logMu orders taking the lease. log is set under logMu and File.mu
 	// (or by Open, which owns the file alone) and read under either.
@@ -115,7 +130,49 @@ func (f *File) walOn() bool { return f.p.WAL && !f.readOnly }
 
 func (f *File) walOptions() wal.Options {
 	return wal.Options{Tag: f.tag, BatchBytes: f.p.WALBatchBytes, MaxInFlight: f.p.WALMaxInFlight,
-		LeaseTTL: f.p.WALLeaseTTL, Logger: f.log, Shared: f.walShared}
+		LeaseTTL: f.p.WALLeaseTTL, Logger: f.log, Shared: f.walShared, Retake: f.mayRetake}
+}
+
+// mayRetake says whether this writer's log may take back a lease another
+// opener took and let go (wal.Options.Retake): the head is the one this file
+// builds on, or one checkpoint built on it that holds records of this log
+// and no others (through is the last this log numbered), which is what a
+// replay of them publishes. A publish of this file's own that landed
+// unseen looks the same, and is the same. Anything else means another
+// writer changed the file.
+func (f *File) mayRetake(ctx context.Context, through uint64) (bool, error) {
+	ino, info, err := f.readHead(ctx)
+	if err != nil {
+		return false, err
+	}
+	applied, _, err := parseWALMeta(info.Metadata)
+	if err != nil {
+		return false, nil
+	}
+	// The log's goroutine asks this; a Close of the log under mu (walLog's
+	// failure paths) waits for that goroutine, so mu is only tried, until
+	// the renewal's deadline or that Close cancels ctx.
+	for !f.mu.TryRLock() {
+		select {
+		case <-ctx.Done():
+			return false, fmt.Errorf("check the head of %s: %w", f.prefix, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+	etag, base, known := f.headETag, f.head, f.w.applied
+	f.mu.RUnlock()
+	if info.ETag == etag {
+		return true, nil
+	}
+	if applied <= known || applied > through || ino.Cno <= base.Cno {
+		return false, nil
+	}
+	name := segment.ObjectName{Cno: ino.Cno, Part: 0}
+	h, err := segment.ReadHeader(ctx, f.st, f.key(name), name, f.tag, ino.Format)
+	if err != nil {
+		return false, fmt.Errorf("read checkpoint %d of %s: %w", ino.Cno, f.prefix, err)
+	}
+	return h.Base == base, nil
 }
 
 // walLog returns the file's log, taking the lease on first use. A head not
@@ -149,25 +206,43 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	// Record numbers go on past every one this file has seen, even records
+	// deleted since (an overlay's).
+	seen := f.w.seq
 	if info.ETag != f.headETag {
 		if f.changed {
 			_ = log.Close(ctx)
 			return nil, fmt.Errorf("take the write-ahead log of %s: checkpoint %d was published by another writer: %w", f.prefix, ino.Cno, ErrConflict)
 		}
+		// The writer published: its checkpoint replaces what this file
+		// showed of it (an overlay included).
 		f.adopt(ino, info.ETag)
+		f.w.overlay = false
 		f.w.applied, f.w.tracked = applied, tracked || f.w.tracked
-		f.w.seq = max(f.w.seq, applied)
+		f.w.seq = applied
 	}
-	seen := f.w.seq
-	for _, s := range log.Found() {
-		if s > seen {
-			// A writer that died after this file was opened left them.
-			_ = log.Close(ctx)
-			return nil, fmt.Errorf("take the write-ahead log of %s: it holds record %d, written since this file was opened (last seen %d); open the file again to replay it: %w",
-				f.prefix, s, seen, ErrConflict)
-		}
+	if f.w.overlay {
+		// The records read from a writer that has gone are this file's to
+		// publish now, as a replay's would be.
+		f.w.overlay = false
+		f.changed = f.w.seq > f.w.applied
 	}
-	log.SetNext(seen + 1)
+	// Records after those in memory were left by a writer that died after
+	// this file was opened: applied now, as at an open, and published with
+	// the next checkpoint. Nothing here has changed but by records (every
+	// change takes the lease first), and mu keeps readers out meanwhile.
+	last, err := f.applyRecordsLocked(ctx, after(log.Found(), f.w.seq))
+	if err != nil {
+		f.adopt(f.head, f.headETag)
+		f.w.seq = f.w.applied
+		_ = log.Close(ctx)
+		return nil, fmt.Errorf("take the write-ahead log of %s: apply the records a writer left: %w", f.prefix, err)
+	}
+	if last > 0 {
+		f.w.seq, f.w.tracked = last, true
+		f.changed = true
+	}
+	log.SetNext(max(seen, f.w.seq) + 1)
 	if !f.w.tracked {
 		if err := f.markHeadLocked(ctx); err != nil {
 			_ = log.Close(ctx)
@@ -515,12 +590,47 @@ func (f *File) reloadLocked(ctx context.Context) error {
 // owns the file alone).
 func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, error) {
 	from := f.w.applied
-	last := from
+	last, err := f.applyRecordsLocked(ctx, after(seqs, from))
+	if err != nil {
+		return FlushTiming{}, err
+	}
+	if last == 0 {
+		return FlushTiming{Cno: f.head.Cno}, nil
+	}
+	f.w.seq = max(f.w.seq, last)
+	f.w.tracked = true
+	f.changed = true
+	t, err := f.flushLocked(ctx)
+	if err != nil {
+		return t, err
+	}
+	f.log.Info("replayed the write-ahead log", zap.Uint64("from", from+1), zap.Uint64("through", last),
+		zap.Uint64("cno", t.Cno))
+	if f.w.log == nil {
+		f.deleteCovered(ctx, seqs, f.w.applied)
+	}
+	return t, nil
+}
+
+// after returns the seqs above from (seqs ascending).
+func after(seqs []uint64, from uint64) []uint64 {
 	var todo []uint64
 	for _, seq := range seqs {
 		if seq > from {
 			todo = append(todo, seq)
 		}
+	}
+	return todo
+}
+
+// applyRecordsLocked reads the records todo (ascending) and applies them in
+// memory, in order, without publishing; it returns the last one applied or
+// skipped as torn (0: todo is empty). The caller holds every block and mu, or
+// owns the file alone, or is the first change under a lease just taken (see
+// walLog).
+func (f *File) applyRecordsLocked(ctx context.Context, todo []uint64) (uint64, error) {
+	if len(todo) == 0 {
+		return 0, nil
 	}
 	// Records are read ahead of the one being applied, up to Concurrency
 	// at once and in memory (a GET is a round trip: a long log then replays
@@ -556,6 +666,7 @@ func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, er
 		}
 	}()
 	defer func() { cancel(); wg.Wait() }()
+	var last uint64
 	for i, seq := range todo {
 		r := <-ahead[i]
 		<-slots
@@ -564,31 +675,16 @@ func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, er
 			continue
 		}
 		if r.err != nil {
-			return FlushTiming{}, fmt.Errorf("replay: %w", r.err)
+			return last, fmt.Errorf("replay: %w", r.err)
 		}
 		for j, op := range r.rec.Ops {
 			if err := f.applyLocked(ctx, op); err != nil {
-				return FlushTiming{}, fmt.Errorf("replay record %d op %d: %w", seq, j, err)
+				return last, fmt.Errorf("replay record %d op %d: %w", seq, j, err)
 			}
 		}
 		last = seq
 	}
-	if last == from {
-		return FlushTiming{Cno: f.head.Cno}, nil
-	}
-	f.w.seq = max(f.w.seq, last)
-	f.w.tracked = true
-	f.changed = true
-	t, err := f.flushLocked(ctx)
-	if err != nil {
-		return t, err
-	}
-	f.log.Info("replayed the write-ahead log", zap.Uint64("from", from+1), zap.Uint64("through", last),
-		zap.Uint64("cno", t.Cno))
-	if f.w.log == nil {
-		f.deleteCovered(ctx, seqs, f.w.applied)
-	}
-	return t, nil
+	return last, nil
 }
 
 // tornLocked says whether the record seq that failed to decode with err is
@@ -627,6 +723,14 @@ func (f *File) deleteCovered(ctx context.Context, seqs []uint64, applied uint64)
 
 // applyLocked applies one replayed change (not logged again).
 func (f *File) applyLocked(ctx context.Context, op wal.Op) error {
+	if f.w.overlay {
+		// Read-only: blocks cannot be relieved into partial segments, so the
+		// overlay must fit the memory budget by itself.
+		if b := f.budget; b != nil && op.Kind == wal.OpWrite && f.dirtyB+int64(len(op.Data))+2*int64(f.bs) > b.Limit() {
+			return fmt.Errorf("the records of another writer hold more data than the memory limit (%d bytes) allows to read without publishing them: %w",
+				b.Limit(), ErrOverlayTooLarge)
+		}
+	}
 	switch op.Kind {
 	case wal.OpWrite:
 		if err := f.writeLocked(ctx, op.Data, op.Off); err != nil {
@@ -646,7 +750,7 @@ func (f *File) applyLocked(ctx context.Context, op wal.Op) error {
 	}
 	f.mtime = time.Unix(0, op.MtimeNs)
 	f.changed = true
-	if f.dirtyB > f.p.DirtyLimit {
+	if f.dirtyB > f.p.DirtyLimit && !f.w.overlay {
 		// As in a write: a failed partial segment leaves the data dirty for
 		// the flush (a name the crashed writer used moves to a fresh one).
 		if err := f.writePartialLocked(ctx); err != nil {
@@ -671,8 +775,9 @@ func (f *File) writeLocked(ctx context.Context, p []byte, off int64) error {
 }
 
 // openReplay runs at Open: records after the head's are replayed (the lease
-// taken for it) unless a live writer holds the lease, in which case they are
-// its own and the file opens at its head.
+// taken for it, and let go once they are published) unless a live writer
+// holds the lease, in which case they are its own to publish and the file
+// shows them read-only (overlayLocked).
 func (f *File) openReplay(ctx context.Context) error {
 	if !f.w.tracked {
 		return nil
@@ -693,25 +798,147 @@ func (f *File) openReplay(ctx context.Context) error {
 	o.Next = f.w.applied + 1
 	log, err := wal.Open(ctx, f.st, f.prefix, o)
 	if errors.Is(err, wal.ErrBusy) {
-		f.log.Info("the write-ahead log has a live writer; opening at the head", zap.Error(err))
+		f.log.Debug("the write-ahead log has a live writer; reading its records without publishing them", zap.Error(err))
+		if err := f.overlayLocked(ctx, seqs); err != nil {
+			return fmt.Errorf("open %s: %w", f.prefix, err)
+		}
 		return nil
 	}
 	if err != nil {
 		return fmt.Errorf("open %s: %w", f.prefix, err)
 	}
 	f.w.log = log
-	if _, err := f.replayLocked(ctx, log.Found()); err != nil {
-		f.w.log = nil
-		_ = log.Close(ctx)
+	_, err = f.replayLocked(ctx, log.Found())
+	// The lease is let go once the records are published, writer or not: an
+	// open for reading must not keep it from a writer that may still run (a
+	// store outage let its lease expire) and that takes it back when no one
+	// else wrote (wal.Options.Retake). A first change takes it again.
+	f.w.log = nil
+	if cerr := log.Close(ctx); cerr != nil && err == nil {
+		f.log.Debug("closing the write-ahead log after replay", zap.Error(cerr))
+	}
+	if err != nil {
 		return fmt.Errorf("open %s: %w", f.prefix, err)
 	}
-	if !f.walOn() {
-		f.w.log = nil
-		if err := log.Close(ctx); err != nil {
-			f.log.Debug("closing the write-ahead log after replay", zap.Error(err))
+	return nil
+}
+
+// ErrOverlayTooLarge: the records of a live writer hold more than a reader
+// may keep in memory.
+var ErrOverlayTooLarge = errors.New("write-ahead log too large to read without its lease")
+
+// overlayAttempts bounds how often overlayLocked starts again because the
+// live writer published (and deleted records) while they were read.
+const overlayAttempts = 5
+
+// overlayLocked applies, in memory and read-only, the records after the head
+// that a live writer holds: seqs as listed at Open. A reader never presents
+// the file without writes durable in its log, and never publishes them on
+// the writer's behalf (the writer does, and may go on writing). What it
+// shows is the head and the records stored when it looked: a snapshot,
+// refreshed by opening the file again. A record gone by the time it is read
+// was published and deleted by its writer: the head is read again and the
+// overlay starts over from it. The caller owns the file alone (Open).
+func (f *File) overlayLocked(ctx context.Context, seqs []uint64) error {
+	for try := 1; ; try++ {
+		f.w.overlay = true
+		last, err := f.applyRecordsLocked(ctx, after(seqs, f.w.applied))
+		if err == nil {
+			f.w.seq = max(f.w.seq, last)
+			f.changed = false // the writer's changes, not ours to publish
+			return nil
+		}
+		if !errors.Is(err, staging.ErrNotFound) || try >= overlayAttempts {
+			f.dropOverlayLocked()
+			return fmt.Errorf("read the write-ahead log of a live writer: %w", err)
+		}
+		f.log.Debug("a record of the live writer is gone (published); reading its log again", zap.Error(err))
+		if err := f.reloadLocked(ctx); err != nil {
+			f.dropOverlayLocked()
+			return fmt.Errorf("read the write-ahead log of a live writer: %w", err)
+		}
+		f.w.seq = f.w.applied
+		if seqs, err = wal.List(ctx, f.st, f.prefix); err != nil {
+			f.dropOverlayLocked()
+			return fmt.Errorf("read the write-ahead log of a live writer: %w", err)
 		}
 	}
-	return nil
+}
+
+// dropOverlayLocked frees an overlay that failed half way: the file is its
+// head again.
+func (f *File) dropOverlayLocked() {
+	f.adopt(f.head, f.headETag)
+	f.w.overlay = false
+	f.w.seq = f.w.applied
+}
+
+// WALView is what a file shows with the records of its WAL after the head
+// applied: its head, its size and mtime after them, and the last record
+// read.
+type WALView struct {
+	Inode segment.Inode
+	Size  int64
+	Mtime time.Time
+	Last  uint64
+}
+
+// ViewWAL computes a file's size and mtime with the records after its head,
+// without taking the WAL's lease, publishing or keeping data: the attributes
+// a reader reports while a live writer holds the log (see overlayLocked for
+// the data). Each record is read whole (its CRC covers it whole) and
+// dropped. A record gone by the time it is read was published: the head is
+// read again and the view starts over. A record cut short among the last
+// ones is skipped, as a replay skips it.
+func ViewWAL(ctx context.Context, st staging.Store, prefix string, o Options) (WALView, error) {
+	f, err := newFile(st, prefix, o)
+	if err != nil {
+		return WALView{}, err
+	}
+	for try := 1; ; try++ {
+		v, err := f.viewWAL(ctx)
+		if err == nil || !errors.Is(err, staging.ErrNotFound) || try >= overlayAttempts {
+			return v, err
+		}
+	}
+}
+
+func (f *File) viewWAL(ctx context.Context) (WALView, error) {
+	ino, info, err := f.readHead(ctx)
+	if err != nil {
+		return WALView{}, err
+	}
+	applied, _, err := parseWALMeta(info.Metadata)
+	if err != nil {
+		return WALView{}, fmt.Errorf("view %s: %w", f.prefix, err)
+	}
+	v := WALView{Inode: ino, Size: int64(ino.Size), Mtime: time.Unix(0, ino.MtimeNs), Last: applied}
+	seqs, err := wal.List(ctx, f.st, f.prefix)
+	if err != nil {
+		return v, fmt.Errorf("view %s: %w", f.prefix, err)
+	}
+	todo := after(seqs, applied)
+	for _, seq := range todo {
+		rec, err := wal.ReadRecord(ctx, f.st, f.prefix, f.tag, seq)
+		if err != nil && f.tornLocked(seq, todo[len(todo)-1], err) {
+			continue
+		}
+		if err != nil {
+			return v, fmt.Errorf("view %s: %w", f.prefix, err)
+		}
+		for _, op := range rec.Ops {
+			// As applyLocked changes size and mtime.
+			switch op.Kind {
+			case wal.OpWrite:
+				v.Size = max(v.Size, op.Off+int64(len(op.Data)))
+			case wal.OpTruncate:
+				v.Size = op.Off
+			}
+			v.Mtime = time.Unix(0, op.MtimeNs)
+		}
+		v.Last = seq
+	}
+	return v, nil
 }
 
 // discardWALLocked makes the records of changes a rollback dropped never

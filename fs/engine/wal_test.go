@@ -3,7 +3,9 @@ package engine
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -722,5 +724,319 @@ func TestWALLeaseLost(t *testing.T) {
 	defer g.Close()
 	if got := string(readAll(t, g)[:4]); got != "kept" {
 		t.Fatalf("after the lease was lost: %q", got)
+	}
+}
+
+// storeKeys lists every key under prefix.
+func storeKeys(t *testing.T, st staging.Store, prefix string) []string {
+	t.Helper()
+	objs, err := staging.ListAll(context.Background(), st, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := make([]string, len(objs))
+	for i, o := range objs {
+		keys[i] = o.Key
+	}
+	return keys
+}
+
+// TestWALReaderOverlaysLiveWriter: a file opened while another writer holds
+// its WAL shows every record that writer stored (writes, a truncate, a zero),
+// without publishing them or writing anything; an open later shows what came
+// since. Once the writer is gone, the reader's first write takes the lease,
+// keeps what it showed, applies what the writer logged after, and publishes
+// all of it with its own write.
+func TestWALReaderOverlaysLiveWriter(t *testing.T) {
+	ctx := context.Background()
+	for _, withWAL := range []bool{true, false} {
+		t.Run(map[bool]string{true: "reader with the WAL", false: "reader without the WAL"}[withWAL], func(t *testing.T) {
+			st := staging.NewMem()
+			o := Options{Params: walParams(segment.FormatStream), FileID: "ov"}
+			a, err := Create(ctx, st, "ov/", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			base := bytes.Repeat([]byte("published "), 3000)
+			if _, err := a.WriteAt(ctx, base, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			waitPublished(a)
+			// Logged, not published.
+			if _, err := a.WriteAt(ctx, bytes.Repeat([]byte("logged "), 5000), 10_000); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Truncate(ctx, 40_000); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Zero(ctx, 20_000, 5000); err != nil {
+				t.Fatal(err)
+			}
+			mt := time.Unix(1_600_000_000, 42)
+			if err := a.SetMtime(ctx, mt); err != nil {
+				t.Fatal(err)
+			}
+			want := readAll(t, a)
+			_, headInfo, err := a.readHead(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := storeKeys(t, st, "ov/")
+
+			ro := o
+			ro.Params.WAL = withWAL
+			b, err := Open(ctx, st, "ov/", ro)
+			if err != nil {
+				t.Fatalf("open while a writer holds the WAL: %v", err)
+			}
+			defer b.Close()
+			if got := readAll(t, b); !bytes.Equal(got, want) {
+				t.Fatalf("reader: %d bytes, common prefix %d; want the writer's %d", len(got), commonPrefix(got, want), len(want))
+			}
+			if s := b.Stat(); s.Size != int64(len(want)) || !s.Mtime.Equal(mt) || s.Dirty {
+				t.Fatalf("reader's stat %+v, want size %d, mtime %v, not dirty", s, len(want), mt)
+			}
+			v, err := ViewWAL(ctx, st, "ov/", ro)
+			if err != nil || v.Size != int64(len(want)) || !v.Mtime.Equal(mt) || v.Last != b.w.seq || v.Last == 0 {
+				t.Fatalf("ViewWAL: %+v, %v; want size %d, mtime %v, last %d", v, err, len(want), mt, b.w.seq)
+			}
+			if _, err := b.Flush(ctx); err != nil {
+				t.Fatalf("flush of a reader: %v", err)
+			}
+			_, info, err := b.readHead(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if info.ETag != headInfo.ETag {
+				t.Fatal("the reader published a checkpoint")
+			}
+			if after := storeKeys(t, st, "ov/"); !slices.Equal(after, before) {
+				t.Fatalf("the reader changed the store: %v, was %v", after, before)
+			}
+
+			// More from the writer: a new open sees it, the one open still
+			// shows what it read.
+			if _, err := a.WriteAt(ctx, []byte("MORE"), 40_000); err != nil {
+				t.Fatal(err)
+			}
+			want2 := readAll(t, a)
+			if got := readAll(t, b); !bytes.Equal(got, want) {
+				t.Fatalf("the open reader changed under it: %d bytes", len(got))
+			}
+			c, err := Open(ctx, st, "ov/", ro)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := readAll(t, c); !bytes.Equal(got, want2) {
+				t.Fatalf("a later open: %d bytes, common prefix %d; want %d", len(got), commonPrefix(got, want2), len(want2))
+			}
+			c.Close()
+			if !withWAL {
+				return
+			}
+
+			// The writer dies after one more write; the reader writes.
+			if _, err := a.WriteAt(ctx, []byte("LAST"), 40_004); err != nil {
+				t.Fatal(err)
+			}
+			want3 := append(readAll(t, a), []byte("BBB")...)
+			crash(t, a)
+			if _, err := b.WriteAt(ctx, []byte("BBB"), 40_008); err != nil {
+				t.Fatalf("the reader's write once the writer is gone: %v", err)
+			}
+			if got := readAll(t, b); !bytes.Equal(got, want3) {
+				t.Fatalf("after the reader's write: %d bytes, common prefix %d; want %d", len(got), commonPrefix(got, want3), len(want3))
+			}
+			if err := b.Sync(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b.Close()
+			ro.Params.WAL = false
+			d, err := Open(ctx, st, "ov/", ro)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer d.Close()
+			if got := readAll(t, d); !bytes.Equal(got, want3) {
+				t.Fatalf("published: %d bytes, common prefix %d; want %d", len(got), commonPrefix(got, want3), len(want3))
+			}
+			if seqs, err := walList(st, "ov/"); err != nil || len(seqs) != 0 {
+				t.Fatalf("records left after the publish: %v %v", seqs, err)
+			}
+		})
+	}
+}
+
+func walList(st staging.Store, prefix string) ([]uint64, error) {
+	return wal.List(context.Background(), st, prefix)
+}
+
+// TestWALOverlayTooLarge: a reader whose memory limit cannot hold a live
+// writer's records refuses to open the file rather than show it without
+// them.
+func TestWALOverlayTooLarge(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "big"}
+	a, err := Create(ctx, st, "big/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.WriteAt(ctx, make([]byte, 256<<10), 0); err != nil {
+		t.Fatal(err)
+	}
+	ro := o
+	ro.Budget = NewBudget(64 << 10)
+	_, err = Open(ctx, st, "big/", ro)
+	if !errors.Is(err, ErrOverlayTooLarge) {
+		t.Fatalf("open with a memory limit below the writer's records: %v, want ErrOverlayTooLarge", err)
+	}
+	if used := ro.Budget.Used(); used != 0 {
+		t.Fatalf("%d bytes of the budget held after the refused open", used)
+	}
+}
+
+// TestWALLeaseTakenBackAfterReplay: a store outage stops a writer's lease
+// renewals; another opener takes the expired lease, replays and publishes
+// the writer's records and lets the lease go. No one else wrote, so the
+// writer takes the lease back and its writes go on; its next publish
+// conflicts with the replay's checkpoint and recovers, keeping everything.
+func TestWALLeaseTakenBackAfterReplay(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	faults := staging.NewFaults(mem, 5)
+	o := Options{Params: walParams(segment.FormatStream), FileID: "tb"}
+	o.Params.WALLeaseTTL = 60 * time.Millisecond
+	a, err := Create(ctx, faults, "tb/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.WriteAt(ctx, []byte("first "), 0); err != nil {
+		t.Fatal(err)
+	}
+	owner := "tb/" + wal.Dir + wal.OwnerName
+	outage := faults.Add(staging.Rule{Op: staging.OpAny, KeyPrefix: owner, Kind: staging.FaultError})
+	expired := func() bool {
+		b, _, err := mem.Get(ctx, owner, staging.Whole())
+		var o struct{ Expires time.Time }
+		return err == nil && json.Unmarshal(b, &o) == nil && time.Now().After(o.Expires)
+	}
+	for deadline := time.Now().Add(10 * time.Second); !expired(); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease did not expire during the outage")
+		}
+	}
+	b, err := Open(ctx, mem, "tb/", o)
+	if err != nil {
+		t.Fatalf("open with the writer's lease expired: %v", err)
+	}
+	if got := string(readAll(t, b)); got != "first " || b.Stat().Cno == 0 {
+		t.Fatalf("the opener: %q, %+v; want the writer's records replayed and published", got, b.Stat())
+	}
+	b.Close()
+	faults.Remove(outage)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if _, _, err := mem.Get(ctx, owner, staging.Whole()); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the writer did not take its lease back")
+		}
+	}
+	if _, err := a.WriteAt(ctx, []byte("second"), 6); err != nil {
+		t.Fatalf("a write of the first writer once the store is back: %v", err)
+	}
+	if err := a.Sync(ctx); err != nil {
+		t.Fatalf("sync: %v", err)
+	}
+	c, err := Open(ctx, mem, "tb/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := string(readAll(t, c)); got != "first second" {
+		t.Fatalf("published: %q", got)
+	}
+}
+
+// getHookStore runs hook once, before the first Get of a key containing
+// match.
+type getHookStore struct {
+	staging.Store
+	match string
+	once  sync.Once
+	hook  func()
+}
+
+func (s *getHookStore) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
+	if strings.Contains(key, s.match) {
+		s.once.Do(s.hook)
+	}
+	return s.Store.Get(ctx, key, r)
+}
+
+// TestWALOverlayWriterPublishesMeanwhile: the live writer publishes, and
+// deletes its records, while a reader reads them; the reader reads the head
+// again and shows the writer's checkpoint, and so does ViewWAL.
+func TestWALOverlayWriterPublishesMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "pm"}
+	a, err := Create(ctx, mem, "pm/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for i := range 4 {
+		if _, err := a.WriteAt(ctx, bytes.Repeat([]byte{'a' + byte(i)}, 3000), int64(i)*3000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := readAll(t, a)
+	for _, view := range []bool{false, true} {
+		published := false
+		st := &getHookStore{Store: mem, match: "/" + wal.Dir + "0", hook: func() {
+			if err := a.Sync(ctx); err != nil {
+				t.Errorf("sync: %v", err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if seqs, err := wal.List(ctx, mem, "pm/"); err == nil && len(seqs) == 0 {
+					published = true
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Error("the writer's records were not deleted after its publish")
+					return
+				}
+			}
+		}}
+		if view {
+			v, err := ViewWAL(ctx, st, "pm/", o)
+			if err != nil || v.Size != int64(len(want)) || v.Inode.Cno == 0 {
+				t.Fatalf("ViewWAL while the writer publishes: %+v, %v", v, err)
+			}
+		} else {
+			b, err := Open(ctx, st, "pm/", o)
+			if err != nil {
+				t.Fatalf("open while the writer publishes: %v", err)
+			}
+			if got := readAll(t, b); !bytes.Equal(got, want) || b.Stat().Cno == 0 {
+				t.Fatalf("reader: %d bytes, %+v; want the writer's %d, published", len(got), b.Stat(), len(want))
+			}
+			b.Close()
+		}
+		if !published {
+			t.Fatal("the writer did not publish during the read")
+		}
+		// More for the second round.
+		if _, err := a.WriteAt(ctx, []byte("more"), int64(len(want))); err != nil {
+			t.Fatal(err)
+		}
+		want = readAll(t, a)
 	}
 }

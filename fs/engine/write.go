@@ -110,9 +110,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 		seq, err = log.Append(ctx, []wal.Op{{Kind: wal.OpWrite, Off: off, Data: p[:last.src+last.n], MtimeNs: mtime.UnixNano()}})
 		if err != nil {
 			f.mu.Lock()
-			for _, sg := range segs {
-				sg.d.busy--
-			}
+			f.unprepareLocked(segs)
 			f.mu.Unlock()
 			return 0, fmt.Errorf("write %s at %d: %w", f.prefix, off, err)
 		}
@@ -170,9 +168,41 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 }
 
 // writeSeg is one block's part of a write: p[src:src+n] goes to d.buf[in:].
+// What preparing it changed is kept so that a write that is not applied
+// (its log append failed) leaves the file as it was.
 type writeSeg struct {
 	d          *dirtyBlock
 	in, n, src int
+	fbn        uint64
+	fresh      bool    // the write made the block dirty
+	wasZeroed  bool    // and it was in zeroed then
+	ref        *refSrc // the reference a whole-block write replaced
+}
+
+// unprepareLocked undoes prepareLocked for a write that is not applied. A
+// buffer whose bytes the write was to fill (a new block written whole, or a
+// reference replaced whole) comes from a pool shared by every file: it must
+// never be read, so the block goes back to what it was.
+func (f *File) unprepareLocked(segs []writeSeg) {
+	bs := int64(f.bs)
+	for _, sg := range segs {
+		d := sg.d
+		d.busy--
+		switch {
+		case sg.fresh:
+			f.clearUnsent(sg.fbn)
+			f.freeBlock(d.buf)
+			f.dirtyB -= bs
+			delete(f.dirty, sg.fbn)
+			if sg.wasZeroed {
+				f.zeroed[sg.fbn] = struct{}{}
+			}
+		case sg.ref != nil:
+			f.freeBlock(d.buf)
+			f.dirtyB -= bs
+			d.buf, d.ref = nil, sg.ref
+		}
+	}
 }
 
 // prepareLocked makes every block of a write of p at off dirty and busy,
@@ -189,6 +219,7 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 		in := int(pos % bs)
 		n := min(len(p)-done, f.bs-in)
 		d := f.dirty[fbn]
+		sg := writeSeg{in: in, n: n, src: done, fbn: fbn}
 		if d == nil {
 			buf, err := f.allocBlock(ctx)
 			if err != nil {
@@ -204,6 +235,8 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 			d = &dirtyBlock{buf: buf}
 			f.dirty[fbn] = d
 			f.dirtyB += bs
+			_, sg.wasZeroed = f.zeroed[fbn]
+			sg.fresh = true
 			delete(f.zeroed, fbn)
 			if f.sendAheadOn() {
 				f.markUnsent(fbn)
@@ -216,6 +249,7 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 					if err != nil {
 						return segs, fmt.Errorf("write %s at %d: %w", f.prefix, pos, err)
 					}
+					sg.ref = d.ref
 					d.buf, d.ref = buf, nil
 					f.dirtyB += bs
 				} else if err := f.materializeLocked(ctx, d); err != nil {
@@ -225,7 +259,8 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 		}
 		d.seq = seq
 		d.busy++
-		segs = append(segs, writeSeg{d: d, in: in, n: n, src: done})
+		sg.d = d
+		segs = append(segs, sg)
 		done += n
 	}
 	return segs, nil
@@ -438,7 +473,9 @@ func (f *File) dropDirtyLocked(fbn uint64, d *dirtyBlock) {
 // partial segment), then waits for room that other files release.
 func (f *File) allocBlock(ctx context.Context) ([]byte, error) {
 	if b := f.budget; b != nil && !b.TryAcquire(int64(f.bs)) {
-		if len(f.dirty) > 0 {
+		// Blocks of another writer's records (a WAL overlay) are not ours
+		// to write out.
+		if len(f.dirty) > 0 && !f.w.overlay {
 			if err := f.relieveAllLocked(ctx); err != nil {
 				f.log.Warn("relieving the memory budget failed; waiting for room", zap.Error(err))
 			}

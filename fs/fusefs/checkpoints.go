@@ -17,11 +17,37 @@ import (
 // The read-only tree of old checkpoints (see the package doc):
 // .checkpoints mirrors the directories; a file appears as a directory of its
 // checkpoints, each a read-only file opened with engine.OpenAt.
+//
+// Every node of the tree carries the owner, group and permission bits, as of
+// now, of the directory or file it mirrors (write bits cleared), and the
+// kernel checks them (the mount has default_permissions): a path under
+// .checkpoints is open to exactly those who may search every directory on
+// the path of the live file and read the file.
 
-func (fsys *FS) fillCkptDirAttr(out *fuse.Attr) {
-	out.Mode = syscall.S_IFDIR | 0o555
+// ckptDirMode is the mode of the mirror of a directory: its own, read-only.
+func ckptDirMode(nn namespace.Node) uint32 { return nn.Mode & 0o555 }
+
+// ckptListMode is the mode of the directory of a file's checkpoints: who may
+// read the file may list and enter it (r becomes r-x), no one else.
+func ckptListMode(nn namespace.Node) uint32 {
+	r := nn.Mode & 0o444
+	return r | r>>2
+}
+
+// ckptFileMode is the mode of one checkpoint: the file's read bits.
+func ckptFileMode(nn namespace.Node) uint32 { return nn.Mode & 0o444 }
+
+// fillCkptDirAttr fills out as a read-only directory with mode perm and the
+// owner and times of nn.
+func fillCkptDirAttr(nn namespace.Node, perm uint32, out *fuse.Attr) {
+	out.Mode = syscall.S_IFDIR | perm
+	out.Uid, out.Gid = nn.Uid, nn.Gid
 	out.Nlink = 2
 	out.Size = 4096
+	out.Blocks = 8
+	setTime(&out.Atime, &out.Atimensec, nn.AtimeNs)
+	setTime(&out.Mtime, &out.Mtimensec, nn.MtimeNs)
+	setTime(&out.Ctime, &out.Ctimensec, nn.CtimeNs)
 }
 
 // ckptDir mirrors directory ino of the namespace.
@@ -38,21 +64,29 @@ var (
 )
 
 func (d *ckptDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	d.fsys.fillCkptDirAttr(&out.Attr)
+	nn, err := d.fsys.ns.GetNode(d.ino)
+	if err != nil {
+		return d.fsys.errnoOf("getattr checkpoints", err)
+	}
+	fillCkptDirAttr(nn, ckptDirMode(nn), &out.Attr)
 	return 0
 }
+
+// Fsync: the tree is read-only; there is nothing to make durable.
+func (d *ckptDir) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno { return 0 }
 
 func (d *ckptDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	nn, err := d.fsys.ns.Lookup(d.ino, name)
 	if err != nil {
 		return nil, d.fsys.errnoOf("lookup", err)
 	}
-	d.fsys.fillCkptDirAttr(&out.Attr)
 	switch nn.Kind {
 	case namespace.KindDir:
+		fillCkptDirAttr(nn, ckptDirMode(nn), &out.Attr)
 		return d.NewInode(ctx, &ckptDir{fsys: d.fsys, ino: nn.Ino}, fs.StableAttr{Mode: syscall.S_IFDIR}), 0
 	case namespace.KindFile:
-		return d.NewInode(ctx, &ckptList{fsys: d.fsys, id: nn.FileID}, fs.StableAttr{Mode: syscall.S_IFDIR}), 0
+		fillCkptDirAttr(nn, ckptListMode(nn), &out.Attr)
+		return d.NewInode(ctx, &ckptList{fsys: d.fsys, ino: nn.Ino, id: nn.FileID}, fs.StableAttr{Mode: syscall.S_IFDIR}), 0
 	}
 	return nil, syscall.ENOENT
 }
@@ -72,10 +106,11 @@ func (d *ckptDir) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	return fs.NewListDirStream(out), 0
 }
 
-// ckptList is the directory of the checkpoints of one file.
+// ckptList is the directory of the checkpoints of one file, node ino.
 type ckptList struct {
 	fs.Inode
 	fsys *FS
+	ino  namespace.Ino
 	id   string
 }
 
@@ -86,9 +121,16 @@ var (
 )
 
 func (l *ckptList) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	l.fsys.fillCkptDirAttr(&out.Attr)
+	nn, err := l.fsys.ns.GetNode(l.ino)
+	if err != nil {
+		return l.fsys.errnoOf("getattr checkpoints", err)
+	}
+	fillCkptDirAttr(nn, ckptListMode(nn), &out.Attr)
 	return 0
 }
+
+// Fsync: the tree is read-only; there is nothing to make durable.
+func (l *ckptList) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno { return 0 }
 
 // checkpoints lists the published checkpoints of the file, newest first.
 func (l *ckptList) checkpoints(ctx context.Context) ([]engine.Checkpoint, error) {
@@ -119,6 +161,10 @@ func (l *ckptList) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	if err != nil || cno == 0 || strconv.FormatUint(cno, 10) != name {
 		return nil, syscall.ENOENT
 	}
+	nn, err := l.fsys.ns.GetNode(l.ino)
+	if err != nil {
+		return nil, l.fsys.errnoOf("lookup checkpoint", err)
+	}
 	cps, err := l.checkpoints(ctx)
 	if err != nil {
 		return nil, l.fsys.errnoOf("lookup checkpoint", err)
@@ -127,17 +173,18 @@ func (l *ckptList) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		if c.Inode.Cno != cno {
 			continue
 		}
-		cf := &ckptFile{fsys: l.fsys, id: l.id, cno: cno, size: int64(c.Inode.Size), mtime: c.Inode.MtimeNs}
-		cf.fill(&out.Attr)
+		cf := &ckptFile{fsys: l.fsys, ino: l.ino, id: l.id, cno: cno, size: int64(c.Inode.Size), mtime: c.Inode.MtimeNs}
+		cf.fill(nn, &out.Attr)
 		return l.NewInode(ctx, cf, fs.StableAttr{Mode: syscall.S_IFREG}), 0
 	}
 	return nil, syscall.ENOENT
 }
 
-// ckptFile is one checkpoint of a file, read-only.
+// ckptFile is one checkpoint of file node ino, read-only.
 type ckptFile struct {
 	fs.Inode
 	fsys  *FS
+	ino   namespace.Ino
 	id    string
 	cno   uint64
 	size  int64
@@ -149,8 +196,11 @@ var (
 	_ = (fs.NodeGetattrer)((*ckptFile)(nil))
 )
 
-func (c *ckptFile) fill(out *fuse.Attr) {
-	out.Mode = syscall.S_IFREG | 0o444
+// fill fills out with the checkpoint's size and time and the owner and read
+// bits of the file nn.
+func (c *ckptFile) fill(nn namespace.Node, out *fuse.Attr) {
+	out.Mode = syscall.S_IFREG | ckptFileMode(nn)
+	out.Uid, out.Gid = nn.Uid, nn.Gid
 	out.Nlink = 1
 	out.Size = uint64(c.size)
 	out.Blocks = (out.Size + 511) / 512
@@ -160,7 +210,11 @@ func (c *ckptFile) fill(out *fuse.Attr) {
 }
 
 func (c *ckptFile) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	c.fill(&out.Attr)
+	nn, err := c.fsys.ns.GetNode(c.ino)
+	if err != nil {
+		return c.fsys.errnoOf("getattr checkpoint", err)
+	}
+	c.fill(nn, &out.Attr)
 	return 0
 }
 

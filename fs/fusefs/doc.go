@@ -3,8 +3,7 @@
 // fs/namespace) and to one per-file engine (package fs/engine) per open file.
 // It owns the volume descriptor, the mapping of typed errors to errno values,
 // the table of open files, the background loops of a mount (namespace refresh,
-// periodic flush, deletion of unlinked files) and the read-only view of old
-// checkpoints.
+// periodic flush) and the read-only view of old checkpoints.
 //
 // # Objects of a volume
 //
@@ -47,11 +46,26 @@
 //
 // # Unlinked files
 //
-// A file whose last name is removed while open stays readable and writable
-// through its handles. Once no handle is left (and after a short grace period
-// that covers a lookup racing the unlink), its objects are deleted and the
-// namespace forgets it. This is per mount: a mount does not know about handles
-// another mount holds.
+// A file whose last name is removed (unlink, or a rename over it) while open
+// stays readable and writable through its handles, on every mount: a program
+// on another mount that holds the old version open reads it, exactly, until
+// it closes it, so saving to a temporary file and renaming it over the old
+// one breaks no reader anywhere. The mount that removed the name does not
+// publish the file's unpublished changes (no one can reach them after the
+// last close) and never deletes its data: it cannot know the handles other
+// mounts hold. The file stays an orphan of the namespace until the cleaner
+// (package fs/cleaner, ckptfs gc) deletes its objects, once the newest of
+// them is older than the cleaner's grace period, and makes the namespace
+// forget it; that grace period is how long a handle on any mount may read an
+// unlinked file that no one writes. Until then the data of an unlinked file
+// still counts in the bucket.
+//
+// # Directories
+//
+// Every namespace change is in the store (its log entry written) before the
+// call that made it returns, so fsync of a directory has nothing left to
+// write and succeeds at once; programs that save with write, fsync, rename,
+// fsync(dir) may rely on it.
 //
 // # Old checkpoints
 //
@@ -61,8 +75,29 @@
 //
 // where <cno> is the decimal checkpoint number. .checkpoints is not listed in
 // the root directory (so tar, diff -r and find do not descend into it) but can
-// be entered by name. Every file also has two read-only extended attributes:
+// be entered by name; the name is reserved at the root (creating, renaming to
+// or linking as .checkpoints there fails with EPERM).
+//
+// Old checkpoints are exactly as protected as the file they belong to: every
+// directory of the tree has the owner, group and mode (write bits cleared) of
+// the directory it mirrors, a file's directory of checkpoints and each
+// checkpoint have the file's owner and group and its read bits (r-x and r--),
+// all as of now, and the kernel checks them (the mount always has
+// default_permissions). So with allow_other another user can neither list a
+// 0700 directory through .checkpoints nor read an old version of a file they
+// may not read.
+//
+// Every file also has two read-only extended attributes, read by name:
 // user.ckptfs.cno (its last published checkpoint) and user.ckptfs.format.
+// They are not listed (listxattr), so cp -a, rsync -X and tar --xattrs do not
+// copy them onto other files.
+//
+// # Metrics
+//
+// -o metrics=host:port serves Prometheus counters at /metrics, unauthenticated.
+// An empty host (":9100") or 0.0.0.0 listens on every interface; the mount
+// then warns in its log. Give a loopback address (127.0.0.1:9100) to keep the
+// counters local.
 //
 // # Several mounts of one root
 //
@@ -79,7 +114,7 @@
 //
 // # Locking
 //
-// FS.mu guards the open-file table and the orphan list; it is never held
-// across a call to the store or to the engine. engine.File and
+// FS.mu guards the open-file table and the list of files unlinked here; it
+// is never held across a call to the store or to the engine. engine.File and
 // namespace.Namespace lock themselves.
 package fusefs

@@ -3,7 +3,12 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"os"
+	"strconv"
+	"strings"
 	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"go.uber.org/zap"
 
@@ -43,9 +48,11 @@ var errnoTable = []struct {
 	{staging.ErrNotFound, syscall.EIO}, // an object the file needs is gone
 }
 
-// errnoOf maps err to an errno. Errors that say something is broken (a
-// corrupt object, a store failure) are EIO and logged with their reason,
-// since the program only sees the number.
+// errnoOf maps err to an errno; op names the operation and what it was on.
+// Errors that say something is broken (a corrupt object, a store failure)
+// are EIO and logged with their reason, since the program only sees the
+// number; so is a timeout (ETIMEDOUT: the store did not answer in time),
+// once per failed operation, with what the operation was doing.
 func (fsys *FS) errnoOf(op string, err error) syscall.Errno {
 	if err == nil {
 		return 0
@@ -56,8 +63,13 @@ func (fsys *FS) errnoOf(op string, err error) syscall.Errno {
 	}
 	for _, e := range errnoTable {
 		if errors.Is(err, e.err) {
-			if e.errno == syscall.EIO || e.errno == syscall.EBUSY {
+			switch e.errno {
+			case syscall.EIO, syscall.EBUSY:
 				fsys.log.Error(op+" failed", zap.Error(err))
+			case syscall.ETIMEDOUT:
+				fsys.log.Error(op+" failed: the store did not answer in time", zap.Error(err))
+			case syscall.EINTR:
+				fsys.log.Debug(op+" interrupted before it changed anything", zap.Error(err))
 			}
 			return e.errno
 		}
@@ -71,4 +83,51 @@ func (fsys *FS) errnoOf(op string, err error) syscall.Errno {
 		fsys.log.Error(op+" failed", zap.Error(err))
 	}
 	return syscall.EIO
+}
+
+// where names the entry name in directory n (n itself if name is empty), as
+// a path inside the mount, for the log.
+func (n *node) where(name string) string {
+	p := "/" + n.Path(nil)
+	if name == "" {
+		return p
+	}
+	if p == "/" {
+		return p + name
+	}
+	return p + "/" + name
+}
+
+// changeCtx is the context of a namespace change made for the FUSE request
+// ctx: once the request is interrupted, the change asks whether its caller
+// is being killed, and if so answers at once (the kernel keeps a killed
+// process in uninterruptible sleep until the request is answered) and lets
+// the change finish without it.
+func changeCtx(ctx context.Context) context.Context {
+	c, ok := fuse.FromContext(ctx)
+	if !ok || c.Pid == 0 {
+		return ctx
+	}
+	pid := c.Pid
+	return namespace.WithGone(ctx, func() bool { return killed(pid) })
+}
+
+// killed says whether thread tid has SIGKILL pending (a fatal signal is
+// turned into one for every thread of its process), or is gone.
+func killed(tid uint32) bool {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(tid), 10) + "/status")
+	if err != nil {
+		return errors.Is(err, os.ErrNotExist)
+	}
+	const sigkill = 1 << (9 - 1)
+	for _, line := range strings.Split(string(b), "\n") {
+		for _, field := range []string{"SigPnd:", "ShdPnd:"} {
+			if v, ok := strings.CutPrefix(line, field); ok {
+				if m, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64); err == nil && m&sigkill != 0 {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

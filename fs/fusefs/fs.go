@@ -27,9 +27,9 @@ import (
 // so that other mounts' changes show quickly; every answer comes from memory.
 const attrTimeout = time.Second
 
-// orphanGrace is how long the data of an unlinked file with no handle is kept
-// before it is deleted, for an open that raced the unlink.
-const orphanGrace = 2 * time.Second
+// idleTick is how often the mount retries the flush of closed files that
+// are still dirty and forgets the orphans a cleaner has deleted.
+const idleTick = time.Second
 
 // Options of New.
 type Options struct {
@@ -62,7 +62,7 @@ type FS struct {
 
 	mu      sync.Mutex
 	files   map[string]*openFile // by file id; GUARDED_BY(mu)
-	orphans map[string]time.Time // file id -> when its last name went; GUARDED_BY(mu)
+	orphans map[string]struct{}  // ids of files whose last name went here; GUARDED_BY(mu)
 	heads   map[string]headInfo  // last head seen of closed files; GUARDED_BY(mu)
 
 	metrics    *Metrics
@@ -113,7 +113,10 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := namespace.Open(ctx, st, o.Root, namespace.Options{Logger: log.Named("namespace")})
+	ns, err := namespace.Open(ctx, st, o.Root, namespace.Options{
+		Logger:        log.Named("namespace"),
+		FinishTimeout: requestBound(o.Config),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("open namespace: %w", err)
 	}
@@ -126,7 +129,7 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		st: st, root: o.Root, cfg: o.Config, params: Params(o.Config), log: log, ns: ns, vol: vol,
 		budget: engine.NewBudget(budget), fsName: o.FsName,
 		ctx: fctx, cancel: cancel,
-		files: make(map[string]*openFile), orphans: make(map[string]time.Time), heads: make(map[string]headInfo),
+		files: make(map[string]*openFile), orphans: make(map[string]struct{}), heads: make(map[string]headInfo),
 		metrics: metrics,
 	}
 	if o.Config.Metrics != "" {
@@ -241,6 +244,19 @@ func checkMountpoint(dir string) error {
 	return nil
 }
 
+// requestBound is the longest one store request takes to fail: the retry
+// window, one wait before a retry (the retryer waits at most 20s), and the
+// last attempt (connect, send with no stall, answer). It bounds what the
+// mount does on its own (a refresh, the flush of a released file) and each
+// flush at unmount, so that nothing waits on a dead store for longer.
+func requestBound(c config.Config) time.Duration {
+	return c.S3RetryMaxTime + 20*time.Second + c.S3ConnectTimeout + c.S3StallTimeout + c.S3RequestTimeout
+}
+
+// ErrMountBusy: the kernel refused to unmount (a file or directory of the
+// volume is in use); the volume stays mounted and served.
+var ErrMountBusy = errors.New("mount busy")
+
 // Wait blocks until the volume is unmounted (by Unmount, fusermount3 -u or
 // umount).
 func (fsys *FS) Wait() {
@@ -250,7 +266,8 @@ func (fsys *FS) Wait() {
 }
 
 // Unmount unmounts the volume from the kernel, then flushes and closes every
-// file (Close). It fails, leaving everything mounted, when the mount is busy.
+// file (Close). It fails with ErrMountBusy, leaving everything mounted, when
+// the mount is busy; any other error is Close's (files not flushed).
 func (fsys *FS) Unmount() error {
 	if fsys.server != nil {
 		var err error
@@ -261,7 +278,7 @@ func (fsys *FS) Unmount() error {
 			time.Sleep(100 * time.Millisecond)
 		}
 		if err != nil {
-			return fmt.Errorf("unmount: %w", err)
+			return fmt.Errorf("unmount: %w: %w", ErrMountBusy, err)
 		}
 		fsys.server.Wait()
 	}
@@ -269,15 +286,24 @@ func (fsys *FS) Unmount() error {
 }
 
 // Close flushes every file that holds unpublished data, closes every engine,
-// deletes unlinked files that no handle holds, and stops the background
-// loops. Call it after the volume is unmounted (Wait returned); Unmount calls
-// it. It returns the first flush error: the data of that file is lost.
+// and stops the background loops; unlinked files are left to the cleaner
+// (see the package doc). Call it after the volume is unmounted (Wait
+// returned); Unmount calls it. It returns the first flush error: the data of
+// that file is lost (with the WAL on, what its log holds replays at the next
+// mount).
+//
+// Each flush is bounded by requestBound; once one fails for want of an
+// answer the store is taken as down and the remaining dirty files are not
+// tried: each is named in the log and in the error, so that an unmount with
+// the store down ends within about one request's bound.
 func (fsys *FS) Close() error {
 	fsys.closeOnce.Do(func() {
 		defer fsys.stopMetrics()
 		fsys.cancel()
 		fsys.wg.Wait()
-		ctx := context.Background()
+		fsys.ns.Wait() // changes whose callers were killed, each bounded
+		bound := requestBound(fsys.cfg)
+		var storeDown error
 		var errs []error
 		fsys.mu.Lock()
 		files := make([]*openFile, 0, len(fsys.files))
@@ -301,7 +327,16 @@ func (fsys *FS) Close() error {
 			if of.f.Stat().Dirty && !fsys.isOrphan(of.id) {
 				// Sync, not Flush: with the WAL a flush only starts a
 				// publish, and the unmount waits for it to land.
-				if err := of.f.Sync(ctx); err != nil {
+				err := storeDown
+				if err == nil {
+					ctx, cancel := context.WithTimeout(context.Background(), bound)
+					err = of.f.Sync(ctx)
+					cancel()
+					if errors.Is(err, context.DeadlineExceeded) {
+						storeDown = fmt.Errorf("not tried, the store did not answer a flush before: %w", err)
+					}
+				}
+				if err != nil {
 					errs = append(errs, fmt.Errorf("flush file %s at unmount: %w", of.id, err))
 					msg := "flush at unmount failed; data lost"
 					if fsys.cfg.WAL {
@@ -312,14 +347,14 @@ func (fsys *FS) Close() error {
 			}
 			of.f.Close()
 		}
-		fsys.reapOrphans(ctx, true)
 		fsys.closeErr = errors.Join(errs...)
 	})
 	return fsys.closeErr
 }
 
 // loop runs the periodic work of the mount: namespace refresh, the periodic
-// flush, and deletion of unlinked files. It stops when Close cancels fsys.ctx.
+// flush, and the retry of flushes of closed files. It stops when Close
+// cancels fsys.ctx.
 func (fsys *FS) loop() {
 	defer fsys.wg.Done()
 	refresh := time.NewTicker(fsys.cfg.NSRefresh)
@@ -330,21 +365,34 @@ func (fsys *FS) loop() {
 		defer t.Stop()
 		flushC = t.C
 	}
-	reap := time.NewTicker(orphanGrace / 2)
-	defer reap.Stop()
+	idle := time.NewTicker(idleTick)
+	defer idle.Stop()
+	refreshFailing := false
 	for {
 		select {
 		case <-fsys.ctx.Done():
 			return
 		case <-refresh.C:
-			if err := fsys.ns.Refresh(fsys.ctx); err != nil && fsys.ctx.Err() == nil {
-				fsys.log.Warn("namespace refresh failed", zap.Error(err))
+			// Bounded: a refresh stuck on a dead store would hold up the
+			// periodic flush and the unmount (Close waits for this loop).
+			ctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
+			err := fsys.ns.Refresh(ctx)
+			cancel()
+			// Logged when refreshes start failing and when they work
+			// again, not every tick of an outage.
+			switch {
+			case err != nil && fsys.ctx.Err() == nil && !refreshFailing:
+				refreshFailing = true
+				fsys.log.Warn("namespace refresh failed; other mounts' changes are not seen until it works again", zap.Error(err))
+			case err == nil && refreshFailing:
+				refreshFailing = false
+				fsys.log.Info("namespace refresh works again")
 			}
 		case <-flushC:
 			fsys.flushAll(fsys.ctx)
-		case <-reap.C:
+		case <-idle.C:
 			fsys.flushIdle(fsys.ctx)
-			fsys.reapOrphans(fsys.ctx, false)
+			fsys.pruneOrphans()
 		}
 	}
 }
@@ -435,8 +483,8 @@ func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
 	fsys.mu.Unlock()
 
 	f, err := engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
-	// An unlinked file whose data is being deleted must not be brought back.
-	if errors.Is(err, engine.ErrNotExist) && !fsys.isOrphan(id) {
+	// An unlinked file whose data a cleaner deleted must not be brought back.
+	if errors.Is(err, engine.ErrNotExist) && !fsys.unlinked(id) {
 		f, err = engine.Create(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
 		if errors.Is(err, engine.ErrExists) {
 			f, err = engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
@@ -518,116 +566,103 @@ func (fsys *FS) isOrphan(id string) bool {
 	return ok
 }
 
+// unlinked says whether file id has no name left, here or on any mount
+// whose changes this one has read.
+func (fsys *FS) unlinked(id string) bool {
+	if fsys.isOrphan(id) {
+		return true
+	}
+	for _, o := range fsys.ns.Orphans() {
+		if o.FileID == id {
+			return true
+		}
+	}
+	return false
+}
+
 // orphaned records that file id lost its last name here.
 func (fsys *FS) orphaned(n namespace.Node) {
 	if n.Kind != namespace.KindFile || n.Nlink != 0 || n.FileID == "" {
 		return
 	}
 	fsys.mu.Lock()
-	fsys.orphans[n.FileID] = time.Now()
+	fsys.orphans[n.FileID] = struct{}{}
 	delete(fsys.heads, n.FileID)
 	fsys.mu.Unlock()
 }
 
-// reapOrphans deletes the data of unlinked files no handle holds (all of
-// them when now is set, else those past the grace period) and makes the
-// namespace forget them.
-func (fsys *FS) reapOrphans(ctx context.Context, now bool) {
+// pruneOrphans forgets the unlinked files that no handle holds here and that
+// the namespace no longer holds as orphans: a cleaner deleted them.
+func (fsys *FS) pruneOrphans() {
 	fsys.mu.Lock()
-	var ids []string
-	for id, t := range fsys.orphans {
-		if of := fsys.files[id]; of != nil && of.refs > 0 {
-			continue
-		}
-		if now || time.Since(t) >= orphanGrace {
-			ids = append(ids, id)
-		}
-	}
+	none := len(fsys.orphans) == 0
 	fsys.mu.Unlock()
-	for _, id := range ids {
-		fsys.mu.Lock()
-		of := fsys.files[id]
-		if of != nil && of.refs > 0 {
-			fsys.mu.Unlock()
-			continue
+	if none {
+		return
+	}
+	held := map[string]bool{}
+	for _, o := range fsys.ns.Orphans() {
+		held[o.FileID] = true
+	}
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	for id := range fsys.orphans {
+		if fsys.files[id] == nil && !held[id] {
+			delete(fsys.orphans, id)
 		}
-		if of != nil {
-			delete(fsys.files, id)
-		}
-		fsys.mu.Unlock()
-		if of != nil {
-			<-of.ready
-			if of.f != nil {
-				of.f.Close()
-			}
-		}
-		if err := fsys.deleteData(ctx, id); err != nil {
-			fsys.log.Warn("delete data of unlinked file failed", zap.String("file", id), zap.Error(err))
-			continue
-		}
-		if err := fsys.ns.Forget(ctx, id); err != nil {
-			fsys.log.Warn("forget unlinked file failed", zap.String("file", id), zap.Error(err))
-			continue
-		}
-		fsys.mu.Lock()
-		delete(fsys.orphans, id)
-		fsys.mu.Unlock()
 	}
 }
 
-// deleteData deletes every object and open upload of file id; the head goes
-// last, so a crash midway leaves a file that still opens.
-func (fsys *FS) deleteData(ctx context.Context, id string) error {
-	p := fsys.prefix(id)
-	ups, err := fsys.st.ListMultipartUploads(ctx, p)
-	if err != nil {
-		return fmt.Errorf("list uploads of %s: %w", p, err)
-	}
-	for _, u := range ups {
-		if err := fsys.st.AbortMultipart(ctx, u.Key, u.UploadID); err != nil && !errors.Is(err, staging.ErrNotFound) {
-			return fmt.Errorf("abort upload of %s: %w", u.Key, err)
-		}
-	}
-	objs, err := staging.ListAll(ctx, fsys.st, p)
-	if err != nil {
-		return fmt.Errorf("list objects of %s: %w", p, err)
-	}
-	head := p + engine.HeadKey
-	for _, o := range objs {
-		if o.Key == head {
-			continue
-		}
-		if err := fsys.st.Delete(ctx, o.Key); err != nil {
-			return fmt.Errorf("delete %s: %w", o.Key, err)
-		}
-	}
-	if err := fsys.st.Delete(ctx, head); err != nil {
-		return fmt.Errorf("delete %s: %w", head, err)
-	}
-	return nil
-}
-
-// replayedHead handles a file whose head says WAL records may follow it:
-// if there are, the file is opened, which replays them, so that the size and
-// mtime the kernel caches are those of every acknowledged write, not of the
-// last checkpoint. A read-only mount changes nothing and reports the head.
-func (fsys *FS) replayedHead(ctx context.Context, id string, info staging.ObjectInfo) (headInfo, bool) {
+// replayedHead handles a file whose head says WAL records may follow it.
+// If there are, the size and mtime the kernel caches must be those of every
+// write durable in the log, not of the last checkpoint:
+//   - when no writer that may be alive holds the log (its lease is absent, or
+//     names a process of this host that ended, a zombie included), the file
+//     is opened, which replays the records and publishes them;
+//   - otherwise (a live writer, or one whose lease expired but that may
+//     still run) nothing is taken or published: the records are
+//     read and their effect on size and mtime reported (engine.ViewWAL), as
+//     they stand now; the answer is cached like a head.
+//
+// A stat never replays on a live writer's behalf: that would take its lease
+// (after a store outage stopped its renewals) and publish under it.
+func (fsys *FS) replayedHead(ctx context.Context, id string, info staging.ObjectInfo) (headInfo, bool, error) {
 	applied, tracked, err := engine.HeadWAL(info)
 	if err != nil || !tracked || fsys.cfg.ReadOnly {
-		return headInfo{}, false
+		// A read-only mount opens files at their heads (engine.Options
+		// ReadOnly), and reports what it reads.
+		return headInfo{}, false, nil
 	}
-	pending, err := wal.After(ctx, fsys.st, fsys.prefix(id), applied)
-	if err != nil || !pending {
-		return headInfo{}, false
-	}
-	of, err := fsys.acquire(ctx, id)
+	prefix := fsys.prefix(id)
+	pending, err := wal.After(ctx, fsys.st, prefix, applied)
 	if err != nil {
-		fsys.log.Warn("replaying the write-ahead log failed", zap.String("file", id), zap.Error(err))
-		return headInfo{}, false
+		return headInfo{}, false, err
 	}
-	st := of.f.Stat()
-	fsys.release(ctx, of, false)
-	return headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format, seen: time.Now()}, true
+	if !pending {
+		return headInfo{}, false, nil
+	}
+	held, err := wal.Held(ctx, fsys.st, prefix)
+	if err != nil {
+		return headInfo{}, false, err
+	}
+	if !held {
+		of, err := fsys.acquire(ctx, id)
+		if err != nil {
+			return headInfo{}, false, fmt.Errorf("replay the write-ahead log of %s: %w", id, err)
+		}
+		st := of.f.Stat()
+		fsys.release(ctx, of, false)
+		return headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format, seen: time.Now()}, true, nil
+	}
+	v, err := engine.ViewWAL(ctx, fsys.st, prefix, fsys.engineOptions(id))
+	if err != nil {
+		return headInfo{}, false, fmt.Errorf("read the write-ahead log of %s: %w", id, err)
+	}
+	h := headInfo{size: v.Size, mtime: v.Mtime.UnixNano(), cno: v.Inode.Cno, format: v.Inode.Format, seen: time.Now()}
+	fsys.mu.Lock()
+	fsys.heads[id] = h
+	fsys.mu.Unlock()
+	return h, true, nil
 }
 
 // fileHead returns size, mtime, checkpoint and format of file id: from its
@@ -658,7 +693,11 @@ func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
 	if err != nil {
 		return headInfo{}, err
 	}
-	if h, ok := fsys.replayedHead(ctx, id, info); ok {
+	if h, ok, err := fsys.replayedHead(ctx, id, info); err != nil {
+		// Reporting the head would show the file without writes durable in
+		// its log.
+		return headInfo{}, err
+	} else if ok {
 		return h, nil
 	}
 	h = headInfo{size: int64(hd.Inode.Size), mtime: hd.Inode.MtimeNs, cno: hd.Inode.Cno, format: hd.Inode.Format, seen: time.Now()}

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"syscall"
@@ -23,6 +24,30 @@ type handle struct {
 	mu    sync.Mutex
 	next  int64 // where a sequential read would continue; GUARDED_BY(mu)
 	raEnd int64 // end of what the last read-ahead fetched; GUARDED_BY(mu)
+	// losses is the engine's count of rollbacks that dropped unflushed
+	// changes, as this handle last reported it; GUARDED_BY(mu)
+	losses uint64
+}
+
+// newHandle opens a handle on of: losses before it opened are not its own.
+func newHandle(fsys *FS, of *openFile, flags uint32) *handle {
+	return &handle{fsys: fsys, of: of, flags: flags, losses: of.f.Losses()}
+}
+
+// lost reports, once, that a rollback dropped changes not yet in a
+// checkpoint while this handle was open (another handle's flush lost a
+// conflict under flush_conflict_policy=failfast): its fsync or close fails,
+// even though the file is clean again.
+func (h *handle) lost(op string) syscall.Errno {
+	n := h.of.f.Losses()
+	h.mu.Lock()
+	seen := h.losses
+	h.losses = n
+	h.mu.Unlock()
+	if n == seen {
+		return 0
+	}
+	return h.fsys.errnoOf(op, fmt.Errorf("%s: %w", op, engine.ErrLost))
 }
 
 // readAhead is the window a sequential reader fetches at once. The kernel
@@ -70,13 +95,13 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 		defer raBufs.Put(bp)
 		n, err := h.of.f.ReadAt(ctx, *bp, off)
 		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, h.fsys.errnoOf("read", err)
+			return nil, h.fsys.errnoOf("read file "+h.of.id, err)
 		}
 		return fuse.ReadResultData(dest[:copy(dest, (*bp)[:n])]), 0
 	}
 	n, err := h.of.f.ReadAt(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
-		return nil, h.fsys.errnoOf("read", err)
+		return nil, h.fsys.errnoOf("read file "+h.of.id, err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
 }
@@ -84,13 +109,13 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	n, err := h.of.f.WriteAt(ctx, data, off)
 	if err != nil {
-		return uint32(n), h.fsys.errnoOf("write", err)
+		return uint32(n), h.fsys.errnoOf("write file "+h.of.id, err)
 	}
 	// O_SYNC and O_DSYNC writes are durable when they return: a checkpoint.
 	// With the WAL the write is durable already.
 	if h.flags&(syscall.O_SYNC|syscall.O_DSYNC) != 0 && !h.fsys.cfg.WAL {
 		if _, err := h.fsys.flush(ctx, h.of); err != nil {
-			return 0, h.fsys.errnoOf("write (O_SYNC flush)", err)
+			return 0, h.fsys.errnoOf("write (O_SYNC flush) file "+h.of.id, err)
 		}
 	}
 	return uint32(n), 0
@@ -100,30 +125,39 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // a checkpoint before close returns, so that a successful close means the
 // data is safe.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
-	if !h.fsys.cfg.FlushOnClose || h.fsys.isOrphan(h.of.id) || !h.of.f.Stat().Dirty {
+	if !h.fsys.cfg.FlushOnClose || h.fsys.isOrphan(h.of.id) {
 		return 0
 	}
-	if _, err := h.fsys.flush(ctx, h.of); err != nil {
-		return h.fsys.errnoOf("flush", err)
-	}
-	return 0
+	return h.sync(ctx, "close")
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
-	if h.fsys.isOrphan(h.of.id) || !h.of.f.Stat().Dirty {
+	if h.fsys.isOrphan(h.of.id) {
 		return 0
 	}
-	if _, err := h.fsys.flush(ctx, h.of); err != nil {
-		return h.fsys.errnoOf("fsync", err)
+	return h.sync(ctx, "fsync")
+}
+
+// sync publishes what is dirty; a loss since this handle last reported one
+// fails it (the handle whose flush lost the conflict hears of it there).
+func (h *handle) sync(ctx context.Context, op string) syscall.Errno {
+	if h.of.f.Stat().Dirty {
+		if _, err := h.fsys.flush(ctx, h.of); err != nil {
+			h.lost(op)
+			return h.fsys.errnoOf(op+" file "+h.of.id, err)
+		}
 	}
-	return 0
+	return h.lost(op)
 }
 
 func (h *handle) Release(ctx context.Context) syscall.Errno {
 	// Release comes after the last Flush; it has no one to report to, so a
 	// file still dirty here stays in the table for the periodic flush and the
-	// unmount.
-	h.fsys.release(context.Background(), h.of, h.fsys.cfg.FlushOnClose)
+	// unmount. Its flush is bounded: the kernel holds the release (and an
+	// unmount behind it) until it is answered.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestBound(h.fsys.cfg))
+	defer cancel()
+	h.fsys.release(ctx, h.of, h.fsys.cfg.FlushOnClose)
 	return 0
 }
 
@@ -136,19 +170,25 @@ const (
 // Allocate: mode 0 extends the file to off+size (holes cost nothing, so the
 // space is as allocated as it will ever be); PUNCH_HOLE|KEEP_SIZE zeroes the
 // range; other modes are not supported.
+//
+// A range ending past the largest file size is EFBIG, as on ext4 (the
+// kernel refuses one past its own limit before it gets here).
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	if off > engine.MaxFileSize || size > engine.MaxFileSize-off {
+		return syscall.EFBIG
+	}
 	switch mode {
 	case 0:
 		end := int64(off + size)
 		if end > h.of.f.Size() {
 			if err := h.of.f.Truncate(ctx, end); err != nil {
-				return h.fsys.errnoOf("fallocate", err)
+				return h.fsys.errnoOf("fallocate file "+h.of.id, err)
 			}
 		}
 		return 0
 	case fallocPunchHole | fallocKeepSize:
 		if err := h.of.f.Zero(ctx, int64(off), int64(size)); err != nil {
-			return h.fsys.errnoOf("fallocate", err)
+			return h.fsys.errnoOf("fallocate file "+h.of.id, err)
 		}
 		return 0
 	}

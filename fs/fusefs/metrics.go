@@ -188,7 +188,20 @@ func (fsys *FS) startMetrics(addr string) error {
 	}()
 	fsys.metricsSrv = s
 	fsys.log.Info("metrics listening", zap.String("addr", ln.Addr().String()))
+	if !loopback(ln.Addr()) {
+		// The counters name no file, but they tell anyone who can reach the
+		// port how busy the mount is; ":9100" means every interface.
+		fsys.log.Warn("metrics listener reachable from other hosts; give a loopback address (127.0.0.1:port) to keep it local",
+			zap.String("addr", ln.Addr().String()))
+	}
 	return nil
+}
+
+// loopback says whether a is a TCP address on a loopback interface only (not
+// the unspecified address, which is every interface).
+func loopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
 }
 
 // stopMetrics closes the listener and its connections and waits for it.

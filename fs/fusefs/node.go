@@ -50,7 +50,14 @@ const (
 )
 
 // checkpointsDir is the name of the hidden directory of old checkpoints.
+// The name is reserved at the root: a real entry there would be hidden
+// behind the virtual one.
 const checkpointsDir = ".checkpoints"
+
+// reserved says whether name in directory n is the reserved checkpointsDir.
+func (n *node) reserved(name string) bool {
+	return n.ino == namespace.RootIno && name == checkpointsDir
+}
 
 func kindMode(k namespace.Kind) uint32 {
 	switch k {
@@ -82,7 +89,7 @@ func (fsys *FS) fillAttr(ctx context.Context, n namespace.Node, out *fuse.Attr) 
 	case namespace.KindFile:
 		h, err := fsys.fileHead(ctx, n.FileID)
 		if err != nil {
-			return fsys.errnoOf("stat", err)
+			return fsys.errnoOf("stat file "+n.FileID, err)
 		}
 		out.Size = uint64(h.size)
 		if h.mtime > n.MtimeSetNs {
@@ -119,14 +126,18 @@ func (n *node) child(ctx context.Context, nn namespace.Node, out *fuse.EntryOut)
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	if n.ino == namespace.RootIno && name == checkpointsDir {
+	if n.reserved(name) {
+		root, errno := n.get()
+		if errno != 0 {
+			return nil, errno
+		}
 		ch := n.NewInode(ctx, &ckptDir{fsys: n.fsys, ino: namespace.RootIno}, fs.StableAttr{Mode: syscall.S_IFDIR})
-		n.fsys.fillCkptDirAttr(&out.Attr)
+		fillCkptDirAttr(root, ckptDirMode(root), &out.Attr)
 		return ch, 0
 	}
 	nn, err := n.fsys.ns.Lookup(n.ino, name)
 	if err != nil {
-		return nil, n.fsys.errnoOf("lookup", err)
+		return nil, n.fsys.errnoOf("lookup "+n.where(name), err)
 	}
 	return n.child(ctx, nn, out)
 }
@@ -134,7 +145,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 func (n *node) get() (namespace.Node, syscall.Errno) {
 	nn, err := n.fsys.ns.GetNode(n.ino)
 	if err != nil {
-		return namespace.Node{}, n.fsys.errnoOf("getattr", err)
+		return namespace.Node{}, n.fsys.errnoOf("getattr "+n.where(""), err)
 	}
 	return nn, 0
 }
@@ -185,8 +196,8 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if change {
 		var err error
-		if nn, err = n.fsys.ns.SetAttr(ctx, n.ino, a); err != nil {
-			return n.fsys.errnoOf("setattr", err)
+		if nn, err = n.fsys.ns.SetAttr(changeCtx(ctx), n.ino, a); err != nil {
+			return n.fsys.errnoOf("setattr "+n.where(""), err)
 		}
 	}
 	return n.fsys.fillAttr(ctx, nn, &out.Attr)
@@ -216,21 +227,21 @@ func (fsys *FS) setOpenMtime(ctx context.Context, id string, t time.Time) {
 func (n *node) truncate(ctx context.Context, f fs.FileHandle, id string, size int64) syscall.Errno {
 	if h, ok := f.(*handle); ok {
 		if err := h.of.f.Truncate(ctx, size); err != nil {
-			return n.fsys.errnoOf("truncate", err)
+			return n.fsys.errnoOf("truncate "+n.where(""), err)
 		}
 		return 0
 	}
 	of, err := n.fsys.acquire(ctx, id)
 	if err != nil {
-		return n.fsys.errnoOf("truncate", err)
+		return n.fsys.errnoOf("truncate "+n.where(""), err)
 	}
 	terr := of.f.Truncate(ctx, size)
 	// No close will follow a truncate by path: publish it now.
 	rerr := n.fsys.release(ctx, of, true)
 	if terr != nil {
-		return n.fsys.errnoOf("truncate", terr)
+		return n.fsys.errnoOf("truncate "+n.where(""), terr)
 	}
-	return n.fsys.errnoOf("truncate", rerr)
+	return n.fsys.errnoOf("truncate "+n.where(""), rerr)
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
@@ -243,29 +254,38 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	of, err := n.fsys.acquire(ctx, nn.FileID)
 	if err != nil {
-		return nil, 0, n.fsys.errnoOf("open", err)
+		return nil, 0, n.fsys.errnoOf("open "+n.where(""), err)
 	}
-	h := &handle{fsys: n.fsys, of: of, flags: flags}
+	h := newHandle(n.fsys, of, flags)
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		if err := of.f.Truncate(ctx, 0); err != nil {
 			n.fsys.release(ctx, of, false)
-			return nil, 0, n.fsys.errnoOf("open", err)
+			return nil, 0, n.fsys.errnoOf("open "+n.where(""), err)
 		}
 	}
 	return h, 0, 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
-	nn, err := n.fsys.ns.Create(ctx, n.ino, name, mode&namespace.ModeMask, owner(ctx))
-	if err != nil {
-		return nil, nil, 0, n.fsys.errnoOf("create", err)
+	if n.reserved(name) {
+		return nil, nil, 0, syscall.EPERM
 	}
+	nn, err := n.fsys.ns.Create(changeCtx(ctx), n.ino, name, mode&namespace.ModeMask, owner(ctx))
+	if err != nil {
+		return nil, nil, 0, n.fsys.errnoOf("create "+n.where(name), err)
+	}
+	// The name is in the log now: an interrupt must not leave it there
+	// behind an error, so the rest (the head, or the undo of the name) is
+	// finished with a context free of the caller's cancellation, bounded.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestBound(n.fsys.cfg))
+	defer cancel()
 	f, err := engineCreate(ctx, n.fsys, nn.FileID)
 	if err != nil {
 		if _, uerr := n.fsys.ns.Unlink(ctx, n.ino, name); uerr != nil {
-			n.fsys.log.Warn("undo of a failed create failed")
+			n.fsys.log.Warn("undo of a failed create failed; the name stays, an empty file",
+				zap.String("path", n.where(name)), zap.Error(uerr))
 		}
-		return nil, nil, 0, n.fsys.errnoOf("create", err)
+		return nil, nil, 0, n.fsys.errnoOf("create "+n.where(name), err)
 	}
 	of := n.fsys.adopt(nn.FileID, f)
 	ch, errno := n.child(ctx, nn, out)
@@ -273,21 +293,27 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		n.fsys.release(ctx, of, false)
 		return nil, nil, 0, errno
 	}
-	return ch, &handle{fsys: n.fsys, of: of, flags: flags}, 0, 0
+	return ch, newHandle(n.fsys, of, flags), 0, 0
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	nn, err := n.fsys.ns.Mkdir(ctx, n.ino, name, mode&namespace.ModeMask, owner(ctx))
+	if n.reserved(name) {
+		return nil, syscall.EPERM
+	}
+	nn, err := n.fsys.ns.Mkdir(changeCtx(ctx), n.ino, name, mode&namespace.ModeMask, owner(ctx))
 	if err != nil {
-		return nil, n.fsys.errnoOf("mkdir", err)
+		return nil, n.fsys.errnoOf("mkdir "+n.where(name), err)
 	}
 	return n.child(ctx, nn, out)
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
-	nn, err := n.fsys.ns.Symlink(ctx, n.ino, name, target, owner(ctx))
+	if n.reserved(name) {
+		return nil, syscall.EPERM
+	}
+	nn, err := n.fsys.ns.Symlink(changeCtx(ctx), n.ino, name, target, owner(ctx))
 	if err != nil {
-		return nil, n.fsys.errnoOf("symlink", err)
+		return nil, n.fsys.errnoOf("symlink "+n.where(name), err)
 	}
 	return n.child(ctx, nn, out)
 }
@@ -304,13 +330,16 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	if n.reserved(name) {
+		return nil, syscall.EPERM
+	}
 	t, ok := target.(*node)
 	if !ok {
 		return nil, syscall.EXDEV
 	}
-	nn, err := n.fsys.ns.Link(ctx, t.ino, n.ino, name)
+	nn, err := n.fsys.ns.Link(changeCtx(ctx), t.ino, n.ino, name)
 	if err != nil {
-		return nil, n.fsys.errnoOf("link", err)
+		return nil, n.fsys.errnoOf("link "+n.where(name), err)
 	}
 	// The reply carries the new link count to the kernel for every name of
 	// the node at once (they share one inode).
@@ -318,17 +347,17 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	nn, err := n.fsys.ns.Unlink(ctx, n.ino, name)
+	nn, err := n.fsys.ns.Unlink(changeCtx(ctx), n.ino, name)
 	if err != nil {
-		return n.fsys.errnoOf("unlink", err)
+		return n.fsys.errnoOf("unlink "+n.where(name), err)
 	}
 	n.fsys.orphaned(nn)
 	return 0
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	if err := n.fsys.ns.Rmdir(ctx, n.ino, name); err != nil {
-		return n.fsys.errnoOf("rmdir", err)
+	if err := n.fsys.ns.Rmdir(changeCtx(ctx), n.ino, name); err != nil {
+		return n.fsys.errnoOf("rmdir "+n.where(name), err)
 	}
 	return 0
 }
@@ -347,6 +376,11 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if flags&^(renameNoReplace|renameExchange) != 0 {
 		return syscall.EINVAL
 	}
+	// Nothing may take the reserved name; an entry that has it (made before
+	// it was reserved) may be renamed away, not exchanged.
+	if np.reserved(newName) || (flags&renameExchange != 0 && n.reserved(name)) {
+		return syscall.EPERM
+	}
 	var rf namespace.RenameFlags
 	if flags&renameNoReplace != 0 {
 		rf |= namespace.RenameNoReplace
@@ -354,9 +388,9 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	if flags&renameExchange != 0 {
 		rf |= namespace.RenameExchange
 	}
-	replaced, err := n.fsys.ns.Rename(ctx, n.ino, name, np.ino, newName, rf)
+	replaced, err := n.fsys.ns.Rename(changeCtx(ctx), n.ino, name, np.ino, newName, rf)
 	if err != nil {
-		return n.fsys.errnoOf("rename", err)
+		return n.fsys.errnoOf("rename "+n.where(name), err)
 	}
 	n.fsys.orphaned(replaced)
 	return 0
@@ -390,7 +424,7 @@ func (n *node) virtualXattr(ctx context.Context, name string) ([]byte, bool, sys
 	}
 	h, err := n.fsys.fileHead(ctx, nn.FileID)
 	if err != nil {
-		return nil, true, n.fsys.errnoOf("getxattr", err)
+		return nil, true, n.fsys.errnoOf("getxattr "+n.where(""), err)
 	}
 	if name == xattrCno {
 		return []byte(strconv.FormatUint(h.cno, 10)), true, 0
@@ -406,7 +440,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	if !virtual {
 		var err error
 		if v, err = n.fsys.ns.GetXattr(n.ino, attr); err != nil {
-			return 0, n.fsys.errnoOf("getxattr", err)
+			return 0, n.fsys.errnoOf("getxattr "+n.where(""), err)
 		}
 	}
 	if len(dest) < len(v) {
@@ -419,8 +453,8 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if attr == xattrCno || attr == xattrFormat {
 		return syscall.EPERM
 	}
-	if err := n.fsys.ns.SetXattr(ctx, n.ino, attr, data, namespace.XattrFlags(flags)); err != nil {
-		return n.fsys.errnoOf("setxattr", err)
+	if err := n.fsys.ns.SetXattr(changeCtx(ctx), n.ino, attr, data, namespace.XattrFlags(flags)); err != nil {
+		return n.fsys.errnoOf("setxattr "+n.where(""), err)
 	}
 	return 0
 }
@@ -429,23 +463,19 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 	if attr == xattrCno || attr == xattrFormat {
 		return syscall.EPERM
 	}
-	if err := n.fsys.ns.RemoveXattr(ctx, n.ino, attr); err != nil {
-		return n.fsys.errnoOf("removexattr", err)
+	if err := n.fsys.ns.RemoveXattr(changeCtx(ctx), n.ino, attr); err != nil {
+		return n.fsys.errnoOf("removexattr "+n.where(""), err)
 	}
 	return 0
 }
 
+// Listxattr lists the stored attributes only: the virtual ones are read by
+// name, and left out so that cp -a, rsync -X and tar --xattrs do not copy
+// them onto other files.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
-	nn, errno := n.get()
-	if errno != 0 {
-		return 0, errno
-	}
 	names, err := n.fsys.ns.ListXattr(n.ino)
 	if err != nil {
-		return 0, n.fsys.errnoOf("listxattr", err)
-	}
-	if nn.Kind == namespace.KindFile {
-		names = append(names, xattrCno, xattrFormat)
+		return 0, n.fsys.errnoOf("listxattr "+n.where(""), err)
 	}
 	var b []byte
 	for _, s := range names {
@@ -483,7 +513,14 @@ type dirHandle struct {
 var (
 	_ = (fs.FileReaddirenter)((*dirHandle)(nil))
 	_ = (fs.FileSeekdirer)((*dirHandle)(nil))
+	_ = (fs.FileFsyncdirer)((*dirHandle)(nil))
 )
+
+// Fsyncdir succeeds at once: every change of the namespace (create, rename,
+// unlink, ...) is in the store, as its log entry, before the call that made
+// it returns; nothing of a directory is held back in memory. A directory
+// removed while open has nothing to sync either.
+func (d *dirHandle) Fsyncdir(ctx context.Context, flags uint32) syscall.Errno { return 0 }
 
 func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Errno) {
 	switch d.pos {

@@ -39,7 +39,7 @@ type Volume struct {
 func openVolume(ctx context.Context, st staging.Store, root string, cfg config.Config) (Volume, error) {
 	key := root + VolumeKey
 	for attempt := 0; attempt < 3; attempt++ {
-		b, _, err := st.Get(ctx, key, staging.Whole())
+		b, _, err := staging.GetLimited(ctx, st, key, 64<<10) // a descriptor is ~100 bytes
 		if err == nil {
 			return parseVolume(key, b)
 		}

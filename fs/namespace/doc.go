@@ -36,10 +36,10 @@
 // log entry creates is seq<<16. Directory entries have cookies that stay valid
 // while other entries are removed (ReadDirAfter), for readdir offsets and
 // seekdir. A file whose last name goes (Unlink, or Rename over it) stays, an
-// orphan with its file id (Orphans), so that open handles can still read it;
-// the mount that removed the name deletes the data once the last handle is
-// closed and calls Forget. Orphans left by a mount that died are the
-// cleaner's.
+// orphan with its file id (Orphans), so that open handles, on any mount, can
+// still read it. Orphans are the cleaner's: it deletes their data once older
+// than its grace period and calls Forget. No mount does, since none knows the
+// handles of the others.
 //
 // # For the FUSE layer
 //

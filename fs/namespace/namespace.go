@@ -28,6 +28,12 @@ type Options struct {
 	// Logger receives what does not fail an operation (a snapshot that
 	// could not be written). nil means no logging.
 	Logger *zap.Logger
+	// FinishTimeout bounds a change once its first log entry send has begun.
+	// From then on the change no longer follows the caller's cancellation
+	// (an interrupted caller must not be told a change failed that may have
+	// landed): it lands, is known not to have, or fails after this long.
+	// 0 means 3 minutes.
+	FinishTimeout time.Duration
 }
 
 // Owner is the owner of a new node.
@@ -66,7 +72,8 @@ type Namespace struct {
 
 	appendMu sync.Mutex
 	mu       sync.RWMutex
-	st       *state // GUARDED_BY(mu); written only with appendMu held too
+	bg       sync.WaitGroup // changes whose callers left
+	st       *state         // GUARDED_BY(mu); written only with appendMu held too
 }
 
 // Open loads the namespace under root: the newest snapshot, then the log
@@ -81,6 +88,9 @@ func Open(ctx context.Context, store staging.Store, root string, opts Options) (
 	}
 	if opts.Now == nil {
 		opts.Now = time.Now
+	}
+	if opts.FinishTimeout <= 0 {
+		opts.FinishTimeout = 3 * time.Minute
 	}
 	ns := &Namespace{store: store, root: strings.Trim(root, "/"), opts: opts, log: opts.Logger}
 	if ns.log == nil {
@@ -133,7 +143,7 @@ func (ns *Namespace) loadSnapshot(ctx context.Context, after uint64) (*state, er
 		return nil, nil
 	}
 	key := SnapKey(ns.root, seq)
-	data, _, err := ns.store.Get(ctx, key, staging.Whole())
+	data, _, err := staging.GetLimited(ctx, ns.store, key, envHeaderLen+maxObjectBody)
 	if err != nil {
 		return nil, fmt.Errorf("read namespace snapshot %s: %w", key, err)
 	}
@@ -141,10 +151,72 @@ func (ns *Namespace) loadSnapshot(ctx context.Context, after uint64) (*state, er
 }
 
 // Refresh applies the log entries written since the last refresh or change.
+//
+// It holds no lock across its store calls: it lists and reads the entries
+// after the state it saw, then applies them under appendMu if no change
+// moved the state meanwhile (a change refreshes first, so it has applied
+// them itself). A refresh stuck on the store thus delays no change of this
+// mount, and no read.
 func (ns *Namespace) Refresh(ctx context.Context) error {
-	ns.appendMu.Lock()
-	defer ns.appendMu.Unlock()
-	return ns.refreshLocked(ctx)
+	for {
+		ns.mu.RLock()
+		applied := ns.st.seq
+		ns.mu.RUnlock()
+		page, err := ns.store.List(ctx, ns.logPrefix(), LogKey(ns.root, applied), 1000)
+		if err != nil {
+			return fmt.Errorf("list namespace log after %d: %w", applied, err)
+		}
+		if len(page.Objects) == 0 {
+			return nil
+		}
+		seqs, err := ns.contiguous(page, applied)
+		if err != nil {
+			return err
+		}
+		if len(seqs) == 0 {
+			// A gap: rare (a cleaner deleted entries a snapshot covers);
+			// the locked path loads the snapshot.
+			ns.appendMu.Lock()
+			err := ns.refreshLocked(ctx)
+			ns.appendMu.Unlock()
+			return err
+		}
+		entries, err := ns.readEntries(ctx, seqs)
+		if err != nil {
+			return err
+		}
+		ns.appendMu.Lock()
+		moved := ns.st.seq != applied
+		if !moved {
+			for _, e := range entries {
+				if err := ns.applyEntry(e); err != nil {
+					ns.appendMu.Unlock()
+					return err
+				}
+			}
+		}
+		ns.appendMu.Unlock()
+		if moved || (!page.Truncated && len(seqs) == len(page.Objects)) {
+			return nil
+		}
+	}
+}
+
+// contiguous returns the sequence numbers of page that follow applied
+// without a gap.
+func (ns *Namespace) contiguous(page staging.ListPage, applied uint64) ([]uint64, error) {
+	seqs := make([]uint64, 0, len(page.Objects))
+	for _, o := range page.Objects {
+		seq, ok := parseSeq(o.Key, ns.logPrefix())
+		if !ok {
+			return nil, corruptf(o.Key, "not a log entry name")
+		}
+		if seq != applied+uint64(len(seqs))+1 {
+			break // a gap: dealt with when it is first
+		}
+		seqs = append(seqs, seq)
+	}
+	return seqs, nil
 }
 
 // refreshLocked reads and applies every entry after st.seq. Entries are
@@ -160,16 +232,9 @@ func (ns *Namespace) refreshLocked(ctx context.Context) error {
 		if len(page.Objects) == 0 {
 			return nil
 		}
-		seqs := make([]uint64, 0, len(page.Objects))
-		for _, o := range page.Objects {
-			seq, ok := parseSeq(o.Key, ns.logPrefix())
-			if !ok {
-				return corruptf(o.Key, "not a log entry name")
-			}
-			if seq != applied+uint64(len(seqs))+1 {
-				break // a gap: dealt with when it is first
-			}
-			seqs = append(seqs, seq)
+		seqs, err := ns.contiguous(page, applied)
+		if err != nil {
+			return err
 		}
 		if len(seqs) == 0 {
 			first, _ := parseSeq(page.Objects[0].Key, ns.logPrefix())
@@ -232,7 +297,7 @@ func (ns *Namespace) skipGap(ctx context.Context, seq uint64) error {
 
 func (ns *Namespace) readEntry(ctx context.Context, seq uint64) (*entry, error) {
 	key := LogKey(ns.root, seq)
-	data, _, err := ns.store.Get(ctx, key, staging.Whole())
+	data, _, err := staging.GetLimited(ctx, ns.store, key, envHeaderLen+maxObjectBody)
 	if err != nil {
 		return nil, fmt.Errorf("read namespace entry %s: %w", key, err)
 	}
@@ -271,12 +336,81 @@ func (ns *Namespace) change(ctx context.Context, o op, done func(st *state, seq 
 
 // changeHooked is change with before, if not nil, run under mu with the
 // state just before the change is applied.
+//
+// The change runs in a goroutine of its own, owned by the namespace (Wait
+// waits for it), so that a caller whose context ends and who is gone (see
+// WithGone: a process being killed) can leave at once while the change
+// finishes, landed or not, as it would have with the caller waiting. A
+// caller still there waits for the real outcome.
 func (ns *Namespace) changeHooked(ctx context.Context, o op, before, done func(st *state, seq uint64)) error {
+	gone, _ := ctx.Value(goneKey{}).(func() bool)
+	if gone == nil {
+		return ns.changeNow(ctx, o, before, done)
+	}
+	var hookMu sync.Mutex
+	left := false // the caller left: its hooks write nowhere now
+	guard := func(h func(st *state, seq uint64)) func(st *state, seq uint64) {
+		if h == nil {
+			return nil
+		}
+		return func(st *state, seq uint64) {
+			hookMu.Lock()
+			defer hookMu.Unlock()
+			if !left {
+				h(st, seq)
+			}
+		}
+	}
+	res := make(chan error, 1)
+	ns.bg.Add(1)
+	go func() {
+		defer ns.bg.Done()
+		res <- ns.changeNow(ctx, o, guard(before), guard(done))
+	}()
+	select {
+	case err := <-res:
+		return err
+	case <-ctx.Done():
+	}
+	for {
+		select {
+		case err := <-res:
+			return err
+		case <-time.After(goneCheck):
+		}
+		if gone() {
+			hookMu.Lock()
+			left = true
+			hookMu.Unlock()
+			ns.log.Info("caller gone; its change finishes without it", zap.String("op", o.Kind))
+			return fmt.Errorf("%s: %w", o.Kind, context.Canceled)
+		}
+	}
+}
+
+// goneCheck is how often a change whose caller was interrupted asks whether
+// the caller is gone.
+const goneCheck = 10 * time.Millisecond
+
+type goneKey struct{}
+
+// WithGone returns ctx carrying gone, which says whether the caller has left
+// for good (a process with a fatal signal pending): once ctx ends and gone
+// says so, a change returns at once and finishes without its caller.
+func WithGone(ctx context.Context, gone func() bool) context.Context {
+	return context.WithValue(ctx, goneKey{}, gone)
+}
+
+// Wait waits for the changes whose callers left (see WithGone); each is
+// bounded by Options.FinishTimeout.
+func (ns *Namespace) Wait() { ns.bg.Wait() }
+
+func (ns *Namespace) changeNow(ctx context.Context, o op, before, done func(st *state, seq uint64)) error {
 	ns.appendMu.Lock()
 	snap, err := ns.changeLocked(ctx, o, before, done)
 	ns.appendMu.Unlock()
 	if snap != nil {
-		ns.writeSnapshot(ctx, snap.seq, snap.data)
+		ns.writeSnapshot(context.WithoutCancel(ctx), snap.seq, snap.data)
 	}
 	return err
 }
@@ -309,6 +443,16 @@ func (ns *Namespace) changeLocked(ctx context.Context, o op, before, done func(s
 	if err := ns.refreshLocked(ctx); err != nil {
 		return nil, err
 	}
+	// Nothing is sent yet: a caller cancelled up to here changed nothing.
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	// From the first send on, the entry may land whatever the caller does,
+	// so the change is finished (landed, refused, or failed after
+	// FinishTimeout) rather than abandoned: an interrupted caller is never
+	// told that a change failed that is in the log.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ns.opts.FinishTimeout)
+	defer cancel()
 	e := &entry{ID: randomID(), Time: ns.opts.Now().UnixNano(), Op: o}
 	attempts, conflicts := 0, 0
 	for {

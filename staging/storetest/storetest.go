@@ -50,6 +50,7 @@ var cases = []struct {
 	{"Overwrite", testOverwrite},
 	{"OddCharacters", testOddCharacters},
 	{"Ranges", testRanges},
+	{"GetLimited", testGetLimited},
 	{"IfNoneMatch", testIfNoneMatch},
 	{"IfMatch", testIfMatch},
 	{"Missing", testMissing},
@@ -667,4 +668,35 @@ func testCanceled(t *testing.T, s staging.Store, p string) {
 	}
 	_, _, err = s.Get(ctx, p+"obj", staging.Whole())
 	wantErr(t, "get with a canceled context", err, context.Canceled)
+}
+
+// testGetLimited: staging.GetLimited reads whole an object within its limit,
+// in one read or two (past its first 64 KiB), empty ones too, and refuses
+// one over it with ErrTooLarge, naming the key.
+func testGetLimited(t *testing.T, s staging.Store, p string) {
+	const limit = 100 << 10
+	for _, n := range []int{0, 1, 1000, 64 << 10, 64<<10 + 1, limit} {
+		key := p + fmt.Sprintf("ok-%d", n)
+		obj := pattern(byte(n), n)
+		w := put(t, s, key, obj, staging.PutOptions{Metadata: map[string]string{"n": fmt.Sprint(n)}})
+		data, info, err := staging.GetLimited(t.Context(), s, key, limit)
+		if err != nil {
+			t.Fatalf("%d bytes with a limit of %d: %v", n, limit, err)
+		}
+		if !bytes.Equal(data, obj) || info.Size != int64(n) || info.ETag != w.ETag || info.Metadata["n"] != fmt.Sprint(n) {
+			t.Fatalf("%d bytes: got %d bytes, info %+v; wrote ETag %s", n, len(data), info, w.ETag)
+		}
+	}
+	for _, n := range []int{limit + 1, 2 * limit} {
+		key := p + fmt.Sprintf("over-%d", n)
+		put(t, s, key, pattern(7, n), staging.PutOptions{})
+		_, _, err := staging.GetLimited(t.Context(), s, key, limit)
+		wantErr(t, fmt.Sprintf("%d bytes with a limit of %d", n, limit), err, staging.ErrTooLarge)
+		if !strings.Contains(err.Error(), key) {
+			t.Fatalf("error %q does not name the key", err)
+		}
+	}
+	if _, _, err := staging.GetLimited(t.Context(), s, p+"missing", limit); !errors.Is(err, staging.ErrNotFound) {
+		t.Fatalf("missing key: %v, want ErrNotFound", err)
+	}
 }

@@ -1,0 +1,55 @@
+package fusefs
+
+import (
+	"context"
+	"testing"
+
+	"ckptfs/config"
+	"ckptfs/fs/engine"
+	"ckptfs/fs/namespace"
+	"ckptfs/staging"
+)
+
+// A file unlinked here is remembered as unlinked (no flush, no new head)
+// while the namespace holds it as an orphan, and forgotten once a cleaner
+// has made the namespace forget it. Its data is never deleted by the mount.
+func TestOrphanLeftToCleaner(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	n, err := fsys.ns.Create(ctx, namespace.RootIno, "f", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := engineCreate(ctx, fsys, n.FileID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	gone, err := fsys.ns.Unlink(ctx, namespace.RootIno, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys.orphaned(gone)
+	fsys.pruneOrphans()
+	if !fsys.isOrphan(n.FileID) || !fsys.unlinked(n.FileID) {
+		t.Fatal("an orphan the namespace still holds was forgotten")
+	}
+	if err := fsys.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Head(ctx, fsys.prefix(n.FileID)+engine.HeadKey); err != nil {
+		t.Fatalf("the head of the unlinked file after unmount: %v (the mount must leave it to the cleaner)", err)
+	}
+	if err := fsys.ns.Forget(ctx, n.FileID); err != nil {
+		t.Fatal(err)
+	}
+	fsys.pruneOrphans()
+	if fsys.isOrphan(n.FileID) || fsys.unlinked(n.FileID) {
+		t.Fatal("an orphan the namespace forgot is still remembered")
+	}
+}

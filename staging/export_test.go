@@ -1,0 +1,6 @@
+package staging
+
+// SetDirSyncHook makes d call hook before each fsync(2) of a folder, with the
+// folder's path; an error from hook is the error of the fsync. Set it before
+// d is used by more than one goroutine.
+func SetDirSyncHook(d *Dir, hook func(dir string) error) { d.syncHook = hook }

@@ -1,0 +1,160 @@
+// Package campaign is shared by the crash-and-fault campaign
+// (test/campaign_test.go) and the driver program it runs through the mounts
+// (test/campaign/driver): the bytes a write puts in a file, and the log the
+// driver prints of every operation it attempts and how it ended.
+//
+// # The log
+//
+// One line per event on the driver's standard output, fields separated by
+// one space:
+//
+//	B <seq> <unix ns> <kind> <mount> <args...>   an operation begins
+//	E <seq> <unix ns> ok [<results...>]          it returned success
+//	E <seq> <unix ns> err <errno>                it returned an error
+//
+// <seq> numbers the driver's operations from 1 and is also the write's
+// identity in Pattern; <mount> is 0 for the driver's home mount and 1 for
+// the other one. Kinds and their arguments:
+//
+//	mkdir   0 <dir>
+//	open    0 <name> <create 0|1> <trunc 0|1>     O_RDWR on the home mount
+//	write   0 <name> <off> <len>                  pwrite of Pattern(id, seq, off, len)
+//	trunc   0 <name> <size>                       ftruncate
+//	fsync   0 <name>
+//	close   0 <name>
+//	read    0 <name>                              results: <len> <crc32c>
+//	rename  m <src> <dst>
+//	unlink  m <name>
+//	see     m                                     wait until mount m shows the directory as the other does
+//
+// Names are file names inside the driver's directory. After its first error
+// a driver stops: the operation that failed is the only one whose outcome is
+// unknown.
+package campaign
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// Pattern returns the n bytes that write seq of driver id puts at offset off
+// of a file. Every byte depends on (id, seq, off), so a byte read back names
+// the write it came from and no other write's byte can pass for it.
+func Pattern(id int, seq int64, off int64, n int) []byte {
+	b := make([]byte, n)
+	key := mix(uint64(id)<<48 ^ uint64(seq))
+	var w uint64
+	word := int64(-1)
+	for i := range b {
+		o := off + int64(i)
+		if o>>3 != word {
+			word = o >> 3
+			w = mix(key ^ uint64(word))
+		}
+		b[i] = byte(w >> (8 * (o & 7)))
+	}
+	return b
+}
+
+// mix is SplitMix64's finaliser.
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ x>>30) * 0xbf58476d1ce4e5b9
+	x = (x ^ x>>27) * 0x94d049bb133111eb
+	return x ^ x>>31
+}
+
+// Op is one operation of the log: its begin line and, when it ended, its
+// end line.
+type Op struct {
+	Seq    int64
+	Begin  int64 // unix ns
+	Kind   string
+	Mount  int
+	Args   []string
+	Ended  bool
+	End    int64 // unix ns
+	OK     bool
+	Errno  int      // when !OK
+	Result []string // when OK
+}
+
+func (o *Op) String() string {
+	s := fmt.Sprintf("#%d %s@%d %s", o.Seq, o.Kind, o.Mount, strings.Join(o.Args, " "))
+	switch {
+	case !o.Ended:
+		return s + " (no answer)"
+	case o.OK:
+		return s + " ok " + strings.Join(o.Result, " ")
+	default:
+		return s + " err " + strconv.Itoa(o.Errno)
+	}
+}
+
+// Int returns argument i as a number; the log is the driver's own, so a bad
+// one is a bug of the driver and gives -1.
+func (o *Op) Int(i int) int64 {
+	if i >= len(o.Args) {
+		return -1
+	}
+	n, err := strconv.ParseInt(o.Args[i], 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// Parse reads a driver's log into its operations, in order.
+func Parse(lines []string) ([]*Op, error) {
+	var ops []*Op
+	bySeq := map[int64]*Op{}
+	for i, l := range lines {
+		f := strings.Fields(l)
+		if len(f) < 4 {
+			return nil, fmt.Errorf("log line %d %q: too short", i+1, l)
+		}
+		seq, err1 := strconv.ParseInt(f[1], 10, 64)
+		ts, err2 := strconv.ParseInt(f[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("log line %d %q: bad seq or time", i+1, l)
+		}
+		switch f[0] {
+		case "B":
+			if len(f) < 5 {
+				return nil, fmt.Errorf("log line %d %q: too short", i+1, l)
+			}
+			m, err := strconv.Atoi(f[4])
+			if err != nil {
+				return nil, fmt.Errorf("log line %d %q: bad mount", i+1, l)
+			}
+			o := &Op{Seq: seq, Begin: ts, Kind: f[3], Mount: m, Args: f[5:]}
+			ops = append(ops, o)
+			bySeq[seq] = o
+		case "E":
+			o := bySeq[seq]
+			if o == nil || o.Ended {
+				return nil, fmt.Errorf("log line %d %q: no operation %d in flight", i+1, l, seq)
+			}
+			o.Ended, o.End = true, ts
+			switch f[3] {
+			case "ok":
+				o.OK, o.Result = true, f[4:]
+			case "err":
+				if len(f) != 5 {
+					return nil, fmt.Errorf("log line %d %q: want one errno", i+1, l)
+				}
+				n, err := strconv.Atoi(f[4])
+				if err != nil {
+					return nil, fmt.Errorf("log line %d %q: bad errno", i+1, l)
+				}
+				o.Errno = n
+			default:
+				return nil, fmt.Errorf("log line %d %q: want ok or err", i+1, l)
+			}
+		default:
+			return nil, fmt.Errorf("log line %d %q: want B or E", i+1, l)
+		}
+	}
+	return ops, nil
+}

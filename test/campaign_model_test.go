@@ -1,0 +1,102 @@
+package test
+
+import (
+	"strings"
+	"testing"
+
+	"ckptfs/test/campaign"
+)
+
+// TestCampaignModel: the campaign's check accepts what a crash may leave
+// and refuses what it may not, on a log made by hand (no mount).
+func TestCampaignModel(t *testing.T) {
+	const id = 3
+	lines := []string{
+		"B 1 10 open 0 f0 1 0", "E 1 11 ok",
+		"B 2 12 write 0 f0 0 100", "E 2 13 ok",
+		"B 3 14 fsync 0 f0", "E 3 15 ok",
+		"B 4 16 write 0 f0 50 100", "E 4 17 ok",
+		"B 5 18 trunc 0 f0 120", "E 5 19 ok",
+		"B 6 20 write 0 f0 0 10", "E 6 21 err 107", // in flight at the kill
+	}
+	ops, err := campaign.Parse(lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := func(upto int, partial int) []byte {
+		var b []byte
+		for _, op := range ops[:upto] {
+			switch op.Kind {
+			case "write":
+				off, n := op.Int(1), op.Int(2)
+				if op == ops[upto-1] && partial >= 0 {
+					n = int64(partial)
+				}
+				if int64(len(b)) < off+n {
+					b = append(b, make([]byte, off+n-int64(len(b)))...)
+				}
+				copy(b[off:], campaign.Pattern(id, op.Seq, off, int(n)))
+			case "trunc":
+				size := op.Int(1)
+				nb := make([]byte, size)
+				copy(nb, b)
+				b = nb
+			}
+		}
+		return b
+	}
+	model := func(wal bool) (*campaignRun, *mfile) {
+		c := &campaignRun{wal: wal, curDriver: id}
+		v := nsView{dir: true, names: map[string]*mfile{}}
+		fail := func(f string, a ...any) { t.Fatalf(f, a...) }
+		for i, op := range ops {
+			if !c.apply(op, &v, i == len(ops)-1, fail) {
+				t.Fatalf("apply %v", op)
+			}
+		}
+		return c, v.names["f0"]
+	}
+
+	c, f := model(false)
+	for _, tc := range []struct {
+		name    string
+		content []byte
+		ok      bool
+	}{
+		{"the fsynced state", state(2, -1), true},
+		{"a later state", state(4, -1), true},
+		{"the last state", state(5, -1), true},
+		{"the write in flight applied", state(6, -1), true},
+		{"a prefix of a write after the fsync", state(4, 60), true},
+		{"the state before the fsync", state(1, -1), false},
+		{"the fsynced state cut short", state(2, -1)[:99], false},
+		{"a byte no write put there", func() []byte { b := state(4, -1); b[70] ^= 1; return b }(), false},
+		{"zeros in place of written bytes", make([]byte, 100), false},
+	} {
+		msg := c.matches(f, tc.content)
+		if (msg == "") != tc.ok {
+			t.Errorf("without the WAL, %s: accepted %v, want %v (%s)", tc.name, msg == "", tc.ok, msg)
+		}
+	}
+
+	c, f = model(true)
+	for _, tc := range []struct {
+		name    string
+		content []byte
+		ok      bool
+	}{
+		{"the last acknowledged state", state(5, -1), true},
+		{"the write in flight applied", state(6, -1), true},
+		{"a prefix of the write in flight", state(6, 4), true},
+		{"the fsynced state", state(2, -1), false},
+		{"a prefix of an acknowledged write", state(4, 60), false},
+	} {
+		msg := c.matches(f, tc.content)
+		if (msg == "") != tc.ok {
+			t.Errorf("with the WAL, %s: accepted %v, want %v (%s)", tc.name, msg == "", tc.ok, msg)
+		}
+		if !tc.ok && !strings.Contains(msg, "history") {
+			t.Errorf("with the WAL, %s: the failure does not give the history: %s", tc.name, msg)
+		}
+	}
+}
