@@ -437,6 +437,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		nextPart:   1,
 	}
 	f.mu.f = f
+	f.w.pubCtx, f.w.pubCancel = context.WithCancel(context.Background())
 	f.initSender()
 	f.publishStatLocked()
 	return f, nil
@@ -709,8 +710,20 @@ func (f *File) SetMtime(ctx context.Context, t time.Time) error {
 //
 // With the WAL on, Close waits for a publish in flight, then releases the
 // log's lease; what it drops is in the log and replays at the next open.
+// Each wait on the store is bounded by closeWait (the lease's TTL): a publish
+// that has not landed by then is cancelled (its records stay in the log, and
+// the next open replays them), and a lease not released by then expires.
 func (f *File) Close() error {
-	unlock, _ := f.lockAll(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), f.closeWait())
+	unlock, err := f.lockAll(ctx)
+	cancel()
+	if err != nil {
+		f.log.Warn("close: a write-ahead log publish did not land in time; cancelled, its records replay at the next open",
+			zap.String("file", f.prefix), zap.Duration("waited", f.closeWait()))
+		// A cancelled publish returns as soon as its request does.
+		f.w.pubCancel()
+		unlock, _ = f.lockAll(context.Background())
+	}
 	if f.closed {
 		unlock()
 		return nil

@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"ckptfs/segment"
 	"ckptfs/staging"
+	"ckptfs/wal"
 )
 
-// stallStore holds every store of a data object (not the head) until
+// stallStore holds every store of a checkpoint's object (not the head, not
+// the write-ahead log) until
 // release is closed, and says on stalled when the first one is held: a store
 // that stopped answering.
 type stallStore struct {
@@ -25,7 +28,7 @@ func newStallStore(st staging.Store) *stallStore {
 }
 
 func (s *stallStore) hold(ctx context.Context, key string) error {
-	if strings.HasSuffix(key, "/"+HeadKey) {
+	if strings.HasSuffix(key, "/"+HeadKey) || strings.Contains(key, "/"+wal.Dir) {
 		return nil
 	}
 	s.once.Do(func() { close(s.stalled) })
@@ -118,5 +121,58 @@ func TestStatDuringStalledFlush(t *testing.T) {
 	s = f.Stat()
 	if s.Dirty || s.Cno != ft.Cno || s.Cno <= before.Cno || s.Size != want || f.Size() != want {
 		t.Errorf("after the flush: %+v (flush made checkpoint %d); want clean at it, size %d", s, ft.Cno, want)
+	}
+}
+
+// TestCloseStalledPublish: Close of a file whose WAL publish is held by a
+// stalled store returns (the publish is cancelled after the lease's TTL), and
+// what was written replays at the next open.
+func TestCloseStalledPublish(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	st := newStallStore(mem)
+	o := Options{Params: walParams(segment.FormatStream), FileID: "cp"}
+	o.Params.WALLeaseTTL = 300 * time.Millisecond
+	f, err := Create(ctx, st, "cp/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := pattern(2*4096+7, 2)
+	if _, err := f.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Flush(ctx); err != nil { // starts the publish
+		t.Fatal(err)
+	}
+	watchdog(t, "publish reaching the store", st.stalled)
+
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		f.Close()
+	}()
+	select {
+	case <-closed:
+	case <-time.After(30 * time.Second):
+		close(st.release)
+		<-closed
+		t.Fatal("Close waited for the stalled publish (no answer in 30s)")
+	}
+	close(st.release)
+
+	g, err := Open(ctx, mem, "cp/", o)
+	if err != nil {
+		t.Fatalf("open after close: %v", err)
+	}
+	defer g.Close()
+	if g.Size() != int64(len(data)) {
+		t.Fatalf("size after reopen %d, want %d", g.Size(), len(data))
+	}
+	got := make([]byte, len(data))
+	if _, err := g.ReadAt(ctx, got, 0); err != nil {
+		t.Fatal(err)
+	}
+	if string(got) != string(data) {
+		t.Fatal("data after reopen differs from what was written")
 	}
 }
