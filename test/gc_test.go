@@ -4,9 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -307,5 +310,99 @@ func TestGCDryRunAndUploads(t *testing.T) {
 	}
 	if _, err := readCheckpoint(ctx, st, prefix, id, chain[0]); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestGCShortGraceSlowWriter: dd writes a file into a mount slowly, sending
+// objects ahead, while `ckptfs gc --grace 1s --min-age 0` runs over and over:
+// the objects sent ahead grow older than the grace period long before dd's
+// close publishes them. The writer's marker keeps them; afterwards the file
+// reads back exactly, through the mount (cmp) and from the store. (The writer
+// is a process of its own: a close of a copy of its descriptor in a forked
+// gc would publish a checkpoint.)
+func TestGCShortGraceSlowWriter(t *testing.T) {
+	need(t, "cmp", "dd")
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	m := v.mount(gcMountOpts)
+	store, opts, env := s3Args(t, v)
+	const chunk = 64 << 10
+	chunks := int(size(24, 12))
+	want := make([]byte, chunks*chunk)
+	r := rand.New(rand.NewPCG(21, 22))
+	for i := range want {
+		want[i] = byte(r.Uint32())
+	}
+
+	stop := make(chan struct{})
+	gcDone := make(chan error, 1)
+	var runs, deleted int
+	go func() {
+		gcDone <- func() error {
+			for {
+				select {
+				case <-stop:
+					return nil
+				default:
+				}
+				cmd := exec.Command(bin, "gc", "-o", opts, "--grace", "1s", "--min-age", "0", "--keep", "1", store)
+				cmd.Env = env
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					return fmt.Errorf("gc run %d: %v\n%s", runs, err, out)
+				}
+				runs++
+				deleted += strings.Count(string(out), "\ndeleted ")
+			}
+		}()
+	}()
+
+	p := m.path("slow")
+	dd := exec.Command("dd", "of="+p, "bs=64k", "iflag=fullblock", "status=none")
+	in, err := dd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ddOut bytes.Buffer
+	dd.Stderr = &ddOut
+	if err := dd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := range chunks {
+		if _, err := in.Write(want[i*chunk : (i+1)*chunk]); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(250 * time.Millisecond) // slow: what was sent ahead ages past the grace period
+	}
+	in.Close()
+	ddErr := dd.Wait()
+	close(stop)
+	if err := <-gcDone; err != nil {
+		t.Fatal(err)
+	}
+	if ddErr != nil {
+		t.Fatalf("dd: %v\n%s", ddErr, ddOut.String())
+	}
+	t.Logf("%d gc runs while the file was written, %d objects deleted", runs, deleted)
+	if runs < 3 {
+		t.Fatalf("only %d gc runs: the test proved nothing", runs)
+	}
+	local := filepath.Join(t.TempDir(), "want")
+	if err := os.WriteFile(local, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "", "cmp", local, p)
+	st := v.store()
+	id, prefix := fileOf(t, st)
+	chain := chainOf(t, st, prefix, id)
+	got, err := readCheckpoint(context.Background(), st, prefix, id, chain[0])
+	if err != nil {
+		t.Fatalf("read the file from the store: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the file in the store: %d bytes differ from the %d written", len(got), len(want))
+	}
+	if len(chain) != 1 {
+		t.Fatalf("checkpoints %v: want the close's only", chain)
 	}
 }

@@ -17,15 +17,18 @@ const gcUsage = `Usage: ckptfs gc [-o name=value,...] [--keep N] [--keep-for DUR
 Deletes the objects no retained checkpoint references, failed flushes' and
 abandoned writers' leftovers, files left without a name (older than the grace
 period), and multipart uploads abandoned for longer than the grace period.
-Never deletes anything a live writer may still publish.
+Never deletes anything a live writer may still publish: a writer keeps a
+renewed marker (f/<id>/writers/) naming what it may publish, whatever its age.
 
   --keep N            retain the newest N checkpoints of each file (default 0: all)
   --keep-for D        also retain checkpoints younger than D (e.g. 24h)
-  --grace D           age before work above a file's head (objects sent ahead,
-                      an unfinished flush, multipart uploads) counts as
-                      abandoned (default 1h)
+  --grace D           age before work above a file's head that no live writer
+                      marker covers (a dead writer's objects sent ahead or
+                      unfinished flush, multipart uploads) counts as abandoned,
+                      and how long a dead marker is kept (default 1h); must
+                      exceed the time of one request
   --min-age D         age before an unreferenced finished object is deleted;
-                      covers writers of other mounts with a stale head (default 10m)
+                      covers readers of other mounts with a stale head (default 10m)
   --dry-run           delete nothing; print what would be deleted
   -o ...              store options, as for mount (endpoint=, region=, path_style, profile=)
 `
@@ -148,8 +151,8 @@ func gcMain(args []string, stdout, stderr io.Writer) int {
 		for _, s := range rep.Skipped {
 			fmt.Fprintf(stdout, "left alone %s (%d bytes): %s\n", s.Key, s.Size, s.Reason)
 		}
-		fmt.Fprintf(stdout, "%d files, %d checkpoints (%d retained): %s %d objects (%d bytes), kept %d objects (%d bytes), %d uploads aborted, %d objects left alone\n",
-			rep.Files, rep.Checkpoints, rep.Retained, verb, len(rep.Deleted), rep.DeletedBytes(), rep.Kept, rep.KeptBytes, len(rep.Aborted), len(rep.Skipped))
+		fmt.Fprintf(stdout, "%d files, %d checkpoints (%d retained): %s %d objects (%d bytes), kept %d objects (%d bytes), %d uploads aborted, %d objects left alone, %d live writers\n",
+			rep.Files, rep.Checkpoints, rep.Retained, verb, len(rep.Deleted), rep.DeletedBytes(), rep.Kept, rep.KeptBytes, len(rep.Aborted), len(rep.Skipped), rep.Writers)
 	}
 	if err != nil {
 		fmt.Fprintf(stderr, "ckptfs gc: %v\n", err)

@@ -20,20 +20,34 @@
 //
 // # What a live writer may still publish
 //
-// A writer numbers the objects of its next checkpoint with a cno above the
-// head's. Objects with a cno greater than the head's cno (sent ahead, or the
-// parts of a flush in progress) are therefore never deleted unless their
-// LastModified is older than Grace (default one hour): only a writer that
-// died leaves them that long. Open multipart uploads are aborted only when
-// initiated more than Grace ago. The listing is taken before the head is
-// read, so an object listed is either below a head the cleaner sees or
-// protected by this rule; objects written after the listing are not seen.
+// Age alone never decides for a live writer. A writer that holds objects no
+// published head names yet (sent ahead, partial segments, the data parts of a
+// flush in progress; after losing a race to another mount, even objects below
+// that mount's head, which it rebases onto and then publishes) keeps a writer
+// marker, "writers/<id>" under the file's prefix (engine.WriterMarker, see
+// fs/engine/writers.go), renewed while it holds them. A marker is live while
+// its LastModified is within its TTL; no object whose cno is at or above a
+// live marker's lo is deleted, whatever its age, and no multipart upload of
+// such an object is aborted. The markers of a file are read again right
+// before that file's objects are deleted, and again whenever more than
+// engine.WriterRecheck passed since they were last read. A marker dead for
+// longer than its TTL plus Grace is deleted; one that does not decode is
+// reported and protects the whole file for engine.MaxWriterTTL.
+//
+// Without a live marker, objects with a cno greater than the head's cno are
+// deleted once their LastModified is older than Grace (default one hour): a
+// writer that died left them. The one thing a writer stores above the head
+// without a marker is a flush's lone part 0, which its head follows at once,
+// so Grace must exceed the time of one request. Open multipart uploads are
+// aborted only when initiated more than Grace ago. The listing is taken
+// before the head is read, so an object listed is either below a head the
+// cleaner sees or protected by these rules; objects written after the listing
+// are not seen.
 //
 // Unreferenced objects with cno not above the head's (a failed flush's part 0
-// and parts, the objects of dropped checkpoints) are deleted once older than
-// MinAge. The two ages are separate on purpose: Grace protects work in
-// progress and must be long, MinAge only covers a writer of another mount
-// whose view of the head is stale (it may still build on objects of a
+// and parts, the objects of dropped checkpoints) not under a live marker are
+// deleted once older than MinAge. MinAge covers a reader or writer of another
+// mount whose view of the head is stale (it may still build on objects of a
 // checkpoint this cleaner just dropped) and may be zero for a volume with one
 // mount.
 //
@@ -43,7 +57,8 @@
 //
 // A file the namespace holds as an orphan (no name left; fs/namespace
 // Orphans) is deleted whole, head last, and then forgotten by the namespace,
-// once its newest object is older than Grace. A mount deletes its own
+// once its newest object is older than Grace and it has no live writer
+// marker. A mount deletes its own
 // unlinked files when their last handle closes; this rule is for files a
 // mount that died left behind. The cleaner cannot see another mount's open
 // handles, so Grace is also how long a handle may read an unlinked file that
@@ -120,6 +135,8 @@ type Report struct {
 	Aborted     []staging.Upload
 	Orphans     []string // ids of orphaned files deleted (or that would be)
 	Skipped     []Object // left alone: unknown names, files without a head
+	// Writers counts live writer markers seen: files being written.
+	Writers int
 }
 
 // DeletedBytes sums the sizes of the deleted objects.
@@ -175,18 +192,19 @@ func CleanVolume(ctx context.Context, st staging.Store, root string, o Options) 
 		orphans[or.FileID] = true
 	}
 	now := o.now()
+	view := newWriterView(st)
 	for _, id := range ids {
 		if orphans[id] {
-			if err := reapOrphan(ctx, st, ns, fp+id+"/", id, byFile[id], now, o, rep); err != nil {
+			if err := reapOrphan(ctx, st, ns, fp+id+"/", id, byFile[id], now, o, rep, view); err != nil {
 				return rep, err
 			}
 			continue
 		}
-		if err := cleanFile(ctx, st, fp+id+"/", id, byFile[id], o, rep); err != nil {
+		if err := cleanFile(ctx, st, fp+id+"/", id, byFile[id], o, rep, view); err != nil {
 			return rep, err
 		}
 	}
-	if err := abortUploads(ctx, st, fp, o, rep); err != nil {
+	if err := abortUploads(ctx, st, fp, o, rep, view); err != nil {
 		return rep, err
 	}
 	return rep, nil
@@ -195,7 +213,7 @@ func CleanVolume(ctx context.Context, st staging.Store, root string, o Options) 
 // reapOrphan deletes an orphaned file whose newest object is older than the
 // grace period (head last, so a run cut short leaves a file that opens) and
 // makes the namespace forget it.
-func reapOrphan(ctx context.Context, st staging.Store, ns *namespace.Namespace, prefix, id string, objs []staging.ObjectInfo, now time.Time, o Options, rep *Report) error {
+func reapOrphan(ctx context.Context, st staging.Store, ns *namespace.Namespace, prefix, id string, objs []staging.ObjectInfo, now time.Time, o Options, rep *Report, view *writerView) error {
 	rep.Files++
 	var newest time.Time
 	for _, obj := range objs {
@@ -203,7 +221,12 @@ func reapOrphan(ctx context.Context, st staging.Store, ns *namespace.Namespace, 
 			newest = obj.LastModified
 		}
 	}
-	if now.Sub(newest) <= o.Grace {
+	// A mount still writing the file (an open handle) keeps a live marker.
+	ws, err := view.read(ctx, prefix, objs)
+	if err != nil {
+		return fmt.Errorf("orphaned file %s: %w", id, err)
+	}
+	if now.Sub(newest) <= o.Grace || anyLive(ws, now) {
 		for _, obj := range objs {
 			rep.Kept++
 			rep.KeptBytes += obj.Size
@@ -240,15 +263,17 @@ func CleanFile(ctx context.Context, st staging.Store, prefix, id string, o Optio
 	if err != nil {
 		return rep, fmt.Errorf("list %s: %w", prefix, err)
 	}
-	if err := cleanFile(ctx, st, prefix, id, objs, o, rep); err != nil {
+	view := newWriterView(st)
+	if err := cleanFile(ctx, st, prefix, id, objs, o, rep, view); err != nil {
 		return rep, err
 	}
-	return rep, abortUploads(ctx, st, prefix, o, rep)
+	return rep, abortUploads(ctx, st, prefix, o, rep, view)
 }
 
 // abortUploads aborts open multipart uploads under prefix initiated more
-// than the grace period ago.
-func abortUploads(ctx context.Context, st staging.Store, prefix string, o Options, rep *Report) error {
+// than the grace period ago, but none of an object a live writer marker of
+// its file covers.
+func abortUploads(ctx context.Context, st staging.Store, prefix string, o Options, rep *Report, view *writerView) error {
 	ups, err := st.ListMultipartUploads(ctx, prefix)
 	if err != nil {
 		return fmt.Errorf("list multipart uploads under %q: %w", prefix, err)
@@ -257,6 +282,17 @@ func abortUploads(ctx context.Context, st staging.Store, prefix string, o Option
 	for _, u := range ups {
 		if now.Sub(u.Initiated) <= o.Grace {
 			continue
+		}
+		if i := strings.LastIndexByte(u.Key, '/'); i >= 0 {
+			if n, _, err := segment.ParseObjectName(u.Key[i+1:]); err == nil {
+				ws, err := view.fresh(ctx, u.Key[:i+1])
+				if err != nil {
+					return fmt.Errorf("abort upload %s of %s: %w", u.UploadID, u.Key, err)
+				}
+				if covered(ws, now, n.Cno) {
+					continue
+				}
+			}
 		}
 		if !o.DryRun {
 			if err := st.AbortMultipart(ctx, u.Key, u.UploadID); err != nil && !errors.Is(err, staging.ErrNotFound) {
@@ -276,7 +312,7 @@ type checkpoint struct {
 
 // cleanFile cleans one file given its objects as listed (before the head is
 // read: see the package doc).
-func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []staging.ObjectInfo, o Options, rep *Report) error {
+func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []staging.ObjectInfo, o Options, rep *Report, view *writerView) error {
 	rep.Files++
 	tag := segment.FileTag(id)
 	headKey := prefix + "inode"
@@ -318,6 +354,17 @@ func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []
 	rep.Checkpoints += len(chain)
 
 	now := o.now()
+	writers, err := view.read(ctx, prefix, objs)
+	if err != nil {
+		return fmt.Errorf("clean %s: %w", prefix, err)
+	}
+	byKey := map[string]engine.Writer{}
+	for _, w := range writers {
+		byKey[w.Key] = w
+		if w.Live(now) {
+			rep.Writers++
+		}
+	}
 	live := map[segment.ObjectName]bool{}
 	var dropped []segment.ObjectName // part 0s of dropped checkpoints, newest first
 	loaders := map[segment.Format]*blockmap.ObjectLoader{}
@@ -338,12 +385,12 @@ func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []
 	}
 
 	// Decide.
-	var doomed []Object
+	var doomed []doomedObject
 	droppedSet := map[string]bool{}
 	for _, n := range dropped {
 		droppedSet[prefix+n.String()] = true
 	}
-	var first []Object // dropped part 0s, deleted first
+	var first []doomedObject // dropped part 0s, deleted first
 	for _, obj := range objs {
 		if o.Progress != nil {
 			o.Progress(1)
@@ -354,9 +401,25 @@ func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []
 			rep.KeptBytes += obj.Size
 			continue
 		}
+		if engine.IsWriterKey(rel) {
+			w, ok := byKey[obj.Key]
+			switch {
+			case !ok: // let go since the listing
+			case w.Err != nil:
+				rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: w.Err.Error()})
+				continue
+			case now.Sub(w.Modified) > w.Marker.TTL+o.Grace:
+				doomed = append(doomed, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size,
+					Reason: "writer marker dead for longer than the grace period"}, marker: true})
+				continue
+			}
+			rep.Kept++
+			rep.KeptBytes += obj.Size
+			continue
+		}
 		if strings.HasPrefix(rel, wal.Dir) {
 			if walCovered(rel, walApplied, now.Sub(obj.LastModified) >= o.MinAge) {
-				doomed = append(doomed, Object{Key: obj.Key, Size: obj.Size, Reason: "write-ahead log record the head's checkpoint holds"})
+				doomed = append(doomed, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size, Reason: "write-ahead log record the head's checkpoint holds"}})
 			} else {
 				rep.Kept++
 				rep.KeptBytes += obj.Size
@@ -372,13 +435,14 @@ func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []
 		var reason string
 		switch {
 		case live[n]:
+		case covered(writers, now, n.Cno):
 		case n.Cno > hd.Inode.Cno:
 			if age > o.Grace {
 				reason = "abandoned: above the head's checkpoint and older than the grace period"
 			}
 		case age >= o.MinAge:
 			if droppedSet[obj.Key] {
-				first = append(first, Object{Key: obj.Key, Size: obj.Size, Reason: "part 0 of a dropped checkpoint"})
+				first = append(first, doomedObject{Object{Key: obj.Key, Size: obj.Size, Reason: "part 0 of a dropped checkpoint"}, n.Cno, true, false})
 				continue
 			}
 			reason = "referenced by no retained checkpoint"
@@ -388,20 +452,131 @@ func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []
 			rep.KeptBytes += obj.Size
 			continue
 		}
-		doomed = append(doomed, Object{Key: obj.Key, Size: obj.Size, Reason: reason})
+		doomed = append(doomed, doomedObject{Object{Key: obj.Key, Size: obj.Size, Reason: reason}, n.Cno, true, false})
 	}
 	// Newest dropped checkpoint first: the chain is cut at the retained end.
 	sort.SliceStable(first, func(i, j int) bool { return first[i].Key > first[j].Key })
-	for _, obj := range slices.Concat(first, doomed) {
+	all := slices.Concat(first, doomed)
+	if len(all) == 0 {
+		return nil
+	}
+	// A writer may have started, or rebased onto objects listed here, since
+	// the listing: its markers are read again right before deleting, and
+	// again whenever the last reading is older than engine.WriterRecheck.
+	view.forget(prefix)
+	for _, d := range all {
+		ws, err := view.fresh(ctx, prefix)
+		if err != nil {
+			return fmt.Errorf("clean %s: %w", prefix, err)
+		}
+		if d.isCkpt && covered(ws, o.now(), d.cno) || d.marker && !deadLong(ws, d.Key, o.now(), o.Grace) {
+			rep.Kept++
+			rep.KeptBytes += d.Size
+			continue
+		}
 		if !o.DryRun {
-			if err := st.Delete(ctx, obj.Key); err != nil {
-				return fmt.Errorf("delete %s: %w", obj.Key, err)
+			if err := st.Delete(ctx, d.Key); err != nil {
+				return fmt.Errorf("delete %s: %w", d.Key, err)
 			}
 		}
-		rep.Deleted = append(rep.Deleted, obj)
+		rep.Deleted = append(rep.Deleted, d.Object)
 	}
 	return nil
 }
+
+// doomedObject is an object decided for deletion; a checkpoint object's cno
+// is checked against the writer markers once more before it goes.
+type doomedObject struct {
+	Object
+	cno    uint64
+	isCkpt bool
+	marker bool // a dead writer marker
+}
+
+// deadLong says whether the marker at key, as read in ws, is still dead for
+// longer than its TTL plus grace (a marker gone since is not deleted again).
+func deadLong(ws []engine.Writer, key string, now time.Time, grace time.Duration) bool {
+	for _, w := range ws {
+		if w.Key == key {
+			return w.Err == nil && now.Sub(w.Modified) > w.Marker.TTL+grace
+		}
+	}
+	return false
+}
+
+// covered says whether a live marker among ws protects objects of cno.
+func covered(ws []engine.Writer, now time.Time, cno uint64) bool {
+	for _, w := range ws {
+		if w.Live(now) && w.Covers(cno) {
+			return true
+		}
+	}
+	return false
+}
+
+func anyLive(ws []engine.Writer, now time.Time) bool {
+	for _, w := range ws {
+		if w.Live(now) {
+			return true
+		}
+	}
+	return false
+}
+
+// writerView holds the writer markers read per file, and when (on this
+// machine's monotonic clock) each reading began.
+type writerView struct {
+	st    staging.Store
+	files map[string]writersRead
+}
+
+type writersRead struct {
+	ws []engine.Writer
+	at time.Time
+}
+
+func newWriterView(st staging.Store) *writerView {
+	return &writerView{st: st, files: map[string]writersRead{}}
+}
+
+// read reads the markers of the file at prefix that the listing objs holds.
+func (v *writerView) read(ctx context.Context, prefix string, objs []staging.ObjectInfo) ([]engine.Writer, error) {
+	at := time.Now()
+	var ws []engine.Writer
+	for _, obj := range objs {
+		if !engine.IsWriterKey(strings.TrimPrefix(obj.Key, prefix)) {
+			continue
+		}
+		w, err := engine.ReadWriter(ctx, v.st, obj.Key)
+		if errors.Is(err, staging.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		ws = append(ws, w)
+	}
+	v.files[prefix] = writersRead{ws, at}
+	return ws, nil
+}
+
+// fresh returns the markers of the file at prefix, read again (listed and
+// read) unless the last reading began less than engine.WriterRecheck ago.
+func (v *writerView) fresh(ctx context.Context, prefix string) ([]engine.Writer, error) {
+	if r, ok := v.files[prefix]; ok && time.Since(r.at) < engine.WriterRecheck {
+		return r.ws, nil
+	}
+	at := time.Now()
+	ws, err := engine.ReadWriters(ctx, v.st, prefix)
+	if err != nil {
+		return nil, err
+	}
+	v.files[prefix] = writersRead{ws, at}
+	return ws, nil
+}
+
+// forget drops what was read of the file at prefix: the next fresh reads.
+func (v *writerView) forget(prefix string) { delete(v.files, prefix) }
 
 // markRefs marks every object the block map of ino points into: its nodes
 // and the data blocks of its leaves.

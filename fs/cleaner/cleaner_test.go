@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -368,7 +369,8 @@ func TestSentAheadSurvives(t *testing.T) {
 	if !bytes.Equal(got, data) {
 		t.Fatal("data sent ahead before gc reads back wrong")
 	}
-	// Past the grace period, a writer's abandoned objects go.
+	// Past the grace period and its marker's TTL (as if it had died), a
+	// writer's abandoned objects go, and its dead marker.
 	if _, err := f.WriteAt(ctx, data, 1<<20); err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +383,7 @@ func TestSentAheadSurvives(t *testing.T) {
 		t.Fatal("abandoned objects past the grace period were kept")
 	}
 	for _, d := range rep.Deleted {
-		if !strings.Contains(d.Reason, "abandoned") {
+		if !strings.Contains(d.Reason, "abandoned") && !strings.Contains(d.Key, "/"+engine.WritersDir) {
 			t.Fatalf("deleted %s: %s; want only abandoned work", d.Key, d.Reason)
 		}
 	}
@@ -588,5 +590,379 @@ func TestWALRecords(t *testing.T) {
 	}
 	if _, err := st.Head(ctx, covered); !errors.Is(err, staging.ErrNotFound) {
 		t.Fatalf("%s still there: %v", covered, err)
+	}
+}
+
+// fakeClock is an engine.Clock that moves only when told; Sleep moves it.
+type fakeClock struct {
+	mu      sync.Mutex
+	now     time.Time
+	waiters []fakeWaiter
+}
+
+type fakeWaiter struct {
+	at time.Time
+	ch chan time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_800_000_000, 0)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeClock) After(d time.Duration) <-chan time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	ch := make(chan time.Time, 1)
+	if d <= 0 {
+		ch <- c.now
+		return ch
+	}
+	c.waiters = append(c.waiters, fakeWaiter{c.now.Add(d), ch})
+	return ch
+}
+
+func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
+	c.Advance(d)
+	return ctx.Err()
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+	kept := c.waiters[:0]
+	for _, w := range c.waiters {
+		if !w.at.After(c.now) {
+			w.ch <- c.now
+		} else {
+			kept = append(kept, w)
+		}
+	}
+	c.waiters = kept
+}
+
+// clockStore is a store whose LastModified times are the fake clock's, and
+// that tells of every writer marker stored.
+type clockStore struct {
+	staging.Store
+	clk     *fakeClock
+	mu      sync.Mutex
+	mod     map[string]time.Time
+	markers chan string
+}
+
+func newClockStore(clk *fakeClock) *clockStore {
+	return &clockStore{Store: staging.NewMem(), clk: clk, mod: map[string]time.Time{}, markers: make(chan string, 1000)}
+}
+
+func (s *clockStore) stamp(key string) {
+	s.mu.Lock()
+	s.mod[key] = s.clk.Now()
+	s.mu.Unlock()
+}
+
+func (s *clockStore) fix(info staging.ObjectInfo) staging.ObjectInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.mod[info.Key]; ok {
+		info.LastModified = t
+	}
+	return info
+}
+
+func (s *clockStore) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+	info, err := s.Store.Put(ctx, key, data, o)
+	if err == nil {
+		s.stamp(key)
+		if strings.Contains(key, "/"+engine.WritersDir) {
+			s.markers <- key
+		}
+	}
+	return s.fix(info), err
+}
+
+func (s *clockStore) CompleteMultipart(ctx context.Context, key, id string, parts []staging.CompletedPart, c staging.Conditions) (staging.ObjectInfo, error) {
+	info, err := s.Store.CompleteMultipart(ctx, key, id, parts, c)
+	if err == nil {
+		s.stamp(key)
+	}
+	return s.fix(info), err
+}
+
+func (s *clockStore) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
+	b, info, err := s.Store.Get(ctx, key, r)
+	return b, s.fix(info), err
+}
+
+func (s *clockStore) Head(ctx context.Context, key string) (staging.ObjectInfo, error) {
+	info, err := s.Store.Head(ctx, key)
+	return s.fix(info), err
+}
+
+func (s *clockStore) List(ctx context.Context, prefix, after string, max int) (staging.ListPage, error) {
+	pg, err := s.Store.List(ctx, prefix, after, max)
+	for i := range pg.Objects {
+		pg.Objects[i] = s.fix(pg.Objects[i])
+	}
+	return pg, err
+}
+
+// passTime moves the clock by d in steps of a third of the marker TTL,
+// waiting at each step for the renewal of the one writer holding objects.
+func passTime(t *testing.T, st *clockStore, d time.Duration) {
+	t.Helper()
+	step := engine.DefaultWriterTTL / 3
+	for passed := time.Duration(0); passed < d; passed += step {
+		st.clk.Advance(step)
+		select {
+		case <-st.markers:
+		case <-time.After(time.Minute):
+			t.Fatal("the writer marker was not renewed")
+		}
+	}
+}
+
+func readBack(t *testing.T, st staging.Store, prefix, id string, p engine.Params) []byte {
+	t.Helper()
+	g, err := engine.Open(context.Background(), st, prefix, engine.Options{Params: p, FileID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	got := make([]byte, g.Size())
+	if _, err := g.ReadAt(context.Background(), got, 0); err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("read back: %v", err)
+	}
+	return got
+}
+
+// A writer keeps objects sent ahead for longer than the grace period before
+// its flush: its renewed marker keeps them from the cleaner, and the file
+// reads back exactly.
+func TestLiveWriterPastGrace(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	st := newClockStore(clk)
+	p := params(segment.FormatStream, true)
+	const id = "lw"
+	prefix := cleaner.FilesPrefix("") + id + "/"
+	f, err := engine.Create(ctx, st, prefix, engine.Options{Params: p, FileID: id, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	data := randBytes(rand.New(rand.NewPCG(7, 7)), 64<<10)
+	// Over the dirty limit: the write waits for its objects sent ahead.
+	if _, err := f.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if len(keys(t, st, prefix)) < 4 {
+		t.Fatal("nothing was sent ahead")
+	}
+	<-st.markers // stored before the first object
+	passTime(t, st, 2*time.Hour)
+	rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Deleted) != 0 || rep.Writers != 1 {
+		t.Fatalf("gc deleted %v, saw %d live writers; want nothing deleted and one writer", rep.Deleted, rep.Writers)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := readBack(t, st, prefix, id, p); !bytes.Equal(got, data) {
+		t.Fatal("file reads back wrong")
+	}
+	// Closed, the writer leaves nothing a cleaner must keep.
+	f.Close()
+	if ks := keys(t, st, prefix+engine.WritersDir); len(ks) != 0 {
+		t.Fatalf("markers left after close: %v", ks)
+	}
+}
+
+// Two writers of one file: the second publishes first, which leaves the
+// first one's objects sent ahead below the head. The cleaner runs past
+// MinAge; the first writer rebases onto the second's checkpoint and
+// publishes a head naming its objects, and the file reads back as both
+// wrote it.
+func TestRebasedWriterKeepsObjects(t *testing.T) {
+	ctx := context.Background()
+	clk := newFakeClock()
+	st := newClockStore(clk)
+	p := params(segment.FormatStream, true)
+	const id = "two"
+	prefix := cleaner.FilesPrefix("") + id + "/"
+	o := engine.Options{Params: p, FileID: id, Clock: clk}
+	a, err := engine.Create(ctx, st, prefix, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	r := rand.New(rand.NewPCG(8, 8))
+	if _, err := a.WriteAt(ctx, randBytes(r, 2000), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b, err := engine.Open(ctx, st, prefix, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	da := randBytes(r, 64<<10)
+	if _, err := a.WriteAt(ctx, da, 0); err != nil {
+		t.Fatal(err)
+	}
+	<-st.markers // a's marker
+	db := randBytes(r, 4000)
+	const offB = 100 << 10
+	if _, err := b.WriteAt(ctx, db, offB); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for len(st.markers) > 0 { // b's, if it held one
+		<-st.markers
+	}
+	passTime(t, st, 30*time.Minute)
+	rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour, MinAge: 10 * time.Minute, Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range rep.Deleted {
+		t.Logf("deleted %s: %s", d.Key, d.Reason)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := make([]byte, offB+len(db))
+	copy(want, da)
+	copy(want[offB:], db)
+	if got := readBack(t, st, prefix, id, p); !bytes.Equal(got, want) {
+		t.Fatal("file reads back wrong")
+	}
+}
+
+// Writer markers as the cleaner sees them: a live one keeps the objects and
+// uploads of its range whatever their age; once dead, they go, and the
+// marker itself once dead for longer than the grace period; a marker that
+// does not decode is reported and keeps its file's objects.
+func TestWriterMarkers(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := params(segment.FormatStream, false)
+	live := writeHistory(t, st, "live", p, 2, 1)
+	bad := writeHistory(t, st, "bad", p, 2, 2)
+	put := func(key string, body []byte) {
+		t.Helper()
+		if _, err := st.Put(ctx, key, body, staging.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	head := live.cnos[len(live.cnos)-1]
+	marker := live.prefix + engine.WritersDir + "w1"
+	put(marker, engine.EncodeWriterMarker(engine.WriterMarker{Lo: head, TTL: time.Hour}))
+	below := live.prefix + segment.ObjectName{Cno: head, Part: 7}.String() // rebased onto, say
+	above := live.prefix + segment.ObjectName{Cno: head + 1, Part: 1}.String()
+	put(below, []byte("x"))
+	put(above, []byte("x"))
+	upload := live.prefix + segment.ObjectName{Cno: head + 1, Part: 2}.String()
+	if _, err := st.CreateMultipart(ctx, upload, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	badMarker := bad.prefix + engine.WritersDir + "w2"
+	put(badMarker, []byte("not a marker"))
+	badAbove := bad.prefix + segment.ObjectName{Cno: bad.cnos[len(bad.cnos)-1] + 1, Part: 1}.String()
+	put(badAbove, []byte("x"))
+
+	exists := func(key string) bool {
+		_, err := st.Head(ctx, key)
+		return err == nil
+	}
+	gc := func(after time.Duration) *cleaner.Report {
+		t.Helper()
+		at := time.Now().Add(after)
+		rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: 10 * time.Minute, Now: func() time.Time { return at }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	// Live: past the grace period and MinAge, nothing of its range goes.
+	rep := gc(30 * time.Minute)
+	if rep.Writers != 2 || len(rep.Aborted) != 0 {
+		t.Fatalf("live writers %d, aborted %v; want 2 and none", rep.Writers, rep.Aborted)
+	}
+	for _, k := range []string{marker, below, above, badMarker, badAbove} {
+		if !exists(k) {
+			t.Fatalf("%s deleted under a live marker", k)
+		}
+	}
+	var skipped []string
+	for _, s := range rep.Skipped {
+		skipped = append(skipped, s.Key)
+	}
+	if !slices.Equal(skipped, []string{badMarker}) {
+		t.Fatalf("left alone %v; want the bad marker", skipped)
+	}
+	for _, cno := range live.cnos[len(live.cnos)-1:] {
+		live.checkAt(t, st, cno)
+	}
+	// Dead for longer than its TTL plus the grace period: its objects, its
+	// upload and the marker go; the bad marker still keeps its file's.
+	rep = gc(2 * time.Hour)
+	for _, k := range []string{marker, below, above} {
+		if exists(k) {
+			t.Fatalf("%s kept under a dead marker", k)
+		}
+	}
+	if len(rep.Aborted) != 1 || rep.Aborted[0].Key != upload {
+		t.Fatalf("aborted %v; want %s", rep.Aborted, upload)
+	}
+	if !exists(badMarker) || !exists(badAbove) {
+		t.Fatal("a marker that does not decode, or its file's object above the head, was deleted")
+	}
+}
+
+// An orphaned file that a live writer marker shows still written (a handle
+// of another mount) is not reaped, however old its objects; once the marker
+// is dead it is.
+func TestOrphanWithLiveWriter(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := ns.Create(ctx, namespace.RootIno, "open", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := writeHistory(t, st, n.FileID, params(segment.FormatStream, false), 2, 3)
+	if _, err := ns.Unlink(ctx, namespace.RootIno, "open"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(ctx, h.prefix+engine.WritersDir+"w", engine.EncodeWriterMarker(engine.WriterMarker{Lo: 1, TTL: 2 * time.Hour}), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		after  time.Duration
+		reaped bool
+	}{{90 * time.Minute, false}, {3 * time.Hour, true}} {
+		at := time.Now().Add(tc.after)
+		rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Grace: time.Hour, Now: func() time.Time { return at }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if left := len(keys(t, st, h.prefix)); tc.reaped != (left == 0) {
+			t.Fatalf("after %v: %d objects left, orphans reaped %v; want reaped=%v", tc.after, left, rep.Orphans, tc.reaped)
+		}
 	}
 }

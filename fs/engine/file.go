@@ -257,6 +257,10 @@ type File struct {
 	losses atomic.Uint64
 
 	stats Stats
+
+	// wm is the writer marker that shows the cleaner what this writer may
+	// still publish (writers.go).
+	wm *writerMark
 }
 
 // stateMu is File.mu. Every exclusive hold ends in Unlock, which publishes
@@ -405,6 +409,9 @@ type Options struct {
 	// WALCounters, when set, counts this file's WAL records with the other
 	// files of a mount.
 	WALCounters *wal.Counters
+	// Clock is the time of the writer marker (writers.go); nil: the system
+	// clock.
+	Clock Clock
 	// ReadOnly opens the file at its head for reading only: nothing is
 	// written, and WAL records a crashed writer left are not replayed (tools
 	// that inspect a volume must not change it).
@@ -439,6 +446,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 	f.mu.f = f
 	f.w.pubCtx, f.w.pubCancel = context.WithCancel(context.Background())
 	f.initSender()
+	f.wm = newWriterMark(st, prefix, o.Clock, log, &f.s.requests)
 	f.publishStatLocked()
 	return f, nil
 }
@@ -737,6 +745,7 @@ func (f *File) Close() error {
 	f.dirtyB = 0
 	f.unpinLocked()
 	unlock()
+	f.wm.close() // what it protected is published or given up
 	f.closeWAL()
 	return nil
 }

@@ -348,6 +348,10 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 		return nil
 	}
 	var c flushCounters
+	// The head will name these objects later: a writer marker covers them.
+	if err := f.holdWritersLocked(ctx); err != nil {
+		return fmt.Errorf("partial segment of %s: %w", f.prefix, err)
+	}
 	objs, err := f.packLocked(ctx, fbns, false, false)
 	if err != nil {
 		return fmt.Errorf("partial segment of %s: %w", f.prefix, err)
@@ -405,6 +409,13 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 		return fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
 	defer f.releasePlanned(objs)
+	if len(objs) > 1 {
+		// Data parts come before part 0 and the head: a writer marker
+		// covers them (a lone part 0 is followed by its head at once).
+		if err := f.holdWritersLocked(ctx); err != nil {
+			return fmt.Errorf("flush %s: %w", f.prefix, err)
+		}
+	}
 	part0 := objs[len(objs)-1]
 	cno := part0.name.Cno
 	t.Cno = cno
@@ -445,6 +456,10 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	if errs[0] != nil {
 		return fmt.Errorf("flush %s: %w", f.prefix, errs[0])
 	}
+	// Never a head naming an object that may be gone (writers.go).
+	if err := f.verifyWritersLocked(ctx, objs); err != nil {
+		return fmt.Errorf("flush %s: %w", f.prefix, err)
+	}
 	headStart := time.Now()
 	applied := f.w.seq
 	etag, err := f.putHead(ctx, ino, f.headETag, walMark{f.w.tracked, applied}, c)
@@ -472,6 +487,7 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	f.headETag = etag
 	f.changed = false
 	f.resetSince()
+	f.wm.release(cno) // the head names what the marker protected
 	return nil
 }
 
@@ -575,6 +591,7 @@ func (f *File) rollbackLocked(theirs segment.Inode, etag string, applied uint64)
 		f.losses.Add(1)
 	}
 	f.adopt(theirs, etag)
+	f.wm.release(math.MaxUint64) // given up
 	f.w.applied = applied
 	f.w.seq = max(f.w.seq, applied)
 }

@@ -684,6 +684,9 @@ func (f *File) tailLocked(o *streamObj) ([]byte, error) {
 // sendWholeLocked sends one object holding as many of blocks as fit the
 // target, in one request.
 func (f *File) sendWholeLocked(ctx context.Context, c class, blocks []uint64) (int, error) {
+	if err := f.holdWritersLocked(ctx); err != nil {
+		return 0, err // nothing placed: the blocks stay unsent
+	}
 	o := f.newStreamObj(c, true)
 	n, added, err := f.fitLocked(ctx, o, blocks, f.target())
 	if err != nil {
@@ -789,6 +792,9 @@ func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, la
 		return 0, nil
 	}
 	if o == nil {
+		if err := f.holdWritersLocked(ctx); err != nil {
+			return 0, err // nothing placed: the blocks stay unsent
+		}
 		// Creating the upload is a request too: it waits for room.
 		if err := f.roomLocked(ctx); err != nil {
 			return 0, err

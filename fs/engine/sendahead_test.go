@@ -35,7 +35,7 @@ func dataObjects(t *testing.T, st staging.Store, prefix string) []staging.Object
 	}
 	var out []staging.ObjectInfo
 	for _, o := range all {
-		if !strings.HasSuffix(o.Key, "/inode") && !strings.HasSuffix(o.Key, ".0") {
+		if !strings.HasSuffix(o.Key, "/inode") && !strings.HasSuffix(o.Key, ".0") && !strings.Contains(o.Key, "/"+WritersDir) {
 			out = append(out, o)
 		}
 	}
@@ -172,7 +172,7 @@ type gate struct {
 func newGate(inner staging.Store) *gate { return &gate{Store: inner, open: make(chan struct{})} }
 
 func (g *gate) hold(key string) {
-	if strings.HasSuffix(key, "/inode") || strings.HasSuffix(key, ".0") {
+	if strings.HasSuffix(key, "/inode") || strings.HasSuffix(key, ".0") || strings.Contains(key, "/"+WritersDir) {
 		return
 	}
 	g.mu.Lock()

@@ -418,6 +418,11 @@ func (f *File) walPublishLocked(ctx context.Context) (FlushTiming, error) {
 	}
 	ino := f.inodeLocked(cno, committed)
 	base := f.head
+	// Never a head naming an object that may be gone (writers.go).
+	if err := f.verifyWritersLocked(ctx, objs); err != nil {
+		f.releasePlanned(objs)
+		return t, fmt.Errorf("flush %s: %w", f.prefix, err)
+	}
 	body, err := f.encode(part0, &base, &ino)
 	if err != nil {
 		f.releasePlanned(objs)
@@ -508,6 +513,7 @@ func (f *File) runPublish(pub *publish) {
 	f.head = pub.ino
 	f.headETag = etag
 	f.w.applied = pub.applied
+	f.wm.release(pub.ino.Cno) // the head names what the marker protected
 	f.unpinLocked()
 	if f.w.log != nil {
 		f.w.log.Covered(pub.applied)

@@ -179,6 +179,14 @@ func (v *Volume) checkObject(ctx context.Context, prefix string, tag uint64, o s
 		_, _, err := segment.ReadHead(ctx, v.st, o.Key, tag)
 		return err
 	}
+	if engine.IsWriterKey(rel) {
+		// A writer marker (fs/engine/writers.go): it must decode.
+		w, err := engine.ReadWriter(ctx, v.st, o.Key)
+		if err != nil {
+			return err
+		}
+		return w.Err
+	}
 	if w, ok := strings.CutPrefix(rel, wal.Dir); ok {
 		// The write-ahead log: each record is read whole and checked; the
 		// lease is the writer's business.
