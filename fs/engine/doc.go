@@ -85,5 +85,14 @@
 // bytes in between without it, so writes to disjoint blocks copy at once. A
 // busy block is left alone by sending ahead, partial segments and the
 // completion check. Reads hold File.mu shared for their whole length (the
-// block map's lazy loads are safe under concurrent readers).
+// block map's lazy loads are safe under concurrent readers). A flush on the
+// direct path holds every block and File.mu across its uploads, so nothing
+// that must answer while the store is stalled takes File.mu: every exclusive
+// hold ends in its Unlock publishing a snapshot of what Stat returns (an
+// atomic pointer), which Stat and Size read without a lock. The snapshot is
+// the state some critical section left, never a change half made, and a
+// write that has returned is in it; during a flush it shows the state before
+// it (dirty, the old checkpoint). Close bounds its waits on the store by the
+// WAL lease's TTL: a publish in flight that has not landed by then is
+// cancelled (its records replay at the next open).
 package engine

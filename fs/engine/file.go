@@ -194,8 +194,13 @@ type File struct {
 	copiers, maxCopiers atomic.Int64
 	copyHook            func() // tests: runs in every write's copy phase
 
-	// mu: readers shared, everything that changes state exclusive.
-	mu sync.RWMutex
+	// mu: readers shared, everything that changes state exclusive. Its
+	// Unlock publishes stat first.
+	mu stateMu
+	// stat is what Stat returns: the state at the end of the last exclusive
+	// hold of mu. A flush holds mu across its uploads; a stat (the kernel's
+	// getattr of an open file) reads this instead of waiting for it.
+	stat atomic.Pointer[Stat]
 
 	// GUARDED_BY(mu)
 	format   segment.Format
@@ -256,6 +261,40 @@ type File struct {
 	// wm is the writer marker that shows the cleaner what this writer may
 	// still publish (writers.go).
 	wm *writerMark
+}
+
+// stateMu is File.mu. Every exclusive hold ends in Unlock, which publishes
+// the file's Stat before letting go: the snapshot is always the state some
+// critical section left, never one in the middle of a change, and a write
+// that has returned is in it.
+type stateMu struct {
+	sync.RWMutex
+	f *File
+}
+
+// Unlock publishes the stat, then releases the lock.
+func (m *stateMu) Unlock() {
+	m.f.publishStatLocked()
+	m.RWMutex.Unlock()
+}
+
+// publishStatLocked stores the state Stat returns; the caller holds mu
+// exclusively (or owns f alone).
+func (f *File) publishStatLocked() {
+	s := Stat{
+		Size:       f.size,
+		Cno:        f.head.Cno,
+		Format:     f.format,
+		BlockSize:  f.bs,
+		Dirty:      f.changed || f.w.failed != nil,
+		DirtyBytes: f.dirtyB,
+		Mtime:      f.mtime,
+		ReadOnly:   f.readOnly,
+	}
+	if old := f.stat.Load(); old != nil && *old == s {
+		return
+	}
+	f.stat.Store(&s)
 }
 
 // dirtyBlock is one block's bytes that are not in a completed object yet.
@@ -404,8 +443,11 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		leafImages: make(map[uint64]segment.Ptr),
 		nextPart:   1,
 	}
+	f.mu.f = f
+	f.w.pubCtx, f.w.pubCancel = context.WithCancel(context.Background())
 	f.initSender()
 	f.wm = newWriterMark(st, prefix, o.Clock, log, &f.s.requests)
+	f.publishStatLocked()
 	return f, nil
 }
 
@@ -454,6 +496,7 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 	}
 	f.adopt(ino, info.ETag)
 	f.w.tracked = f.p.WAL
+	f.publishStatLocked()
 	return f, nil
 }
 
@@ -476,6 +519,7 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Fil
 	f.w.seq = f.w.applied
 	if o.ReadOnly {
 		f.readOnly = true
+		f.publishStatLocked()
 		return f, nil
 	}
 	// Changes a crashed writer logged but did not publish are replayed now.
@@ -483,6 +527,9 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Fil
 		f.Close()
 		return nil, err
 	}
+	// A publish the replay started may be running: publish under mu.
+	f.mu.Lock()
+	f.mu.Unlock()
 	return f, nil
 }
 
@@ -516,6 +563,7 @@ func OpenAt(ctx context.Context, st staging.Store, prefix string, cno uint64, o 
 	}
 	f.adopt(ino, "")
 	f.readOnly = true
+	f.publishStatLocked()
 	return f, nil
 }
 
@@ -615,20 +663,11 @@ func (f *File) resetSince() {
 	f.s.unsentB, f.s.sentB, f.s.deadB, f.s.flushB = 0, 0, 0, 0
 }
 
-// Stat returns the file's state.
+// Stat returns the file's state as the last change left it. It never waits
+// for mu: a flush in progress shows the state before it (Dirty, the old
+// checkpoint) until it completes.
 func (f *File) Stat() Stat {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return Stat{
-		Size:       f.size,
-		Cno:        f.head.Cno,
-		Format:     f.format,
-		BlockSize:  f.bs,
-		Dirty:      f.changed || f.w.failed != nil,
-		DirtyBytes: f.dirtyB,
-		Mtime:      f.mtime,
-		ReadOnly:   f.readOnly,
-	}
+	return *f.stat.Load()
 }
 
 // Losses counts the rollbacks that dropped changes not yet in a checkpoint
@@ -639,11 +678,9 @@ func (f *File) Stat() Stat {
 // again and a flush now succeeds.
 func (f *File) Losses() uint64 { return f.losses.Load() }
 
-// Size is the file's size now.
+// Size is the file's size now; like Stat, it never waits for mu.
 func (f *File) Size() int64 {
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	return f.size
+	return f.stat.Load().Size
 }
 
 // Stats returns the cumulative counters.
@@ -681,8 +718,20 @@ func (f *File) SetMtime(ctx context.Context, t time.Time) error {
 //
 // With the WAL on, Close waits for a publish in flight, then releases the
 // log's lease; what it drops is in the log and replays at the next open.
+// Each wait on the store is bounded by closeWait (the lease's TTL): a publish
+// that has not landed by then is cancelled (its records stay in the log, and
+// the next open replays them), and a lease not released by then expires.
 func (f *File) Close() error {
-	unlock, _ := f.lockAll(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), f.closeWait())
+	unlock, err := f.lockAll(ctx)
+	cancel()
+	if err != nil {
+		f.log.Warn("close: a write-ahead log publish did not land in time; cancelled, its records replay at the next open",
+			zap.String("file", f.prefix), zap.Duration("waited", f.closeWait()))
+		// A cancelled publish returns as soon as its request does.
+		f.w.pubCancel()
+		unlock, _ = f.lockAll(context.Background())
+	}
 	if f.closed {
 		unlock()
 		return nil

@@ -77,6 +77,11 @@ type walState struct {
 	// not this file's changes, and nothing of them may reach the store.
 	overlay bool
 
+	// pubCtx is the context of WAL publishes; Close cancels it when a
+	// publish does not land within closeWait. Set by newFile, then read only.
+	pubCtx    context.Context
+	pubCancel context.CancelFunc
+
 	// logMu orders taking the lease. log is set under logMu and File.mu
 	// (or by Open, which owns the file alone) and read under either.
 	logMu sync.Mutex
@@ -459,17 +464,18 @@ func (f *File) walPublishLocked(ctx context.Context) (FlushTiming, error) {
 const publishAttempts = 5
 
 // runPublish uploads a pinned part 0 and then the head. It owns nothing but
-// the publish; Close waits for it (lockAll).
+// the publish; Close waits for it (lockAll), for closeWait at most, then
+// cancels it.
 func (f *File) runPublish(pub *publish) {
 	defer f.pubs.Done()
-	ctx := context.Background()
+	ctx := f.w.pubCtx
 	var c flushCounters
 	sem := make(chan struct{}, f.p.Concurrency)
 	var err error
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
 		err = f.putObject(ctx, f.key(pub.name), pub.body, sem, &c)
-		if err == nil || errors.Is(err, errNameTaken) || try >= publishAttempts {
+		if err == nil || errors.Is(err, errNameTaken) || try >= publishAttempts || ctx.Err() != nil {
 			break
 		}
 		time.Sleep(backoff)
@@ -481,7 +487,7 @@ func (f *File) runPublish(pub *publish) {
 		for try := 1; ; try++ {
 			etag, err = f.putHead(ctx, pub.ino, pub.etag, walMark{true, pub.applied}, &c)
 			var ce *ConflictError
-			if err == nil || errors.As(err, &ce) || try >= publishAttempts {
+			if err == nil || errors.As(err, &ce) || try >= publishAttempts || ctx.Err() != nil {
 				break
 			}
 			time.Sleep(backoff)
@@ -960,15 +966,28 @@ func (f *File) discardWALLocked(ctx context.Context) error {
 	return nil
 }
 
-// closeWAL waits for a publish in flight and releases the log.
+// closeWait bounds each of Close's waits on the store: for a WAL publish in
+// flight to land, and for the lease to be released. It is the lease's TTL:
+// a writer that does not renew its lease loses it in that time anyway, so a
+// close waiting longer would hold nothing more.
+func (f *File) closeWait() time.Duration {
+	if f.p.WALLeaseTTL > 0 {
+		return f.p.WALLeaseTTL
+	}
+	return wal.DefaultLeaseTTL
+}
+
+// closeWAL waits for the publish goroutine (cancelled or finished by now:
+// Close has taken lockAll) and releases the log, within closeWait.
 func (f *File) closeWAL() {
+	f.w.pubCancel()
 	f.pubs.Wait()
 	f.w.logMu.Lock()
 	log := f.w.log
 	f.w.log = nil
 	f.w.logMu.Unlock()
 	if log != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), f.closeWait())
 		defer cancel()
 		if err := log.Close(ctx); err != nil {
 			f.log.Debug("closing the write-ahead log", zap.Error(err))
