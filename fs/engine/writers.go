@@ -221,16 +221,18 @@ func ReadWriter(ctx context.Context, st staging.Store, key string) (Writer, erro
 // Clock is the time a writer's marker keeps; tests drive a fake one.
 type Clock interface {
 	Now() time.Time
-	// After is like time.After.
-	After(d time.Duration) <-chan time.Time
+	// Until fires once the clock reaches t. (An absolute time, not a
+	// duration: a duration computed from an earlier Now would be late by
+	// whatever the clock moved in between.)
+	Until(t time.Time) <-chan time.Time
 	// Sleep waits d or until ctx ends.
 	Sleep(ctx context.Context, d time.Duration) error
 }
 
 type sysClock struct{}
 
-func (sysClock) Now() time.Time                         { return time.Now() }
-func (sysClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+func (sysClock) Now() time.Time                     { return time.Now() }
+func (sysClock) Until(t time.Time) <-chan time.Time { return time.After(time.Until(t)) }
 func (sysClock) Sleep(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
@@ -437,7 +439,7 @@ func (m *writerMark) run() {
 		m.mu.Unlock()
 		var tick <-chan time.Time
 		if !due.IsZero() {
-			tick = m.clock.After(due.Sub(m.clock.Now()))
+			tick = m.clock.Until(due)
 		}
 		select {
 		case <-m.stop:
