@@ -14,6 +14,7 @@ import (
 
 	"ckptfs/fs/cleaner"
 	"ckptfs/fs/engine"
+	"ckptfs/fs/engine/fakeclock"
 	"ckptfs/fs/namespace"
 	"ckptfs/segment"
 	"ckptfs/staging"
@@ -593,69 +594,17 @@ func TestWALRecords(t *testing.T) {
 	}
 }
 
-// fakeClock is an engine.Clock that moves only when told; Sleep moves it.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []fakeWaiter
-}
-
-type fakeWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_800_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Until(t time.Time) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if !t.After(c.now) {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, fakeWaiter{t, ch})
-	return ch
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.Advance(d)
-	return ctx.Err()
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if !w.at.After(c.now) {
-			w.ch <- c.now
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	c.waiters = kept
-}
-
 // clockStore is a store whose LastModified times are the fake clock's, and
 // that tells of every writer marker stored.
 type clockStore struct {
 	staging.Store
-	clk     *fakeClock
+	clk     *fakeclock.Clock
 	mu      sync.Mutex
 	mod     map[string]time.Time
 	markers chan string
 }
 
-func newClockStore(clk *fakeClock) *clockStore {
+func newClockStore(clk *fakeclock.Clock) *clockStore {
 	return &clockStore{Store: staging.NewMem(), clk: clk, mod: map[string]time.Time{}, markers: make(chan string, 1000)}
 }
 
@@ -745,7 +694,7 @@ func readBack(t *testing.T, st staging.Store, prefix, id string, p engine.Params
 // reads back exactly.
 func TestLiveWriterPastGrace(t *testing.T) {
 	ctx := context.Background()
-	clk := newFakeClock()
+	clk := fakeclock.New()
 	st := newClockStore(clk)
 	p := params(segment.FormatStream, true)
 	const id = "lw"
@@ -792,7 +741,7 @@ func TestLiveWriterPastGrace(t *testing.T) {
 // wrote it.
 func TestRebasedWriterKeepsObjects(t *testing.T) {
 	ctx := context.Background()
-	clk := newFakeClock()
+	clk := fakeclock.New()
 	st := newClockStore(clk)
 	p := params(segment.FormatStream, true)
 	const id = "two"

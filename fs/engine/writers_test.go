@@ -9,61 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"ckptfs/fs/engine/fakeclock"
 	"ckptfs/segment"
 	"ckptfs/staging"
 )
-
-// fakeClock is a Clock that moves only when told; Sleep moves it.
-type fakeClock struct {
-	mu      sync.Mutex
-	now     time.Time
-	waiters []fakeWaiter
-}
-
-type fakeWaiter struct {
-	at time.Time
-	ch chan time.Time
-}
-
-func newFakeClock() *fakeClock { return &fakeClock{now: time.Unix(1_800_000_000, 0)} }
-
-func (c *fakeClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *fakeClock) Until(t time.Time) <-chan time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	ch := make(chan time.Time, 1)
-	if !t.After(c.now) {
-		ch <- c.now
-		return ch
-	}
-	c.waiters = append(c.waiters, fakeWaiter{t, ch})
-	return ch
-}
-
-func (c *fakeClock) Sleep(ctx context.Context, d time.Duration) error {
-	c.Advance(d)
-	return ctx.Err()
-}
-
-func (c *fakeClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-	kept := c.waiters[:0]
-	for _, w := range c.waiters {
-		if !w.at.After(c.now) {
-			w.ch <- c.now
-		} else {
-			kept = append(kept, w)
-		}
-	}
-	c.waiters = kept
-}
 
 // markerParams send small objects ahead, whole.
 func markerParams() Params {
@@ -137,7 +86,7 @@ func sentObjects(t *testing.T, f *File) []staging.ObjectInfo {
 func TestWriterMarkerLifecycle(t *testing.T) {
 	ctx := context.Background()
 	st := &countingPuts{Store: staging.NewMem()}
-	clk := newFakeClock()
+	clk := fakeclock.New()
 	f, err := Create(ctx, st, "wm/", Options{Params: markerParams(), FileID: "wm/", Clock: clk})
 	if err != nil {
 		t.Fatal(err)
@@ -192,7 +141,7 @@ func lapse(t *testing.T, deleteOne bool) (*File, *staging.Faults, []byte) {
 	ctx := context.Background()
 	mem := staging.NewMem()
 	faults := staging.NewFaults(mem, 1)
-	clk := newFakeClock()
+	clk := fakeclock.New()
 	f, err := Create(ctx, faults, "lm/", Options{Params: markerParams(), FileID: "lm/", Clock: clk})
 	if err != nil {
 		t.Fatal(err)
