@@ -62,18 +62,24 @@ func (v *volume) mount(opts string) *mount {
 	v.t.Helper()
 	start := time.Now()
 	defer func() { v.t.Logf("mount: %v", time.Since(start)) }()
+	return v.mountWrapped(opts, func(st staging.Store) staging.Store { return st })
+}
+
+// mountWrapped is mount with the mount's store wrapped by wrap.
+func (v *volume) mountWrapped(opts string, wrap func(staging.Store) staging.Store) *mount {
+	v.t.Helper()
 	cfg, err := config.ParseMount(config.TotalRAM(), opts)
 	if err != nil {
 		v.t.Fatalf("options %q: %v", opts, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := staging.NewS3(ctx, v.cfg)
+	s3, err := staging.NewS3(ctx, v.cfg)
 	if err != nil {
 		v.t.Fatal(err)
 	}
 	log := zaptest.NewLogger(v.t, zaptest.Level(zap.WarnLevel))
-	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Logger: log, FsName: "ckptfs-test"})
+	fsys, err := fusefs.New(ctx, wrap(s3), fusefs.Options{Config: cfg, Logger: log, FsName: "ckptfs-test"})
 	if err != nil {
 		v.t.Fatalf("open volume: %v", err)
 	}

@@ -20,11 +20,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
-	"ckptfs/config"
-	"ckptfs/fs/fusefs"
 	"ckptfs/staging"
 )
 
@@ -841,32 +836,11 @@ func commonLen(a, b []byte) int {
 // mountFaults is volume.mount with the mount's store behind fault injection.
 func (v *volume) mountFaults(opts string) (*mount, *staging.Faults) {
 	v.t.Helper()
-	cfg, err := config.ParseMount(config.TotalRAM(), opts)
-	if err != nil {
-		v.t.Fatalf("options %q: %v", opts, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	s3, err := staging.NewS3(ctx, v.cfg)
-	if err != nil {
-		v.t.Fatal(err)
-	}
-	faults := staging.NewFaults(s3, 1)
-	log := zaptest.NewLogger(v.t, zaptest.Level(zap.WarnLevel))
-	fsys, err := fusefs.New(ctx, faults, fusefs.Options{Config: cfg, Logger: log, FsName: "ckptfs-test"})
-	if err != nil {
-		v.t.Fatalf("open volume: %v", err)
-	}
-	dir := filepath.Join(v.t.TempDir(), "mnt")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		v.t.Fatal(err)
-	}
-	if err := fsys.Mount(dir); err != nil {
-		fsys.Close()
-		v.t.Fatalf("mount: %v", err)
-	}
-	m := &mount{t: v.t, dir: dir, fsys: fsys}
-	v.t.Cleanup(func() { m.unmount() })
+	var faults *staging.Faults
+	m := v.mountWrapped(opts, func(st staging.Store) staging.Store {
+		faults = staging.NewFaults(st, 1)
+		return faults
+	})
 	return m, faults
 }
 

@@ -162,15 +162,8 @@ func (ns *Namespace) Refresh(ctx context.Context) error {
 		ns.mu.RLock()
 		applied := ns.st.seq
 		ns.mu.RUnlock()
-		page, err := ns.store.List(ctx, ns.logPrefix(), LogKey(ns.root, applied), 1000)
-		if err != nil {
-			return fmt.Errorf("list namespace log after %d: %w", applied, err)
-		}
-		if len(page.Objects) == 0 {
-			return nil
-		}
-		seqs, err := ns.contiguous(page, applied)
-		if err != nil {
+		page, seqs, err := ns.listAfter(ctx, applied)
+		if err != nil || len(page.Objects) == 0 {
 			return err
 		}
 		if len(seqs) == 0 {
@@ -202,6 +195,17 @@ func (ns *Namespace) Refresh(ctx context.Context) error {
 	}
 }
 
+// listAfter lists a page of the log after entry applied and the sequence
+// numbers in it that follow applied without a gap.
+func (ns *Namespace) listAfter(ctx context.Context, applied uint64) (staging.ListPage, []uint64, error) {
+	page, err := ns.store.List(ctx, ns.logPrefix(), LogKey(ns.root, applied), 1000)
+	if err != nil {
+		return page, nil, fmt.Errorf("list namespace log after %d: %w", applied, err)
+	}
+	seqs, err := ns.contiguous(page, applied)
+	return page, seqs, err
+}
+
 // contiguous returns the sequence numbers of page that follow applied
 // without a gap.
 func (ns *Namespace) contiguous(page staging.ListPage, applied uint64) ([]uint64, error) {
@@ -225,15 +229,8 @@ func (ns *Namespace) contiguous(page staging.ListPage, applied uint64) ([]uint64
 func (ns *Namespace) refreshLocked(ctx context.Context) error {
 	for {
 		applied := ns.st.seq
-		page, err := ns.store.List(ctx, ns.logPrefix(), LogKey(ns.root, applied), 1000)
-		if err != nil {
-			return fmt.Errorf("list namespace log after %d: %w", applied, err)
-		}
-		if len(page.Objects) == 0 {
-			return nil
-		}
-		seqs, err := ns.contiguous(page, applied)
-		if err != nil {
+		page, seqs, err := ns.listAfter(ctx, applied)
+		if err != nil || len(page.Objects) == 0 {
 			return err
 		}
 		if len(seqs) == 0 {
