@@ -80,6 +80,8 @@ type Dir struct {
 	// syncHook, if set, runs before each fsync of a folder and fails it with
 	// its error: tests use it to fail the sync that makes a commit durable.
 	syncHook func(dir string) error
+	// listHook, if set, is told every folder List reads: tests count them.
+	listHook func(dir string)
 }
 
 // DirOptions are the options of a directory store.
@@ -577,9 +579,16 @@ func (d *Dir) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-// List walks the folder the prefix's whole segments name and sorts what it
-// finds: a directory store is for volumes a person runs without a bucket, not
-// for millions of keys.
+// List returns the objects under prefix after startAfter in key order,
+// walking the folders lazily: each folder is read once, its entries are
+// sorted by the keys they hold (an object "<name>~meta" holds one key, a
+// folder <name> every key starting with "<name>/": sorting objects by key and
+// folders by that prefix is the order of the keys themselves), folders whose
+// every key is at or before startAfter, or outside prefix, are skipped
+// unread, and the walk stops at the first key past a full page. A page
+// thus costs the folders on the path to startAfter and those the page's
+// keys are in, whatever the number of keys before or after them; only a
+// single folder of many entries is read (names only) and sorted whole.
 func (d *Dir) List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error) {
 	if err := ctx.Err(); err != nil {
 		return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
@@ -600,73 +609,129 @@ func (d *Dir) List(ctx context.Context, prefix, startAfter string, max int) (Lis
 		start = filepath.Join(append([]string{d.root}, segs...)...)
 		startKey = prefix[:i+1]
 	}
-	var keys []string
-	err := filepath.WalkDir(start, func(path string, e fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-				return nil // no such folder, or removed meanwhile: nothing there
-			}
-			return err
-		}
-		if path == d.sys {
-			return filepath.SkipDir
-		}
-		if e.IsDir() || !strings.HasSuffix(e.Name(), metaSuffix) {
-			return nil
-		}
-		rel, err := filepath.Rel(start, path)
-		if err != nil {
-			return nil
-		}
-		key, ok := keyOf(startKey, strings.TrimSuffix(rel, metaSuffix))
-		if ok && strings.HasPrefix(key, prefix) && key > startAfter {
-			keys = append(keys, key)
-		}
-		return nil
-	})
-	if err != nil {
+	l := dirLister{d: d, ctx: ctx, prefix: prefix, startAfter: startAfter, max: max}
+	if err := l.walk(start, startKey); err != nil && !errors.Is(err, errPageFull) {
 		return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
 	}
-	slices.Sort(keys)
-	var page ListPage
-	for _, key := range keys {
-		if err := ctx.Err(); err != nil {
-			return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
-		}
-		if len(page.Objects) == max {
-			page.Truncated = true
-			break
-		}
-		p, err := d.path(key)
-		if err != nil {
-			continue
-		}
-		m, err := d.readMeta(p)
-		if errors.Is(err, ErrNotFound) {
-			continue // deleted since the walk
-		}
-		if err != nil {
-			return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
-		}
-		info := m.info(key)
-		info.Metadata = nil
-		page.Objects = append(page.Objects, info)
-	}
-	return page, nil
+	return l.page, nil
 }
 
-// keyOf turns a path relative to the listing's folder back into a key.
-func keyOf(startKey, rel string) (string, bool) {
-	segs := strings.Split(filepath.ToSlash(rel), "/")
-	for i, s := range segs {
-		u, ok := unescapeSeg(s)
-		if !ok {
-			return "", false
-		}
-		segs[i] = u
+// errPageFull stops a listing's walk once a key past a full page is found.
+var errPageFull = errors.New("page full")
+
+// dirLister is the state of one List.
+type dirLister struct {
+	d          *Dir
+	ctx        context.Context
+	prefix     string
+	startAfter string
+	max        int
+	page       ListPage
+}
+
+// dirItem is one entry of a folder that a listing may need.
+type dirItem struct {
+	key    string // an object's key, or the prefix (ending in '/') of a folder's keys
+	name   string // the file (commit record) or folder name
+	folder bool
+}
+
+// walk lists, in key order, the objects of folder dir, whose keys start with
+// keyPrefix. It returns errPageFull when the page is full and another key
+// follows.
+func (l *dirLister) walk(dir, keyPrefix string) error {
+	items, err := l.d.readFolder(dir, keyPrefix, l.prefix, l.startAfter)
+	if err != nil {
+		return err
 	}
-	key := startKey + strings.Join(segs, "/")
-	return key, ValidateKey(key) == nil
+	for _, it := range items {
+		if err := l.ctx.Err(); err != nil {
+			return err
+		}
+		if it.folder {
+			if err := l.walk(filepath.Join(dir, it.name), it.key); err != nil {
+				return err
+			}
+			continue
+		}
+		if len(l.page.Objects) == l.max {
+			l.page.Truncated = true
+			return errPageFull
+		}
+		m, err := l.d.readMeta(objPath{key: it.key, dir: dir, base: strings.TrimSuffix(it.name, metaSuffix)})
+		if errors.Is(err, ErrNotFound) {
+			continue // deleted since the folder was read
+		}
+		if err != nil {
+			return err
+		}
+		info := m.info(it.key)
+		info.Metadata = nil
+		l.page.Objects = append(l.page.Objects, info)
+	}
+	return nil
+}
+
+// readFolder reads folder dir, whose keys start with keyPrefix, and returns
+// the objects and folders in it that may hold keys under prefix after
+// startAfter, sorted by key. A missing folder (or a file where a folder
+// would be) holds nothing. The store's own folder, names escapeSeg cannot
+// make (data files, records being written, someone else's files) and keys
+// ValidateKey refuses are left out.
+func (d *Dir) readFolder(dir, keyPrefix, prefix, startAfter string) ([]dirItem, error) {
+	f, err := os.Open(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	// Unsorted: the names are sorted below by the keys they hold, which
+	// escaping orders differently.
+	ents, err := f.ReadDir(-1)
+	f.Close()
+	if d.listHook != nil {
+		d.listHook(dir)
+	}
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+			return nil, nil // removed meanwhile
+		}
+		return nil, err
+	}
+	var items []dirItem
+	for _, e := range ents {
+		name := e.Name()
+		if e.IsDir() {
+			seg, ok := unescapeSeg(name)
+			if !ok || filepath.Join(dir, name) == d.sys {
+				continue
+			}
+			k := keyPrefix + seg + "/"
+			if !strings.HasPrefix(k, prefix) && !strings.HasPrefix(prefix, k) {
+				continue // no key of it is under prefix
+			}
+			if k <= startAfter && !strings.HasPrefix(startAfter, k) {
+				continue // every key of it sorts before startAfter
+			}
+			items = append(items, dirItem{key: k, name: name, folder: true})
+			continue
+		}
+		base, ok := strings.CutSuffix(name, metaSuffix)
+		if !ok {
+			continue
+		}
+		seg, ok := unescapeSeg(base)
+		if !ok {
+			continue
+		}
+		k := keyPrefix + seg
+		if k > startAfter && strings.HasPrefix(k, prefix) && ValidateKey(k) == nil {
+			items = append(items, dirItem{key: k, name: name})
+		}
+	}
+	slices.SortFunc(items, func(a, b dirItem) int { return strings.Compare(a.key, b.key) })
+	return items, nil
 }
 
 // dirUpload is the record of an open upload (format in the Dir doc).

@@ -4,3 +4,7 @@ package staging
 // folder's path; an error from hook is the error of the fsync. Set it before
 // d is used by more than one goroutine.
 func SetDirSyncHook(d *Dir, hook func(dir string) error) { d.syncHook = hook }
+
+// SetDirListHook makes d call hook with the path of every folder a List
+// reads. Set it before d is used by more than one goroutine.
+func SetDirListHook(d *Dir, hook func(dir string)) { d.listHook = hook }
