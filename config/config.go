@@ -109,8 +109,13 @@ type Config struct {
 	// turns it off.
 	Metrics string
 	// NSRefresh (ns_refresh) is how often a mount re-reads the namespace log
-	// written by other mounts.
+	// written by other mounts while it is in use.
 	NSRefresh time.Duration
+	// NSRefreshMax (ns_refresh_max) is how far the interval between re-reads
+	// grows, doubling after each that found nothing new, while no one uses
+	// the mount: what an idle mount costs, and how late it may see another
+	// mount's change.
+	NSRefreshMax time.Duration
 	// S3ConnectTimeout (s3_connect_timeout) bounds a TCP connect and a TLS
 	// handshake to the S3 endpoint.
 	S3ConnectTimeout time.Duration
@@ -156,6 +161,7 @@ func Default() Config {
 		EmulateLink:                      LinkNone,
 		Metrics:                          "",
 		NSRefresh:                        time.Second,
+		NSRefreshMax:                     10 * time.Second,
 		S3ConnectTimeout:                 staging.DefaultConnectTimeout,
 		S3RequestTimeout:                 staging.DefaultRequestTimeout,
 		S3StallTimeout:                   staging.DefaultStallTimeout,

@@ -62,7 +62,7 @@ func TestDefault(t *testing.T) {
 		{"format", "stream"}, {"wal", "false"}, {"flush_conflict_policy", "retry"},
 		{"flush_on_close", "true"}, {"flush_interval", "0s"}, {"log", "warn"},
 		{"memory_limit", "0"}, {"emulate_link", "none"}, {"metrics", ""},
-		{"ns_refresh", "1s"}, {"allow_other", "false"}, {"ro", "false"},
+		{"ns_refresh", "1s"}, {"ns_refresh_max", "10s"}, {"allow_other", "false"}, {"ro", "false"},
 		{"s3_connect_timeout", "10s"}, {"s3_request_timeout", "1m0s"},
 		{"s3_stall_timeout", "30s"}, {"s3_retry_max_time", "2m0s"},
 	}
@@ -246,6 +246,7 @@ func TestSetEveryOption(t *testing.T) {
 		{"emulate_link", map[string]string{"none": "none", "directory": "directory", "general": "general"}, []string{"fast", "dir"}},
 		{"metrics", map[string]string{"": "", "127.0.0.1:9090": "127.0.0.1:9090", "[::1]:0": "[::1]:0"}, nil},
 		{"ns_refresh", map[string]string{"10ms": "10ms", "2s": "2s"}, []string{"2", "often"}},
+		{"ns_refresh_max", map[string]string{"1s": "1s", "10m": "10m0s"}, []string{"10", "rarely"}},
 		{"s3_connect_timeout", map[string]string{"1s": "1s", "2m": "2m0s"}, []string{"10", "fast"}},
 		{"s3_request_timeout", map[string]string{"90s": "1m30s"}, []string{"1 m"}},
 		{"s3_stall_timeout", map[string]string{"5s": "5s"}, []string{"never"}},
@@ -401,6 +402,13 @@ func TestValidate(t *testing.T) {
 		{"ns refresh 10ms", func(c *Config) { c.NSRefresh = 10 * time.Millisecond }, nil},
 		{"ns refresh 9ms", func(c *Config) { c.NSRefresh = 9 * time.Millisecond }, []string{"ns_refresh"}},
 		{"ns refresh zero", func(c *Config) { c.NSRefresh = 0 }, []string{"ns_refresh"}},
+		{"ns refresh max equal", func(c *Config) { c.NSRefreshMax = c.NSRefresh }, nil},
+		{"ns refresh max 10m", func(c *Config) { c.NSRefreshMax = 10 * time.Minute }, nil},
+		{"ns refresh max over 10m", func(c *Config) { c.NSRefreshMax = 10*time.Minute + time.Millisecond }, []string{"ns_refresh_max"}},
+		{"ns refresh max below ns refresh", func(c *Config) { c.NSRefreshMax = c.NSRefresh - time.Millisecond }, []string{"ns_refresh_max"}},
+		// Raising ns_refresh past the default ns_refresh_max names the one
+		// to raise with it.
+		{"ns refresh over the default max", func(c *Config) { c.NSRefresh = time.Minute }, []string{"ns_refresh_max"}},
 		{"everything wrong at once", func(c *Config) { *c = Config{} }, []string{
 			"data_block_size", "meta_block_size", "segment_max_object_bytes",
 			"segment_mpu_chunk_size", "segment_mpu_max_concurrency",
@@ -577,6 +585,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 	every.EmulateLink = LinkDirectory
 	every.Metrics = "[::1]:9100"
 	every.NSRefresh = 2*time.Minute + 10*time.Millisecond
+	every.NSRefreshMax = 3*time.Minute + 20*time.Millisecond
 	every.AllowOther = true
 	every.ReadOnly = true
 	every.S3ConnectTimeout = 3 * time.Second

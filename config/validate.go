@@ -26,9 +26,12 @@ const (
 	minFlushInterval = 100 * time.Millisecond
 	// A lease is renewed every third of it: below a second a slow request
 	// loses it; above minutes a dead writer keeps others out too long.
-	minWALLease           = 3 * time.Second
-	maxWALLease           = 10 * time.Minute
-	minNamespaceRefresh   = 10 * time.Millisecond
+	minWALLease         = 3 * time.Second
+	maxWALLease         = 10 * time.Minute
+	minNamespaceRefresh = 10 * time.Millisecond
+	// The backoff of an idle mount's refresh stops here: beyond minutes a
+	// mount would show other mounts' changes too late to be of use.
+	maxNamespaceRefresh   = 10 * time.Minute
 	maxPort               = 65535
 	dirtyLimitDescription = "min(max(data_cache_dirty_max_bytes_threshold, data_cache_dirty_max_blocks_threshold × data_block_size), segment_buffer_size)"
 )
@@ -110,6 +113,13 @@ func (c Config) Validate() error {
 	}
 
 	v.check("ns_refresh", c.NSRefresh >= minNamespaceRefresh, "must be at least 10ms")
+	switch {
+	case c.NSRefreshMax < c.NSRefresh:
+		v.fail("ns_refresh_max", "must be at least ns_refresh="+c.NSRefresh.String()+
+			" (the interval only grows from ns_refresh): raise ns_refresh_max with ns_refresh")
+	case c.NSRefreshMax > maxNamespaceRefresh:
+		v.fail("ns_refresh_max", "must be at most 10m")
+	}
 
 	// Below a second a busy but healthy store fails requests; the upper
 	// bounds only catch a unit mistaken (a connect takes seconds, not hours).
