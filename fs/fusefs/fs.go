@@ -8,12 +8,14 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
+	"golang.org/x/sync/singleflight"
 
 	"ckptfs/config"
 	"ckptfs/fs/engine"
@@ -28,7 +30,8 @@ import (
 const attrTimeout = time.Second
 
 // idleTick is how often the mount retries the flush of closed files that
-// are still dirty and forgets the orphans a cleaner has deleted.
+// are still dirty and forgets the orphans a cleaner has deleted. It sends
+// nothing to the store unless a closed file is still dirty.
 const idleTick = time.Second
 
 // Options of New.
@@ -63,7 +66,25 @@ type FS struct {
 	mu      sync.Mutex
 	files   map[string]*openFile // by file id; GUARDED_BY(mu)
 	orphans map[string]struct{}  // ids of files whose last name went here; GUARDED_BY(mu)
-	heads   map[string]headInfo  // last head seen of closed files; GUARDED_BY(mu)
+	heads   *headCache           // last head seen of closed files; GUARDED_BY(mu)
+
+	// tasks are the head reads and prefetches the mount's requests start;
+	// Close waits for them.
+	tasks       tasks
+	headFlight  singleflight.Group // one read of a head at a time, by file id
+	prefetchSem chan struct{}      // room for prefetchConcurrency head reads
+
+	// used counts the requests that show someone uses the mount (lookups,
+	// listings, opens, stats, changes): the refresh loop returns to
+	// ns_refresh when it moved. wake, when the loop has backed off
+	// (backedOff), has it look at once.
+	used      atomic.Uint64
+	backedOff atomic.Bool
+	wake      chan struct{}
+	// refreshEvery is the loop's interval now (nanoseconds) and refreshes
+	// the count of refreshes made, for tests.
+	refreshEvery atomic.Int64
+	refreshes    atomic.Int64
 
 	metrics    *Metrics
 	metricsSrv *metricsServer // nil when -o metrics is off
@@ -129,7 +150,8 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		st: st, root: o.Root, cfg: o.Config, params: Params(o.Config), log: log, ns: ns, vol: vol,
 		budget: engine.NewBudget(budget), fsName: o.FsName,
 		ctx: fctx, cancel: cancel,
-		files: make(map[string]*openFile), orphans: make(map[string]struct{}), heads: make(map[string]headInfo),
+		files: make(map[string]*openFile), orphans: make(map[string]struct{}), heads: newHeadCache(headCacheEntries),
+		prefetchSem: make(chan struct{}, prefetchConcurrency), wake: make(chan struct{}, 1),
 		metrics: metrics,
 	}
 	if o.Config.Metrics != "" {
@@ -301,7 +323,8 @@ func (fsys *FS) Close() error {
 		defer fsys.stopMetrics()
 		fsys.cancel()
 		fsys.wg.Wait()
-		fsys.ns.Wait() // changes whose callers were killed, each bounded
+		fsys.tasks.close() // head reads and prefetches, canceled above
+		fsys.ns.Wait()     // changes whose callers were killed, each bounded
 		bound := requestBound(fsys.cfg)
 		var storeDown error
 		var errs []error
@@ -355,10 +378,22 @@ func (fsys *FS) Close() error {
 // loop runs the periodic work of the mount: namespace refresh, the periodic
 // flush, and the retry of flushes of closed files. It stops when Close
 // cancels fsys.ctx.
+//
+// The refresh backs off while the mount is idle: after a refresh that found
+// nothing new, when no one used the mount and it changed nothing since the
+// last one, the next waits twice as long, up to ns_refresh_max; any of these
+// brings it back to ns_refresh, a use at once (see touch). With the store
+// down, refreshes fail and back off the same way unless the mount is used.
 func (fsys *FS) loop() {
 	defer fsys.wg.Done()
-	refresh := time.NewTicker(fsys.cfg.NSRefresh)
+	base := fsys.cfg.NSRefresh
+	most := max(fsys.cfg.NSRefreshMax, base)
+	every := base
+	fsys.refreshEvery.Store(int64(every))
+	refresh := time.NewTimer(every)
 	defer refresh.Stop()
+	last := time.Now() // when the last refresh ended
+	seq, used := fsys.ns.Seq(), fsys.used.Load()
 	var flushC <-chan time.Time
 	if fsys.cfg.FlushInterval > 0 {
 		t := time.NewTicker(fsys.cfg.FlushInterval)
@@ -372,12 +407,23 @@ func (fsys *FS) loop() {
 		select {
 		case <-fsys.ctx.Done():
 			return
+		case <-fsys.wake:
+			// Someone uses the mount while the loop waits longer than
+			// ns_refresh: the next refresh is due ns_refresh after the last.
+			if every > base {
+				every = base
+				fsys.refreshEvery.Store(int64(every))
+				fsys.backedOff.Store(false)
+				refresh.Reset(max(0, time.Until(last.Add(base))))
+			}
 		case <-refresh.C:
+			before := fsys.ns.Seq()
 			// Bounded: a refresh stuck on a dead store would hold up the
 			// periodic flush and the unmount (Close waits for this loop).
 			ctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
 			err := fsys.ns.Refresh(ctx)
 			cancel()
+			fsys.refreshes.Add(1)
 			// Logged when refreshes start failing and when they work
 			// again, not every tick of an outage.
 			switch {
@@ -388,11 +434,43 @@ func (fsys *FS) loop() {
 				refreshFailing = false
 				fsys.log.Info("namespace refresh works again")
 			}
+			// Something new (found now, or changed here since the last
+			// refresh), or someone used the mount: stay at ns_refresh.
+			after, u := fsys.ns.Seq(), fsys.used.Load()
+			if after != before || before != seq || u != used {
+				every = base
+			} else {
+				every = min(2*every, most)
+			}
+			seq, used = after, u
+			fsys.backedOff.Store(every > base)
+			// A use between the load above and the store missed the wake.
+			if every > base && fsys.used.Load() != used {
+				every = base
+				fsys.backedOff.Store(false)
+			}
+			fsys.refreshEvery.Store(int64(every))
+			last = time.Now()
+			refresh.Reset(every)
 		case <-flushC:
 			fsys.flushAll(fsys.ctx)
 		case <-idle.C:
 			fsys.flushIdle(fsys.ctx)
 			fsys.pruneOrphans()
+		}
+	}
+}
+
+// touch records that a request of someone using the mount arrived, for the
+// refresh loop's backoff: one atomic add, and a wake of the loop (never a
+// wait) when it has backed off. The request goes on with the namespace as it
+// is; the refresh it brings on serves the requests after it.
+func (fsys *FS) touch() {
+	fsys.used.Add(1)
+	if fsys.backedOff.Load() {
+		select {
+		case fsys.wake <- struct{}{}:
+		default:
 		}
 	}
 }
@@ -553,7 +631,7 @@ func (fsys *FS) closeIfIdle(of *openFile) {
 	}
 	if !orphan {
 		st := of.f.Stat()
-		fsys.heads[of.id] = headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format, seen: time.Now()}
+		fsys.heads.put(of.id, headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format, seen: time.Now()})
 	}
 	close(of.closing)
 	fsys.mu.Unlock()
@@ -587,7 +665,7 @@ func (fsys *FS) orphaned(n namespace.Node) {
 	}
 	fsys.mu.Lock()
 	fsys.orphans[n.FileID] = struct{}{}
-	delete(fsys.heads, n.FileID)
+	fsys.heads.remove(n.FileID)
 	fsys.mu.Unlock()
 }
 
@@ -660,17 +738,19 @@ func (fsys *FS) replayedHead(ctx context.Context, id string, info staging.Object
 	}
 	h := headInfo{size: v.Size, mtime: v.Mtime.UnixNano(), cno: v.Inode.Cno, format: v.Inode.Format, seen: time.Now()}
 	fsys.mu.Lock()
-	fsys.heads[id] = h
+	fsys.heads.put(id, h)
 	fsys.mu.Unlock()
 	return h, true, nil
 }
 
 // fileHead returns size, mtime, checkpoint and format of file id: from its
-// open engine, or its head object (remembered for up to ns_refresh).
+// open engine, or its head object (remembered for max(ns_refresh, 1s), in a
+// bounded cache; the read is shared with any other caller, a prefetch
+// included, that reads it meanwhile).
 func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
 	fsys.mu.Lock()
 	of := fsys.files[id]
-	h, cached := fsys.heads[id]
+	h, cached := fsys.heads.get(id)
 	fsys.mu.Unlock()
 	if of != nil {
 		select {
@@ -682,10 +762,20 @@ func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
 		default:
 		}
 	}
-	if cached && time.Since(h.seen) < max(fsys.cfg.NSRefresh, attrTimeout) {
+	if cached && time.Since(h.seen) < fsys.headTTL() {
 		return h, nil
 	}
-	hd, info, err := segment.ReadHead(ctx, fsys.st, fsys.prefix(id)+engine.HeadKey, segment.FileTag(id))
+	return fsys.fetchHead(ctx, id)
+}
+
+// readHead reads the head object of file id and remembers what it says (see
+// replayedHead for a head that WAL records may follow). ctx is the mount's:
+// the read is shared by every caller that waits for it (fetchHead).
+func (fsys *FS) readHead(ctx context.Context, id string) (headInfo, error) {
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, requestBound(fsys.cfg))
+	hd, info, err := segment.ReadHead(rctx, fsys.st, fsys.prefix(id)+engine.HeadKey, segment.FileTag(id))
+	cancel()
 	if errors.Is(err, staging.ErrNotFound) {
 		// Named but never written (a create that did not finish): empty.
 		return headInfo{format: fsys.params.Format, seen: time.Now()}, nil
@@ -700,9 +790,7 @@ func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
 	} else if ok {
 		return h, nil
 	}
-	h = headInfo{size: int64(hd.Inode.Size), mtime: hd.Inode.MtimeNs, cno: hd.Inode.Cno, format: hd.Inode.Format, seen: time.Now()}
-	fsys.mu.Lock()
-	fsys.heads[id] = h
-	fsys.mu.Unlock()
+	h := headInfo{size: int64(hd.Inode.Size), mtime: hd.Inode.MtimeNs, cno: hd.Inode.Cno, format: hd.Inode.Format, seen: time.Now()}
+	fsys.remember(id, h, start)
 	return h, nil
 }

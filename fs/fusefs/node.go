@@ -126,6 +126,7 @@ func (n *node) child(ctx context.Context, nn namespace.Node, out *fuse.EntryOut)
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.fsys.touch()
 	if n.reserved(name) {
 		root, errno := n.get()
 		if errno != 0 {
@@ -151,6 +152,7 @@ func (n *node) get() (namespace.Node, syscall.Errno) {
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	n.fsys.touch()
 	nn, errno := n.get()
 	if errno != 0 {
 		return errno
@@ -159,6 +161,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	n.fsys.touch()
 	nn, errno := n.get()
 	if errno != 0 {
 		return errno
@@ -245,6 +248,7 @@ func (n *node) truncate(ctx context.Context, f fs.FileHandle, id string, size in
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n.fsys.touch()
 	nn, errno := n.get()
 	if errno != 0 {
 		return nil, 0, errno
@@ -267,6 +271,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	n.fsys.touch()
 	if n.reserved(name) {
 		return nil, nil, 0, syscall.EPERM
 	}
@@ -297,6 +302,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.fsys.touch()
 	if n.reserved(name) {
 		return nil, syscall.EPERM
 	}
@@ -308,6 +314,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.fsys.touch()
 	if n.reserved(name) {
 		return nil, syscall.EPERM
 	}
@@ -330,6 +337,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	n.fsys.touch()
 	if n.reserved(name) {
 		return nil, syscall.EPERM
 	}
@@ -347,6 +355,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	n.fsys.touch()
 	nn, err := n.fsys.ns.Unlink(changeCtx(ctx), n.ino, name)
 	if err != nil {
 		return n.fsys.errnoOf("unlink "+n.where(name), err)
@@ -356,6 +365,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	n.fsys.touch()
 	if err := n.fsys.ns.Rmdir(changeCtx(ctx), n.ino, name); err != nil {
 		return n.fsys.errnoOf("rmdir "+n.where(name), err)
 	}
@@ -369,6 +379,7 @@ const (
 )
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	n.fsys.touch()
 	np, ok := newParent.(*node)
 	if !ok {
 		return syscall.EXDEV
@@ -488,6 +499,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 }
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n.fsys.touch()
 	nn, errno := n.get()
 	if errno != 0 {
 		return nil, 0, errno
@@ -502,12 +514,19 @@ func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, 
 // its namespace cookie, and a listing resumes after it, so entries removed
 // during the listing never make others repeat or vanish. Offsets 1 and 2 are
 // "." and "..".
+//
+// As it lists, it has the heads of the files it names read ahead (at most
+// prefetchWindow entries past what it returned), so that the lookups and
+// stats the kernel sends next (ls -l, readdirplus) find them: a cold
+// listing then waits for about one round trip per prefetchConcurrency files,
+// not one per file.
 type dirHandle struct {
 	fsys   *FS
 	ino    namespace.Ino
 	parent namespace.Ino
 	pos    uint64
 	buf    []namespace.Dirent
+	ahead  int // entries at the front of buf already given to prefetch
 }
 
 var (
@@ -532,6 +551,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		return &fuse.DirEntry{Name: "..", Ino: uint64(d.parent), Mode: syscall.S_IFDIR, Off: 2}, 0
 	}
 	if len(d.buf) == 0 {
+		d.fsys.touch()
 		ents, err := d.fsys.ns.ReadDirAfter(d.ino, d.pos)
 		if errors.Is(err, namespace.ErrNotExist) {
 			return nil, 0 // removed while listed: nothing more
@@ -542,16 +562,25 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		if len(ents) == 0 {
 			return nil, 0
 		}
-		d.buf = ents
+		d.buf, d.ahead = ents, 0
+	}
+	// Keep the window ahead full, a chunk at a time. The prefetch reads
+	// the slice while the listing goes on: buf is only ever resliced or
+	// replaced, never written.
+	if d.ahead <= prefetchWindow-prefetchChunk && d.ahead < len(d.buf) {
+		end := min(len(d.buf), prefetchWindow)
+		d.fsys.prefetch(d.buf[d.ahead:end])
+		d.ahead = end
 	}
 	e := d.buf[0]
 	d.buf = d.buf[1:]
+	d.ahead--
 	d.pos = e.Cookie
 	return &fuse.DirEntry{Name: e.Name, Ino: uint64(e.Ino), Mode: kindMode(e.Kind), Off: e.Cookie}, 0
 }
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	d.pos = off
-	d.buf = nil
+	d.buf, d.ahead = nil, 0
 	return 0
 }

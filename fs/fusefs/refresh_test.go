@@ -1,0 +1,134 @@
+package fusefs
+
+import (
+	"context"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"ckptfs/config"
+	"ckptfs/fs/namespace"
+	"ckptfs/staging"
+)
+
+// newIdleFS makes a volume on a counting memory store whose namespace refresh
+// starts at every and backs off up to most.
+func newIdleFS(t *testing.T, every, most time.Duration) (*FS, *staging.Counting) {
+	t.Helper()
+	st := staging.NewCounting(staging.NewMem())
+	c := config.MountDefault(1 << 30)
+	c.NSRefresh, c.NSRefreshMax = every, most
+	fsys, err := New(context.Background(), st, Options{Config: c})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fsys.Close() })
+	return fsys, st
+}
+
+// waitFor polls cond every few milliseconds for up to limit.
+func waitFor(t *testing.T, limit time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %v", what, limit)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// An idle mount refreshes less and less often: over two seconds with
+// ns_refresh=20ms (100 refreshes without backoff) and ns_refresh_max=320ms
+// it makes about ten, each its request or two, and nothing else.
+func TestIdleMountBacksOff(t *testing.T) {
+	t.Parallel()
+	fsys, st := newIdleFS(t, 20*time.Millisecond, 320*time.Millisecond)
+	st.Reset()
+	time.Sleep(2 * time.Second)
+	c := st.Snapshot()
+	refreshes := fsys.refreshes.Load()
+	t.Logf("idle for 2s: %d refreshes, %v", refreshes, c)
+	if refreshes < 2 || refreshes > 20 {
+		t.Errorf("an idle mount refreshed %d times in 2s, want about 10 (at most 20, at least 2)", refreshes)
+	}
+	if reqs := c.Total().Requests; reqs > 2*refreshes || reqs > 40 {
+		t.Errorf("an idle mount sent %d requests in 2s (%v) for %d refreshes", reqs, c, refreshes)
+	}
+	if got := time.Duration(fsys.refreshEvery.Load()); got != 320*time.Millisecond {
+		t.Errorf("after 2s idle the refresh interval is %v, want ns_refresh_max 320ms", got)
+	}
+}
+
+// Another mount's change reaches an idle mount within ns_refresh_max (plus
+// slack), and using the mount brings the interval back to ns_refresh.
+func TestIdleMountSeesChanges(t *testing.T) {
+	t.Parallel()
+	fsys, st := newIdleFS(t, 20*time.Millisecond, 320*time.Millisecond)
+	waitFor(t, 10*time.Second, "backed off to ns_refresh_max", func() bool {
+		return time.Duration(fsys.refreshEvery.Load()) == 320*time.Millisecond
+	})
+	other, err := namespace.Open(context.Background(), st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Create(context.Background(), namespace.RootIno, "theirs", 0o644, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	// Looked up in the namespace directly: not a use of the mount.
+	waitFor(t, 5*time.Second, "another mount's create seen", func() bool {
+		_, err := fsys.ns.Lookup(namespace.RootIno, "theirs")
+		return err == nil
+	})
+	t.Logf("another mount's create seen after %v idle (ns_refresh_max 320ms)", time.Since(start))
+	// A change found brings the interval back to ns_refresh, from where it
+	// takes 300ms to back off to ns_refresh_max again.
+	waitFor(t, 5*time.Second, "ns_refresh after a change was found", func() bool {
+		return time.Duration(fsys.refreshEvery.Load()) < 320*time.Millisecond
+	})
+}
+
+// A lookup on a mount that has backed off far brings its next refresh at
+// once, not when the long wait ends, and the request itself is answered
+// without waiting for it.
+func TestUseWakesTheRefresh(t *testing.T) {
+	t.Parallel()
+	fsys, _ := newIdleFS(t, 20*time.Millisecond, 10*time.Second)
+	// 20+40+...+1280ms: the loop then waits 2.56s.
+	waitFor(t, 20*time.Second, "backed off to 2.56s", func() bool {
+		return time.Duration(fsys.refreshEvery.Load()) >= 2560*time.Millisecond
+	})
+	before := fsys.refreshes.Load()
+	root := &node{fsys: fsys, ino: namespace.RootIno}
+	var out fuse.EntryOut
+	if _, errno := root.Lookup(context.Background(), "nothing", &out); errno != syscall.ENOENT {
+		t.Fatalf("lookup: %v, want ENOENT", errno)
+	}
+	// Well within the 2.56s the loop would otherwise still wait.
+	waitFor(t, 1500*time.Millisecond, "a refresh after the lookup", func() bool {
+		return fsys.refreshes.Load() > before
+	})
+	if got := time.Duration(fsys.refreshEvery.Load()); got >= 320*time.Millisecond {
+		t.Errorf("after a lookup the refresh interval is %v, want it back near ns_refresh 20ms", got)
+	}
+}
+
+// A change made through this mount counts as use: the next refresh comes
+// ns_refresh after it.
+func TestOwnChangeResetsTheBackoff(t *testing.T) {
+	t.Parallel()
+	fsys, _ := newIdleFS(t, 20*time.Millisecond, 320*time.Millisecond)
+	waitFor(t, 10*time.Second, "backed off to ns_refresh_max", func() bool {
+		return time.Duration(fsys.refreshEvery.Load()) == 320*time.Millisecond
+	})
+	// Straight through the namespace: the loop sees it in Seq.
+	if _, err := fsys.ns.Mkdir(context.Background(), namespace.RootIno, "d", 0o755, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "ns_refresh after a change of this mount", func() bool {
+		return time.Duration(fsys.refreshEvery.Load()) < 320*time.Millisecond
+	})
+}
