@@ -101,10 +101,58 @@
 //
 // # Several mounts of one root
 //
-// Each mount re-reads the namespace log every ns_refresh. The kernel caches
-// names and attributes for at most one second (attrTimeout), so a name created,
-// renamed or removed by another mount is seen here within ns_refresh plus one
-// second; the size of a file another mount wrote follows within the same time.
+// Each mount re-reads the namespace log every ns_refresh while it is in use,
+// and less often while it is idle (below). The kernel caches names and
+// attributes for at most one second (attrTimeout), so a name created, renamed
+// or removed by another mount is seen here within ns_refresh plus one second
+// on a mount in use, and within ns_refresh_max plus one second on an idle
+// one (the first lookup after the idle time still answers from what the mount
+// knew; it wakes the refresh, which serves the lookups after it). The size of
+// a file another mount wrote follows within max(ns_refresh, 1s) plus one
+// second: the head cache below.
+//
+// # Attributes of files not open
+//
+// The size and mtime of a file come from its engine while it is open here,
+// and otherwise from its head object, remembered for max(ns_refresh, 1s) in a
+// cache of at most 65,536 heads (least recently used first out, about 200
+// bytes each: 13 MiB at most, whatever the number of files). Concurrent reads
+// of one head are one request, shared by every stat waiting for it.
+//
+// Reading a directory (readdir) has the heads of the files it lists read in
+// the background, at most 32 at once for the whole mount and at most 4,096
+// entries ahead of what the listing returned, skipping files open here or
+// cached; the lookups and stats that follow (ls -l, ls -lR, readdirplus)
+// wait for those reads rather than make their own. A cold ls -lR then costs
+// about one round trip per 32 files instead of one per file. A read that
+// fails leaves the file uncached, and its stat reads the head itself and
+// reports what fails. The reads belong to the mount: Close cancels and waits
+// for them.
+//
+// # What an idle mount costs
+//
+// The namespace refresh backs off: after a refresh that found nothing new,
+// while no FUSE request showed use (a lookup, getattr, readdir, open or
+// change: each counts in one atomic counter and never waits for a refresh)
+// and the mount changed nothing, the next waits twice as long, up to
+// ns_refresh_max (10s by default). A refresh that finds something, a change of
+// this mount, or any such request brings the interval back to ns_refresh at
+// once. Once backed off, an idle mount sends at most 86400/ns_refresh_max
+// refreshes a day (8,640 with the defaults), each one small request (the
+// namespace's idle refresh) — and nothing else:
+//
+//   - the periodic flush (flush_interval, off by default) publishes only
+//     files with unpublished changes;
+//   - the idle tick (every second) retries the flush of closed files still
+//     dirty and forgets orphans a cleaner deleted: memory only, unless a
+//     closed file is still dirty;
+//   - an open file's engine keeps its own timers (a WAL lease, a writer
+//     marker), only while open;
+//   - the head cache and the prefetch read only when asked (a stat, a
+//     listing).
+//
+// A store that is down makes refreshes fail; they back off the same way on an
+// idle mount, and come back to ns_refresh on first use.
 //
 // # Errors
 //
@@ -114,7 +162,7 @@
 //
 // # Locking
 //
-// FS.mu guards the open-file table and the list of files unlinked here; it
-// is never held across a call to the store or to the engine. engine.File and
-// namespace.Namespace lock themselves.
+// FS.mu guards the open-file table, the list of files unlinked here and the
+// head cache; it is never held across a call to the store or to the engine.
+// engine.File and namespace.Namespace lock themselves.
 package fusefs
