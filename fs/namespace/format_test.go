@@ -157,11 +157,11 @@ func TestCorruptObjectsRefused(t *testing.T) {
 func TestEntryRoundTrip(t *testing.T) {
 	mode, tm := uint32(0o600), int64(-5)
 	cases := []entry{
-		{Seq: 1, ID: NewFileID(), Time: 7, Op: op{Kind: opCreate, Parent: 1, Name: "a", Mode: 0o644, Uid: 1, Gid: 2, FileID: NewFileID()}},
-		{Seq: 2, ID: NewFileID(), Time: 8, Op: op{Kind: opSymlink, Parent: 1, Name: "\xff\xfe", Target: "x\x80y"}},
-		{Seq: 3, ID: NewFileID(), Op: op{Kind: opRename, Parent: 1, Name: "a", NewParent: 65536, NewName: "b", Flags: 2}},
-		{Seq: 4, ID: NewFileID(), Op: op{Kind: opSetAttr, Ino: 65536, Attr: &attrRec{Mode: &mode, Mtime: &tm}}},
-		{Seq: 5, ID: NewFileID(), Op: op{Kind: opSetXattr, Ino: 65536, Name: "user.x", Value: []byte{0, 1, 2}}},
+		{Seq: 1, ID: NewFileID(), Time: 7, Op: &op{Kind: opCreate, Parent: 1, Name: "a", Mode: 0o644, Uid: 1, Gid: 2, FileID: NewFileID()}},
+		{Seq: 2, ID: NewFileID(), Time: 8, Op: &op{Kind: opSymlink, Parent: 1, Name: "\xff\xfe", Target: "x\x80y"}},
+		{Seq: 3, ID: NewFileID(), Op: &op{Kind: opRename, Parent: 1, Name: "a", NewParent: 65536, NewName: "b", Flags: 2}},
+		{Seq: 4, ID: NewFileID(), Op: &op{Kind: opSetAttr, Ino: 65536, Attr: &attrRec{Mode: &mode, Mtime: &tm}}},
+		{Seq: 5, ID: NewFileID(), Op: &op{Kind: opSetXattr, Ino: 65536, Name: "user.x", Value: []byte{0, 1, 2}}},
 	}
 	for _, want := range cases {
 		key := LogKey("", want.Seq)

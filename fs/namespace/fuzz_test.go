@@ -9,7 +9,7 @@ import (
 // same entry; applying it to a state never panics and a failed apply leaves
 // the state as it was.
 func FuzzDecodeEntry(f *testing.F) {
-	f.Add(encodeEntry(&entry{Seq: 1, ID: NewFileID(), Time: 1, Op: op{Kind: opMkdir, Parent: 1, Name: "d", Mode: 0o755}}))
+	f.Add(encodeEntry(&entry{Seq: 1, ID: NewFileID(), Time: 1, Op: &op{Kind: opMkdir, Parent: 1, Name: "d", Mode: 0o755}}))
 	f.Add([]byte("CKNS\x01\x01\x00\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := decodeEntry("fuzz", 0, data)
@@ -63,7 +63,7 @@ func fuzzState(t *testing.T) *state {
 		{Kind: opUnlink, Parent: 1, Name: "o"},
 	}
 	for i, o := range ops {
-		if err := st.apply(&entry{Seq: uint64(i + 1), ID: id('c'), Time: int64(i), Op: o}, false); err != nil {
+		if err := st.apply(&entry{Seq: uint64(i + 1), ID: id('c'), Time: int64(i), Op: &o}, false); err != nil {
 			t.Fatal(err)
 		}
 	}
