@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -135,3 +136,12 @@ func (c *fakeClock) Advance(d time.Duration) {
 
 // pastTrimGrace is more than the default TrimGrace.
 const pastTrimGrace = 11 * time.Minute
+
+type runtimeMemStats = runtime.MemStats
+
+// readMemStats reads the heap after a collection, so that only live memory
+// counts.
+func readMemStats(ms *runtime.MemStats) {
+	runtime.GC()
+	runtime.ReadMemStats(ms)
+}
