@@ -545,3 +545,44 @@ func TestMemoryPerNode(t *testing.T) {
 		t.Fatal(len(st.nodes))
 	}
 }
+
+// TestTrimPages: a log longer than a listing page is trimmed page by page,
+// down to the snapshot's entry, and a mount opened after reads the snapshot
+// and what follows only.
+func TestTrimPages(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	clock := newFakeClock()
+	ns := openNS(t, mem, Options{CompactEvery: 1 << 40, Clock: clock.Now})
+	const n = 2500
+	for i := range n {
+		if _, err := ns.Create(ctx, RootIno, fmt.Sprint(i), 0o644, Owner{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	clock.Advance(pastTrimGrace)
+	c := staging.NewCounting(mem)
+	ns.store = c // the trimmer's requests, counted
+	if err := ns.Compact(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ns.Wait()
+	if got := c.Snapshot().Op(staging.OpDelete).Requests; got != n-1 {
+		t.Fatalf("%d deletes, want %d (every entry below the snapshot's)", got, n-1)
+	}
+	if lists := c.Snapshot().Op(staging.OpList).Requests; lists < 3 {
+		t.Fatalf("%d listings for %d entries: not in pages", lists, n)
+	}
+	entries := logEntries(t, mem)
+	if len(entries) != 1 || entries[0].Seq != n {
+		t.Fatalf("%d entries left, want the snapshot's (%d) only", len(entries), n)
+	}
+	counted := staging.NewCounting(mem)
+	fresh := openNS(t, counted, Options{})
+	if dump(t, fresh) != dump(t, ns) {
+		t.Fatal("a mount opened after trimming differs")
+	}
+	if got := counted.Snapshot().Total().Requests; got > 5 {
+		t.Fatalf("open after trimming: %v", counted.Snapshot())
+	}
+}

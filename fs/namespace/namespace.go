@@ -963,8 +963,8 @@ func (ns *Namespace) Compact(ctx context.Context) error {
 	return nil
 }
 
-// Trimming bounds: deletes in flight, and per pass (the next snapshot's
-// pass goes on), and the page of a listing.
+// Trimming bounds: deletes in flight, deletes per pass (a pass that
+// reaches it is followed by another), and the page of a listing.
 const (
 	trimParallelism = 8
 	maxTrimPerPass  = 10000
@@ -994,7 +994,11 @@ func (ns *Namespace) requestTrim(seq uint64) {
 				return
 			}
 			ns.trimMu.Unlock()
-			ns.trim(ns.ctx, seq)
+			if more := ns.trim(ns.ctx, seq); more {
+				ns.trimMu.Lock()
+				ns.trimAt = max(ns.trimAt, seq)
+				ns.trimMu.Unlock()
+			}
 		}
 	}()
 }
@@ -1004,33 +1008,37 @@ func (ns *Namespace) requestTrim(seq uint64) {
 // and the snapshots below snap, but only those the store last modified more
 // than TrimGrace ago: the safety of appends without reading the log first
 // rests on it (see the package doc). Errors end the pass and are logged; the
-// next snapshot's pass tries again.
-func (ns *Namespace) trim(ctx context.Context, snap uint64) {
+// next snapshot's pass tries again. It reports whether the pass stopped at
+// its bound with more to delete.
+func (ns *Namespace) trim(ctx context.Context, snap uint64) (more bool) {
 	now := ns.opts.Clock()
-	n, err := ns.trimDir(ctx, ns.logPrefix(), snap, now)
-	if err == nil {
+	n, more, err := ns.trimDir(ctx, ns.logPrefix(), snap, now)
+	if err == nil && !more {
 		var m int
-		m, err = ns.trimDir(ctx, ns.snapPrefix(), snap, now)
+		m, more, err = ns.trimDir(ctx, ns.snapPrefix(), snap, now)
 		n += m
 	}
-	if err != nil && ctx.Err() == nil {
-		ns.log.Warn("trim namespace log", zap.Uint64("snapshot", snap), zap.Int("deleted", n), zap.Error(err))
+	if err != nil {
+		if ctx.Err() == nil {
+			ns.log.Warn("trim namespace log", zap.Uint64("snapshot", snap), zap.Int("deleted", n), zap.Error(err))
+		}
+		return false
 	}
+	return more
 }
 
 // trimDir deletes the objects of dir (log or snapshots) below seq snap and
 // older than TrimGrace at clock reading now, page by page. It stops at the
 // first too young: objects are written in seq order, so the rest are
 // younger still.
-func (ns *Namespace) trimDir(ctx context.Context, dir string, snap uint64, now time.Time) (int, error) {
-	deleted := 0
+func (ns *Namespace) trimDir(ctx context.Context, dir string, snap uint64, now time.Time) (deleted int, more bool, err error) {
 	after := ""
-	for deleted < maxTrimPerPass {
+	for {
 		lctx, cancel := context.WithTimeout(ctx, ns.opts.FinishTimeout)
 		page, err := ns.store.List(lctx, dir, after, trimPage)
 		cancel()
 		if err != nil {
-			return deleted, fmt.Errorf("list %s after %q: %w", dir, after, err)
+			return deleted, false, fmt.Errorf("list %s after %q: %w", dir, after, err)
 		}
 		var keys []string
 		done := !page.Truncated
@@ -1039,8 +1047,12 @@ func (ns *Namespace) trimDir(ctx context.Context, dir string, snap uint64, now t
 			if !ok {
 				continue // not ours to delete
 			}
-			if seq >= snap || o.LastModified.IsZero() || now.Sub(o.LastModified) <= ns.opts.TrimGrace || deleted+len(keys) >= maxTrimPerPass {
+			if seq >= snap || o.LastModified.IsZero() || now.Sub(o.LastModified) <= ns.opts.TrimGrace {
 				done = true
+				break
+			}
+			if deleted+len(keys) >= maxTrimPerPass {
+				done, more = true, true
 				break
 			}
 			keys = append(keys, o.Key)
@@ -1058,15 +1070,14 @@ func (ns *Namespace) trimDir(ctx context.Context, dir string, snap uint64, now t
 			})
 		}
 		if err := g.Wait(); err != nil {
-			return deleted, err
+			return deleted, false, err
 		}
 		deleted += len(keys)
 		if done || len(page.Objects) == 0 {
-			return deleted, nil
+			return deleted, more, nil
 		}
 		after = page.Objects[len(page.Objects)-1].Key
 	}
-	return deleted, nil
 }
 
 // Compactable returns the seq up to which log entries may be deleted: the

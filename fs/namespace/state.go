@@ -89,9 +89,9 @@ type Node struct {
 }
 
 // Dirent is one directory entry. Cookie is unique in the directory and stays
-// valid while other entries come and go: it is the seq of the entry that gave
-// the name its node, shifted left by 16, so it is never 0, 1 or 2 (free for
-// the start, "." and "..").
+// valid while other entries come and go: it is the ino base (seq<<16 | i) of
+// the op that gave the name its node, so it is never 0, 1 or 2 (free for the
+// start, "." and "..").
 type Dirent struct {
 	Name   string
 	Ino    Ino
@@ -330,7 +330,8 @@ func (st *state) lookup(dir Ino, name string) (*node, *node, error) {
 
 // apply applies entry e to st: its ops in order, each against the state
 // the ones before it left. It is all or nothing: a failed apply leaves st as
-// it was; with dry it only checks. A writer dry-runs its entry against the
+// it was; with dry it only checks (an entry of several ops is applied and
+// undone: hold mu for writing for that too). A writer dry-runs its entry against the
 // state it will follow; a reader applies entries in seq order; both see the
 // same state at every seq.
 func (st *state) apply(e *entry, dry bool) error {
