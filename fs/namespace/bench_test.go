@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"ckptfs/staging"
 )
@@ -98,6 +100,29 @@ func BenchmarkCreate(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// BenchmarkCreateParallel: creates from many goroutines, over a store with
+// a millisecond of latency per entry, where group commit shares entries.
+func BenchmarkCreateParallel(b *testing.B) {
+	ctx := context.Background()
+	ns := openNS(b, &slowLog{Store: staging.NewMem(), delay: time.Millisecond}, Options{})
+	d, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	var next atomic.Int64
+	b.SetParallelism(16)
+	b.ReportAllocs()
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if _, err := ns.Create(ctx, d.Ino, fmt.Sprint(next.Add(1)), 0o644, Owner{}); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+	b.ReportMetric(float64(next.Load())/float64(ns.Seq()), "ops/entry")
 }
 
 // BenchmarkOpen: opening a root of 10,000 files, from the log alone and from

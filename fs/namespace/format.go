@@ -17,10 +17,13 @@ import (
 // Keys under a mount root. Sequence numbers are decimal, zero-padded to 20
 // digits (the width of the largest uint64) so that keys sort by seq.
 //
-//	<root>/ns/log/<seq>    one change; created with If-None-Match: *
+//	<root>/ns/log/<seq>    one entry (one change, or several made at once);
+//	                       created with If-None-Match: *
 //	<root>/ns/snap/<seq>   the whole namespace as of log entry <seq>
 //
-// These names are part of the format.
+// These names are part of the format. Entries below the newest snapshot's
+// seq, and older snapshots, are deleted once older than TrimGrace (see
+// Namespace.Compactable); entry <seq> of the newest snapshot stays.
 const (
 	nsDir      = "ns/"
 	logDir     = "ns/log/"

@@ -791,13 +791,27 @@ func (ns *Namespace) commitLocked(batch []*pending) *pendingSnapshot {
 		e         *entry
 		data      []byte
 		firstSend time.Time
+		basis     time.Time // the tail confirmation e.Seq was chosen on
 		live      []*pending
 		ops       []op
 		errs      []error
 	)
 	attempts, conflicts := 0, 0
+	// resendable says whether e may still be sent at its seq: only within
+	// TrimGrace/2 of the confirmation it was chosen on, however long
+	// FinishTimeout, so that its seq cannot have been used by another
+	// writer and trimmed meanwhile (see the package doc).
+	resendable := func() bool { return ns.opts.Clock().Sub(basis) < ns.opts.TrimGrace/2 }
 	for {
 		if e == nil {
+			if !ns.trustedLocked(ns.opts.Clock()) {
+				// The tail aged while this entry was refused and rebuilt.
+				if err := ns.refreshLocked(ctx); err != nil {
+					answer(sealed, err)
+					return nil
+				}
+			}
+			basis = ns.tailAt
 			live, ops, errs = ns.trial(sealed, t)
 			if len(live) == 0 {
 				moved, err := ns.verifyTailLocked(ctx)
@@ -822,14 +836,15 @@ func (ns *Namespace) commitLocked(batch []*pending) *pendingSnapshot {
 		})
 		if err != nil && !errors.Is(err, staging.ErrPrecondition) {
 			attempts++
-			if attempts < ns.opts.PutAttempts {
-				err = backoff(ctx, attempts)
+			if attempts < ns.opts.PutAttempts && resendable() {
+				if berr := backoff(ctx, attempts); berr != nil {
+					err = berr
+				} else {
+					continue // same seq
+				}
 			}
-			if attempts >= ns.opts.PutAttempts || err != nil {
-				answer(sealed, fmt.Errorf("append namespace entry %s (%s; it may yet appear): %w", key, kinds(ops), err))
-				return nil
-			}
-			continue // same seq
+			answer(sealed, fmt.Errorf("append namespace entry %s (%s; it may yet appear): %w", key, kinds(ops), err))
+			return nil
 		}
 		if err != nil {
 			other, rerr := ns.readEntry(ctx, e.Seq)
@@ -837,7 +852,7 @@ func (ns *Namespace) commitLocked(batch []*pending) *pendingSnapshot {
 				// Refused, yet not there: a conditional write of the same
 				// key still in flight (S3's 409). It lands or fails soon.
 				conflicts++
-				if conflicts >= maxConflicts {
+				if conflicts >= maxConflicts || !resendable() {
 					answer(sealed, fmt.Errorf("append namespace entry %s (%s): refused, yet absent after %d tries: %w", key, kinds(ops), conflicts, err))
 					return nil
 				}
