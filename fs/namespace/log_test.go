@@ -586,3 +586,58 @@ func TestTrimPages(t *testing.T) {
 		t.Fatalf("open after trimming: %v", counted.Snapshot())
 	}
 }
+
+// TestRefusedChangeVerified: a change its check refuses at a trusted tail
+// costs one GET (is the state the end of the log?) and no PUT; when another
+// mount changed the log meanwhile, the change is checked against that.
+func TestRefusedChangeVerified(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	c := staging.NewCounting(mem)
+	ns := openNS(t, c, Options{})
+	other := openNS(t, mem, Options{})
+	if _, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Snapshot()
+	if _, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{}); !errors.Is(err, ErrExist) {
+		t.Fatalf("mkdir of an existing name: %v", err)
+	}
+	if got := c.Snapshot().Sub(before); got.Total().Requests != 1 || got.Op(staging.OpGet).Requests != 1 {
+		t.Fatalf("refused mkdir: %v, want one GET", got)
+	}
+	if err := other.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Create(ctx, RootIno, "x", 0o644, Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	// ns has not seen x: its unlink must not be refused by its stale state.
+	if _, err := ns.Unlink(ctx, RootIno, "x"); err != nil {
+		t.Fatalf("unlink of a name another mount made: %v", err)
+	}
+}
+
+// TestNoResendPastTrimGrace: an entry whose sends fail is not resent at its
+// seq once half of TrimGrace has passed since the tail confirmation the seq
+// was chosen on, whatever PutAttempts and FinishTimeout allow.
+func TestNoResendPastTrimGrace(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	clock := newFakeClock()
+	store := &flakyStore{Store: mem}
+	ns := openNS(t, store, Options{PutAttempts: 10, Clock: clock.Now})
+	store.putFault = func(string, int) (bool, error) {
+		clock.Advance(6 * time.Minute) // past half the default TrimGrace
+		return false, errLink
+	}
+	if _, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{}); !errors.Is(err, errLink) {
+		t.Fatalf("mkdir over a failing link: %v, want the link error", err)
+	}
+	store.mu.Lock()
+	puts := store.logPuts
+	store.mu.Unlock()
+	if puts != 1 {
+		t.Fatalf("%d sends, want 1", puts)
+	}
+}
