@@ -17,10 +17,13 @@ import (
 // Keys under a mount root. Sequence numbers are decimal, zero-padded to 20
 // digits (the width of the largest uint64) so that keys sort by seq.
 //
-//	<root>/ns/log/<seq>    one change; created with If-None-Match: *
+//	<root>/ns/log/<seq>    one entry (one change, or several made at once);
+//	                       created with If-None-Match: *
 //	<root>/ns/snap/<seq>   the whole namespace as of log entry <seq>
 //
-// These names are part of the format.
+// These names are part of the format. Entries below the newest snapshot's
+// seq, and older snapshots, are deleted once older than TrimGrace (see
+// Namespace.Compactable); entry <seq> of the newest snapshot stays.
 const (
 	nsDir      = "ns/"
 	logDir     = "ns/log/"
@@ -197,20 +200,49 @@ const (
 	opForget      = "forget"
 )
 
-// entry is the body of one log entry: one change, applied atomically.
+// entry is the body of one log entry: one op, or several (changes made at
+// once on one mount share an entry: group commit), applied atomically and in
+// order, each against the state the ones before it left.
 //
 //	{"seq":7,"id":"<32 hex>","t":<unix ns>,"op":{"k":"create","p":1,"n":"a",...}}
+//	{"seq":8,"id":"<32 hex>","t":<unix ns>,"ops":[{"k":"create",...},{"k":"unlink",...}]}
+//
+// Exactly one of "op" (an entry of one op) and "ops" (2 to maxEntryOps ops)
+// is present; a decoder refuses both, neither, and an "ops" of fewer than two.
+// The node the i-th op creates, and the cookie of a name it gives, is
+// seq<<16 | i (seq<<16 for an entry of one op).
 //
 // seq repeats the key's number so that an object copied to another key is
-// refused; id is random per change (also in the object's ckptfs-write
+// refused; id is random per entry (also in the object's ckptfs-write
 // metadata) so that a writer recognises its own entry after a lost answer; t
-// is the time of the change, used for every time it sets, so that every
+// is the time of the change, used for every time its ops set, so that every
 // mount replays the same state.
 type entry struct {
 	Seq  uint64 `json:"seq"`
 	ID   string `json:"id"`
 	Time int64  `json:"t"`
-	Op   op     `json:"op"`
+	Op   *op    `json:"op,omitempty"`
+	Ops  []op   `json:"ops,omitempty"`
+}
+
+// ops returns the ops of e, in order.
+func (e *entry) ops() []op {
+	if e.Op != nil {
+		return []op{*e.Op}
+	}
+	return e.Ops
+}
+
+// newEntry is the entry of ops: "op" for one, "ops" for more.
+func newEntry(seq uint64, id string, t int64, ops []op) *entry {
+	e := &entry{Seq: seq, ID: id, Time: t}
+	if len(ops) == 1 {
+		o := ops[0]
+		e.Op = &o
+	} else {
+		e.Ops = append([]op(nil), ops...)
+	}
+	return e
 }
 
 // op is one change. Which fields a kind uses is documented at its apply
@@ -271,14 +303,26 @@ func decodeEntry(key string, wantSeq uint64, data []byte) (*entry, error) {
 	if !validID(e.ID) {
 		return nil, corruptf(key, "bad change id %q", e.ID)
 	}
-	switch e.Op.Kind {
-	case opCreate, opMkdir, opSymlink, opLink, opUnlink, opRmdir, opRename,
-		opSetAttr, opSetXattr, opRemoveXattr, opForget:
-	default:
-		return nil, corruptf(key, "unknown operation %q", e.Op.Kind)
+	switch {
+	case e.Op != nil && e.Ops != nil:
+		return nil, corruptf(key, "both \"op\" and \"ops\"")
+	case e.Op == nil && e.Ops == nil:
+		return nil, corruptf(key, "neither \"op\" nor \"ops\"")
+	case e.Op == nil && len(e.Ops) < 2:
+		return nil, corruptf(key, "\"ops\" of %d ops (one op is \"op\")", len(e.Ops))
+	case len(e.Ops) > maxEntryOps:
+		return nil, corruptf(key, "%d ops, at most %d", len(e.Ops), maxEntryOps)
 	}
-	if e.Op.Kind == opSetAttr && e.Op.Attr == nil {
-		return nil, corruptf(key, "setattr without attributes")
+	for i, o := range e.ops() {
+		switch o.Kind {
+		case opCreate, opMkdir, opSymlink, opLink, opUnlink, opRmdir, opRename,
+			opSetAttr, opSetXattr, opRemoveXattr, opForget:
+		default:
+			return nil, corruptf(key, "op %d: unknown operation %q", i, o.Kind)
+		}
+		if o.Kind == opSetAttr && o.Attr == nil {
+			return nil, corruptf(key, "op %d: setattr without attributes", i)
+		}
 	}
 	return &e, nil
 }

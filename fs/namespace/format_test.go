@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"hash/crc32"
 	"reflect"
@@ -157,11 +158,11 @@ func TestCorruptObjectsRefused(t *testing.T) {
 func TestEntryRoundTrip(t *testing.T) {
 	mode, tm := uint32(0o600), int64(-5)
 	cases := []entry{
-		{Seq: 1, ID: NewFileID(), Time: 7, Op: op{Kind: opCreate, Parent: 1, Name: "a", Mode: 0o644, Uid: 1, Gid: 2, FileID: NewFileID()}},
-		{Seq: 2, ID: NewFileID(), Time: 8, Op: op{Kind: opSymlink, Parent: 1, Name: "\xff\xfe", Target: "x\x80y"}},
-		{Seq: 3, ID: NewFileID(), Op: op{Kind: opRename, Parent: 1, Name: "a", NewParent: 65536, NewName: "b", Flags: 2}},
-		{Seq: 4, ID: NewFileID(), Op: op{Kind: opSetAttr, Ino: 65536, Attr: &attrRec{Mode: &mode, Mtime: &tm}}},
-		{Seq: 5, ID: NewFileID(), Op: op{Kind: opSetXattr, Ino: 65536, Name: "user.x", Value: []byte{0, 1, 2}}},
+		{Seq: 1, ID: NewFileID(), Time: 7, Op: &op{Kind: opCreate, Parent: 1, Name: "a", Mode: 0o644, Uid: 1, Gid: 2, FileID: NewFileID()}},
+		{Seq: 2, ID: NewFileID(), Time: 8, Op: &op{Kind: opSymlink, Parent: 1, Name: "\xff\xfe", Target: "x\x80y"}},
+		{Seq: 3, ID: NewFileID(), Op: &op{Kind: opRename, Parent: 1, Name: "a", NewParent: 65536, NewName: "b", Flags: 2}},
+		{Seq: 4, ID: NewFileID(), Op: &op{Kind: opSetAttr, Ino: 65536, Attr: &attrRec{Mode: &mode, Mtime: &tm}}},
+		{Seq: 5, ID: NewFileID(), Op: &op{Kind: opSetXattr, Ino: 65536, Name: "user.x", Value: []byte{0, 1, 2}}},
 	}
 	for _, want := range cases {
 		key := LogKey("", want.Seq)
@@ -198,5 +199,58 @@ func TestKeys(t *testing.T) {
 	}
 	if _, ok := parseSeq("ns/log/99999999999999999999", logDir); ok {
 		t.Error("parseSeq accepted a seq past uint64")
+	}
+}
+
+// TestEntryOpsRefused: exactly one of "op" and "ops", and "ops" only for
+// two ops or more.
+func TestEntryOpsRefused(t *testing.T) {
+	id := NewFileID()
+	mk := `{"k":"mkdir","p":1,"n":"d","m":493}`
+	cases := []struct {
+		name string
+		body string
+		ok   bool
+	}{
+		{"op", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `}`, true},
+		{"ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,` + mk + `]}`, true},
+		{"both", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `,"ops":[` + mk + `,` + mk + `]}`, false},
+		{"neither", `{"seq":1,"id":"` + id + `","t":1}`, false},
+		{"null op", `{"seq":1,"id":"` + id + `","t":1,"op":null}`, false},
+		{"empty ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[]}`, false},
+		{"one op as ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `]}`, false},
+		{"unknown op in ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,{"k":"chmod"}]}`, false},
+		{"setattr without attributes in ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,{"k":"setattr","i":1}]}`, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := decodeEntry("k", 1, seal(kindEntry, []byte(tc.body)))
+			if tc.ok && err != nil {
+				t.Fatalf("refused: %v", err)
+			}
+			if !tc.ok && !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("decode = %v, want ErrCorrupt", err)
+			}
+		})
+	}
+}
+
+// TestOneOpEntryUnchanged: an entry of one op is byte for byte what it was
+// before entries could hold several, so that old logs and old readers agree.
+func TestOneOpEntryUnchanged(t *testing.T) {
+	type oldEntry struct {
+		Seq  uint64 `json:"seq"`
+		ID   string `json:"id"`
+		Time int64  `json:"t"`
+		Op   op     `json:"op"`
+	}
+	o := op{Kind: opCreate, Parent: 1, Name: "a", Mode: 0o644, FileID: NewFileID()}
+	id := NewFileID()
+	old, err := json.Marshal(oldEntry{Seq: 3, ID: id, Time: 9, Op: o})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := encodeEntry(newEntry(3, id, 9, []op{o})); !bytes.Equal(got, seal(kindEntry, old)) {
+		t.Fatalf("one-op entry:\n got %s\nwant %s", got[envHeaderLen:], old)
 	}
 }

@@ -9,8 +9,21 @@ import (
 // same entry; applying it to a state never panics and a failed apply leaves
 // the state as it was.
 func FuzzDecodeEntry(f *testing.F) {
-	f.Add(encodeEntry(&entry{Seq: 1, ID: NewFileID(), Time: 1, Op: op{Kind: opMkdir, Parent: 1, Name: "d", Mode: 0o755}}))
+	f.Add(encodeEntry(&entry{Seq: 1, ID: NewFileID(), Time: 1, Op: &op{Kind: opMkdir, Parent: 1, Name: "d", Mode: 0o755}}))
 	f.Add([]byte("CKNS\x01\x01\x00\x00"))
+	// Several ops, the later ones on the nodes of the earlier (the fuzz
+	// state is at seq 5, so the entry is 6 and its first node 6<<16).
+	f.Add(encodeEntry(newEntry(6, NewFileID(), 2, []op{
+		{Kind: opMkdir, Parent: 1, Name: "x", Mode: 0o755},
+		{Kind: opCreate, Parent: 6 << 16, Name: "y", Mode: 0o644, FileID: NewFileID()},
+		{Kind: opRename, Parent: 65536, Name: "f", NewParent: 6 << 16, NewName: "f2"},
+		{Kind: opSetXattr, Ino: 6<<16 | 1, Name: "user.a", Value: []byte("v")},
+		{Kind: opUnlink, Parent: 6 << 16, Name: "y"},
+	})))
+	f.Add(encodeEntry(newEntry(6, NewFileID(), 2, []op{
+		{Kind: opMkdir, Parent: 1, Name: "x", Mode: 0o755},
+		{Kind: opMkdir, Parent: 1, Name: "x", Mode: 0o755}, // the second does not apply
+	})))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := decodeEntry("fuzz", 0, data)
 		if err != nil {
@@ -63,7 +76,7 @@ func fuzzState(t *testing.T) *state {
 		{Kind: opUnlink, Parent: 1, Name: "o"},
 	}
 	for i, o := range ops {
-		if err := st.apply(&entry{Seq: uint64(i + 1), ID: id('c'), Time: int64(i), Op: o}, false); err != nil {
+		if err := st.apply(&entry{Seq: uint64(i + 1), ID: id('c'), Time: int64(i), Op: &o}, false); err != nil {
 			t.Fatal(err)
 		}
 	}

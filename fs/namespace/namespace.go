@@ -2,6 +2,7 @@ package namespace
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"sort"
@@ -17,8 +18,10 @@ import (
 
 // Options tune a Namespace. The zero value is the default.
 type Options struct {
-	// CompactEvery: the writer of every CompactEvery-th entry writes a
-	// snapshot. 0 means 1000.
+	// CompactEvery: a mount writes a snapshot once the ops it applied since
+	// the newest snapshot it knows reach max(CompactEvery, nodes/4), so that
+	// the cost of snapshots per op does not grow with the namespace. 0 means
+	// 1000.
 	CompactEvery uint64
 	// PutAttempts bounds the sends of one entry whose outcome is unknown (a
 	// network error, not a refusal). 0 means 3.
@@ -32,8 +35,22 @@ type Options struct {
 	// From then on the change no longer follows the caller's cancellation
 	// (an interrupted caller must not be told a change failed that may have
 	// landed): it lands, is known not to have, or fails after this long.
+	// It also bounds each request of the background work (trimming).
 	// 0 means 3 minutes.
 	FinishTimeout time.Duration
+	// TailTrust: for this long after the mount last confirmed that its state
+	// is the end of the log, a change appends at the next seq without
+	// reading the log first, and Refresh reads one entry instead of listing
+	// (see the package doc). It must be at most TrimGrace/4. 0 means 1
+	// minute.
+	TailTrust time.Duration
+	// TrimGrace: log entries a snapshot covers, and snapshots older than the
+	// newest, are deleted once the store's LastModified of them is older than
+	// this. 0 means 10 minutes.
+	TrimGrace time.Duration
+	// Clock is the clock of TailTrust and TrimGrace (compared with the
+	// store's LastModified). nil means time.Now.
+	Clock func() time.Time
 }
 
 // Owner is the owner of a new node.
@@ -58,12 +75,13 @@ type SetAttr struct {
 // Namespace is the namespace of one mount root, kept in step with the log.
 // It is safe for concurrent use.
 //
-// Locking: appendMu serialises everything that reads the log and applies it
-// (Refresh and every change) and is held across the store calls of the append
-// protocol; mu guards the state and is held only in memory, so reads
-// (Lookup, GetNode, ReadDir, ...) never wait for the network. Order: appendMu
-// before mu. The state changes only with both held, so a holder of appendMu
-// may read it without mu.
+// Locking: appendMu serialises everything that applies the log (the
+// committer, the apply step of Refresh) and is held by the committer across
+// the store calls of the append protocol; mu guards the state and is held
+// only in memory, so reads (Lookup, GetNode, ReadDir, ...) never wait for the
+// network. Order: appendMu before mu before qmu. The state changes only with
+// both held, so a holder of appendMu may read it without mu. qmu guards the
+// queue of changes waiting for the committer, trimMu the trimming requests.
 type Namespace struct {
 	store staging.Store
 	root  string
@@ -72,8 +90,27 @@ type Namespace struct {
 
 	appendMu sync.Mutex
 	mu       sync.RWMutex
-	bg       sync.WaitGroup // changes whose callers left
-	st       *state         // GUARDED_BY(mu); written only with appendMu held too
+	st       *state // GUARDED_BY(mu); written only with appendMu held too
+	// tailAt is when this mount last confirmed that st.seq is the last
+	// entry of the log (zero: never); GUARDED_BY(mu), written only with
+	// appendMu held too.
+	tailAt time.Time
+	// sinceSnap counts the ops applied since the newest snapshot this mount
+	// knows; GUARDED_BY(appendMu).
+	sinceSnap uint64
+
+	qmu        sync.Mutex
+	queue      []*pending // GUARDED_BY(qmu): changes not taken by the committer
+	committing bool       // GUARDED_BY(qmu): the committer runs
+
+	trimMu   sync.Mutex
+	trimAt   uint64 // GUARDED_BY(trimMu): the snapshot of a trim pass asked for
+	trimming bool   // GUARDED_BY(trimMu): the trimmer runs
+
+	// bg tracks the committer and the trimmer; ctx ends the trimmer (Close).
+	bg     sync.WaitGroup
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // Open loads the namespace under root: the newest snapshot, then the log
@@ -89,8 +126,20 @@ func Open(ctx context.Context, store staging.Store, root string, opts Options) (
 	if opts.Now == nil {
 		opts.Now = time.Now
 	}
+	if opts.Clock == nil {
+		opts.Clock = time.Now
+	}
 	if opts.FinishTimeout <= 0 {
 		opts.FinishTimeout = 3 * time.Minute
+	}
+	if opts.TailTrust <= 0 {
+		opts.TailTrust = time.Minute
+	}
+	if opts.TrimGrace <= 0 {
+		opts.TrimGrace = 10 * time.Minute
+	}
+	if opts.TailTrust > opts.TrimGrace/4 {
+		return nil, fmt.Errorf("namespace options: TailTrust %v is over a quarter of TrimGrace %v: an append could land at a seq that was used and trimmed", opts.TailTrust, opts.TrimGrace)
 	}
 	ns := &Namespace{store: store, root: strings.Trim(root, "/"), opts: opts, log: opts.Logger}
 	if ns.log == nil {
@@ -106,13 +155,16 @@ func Open(ctx context.Context, store staging.Store, root string, opts Options) (
 	if err := ns.refreshLocked(ctx); err != nil {
 		return nil, err
 	}
+	// Nothing runs in the background yet: no goroutine to stop here.
+	ns.ctx, ns.cancel = context.WithCancel(context.Background())
 	return ns, nil
 }
 
 func (ns *Namespace) logPrefix() string  { return prefix(ns.root) + logDir }
 func (ns *Namespace) snapPrefix() string { return prefix(ns.root) + snapDir }
 
-// newestSnapshot returns the seq of the newest snapshot, 0 if none.
+// newestSnapshot returns the seq of the newest snapshot, 0 if none. There
+// are few: the older ones are trimmed.
 func (ns *Namespace) newestSnapshot(ctx context.Context) (uint64, error) {
 	objs, err := staging.ListAll(ctx, ns.store, ns.snapPrefix())
 	if err != nil {
@@ -129,46 +181,118 @@ func (ns *Namespace) newestSnapshot(ctx context.Context) (uint64, error) {
 	return newest, nil
 }
 
+// snapshotAttempts bounds the reads of a newest snapshot that is trimmed
+// between listing and reading it (a newer one was written meanwhile).
+const snapshotAttempts = 3
+
 // loadSnapshot reads the newest snapshot; with none, or none newer than
 // after, it returns a fresh state (after == 0) or nil.
 func (ns *Namespace) loadSnapshot(ctx context.Context, after uint64) (*state, error) {
-	seq, err := ns.newestSnapshot(ctx)
-	if err != nil {
-		return nil, err
-	}
-	if seq == 0 || seq <= after {
-		if after == 0 {
-			return newState(), nil
+	for attempt := 1; ; attempt++ {
+		seq, err := ns.newestSnapshot(ctx)
+		if err != nil {
+			return nil, err
 		}
-		return nil, nil
+		if seq == 0 || seq <= after {
+			if after == 0 {
+				return newState(), nil
+			}
+			return nil, nil
+		}
+		key := SnapKey(ns.root, seq)
+		data, _, err := staging.GetLimited(ctx, ns.store, key, envHeaderLen+maxObjectBody)
+		if errors.Is(err, staging.ErrNotFound) && attempt < snapshotAttempts {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read namespace snapshot %s: %w", key, err)
+		}
+		return decodeSnapshot(key, seq, data)
 	}
-	key := SnapKey(ns.root, seq)
-	data, _, err := staging.GetLimited(ctx, ns.store, key, envHeaderLen+maxObjectBody)
-	if err != nil {
-		return nil, fmt.Errorf("read namespace snapshot %s: %w", key, err)
+}
+
+// trustedLocked reports whether the tail confirmation is young enough, at
+// clock reading now, to append or refresh without listing. mu or appendMu
+// held.
+func (ns *Namespace) trustedLocked(now time.Time) bool {
+	return !ns.tailAt.IsZero() && now.Sub(ns.tailAt) < ns.opts.TailTrust
+}
+
+// confirmLocked records that st.seq was the last entry of the log as of
+// clock reading at. appendMu held.
+func (ns *Namespace) confirmLocked(at time.Time) {
+	ns.mu.Lock()
+	if at.After(ns.tailAt) {
+		ns.tailAt = at
 	}
-	return decodeSnapshot(key, seq, data)
+	ns.mu.Unlock()
 }
 
 // Refresh applies the log entries written since the last refresh or change.
 //
-// It holds no lock across its store calls: it lists and reads the entries
-// after the state it saw, then applies them under appendMu if no change
-// moved the state meanwhile (a change refreshes first, so it has applied
-// them itself). A refresh stuck on the store thus delays no change of this
-// mount, and no read.
+// With a trusted tail (see Options.TailTrust) it reads entry seq+1: when
+// nothing changed that one GET is all it costs, and it confirms the tail.
+// Otherwise, or once it found an entry, it lists the log after the state
+// (which also sees a gap left by trimming and loads the snapshot then).
+// Seq tells whether anything changed.
+//
+// It holds no lock across its store calls: it reads the entries after the
+// state it saw, then applies them under appendMu if no change moved the
+// state meanwhile (a change reads what it missed itself). A refresh stuck on
+// the store thus delays no change of this mount, and no read.
 func (ns *Namespace) Refresh(ctx context.Context) error {
+	ns.mu.RLock()
+	applied := ns.st.seq
+	trusted := ns.trustedLocked(ns.opts.Clock())
+	ns.mu.RUnlock()
+	if !trusted {
+		return ns.refreshList(ctx)
+	}
+	sent := ns.opts.Clock()
+	e, err := ns.readEntry(ctx, applied+1)
+	if errors.Is(err, staging.ErrNotFound) {
+		// Not there while the confirmation before was still trusted: an
+		// entry written since that confirmation cannot have been trimmed yet
+		// (see the package doc), so seq+1 is free, as of sent.
+		ns.appendMu.Lock()
+		if ns.st.seq == applied && ns.trustedLocked(sent) {
+			ns.confirmLocked(sent)
+		}
+		ns.appendMu.Unlock()
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ns.appendMu.Lock()
+	moved := ns.st.seq != applied
+	if !moved {
+		err = ns.applyEntry(e)
+	}
+	ns.appendMu.Unlock()
+	if err != nil || moved {
+		return err
+	}
+	// Another mount is writing: list the rest at once rather than GET one
+	// entry per round trip; the listing also confirms the tail.
+	return ns.refreshList(ctx)
+}
+
+// refreshList is Refresh the listing way, which sees gaps and confirms the
+// tail whatever the age of the last confirmation.
+func (ns *Namespace) refreshList(ctx context.Context) error {
 	for {
 		ns.mu.RLock()
 		applied := ns.st.seq
 		ns.mu.RUnlock()
+		sent := ns.opts.Clock()
 		page, seqs, err := ns.listAfter(ctx, applied)
-		if err != nil || len(page.Objects) == 0 {
+		if err != nil {
 			return err
 		}
-		if len(seqs) == 0 {
-			// A gap: rare (a cleaner deleted entries a snapshot covers);
-			// the locked path loads the snapshot.
+		if len(page.Objects) > 0 && len(seqs) == 0 {
+			// A gap: entries a snapshot covers were trimmed; the locked
+			// path loads the snapshot.
 			ns.appendMu.Lock()
 			err := ns.refreshLocked(ctx)
 			ns.appendMu.Unlock()
@@ -178,6 +302,7 @@ func (ns *Namespace) Refresh(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		last := !page.Truncated && len(seqs) == len(page.Objects)
 		ns.appendMu.Lock()
 		moved := ns.st.seq != applied
 		if !moved {
@@ -187,9 +312,12 @@ func (ns *Namespace) Refresh(ctx context.Context) error {
 					return err
 				}
 			}
+			if last {
+				ns.confirmLocked(sent)
+			}
 		}
 		ns.appendMu.Unlock()
-		if moved || (!page.Truncated && len(seqs) == len(page.Objects)) {
+		if moved || last {
 			return nil
 		}
 	}
@@ -223,15 +351,20 @@ func (ns *Namespace) contiguous(page staging.ListPage, applied uint64) ([]uint64
 	return seqs, nil
 }
 
-// refreshLocked reads and applies every entry after st.seq. Entries are
-// contiguous; a gap is only legitimate when a cleaner deleted entries that a
-// snapshot covers, and then the snapshot replaces the state.
+// refreshLocked reads and applies every entry after st.seq, and confirms the
+// tail. Entries are contiguous; a gap is only legitimate when entries that a
+// snapshot covers were trimmed, and then the snapshot replaces the state.
 func (ns *Namespace) refreshLocked(ctx context.Context) error {
 	for {
 		applied := ns.st.seq
+		sent := ns.opts.Clock()
 		page, seqs, err := ns.listAfter(ctx, applied)
-		if err != nil || len(page.Objects) == 0 {
+		if err != nil {
 			return err
+		}
+		if len(page.Objects) == 0 {
+			ns.confirmLocked(sent)
+			return nil
 		}
 		if len(seqs) == 0 {
 			first, _ := parseSeq(page.Objects[0].Key, ns.logPrefix())
@@ -250,6 +383,7 @@ func (ns *Namespace) refreshLocked(ctx context.Context) error {
 			}
 		}
 		if !page.Truncated && len(seqs) == len(page.Objects) {
+			ns.confirmLocked(sent)
 			return nil
 		}
 	}
@@ -277,7 +411,7 @@ func (ns *Namespace) readEntries(ctx context.Context, seqs []uint64) ([]*entry, 
 // readParallelism bounds the entries read at once by a refresh.
 const readParallelism = 16
 
-// skipGap handles a log that resumes at seq past st.seq+1.
+// skipGap handles a log that resumes at seq past st.seq+1. appendMu held.
 func (ns *Namespace) skipGap(ctx context.Context, seq uint64) error {
 	st, err := ns.loadSnapshot(ctx, ns.st.seq)
 	if err != nil {
@@ -289,6 +423,7 @@ func (ns *Namespace) skipGap(ctx context.Context, seq uint64) error {
 	ns.mu.Lock()
 	ns.st = st
 	ns.mu.Unlock()
+	ns.sinceSnap = 0
 	return nil
 }
 
@@ -302,87 +437,144 @@ func (ns *Namespace) readEntry(ctx context.Context, seq uint64) (*entry, error) 
 }
 
 // applyEntry applies an entry read from the log. One that does not apply is
-// corruption: its writer checked it against this very state.
+// corruption: its writer checked it against this very state. appendMu held.
 func (ns *Namespace) applyEntry(e *entry) error {
-	if err := ns.st.apply(e, true); err != nil {
-		return corruptf(LogKey(ns.root, e.Seq), "does not apply: %v", err)
+	if e.Op != nil {
+		// One op is checked outside mu, so that reads wait only for the
+		// change itself.
+		if err := ns.st.apply(e, true); err != nil {
+			return corruptf(LogKey(ns.root, e.Seq), "does not apply: %v", err)
+		}
 	}
 	ns.mu.Lock()
-	defer ns.mu.Unlock()
-	if err := ns.st.apply(e, false); err != nil {
-		// The dry run above passed; apply checks nothing more.
+	err := ns.st.apply(e, false) // all or nothing
+	ns.mu.Unlock()
+	if err != nil {
 		return corruptf(LogKey(ns.root, e.Seq), "does not apply: %v", err)
 	}
+	ns.sinceSnap += uint64(len(e.ops()))
 	return nil
 }
 
+// hook runs with the state just before (before) or after (done) a change's
+// op is applied, under mu; ino is the op's ino base (the node it creates).
+type hook func(st *state, ino Ino)
+
+// pending is a change waiting for, or in, a log entry.
+type pending struct {
+	o      op
+	size   int // bytes of o encoded
+	before hook
+	done   hook
+	ctx    context.Context
+	res    chan error // the outcome; buffered, written once
+
+	// GUARDED_BY(Namespace.qmu)
+	sent    bool // in an entry being sent: the caller waits for the outcome
+	dropped bool // the caller left before it was sent: it never will be
+
+	hookMu sync.Mutex
+	left   bool // GUARDED_BY(hookMu): the caller left; its hooks write nowhere
+}
+
+func (p *pending) run(h hook, st *state, ino Ino) {
+	if h == nil {
+		return
+	}
+	p.hookMu.Lock()
+	defer p.hookMu.Unlock()
+	if !p.left {
+		h(st, ino)
+	}
+}
+
+// Group commit bounds: the ops, and their encoded bytes, of one entry.
+const (
+	maxBatchOps   = 1024
+	maxBatchBytes = 1 << 20
+)
+
 // change appends o to the log and applies it; done, if not nil, runs with
 // the state just after the change, under mu.
-//
-// The append protocol, with appendMu held throughout: read the entries this
-// mount missed; check o against the state; create entry seq = state+1 with
-// If-None-Match. On ErrPrecondition another writer has seq: read it — if it
-// carries our change id, an earlier send of ours landed and we are done —
-// else apply it and try again at the next seq (o is checked again, so a name
-// taken meanwhile gives ErrExist). A send that fails otherwise has an
-// unknown outcome; it is resent at the same seq (never at another, which
-// could apply the change twice).
-func (ns *Namespace) change(ctx context.Context, o op, done func(st *state, seq uint64)) error {
+func (ns *Namespace) change(ctx context.Context, o op, done hook) error {
 	return ns.changeHooked(ctx, o, nil, done)
 }
 
 // changeHooked is change with before, if not nil, run under mu with the
 // state just before the change is applied.
 //
-// The change runs in a goroutine of its own, owned by the namespace (Wait
-// waits for it), so that a caller whose context ends and who is gone (see
-// WithGone: a process being killed) can leave at once while the change
-// finishes, landed or not, as it would have with the caller waiting. A
-// caller still there waits for the real outcome.
-func (ns *Namespace) changeHooked(ctx context.Context, o op, before, done func(st *state, seq uint64)) error {
-	gone, _ := ctx.Value(goneKey{}).(func() bool)
-	if gone == nil {
-		return ns.changeNow(ctx, o, before, done)
+// The change is queued for the committer (see commit), a goroutine owned by
+// the namespace (Wait waits for it), so that changes made meanwhile share
+// one log entry. A caller whose context ends while its change is only
+// queued gets the context's error and the change is dropped: nothing
+// changed. Once the change is in an entry being sent the caller waits for
+// the real outcome, unless it is gone (see WithGone: a process being
+// killed): then it returns at once while the change finishes, landed or
+// not, as it would have with the caller waiting.
+func (ns *Namespace) changeHooked(ctx context.Context, o op, before, done hook) error {
+	if err := ctx.Err(); err != nil {
+		return err // nothing sent
 	}
-	var hookMu sync.Mutex
-	left := false // the caller left: its hooks write nowhere now
-	guard := func(h func(st *state, seq uint64)) func(st *state, seq uint64) {
-		if h == nil {
-			return nil
-		}
-		return func(st *state, seq uint64) {
-			hookMu.Lock()
-			defer hookMu.Unlock()
-			if !left {
-				h(st, seq)
-			}
-		}
+	p := &pending{o: o, size: opSize(&o), before: before, done: done, ctx: ctx, res: make(chan error, 1)}
+	ns.qmu.Lock()
+	ns.queue = append(ns.queue, p)
+	if !ns.committing {
+		ns.committing = true
+		ns.bg.Add(1)
+		go ns.commitLoop()
 	}
-	res := make(chan error, 1)
-	ns.bg.Add(1)
-	go func() {
-		defer ns.bg.Done()
-		res <- ns.changeNow(ctx, o, guard(before), guard(done))
-	}()
+	ns.qmu.Unlock()
 	select {
-	case err := <-res:
+	case err := <-p.res:
 		return err
 	case <-ctx.Done():
 	}
+	ns.qmu.Lock()
+	if !p.sent {
+		p.dropped = true
+		if i := indexOf(ns.queue, p); i >= 0 {
+			ns.queue = append(ns.queue[:i], ns.queue[i+1:]...)
+		}
+		ns.qmu.Unlock()
+		return ctx.Err()
+	}
+	ns.qmu.Unlock()
+	gone, _ := ctx.Value(goneKey{}).(func() bool)
+	if gone == nil {
+		return <-p.res
+	}
 	for {
 		select {
-		case err := <-res:
+		case err := <-p.res:
 			return err
 		case <-time.After(goneCheck):
 		}
 		if gone() {
-			hookMu.Lock()
-			left = true
-			hookMu.Unlock()
+			p.hookMu.Lock()
+			p.left = true
+			p.hookMu.Unlock()
 			ns.log.Info("caller gone; its change finishes without it", zap.String("op", o.Kind))
 			return fmt.Errorf("%s: %w", o.Kind, context.Canceled)
 		}
 	}
+}
+
+func indexOf(q []*pending, p *pending) int {
+	for i, x := range q {
+		if x == p {
+			return i
+		}
+	}
+	return -1
+}
+
+func opSize(o *op) int {
+	b, err := json.Marshal(o)
+	if err != nil {
+		// Every field has a total encoding; failing here is a bug.
+		panic(fmt.Sprintf("namespace: encode op: %v", err))
+	}
+	return len(b)
 }
 
 // goneCheck is how often a change whose caller was interrupted asks whether
@@ -398,18 +590,59 @@ func WithGone(ctx context.Context, gone func() bool) context.Context {
 	return context.WithValue(ctx, goneKey{}, gone)
 }
 
-// Wait waits for the changes whose callers left (see WithGone); each is
-// bounded by Options.FinishTimeout.
+// Wait waits for the changes queued or in flight (those whose callers left
+// too, see WithGone; each is bounded by Options.FinishTimeout) and for a
+// trimming pass under way.
 func (ns *Namespace) Wait() { ns.bg.Wait() }
 
-func (ns *Namespace) changeNow(ctx context.Context, o op, before, done func(st *state, seq uint64)) error {
+// Close stops trimming and waits as Wait does. The namespace stays readable;
+// changes still work but no longer trim the log.
+func (ns *Namespace) Close() error {
+	ns.cancel()
+	ns.bg.Wait()
+	return nil
+}
+
+// commitLoop is the committer: while changes are queued it takes them, at
+// most maxBatchOps or maxBatchBytes at once, and commits them in one entry.
+func (ns *Namespace) commitLoop() {
+	defer ns.bg.Done()
+	for {
+		ns.qmu.Lock()
+		n, bytes := 0, 0
+		for n < len(ns.queue) && n < maxBatchOps && (n == 0 || bytes+ns.queue[n].size <= maxBatchBytes) {
+			bytes += ns.queue[n].size
+			n++
+		}
+		if n == 0 {
+			ns.committing = false
+			ns.qmu.Unlock()
+			return
+		}
+		batch := append([]*pending(nil), ns.queue[:n]...)
+		ns.queue = append(ns.queue[:0], ns.queue[n:]...)
+		ns.qmu.Unlock()
+		ns.commit(batch)
+	}
+}
+
+func answer(ps []*pending, err error) {
+	for _, p := range ps {
+		p.res <- err
+	}
+}
+
+// commit appends one entry holding the changes of batch that apply, and
+// applies it.
+func (ns *Namespace) commit(batch []*pending) {
 	ns.appendMu.Lock()
-	snap, err := ns.changeLocked(ctx, o, before, done)
+	snap := ns.commitLocked(batch)
 	ns.appendMu.Unlock()
 	if snap != nil {
-		ns.writeSnapshot(context.WithoutCancel(ctx), snap.seq, snap.data)
+		ctx, cancel := context.WithTimeout(context.Background(), ns.opts.FinishTimeout)
+		ns.writeSnapshot(ctx, snap.seq, snap.data)
+		cancel()
 	}
-	return err
 }
 
 // maxConflicts bounds the sends of one entry refused by a write of the same
@@ -417,8 +650,8 @@ func (ns *Namespace) changeNow(ctx context.Context, o op, before, done func(st *
 const maxConflicts = 8
 
 // backoff waits before the attempt-th resend: 10 ms, doubling, at most
-// 640 ms. appendMu stays held: the next change of this mount could only
-// wait for this one anyway.
+// 640 ms. appendMu stays held: the next entry of this mount could only
+// wait for this one anyway (its changes queue meanwhile).
 func backoff(ctx context.Context, attempt int) error {
 	d := 10 * time.Millisecond << min(attempt-1, 6)
 	t := time.NewTimer(d)
@@ -436,41 +669,182 @@ type pendingSnapshot struct {
 	data []byte
 }
 
-func (ns *Namespace) changeLocked(ctx context.Context, o op, before, done func(st *state, seq uint64)) (*pendingSnapshot, error) {
+// seal takes the changes of batch whose callers are still there into the
+// entry about to be sent: from now on they wait for its outcome. A change
+// whose caller's context ended is dropped and answered with its error.
+func (ns *Namespace) seal(batch []*pending) []*pending {
+	ns.qmu.Lock()
+	defer ns.qmu.Unlock()
+	live := batch[:0:0]
+	for _, p := range batch {
+		switch {
+		case p.dropped:
+		case p.ctx.Err() != nil:
+			p.dropped = true
+			p.res <- p.ctx.Err()
+		default:
+			p.sent = true
+			live = append(live, p)
+		}
+	}
+	return live
+}
+
+// trial checks the changes of sealed in order, each against the state the
+// ones before it leave, as the entry at st.seq+1 (the state is changed under
+// mu and undone). It returns the changes that apply, in order, with their
+// ops, and the error of each that does not (errs[i] for sealed[i]).
+func (ns *Namespace) trial(sealed []*pending, t int64) (ok []*pending, ops []op, errs []error) {
+	seq := ns.st.seq + 1
+	errs = make([]error, len(sealed))
+	ns.mu.Lock()
+	ns.st.j = &journal{}
+	for i, p := range sealed {
+		if errs[i] = ns.st.applyOp(&p.o, inoOf(seq, len(ops)), t, false); errs[i] != nil {
+			continue
+		}
+		ok = append(ok, p)
+		ops = append(ops, p.o)
+	}
+	ns.st.rollback()
+	ns.mu.Unlock()
+	return ok, ops, errs
+}
+
+// answerFailed answers the changes of sealed that did not apply with their
+// errors.
+func answerFailed(sealed []*pending, errs []error) {
+	for i, p := range sealed {
+		if errs[i] != nil {
+			p.res <- errs[i]
+		}
+	}
+}
+
+// verifyTailLocked makes sure the state is the end of the log, so that a
+// change refused by its check is refused by the log's state and not by a
+// stale one: with a trusted tail one GET of st.seq+1, otherwise a listing.
+// It reports whether the state moved (then check again).
+func (ns *Namespace) verifyTailLocked(ctx context.Context) (moved bool, err error) {
+	applied := ns.st.seq
+	if sent := ns.opts.Clock(); ns.trustedLocked(sent) {
+		e, err := ns.readEntry(ctx, applied+1)
+		if errors.Is(err, staging.ErrNotFound) {
+			ns.confirmLocked(sent)
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		if err := ns.applyEntry(e); err != nil {
+			return false, err
+		}
+	}
 	if err := ns.refreshLocked(ctx); err != nil {
-		return nil, err
+		return false, err
 	}
-	// Nothing is sent yet: a caller cancelled up to here changed nothing.
-	if err := ctx.Err(); err != nil {
-		return nil, err
+	return ns.st.seq != applied, nil
+}
+
+// commitLocked is the append protocol, with appendMu held throughout:
+// unless the tail is trusted (Options.TailTrust), read the entries this mount
+// missed; check the changes against the state (trial); create entry seq =
+// state+1 with If-None-Match. On ErrPrecondition another writer has seq: read
+// it — if it carries our entry id, an earlier send of ours landed and we are
+// done — else apply it, read on, and try again at the next seq (the changes
+// are checked again, so a name taken meanwhile gives ErrExist). A send that
+// fails otherwise has an unknown outcome; it is resent at the same seq
+// (never at another, which could apply the changes twice).
+//
+// A change refused by its check is answered only once the state it was
+// checked against is known to be the end of the log: the entry after it
+// landed, or (when no change of the batch applies) verifyTailLocked said so.
+func (ns *Namespace) commitLocked(batch []*pending) *pendingSnapshot {
+	if !ns.trustedLocked(ns.opts.Clock()) {
+		rctx, cancel := context.WithTimeout(context.Background(), ns.opts.FinishTimeout)
+		err := ns.refreshLocked(rctx)
+		cancel()
+		if err != nil {
+			ns.qmu.Lock()
+			for _, p := range batch {
+				if !p.dropped {
+					p.res <- err
+				}
+			}
+			ns.qmu.Unlock()
+			return nil
+		}
 	}
-	// From the first send on, the entry may land whatever the caller does,
-	// so the change is finished (landed, refused, or failed after
-	// FinishTimeout) rather than abandoned: an interrupted caller is never
-	// told that a change failed that is in the log.
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ns.opts.FinishTimeout)
+	// Nothing is sent yet: a caller that left up to here changed nothing.
+	sealed := ns.seal(batch)
+	if len(sealed) == 0 {
+		return nil
+	}
+	// From the first send on, the entry may land whatever the callers do,
+	// so it is finished (landed, refused, or failed after FinishTimeout)
+	// rather than abandoned: an interrupted caller is never told that a
+	// change failed that is in the log.
+	ctx, cancel := context.WithTimeout(context.Background(), ns.opts.FinishTimeout)
 	defer cancel()
-	e := &entry{ID: randomID(), Time: ns.opts.Now().UnixNano(), Op: o}
+	id, t := randomID(), ns.opts.Now().UnixNano()
+	var (
+		e         *entry
+		data      []byte
+		firstSend time.Time
+		basis     time.Time // the tail confirmation e.Seq was chosen on
+		live      []*pending
+		ops       []op
+		errs      []error
+	)
 	attempts, conflicts := 0, 0
+	// resendable says whether e may still be sent at its seq: only within
+	// TrimGrace/2 of the confirmation it was chosen on, however long
+	// FinishTimeout, so that its seq cannot have been used by another
+	// writer and trimmed meanwhile (see the package doc).
+	resendable := func() bool { return ns.opts.Clock().Sub(basis) < ns.opts.TrimGrace/2 }
 	for {
-		e.Seq = ns.st.seq + 1
-		if err := ns.st.apply(e, true); err != nil {
-			return nil, err
+		if e == nil {
+			if !ns.trustedLocked(ns.opts.Clock()) {
+				// The tail aged while this entry was refused and rebuilt.
+				if err := ns.refreshLocked(ctx); err != nil {
+					answer(sealed, err)
+					return nil
+				}
+			}
+			basis = ns.tailAt
+			live, ops, errs = ns.trial(sealed, t)
+			if len(live) == 0 {
+				moved, err := ns.verifyTailLocked(ctx)
+				if err != nil {
+					answer(sealed, err)
+					return nil
+				}
+				if !moved {
+					answerFailed(sealed, errs)
+					return nil
+				}
+				continue
+			}
+			e = newEntry(ns.st.seq+1, id, t, ops)
+			data = encodeEntry(e)
+			firstSend = ns.opts.Clock()
 		}
 		key := LogKey(ns.root, e.Seq)
-		_, err := ns.store.Put(ctx, key, encodeEntry(e), staging.PutOptions{
+		_, err := ns.store.Put(ctx, key, data, staging.PutOptions{
 			Conditions: staging.Conditions{IfNoneMatch: true},
 			Metadata:   map[string]string{writerMeta: e.ID},
 		})
 		if err != nil && !errors.Is(err, staging.ErrPrecondition) {
 			attempts++
-			if attempts >= ns.opts.PutAttempts {
-				return nil, fmt.Errorf("append namespace entry %s (%s; it may yet appear): %w", key, o.Kind, err)
+			if attempts < ns.opts.PutAttempts && resendable() {
+				if berr := backoff(ctx, attempts); berr != nil {
+					err = berr
+				} else {
+					continue // same seq
+				}
 			}
-			if err := backoff(ctx, attempts); err != nil {
-				return nil, fmt.Errorf("append namespace entry %s (%s; it may yet appear): %w", key, o.Kind, err)
-			}
-			continue // same seq
+			answer(sealed, fmt.Errorf("append namespace entry %s (%s; it may yet appear): %w", key, kinds(ops), err))
+			return nil
 		}
 		if err != nil {
 			other, rerr := ns.readEntry(ctx, e.Seq)
@@ -478,77 +852,103 @@ func (ns *Namespace) changeLocked(ctx context.Context, o op, before, done func(s
 				// Refused, yet not there: a conditional write of the same
 				// key still in flight (S3's 409). It lands or fails soon.
 				conflicts++
-				if conflicts >= maxConflicts {
-					return nil, fmt.Errorf("append namespace entry %s (%s): refused, yet absent after %d tries: %w", key, o.Kind, conflicts, err)
+				if conflicts >= maxConflicts || !resendable() {
+					answer(sealed, fmt.Errorf("append namespace entry %s (%s): refused, yet absent after %d tries: %w", key, kinds(ops), conflicts, err))
+					return nil
 				}
 				if err := backoff(ctx, conflicts); err != nil {
-					return nil, fmt.Errorf("append namespace entry %s (%s): %w", key, o.Kind, err)
+					answer(sealed, fmt.Errorf("append namespace entry %s (%s): %w", key, kinds(ops), err))
+					return nil
 				}
 				continue
 			}
 			if rerr != nil {
-				return nil, rerr
+				answer(sealed, rerr)
+				return nil
 			}
 			if other.ID != e.ID {
 				if err := ns.applyEntry(other); err != nil {
-					return nil, err
+					answer(sealed, err)
+					return nil
 				}
 				if err := ns.refreshLocked(ctx); err != nil {
-					return nil, err
+					answer(sealed, err)
+					return nil
 				}
-				attempts, conflicts = 0, 0
-				continue
+				attempts, conflicts, e = 0, 0, nil
+				continue // checked again, at the next seq
 			}
-			e = other // ours: an earlier send landed
+			// Ours: an earlier send landed.
 		}
-		ns.mu.Lock()
-		if before != nil {
-			before(ns.st, e.Seq)
-		}
-		err = ns.st.apply(e, false)
-		if err == nil && done != nil {
-			done(ns.st, e.Seq)
-		}
-		var snap *pendingSnapshot
-		if err == nil && e.Seq%ns.opts.CompactEvery == 0 {
-			snap = &pendingSnapshot{seq: e.Seq, data: encodeSnapshot(ns.st)}
-		}
-		ns.mu.Unlock()
-		if err != nil {
-			return nil, corruptf(key, "does not apply: %v", err)
-		}
-		return snap, nil
+		snap := ns.landed(e, live, firstSend)
+		answerFailed(sealed, errs) // after the state shows what refused them
+		return snap
 	}
 }
 
-// writeSnapshot stores the snapshot as of seq. Another writer may have
-// stored it already; failing is harmless (the log still has everything), so
-// it is only logged.
+// landed applies entry e, just appended by this mount with the changes of
+// live, runs their hooks and answers their callers. firstSend is when it was
+// first sent at its seq: the log ended at e.Seq then, or after (a later
+// entry follows ours). It returns the snapshot to write, if one is due.
+func (ns *Namespace) landed(e *entry, live []*pending, firstSend time.Time) *pendingSnapshot {
+	ops := e.ops()
+	ns.mu.Lock()
+	ns.st.j = &journal{}
+	var err error
+	for i, p := range live {
+		ino := inoOf(e.Seq, i)
+		p.run(p.before, ns.st, ino)
+		if err = ns.st.applyOp(&ops[i], ino, e.Time, false); err != nil {
+			// The trial passed on this very state; a bug.
+			ns.st.rollback()
+			err = corruptf(LogKey(ns.root, e.Seq), "does not apply: op %d: %v", i, err)
+			break
+		}
+		p.run(p.done, ns.st, ino)
+	}
+	if err == nil {
+		ns.st.j = nil
+		ns.st.seq = e.Seq
+		if firstSend.After(ns.tailAt) {
+			ns.tailAt = firstSend
+		}
+	}
+	ns.mu.Unlock()
+	answer(live, err)
+	if err != nil {
+		return nil
+	}
+	ns.sinceSnap += uint64(len(ops))
+	if ns.sinceSnap < max(ns.opts.CompactEvery, uint64(len(ns.st.nodes))/4) {
+		return nil
+	}
+	ns.sinceSnap = 0
+	// appendMu is held, so the state cannot change: it is read without mu,
+	// and reads do not wait for the encoding.
+	return &pendingSnapshot{seq: e.Seq, data: encodeSnapshot(ns.st)}
+}
+
+func kinds(ops []op) string {
+	if len(ops) == 1 {
+		return ops[0].Kind
+	}
+	return fmt.Sprintf("%d ops", len(ops))
+}
+
+// writeSnapshot stores the snapshot as of seq, then trims in the background
+// what it covers. Another writer may have stored it already; failing is
+// harmless (the log still has everything), so it is only logged.
 func (ns *Namespace) writeSnapshot(ctx context.Context, seq uint64, data []byte) {
+	if err := ns.putSnapshot(ctx, seq, data); err != nil {
+		ns.log.Warn("write namespace snapshot", zap.Error(err))
+		return
+	}
+	ns.requestTrim(seq)
+}
+
+func (ns *Namespace) putSnapshot(ctx context.Context, seq uint64, data []byte) error {
 	key := SnapKey(ns.root, seq)
 	_, err := ns.store.Put(ctx, key, data, staging.PutOptions{
-		Conditions: staging.Conditions{IfNoneMatch: true},
-	})
-	if err != nil && !errors.Is(err, staging.ErrPrecondition) {
-		ns.log.Warn("write namespace snapshot", zap.String("key", key), zap.Error(err))
-	}
-}
-
-// Compact writes a snapshot of the state as of the newest entry now (if no
-// snapshot of that seq exists).
-func (ns *Namespace) Compact(ctx context.Context) error {
-	ns.appendMu.Lock()
-	err := ns.refreshLocked(ctx)
-	seq, data := ns.st.seq, []byte(nil)
-	if err == nil && seq > 0 {
-		data = encodeSnapshot(ns.st)
-	}
-	ns.appendMu.Unlock()
-	if err != nil || data == nil {
-		return err
-	}
-	key := SnapKey(ns.root, seq)
-	_, err = ns.store.Put(ctx, key, data, staging.PutOptions{
 		Conditions: staging.Conditions{IfNoneMatch: true},
 	})
 	if err != nil && !errors.Is(err, staging.ErrPrecondition) {
@@ -557,14 +957,153 @@ func (ns *Namespace) Compact(ctx context.Context) error {
 	return nil
 }
 
-// Compactable returns the seq up to which a cleaner may delete log entries:
-// the newest snapshot covers them. It is one below that snapshot's seq: the
+// Compact writes a snapshot of the state as of the newest entry now (if no
+// snapshot of that seq exists), and trims in the background what it covers.
+func (ns *Namespace) Compact(ctx context.Context) error {
+	ns.appendMu.Lock()
+	err := ns.refreshLocked(ctx)
+	seq, data := ns.st.seq, []byte(nil)
+	if err == nil && seq > 0 {
+		data = encodeSnapshot(ns.st)
+		ns.sinceSnap = 0
+	}
+	ns.appendMu.Unlock()
+	if err != nil || data == nil {
+		return err
+	}
+	if err := ns.putSnapshot(ctx, seq, data); err != nil {
+		return err
+	}
+	ns.requestTrim(seq)
+	return nil
+}
+
+// Trimming bounds: deletes in flight, deletes per pass (a pass that
+// reaches it is followed by another), and the page of a listing.
+const (
+	trimParallelism = 8
+	maxTrimPerPass  = 10000
+	trimPage        = 1000
+)
+
+// requestTrim asks the trimmer, a goroutine owned by the namespace (Wait
+// waits for it, Close stops it), to trim what the snapshot at seq covers.
+func (ns *Namespace) requestTrim(seq uint64) {
+	ns.trimMu.Lock()
+	defer ns.trimMu.Unlock()
+	ns.trimAt = max(ns.trimAt, seq)
+	if ns.trimming || ns.ctx.Err() != nil {
+		return
+	}
+	ns.trimming = true
+	ns.bg.Add(1)
+	go func() {
+		defer ns.bg.Done()
+		for {
+			ns.trimMu.Lock()
+			seq := ns.trimAt
+			ns.trimAt = 0
+			if seq == 0 || ns.ctx.Err() != nil {
+				ns.trimming = false
+				ns.trimMu.Unlock()
+				return
+			}
+			ns.trimMu.Unlock()
+			if more := ns.trim(ns.ctx, seq); more {
+				ns.trimMu.Lock()
+				ns.trimAt = max(ns.trimAt, seq)
+				ns.trimMu.Unlock()
+			}
+		}
+	}()
+}
+
+// trim deletes the log entries below snap (the rule of Compactable: entry
+// snap itself stays, so that a lagging mount finds an entry past the gap)
+// and the snapshots below snap, but only those the store last modified more
+// than TrimGrace ago: the safety of appends without reading the log first
+// rests on it (see the package doc). Errors end the pass and are logged; the
+// next snapshot's pass tries again. It reports whether the pass stopped at
+// its bound with more to delete.
+func (ns *Namespace) trim(ctx context.Context, snap uint64) (more bool) {
+	now := ns.opts.Clock()
+	n, more, err := ns.trimDir(ctx, ns.logPrefix(), snap, now)
+	if err == nil && !more {
+		var m int
+		m, more, err = ns.trimDir(ctx, ns.snapPrefix(), snap, now)
+		n += m
+	}
+	if err != nil {
+		if ctx.Err() == nil {
+			ns.log.Warn("trim namespace log", zap.Uint64("snapshot", snap), zap.Int("deleted", n), zap.Error(err))
+		}
+		return false
+	}
+	return more
+}
+
+// trimDir deletes the objects of dir (log or snapshots) below seq snap and
+// older than TrimGrace at clock reading now, page by page. It stops at the
+// first too young: objects are written in seq order, so the rest are
+// younger still.
+func (ns *Namespace) trimDir(ctx context.Context, dir string, snap uint64, now time.Time) (deleted int, more bool, err error) {
+	after := ""
+	for {
+		lctx, cancel := context.WithTimeout(ctx, ns.opts.FinishTimeout)
+		page, err := ns.store.List(lctx, dir, after, trimPage)
+		cancel()
+		if err != nil {
+			return deleted, false, fmt.Errorf("list %s after %q: %w", dir, after, err)
+		}
+		var keys []string
+		done := !page.Truncated
+		for _, o := range page.Objects {
+			seq, ok := parseSeq(o.Key, dir)
+			if !ok {
+				continue // not ours to delete
+			}
+			if seq >= snap || o.LastModified.IsZero() || now.Sub(o.LastModified) <= ns.opts.TrimGrace {
+				done = true
+				break
+			}
+			if deleted+len(keys) >= maxTrimPerPass {
+				done, more = true, true
+				break
+			}
+			keys = append(keys, o.Key)
+		}
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(trimParallelism)
+		for _, k := range keys {
+			g.Go(func() error {
+				dctx, cancel := context.WithTimeout(gctx, ns.opts.FinishTimeout)
+				defer cancel()
+				if err := ns.store.Delete(dctx, k); err != nil && !errors.Is(err, staging.ErrNotFound) {
+					return fmt.Errorf("delete %s: %w", k, err)
+				}
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return deleted, false, err
+		}
+		deleted += len(keys)
+		if done || len(page.Objects) == 0 {
+			return deleted, more, nil
+		}
+		after = page.Objects[len(page.Objects)-1].Key
+	}
+}
+
+// Compactable returns the seq up to which log entries may be deleted: the
+// newest snapshot covers them. It is one below that snapshot's seq: the
 // entry the snapshot is at stays, so that a mount lagging behind always
 // finds an entry past the gap (and reloads the snapshot) rather than an
 // empty log it would append to at a seq already used. Snapshots older than
-// the newest may go too. The cleaner should still spare entries written in
-// the last minutes, for a mount stalled between reading the log and
-// appending to it. 0 means nothing is compactable.
+// the newest may go too. Mounts trim this themselves; anyone else deleting
+// must also spare what the store modified less than Options.TrimGrace ago
+// (the safety of appends without reading the log rests on it). 0 means
+// nothing is compactable.
 func (ns *Namespace) Compactable(ctx context.Context) (upTo uint64, err error) {
 	seq, err := ns.newestSnapshot(ctx)
 	if seq == 0 || err != nil {
@@ -676,24 +1215,32 @@ func (ns *Namespace) Orphans() []Orphan {
 	return ns.st.orphans()
 }
 
-func nodeAt(out *Node, ino Ino) func(st *state, seq uint64) {
-	return func(st *state, seq uint64) {
+// Orphaned reports whether fileID is an orphan: a file with no name left.
+// It costs O(1), whatever the namespace.
+func (ns *Namespace) Orphaned(fileID string) bool {
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	return ns.st.orphaned(fileID)
+}
+
+func nodeAt(out *Node, ino Ino) hook {
+	return func(st *state, _ Ino) {
 		if n := st.nodes[ino]; n != nil {
 			*out = n.public()
 		}
 	}
 }
 
-func created(out *Node) func(st *state, seq uint64) {
-	return func(st *state, seq uint64) { *out = st.nodes[inoOf(seq)].public() }
+func created(out *Node) hook {
+	return func(st *state, ino Ino) { *out = st.nodes[ino].public() }
 }
 
 // removed returns hooks that leave in out the node named name in dir before
 // a change, as it is after the change (Nlink 0 once its last name is gone,
 // even if the node itself is gone).
-func removed(out *Node, dir Ino, name string) (before, after func(st *state, seq uint64)) {
+func removed(out *Node, dir Ino, name string) (before, after hook) {
 	var pre *Node
-	before = func(st *state, seq uint64) {
+	before = func(st *state, _ Ino) {
 		if d := st.nodes[dir]; d != nil && d.kind == KindDir {
 			if de, ok := d.children[name]; ok {
 				n := st.nodes[de.ino].public()
@@ -701,7 +1248,7 @@ func removed(out *Node, dir Ino, name string) (before, after func(st *state, seq
 			}
 		}
 	}
-	after = func(st *state, seq uint64) {
+	after = func(st *state, _ Ino) {
 		switch {
 		case pre == nil:
 		case st.nodes[pre.Ino] != nil:
@@ -789,11 +1336,11 @@ func (ns *Namespace) Rename(ctx context.Context, oldParent Ino, oldName string, 
 	var replaced Node
 	o := op{Kind: opRename, Parent: oldParent, Name: bname(oldName), NewParent: newParent,
 		NewName: bname(newName), Flags: uint32(flags)}
-	var before, after func(st *state, seq uint64)
+	var before, after hook
 	if flags&RenameExchange == 0 {
 		before, after = removed(&replaced, newParent, newName)
 		b := before
-		before = func(st *state, seq uint64) {
+		before = func(st *state, ino Ino) {
 			// Renaming a name onto another name of the same node replaces
 			// nothing.
 			if d := st.nodes[oldParent]; d != nil && d.kind == KindDir {
@@ -803,7 +1350,7 @@ func (ns *Namespace) Rename(ctx context.Context, oldParent Ino, oldName string, 
 					}
 				}
 			}
-			b(st, seq)
+			b(st, ino)
 		}
 	}
 	err := ns.changeHooked(ctx, o, before, after)

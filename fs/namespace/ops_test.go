@@ -301,7 +301,7 @@ func TestCreateAndTimes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n.Ino != inoOf(ns.Seq()) || n.Kind != KindFile || n.Mode != 0o640 || n.Uid != 5 || n.Gid != 6 || n.Nlink != 1 {
+	if n.Ino != inoOf(ns.Seq(), 0) || n.Kind != KindFile || n.Mode != 0o640 || n.Uid != 5 || n.Gid != 6 || n.Nlink != 1 {
 		t.Fatalf("created %+v", n)
 	}
 	if !validID(n.FileID) || n.AtimeNs == 0 || n.MtimeNs != n.CtimeNs || n.MtimeSetNs != 0 {

@@ -94,8 +94,9 @@ func TestChangeCancelledBeforeSendChangesNothing(t *testing.T) {
 	}
 }
 
-// stuckList holds the first List until release is closed: a refresh
-// waiting on a store that does not answer.
+// stuckList holds the first List or Get until release is closed: a refresh
+// waiting on a store that does not answer (listing the log, or reading the
+// entry after its state).
 type stuckList struct {
 	staging.Store
 	mu      sync.Mutex
@@ -118,6 +119,22 @@ func (s *stuckList) List(ctx context.Context, prefix, startAfter string, max int
 		}
 	}
 	return s.Store.List(ctx, prefix, startAfter, max)
+}
+
+func (s *stuckList) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
+	s.mu.Lock()
+	first := s.stuck
+	s.stuck = false
+	s.mu.Unlock()
+	if first {
+		close(s.entered)
+		select {
+		case <-s.release:
+		case <-ctx.Done():
+			return nil, staging.ObjectInfo{}, ctx.Err()
+		}
+	}
+	return s.Store.Get(ctx, key, r)
 }
 
 // TestRefreshStuckDelaysNoChange: a refresh waiting on the store holds no

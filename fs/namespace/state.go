@@ -7,8 +7,8 @@ import (
 )
 
 // Ino is a node's stable 64-bit inode number: the same in every mount that
-// replays the log. The node created by log entry seq has Ino seq<<16 (the low
-// 16 bits are room for entries that would create several nodes); the root
+// replays the log. The node created by the i-th op of log entry seq has Ino
+// seq<<16 | i (so the node of an entry of one op is seq<<16); the root
 // directory is RootIno.
 type Ino uint64
 
@@ -89,9 +89,9 @@ type Node struct {
 }
 
 // Dirent is one directory entry. Cookie is unique in the directory and stays
-// valid while other entries come and go: it is the seq of the entry that gave
-// the name its node, shifted left by 16, so it is never 0, 1 or 2 (free for
-// the start, "." and "..").
+// valid while other entries come and go: it is the ino base (seq<<16 | i) of
+// the op that gave the name its node, so it is never 0, 1 or 2 (free for the
+// start, "." and "..").
 type Dirent struct {
 	Name   string
 	Ino    Ino
@@ -142,6 +142,112 @@ type state struct {
 	seq    uint64
 	nodes  map[Ino]*node
 	byFile map[string]Ino // file id -> node, for files with or without names
+	// j, while not nil, records how to undo every change made to the state
+	// (see journal); nil otherwise, so that plain replay pays nothing.
+	j *journal
+}
+
+// journal records the undo of every change made to a state, so that ops can
+// be tried in order, each against the state the ones before it left, and
+// the whole undone: how an entry of several ops is checked, by its writer
+// and by every reader.
+type journal struct{ undo []func() }
+
+// rollback undoes everything recorded, newest first, and stops recording.
+func (st *state) rollback() {
+	j := st.j
+	st.j = nil
+	for i := len(j.undo) - 1; i >= 0; i-- {
+		j.undo[i]()
+	}
+}
+
+// save records n's fields (not the contents of its maps, which the map
+// helpers below record key by key) before they change.
+func (st *state) save(n *node) {
+	if st.j == nil {
+		return
+	}
+	old := *n
+	st.j.undo = append(st.j.undo, func() { *n = old })
+}
+
+func (st *state) setNode(ino Ino, n *node) {
+	if st.j != nil {
+		old, had := st.nodes[ino]
+		st.j.undo = append(st.j.undo, func() { restore(st.nodes, ino, old, had) })
+	}
+	st.nodes[ino] = n
+}
+
+func (st *state) delNode(ino Ino) {
+	if st.j != nil {
+		old, had := st.nodes[ino]
+		st.j.undo = append(st.j.undo, func() { restore(st.nodes, ino, old, had) })
+	}
+	delete(st.nodes, ino)
+}
+
+func (st *state) setFile(id string, ino Ino) {
+	if st.j != nil {
+		old, had := st.byFile[id]
+		st.j.undo = append(st.j.undo, func() { restore(st.byFile, id, old, had) })
+	}
+	st.byFile[id] = ino
+}
+
+func (st *state) delFile(id string) {
+	if st.j != nil {
+		old, had := st.byFile[id]
+		st.j.undo = append(st.j.undo, func() { restore(st.byFile, id, old, had) })
+	}
+	delete(st.byFile, id)
+}
+
+func (st *state) setChild(d *node, name string, de dirent) {
+	if st.j != nil {
+		m := d.children
+		old, had := m[name]
+		st.j.undo = append(st.j.undo, func() { restore(m, name, old, had) })
+	}
+	d.children[name] = de
+}
+
+func (st *state) delChild(d *node, name string) {
+	if st.j != nil {
+		m := d.children
+		old, had := m[name]
+		st.j.undo = append(st.j.undo, func() { restore(m, name, old, had) })
+	}
+	delete(d.children, name)
+}
+
+// setXattr and delXattr expect n's xattrs map to exist (save(n) first when
+// creating it: the fields' undo drops the map again).
+func (st *state) setXattr(n *node, name string, v []byte) {
+	if st.j != nil {
+		m := n.xattrs
+		old, had := m[name]
+		st.j.undo = append(st.j.undo, func() { restore(m, name, old, had) })
+	}
+	n.xattrs[name] = v
+}
+
+func (st *state) delXattr(n *node, name string) {
+	if st.j != nil {
+		m := n.xattrs
+		old, had := m[name]
+		st.j.undo = append(st.j.undo, func() { restore(m, name, old, had) })
+	}
+	delete(n.xattrs, name)
+}
+
+func restore[K comparable, V any](m map[K]V, k K, v V, had bool) {
+	if had {
+		m[k] = v
+	} else {
+		delete(m, k)
+	}
 }
 
 func newState() *state {
@@ -155,9 +261,13 @@ func newState() *state {
 	}
 }
 
-// inoOf is the ino of the node entry seq creates; also the cookie of a name
-// it gives.
-func inoOf(seq uint64) Ino { return Ino(seq << 16) }
+// maxEntryOps bounds the ops of one log entry: the i-th has ino base
+// seq<<16 | i. Part of the format.
+const maxEntryOps = 1 << 16
+
+// inoOf is the ino of the node the i-th op of entry seq creates; also the
+// cookie of a name it gives. i < maxEntryOps.
+func inoOf(seq uint64, i int) Ino { return Ino(seq<<16 | uint64(i)) }
 
 func checkName(name string) error {
 	switch {
@@ -218,45 +328,72 @@ func (st *state) lookup(dir Ino, name string) (*node, *node, error) {
 	return d, st.nodes[de.ino], nil
 }
 
-// apply applies e to st. It checks everything before it changes anything, so
-// a failed apply leaves st as it was; with dry it only checks. A writer
-// dry-runs its change against the state its entry will follow; a reader
-// applies entries in seq order; both see the same state at every seq.
+// apply applies entry e to st: its ops in order, each against the state
+// the ones before it left. It is all or nothing: a failed apply leaves st as
+// it was; with dry it only checks (an entry of several ops is applied and
+// undone: hold mu for writing for that too). A writer dry-runs its entry against the
+// state it will follow; a reader applies entries in seq order; both see the
+// same state at every seq.
 func (st *state) apply(e *entry, dry bool) error {
 	if e.Seq != st.seq+1 {
 		return fmt.Errorf("entry %d after state %d: %w", e.Seq, st.seq, ErrInvalid)
 	}
-	var err error
-	o := &e.Op
-	switch o.Kind {
-	case opCreate, opMkdir, opSymlink:
-		err = st.applyNew(e, dry)
-	case opLink:
-		err = st.applyLink(e, dry)
-	case opUnlink, opRmdir:
-		err = st.applyRemove(e, dry)
-	case opRename:
-		err = st.applyRename(e, dry)
-	case opSetAttr:
-		err = st.applySetAttr(e, dry)
-	case opSetXattr, opRemoveXattr:
-		err = st.applyXattr(e, dry)
-	case opForget:
-		err = st.applyForget(e, dry)
+	ops := e.ops()
+	switch {
+	case len(ops) == 0 || len(ops) > maxEntryOps:
+		return fmt.Errorf("entry of %d ops: %w", len(ops), ErrInvalid)
+	case len(ops) == 1:
+		// One op checks everything before it changes anything: no journal.
+		if err := st.applyOp(&ops[0], inoOf(e.Seq, 0), e.Time, dry); err != nil {
+			return err
+		}
 	default:
-		err = fmt.Errorf("operation %q: %w", o.Kind, ErrInvalid)
+		st.j = &journal{}
+		for i := range ops {
+			if err := st.applyOp(&ops[i], inoOf(e.Seq, i), e.Time, false); err != nil {
+				st.rollback()
+				return fmt.Errorf("op %d of %d: %w", i, len(ops), err)
+			}
+		}
+		if dry {
+			st.rollback()
+		} else {
+			st.j = nil
+		}
 	}
-	if err == nil && !dry {
+	if !dry {
 		st.seq = e.Seq
 	}
-	return err
+	return nil
+}
+
+// applyOp applies one op whose new node, if any, is ino and whose time is t.
+// It checks everything before it changes anything, so a failed op leaves st
+// as it was.
+func (st *state) applyOp(o *op, ino Ino, t int64, dry bool) error {
+	switch o.Kind {
+	case opCreate, opMkdir, opSymlink:
+		return st.applyNew(o, ino, t, dry)
+	case opLink:
+		return st.applyLink(o, ino, t, dry)
+	case opUnlink, opRmdir:
+		return st.applyRemove(o, t, dry)
+	case opRename:
+		return st.applyRename(o, ino, t, dry)
+	case opSetAttr:
+		return st.applySetAttr(o, t, dry)
+	case opSetXattr, opRemoveXattr:
+		return st.applyXattr(o, t, dry)
+	case opForget:
+		return st.applyForget(o, dry)
+	}
+	return fmt.Errorf("operation %q: %w", o.Kind, ErrInvalid)
 }
 
 // applyNew: create (Parent, Name, Mode, Uid, Gid, FileID), mkdir (Parent,
 // Name, Mode, Uid, Gid), symlink (Parent, Name, Target, Uid, Gid). The new
-// node is inoOf(seq).
-func (st *state) applyNew(e *entry, dry bool) error {
-	o := &e.Op
+// node is ino (inoOf of the op's place in its entry).
+func (st *state) applyNew(o *op, ino Ino, t int64, dry bool) error {
 	d, err := st.dir(o.Parent)
 	if err != nil {
 		return err
@@ -271,12 +408,11 @@ func (st *state) applyNew(e *entry, dry bool) error {
 	if o.Mode&^ModeMask != 0 {
 		return fmt.Errorf("mode %o: %w", o.Mode, ErrInvalid)
 	}
-	ino := inoOf(e.Seq)
 	if _, ok := st.nodes[ino]; ok {
 		return fmt.Errorf("node %d: %w", ino, ErrExist)
 	}
 	n := &node{ino: ino, mode: o.Mode, uid: o.Uid, gid: o.Gid, nlink: 1,
-		atime: e.Time, mtime: e.Time, ctime: e.Time}
+		atime: t, mtime: t, ctime: t}
 	switch o.Kind {
 	case opCreate:
 		if !validID(o.FileID) {
@@ -301,21 +437,22 @@ func (st *state) applyNew(e *entry, dry bool) error {
 	if dry {
 		return nil
 	}
-	st.nodes[ino] = n
+	st.setNode(ino, n)
 	if n.kind == KindFile {
-		st.byFile[n.fileID] = ino
+		st.setFile(n.fileID, ino)
 	}
+	st.save(d)
 	if n.kind == KindDir {
 		d.nlink++
 	}
-	d.children[name] = dirent{ino: ino, cookie: uint64(inoOf(e.Seq))}
-	d.mtime, d.ctime = e.Time, e.Time
+	st.setChild(d, name, dirent{ino: ino, cookie: uint64(ino)})
+	d.mtime, d.ctime = t, t
 	return nil
 }
 
-// applyLink: link (Ino, Parent, Name): another name for a file or symlink.
-func (st *state) applyLink(e *entry, dry bool) error {
-	o := &e.Op
+// applyLink: link (Ino, Parent, Name): another name for a file or symlink;
+// the name's cookie is cookie.
+func (st *state) applyLink(o *op, cookie Ino, t int64, dry bool) error {
 	n, err := st.get(o.Ino)
 	if err != nil {
 		return err
@@ -341,16 +478,17 @@ func (st *state) applyLink(e *entry, dry bool) error {
 	if dry {
 		return nil
 	}
+	st.save(n)
+	st.save(d)
 	n.nlink++
-	n.ctime = e.Time
-	d.children[name] = dirent{ino: n.ino, cookie: uint64(inoOf(e.Seq))}
-	d.mtime, d.ctime = e.Time, e.Time
+	n.ctime = t
+	st.setChild(d, name, dirent{ino: n.ino, cookie: uint64(cookie)})
+	d.mtime, d.ctime = t, t
 	return nil
 }
 
 // applyRemove: unlink and rmdir (Parent, Name).
-func (st *state) applyRemove(e *entry, dry bool) error {
-	o := &e.Op
+func (st *state) applyRemove(o *op, t int64, dry bool) error {
 	d, n, err := st.lookup(o.Parent, string(o.Name))
 	if err != nil {
 		return err
@@ -369,23 +507,26 @@ func (st *state) applyRemove(e *entry, dry bool) error {
 	if dry {
 		return nil
 	}
-	delete(d.children, string(o.Name))
-	d.mtime, d.ctime = e.Time, e.Time
-	st.dropName(d, n, e.Time)
+	st.save(d)
+	st.delChild(d, string(o.Name))
+	d.mtime, d.ctime = t, t
+	st.dropName(d, n, t)
 	return nil
 }
 
 // dropName accounts for a name of n removed from directory d.
 func (st *state) dropName(d, n *node, t int64) {
+	st.save(d)
+	st.save(n)
 	n.ctime = t
 	switch n.kind {
 	case KindDir:
 		d.nlink--
-		delete(st.nodes, n.ino)
+		st.delNode(n.ino)
 	case KindSymlink:
 		n.nlink--
 		if n.nlink == 0 {
-			delete(st.nodes, n.ino)
+			st.delNode(n.ino)
 		}
 	case KindFile:
 		// At 0 the node stays, an orphan, until Forget.
@@ -410,9 +551,9 @@ func (st *state) isUnder(ino, dir Ino) bool {
 	}
 }
 
-// applyRename: rename (Parent, Name, NewParent, NewName, Flags).
-func (st *state) applyRename(e *entry, dry bool) error {
-	o := &e.Op
+// applyRename: rename (Parent, Name, NewParent, NewName, Flags); a new name
+// gets cookie.
+func (st *state) applyRename(o *op, cookie Ino, t int64, dry bool) error {
 	flags := RenameFlags(o.Flags)
 	if flags&^(RenameNoReplace|RenameExchange) != 0 || flags == RenameNoReplace|RenameExchange {
 		return fmt.Errorf("rename flags %#x: %w", flags, ErrInvalid)
@@ -444,9 +585,13 @@ func (st *state) applyRename(e *entry, dry bool) error {
 		if dry || src == dst {
 			return nil
 		}
+		st.save(od)
+		st.save(nd)
+		st.save(src)
+		st.save(dst)
 		oc, nc := od.children[string(o.Name)], nd.children[newName]
-		od.children[string(o.Name)] = dirent{ino: dst.ino, cookie: oc.cookie}
-		nd.children[newName] = dirent{ino: src.ino, cookie: nc.cookie}
+		st.setChild(od, string(o.Name), dirent{ino: dst.ino, cookie: oc.cookie})
+		st.setChild(nd, newName, dirent{ino: src.ino, cookie: nc.cookie})
 		if src.kind == KindDir {
 			src.parent = nd.ino
 			nd.nlink++
@@ -457,8 +602,8 @@ func (st *state) applyRename(e *entry, dry bool) error {
 			od.nlink++
 			nd.nlink--
 		}
-		src.ctime, dst.ctime = e.Time, e.Time
-		od.mtime, od.ctime, nd.mtime, nd.ctime = e.Time, e.Time, e.Time, e.Time
+		src.ctime, dst.ctime = t, t
+		od.mtime, od.ctime, nd.mtime, nd.ctime = t, t, t, t
 		return nil
 	}
 	if dst != nil && flags&RenameNoReplace != 0 {
@@ -484,25 +629,27 @@ func (st *state) applyRename(e *entry, dry bool) error {
 	if dry {
 		return nil
 	}
+	st.save(od)
+	st.save(nd)
+	st.save(src)
 	if dst != nil {
-		st.dropName(nd, dst, e.Time)
+		st.dropName(nd, dst, t)
 	}
-	delete(od.children, string(o.Name))
-	nd.children[newName] = dirent{ino: src.ino, cookie: uint64(inoOf(e.Seq))}
+	st.delChild(od, string(o.Name))
+	st.setChild(nd, newName, dirent{ino: src.ino, cookie: uint64(cookie)})
 	if src.kind == KindDir {
 		src.parent = nd.ino
 		od.nlink--
 		nd.nlink++
 	}
-	src.ctime = e.Time
-	od.mtime, od.ctime, nd.mtime, nd.ctime = e.Time, e.Time, e.Time, e.Time
+	src.ctime = t
+	od.mtime, od.ctime, nd.mtime, nd.ctime = t, t, t, t
 	return nil
 }
 
 // applySetAttr: setattr (Ino, Attr). ctime becomes the change's time unless
 // Attr sets it.
-func (st *state) applySetAttr(e *entry, dry bool) error {
-	o := &e.Op
+func (st *state) applySetAttr(o *op, t int64, dry bool) error {
 	n, err := st.get(o.Ino)
 	if err != nil {
 		return err
@@ -517,6 +664,7 @@ func (st *state) applySetAttr(e *entry, dry bool) error {
 	if dry {
 		return nil
 	}
+	st.save(n)
 	if a.Mode != nil && n.kind != KindSymlink {
 		n.mode = *a.Mode
 	}
@@ -531,9 +679,9 @@ func (st *state) applySetAttr(e *entry, dry bool) error {
 	}
 	if a.Mtime != nil {
 		n.mtime = *a.Mtime
-		n.mtimeSet = e.Time
+		n.mtimeSet = t
 	}
-	n.ctime = e.Time
+	n.ctime = t
 	if a.Ctime != nil {
 		n.ctime = *a.Ctime
 	}
@@ -541,8 +689,7 @@ func (st *state) applySetAttr(e *entry, dry bool) error {
 }
 
 // applyXattr: setxattr (Ino, Name, Value, Flags), removexattr (Ino, Name).
-func (st *state) applyXattr(e *entry, dry bool) error {
-	o := &e.Op
+func (st *state) applyXattr(o *op, t int64, dry bool) error {
 	n, err := st.get(o.Ino)
 	if err != nil {
 		return err
@@ -559,8 +706,9 @@ func (st *state) applyXattr(e *entry, dry bool) error {
 		if dry {
 			return nil
 		}
-		delete(n.xattrs, name)
-		n.ctime = e.Time
+		st.save(n)
+		st.delXattr(n, name)
+		n.ctime = t
 		return nil
 	}
 	flags := XattrFlags(o.Flags)
@@ -577,17 +725,17 @@ func (st *state) applyXattr(e *entry, dry bool) error {
 	if dry {
 		return nil
 	}
+	st.save(n)
 	if n.xattrs == nil {
 		n.xattrs = map[string][]byte{}
 	}
-	n.xattrs[name] = append([]byte{}, o.Value...)
-	n.ctime = e.Time
+	st.setXattr(n, name, append([]byte{}, o.Value...))
+	n.ctime = t
 	return nil
 }
 
 // applyForget: forget (FileID): drop an orphan.
-func (st *state) applyForget(e *entry, dry bool) error {
-	o := &e.Op
+func (st *state) applyForget(o *op, dry bool) error {
 	ino, ok := st.byFile[o.FileID]
 	if !ok {
 		return fmt.Errorf("file %q: %w", o.FileID, ErrNotExist)
@@ -598,9 +746,15 @@ func (st *state) applyForget(e *entry, dry bool) error {
 	if dry {
 		return nil
 	}
-	delete(st.nodes, ino)
-	delete(st.byFile, o.FileID)
+	st.delNode(ino)
+	st.delFile(o.FileID)
 	return nil
+}
+
+// orphaned reports whether fileID is a file with no name left.
+func (st *state) orphaned(fileID string) bool {
+	ino, ok := st.byFile[fileID]
+	return ok && st.nodes[ino].nlink == 0
 }
 
 func (st *state) orphans() []Orphan {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -110,3 +111,37 @@ func logEntries(t testing.TB, s staging.Store) []*entry {
 }
 
 func u32(v uint32) *uint32 { return &v }
+
+// fakeClock is a clock for Options.Clock that moves only when told, from
+// the real time (so that it compares sensibly with the memory store's
+// LastModified).
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Now()} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
+}
+
+// pastTrimGrace is more than the default TrimGrace.
+const pastTrimGrace = 11 * time.Minute
+
+type runtimeMemStats = runtime.MemStats
+
+// readMemStats reads the heap after a collection, so that only live memory
+// counts.
+func readMemStats(ms *runtime.MemStats) {
+	runtime.GC()
+	runtime.ReadMemStats(ms)
+}
