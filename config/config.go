@@ -114,7 +114,7 @@ type Config struct {
 	// NSRefreshMax (ns_refresh_max) is how far the interval between re-reads
 	// grows, doubling after each that found nothing new, while no one uses
 	// the mount: what an idle mount costs, and how late it may see another
-	// mount's change.
+	// mount's change. 0 means max(10s, ns_refresh): see RefreshMax.
 	NSRefreshMax time.Duration
 	// S3ConnectTimeout (s3_connect_timeout) bounds a TCP connect and a TLS
 	// handshake to the S3 endpoint.
@@ -161,7 +161,7 @@ func Default() Config {
 		EmulateLink:                      LinkNone,
 		Metrics:                          "",
 		NSRefresh:                        time.Second,
-		NSRefreshMax:                     10 * time.Second,
+		NSRefreshMax:                     0,
 		S3ConnectTimeout:                 staging.DefaultConnectTimeout,
 		S3RequestTimeout:                 staging.DefaultRequestTimeout,
 		S3StallTimeout:                   staging.DefaultStallTimeout,
@@ -213,6 +213,20 @@ func mountDefaultFor(mem int64) Config {
 	c.DataBlockSize = 64 * kib
 	return c
 }
+
+// RefreshMax is the effective ns_refresh_max: the option, or when it is 0
+// (the default) 10s, or ns_refresh when that is longer, so that raising
+// ns_refresh alone is never refused.
+func (c Config) RefreshMax() time.Duration {
+	if c.NSRefreshMax == 0 {
+		return max(defaultRefreshMax, c.NSRefresh)
+	}
+	return c.NSRefreshMax
+}
+
+// defaultRefreshMax is the backoff bound of an idle mount's refresh when
+// ns_refresh_max is not set.
+const defaultRefreshMax = 10 * time.Second
 
 // DirtyLimit is the most dirty data one file may hold, the specification's
 //

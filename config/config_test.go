@@ -62,7 +62,7 @@ func TestDefault(t *testing.T) {
 		{"format", "stream"}, {"wal", "false"}, {"flush_conflict_policy", "retry"},
 		{"flush_on_close", "true"}, {"flush_interval", "0s"}, {"log", "warn"},
 		{"memory_limit", "0"}, {"emulate_link", "none"}, {"metrics", ""},
-		{"ns_refresh", "1s"}, {"ns_refresh_max", "10s"}, {"allow_other", "false"}, {"ro", "false"},
+		{"ns_refresh", "1s"}, {"ns_refresh_max", "0s"}, {"allow_other", "false"}, {"ro", "false"},
 		{"s3_connect_timeout", "10s"}, {"s3_request_timeout", "1m0s"},
 		{"s3_stall_timeout", "30s"}, {"s3_retry_max_time", "2m0s"},
 	}
@@ -308,6 +308,22 @@ func TestSetUnknown(t *testing.T) {
 
 // TestValidate checks every rule: each case breaks rules on purpose and names
 // the options that must be reported, no more and no fewer.
+func TestRefreshMax(t *testing.T) {
+	for _, tt := range []struct {
+		refresh, most, want time.Duration
+	}{
+		{time.Second, 0, 10 * time.Second},
+		{time.Minute, 0, time.Minute},
+		{time.Second, 30 * time.Second, 30 * time.Second},
+	} {
+		c := Default()
+		c.NSRefresh, c.NSRefreshMax = tt.refresh, tt.most
+		if got := c.RefreshMax(); got != tt.want {
+			t.Errorf("ns_refresh=%v ns_refresh_max=%v: RefreshMax = %v, want %v", tt.refresh, tt.most, got, tt.want)
+		}
+	}
+}
+
 func TestValidate(t *testing.T) {
 	tests := []struct {
 		name   string
@@ -406,9 +422,10 @@ func TestValidate(t *testing.T) {
 		{"ns refresh max 10m", func(c *Config) { c.NSRefreshMax = 10 * time.Minute }, nil},
 		{"ns refresh max over 10m", func(c *Config) { c.NSRefreshMax = 10*time.Minute + time.Millisecond }, []string{"ns_refresh_max"}},
 		{"ns refresh max below ns refresh", func(c *Config) { c.NSRefreshMax = c.NSRefresh - time.Millisecond }, []string{"ns_refresh_max"}},
-		// Raising ns_refresh past the default ns_refresh_max names the one
-		// to raise with it.
-		{"ns refresh over the default max", func(c *Config) { c.NSRefresh = time.Minute }, []string{"ns_refresh_max"}},
+		// Raising ns_refresh past the default bound alone is fine: the
+		// bound follows it (RefreshMax).
+		{"ns refresh over the default max", func(c *Config) { c.NSRefresh = time.Minute }, nil},
+		{"ns refresh over a max set", func(c *Config) { c.NSRefresh, c.NSRefreshMax = time.Minute, 30 * time.Second }, []string{"ns_refresh_max"}},
 		{"everything wrong at once", func(c *Config) { *c = Config{} }, []string{
 			"data_block_size", "meta_block_size", "segment_max_object_bytes",
 			"segment_mpu_chunk_size", "segment_mpu_max_concurrency",

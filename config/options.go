@@ -207,7 +207,7 @@ var options = []option{
 	durationOpt("ns_refresh", "NSRefresh", "10ms or more",
 		"how often a mount in use (a lookup, listing or open since the last re-read, a change of its own or one found) re-reads the namespace log of other mounts",
 		func(c *Config) *time.Duration { return &c.NSRefresh }),
-	durationOpt("ns_refresh_max", "NSRefreshMax", "from ns_refresh to 10m",
+	durationOpt("ns_refresh_max", "NSRefreshMax", "0 (10s, or ns_refresh if longer), or from ns_refresh to 10m",
 		"the longest interval between re-reads of the namespace log: it doubles after each re-read that found nothing new while the mount is not used, up to this, and returns to ns_refresh at its first use; an idle mount then costs at most 86400/ns_refresh_max small GETs a day, and sees another mount's change within ns_refresh_max (within ns_refresh while used), plus the kernel's one-second caches",
 		func(c *Config) *time.Duration { return &c.NSRefreshMax }),
 	durationOpt("s3_connect_timeout", "S3ConnectTimeout", "from 1s to 10m",

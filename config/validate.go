@@ -114,7 +114,7 @@ func (c Config) Validate() error {
 
 	v.check("ns_refresh", c.NSRefresh >= minNamespaceRefresh, "must be at least 10ms")
 	switch {
-	case c.NSRefreshMax < c.NSRefresh:
+	case c.NSRefreshMax != 0 && c.NSRefreshMax < c.NSRefresh:
 		v.fail("ns_refresh_max", "must be at least ns_refresh="+c.NSRefresh.String()+
 			" (the interval only grows from ns_refresh): raise ns_refresh_max with ns_refresh")
 	case c.NSRefreshMax > maxNamespaceRefresh:

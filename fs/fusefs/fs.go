@@ -324,7 +324,7 @@ func (fsys *FS) Close() error {
 		fsys.cancel()
 		fsys.wg.Wait()
 		fsys.tasks.close() // head reads and prefetches, canceled above
-		fsys.ns.Wait()     // changes whose callers were killed, each bounded
+		fsys.ns.Close()    // trimming stopped; changes whose callers were killed, each bounded
 		bound := requestBound(fsys.cfg)
 		var storeDown error
 		var errs []error
@@ -387,7 +387,7 @@ func (fsys *FS) Close() error {
 func (fsys *FS) loop() {
 	defer fsys.wg.Done()
 	base := fsys.cfg.NSRefresh
-	most := max(fsys.cfg.NSRefreshMax, base)
+	most := fsys.cfg.RefreshMax()
 	every := base
 	fsys.refreshEvery.Store(int64(every))
 	refresh := time.NewTimer(every)
@@ -647,15 +647,7 @@ func (fsys *FS) isOrphan(id string) bool {
 // unlinked says whether file id has no name left, here or on any mount
 // whose changes this one has read.
 func (fsys *FS) unlinked(id string) bool {
-	if fsys.isOrphan(id) {
-		return true
-	}
-	for _, o := range fsys.ns.Orphans() {
-		if o.FileID == id {
-			return true
-		}
-	}
-	return false
+	return fsys.isOrphan(id) || fsys.ns.Orphaned(id)
 }
 
 // orphaned records that file id lost its last name here.
@@ -678,14 +670,10 @@ func (fsys *FS) pruneOrphans() {
 	if none {
 		return
 	}
-	held := map[string]bool{}
-	for _, o := range fsys.ns.Orphans() {
-		held[o.FileID] = true
-	}
 	fsys.mu.Lock()
 	defer fsys.mu.Unlock()
 	for id := range fsys.orphans {
-		if fsys.files[id] == nil && !held[id] {
+		if fsys.files[id] == nil && !fsys.ns.Orphaned(id) {
 			delete(fsys.orphans, id)
 		}
 	}
