@@ -425,7 +425,7 @@ func TestValidate(t *testing.T) {
 		// Raising ns_refresh past the default bound alone is fine: the
 		// bound follows it (RefreshMax).
 		{"ns refresh over the default max", func(c *Config) { c.NSRefresh = time.Minute }, nil},
-		{"ns refresh over a max set", func(c *Config) { c.NSRefresh, c.NSRefreshMax = time.Minute, 30 * time.Second }, []string{"ns_refresh_max"}},
+		{"ns refresh over a max set", func(c *Config) { c.NSRefresh, c.NSRefreshMax = time.Minute, 30*time.Second }, []string{"ns_refresh_max"}},
 		{"everything wrong at once", func(c *Config) { *c = Config{} }, []string{
 			"data_block_size", "meta_block_size", "segment_max_object_bytes",
 			"segment_mpu_chunk_size", "segment_mpu_max_concurrency",
