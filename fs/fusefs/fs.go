@@ -105,6 +105,9 @@ type openFile struct {
 	// publish and release the WAL's lease) and closed when it has: an open
 	// meanwhile waits, so two engines of one file never overlap.
 	closing chan struct{} // GUARDED_BY(FS.mu)
+	// attrs are the attribute changes made with setAttrLater that the
+	// next fsync or close waits for; GUARDED_BY(FS.mu).
+	attrs []*namespace.Pending
 }
 
 // headInfo is what the kernel needs of a file that is not open.

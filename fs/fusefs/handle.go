@@ -140,12 +140,20 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 
 // sync publishes what is dirty; a loss since this handle last reported one
 // fails it (the handle whose flush lost the conflict hears of it there).
+//
+// Attribute changes made on the open file without waiting (setAttrLater)
+// are waited for too: they were sent when made, so they land while the data
+// does.
 func (h *handle) sync(ctx context.Context, op string) syscall.Errno {
 	if h.of.f.Stat().Dirty {
 		if _, err := h.fsys.flush(ctx, h.of); err != nil {
 			h.lost(op)
 			return h.fsys.errnoOf(op+" file "+h.of.id, err)
 		}
+	}
+	if errno := h.fsys.waitAttrs(ctx, h.of, op); errno != 0 {
+		h.lost(op)
+		return errno
 	}
 	return h.lost(op)
 }

@@ -199,11 +199,74 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if change {
 		var err error
-		if nn, err = n.fsys.ns.SetAttr(changeCtx(ctx), n.ino, a); err != nil {
-			return n.fsys.errnoOf("setattr "+n.where(""), err)
+		later, lerr := n.fsys.setAttrLater(nn, a)
+		switch {
+		case lerr != nil:
+			return n.fsys.errnoOf("setattr "+n.where(""), lerr)
+		case later != nil:
+			nn = *later
+		default:
+			if nn, err = n.fsys.ns.SetAttr(changeCtx(ctx), n.ino, a); err != nil {
+				return n.fsys.errnoOf("setattr "+n.where(""), err)
+			}
 		}
 	}
 	return n.fsys.fillAttr(ctx, nn, &out.Attr)
+}
+
+// setAttrLater changes the attributes of a file open on this mount without
+// waiting for the store (namespace.SetAttrLater): the change lands in the
+// background and the file's next fsync or close waits for it, with its data,
+// and reports its error (waitAttrs). A program that sets the attributes of
+// the file it writes (tar -x: futimens, fchown, fchmod, then close) thus
+// waits one round trip at the close instead of one per change. It returns
+// nil, nil when the file is not open here: then the change is made the
+// ordinary way.
+func (fsys *FS) setAttrLater(nn namespace.Node, a namespace.SetAttr) (*namespace.Node, error) {
+	if nn.Kind != namespace.KindFile {
+		return nil, nil
+	}
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	of := fsys.files[nn.FileID]
+	if of == nil || of.refs == 0 || of.closing != nil {
+		return nil, nil
+	}
+	out, w, err := fsys.ns.SetAttrLater(nn.Ino, a)
+	if err != nil {
+		return nil, err
+	}
+	of.attrs = append(of.attrs, w)
+	return &out, nil
+}
+
+// waitAttrs waits for the attribute changes made with setAttrLater on file
+// of before now, and reports the first that failed (each once).
+func (fsys *FS) waitAttrs(ctx context.Context, of *openFile, op string) syscall.Errno {
+	fsys.mu.Lock()
+	ws := of.attrs
+	of.attrs = nil
+	fsys.mu.Unlock()
+	var first error
+	for i, w := range ws {
+		if err := w.Wait(ctx); err != nil {
+			if ctx.Err() != nil {
+				// Interrupted: the changes go on; the next fsync or close
+				// waits for those not seen to end.
+				fsys.mu.Lock()
+				of.attrs = append(ws[i:len(ws):len(ws)], of.attrs...)
+				fsys.mu.Unlock()
+				return fsys.errnoOf(op+" file "+of.id, err)
+			}
+			if first == nil {
+				first = err
+			}
+		}
+	}
+	if first != nil {
+		return fsys.errnoOf(op+" attributes of file "+of.id, first)
+	}
+	return 0
 }
 
 // setOpenMtime passes an explicit mtime to the open engine of a file, so that

@@ -91,6 +91,9 @@ type Namespace struct {
 	appendMu sync.Mutex
 	mu       sync.RWMutex
 	st       *state // GUARDED_BY(mu); written only with appendMu held too
+	// shown holds the changes made with SetAttrLater that have not landed
+	// yet, by node, in the order they were made; GUARDED_BY(mu).
+	shown map[Ino][]*pending
 	// tailAt is when this mount last confirmed that st.seq is the last
 	// entry of the log (zero: never); GUARDED_BY(mu), written only with
 	// appendMu held too.
@@ -475,6 +478,21 @@ type pending struct {
 
 	hookMu sync.Mutex
 	left   bool // GUARDED_BY(hookMu): the caller left; its hooks write nowhere
+
+	// A change made with SetAttrLater: shown before it lands (see
+	// later.go); fin is closed once it has landed or failed, with err.
+	later *laterAttr
+	fin   chan struct{}
+	err   error // written before fin is closed
+}
+
+// finish answers the change: once, whatever the outcome.
+func (p *pending) finish(err error) {
+	p.res <- err
+	if p.fin != nil {
+		p.err = err
+		close(p.fin)
+	}
 }
 
 func (p *pending) run(h hook, st *state, ino Ino) {
@@ -516,14 +534,7 @@ func (ns *Namespace) changeHooked(ctx context.Context, o op, before, done hook) 
 		return err // nothing sent
 	}
 	p := &pending{o: o, size: opSize(&o), before: before, done: done, ctx: ctx, res: make(chan error, 1)}
-	ns.qmu.Lock()
-	ns.queue = append(ns.queue, p)
-	if !ns.committing {
-		ns.committing = true
-		ns.bg.Add(1)
-		go ns.commitLoop()
-	}
-	ns.qmu.Unlock()
+	ns.enqueue(p)
 	select {
 	case err := <-p.res:
 		return err
@@ -557,6 +568,18 @@ func (ns *Namespace) changeHooked(ctx context.Context, o op, before, done hook) 
 			return fmt.Errorf("%s: %w", o.Kind, context.Canceled)
 		}
 	}
+}
+
+// enqueue queues p for the committer, starting it if it is not running.
+func (ns *Namespace) enqueue(p *pending) {
+	ns.qmu.Lock()
+	ns.queue = append(ns.queue, p)
+	if !ns.committing {
+		ns.committing = true
+		ns.bg.Add(1)
+		go ns.commitLoop()
+	}
+	ns.qmu.Unlock()
 }
 
 func indexOf(q []*pending, p *pending) int {
@@ -628,7 +651,7 @@ func (ns *Namespace) commitLoop() {
 
 func answer(ps []*pending, err error) {
 	for _, p := range ps {
-		p.res <- err
+		p.finish(err)
 	}
 }
 
@@ -681,7 +704,7 @@ func (ns *Namespace) seal(batch []*pending) []*pending {
 		case p.dropped:
 		case p.ctx.Err() != nil:
 			p.dropped = true
-			p.res <- p.ctx.Err()
+			p.finish(p.ctx.Err())
 		default:
 			p.sent = true
 			live = append(live, p)
@@ -716,7 +739,7 @@ func (ns *Namespace) trial(sealed []*pending, t int64) (ok []*pending, ops []op,
 func answerFailed(sealed []*pending, errs []error) {
 	for i, p := range sealed {
 		if errs[i] != nil {
-			p.res <- errs[i]
+			p.finish(errs[i])
 		}
 	}
 }
@@ -768,7 +791,7 @@ func (ns *Namespace) commitLocked(batch []*pending) *pendingSnapshot {
 			ns.qmu.Lock()
 			for _, p := range batch {
 				if !p.dropped {
-					p.res <- err
+					p.finish(err)
 				}
 			}
 			ns.qmu.Unlock()
@@ -909,6 +932,7 @@ func (ns *Namespace) landed(e *entry, live []*pending, firstSend time.Time) *pen
 	if err == nil {
 		ns.st.j = nil
 		ns.st.seq = e.Seq
+		ns.unshowLocked(live)
 		if firstSend.After(ns.tailAt) {
 			ns.tailAt = firstSend
 		}
@@ -1127,7 +1151,7 @@ func (ns *Namespace) Lookup(dir Ino, name string) (Node, error) {
 	if err != nil {
 		return Node{}, err
 	}
-	return n.public(), nil
+	return ns.viewLocked(n), nil
 }
 
 // GetNode returns node ino (also an orphan's).
@@ -1138,7 +1162,7 @@ func (ns *Namespace) GetNode(ino Ino) (Node, error) {
 	if err != nil {
 		return Node{}, err
 	}
-	return n.public(), nil
+	return ns.viewLocked(n), nil
 }
 
 // ReadDir lists directory dir sorted by name.
@@ -1360,8 +1384,8 @@ func (ns *Namespace) Rename(ctx context.Context, oldParent Ino, oldName string, 
 	return replaced, nil
 }
 
-// SetAttr changes attributes of node ino and returns the node after.
-func (ns *Namespace) SetAttr(ctx context.Context, ino Ino, a SetAttr) (Node, error) {
+// attrOf is the record of a change of attributes.
+func attrOf(a SetAttr) *attrRec {
 	rec := &attrRec{Mode: a.Mode, Uid: a.Uid, Gid: a.Gid}
 	ts := func(t *time.Time) *int64 {
 		if t == nil {
@@ -1371,8 +1395,13 @@ func (ns *Namespace) SetAttr(ctx context.Context, ino Ino, a SetAttr) (Node, err
 		return &v
 	}
 	rec.Atime, rec.Mtime, rec.Ctime = ts(a.Atime), ts(a.Mtime), ts(a.Ctime)
+	return rec
+}
+
+// SetAttr changes attributes of node ino and returns the node after.
+func (ns *Namespace) SetAttr(ctx context.Context, ino Ino, a SetAttr) (Node, error) {
 	var n Node
-	if err := ns.change(ctx, op{Kind: opSetAttr, Ino: ino, Attr: rec}, nodeAt(&n, ino)); err != nil {
+	if err := ns.change(ctx, op{Kind: opSetAttr, Ino: ino, Attr: attrOf(a)}, nodeAt(&n, ino)); err != nil {
 		return Node{}, fmt.Errorf("setattr %d: %w", ino, err)
 	}
 	return n, nil

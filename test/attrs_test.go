@@ -1,0 +1,148 @@
+package test
+
+import (
+	"bufio"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"ckptfs/staging"
+)
+
+// attrScript creates a file, writes it, then on each line of stdin sets
+// attributes on the open descriptor as tar -x does (futimens, fchown,
+// fchmod) and answers "ok", and at EOF closes it and prints "closed" or the
+// close's error.
+const attrScript = `
+import os, sys
+fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+os.write(fd, b"payload")
+print("created", flush=True)
+for line in sys.stdin:
+    os.utime(fd, ns=(1_500_000_000 * 10**9, 1_600_000_000 * 10**9))
+    os.fchown(fd, 7, 8)
+    os.fchmod(fd, 0o640)
+    print("ok", flush=True)
+try:
+    os.close(fd)
+    print("closed", flush=True)
+except OSError as e:
+    print("close:", e.errno, flush=True)
+`
+
+// attrRun runs attrScript on path: step is called once the file is created,
+// and returns whether the attributes are then set; the output lines after
+// "created" are returned.
+func attrRun(t *testing.T, path string, step func() bool) []string {
+	t.Helper()
+	cmd := exec.Command("python3", "-c", attrScript, path)
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	outp, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(outp)
+	line, err := r.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "created" {
+		t.Fatalf("script: %q, %v", line, err)
+	}
+	if step() {
+		io.WriteString(in, "go\n")
+	}
+	in.Close()
+	var out []string
+	for {
+		line, err := r.ReadString('\n')
+		if line != "" {
+			out = append(out, strings.TrimSpace(line))
+		}
+		if err != nil {
+			break
+		}
+	}
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("script: %v (output %q)", err, out)
+	}
+	return out
+}
+
+func statOf(t *testing.T, path string) *syscall.Stat_t {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Sys().(*syscall.Stat_t)
+}
+
+// The attributes a program sets on the file it writes are shown at once and
+// are in the store once its close returns, as another mount shows.
+func TestAttrsOfOpenFileLandByClose(t *testing.T) {
+	need(t, "python3")
+	v := newVolume(t)
+	m := v.mount("")
+	out := attrRun(t, m.path("f"), func() bool { return true })
+	if len(out) != 2 || out[0] != "ok" || out[1] != "closed" {
+		t.Fatalf("script printed %q", out)
+	}
+	check := func(where, path string) {
+		t.Helper()
+		st := statOf(t, path)
+		if st.Mode&0o7777 != 0o640 || st.Uid != 7 || st.Gid != 8 || st.Mtim.Sec != 1_600_000_000 {
+			t.Fatalf("%s: mode %o uid %d gid %d mtime %d; want 0640 7 8 1600000000", where, st.Mode&0o7777, st.Uid, st.Gid, st.Mtim.Sec)
+		}
+	}
+	check("this mount", m.path("f"))
+	other := v.mount("")
+	check("another mount", other.path("f"))
+	if b, err := os.ReadFile(other.path("f")); err != nil || string(b) != "payload" {
+		t.Fatalf("another mount reads %q, %v", b, err)
+	}
+}
+
+// A change of attributes that cannot land fails the close that waits for
+// it, and is not shown afterwards.
+func TestAttrsOfOpenFileFailureFailsClose(t *testing.T) {
+	need(t, "python3")
+	v := newVolume(t)
+	var faults *staging.Faults
+	m := v.mountWrapped("s3_request_timeout=1s,s3_retry_max_time=1s", func(st staging.Store) staging.Store {
+		faults = staging.NewFaults(st, 1)
+		return faults
+	})
+	out := attrRun(t, m.path("f"), func() bool {
+		// The namespace log refuses every entry from now on: the file is
+		// created, its attribute changes cannot land.
+		faults.Add(staging.Rule{Op: staging.OpPut, Match: func(key string) bool { return strings.Contains(key, "/ns/log/") || strings.HasPrefix(key, "ns/log/") }, Kind: staging.FaultError})
+		return true
+	})
+	faults.Clear()
+	if len(out) != 2 || out[0] != "ok" || !strings.HasPrefix(out[1], "close: ") {
+		t.Fatalf("script printed %q; want the attributes set, then a failed close", out)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		st := statOf(t, m.path("f"))
+		if st.Mode&0o7777 == 0o600 && st.Uid != 7 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the failed close: mode %o uid %d; want the attributes as created (0600, not 7)", st.Mode&0o7777, st.Uid)
+		}
+		time.Sleep(100 * time.Millisecond) // the kernel's attribute cache
+	}
+	if b, err := os.ReadFile(m.path("f")); err != nil || string(b) != "payload" {
+		t.Fatalf("the data reads %q, %v", b, err)
+	}
+}
