@@ -296,6 +296,27 @@ func (t *Tree) Get(ctx context.Context, fbn uint64) (Value, bool, error) {
 	return n.vals[i], true, nil
 }
 
+// Peek says whether fbn is a key, looking only at nodes already in memory:
+// known is false when the answer needs a node not loaded yet. It never
+// fetches, so it may be asked where a request must not be made.
+func (t *Tree) Peek(fbn uint64) (present, known bool) {
+	if t.err != nil {
+		return false, false
+	}
+	if t.root == nil {
+		return false, true
+	}
+	n := t.root.n.Load()
+	for n != nil && n.level > 0 {
+		n = n.kids[childIndex(n, fbn)].n.Load()
+	}
+	if n == nil {
+		return false, false
+	}
+	_, found := slices.BinarySearch(n.keys, fbn)
+	return found, true
+}
+
 // Scan calls fn for every key in [lo, hi), ascending. An error from fn stops
 // the scan and is returned as is.
 func (t *Tree) Scan(ctx context.Context, lo, hi uint64, fn func(fbn uint64, v Value) error) error {
