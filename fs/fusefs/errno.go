@@ -42,8 +42,8 @@ var errnoTable = []struct {
 	{engine.ErrExists, syscall.EEXIST},
 	{engine.ErrClosed, syscall.EBADF},
 	{engine.ErrConflict, syscall.EIO},
-	{engine.ErrNoData, syscall.ENXIO}, // SEEK_DATA/SEEK_HOLE at or past the end
-	{wal.ErrBusy, syscall.EBUSY},      // another writer holds the file's write-ahead log
+	{engine.ErrNoData, syscall.ENXIO},
+	{wal.ErrBusy, syscall.EBUSY}, // another writer holds the file's write-ahead log
 	{context.Canceled, syscall.EINTR},
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},
 	{staging.ErrNotFound, syscall.EIO}, // an object the file needs is gone
