@@ -620,15 +620,18 @@ func (t *Tree) TruncateN(ctx context.Context, from uint64) (removed int64, err e
 	if t.root == nil {
 		return 0, nil
 	}
+	if from == 0 {
+		if t.counted {
+			removed = t.count
+		}
+		t.root, t.height = nil, 0
+		t.count, t.counted = 0, true
+		return removed, nil
+	}
 	if t.counted && from != noUpperBound {
 		if err := t.Scan(ctx, from, noUpperBound, func(uint64, Value) error { removed++; return nil }); err != nil {
 			return 0, fmt.Errorf("truncate at fbn %d: %w", from, err)
 		}
-	}
-	if from == 0 {
-		t.root, t.height = nil, 0
-		t.count, t.counted = 0, true
-		return removed, nil
 	}
 	root, err := t.rootNode(ctx)
 	if err != nil {

@@ -666,10 +666,24 @@ func (f *File) rollbackLocked(theirs segment.Head, etag string, applied uint64) 
 // blocks already stored in objects keep their pointers.
 func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag string, applied uint64) error {
 	theirs := theirsHead.Inode
-	f.headCount = blockCount{cno: theirs.Cno, n: int64(theirsHead.Blocks), known: theirsHead.BlocksKnown}
-	t := f.openTree(theirs)
-	// The winner's part 0 may be in its head only: ours builds on it.
-	f.setEmbedLocked(embedOf(theirsHead))
+	count := blockCount{cno: theirs.Cno, n: int64(theirsHead.Blocks), known: theirsHead.BlocksKnown}
+	bo := blockmap.Options{MetaBlockSize: f.mbs}
+	var t *blockmap.Tree
+	if theirs.Height == 0 {
+		t = blockmap.New(bo, f.loader)
+	} else {
+		t = blockmap.Open(bo, f.loader, theirs.Root, int(theirs.Height))
+		if count.known {
+			t.SetLen(count.n)
+		}
+	}
+	// The winner's part 0 may be in its head only: the replay below may
+	// read its nodes, and ours builds on it. (Pinning it leaves reads of
+	// this writer's own tree unchanged: other names.)
+	if e := embedOf(theirsHead); e != nil {
+		meta := e.obj[e.hdr.MetaOffset(0) : e.hdr.MetaOffset(0)+e.hdr.MetaBytes()]
+		_ = f.loader.Pin(e.name, e.hdr, meta)
+	}
 	bs := int64(f.bs)
 	truncated := f.minSize != noTruncate
 	if truncated && f.minSize < int64(theirs.Size) {
@@ -694,6 +708,8 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 	f.tree = t
 	f.head = theirs
 	f.headETag = etag
+	f.headCount = count
+	f.setEmbedLocked(embedOf(theirsHead))
 	f.w.applied = applied
 	f.w.seq = max(f.w.seq, applied)
 	f.pendingCno = max(f.pendingCno, theirs.Cno+1)
