@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -58,14 +59,19 @@ func smallFileParams() Params {
 // head carrying it), in flight together, and nothing else; a cold open and
 // read of it on a fresh File is exactly one GET (the head).
 func TestSmallFileOneRoundTrip(t *testing.T) {
-	for _, fm := range []segment.Format{segment.FormatStream, segment.FormatParted} {
-		t.Run(fm.String(), func(t *testing.T) {
+	for _, c := range []struct {
+		fm segment.Format
+		bs int
+	}{{segment.FormatStream, 4 << 10}, {segment.FormatParted, 4 << 10}, {segment.FormatStream, 64 << 10}} {
+		fm := c.fm
+		t.Run(fmt.Sprintf("%v-%d", fm, c.bs), func(t *testing.T) {
 			ctx := context.Background()
 			mem := staging.NewMem()
 			ps := newPairStore(mem)
 			cs := staging.NewCounting(ps)
 			p := smallFileParams()
 			p.Format = fm
+			p.DataBlockSize = c.bs // 64 KiB: the mount's, a part 0 over 64 KiB
 			f, err := Create(ctx, cs, "s/", Options{Params: p, FileID: "s/"})
 			if err != nil {
 				t.Fatal(err)
@@ -174,6 +180,7 @@ func TestEmbeddedPart0Lost(t *testing.T) {
 			}
 			if crashed {
 				// Dropped: no Close, nothing more from it.
+				crash(t, f)
 				f = mustOpen(t, mem, "l/", p)
 			}
 			defer f.Close()

@@ -490,8 +490,12 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 }
 
 // Create makes a new, empty file at prefix (with o.Params' format and block
-// sizes) by creating its head with If-None-Match. It fails with ErrExists if
-// a head is already there.
+// sizes). Without the WAL it sends nothing: the caller has just named a new
+// file id, so no head can be there; the first publish creates the head with
+// If-None-Match (a head found there then is another writer's: a conflict),
+// and a file closed unwritten stores nothing. With the WAL it creates the
+// head now (marked as written with it) and fails with ErrExists if a head is
+// already there.
 func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*File, error) {
 	f, err := newFile(st, prefix, o)
 	if err != nil {
