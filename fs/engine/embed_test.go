@@ -117,6 +117,19 @@ func TestSmallFileOneRoundTrip(t *testing.T) {
 			if st := g.Stat(); st.Blocks != 1 || !st.BlocksKnown {
 				t.Fatalf("stat of the reopened file: %+v", st)
 			}
+			// A writer that opened the head cannot know part 0 landed: its
+			// first flush stores it from the copy (refused: there; read
+			// back and compared) before its own head.
+			cs.Reset()
+			if _, err := g.WriteAt(ctx, []byte("z"), 10); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := g.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if c := cs.Snapshot(); c.Op(staging.OpPut).Requests != 3 || c.Op(staging.OpGet).Requests != 1 || c.Total().Requests != 4 {
+				t.Fatalf("first flush after an open: %v; want 3 PUTs (part 0 ensured, part 0, head) and 1 GET", c)
+			}
 		})
 	}
 }
