@@ -416,3 +416,43 @@ func TestStatBlocksFromVersion1Head(t *testing.T) {
 		t.Fatalf("head after the first flush: %+v, %v", hd, err)
 	}
 }
+
+// While the head's part 0 cannot be stored from its copy, no later head is
+// published (it would build on an object that is not there); once it can,
+// the next flush publishes everything.
+func TestEmbeddedPart0EnsureFails(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	faults := staging.NewFaults(mem, 1)
+	p := smallFileParams()
+	f, err := Create(ctx, faults, "n/", Options{Params: p, FileID: "n/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	v1 := pattern(5000, 3)
+	if _, err := f.WriteAt(ctx, v1, 0); err != nil {
+		t.Fatal(err)
+	}
+	id := faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "0000000001.0"})
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, []byte("more"), 6000); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Flush(ctx); err == nil {
+		t.Fatal("a flush whose base part 0 cannot be stored succeeded")
+	}
+	hd, _, err := segment.ReadHead(ctx, mem, "n/"+HeadKey, f.tag)
+	if err != nil || hd.Inode.Cno != 1 {
+		t.Fatalf("head after the failed flush: checkpoint %d, %v; want still 1", hd.Inode.Cno, err)
+	}
+	faults.Remove(id)
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatalf("flush once part 0 can be stored: %v", err)
+	}
+	v2 := append(append([]byte(nil), v1...), make([]byte, 1004)...)
+	copy(v2[6000:], "more")
+	checkAllCheckpoints(t, mem, "n/", p, map[uint64][]byte{1: v1, f.Stat().Cno: v2})
+}
