@@ -57,6 +57,8 @@ func (t *Tree) Commit(ctx context.Context, place PlaceFunc) (*Tree, error) {
 		intCap:  t.intCap,
 		height:  t.height,
 		tok:     &owner{},
+		count:   t.count,
+		counted: t.counted,
 	}
 	if t.root != nil {
 		r, err := t.commit(ctx, t.root, 0, noUpperBound, place)

@@ -38,6 +38,9 @@ type ObjectLoader struct {
 	cached   int64
 	inflight map[segment.ObjectName]*fetch // GUARDED_BY(mu)
 	stats    LoaderStats                   // GUARDED_BY(mu)
+	// pinned are regions given from memory (Pin): served before the cache,
+	// never evicted, never fetched. GUARDED_BY(mu).
+	pinned map[segment.ObjectName]*metaRegion
 }
 
 // LoaderStats counts an ObjectLoader's work.
@@ -75,7 +78,31 @@ func NewObjectLoader(st staging.Store, prefix string, fileTag uint64, f segment.
 		st: st, prefix: prefix, fileTag: fileTag, format: f, budget: max(budget, 0),
 		cache:    map[segment.ObjectName]*metaRegion{},
 		inflight: map[segment.ObjectName]*fetch{},
+		pinned:   map[segment.ObjectName]*metaRegion{},
 	}
+}
+
+// Pin serves the nodes of object name from meta, the object's meta region
+// (h.MetaBlocks × h.MetaBlockSize bytes) held in memory by the caller, until
+// Unpin: an object that may not be in the store yet (a head carries a copy
+// of its checkpoint's part 0) is read without a request. The caller has
+// verified h and meta as it would an object read from the store.
+func (l *ObjectLoader) Pin(name segment.ObjectName, h segment.Header, meta []byte) error {
+	if int64(len(meta)) != int64(h.MetaBlocks)*int64(h.MetaBlockSize) {
+		return fmt.Errorf("pin meta blocks of %s: %w: %d bytes for %d blocks of %d", l.key(name),
+			ErrInvalidArgument, len(meta), h.MetaBlocks, h.MetaBlockSize)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.pinned[name] = &metaRegion{name: name, header: h, meta: meta}
+	return nil
+}
+
+// Unpin stops serving name from memory (Pin); later loads fetch it.
+func (l *ObjectLoader) Unpin(name segment.ObjectName) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.pinned, name)
 }
 
 var _ Loader = (*ObjectLoader)(nil)
@@ -105,6 +132,11 @@ func (l *ObjectLoader) key(name segment.ObjectName) string { return l.prefix + n
 func (l *ObjectLoader) region(ctx context.Context, name segment.ObjectName) (*metaRegion, error) {
 	for {
 		l.mu.Lock()
+		if r, ok := l.pinned[name]; ok {
+			l.stats.Hits++
+			l.mu.Unlock()
+			return r, nil
+		}
 		if r, ok := l.cache[name]; ok {
 			l.lru.MoveToFront(r.elem)
 			l.stats.Hits++

@@ -1,6 +1,7 @@
 package blockmap
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -326,5 +327,82 @@ func TestObjectLoaderWaiterOutlivesCancelledFetcher(t *testing.T) {
 	}
 	if err := <-second; err != nil {
 		t.Fatalf("waiting caller: %v", err)
+	}
+}
+
+// A pinned object's nodes are served from memory with no request, before
+// the store; unpinned, they are fetched again.
+func TestObjectLoaderPin(t *testing.T) {
+	ctx := context.Background()
+	st := newCountingStore()
+	inode := writeCheckpoint(t, st)
+	name := segment.ObjectName{Cno: 1, Part: 0}
+	key := testPrefix + name.String()
+	h, err := segment.ReadHeader(ctx, st, key, name, testTag, segment.FormatStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	meta, err := segment.ReadMeta(ctx, st, key, h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := NewObjectLoader(st, testPrefix, testTag, segment.FormatStream, 1<<20)
+	if err := l.Pin(name, h, meta[:len(meta)-1]); !errors.Is(err, ErrInvalidArgument) {
+		t.Fatalf("pin of a short region: %v, want ErrInvalidArgument", err)
+	}
+	if err := l.Pin(name, h, meta); err != nil {
+		t.Fatal(err)
+	}
+	// The pinned object is served from memory even when the store lost it.
+	if err := st.Delete(ctx, key); err != nil {
+		t.Fatal(err)
+	}
+	st.reset()
+	b, err := l.LoadNode(ctx, inode.Root)
+	if err != nil || !bytes.Equal(b, meta[int(inode.Root.Slot)*int(h.MetaBlockSize):][:h.MetaBlockSize]) {
+		t.Fatalf("load of the pinned root: %v", err)
+	}
+	if c := st.totals.Snapshot(); c.Total().Requests != 0 {
+		t.Fatalf("a pinned load made requests: %v", c)
+	}
+	l.Unpin(name)
+	if _, err := l.LoadNode(ctx, inode.Root); !errors.Is(err, staging.ErrNotFound) {
+		t.Fatalf("load after unpin of a deleted object: %v, want ErrNotFound", err)
+	}
+}
+
+// Peek answers from loaded nodes only.
+func TestTreePeek(t *testing.T) {
+	ctx := context.Background()
+	st := newCountingStore()
+	inode := writeCheckpoint(t, st)
+	l := NewObjectLoader(st, testPrefix, testTag, segment.FormatStream, 1<<20)
+	tr := Open(Options{MetaBlockSize: int(inode.MetaBlockSize)}, l, inode.Root, int(inode.Height))
+	st.reset()
+	if _, known := tr.Peek(3); known {
+		t.Fatal("Peek knew a key of a tree not loaded")
+	}
+	if c := st.totals.Snapshot(); c.Total().Requests != 0 {
+		t.Fatalf("Peek made requests: %v", c)
+	}
+	if _, _, err := tr.Get(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	if present, known := tr.Peek(3); !present || !known {
+		t.Fatalf("Peek after a Get of the same key: %v, %v", present, known)
+	}
+	empty := New(Options{MetaBlockSize: 256}, nil)
+	if present, known := empty.Peek(9); present || !known {
+		t.Fatalf("Peek of an empty tree: %v, %v", present, known)
+	}
+	if n, known := empty.Len(); n != 0 || !known {
+		t.Fatalf("Len of an empty tree: %d, %v", n, known)
+	}
+	if _, known := tr.Len(); known {
+		t.Fatal("a tree opened from a root knows its count")
+	}
+	n, err := tr.CountLen(ctx)
+	if got, known := tr.Len(); err != nil || !known || got != n || n != blocksPerObject*dataObjects {
+		t.Fatalf("CountLen = %d, %v; Len %d, %v; want %d", n, err, got, known, blocksPerObject*dataObjects)
 	}
 }

@@ -66,8 +66,12 @@ func TestModel(t *testing.T) {
 			k := randKey()
 			version++
 			v := val(k, version)
-			if err := tr.Set(ctx, k, v); err != nil {
+			added, err := tr.Put(ctx, k, v)
+			if err != nil {
 				t.Fatalf("op %d: set %d: %v", op, k, err)
+			}
+			if _, had := want[k]; added == had {
+				t.Fatalf("op %d: put %d says added=%v, the model had it: %v", op, k, added, had)
 			}
 			want[k] = v
 		case r < 3250: // a run of sequential appends past everything
@@ -88,8 +92,12 @@ func TestModel(t *testing.T) {
 			if rng.IntN(3) == 0 && appendNext > keySpace {
 				k = keySpace + uint64(rng.IntN(int(appendNext-keySpace)))
 			}
-			if err := tr.Delete(ctx, k); err != nil {
+			removed, err := tr.Remove(ctx, k)
+			if err != nil {
 				t.Fatalf("op %d: delete %d: %v", op, k, err)
+			}
+			if _, had := want[k]; removed != had {
+				t.Fatalf("op %d: remove %d says removed=%v, the model had it: %v", op, k, removed, had)
 			}
 			delete(want, k)
 		case r < 8400: // get
@@ -127,13 +135,20 @@ func TestModel(t *testing.T) {
 			if rng.IntN(20) == 0 {
 				from = 0
 			}
-			if err := tr.Truncate(ctx, from); err != nil {
+			_, known := tr.Len()
+			removed, err := tr.TruncateN(ctx, from)
+			if err != nil {
 				t.Fatalf("op %d: truncate %d: %v", op, from, err)
 			}
+			gone := int64(0)
 			for k := range want {
 				if k >= from {
 					delete(want, k)
+					gone++
 				}
+			}
+			if known && removed != gone {
+				t.Fatalf("op %d: truncate %d removed %d keys, the model %d", op, from, removed, gone)
 			}
 			if appendNext > from {
 				appendNext = from
@@ -160,6 +175,11 @@ func TestModel(t *testing.T) {
 				tr = c
 			case 1:
 				tr = Open(opts, mem, c.Root(), c.Height())
+				// Told the count (as a head records it), or left to count
+				// it later.
+				if rng.IntN(2) == 0 {
+					tr.SetLen(int64(len(want)))
+				}
 				reopens++
 			default:
 				// The caller may keep the dirty tree (a failed store).
@@ -200,6 +220,14 @@ func TestModel(t *testing.T) {
 			w, wok := want[k]
 			if err != nil || ok != wok || got != w {
 				t.Fatalf("op %d: get %d = %v, %v, %v; want %v, %v", op, k, got, ok, err, w, wok)
+			}
+		}
+		if n, known := tr.Len(); known && n != int64(len(want)) {
+			t.Fatalf("op %d: Len = %d, the model holds %d keys", op, n, len(want))
+		} else if !known && rng.IntN(50) == 0 {
+			n, err := tr.CountLen(ctx)
+			if err != nil || n != int64(len(want)) {
+				t.Fatalf("op %d: CountLen = %d, %v; the model holds %d keys", op, n, err, len(want))
 			}
 		}
 		maxHeight = max(maxHeight, tr.Height())

@@ -91,11 +91,39 @@ type Tree struct {
 	// baseRef and baseHeight are the root as last opened or committed.
 	baseRef    segment.Ptr
 	baseHeight int
+	// count is the number of keys when counted; a tree opened from a root
+	// does not know it until told (SetLen) or counted (CountLen). Set,
+	// Delete and Truncate keep a known count true.
+	count   int64
+	counted bool
 }
 
 // New returns an empty tree. Invalid options make every method fail.
 func New(o Options, l Loader) *Tree {
 	return Open(o, l, segment.Ptr{}, 0)
+}
+
+// Len returns the number of keys (mapped blocks) and whether it is known: a
+// tree opened from a root knows it only once told (SetLen) or counted
+// (CountLen); an empty tree knows it is 0.
+func (t *Tree) Len() (int64, bool) { return t.count, t.counted }
+
+// SetLen tells the tree how many keys it has (as recorded next to its root
+// by whoever committed it). Needs exclusive access to t.
+func (t *Tree) SetLen(n int64) { t.count, t.counted = n, true }
+
+// CountLen counts the keys by scanning the whole map (loading every leaf
+// not loaded yet) and remembers the count. Needs exclusive access to t.
+func (t *Tree) CountLen(ctx context.Context) (int64, error) {
+	if t.counted {
+		return t.count, nil
+	}
+	var n int64
+	if err := t.Scan(ctx, 0, noUpperBound, func(uint64, Value) error { n++; return nil }); err != nil {
+		return 0, fmt.Errorf("count block map: %w", err)
+	}
+	t.SetLen(n)
+	return n, nil
 }
 
 // Open returns the tree stored with root at the given height (as an inode
@@ -117,6 +145,8 @@ func Open(o Options, l Loader, root segment.Ptr, height int) *Tree {
 	case height > 0:
 		t.root = &slot{ref: root}
 		t.height = height
+	default:
+		t.counted = true // the empty map
 	}
 	return t
 }
@@ -266,6 +296,27 @@ func (t *Tree) Get(ctx context.Context, fbn uint64) (Value, bool, error) {
 	return n.vals[i], true, nil
 }
 
+// Peek says whether fbn is a key, looking only at nodes already in memory:
+// known is false when the answer needs a node not loaded yet. It never
+// fetches, so it may be asked where a request must not be made.
+func (t *Tree) Peek(fbn uint64) (present, known bool) {
+	if t.err != nil {
+		return false, false
+	}
+	if t.root == nil {
+		return false, true
+	}
+	n := t.root.n.Load()
+	for n != nil && n.level > 0 {
+		n = n.kids[childIndex(n, fbn)].n.Load()
+	}
+	if n == nil {
+		return false, false
+	}
+	_, found := slices.BinarySearch(n.keys, fbn)
+	return found, true
+}
+
 // Scan calls fn for every key in [lo, hi), ascending. An error from fn stops
 // the scan and is returned as is.
 func (t *Tree) Scan(ctx context.Context, lo, hi uint64, fn func(fbn uint64, v Value) error) error {
@@ -322,30 +373,40 @@ func (t *Tree) writable(n *node) *node {
 // Set maps fbn to v, copying the path to its leaf. Setting the value a key
 // already has changes nothing.
 func (t *Tree) Set(ctx context.Context, fbn uint64, v Value) error {
+	_, err := t.Put(ctx, fbn, v)
+	return err
+}
+
+// Put is Set, reporting whether fbn was a hole before (a key was added).
+func (t *Tree) Put(ctx context.Context, fbn uint64, v Value) (added bool, err error) {
 	if t.err != nil {
-		return t.err
+		return false, t.err
 	}
 	if fbn == noUpperBound {
-		return fmt.Errorf("set fbn %d: %w: fbn out of range", fbn, ErrInvalidArgument)
+		return false, fmt.Errorf("set fbn %d: %w: fbn out of range", fbn, ErrInvalidArgument)
 	}
 	if v.Ptr.IsZero() {
-		return fmt.Errorf("set fbn %d: %w: zero pointer (a hole has no entry; use Delete)", fbn, ErrInvalidArgument)
+		return false, fmt.Errorf("set fbn %d: %w: zero pointer (a hole has no entry; use Delete)", fbn, ErrInvalidArgument)
 	}
 	if t.root == nil {
 		t.root = newSlot(&node{owner: t.tok, keys: []uint64{fbn}, vals: []Value{v}})
 		t.height = 1
-		return nil
+		t.count++
+		return true, nil
 	}
 	if t.height >= MaxHeight {
-		return fmt.Errorf("set fbn %d: %w: tree at its maximum height %d", fbn, ErrInvalidArgument, MaxHeight)
+		return false, fmt.Errorf("set fbn %d: %w: tree at its maximum height %d", fbn, ErrInvalidArgument, MaxHeight)
 	}
 	root, err := t.rootNode(ctx)
 	if err != nil {
-		return fmt.Errorf("set fbn %d: %w", fbn, err)
+		return false, fmt.Errorf("set fbn %d: %w", fbn, err)
 	}
-	nn, right, sep, err := t.set(ctx, root, 0, noUpperBound, fbn, v)
+	nn, right, sep, err := t.set(ctx, root, 0, noUpperBound, fbn, v, &added)
 	if err != nil {
-		return fmt.Errorf("set fbn %d: %w", fbn, err)
+		return false, fmt.Errorf("set fbn %d: %w", fbn, err)
+	}
+	if added {
+		t.count++
 	}
 	if right != nil {
 		nn = &node{
@@ -359,13 +420,14 @@ func (t *Tree) Set(ctx context.Context, fbn uint64, v Value) error {
 	if nn != root {
 		t.root = newSlot(nn)
 	}
-	return nil
+	return added, nil
 }
 
 // set puts fbn in the subtree n covering [lo, hi). It returns n itself when
 // nothing changed, else the changed node, and the right half with its low
 // end when the node split.
-func (t *Tree) set(ctx context.Context, n *node, lo, hi, fbn uint64, v Value) (*node, *node, uint64, error) {
+// added is set when fbn was not a key before.
+func (t *Tree) set(ctx context.Context, n *node, lo, hi, fbn uint64, v Value, added *bool) (*node, *node, uint64, error) {
 	if n.level == 0 {
 		i, found := slices.BinarySearch(n.keys, fbn)
 		if found {
@@ -376,6 +438,7 @@ func (t *Tree) set(ctx context.Context, n *node, lo, hi, fbn uint64, v Value) (*
 			w.vals[i] = v
 			return w, nil, 0, nil
 		}
+		*added = true
 		w := t.writable(n)
 		w.keys = slices.Insert(w.keys, i, fbn)
 		w.vals = slices.Insert(w.vals, i, v)
@@ -393,7 +456,7 @@ func (t *Tree) set(ctx context.Context, n *node, lo, hi, fbn uint64, v Value) (*
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	nc, right, sep, err := t.set(ctx, c, clo, chi, fbn, v)
+	nc, right, sep, err := t.set(ctx, c, clo, chi, fbn, v, added)
 	if err != nil {
 		return nil, nil, 0, err
 	}
@@ -433,34 +496,46 @@ func (t *Tree) splitPoint(count, inserted int, hi uint64) int {
 // removed from its parent; nodes are never merged otherwise, so a tree after
 // many deletes may hold sparse nodes until they are rewritten.
 func (t *Tree) Delete(ctx context.Context, fbn uint64) error {
+	_, err := t.Remove(ctx, fbn)
+	return err
+}
+
+// Remove is Delete, reporting whether fbn was a key (a block was removed).
+func (t *Tree) Remove(ctx context.Context, fbn uint64) (removed bool, err error) {
 	if t.err != nil {
-		return t.err
+		return false, t.err
 	}
 	if t.root == nil || fbn == noUpperBound {
-		return nil
+		return false, nil
 	}
 	root, err := t.rootNode(ctx)
 	if err != nil {
-		return fmt.Errorf("delete fbn %d: %w", fbn, err)
+		return false, fmt.Errorf("delete fbn %d: %w", fbn, err)
 	}
-	nn, err := t.del(ctx, root, 0, noUpperBound, fbn)
+	nn, err := t.del(ctx, root, 0, noUpperBound, fbn, &removed)
 	if err != nil {
-		return fmt.Errorf("delete fbn %d: %w", fbn, err)
+		return false, fmt.Errorf("delete fbn %d: %w", fbn, err)
+	}
+	if !removed {
+		return false, nil // not a key: nothing changed
 	}
 	if err := t.replaceRoot(ctx, root, nn); err != nil {
-		return fmt.Errorf("delete fbn %d: %w", fbn, err)
+		return false, fmt.Errorf("delete fbn %d: %w", fbn, err)
 	}
-	return nil
+	t.count--
+	return true, nil
 }
 
 // del removes fbn from n; it returns n when nothing changed and nil when n
 // lost its last entry.
-func (t *Tree) del(ctx context.Context, n *node, lo, hi, fbn uint64) (*node, error) {
+// found is set when fbn was a key.
+func (t *Tree) del(ctx context.Context, n *node, lo, hi, fbn uint64, found *bool) (*node, error) {
 	if n.level == 0 {
-		i, found := slices.BinarySearch(n.keys, fbn)
-		if !found {
+		i, ok := slices.BinarySearch(n.keys, fbn)
+		if !ok {
 			return n, nil
 		}
+		*found = true
 		if len(n.keys) == 1 {
 			return nil, nil
 		}
@@ -475,7 +550,7 @@ func (t *Tree) del(ctx context.Context, n *node, lo, hi, fbn uint64) (*node, err
 	if err != nil {
 		return nil, err
 	}
-	nc, err := t.del(ctx, c, clo, chi, fbn)
+	nc, err := t.del(ctx, c, clo, chi, fbn, found)
 	if err != nil || nc == c {
 		return n, err
 	}
@@ -528,30 +603,49 @@ func (t *Tree) replaceRoot(ctx context.Context, old, nn *node) error {
 }
 
 // Truncate drops every key >= from. Subtrees wholly at or past from are
-// dropped without being loaded; only the path to from is loaded.
+// dropped without being loaded when the tree does not know its count (Len);
+// when it does, they are scanned first to count what goes, so the count
+// stays true (the cost is the leaves past the cut, not their data).
 func (t *Tree) Truncate(ctx context.Context, from uint64) error {
+	_, err := t.TruncateN(ctx, from)
+	return err
+}
+
+// TruncateN is Truncate, reporting how many keys it removed when the tree
+// knows its count (0 otherwise).
+func (t *Tree) TruncateN(ctx context.Context, from uint64) (removed int64, err error) {
 	if t.err != nil {
-		return t.err
+		return 0, t.err
 	}
 	if t.root == nil {
-		return nil
+		return 0, nil
 	}
 	if from == 0 {
+		if t.counted {
+			removed = t.count
+		}
 		t.root, t.height = nil, 0
-		return nil
+		t.count, t.counted = 0, true
+		return removed, nil
+	}
+	if t.counted && from != noUpperBound {
+		if err := t.Scan(ctx, from, noUpperBound, func(uint64, Value) error { removed++; return nil }); err != nil {
+			return 0, fmt.Errorf("truncate at fbn %d: %w", from, err)
+		}
 	}
 	root, err := t.rootNode(ctx)
 	if err != nil {
-		return fmt.Errorf("truncate at fbn %d: %w", from, err)
+		return 0, fmt.Errorf("truncate at fbn %d: %w", from, err)
 	}
 	nn, err := t.trunc(ctx, root, 0, noUpperBound, from)
 	if err != nil {
-		return fmt.Errorf("truncate at fbn %d: %w", from, err)
+		return 0, fmt.Errorf("truncate at fbn %d: %w", from, err)
 	}
 	if err := t.replaceRoot(ctx, root, nn); err != nil {
-		return fmt.Errorf("truncate at fbn %d: %w", from, err)
+		return 0, fmt.Errorf("truncate at fbn %d: %w", from, err)
 	}
-	return nil
+	t.count -= removed
+	return removed, nil
 }
 
 // trunc drops the keys >= from of n, which covers [lo, hi) with lo < from.

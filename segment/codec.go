@@ -2,6 +2,7 @@ package segment
 
 import (
 	"encoding/binary"
+	"fmt"
 	"hash/crc32"
 	"math/bits"
 
@@ -13,7 +14,7 @@ const (
 	// LayoutVersion is the newest segment layout this build writes and reads.
 	LayoutVersion = 1
 	// HeadVersion is the newest head-object layout this build writes and reads.
-	HeadVersion = 1
+	HeadVersion = 2
 
 	HeaderSize       = 256 // bytes of a segment header
 	InodeSize        = 80  // bytes of an encoded Inode
@@ -237,50 +238,106 @@ func DecodeSummary(b []byte) ([]SummaryEntry, error) {
 // Head object
 //
 // A file's head object (its "inode" key, replaced with If-Match) is 128 bytes,
-// little-endian. These offsets are part of the format.
+// little-endian, followed in version 2 by an optional embedded copy of the
+// checkpoint's part 0. These offsets are part of the format.
 //
 //	off size field
 //	  0   8  magic "CKPTHEAD"
-//	  8   2  head version (HeadVersion = 1)
+//	  8   2  head version (1 or 2; HeadVersion = 2 is written)
 //	 10   1  format (1 parted, 2 stream); equals the inode's
 //	 11   1  reserved, zero
-//	 12   4  reserved, zero
+//	 12   4  v2: e, the length of the embedded part 0 (0: none; at most
+//	         MaxEmbedBytes). v1: reserved, zero
 //	 16   8  file tag (xxh3 64 of the file's id)
 //	 24  80  inode of the latest checkpoint (cno 0: no checkpoint yet)
-//	104  20  reserved, zero
+//	104   8  v2: data blocks the checkpoint stores (mapped in its block map).
+//	         v1: reserved, zero (the count is unknown)
+//	112   4  v2: CRC-32C of the embedded bytes (zero when e is 0).
+//	         v1: reserved, zero
+//	116   8  reserved, zero
 //	124   4  CRC-32C of bytes 0..123
+//	128   e  v2: the embedded part 0: exactly the bytes of object <cno>.0, in
+//	         the inode's format, with its own header (checked as a part 0 read
+//	         from the store is: name, file tag, format, counts), whose inode
+//	         is the head's; only for a checkpoint of one object (parts 1)
+//
+//	+--------------------+----------------------------------------------+
+//	| head (128)         | embedded part 0 (e bytes, v2, optional)      |
+//	+--------------------+----------------------------------------------+
+
+// MaxEmbedBytes caps the embedded part 0 of a head (the format's limit; a
+// writer chooses its own, smaller or equal): a reader bounds a head object by
+// HeadSize + MaxEmbedBytes before it allocates.
+const MaxEmbedBytes = 128 << 10
+
+// MaxHeadObjectBytes is the largest head object a reader accepts.
+const MaxHeadObjectBytes = HeadSize + MaxEmbedBytes
 
 // Head is the content of a file's head object.
 type Head struct {
 	FileTag uint64
 	Inode   Inode // valid; its Format is the head's format
+	// BlocksKnown says the head records Blocks: the data blocks the
+	// checkpoint stores. A version 1 head does not; it is written as
+	// version 1 only when BlocksKnown is false and there is no Embed.
+	BlocksKnown bool
+	Blocks      uint64
+	// Embed is the checkpoint's part 0 carried in the head (nil: none).
+	Embed []byte
+	// Part0 is Embed's header, set by DecodeHead when there is an Embed
+	// (EncodeHead ignores it).
+	Part0 Header
 }
 
-// EncodeHead returns the 128 bytes of h, refusing an invalid inode.
+// EncodeHead returns the bytes of h, refusing an invalid inode or embed.
 func EncodeHead(h Head) ([]byte, error) {
 	if err := ValidateInode(h.Inode); err != nil {
 		return nil, err
 	}
-	b := make([]byte, HeadSize)
+	if len(h.Embed) > MaxEmbedBytes {
+		return nil, corrupt(ErrSize, "would embed a part 0 of %d bytes, over the %d a head may carry", len(h.Embed), MaxEmbedBytes)
+	}
+	b := make([]byte, HeadSize+len(h.Embed))
 	copy(b, headMagic)
-	le.PutUint16(b[8:], HeadVersion)
+	v := uint16(HeadVersion)
+	if !h.BlocksKnown && len(h.Embed) == 0 {
+		v = 1
+	}
+	le.PutUint16(b[8:], v)
 	b[10] = byte(h.Inode.Format)
 	le.PutUint64(b[16:], h.FileTag)
 	EncodeInode(b[24:], h.Inode)
+	if v >= 2 {
+		le.PutUint32(b[12:], uint32(len(h.Embed)))
+		le.PutUint64(b[104:], h.Blocks)
+		if len(h.Embed) > 0 {
+			le.PutUint32(b[112:], Checksum(h.Embed))
+		}
+	}
 	le.PutUint32(b[124:], Checksum(b[:124]))
+	copy(b[HeadSize:], h.Embed)
+	if len(h.Embed) > 0 {
+		// Never write what a reader refuses.
+		if _, err := checkEmbed(h.FileTag, h.Inode, h.Embed); err != nil {
+			return nil, err
+		}
+	}
 	return b, nil
 }
 
 // DecodeHead parses a head object. Refusals are *CorruptError (ErrSize,
-// ErrBadMagic, ErrChecksum, ErrInvalid, ErrFormat) or *UnsupportedError.
+// ErrBadMagic, ErrChecksum, ErrInvalid, ErrFormat, ErrWrongObject) or
+// *UnsupportedError. An embedded part 0 that is not exactly the checkpoint's
+// part 0 makes the head corrupt.
 func DecodeHead(b []byte) (Head, error) {
-	if len(b) != HeadSize {
-		return Head{}, corrupt(ErrSize, "is %d bytes, a head object is %d", len(b), HeadSize)
+	if len(b) < HeadSize || len(b) > MaxHeadObjectBytes {
+		return Head{}, corrupt(ErrSize, "is %d bytes, a head object is %d to %d", len(b), HeadSize, MaxHeadObjectBytes)
 	}
 	if string(b[:8]) != headMagic {
 		return Head{}, corrupt(ErrBadMagic, "has bad magic %q, want %q", b[:8], headMagic)
 	}
-	if v := le.Uint16(b[8:]); v > HeadVersion {
+	v := le.Uint16(b[8:])
+	if v > HeadVersion {
 		return Head{}, &UnsupportedError{What: "head version", Version: v, Supported: HeadVersion}
 	} else if v == 0 {
 		return Head{}, corrupt(ErrInvalid, "has head version 0")
@@ -288,8 +345,26 @@ func DecodeHead(b []byte) (Head, error) {
 	if got, want := le.Uint32(b[124:]), Checksum(b[:124]); got != want {
 		return Head{}, corrupt(ErrChecksum, "fails its checksum (stored %#08x, computed %#08x)", got, want)
 	}
-	if b[11] != 0 || !allZero(b[12:16]) || !allZero(b[104:124]) {
-		return Head{}, corrupt(ErrInvalid, "has non-zero reserved bytes in its head")
+	embedLen := 0
+	if v == 1 {
+		if len(b) != HeadSize {
+			return Head{}, corrupt(ErrSize, "is %d bytes, a version 1 head object is %d", len(b), HeadSize)
+		}
+		if b[11] != 0 || !allZero(b[12:16]) || !allZero(b[104:124]) {
+			return Head{}, corrupt(ErrInvalid, "has non-zero reserved bytes in its head")
+		}
+	} else {
+		if b[11] != 0 || !allZero(b[116:124]) {
+			return Head{}, corrupt(ErrInvalid, "has non-zero reserved bytes in its head")
+		}
+		e := le.Uint32(b[12:])
+		if e > MaxEmbedBytes || int64(len(b)) != HeadSize+int64(e) {
+			return Head{}, corrupt(ErrSize, "is %d bytes, but its head counts an embedded part 0 of %d", len(b), e)
+		}
+		embedLen = int(e)
+		if embedLen == 0 && le.Uint32(b[112:]) != 0 {
+			return Head{}, corrupt(ErrInvalid, "has an embed checksum without an embedded part 0")
+		}
 	}
 	in, err := DecodeInode(b[24:104])
 	if err != nil {
@@ -301,5 +376,68 @@ func DecodeHead(b []byte) (Head, error) {
 	if Format(b[10]) != in.Format {
 		return Head{}, corrupt(ErrFormat, "has head format %d but an inode of format %v", b[10], in.Format)
 	}
-	return Head{FileTag: le.Uint64(b[16:]), Inode: in}, nil
+	hd := Head{FileTag: le.Uint64(b[16:]), Inode: in}
+	if v >= 2 {
+		hd.BlocksKnown = true
+		hd.Blocks = le.Uint64(b[104:])
+	}
+	if embedLen > 0 {
+		embed := b[HeadSize:]
+		if got, want := Checksum(embed), le.Uint32(b[112:]); got != want {
+			return Head{}, corrupt(ErrChecksum, "has an embedded part 0 failing its checksum (stored %#08x, computed %#08x)", want, got)
+		}
+		h, err := checkEmbed(hd.FileTag, in, embed)
+		if err != nil {
+			return Head{}, err
+		}
+		hd.Embed = embed
+		hd.Part0 = h
+	}
+	return hd, nil
+}
+
+// checkEmbed verifies an embedded part 0 as a part 0 read from the store is
+// verified (DecodeObject), and that it is the head's checkpoint: its inode
+// is the head's, and the checkpoint is this one object.
+func checkEmbed(fileTag uint64, in Inode, embed []byte) (Header, error) {
+	if in.Cno == 0 || in.Parts != 1 {
+		return Header{}, corrupt(ErrInvalid, "embeds a part 0 for checkpoint %d of %d parts (only a one-object checkpoint is embedded)", in.Cno, in.Parts)
+	}
+	name := ObjectName{Cno: in.Cno, Part: 0}
+	h, err := DecodeObject("", embed, name, fileTag, in.Format)
+	if err != nil {
+		return Header{}, fmt.Errorf("embedded part 0: %w", err)
+	}
+	if h.Inode != in {
+		return Header{}, corrupt(ErrWrongObject, "embeds a part 0 whose inode (checkpoint %d) is not the head's", h.Inode.Cno)
+	}
+	return h, nil
+}
+
+// DecodeObject verifies a whole object held in memory, obj being all of its
+// bytes, as a reader verifies one read from the store (ReadHeader's checks:
+// the header, the object it names, the file tag, the format f and the
+// length), and that its summary decodes. key names it in refusals.
+func DecodeObject(key string, obj []byte, want ObjectName, fileTag uint64, f Format) (Header, error) {
+	if len(obj) < HeaderSize {
+		return Header{}, &CorruptError{Key: key, Err: ErrSize,
+			Detail: fmt.Sprintf("is %d bytes, shorter than its %d-byte header", len(obj), HeaderSize)}
+	}
+	var hb []byte
+	switch f {
+	case FormatStream:
+		hb = obj[len(obj)-HeaderSize:]
+	case FormatParted:
+		hb = obj[:HeaderSize]
+	default:
+		return Header{}, fmt.Errorf("decode %s: %w: reader format %v", key, ErrFormat, f)
+	}
+	h, err := checkHeader(key, hb, int64(len(obj)), want, fileTag, f)
+	if err != nil {
+		return Header{}, err
+	}
+	if _, err := DecodeSummary(obj[h.SummaryOffset() : h.SummaryOffset()+h.SummaryBytes()]); err != nil {
+		return Header{}, withKey(err, key)
+	}
+	return h, nil
 }

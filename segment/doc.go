@@ -84,18 +84,32 @@
 //	 12   4  flags; bit 0: dead slot (the block was written again after it
 //	         was placed; its bytes here are not the file's)
 //
-// # Head object (128 bytes, a file's "inode" key, replaced with If-Match)
+// # Head object (a file's "inode" key, replaced with If-Match)
+//
+// 128 bytes, then in version 2 an optional embedded copy of the checkpoint's
+// part 0 (e bytes, at most MaxEmbedBytes = 128 KiB), so that a small file is
+// read with one request and saved with one round trip (its part 0 and head
+// stored at once):
 //
 //	off size field
 //	  0   8  magic "CKPTHEAD"
-//	  8   2  head version (HeadVersion = 1)
+//	  8   2  head version (1 or 2; HeadVersion = 2 is written)
 //	 10   1  format (equals the inode's)
 //	 11   1  reserved, zero
-//	 12   4  reserved, zero
+//	 12   4  v2: e, length of the embedded part 0 (0: none); v1: zero
 //	 16   8  file tag
 //	 24  80  inode of the latest checkpoint
-//	104  20  reserved, zero
+//	104   8  v2: data blocks the checkpoint stores; v1: zero (unknown)
+//	112   4  v2: CRC-32C of the embedded bytes (0 without); v1: zero
+//	116   8  reserved, zero
 //	124   4  CRC-32C of bytes 0..123
+//	128   e  v2: the embedded part 0, exactly the bytes of object <cno>.0
+//
+// An embedded part 0 is verified as a part 0 read from the store is (its
+// header names <cno>.0 of this file in the inode's format, the counts add up
+// to e, the summary decodes), its inode must be the head's, and only a
+// checkpoint of one object (parts 1) embeds it; otherwise the head is
+// corrupt. Readers bound a head object by HeadSize + MaxEmbedBytes.
 //
 // # Refusals
 //

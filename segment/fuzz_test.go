@@ -55,6 +55,11 @@ func FuzzDecodeSummary(f *testing.F) {
 }
 
 func FuzzDecodeHead(f *testing.F) {
+	// Version 2 heads with an embedded part 0 of either layout.
+	for _, fm := range []Format{FormatStream, FormatParted} {
+		_, enc := embedHead(f, fm)
+		f.Add(enc)
+	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		hd, err := DecodeHead(b)
 		if err != nil {
@@ -62,6 +67,12 @@ func FuzzDecodeHead(f *testing.F) {
 				t.Fatalf("error is no refusal: %v", err)
 			}
 			return
+		}
+		if len(hd.Embed) > 0 {
+			// What a reader serves from the embed lies inside it.
+			if hd.Part0.Size() != int64(len(hd.Embed)) || hd.Part0.Inode != hd.Inode {
+				t.Fatalf("embed of %d bytes decoded with header %+v", len(hd.Embed), hd.Part0)
+			}
 		}
 		enc, err := EncodeHead(hd)
 		if err != nil {

@@ -163,12 +163,22 @@ func checkRegion(key, what string, b []byte, want, size int64, h Header) error {
 	return nil
 }
 
-// ReadHead reads and verifies a file's head object. The returned info's ETag
-// is what replacing the head with If-Match names.
+// ReadHead reads and verifies a file's head object, embedded part 0
+// included, with one request: a range of MaxHeadObjectBytes + 1 bytes, so
+// that nothing larger is ever allocated and a larger object is refused. The
+// returned info's ETag is what replacing the head with If-Match names.
 func ReadHead(ctx context.Context, st staging.Store, key string, fileTag uint64) (Head, staging.ObjectInfo, error) {
-	b, info, err := staging.GetLimited(ctx, st, key, HeadSize)
+	b, info, err := st.Get(ctx, key, staging.Bytes(0, MaxHeadObjectBytes+1))
+	if errors.Is(err, staging.ErrInvalidRange) {
+		// Only an empty object refuses a range from 0.
+		return Head{}, info, &CorruptError{Key: key, Err: ErrSize, Detail: "is empty, shorter than a 128-byte head"}
+	}
 	if err != nil {
 		return Head{}, info, fmt.Errorf("read head %s: %w", key, err)
+	}
+	if len(b) > MaxHeadObjectBytes || info.Size > MaxHeadObjectBytes {
+		return Head{}, info, fmt.Errorf("read head %s: %w", key,
+			&staging.TooLargeError{Key: key, Size: max(info.Size, int64(len(b))), Limit: MaxHeadObjectBytes})
 	}
 	hd, err := DecodeHead(b)
 	if err != nil {

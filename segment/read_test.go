@@ -209,7 +209,7 @@ func TestReadHead(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got != hd || ginfo.ETag != info.ETag {
+	if got.FileTag != hd.FileTag || got.Inode != hd.Inode || ginfo.ETag != info.ETag {
 		t.Fatalf("got %+v etag %q, want %+v etag %q", got, ginfo.ETag, hd, info.ETag)
 	}
 	_, _, err = ReadHead(ctx, st, key, testTag+1)

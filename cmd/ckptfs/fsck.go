@@ -34,6 +34,9 @@ func fsckMain(args []string, stdout, stderr io.Writer) int {
 	for _, p := range r.Problems {
 		fmt.Fprintf(stdout, "problem: %s\n", p)
 	}
+	for _, n := range r.Notes {
+		fmt.Fprintf(stdout, "note: %s\n", n)
+	}
 	for _, u := range r.Leftovers {
 		fmt.Fprintf(stdout, "leftover: %s (multipart upload %s started %s; the cleaner removes it)\n", u.Key, u.UploadID, u.Initiated.UTC().Format("2006-01-02T15:04:05Z"))
 	}

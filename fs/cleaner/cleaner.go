@@ -337,10 +337,23 @@ func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []
 		}
 	}
 
-	// The chain, newest first.
+	// The chain, newest first. A head may carry its part 0 (a small
+	// checkpoint), whose object may not be stored yet: the head's copy
+	// stands for it, and serves its index nodes to the walk below.
 	var chain []checkpoint
+	loaders := map[segment.Format]*blockmap.ObjectLoader{}
 	for ino := hd.Inode; ino.Cno != 0; {
 		name := segment.ObjectName{Cno: ino.Cno}
+		if len(hd.Embed) > 0 && ino.Cno == hd.Inode.Cno {
+			l := loaderFor(st, prefix, tag, ino.Format, loaders)
+			meta := hd.Embed[hd.Part0.MetaOffset(0) : hd.Part0.MetaOffset(0)+hd.Part0.MetaBytes()]
+			if err := l.Pin(name, hd.Part0, meta); err != nil {
+				return fmt.Errorf("clean %s: the head's part 0: %w", prefix, err)
+			}
+			chain = append(chain, checkpoint{ino: hd.Part0.Inode, part: name, at: listed[name].LastModified})
+			ino = hd.Part0.Base
+			continue
+		}
 		h, err := segment.DetectHeader(ctx, st, prefix+name.String(), name, tag)
 		if errors.Is(err, staging.ErrNotFound) && len(chain) > 0 {
 			break // an earlier run dropped it: the chain ends here
@@ -367,7 +380,6 @@ func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []
 	}
 	live := map[segment.ObjectName]bool{}
 	var dropped []segment.ObjectName // part 0s of dropped checkpoints, newest first
-	loaders := map[segment.Format]*blockmap.ObjectLoader{}
 	cut := false
 	for i, c := range chain {
 		retain := !cut && (o.Keep <= 0 || i < o.Keep ||
@@ -584,11 +596,7 @@ func markRefs(ctx context.Context, st staging.Store, prefix string, tag uint64, 
 	if ino.Height == 0 {
 		return nil
 	}
-	l := loaders[ino.Format]
-	if l == nil {
-		l = blockmap.NewObjectLoader(st, prefix, tag, ino.Format, 64<<20)
-		loaders[ino.Format] = l
-	}
+	l := loaderFor(st, prefix, tag, ino.Format, loaders)
 	mbs := int(ino.MetaBlockSize)
 	t := blockmap.Open(blockmap.Options{MetaBlockSize: mbs}, l, ino.Root, int(ino.Height))
 	return t.Walk(ctx, func(ref segment.Ptr, level int, img blockmap.NodeImage) error {
@@ -609,6 +617,16 @@ func markRefs(ctx context.Context, st staging.Store, prefix string, tag uint64, 
 		}
 		return nil
 	})
+}
+
+// loaderFor returns the file's node loader for format f, made once.
+func loaderFor(st staging.Store, prefix string, tag uint64, f segment.Format, loaders map[segment.Format]*blockmap.ObjectLoader) *blockmap.ObjectLoader {
+	l := loaders[f]
+	if l == nil {
+		l = blockmap.NewObjectLoader(st, prefix, tag, f, 64<<20)
+		loaders[f] = l
+	}
+	return l
 }
 
 // walCovered says whether the WAL object rel (under the file's prefix) is a

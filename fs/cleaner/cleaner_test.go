@@ -705,6 +705,13 @@ func TestLiveWriterPastGrace(t *testing.T) {
 	}
 	defer f.Close()
 	data := randBytes(rand.New(rand.NewPCG(7, 7)), 64<<10)
+	// A first checkpoint, so that the file has a head (Create stores none).
+	if _, err := f.WriteAt(ctx, data[:100], 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	// Over the dirty limit: the write waits for its objects sent ahead.
 	if _, err := f.WriteAt(ctx, data, 0); err != nil {
 		t.Fatal(err)
@@ -912,6 +919,72 @@ func TestOrphanWithLiveWriter(t *testing.T) {
 		}
 		if left := len(keys(t, st, h.prefix)); tc.reaped != (left == 0) {
 			t.Fatalf("after %v: %d objects left, orphans reaped %v; want reaped=%v", tc.after, left, rep.Orphans, tc.reaped)
+		}
+	}
+}
+
+// A head that carries its part 0 whose object never landed: the cleaner
+// reads the checkpoint from the head, deletes nothing it needs (the older
+// checkpoint its untouched block points into included), and the file reads
+// back; after the next flush stores the object, the same holds.
+func TestEmbeddedHeadPart0Missing(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	faults := staging.NewFaults(mem, 1)
+	p := params(segment.FormatStream, false)
+	h := &history{id: "e", prefix: cleaner.FilesPrefix("") + "e/", p: p, contents: map[uint64][]byte{}}
+	f, err := engine.Create(ctx, faults, h.prefix, engine.Options{Params: p, FileID: h.id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	write := func(off int, data []byte, lose bool) {
+		t.Helper()
+		if _, err := f.WriteAt(ctx, data, int64(off)); err != nil {
+			t.Fatal(err)
+		}
+		var id staging.RuleID
+		if lose {
+			id = faults.Add(staging.Rule{Op: staging.OpPut, Match: func(k string) bool { return strings.HasSuffix(k, ".0") }})
+		}
+		ft, err := f.Flush(ctx)
+		if lose {
+			faults.Remove(id)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		model := slices.Clone(h.contents[f.Stat().Cno-1])
+		if len(h.cnos) > 0 {
+			model = slices.Clone(h.contents[h.cnos[len(h.cnos)-1]])
+		}
+		if end := off + len(data); end > len(model) {
+			model = append(model, make([]byte, end-len(model))...)
+		}
+		copy(model[off:], data)
+		h.contents[ft.Cno] = model
+		h.cnos = append(h.cnos, ft.Cno)
+	}
+	write(0, bytes.Repeat([]byte("a"), 3000), false)
+	write(0, []byte("b"), true) // checkpoint 2: in its head only
+	if _, err := mem.Head(ctx, h.prefix+"0000000002.0"); !errors.Is(err, staging.ErrNotFound) {
+		t.Fatalf("part 0 of checkpoint 2: %v, want it missing", err)
+	}
+	for round := range 2 {
+		rep, err := cleaner.CleanVolume(ctx, mem, "", cleaner.Options{Keep: 1, Grace: time.Hour})
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if rep.Checkpoints < 1 {
+			t.Fatalf("round %d: report %+v", round, rep)
+		}
+		last := h.cnos[len(h.cnos)-1]
+		h.checkAt(t, mem, last)
+		if round == 0 {
+			write(2000, []byte("c"), false) // stores checkpoint 2's part 0 first
+			if _, err := mem.Head(ctx, h.prefix+"0000000002.0"); err != nil {
+				t.Fatalf("part 0 of checkpoint 2 after the next flush: %v", err)
+			}
 		}
 	}
 }

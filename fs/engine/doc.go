@@ -6,8 +6,11 @@
 //
 // A file lives under a prefix (the namespace gives "<root>/f/<file-id>/"):
 //
-//	<prefix>inode          the head: the latest checkpoint's inode (segment.EncodeHead),
-//	                       created with If-None-Match: * and replaced only with
+//	<prefix>inode          the head: the latest checkpoint's inode and the data
+//	                       blocks it stores (segment.EncodeHead), and for a small
+//	                       checkpoint a copy of its part 0 (embed.go); created by
+//	                       the first publish with If-None-Match: * (Create sends
+//	                       nothing without the WAL) and replaced only with
 //	                       If-Match on the ETag last seen
 //	<prefix><cno>.<part>   checkpoint objects (package segment); part 0 of a
 //	                       checkpoint carries its inode and the index nodes above
@@ -48,7 +51,9 @@
 //     with the nodes above the leaves.
 //  4. Data parts are uploaded, several at once (objects larger than one
 //     segment_mpu_chunk_size go up as multipart pieces in parallel), then part
-//     0, then the head. Every request holds one of segment_mpu_max_concurrency
+//     0, then the head; a checkpoint that is part 0 alone and small sends
+//     part 0 and the head (carrying a copy of it) at once (embed.go). Every
+//     request holds one of segment_mpu_max_concurrency
 //     slots, as the tasks of sending ahead do (those beyond it wait in a
 //     queue). Every object obeys segment_max_object_bytes: a part 0 whose
 //     index nodes do not fit is refused (ErrObjectTooLarge), on the WAL's

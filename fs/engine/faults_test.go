@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"ckptfs/segment"
@@ -120,15 +121,20 @@ func TestFlushUnderFaults(t *testing.T) {
 // moved), and the caller sees the refusal.
 type resendStore struct {
 	staging.Store
-	armed bool
+	armed atomic.Bool
+}
+
+func newResendStore(st staging.Store, armed bool) *resendStore {
+	s := &resendStore{Store: st}
+	s.armed.Store(armed)
+	return s
 }
 
 func (s *resendStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
 	info, err := s.Store.Put(ctx, key, data, opts)
-	if err != nil || !s.armed || !strings.HasSuffix(key, "/inode") {
+	if err != nil || !strings.HasSuffix(key, "/inode") || !s.armed.CompareAndSwap(true, false) {
 		return info, err
 	}
-	s.armed = false
 	return s.Store.Put(ctx, key, data, opts)
 }
 
@@ -139,7 +145,7 @@ func TestLostHeadAnswer(t *testing.T) {
 			mem := staging.NewMem()
 			var st staging.Store
 			faults := staging.NewFaults(mem, 1)
-			rs := &resendStore{Store: mem}
+			rs := newResendStore(mem, false)
 			if kind == "lost" {
 				faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "/inode", Nth: 2, Kind: staging.FaultLostAnswer})
 				st = faults
@@ -148,7 +154,7 @@ func TestLostHeadAnswer(t *testing.T) {
 			}
 			p := smallParams(segment.FormatStream)
 			f := mustCreate(t, st, "h/", p)
-			rs.armed = true
+			rs.armed.Store(true)
 			data := pattern(3000, 9)
 			if _, err := f.WriteAt(ctx, data, 0); err != nil {
 				t.Fatal(err)
@@ -305,6 +311,7 @@ func TestTornObjectIsNotLanded(t *testing.T) {
 	ctx := context.Background()
 	st := &tearingStore{Store: staging.NewMem(), suffix: ".0"}
 	p := smallParams(segment.FormatStream)
+	p.EmbedMaxBytes = -1 // part 0 and the head one after the other
 	f, err := Create(ctx, st, "t/", Options{Params: p, FileID: "t"})
 	if err != nil {
 		t.Fatal(err)

@@ -74,6 +74,12 @@ type Params struct {
 	// WALLeaseTTL is how long a writer's lease on the WAL lasts unrenewed
 	// (0: default).
 	WALLeaseTTL time.Duration
+	// EmbedMaxBytes is the largest part 0 a head carries a copy of (see
+	// embed.go): a checkpoint of one object at most this long is stored
+	// with its head at once and read back with the head alone. 0: 64 KiB,
+	// or one data block's part 0 when that is larger (a one-block file of
+	// 64 KiB blocks); negative: never. At most segment.MaxEmbedBytes.
+	EmbedMaxBytes int64
 }
 
 // DefaultParams are the seed's defaults: with them nothing is sent ahead.
@@ -120,6 +126,9 @@ func (p Params) Validate() error {
 	if p.ReadGetMaxBytes < int64(p.DataBlockSize) {
 		errs = append(errs, fmt.Errorf("read get max bytes %d: want at least one data block", p.ReadGetMaxBytes))
 	}
+	if p.EmbedMaxBytes > segment.MaxEmbedBytes {
+		errs = append(errs, fmt.Errorf("embed max bytes %d: want at most %d", p.EmbedMaxBytes, segment.MaxEmbedBytes))
+	}
 	if p.Format != segment.FormatStream && p.Format != segment.FormatParted {
 		errs = append(errs, fmt.Errorf("format %v: want stream or parted", p.Format))
 	}
@@ -153,6 +162,7 @@ type ConflictError struct {
 	Prefix string
 	Ours   uint64        // the checkpoint number this writer tried
 	Theirs segment.Inode // the winner's inode, now loaded
+	head   segment.Head  // the winner's head (Theirs with its count and copy of part 0)
 	etag   string        // the winner's head ETag
 	// walApplied is the last WAL record the winner's checkpoint holds.
 	walApplied uint64
@@ -175,6 +185,12 @@ type Stat struct {
 	DirtyBytes int64
 	Mtime      time.Time
 	ReadOnly   bool
+	// Blocks is the number of data blocks the file stores (mapped in its
+	// block map) or holds dirty to store: what it occupies, in BlockSize
+	// units. When BlocksKnown is false (a head written before the count was
+	// recorded, not yet counted) it is the size's figure, ceil(Size/BlockSize).
+	Blocks      uint64
+	BlocksKnown bool
 }
 
 // File is one checkpointed file. Its methods are safe for concurrent use.
@@ -214,10 +230,21 @@ type File struct {
 	dirty    map[uint64]*dirtyBlock
 	dirtyB   int64 // bytes held by dirty blocks
 	changed  bool  // size, mtime or map differ from the head
+	// dirtyUnmapped counts dirty blocks marked unmapped (not in the map
+	// when they became dirty, and not placed in it since): Stat's Blocks is
+	// the map's count plus these.
+	dirtyUnmapped int64
 
 	// head is the published checkpoint this writer builds on.
 	head     segment.Inode
 	headETag string
+	// headCount is the data blocks head's checkpoint stores, as its head
+	// records it (known false: a version 1 head).
+	headCount blockCount
+	// embed is the copy of a part 0 a head carries, while it matters: the
+	// head's, or one an older head of this writer carried whose object is
+	// not known to be stored yet (embed.go).
+	embed *embedObj
 
 	// Since head: what this writer did, replayed onto a winner's checkpoint
 	// under ConflictRetry. written holds blocks moved from the dirty tier into
@@ -291,6 +318,14 @@ func (f *File) publishStatLocked() {
 		Mtime:      f.mtime,
 		ReadOnly:   f.readOnly,
 	}
+	if f.bs > 0 {
+		s.Blocks = uint64((f.size + int64(f.bs) - 1) / int64(f.bs))
+	}
+	if f.tree != nil {
+		if n, known := f.tree.Len(); known {
+			s.Blocks, s.BlocksKnown = uint64(max(n+f.dirtyUnmapped, 0)), true
+		}
+	}
 	if old := f.stat.Load(); old != nil && *old == s {
 		return
 	}
@@ -311,6 +346,9 @@ type dirtyBlock struct {
 	// seq is the sequential stream of writes that last wrote the block: a
 	// block of a long stream goes with runs, others with scattered blocks.
 	seq *seqStream
+	// unmapped: the block was not in the map when it became dirty and has
+	// not been placed in it since (counted in File.dirtyUnmapped).
+	unmapped bool
 }
 
 // seqStream is a run of writes each starting where the last one ended.
@@ -452,20 +490,16 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 }
 
 // Create makes a new, empty file at prefix (with o.Params' format and block
-// sizes) by creating its head with If-None-Match. It fails with ErrExists if
-// a head is already there.
+// sizes). Without the WAL it sends nothing: the caller has just named a new
+// file id, so no head can be there; the first publish creates the head with
+// If-None-Match (a head found there then is another writer's: a conflict),
+// and a file closed unwritten stores nothing. With the WAL it creates the
+// head now (marked as written with it) and fails with ErrExists if a head is
+// already there.
 func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*File, error) {
 	f, err := newFile(st, prefix, o)
 	if err != nil {
 		return nil, err
-	}
-	id := newWriteID()
-	meta := map[string]string{writeIDMeta: id}
-	if f.p.WAL {
-		if err := walExists(ctx, st, prefix); err != nil {
-			return nil, err
-		}
-		meta[walMeta] = "0"
 	}
 	ino := segment.Inode{
 		Format:        f.p.Format,
@@ -473,7 +507,26 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 		MetaBlockSize: uint32(f.p.MetaBlockSize),
 		MtimeNs:       time.Now().UnixNano(),
 	}
-	head, err := segment.EncodeHead(segment.Head{FileTag: f.tag, Inode: ino})
+	if !f.p.WAL {
+		// The head cannot exist: the namespace has just made this file id.
+		// Nothing is sent; the first publish creates the head with
+		// If-None-Match (putHead with no ETag), and a file closed unwritten
+		// stores nothing (a missing head reads as an empty file).
+		f.adopt(ino, "")
+		f.headCount = blockCount{cno: 0, known: true}
+		f.tree.SetLen(0)
+		f.publishStatLocked()
+		return f, nil
+	}
+	// With the WAL the head is created now, marked as written with it: the
+	// lease and an opener's replay look for records because of it.
+	id := newWriteID()
+	meta := map[string]string{writeIDMeta: id}
+	if err := walExists(ctx, st, prefix); err != nil {
+		return nil, err
+	}
+	meta[walMeta] = "0"
+	head, err := segment.EncodeHead(segment.Head{FileTag: f.tag, Inode: ino, BlocksKnown: true})
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", prefix, err)
 	}
@@ -494,7 +547,7 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 			return nil, fmt.Errorf("create %s: %w", prefix, err)
 		}
 	}
-	f.adopt(ino, info.ETag)
+	f.adoptHead(segment.Head{FileTag: f.tag, Inode: ino, BlocksKnown: true}, info.ETag)
 	f.w.tracked = f.p.WAL
 	f.publishStatLocked()
 	return f, nil
@@ -507,11 +560,11 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Fil
 	if err != nil {
 		return nil, err
 	}
-	ino, info, err := f.readHead(ctx)
+	hd, info, err := f.readHead(ctx)
 	if err != nil {
 		return nil, err
 	}
-	f.adopt(ino, info.ETag)
+	f.adoptHead(hd, info.ETag)
 	f.w.applied, f.w.tracked, err = parseWALMeta(info.Metadata)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", prefix, err)
@@ -542,41 +595,45 @@ func OpenAt(ctx context.Context, st staging.Store, prefix string, cno uint64, o 
 	if err != nil {
 		return nil, err
 	}
-	head, _, err := f.readHead(ctx)
+	hd, _, err := f.readHead(ctx)
 	if err != nil {
 		return nil, err
 	}
+	head := hd.Inode
 	if cno == 0 || cno > head.Cno {
 		return nil, fmt.Errorf("open %s at checkpoint %d: %w", prefix, cno, ErrNotExist)
 	}
-	ino := head
-	if cno != head.Cno {
-		name := segment.ObjectName{Cno: cno, Part: 0}
-		h, err := segment.ReadHeader(ctx, st, f.key(name), name, f.tag, head.Format)
-		if errors.Is(err, staging.ErrNotFound) {
-			return nil, fmt.Errorf("open %s at checkpoint %d: %w", prefix, cno, ErrNotExist)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("open %s at checkpoint %d: %w", prefix, cno, err)
-		}
-		ino = h.Inode
+	if cno == head.Cno {
+		// The head's checkpoint, read from its embedded part 0 if it has one.
+		f.adoptHead(hd, "")
+		f.readOnly = true
+		f.publishStatLocked()
+		return f, nil
 	}
-	f.adopt(ino, "")
+	name := segment.ObjectName{Cno: cno, Part: 0}
+	h, err := segment.ReadHeader(ctx, st, f.key(name), name, f.tag, head.Format)
+	if errors.Is(err, staging.ErrNotFound) {
+		return nil, fmt.Errorf("open %s at checkpoint %d: %w", prefix, cno, ErrNotExist)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("open %s at checkpoint %d: %w", prefix, cno, err)
+	}
+	f.adopt(h.Inode, "")
 	f.readOnly = true
 	f.publishStatLocked()
 	return f, nil
 }
 
-// readHead reads and decodes the head object.
-func (f *File) readHead(ctx context.Context) (segment.Inode, staging.ObjectInfo, error) {
+// readHead reads and decodes the head object (with its embedded part 0).
+func (f *File) readHead(ctx context.Context) (segment.Head, staging.ObjectInfo, error) {
 	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
 	if errors.Is(err, staging.ErrNotFound) {
-		return segment.Inode{}, info, fmt.Errorf("open %s: %w", f.prefix, ErrNotExist)
+		return segment.Head{}, info, fmt.Errorf("open %s: %w", f.prefix, ErrNotExist)
 	}
 	if err != nil {
-		return segment.Inode{}, info, fmt.Errorf("open %s: %w", f.prefix, err)
+		return segment.Head{}, info, fmt.Errorf("open %s: %w", f.prefix, err)
 	}
-	return hd.Inode, info, nil
+	return hd, info, nil
 }
 
 // Checkpoint is one published checkpoint.
@@ -593,13 +650,23 @@ func (f *File) Checkpoints(ctx context.Context) ([]Checkpoint, error) {
 }
 
 func (f *File) checkpointsFrom(ctx context.Context, limit int) ([]Checkpoint, error) {
-	ino, _, err := f.readHead(ctx)
+	hd, _, err := f.readHead(ctx)
 	if err != nil {
 		return nil, err
 	}
+	ino := hd.Inode
 	var out []Checkpoint
 	for ino.Cno != 0 {
 		name := segment.ObjectName{Cno: ino.Cno, Part: 0}
+		if len(hd.Embed) > 0 && ino.Cno == hd.Inode.Cno {
+			// The head carries its part 0 (which may not be stored yet).
+			out = append(out, Checkpoint{Inode: hd.Part0.Inode, Base: hd.Part0.Base})
+			if limit > 0 && len(out) >= limit {
+				break
+			}
+			ino = hd.Part0.Base
+			continue
+		}
 		h, err := segment.ReadHeader(ctx, f.st, f.prefix+name.String(), name, f.tag, ino.Format)
 		if errors.Is(err, staging.ErrNotFound) && len(out) > 0 {
 			break
@@ -629,12 +696,7 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 	if f.loader == nil {
 		f.loader = blockmap.NewObjectLoader(f.st, f.prefix, f.tag, f.format, f.p.NodeCacheBytes)
 	}
-	bo := blockmap.Options{MetaBlockSize: f.mbs}
-	if ino.Height == 0 {
-		f.tree = blockmap.New(bo, f.loader)
-	} else {
-		f.tree = blockmap.Open(bo, f.loader, ino.Root, int(ino.Height))
-	}
+	f.tree = f.openTree(ino)
 	f.resetSenderLocked(context.Background())
 	f.unpinLocked()
 	// The map now may name objects this writer never saw under names whose
@@ -647,8 +709,39 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 	}
 	f.dirty = make(map[uint64]*dirtyBlock)
 	f.dirtyB = 0
+	f.dirtyUnmapped = 0
 	f.changed = false
 	f.resetSince()
+}
+
+// openTree opens the block map of ino, telling it its count when the head
+// of that checkpoint recorded it.
+func (f *File) openTree(ino segment.Inode) *blockmap.Tree {
+	bo := blockmap.Options{MetaBlockSize: f.mbs}
+	if ino.Height == 0 {
+		return blockmap.New(bo, f.loader)
+	}
+	t := blockmap.Open(bo, f.loader, ino.Root, int(ino.Height))
+	if f.headCount.known && f.headCount.cno == ino.Cno {
+		t.SetLen(f.headCount.n)
+	}
+	return t
+}
+
+// blockCount is the data blocks checkpoint cno stores, when known.
+type blockCount struct {
+	cno   uint64
+	n     int64
+	known bool
+}
+
+// adoptHead makes the head hd (with ETag etag) the state of f: adopt, with
+// what the head records besides its inode (its count of blocks, its
+// embedded part 0). Callers hold mu exclusively (or own f alone).
+func (f *File) adoptHead(hd segment.Head, etag string) {
+	f.headCount = blockCount{cno: hd.Inode.Cno, n: int64(hd.Blocks), known: hd.BlocksKnown}
+	f.adopt(hd.Inode, etag)
+	f.setEmbedLocked(embedOf(hd))
 }
 
 // resetSince forgets what was done since the head (after a publish).
@@ -743,6 +836,7 @@ func (f *File) Close() error {
 	}
 	f.dirty = nil
 	f.dirtyB = 0
+	f.dirtyUnmapped = 0
 	f.unpinLocked()
 	unlock()
 	f.wm.close() // what it protected is published or given up

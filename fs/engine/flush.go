@@ -8,10 +8,12 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
+	"go.uber.org/zap"
 
 	"ckptfs/blockmap"
 	"ckptfs/segment"
@@ -121,7 +123,7 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 		}
 		f.stats.Conflicts++
 		if f.p.ConflictPolicy == ConflictFailFast {
-			f.rollbackLocked(ce.Theirs, ce.theirsETag(), ce.walApplied)
+			f.rollbackLocked(ce.theirsHead(), ce.theirsETag(), ce.walApplied)
 			if err := f.discardWALLocked(ctx); err != nil {
 				t.fill(&c, start, f.s.requests.Load())
 				return t, fmt.Errorf("%w (and %w)", ce, err)
@@ -133,7 +135,7 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: gave up after %d attempts: %w", f.prefix, t.Attempts, ce)
 		}
-		if err := f.rebaseLocked(ctx, ce.Theirs, ce.theirsETag(), ce.walApplied); err != nil {
+		if err := f.rebaseLocked(ctx, ce.theirsHead(), ce.theirsETag(), ce.walApplied); err != nil {
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: rebase on checkpoint %d: %w", f.prefix, ce.Theirs.Cno, err)
 		}
@@ -204,9 +206,11 @@ func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool)
 	cno := f.takeCno()
 	// 1. Fix the map's structure.
 	for _, fbn := range fbns {
-		if err := f.tree.Set(ctx, fbn, blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: placeholderPart}}); err != nil {
+		added, err := f.tree.Put(ctx, fbn, blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: placeholderPart}})
+		if err != nil {
 			return nil, fmt.Errorf("place block %d: %w", fbn, err)
 		}
+		f.placedLocked(fbn, added)
 	}
 	leaves, err := f.tree.LeavesFor(ctx, fbns)
 	if err != nil {
@@ -383,6 +387,7 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 			d := f.dirty[fbn]
 			f.clearUnsent(fbn)
 			f.freeBlock(d.buf)
+			f.undirtyLocked(d)
 			delete(f.dirty, fbn)
 			f.dirtyB -= int64(f.bs)
 			f.written[fbn] = blockmap.Value{Ptr: segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: uint32(s)}, CRC: o.summary[s].CRC}
@@ -429,9 +434,26 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	}
 	ino := f.inodeLocked(cno, committed)
 	base := f.head
+	// The head records the blocks the checkpoint stores; a map opened from
+	// a head that did not record them is counted once, here.
+	blocks, known := committed.Len()
+	if !known {
+		if blocks, err = committed.CountLen(ctx); err != nil {
+			return fmt.Errorf("flush %s: %w", f.prefix, err)
+		}
+		f.tree.SetLen(blocks)
+	}
+	hd := segment.Head{FileTag: f.tag, Inode: ino, BlocksKnown: true, Blocks: uint64(blocks)}
 	t.Plan = time.Since(planStart)
 
-	// Data parts first, several at once; then part 0; then the head.
+	// An embedded part 0 this checkpoint builds on is stored first, in
+	// parallel with the objects below, before the head (embed.go).
+	ensured := f.startEnsureLocked(ctx, c)
+	defer ensured()
+
+	// Data parts first, several at once; then part 0; then the head. A
+	// small checkpoint of one object sends part 0 and the head at once,
+	// the head carrying a copy of part 0.
 	dataStart := time.Now()
 	errs := f.uploadAll(ctx, objs[:len(objs)-1], nil, nil, c)
 	t.Data = time.Since(dataStart)
@@ -444,8 +466,6 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 		}
 	}
 	p0Start := time.Now()
-	errs = f.uploadAll(ctx, []*plannedObject{part0}, &base, &ino, c)
-	t.Part0 = time.Since(p0Start)
 	// Whatever happened to part 0, its name is spent.
 	spent := cno
 	defer func() {
@@ -453,17 +473,57 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 			f.bumpCno()
 		}
 	}()
-	if errs[0] != nil {
-		return fmt.Errorf("flush %s: %w", f.prefix, errs[0])
+	var embed *embedObj
+	var p0wait func() error
+	if e, err := f.embedPart0Locked(part0, &base, &ino); err != nil {
+		return fmt.Errorf("flush %s: %w", f.prefix, err)
+	} else if e != nil {
+		embed = e
+		hd.Embed = e.obj
+		c.metaBytes.Add(int64(len(e.obj)) - part0.dataBytes(f.bs))
+		body := &objectBody{front: e.obj, size: int64(len(e.obj))}
+		done := make(chan error, 1)
+		sem := make(chan struct{}, f.p.Concurrency)
+		go func() { done <- f.putObject(ctx, f.key(e.name), body, sem, c) }()
+		p0wait = sync.OnceValue(func() error { return <-done })
+		defer p0wait()
+	} else {
+		errs = f.uploadAll(ctx, []*plannedObject{part0}, &base, &ino, c)
+		t.Part0 = time.Since(p0Start)
+		if errs[0] != nil {
+			return fmt.Errorf("flush %s: %w", f.prefix, errs[0])
+		}
 	}
-	// Never a head naming an object that may be gone (writers.go).
-	if err := f.verifyWritersLocked(ctx, objs); err != nil {
+	if err := ensured(); err != nil {
+		return fmt.Errorf("flush %s: %w", f.prefix, err)
+	}
+	// Never a head naming an object that may be gone (writers.go); an
+	// embedded part 0 is in the head itself.
+	named := objs
+	if embed != nil {
+		named = objs[:len(objs)-1]
+	}
+	if err := f.verifyWritersLocked(ctx, named); err != nil {
 		return fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
 	headStart := time.Now()
 	applied := f.w.seq
-	etag, err := f.putHead(ctx, ino, f.headETag, walMark{f.w.tracked, applied}, c)
+	etag, err := f.putHead(ctx, hd, f.headETag, walMark{f.w.tracked, applied}, c)
 	t.Head = time.Since(headStart)
+	if embed != nil {
+		// The head decides; part 0's own PUT only says whether its object
+		// must still be stored from the copy before the next head.
+		p0err := p0wait()
+		t.Part0 = time.Since(p0Start)
+		embed.landed = p0err == nil
+		if p0err == nil {
+			c.dataBytes.Add(part0.dataBytes(f.bs))
+			c.objects.Add(1)
+		} else if err == nil {
+			f.log.Warn("checkpoint published in its head; its part 0 is stored before the next one",
+				zap.String("file", f.prefix), zap.Uint64("cno", cno), zap.Error(p0err))
+		}
+	}
 	if err != nil {
 		return err
 	}
@@ -482,9 +542,12 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	}
 	f.dirty = make(map[uint64]*dirtyBlock)
 	f.dirtyB = 0
+	f.dirtyUnmapped = 0
 	f.tree = committed
 	f.head = ino
 	f.headETag = etag
+	f.headCount = blockCount{cno: ino.Cno, n: blocks, known: true}
+	f.setEmbedLocked(embed)
 	f.changed = false
 	f.resetSince()
 	f.wm.release(cno) // the head names what the marker protected
@@ -548,8 +611,10 @@ func (f *File) inodeLocked(cno uint64, committed *blockmap.Tree) segment.Inode {
 // WAL carries in the head's metadata the last WAL record the checkpoint holds
 // (walMeta); a writer without the WAL carries it forward, so that records a
 // checkpoint holds are never replayed over it.
-func (f *File) putHead(ctx context.Context, ino segment.Inode, etag string, w walMark, c *flushCounters) (string, error) {
-	body, err := segment.EncodeHead(segment.Head{FileTag: f.tag, Inode: ino})
+func (f *File) putHead(ctx context.Context, hd segment.Head, etag string, w walMark, c *flushCounters) (string, error) {
+	ino := hd.Inode
+	hd.FileTag = f.tag
+	body, err := segment.EncodeHead(hd)
 	if err != nil {
 		return "", fmt.Errorf("flush %s: encode head: %w", f.prefix, err)
 	}
@@ -569,7 +634,7 @@ func (f *File) putHead(ctx context.Context, ino segment.Inode, etag string, w wa
 	}
 	// Did it land? A lost answer (resent or not) leaves our id on the head.
 	c.requests.Add(1)
-	hd, hinfo, herr := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	theirs, hinfo, herr := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
 	if herr == nil && hinfo.Metadata[writeIDMeta] == id {
 		return hinfo.ETag, nil
 	}
@@ -579,18 +644,18 @@ func (f *File) putHead(ctx context.Context, ino segment.Inode, etag string, w wa
 	if herr != nil {
 		return "", fmt.Errorf("flush %s: write head: %w (and reading it back: %v)", f.prefix, err, herr)
 	}
-	theirs, _, _ := parseWALMeta(hinfo.Metadata)
-	return "", &ConflictError{Prefix: f.prefix, Ours: ino.Cno, Theirs: hd.Inode, etag: hinfo.ETag, walApplied: theirs}
+	applied, _, _ := parseWALMeta(hinfo.Metadata)
+	return "", &ConflictError{Prefix: f.prefix, Ours: ino.Cno, Theirs: theirs.Inode, head: theirs, etag: hinfo.ETag, walApplied: applied}
 }
 
 // rollbackLocked returns to the winner's checkpoint: what this writer did
 // since its head is dropped, so a read shows the winner. A rollback that
 // drops changes counts a loss (see Losses).
-func (f *File) rollbackLocked(theirs segment.Inode, etag string, applied uint64) {
+func (f *File) rollbackLocked(theirs segment.Head, etag string, applied uint64) {
 	if f.changed || len(f.dirty) > 0 || f.w.failed != nil {
 		f.losses.Add(1)
 	}
-	f.adopt(theirs, etag)
+	f.adoptHead(theirs, etag)
 	f.wm.release(math.MaxUint64) // given up
 	f.w.applied = applied
 	f.w.seq = max(f.w.seq, applied)
@@ -599,13 +664,25 @@ func (f *File) rollbackLocked(theirs segment.Inode, etag string, applied uint64)
 // rebaseLocked replays what this writer did since its head onto the winner's
 // checkpoint: the later writer wins block by block. Dirty blocks stay dirty;
 // blocks already stored in objects keep their pointers.
-func (f *File) rebaseLocked(ctx context.Context, theirs segment.Inode, etag string, applied uint64) error {
+func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag string, applied uint64) error {
+	theirs := theirsHead.Inode
+	count := blockCount{cno: theirs.Cno, n: int64(theirsHead.Blocks), known: theirsHead.BlocksKnown}
 	bo := blockmap.Options{MetaBlockSize: f.mbs}
 	var t *blockmap.Tree
 	if theirs.Height == 0 {
 		t = blockmap.New(bo, f.loader)
 	} else {
 		t = blockmap.Open(bo, f.loader, theirs.Root, int(theirs.Height))
+		if count.known {
+			t.SetLen(count.n)
+		}
+	}
+	// The winner's part 0 may be in its head only: the replay below may
+	// read its nodes, and ours builds on it. (Pinning it leaves reads of
+	// this writer's own tree unchanged: other names.)
+	if e := embedOf(theirsHead); e != nil {
+		meta := e.obj[e.hdr.MetaOffset(0) : e.hdr.MetaOffset(0)+e.hdr.MetaBytes()]
+		_ = f.loader.Pin(e.name, e.hdr, meta)
 	}
 	bs := int64(f.bs)
 	truncated := f.minSize != noTruncate
@@ -631,6 +708,8 @@ func (f *File) rebaseLocked(ctx context.Context, theirs segment.Inode, etag stri
 	f.tree = t
 	f.head = theirs
 	f.headETag = etag
+	f.headCount = count
+	f.setEmbedLocked(embedOf(theirsHead))
 	f.w.applied = applied
 	f.w.seq = max(f.w.seq, applied)
 	f.pendingCno = max(f.pendingCno, theirs.Cno+1)
@@ -654,6 +733,10 @@ func (f *File) Rollback(ctx context.Context) error {
 	}
 	f.rethrowLocked()
 	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	if errors.Is(err, staging.ErrNotFound) && f.headETag == "" && f.head.Cno == 0 {
+		// Created and never published: the file is empty.
+		hd, info, err = segment.Head{FileTag: f.tag, Inode: f.head, BlocksKnown: true}, staging.ObjectInfo{}, nil
+	}
 	if err != nil {
 		return fmt.Errorf("rollback %s: %w", f.prefix, err)
 	}
@@ -661,7 +744,7 @@ func (f *File) Rollback(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rollback %s: %w", f.prefix, err)
 	}
-	f.rollbackLocked(hd.Inode, info.ETag, applied)
+	f.rollbackLocked(hd, info.ETag, applied)
 	if err := f.discardWALLocked(ctx); err != nil {
 		return fmt.Errorf("rollback %s: %w", f.prefix, err)
 	}
@@ -669,6 +752,34 @@ func (f *File) Rollback(ctx context.Context) error {
 }
 
 func (e *ConflictError) theirsETag() string { return e.etag }
+
+// theirsHead is the winner's head as read (its count, its copy of part 0).
+func (e *ConflictError) theirsHead() segment.Head {
+	if e.head.Inode != e.Theirs {
+		return segment.Head{Inode: e.Theirs}
+	}
+	return e.head
+}
+
+// embedPart0Locked returns part 0 laid out whole for its head to carry, when
+// the checkpoint is that one object and small enough (and not a WAL
+// publish, whose path stays as it is); nil otherwise.
+func (f *File) embedPart0Locked(part0 *plannedObject, base, ino *segment.Inode) (*embedObj, error) {
+	if f.p.WAL || ino.Parts != 1 || part0.size(f.bs, f.mbs, 0) > f.embedLimit() {
+		return nil, nil
+	}
+	body, err := f.encode(part0, base, ino)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", f.key(part0.name), err)
+	}
+	obj := make([]byte, body.size)
+	body.readAt(obj, 0)
+	h, err := segment.DecodeObject(f.key(part0.name), obj, part0.name, f.tag, f.format)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", f.key(part0.name), err)
+	}
+	return &embedObj{name: part0.name, obj: obj, hdr: h}, nil
+}
 
 func newWriteID() string {
 	return fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())

@@ -161,6 +161,11 @@ func (m *modelRun) step() {
 		for try := 0; err != nil && m.flaky && try < 50; try++ {
 			f, err = Open(ctx, m.st, m.prefix, m.opts)
 		}
+		if errors.Is(err, ErrNotExist) && len(m.model) == 0 {
+			// Never published: as the mount does, a missing head is an
+			// empty file, created again.
+			f, err = Create(ctx, m.st, m.prefix, m.opts)
+		}
 		if err != nil {
 			m.fatalf("reopen: %v", err)
 		}

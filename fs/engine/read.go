@@ -38,6 +38,8 @@ type ReadPlan struct {
 	Cached int // blocks served from the data cache
 	Holes  int // blocks that read as zeros
 	Pinned int // blocks served from a checkpoint being published (WAL)
+	// Embedded: blocks served from the copy of part 0 the head carries.
+	Embedded int
 }
 
 // Placement says where one block of the file is.
@@ -187,6 +189,15 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 			}
 			return nil
 		}
+		if b, err := f.embedBlock(v); err != nil {
+			return fmt.Errorf("block %d: %w", fbn, err)
+		} else if b != nil {
+			plan.Embedded++
+			if fill {
+				copyBlockInto(p, off, fbn, bs, b)
+			}
+			return nil
+		}
 		if fill {
 			if f.cache.copyInto(v, func(blk []byte) { copyBlockInto(p, off, fbn, bs, blk) }) {
 				plan.Cached++
@@ -268,6 +279,12 @@ func (f *File) fetchBlocks(ctx context.Context, refs []blockRef, bufs [][]byte) 
 	bs := int64(f.bs)
 	for i, r := range refs {
 		if b := f.pinnedBlock(r.v.Ptr); b != nil {
+			copy(bufs[i], b)
+			continue
+		}
+		if b, err := f.embedBlock(r.v); err != nil {
+			return fmt.Errorf("block %d: %w", r.fbn, err)
+		} else if b != nil {
 			copy(bufs[i], b)
 			continue
 		}

@@ -103,7 +103,9 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 					}
 					d.ref, d.seq = ref, seq
 				} else {
-					f.dirty[fbn] = &dirtyBlock{ref: ref, seq: seq}
+					nd := &dirtyBlock{ref: ref, seq: seq}
+					f.dirty[fbn] = nd
+					f.markDirtyLocked(fbn, nd)
 					delete(f.zeroed, fbn)
 					if f.sendAheadOn() {
 						f.markUnsent(fbn)

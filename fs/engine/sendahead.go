@@ -373,6 +373,7 @@ func (f *File) completedLocked(o *streamObj) {
 			f.freeBlock(d.buf)
 			f.dirtyB -= int64(f.bs)
 		}
+		f.undirtyLocked(d)
 		delete(f.dirty, fbn)
 		f.written[fbn] = v
 	}
@@ -439,9 +440,11 @@ func (f *File) runBlocks() int { return blockmap.LeafCapacity(f.mbs) }
 // tier whatever their pointer.
 func (f *File) fitLocked(ctx context.Context, o *streamObj, blocks []uint64, limit int64) (int, []uint64, error) {
 	for _, fbn := range blocks {
-		if err := f.tree.Set(ctx, fbn, blockmap.Value{Ptr: segment.Ptr{Cno: o.name.Cno, Part: placeholderPart}}); err != nil {
+		added, err := f.tree.Put(ctx, fbn, blockmap.Value{Ptr: segment.Ptr{Cno: o.name.Cno, Part: placeholderPart}})
+		if err != nil {
 			return 0, nil, fmt.Errorf("place block %d: %w", fbn, err)
 		}
+		f.placedLocked(fbn, added)
 	}
 	leaves, err := f.tree.LeavesFor(ctx, blocks)
 	if err != nil {

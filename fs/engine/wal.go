@@ -99,6 +99,12 @@ type publish struct {
 	owned   []bool   // by slot: a dirty block's buffer (else a copy of one by reference)
 	held    int64    // budget held for the copies
 	done    chan struct{}
+	// blocks is the count of the checkpoint's blocks, if known.
+	blocks      int64
+	blocksKnown bool
+	// ensure is an embedded part 0 the checkpoint builds on whose object is
+	// not known to be stored: stored before the head (embed.go).
+	ensure *embedObj
 	// GUARDED_BY(File.mu)
 	finished bool
 }
@@ -146,10 +152,11 @@ func (f *File) walOptions() wal.Options {
 // unseen looks the same, and is the same. Anything else means another
 // writer changed the file.
 func (f *File) mayRetake(ctx context.Context, through uint64) (bool, error) {
-	ino, info, err := f.readHead(ctx)
+	hd, info, err := f.readHead(ctx)
 	if err != nil {
 		return false, err
 	}
+	ino := hd.Inode
 	applied, _, err := parseWALMeta(info.Metadata)
 	if err != nil {
 		return false, nil
@@ -199,11 +206,12 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 	// checkpoint, and record numbers go on past the ones it holds, whose
 	// records may be deleted already. (Every change takes the lease first,
 	// so nothing here has changed yet.)
-	ino, info, err := f.readHead(ctx)
+	hd, info, err := f.readHead(ctx)
 	if err != nil {
 		_ = log.Close(ctx)
 		return nil, fmt.Errorf("take the write-ahead log of %s: %w", f.prefix, err)
 	}
+	ino := hd.Inode
 	applied, tracked, err := parseWALMeta(info.Metadata)
 	if err != nil {
 		_ = log.Close(ctx)
@@ -221,7 +229,7 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 		}
 		// The writer published: its checkpoint replaces what this file
 		// showed of it (an overlay included).
-		f.adopt(ino, info.ETag)
+		f.adoptHead(hd, info.ETag)
 		f.w.overlay = false
 		f.w.applied, f.w.tracked = applied, tracked || f.w.tracked
 		f.w.seq = applied
@@ -263,7 +271,7 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 func (f *File) markHeadLocked(ctx context.Context) error {
 	var c flushCounters
 	for try := 0; ; try++ {
-		etag, err := f.putHead(ctx, f.head, f.headETag, walMark{true, f.w.applied}, &c)
+		etag, err := f.putHead(ctx, f.currentHeadLocked(), f.headETag, walMark{true, f.w.applied}, &c)
 		if err == nil {
 			f.headETag = etag
 			f.w.tracked = true
@@ -273,7 +281,7 @@ func (f *File) markHeadLocked(ctx context.Context) error {
 		if !errors.As(err, &ce) || f.changed || try > 0 {
 			return fmt.Errorf("write %s: mark the head as written with the write-ahead log: %w", f.prefix, err)
 		}
-		f.adopt(ce.Theirs, ce.etag)
+		f.adoptHead(ce.theirsHead(), ce.etag)
 		f.w.applied, f.w.seq = ce.walApplied, ce.walApplied
 	}
 }
@@ -430,6 +438,13 @@ func (f *File) walPublishLocked(ctx context.Context) (FlushTiming, error) {
 	}
 	pub := &publish{name: part0.name, ino: ino, etag: f.headETag, applied: f.w.seq,
 		body: body, bufs: part0.bufs, held: part0.held, done: make(chan struct{})}
+	// The head records the count when the map knows it (a map opened from
+	// a head that did not record it is counted by the next direct flush).
+	pub.blocks, pub.blocksKnown = committed.Len()
+	// An embedded part 0 this checkpoint builds on is stored before its head.
+	if f.embed != nil && !f.embed.landed {
+		pub.ensure = f.embed
+	}
 	// The dirty blocks' buffers now belong to the publish (blocks by
 	// reference were read into buffers of their own); the budget they hold
 	// is returned when it lands.
@@ -440,6 +455,7 @@ func (f *File) walPublishLocked(ctx context.Context) (FlushTiming, error) {
 	part0.held = 0
 	f.dirty = make(map[uint64]*dirtyBlock)
 	f.dirtyB = 0
+	f.dirtyUnmapped = 0
 	f.tree = committed
 	f.changed = false
 	f.resetSince()
@@ -481,11 +497,15 @@ func (f *File) runPublish(pub *publish) {
 		time.Sleep(backoff)
 		backoff *= 2
 	}
+	if err == nil && pub.ensure != nil {
+		err = f.ensureEmbedded(ctx, pub.ensure, &c)
+	}
 	var etag string
 	if err == nil {
+		hd := segment.Head{Inode: pub.ino, BlocksKnown: pub.blocksKnown, Blocks: uint64(max(pub.blocks, 0))}
 		backoff = 50 * time.Millisecond
 		for try := 1; ; try++ {
-			etag, err = f.putHead(ctx, pub.ino, pub.etag, walMark{true, pub.applied}, &c)
+			etag, err = f.putHead(ctx, hd, pub.etag, walMark{true, pub.applied}, &c)
 			var ce *ConflictError
 			if err == nil || errors.As(err, &ce) || try >= publishAttempts || ctx.Err() != nil {
 				break
@@ -512,6 +532,13 @@ func (f *File) runPublish(pub *publish) {
 	f.stats.BytesUploaded += pub.body.size
 	f.head = pub.ino
 	f.headETag = etag
+	f.headCount = blockCount{cno: pub.ino.Cno, n: pub.blocks, known: pub.blocksKnown}
+	if pub.ensure != nil {
+		pub.ensure.landed = true
+	}
+	if f.embed != nil && f.embed.landed {
+		f.setEmbedLocked(nil) // stored: read from the store from now on
+	}
 	f.w.applied = pub.applied
 	f.wm.release(pub.ino.Cno) // the head names what the marker protected
 	f.unpinLocked()
@@ -585,7 +612,7 @@ func (f *File) reloadLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	f.adopt(hd.Inode, info.ETag)
+	f.adoptHead(hd, info.ETag)
 	f.w.applied, f.w.tracked = applied, tracked || f.w.tracked
 	f.w.seq = max(f.w.seq, applied)
 	return nil
@@ -910,10 +937,11 @@ func ViewWAL(ctx context.Context, st staging.Store, prefix string, o Options) (W
 }
 
 func (f *File) viewWAL(ctx context.Context) (WALView, error) {
-	ino, info, err := f.readHead(ctx)
+	hd, info, err := f.readHead(ctx)
 	if err != nil {
 		return WALView{}, err
 	}
+	ino := hd.Inode
 	applied, _, err := parseWALMeta(info.Metadata)
 	if err != nil {
 		return WALView{}, fmt.Errorf("view %s: %w", f.prefix, err)
@@ -954,7 +982,7 @@ func (f *File) discardWALLocked(ctx context.Context) error {
 		return nil
 	}
 	var c flushCounters
-	etag, err := f.putHead(ctx, f.head, f.headETag, walMark{true, f.w.seq}, &c)
+	etag, err := f.putHead(ctx, f.currentHeadLocked(), f.headETag, walMark{true, f.w.seq}, &c)
 	if err != nil {
 		return fmt.Errorf("discard write-ahead log records %d..%d: %w", f.w.applied+1, f.w.seq, err)
 	}

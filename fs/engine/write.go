@@ -193,6 +193,7 @@ func (f *File) unprepareLocked(segs []writeSeg) {
 			f.clearUnsent(sg.fbn)
 			f.freeBlock(d.buf)
 			f.dirtyB -= bs
+			f.undirtyLocked(d)
 			delete(f.dirty, sg.fbn)
 			if sg.wasZeroed {
 				f.zeroed[sg.fbn] = struct{}{}
@@ -234,6 +235,7 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 			}
 			d = &dirtyBlock{buf: buf}
 			f.dirty[fbn] = d
+			f.markDirtyLocked(fbn, d)
 			f.dirtyB += bs
 			_, sg.wasZeroed = f.zeroed[fbn]
 			sg.fresh = true
@@ -465,6 +467,7 @@ func (f *File) dropDirtyLocked(fbn uint64, d *dirtyBlock) {
 		f.freeBlock(d.buf)
 		f.dirtyB -= int64(f.bs)
 	}
+	f.undirtyLocked(d)
 	delete(f.dirty, fbn)
 }
 

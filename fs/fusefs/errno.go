@@ -42,6 +42,7 @@ var errnoTable = []struct {
 	{engine.ErrExists, syscall.EEXIST},
 	{engine.ErrClosed, syscall.EBADF},
 	{engine.ErrConflict, syscall.EIO},
+	{engine.ErrNoData, syscall.ENXIO},
 	{wal.ErrBusy, syscall.EBUSY}, // another writer holds the file's write-ahead log
 	{context.Canceled, syscall.EINTR},
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},

@@ -117,6 +117,16 @@ type headInfo struct {
 	cno    uint64
 	format segment.Format
 	seen   time.Time
+	// blocks is st_blocks (512-byte units) from the data blocks the file
+	// stores, when known (blocksKnown); otherwise fillAttr uses the size.
+	blocks      uint64
+	blocksKnown bool
+}
+
+// statHead is what the kernel needs of a file, from its engine's Stat.
+func statHead(st engine.Stat) headInfo {
+	return headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format,
+		blocks: st.Blocks * uint64(st.BlockSize) / 512, blocksKnown: st.BlocksKnown}
 }
 
 // New opens the volume under o.Root: its descriptor (created if absent) and
@@ -634,7 +644,9 @@ func (fsys *FS) closeIfIdle(of *openFile) {
 	}
 	if !orphan {
 		st := of.f.Stat()
-		fsys.heads.put(of.id, headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format, seen: time.Now()})
+		h := statHead(st)
+		h.seen = time.Now()
+		fsys.heads.put(of.id, h)
 	}
 	close(of.closing)
 	fsys.mu.Unlock()
@@ -721,7 +733,9 @@ func (fsys *FS) replayedHead(ctx context.Context, id string, info staging.Object
 		}
 		st := of.f.Stat()
 		fsys.release(ctx, of, false)
-		return headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format, seen: time.Now()}, true, nil
+		h := statHead(st)
+		h.seen = time.Now()
+		return h, true, nil
 	}
 	v, err := engine.ViewWAL(ctx, fsys.st, prefix, fsys.engineOptions(id))
 	if err != nil {
@@ -748,7 +762,7 @@ func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
 		case <-of.ready:
 			if of.f != nil {
 				st := of.f.Stat()
-				return headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format}, nil
+				return statHead(st), nil
 			}
 		default:
 		}
@@ -769,7 +783,7 @@ func (fsys *FS) readHead(ctx context.Context, id string) (headInfo, error) {
 	cancel()
 	if errors.Is(err, staging.ErrNotFound) {
 		// Named but never written (a create that did not finish): empty.
-		return headInfo{format: fsys.params.Format, seen: time.Now()}, nil
+		return headInfo{format: fsys.params.Format, seen: time.Now(), blocksKnown: true}, nil
 	}
 	if err != nil {
 		return headInfo{}, err
@@ -781,7 +795,8 @@ func (fsys *FS) readHead(ctx context.Context, id string) (headInfo, error) {
 	} else if ok {
 		return h, nil
 	}
-	h := headInfo{size: int64(hd.Inode.Size), mtime: hd.Inode.MtimeNs, cno: hd.Inode.Cno, format: hd.Inode.Format, seen: time.Now()}
+	h := headInfo{size: int64(hd.Inode.Size), mtime: hd.Inode.MtimeNs, cno: hd.Inode.Cno, format: hd.Inode.Format, seen: time.Now(),
+		blocks: hd.Blocks * uint64(hd.Inode.DataBlockSize) / 512, blocksKnown: hd.BlocksKnown}
 	fsys.remember(id, h, start)
 	return h, nil
 }

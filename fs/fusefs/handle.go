@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"syscall"
 
@@ -78,6 +79,38 @@ var (
 // engineCreate creates the head of a new file.
 func engineCreate(ctx context.Context, fsys *FS, id string) (*engine.File, error) {
 	return engine.Create(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+}
+
+// Whence values of lseek(2) the kernel passes on to the file system; it
+// answers SEEK_SET, SEEK_CUR and SEEK_END itself.
+const (
+	seekData = 3 // SEEK_DATA
+	seekHole = 4 // SEEK_HOLE
+)
+
+var _ fs.FileLseeker = (*handle)(nil)
+
+// Lseek answers SEEK_DATA and SEEK_HOLE from the file's block map. Other
+// whence values never reach it; EINVAL, not ENOSYS (which the kernel takes
+// as "no lseek" for the whole mount).
+func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	if off > math.MaxInt64 {
+		return 0, syscall.ENXIO
+	}
+	var got int64
+	var err error
+	switch whence {
+	case seekData:
+		got, err = h.of.f.SeekData(ctx, int64(off))
+	case seekHole:
+		got, err = h.of.f.SeekHole(ctx, int64(off))
+	default:
+		return 0, syscall.EINVAL
+	}
+	if err != nil {
+		return 0, h.fsys.errnoOf("lseek "+h.of.id, err)
+	}
+	return uint64(got), 0
 }
 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {

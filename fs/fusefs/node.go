@@ -85,6 +85,8 @@ func (fsys *FS) fillAttr(ctx context.Context, n namespace.Node, out *fuse.Attr) 
 	out.Uid, out.Gid = n.Uid, n.Gid
 	out.Blksize = 4096
 	mtime := n.MtimeNs
+	var blocks uint64
+	var known bool
 	switch n.Kind {
 	case namespace.KindFile:
 		h, err := fsys.fileHead(ctx, n.FileID)
@@ -92,6 +94,7 @@ func (fsys *FS) fillAttr(ctx context.Context, n namespace.Node, out *fuse.Attr) 
 			return fsys.errnoOf("stat file "+n.FileID, err)
 		}
 		out.Size = uint64(h.size)
+		blocks, known = h.blocks, h.blocksKnown
 		if h.mtime > n.MtimeSetNs {
 			mtime = h.mtime
 		}
@@ -101,6 +104,9 @@ func (fsys *FS) fillAttr(ctx context.Context, n namespace.Node, out *fuse.Attr) 
 		out.Size = 4096
 	}
 	out.Blocks = (out.Size + 511) / 512
+	if known {
+		out.Blocks = blocks // what the file stores: holes take nothing
+	}
 	setTime(&out.Atime, &out.Atimensec, n.AtimeNs)
 	setTime(&out.Mtime, &out.Mtimensec, mtime)
 	setTime(&out.Ctime, &out.Ctimensec, n.CtimeNs)

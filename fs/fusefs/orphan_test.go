@@ -29,6 +29,13 @@ func TestOrphanLeftToCleaner(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Written and flushed, so that it has a head (Create stores none).
+	if _, err := f.WriteAt(ctx, []byte("data"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
 	f.Close()
 	gone, err := fsys.ns.Unlink(ctx, namespace.RootIno, "f")
 	if err != nil {

@@ -110,6 +110,9 @@ func (v *Volume) entry(ctx context.Context, name string, n namespace.Node) (Entr
 	e := Entry{Name: name, Kind: n.Kind.String(), Ino: uint64(n.Ino), FileID: n.FileID, Target: n.Target}
 	if n.Kind == namespace.KindFile {
 		hd, _, err := segment.ReadHead(ctx, v.st, v.Prefix(n.FileID)+engine.HeadKey, segment.FileTag(n.FileID))
+		if errors.Is(err, staging.ErrNotFound) {
+			return e, nil // named, never written: empty
+		}
 		if err != nil {
 			return e, fmt.Errorf("head of %s: %w", name, err)
 		}
@@ -148,6 +151,11 @@ func (v *Volume) Cat(ctx context.Context, w io.Writer, p string, cno uint64, off
 	var f *engine.File
 	if cno == 0 {
 		f, err = engine.Open(ctx, v.st, v.Prefix(node.FileID), v.opts(node.FileID))
+		if errors.Is(err, engine.ErrNotExist) {
+			if _, herr := v.st.Head(ctx, v.Prefix(node.FileID)+engine.HeadKey); errors.Is(herr, staging.ErrNotFound) {
+				return nil // named, never written: empty
+			}
+		}
 	} else {
 		f, err = engine.OpenAt(ctx, v.st, v.Prefix(node.FileID), cno, v.opts(node.FileID))
 	}
@@ -197,8 +205,11 @@ type Checkpoint struct {
 	Size      int64     `json:"size"`
 	Format    string    `json:"format"`
 	Published bool      `json:"published"` // on the chain from the head
-	Objects   []Object  `json:"objects"`
-	Bytes     int64     `json:"bytes"`
+	// InHead: the head carries a copy of this checkpoint's part 0 (a small
+	// checkpoint), which is then read from the head.
+	InHead  bool     `json:"part0_in_head,omitempty"`
+	Objects []Object `json:"objects"`
+	Bytes   int64    `json:"bytes"`
 }
 
 // FileInfo describes a file.
@@ -238,26 +249,37 @@ func (v *Volume) fileInfo(ctx context.Context, p, id string) (FileInfo, error) {
 	fi := FileInfo{Path: p, FileID: id}
 	prefix := v.Prefix(id)
 	counting := staging.NewCounting(v.st)
-	f, err := engine.Open(ctx, counting, prefix, v.opts(id))
+	hd, _, err := segment.ReadHead(ctx, v.st, prefix+engine.HeadKey, segment.FileTag(id))
+	if errors.Is(err, staging.ErrNotFound) {
+		// Named, never written: an empty file; its objects, if any, are
+		// listed below.
+		hd, err = segment.Head{}, nil
+	}
 	if err != nil {
 		return fi, fmt.Errorf("info %s: %w", p, err)
 	}
-	defer f.Close()
-	fi.Size = f.Size()
-	chain, err := f.Checkpoints(ctx)
-	if err != nil {
-		return fi, fmt.Errorf("info %s: %w", p, err)
+	var chain []engine.Checkpoint
+	if hd.Inode.Cno != 0 || hd.Inode.Format != 0 {
+		f, err := engine.Open(ctx, counting, prefix, v.opts(id))
+		if err != nil {
+			return fi, fmt.Errorf("info %s: %w", p, err)
+		}
+		defer f.Close()
+		fi.Size = f.Size()
+		if chain, err = f.Checkpoints(ctx); err != nil {
+			return fi, fmt.Errorf("info %s: %w", p, err)
+		}
+		if len(chain) > 0 {
+			fi.Cno = chain[0].Inode.Cno
+		}
+		before := counting.Snapshot().Total().Requests
+		plan, err := f.Plan(ctx, 0, fi.Size)
+		if err != nil {
+			return fi, fmt.Errorf("info %s: plan a cold read: %w", p, err)
+		}
+		fi.ColdReadGets = len(plan.Gets)
+		fi.ColdReadRequests = counting.Snapshot().Total().Requests - before + int64(len(plan.Gets))
 	}
-	if len(chain) > 0 {
-		fi.Cno = chain[0].Inode.Cno
-	}
-	before := counting.Snapshot().Total().Requests
-	plan, err := f.Plan(ctx, 0, fi.Size)
-	if err != nil {
-		return fi, fmt.Errorf("info %s: plan a cold read: %w", p, err)
-	}
-	fi.ColdReadGets = len(plan.Gets)
-	fi.ColdReadRequests = counting.Snapshot().Total().Requests - before + int64(len(plan.Gets))
 
 	objs, err := staging.ListAll(ctx, v.st, prefix)
 	if err != nil {
@@ -313,6 +335,15 @@ func (v *Volume) fileInfo(ctx context.Context, p, id string) (FileInfo, error) {
 			c.Format = h.Inode.Format.String()
 		}
 		c.Objects = append(c.Objects, ob)
+	}
+	if len(hd.Embed) > 0 {
+		c := byCno[hd.Inode.Cno]
+		if c == nil {
+			// Its part 0 is not stored yet: the head carries it.
+			c = &Checkpoint{Cno: hd.Inode.Cno, Size: int64(hd.Inode.Size), Format: hd.Inode.Format.String()}
+			byCno[hd.Inode.Cno] = c
+		}
+		c.InHead = true
 	}
 	for cno, c := range byCno {
 		_, c.Published = published[cno]

@@ -263,3 +263,96 @@ func TestInfoWALRecords(t *testing.T) {
 		t.Fatalf("info: %d WAL records, %d bytes; want 1 and %d", fi.WALRecords, fi.WALBytes, len(rec))
 	}
 }
+
+// A file named and closed without writes stores nothing (Create sends no
+// request): ls, info, cat and fsck take it for the empty file the mount
+// shows. A small file whose head carries its part 0, not stored yet, is a
+// note to fsck, not a problem, and info and cat read it from the head.
+func TestUnwrittenAndInHeadFiles(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	ns, err := namespace.Open(ctx, mem, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	empty, err := ns.Create(ctx, namespace.RootIno, "empty", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	small, err := ns.Create(ctx, namespace.RootIno, "small", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := engine.DefaultParams()
+	e, err := engine.Create(ctx, mem, "f/"+empty.FileID+"/", engine.Options{Params: p, FileID: empty.FileID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = e.Close()
+	faults := staging.NewFaults(mem, 1)
+	faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: ".0"})
+	s, err := engine.Create(ctx, faults, "f/"+small.FileID+"/", engine.Options{Params: p, FileID: small.FileID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("a small file, in its head")
+	if _, err := s.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Close()
+	if objs := keysUnder(t, mem, "f/"+small.FileID+"/"); len(objs) != 1 {
+		t.Fatalf("small file's objects: %v, want the head alone", objs)
+	}
+
+	v, err := Open(ctx, mem, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := v.List(ctx, "/")
+	if err != nil || len(ents) != 2 || ents[0].Size != 0 || ents[1].Size != int64(len(data)) {
+		t.Fatalf("List /: %+v, %v", ents, err)
+	}
+	fi, err := v.FileInfo(ctx, "/empty")
+	if err != nil || fi.Size != 0 || len(fi.Checkpoints) != 0 {
+		t.Fatalf("info of the unwritten file: %+v, %v", fi, err)
+	}
+	fi, err = v.FileInfo(ctx, "/small")
+	if err != nil || fi.Size != int64(len(data)) || len(fi.Checkpoints) != 1 || !fi.Checkpoints[0].InHead || !fi.Checkpoints[0].Published {
+		t.Fatalf("info of the small file: %+v, %v", fi, err)
+	}
+	for _, c := range []struct {
+		path string
+		want []byte
+	}{{"/empty", nil}, {"/small", data}} {
+		var out bytes.Buffer
+		if err := v.Cat(ctx, &out, c.path, 0, 0, -1, nil); err != nil || !bytes.Equal(out.Bytes(), c.want) {
+			t.Fatalf("cat %s: %q, %v", c.path, out.Bytes(), err)
+		}
+	}
+	r, err := v.Fsck(ctx, "", nil)
+	if err != nil || !r.OK() {
+		t.Fatalf("fsck: %v, problems %v", err, r.Problems)
+	}
+	if len(r.Notes) != 1 || !strings.HasSuffix(r.Notes[0].Key, "/0000000001.0") {
+		t.Fatalf("fsck notes %v, want one for the part 0 in the head", r.Notes)
+	}
+}
+
+func keysUnder(t *testing.T, st staging.Store, prefix string) []string {
+	t.Helper()
+	objs, err := staging.ListAll(context.Background(), st, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, o := range objs {
+		out = append(out, o.Key)
+	}
+	return out
+}
