@@ -782,8 +782,12 @@ func (fsys *FS) readHead(ctx context.Context, id string) (headInfo, error) {
 	hd, info, err := segment.ReadHead(rctx, fsys.st, fsys.prefix(id)+engine.HeadKey, segment.FileTag(id))
 	cancel()
 	if errors.Is(err, staging.ErrNotFound) {
-		// Named but never written (a create that did not finish): empty.
-		return headInfo{format: fsys.params.Format, seen: time.Now(), blocksKnown: true}, nil
+		// Named but never written (created and closed unwritten, or a
+		// create that did not finish): empty, and remembered like a head.
+		h := headInfo{format: fsys.params.Format, blocksKnown: true}
+		fsys.remember(id, h, start)
+		h.seen = start
+		return h, nil
 	}
 	if err != nil {
 		return headInfo{}, err
