@@ -127,34 +127,40 @@ func (f *File) startEnsureLocked(ctx context.Context, c *flushCounters) func() e
 	})
 }
 
-// ensureEmbedded stores e's object from the copy, created with
-// If-None-Match. A refusal means an object is there: it is read back and
+// ensureEmbedded makes sure e's object is stored. It is read first: usually
+// it landed (its writer's PUT went with the head), and one GET says so. If
+// it is absent it is stored from the copy, created with If-None-Match; a
+// refusal or a lost answer means an object is there now, read back and
 // compared. Another object under the name (a writer that lost the race for
 // the head stored its own part 0 under the same name: no head names it, ours
 // names this checkpoint) is removed and ours stored.
 func (f *File) ensureEmbedded(ctx context.Context, e *embedObj, c *flushCounters) error {
 	key := f.key(e.name)
-	for try := 0; ; try++ {
-		c.requests.Add(1)
-		_, err := f.st.Put(ctx, key, e.obj, staging.PutOptions{
-			Conditions: staging.Conditions{IfNoneMatch: true},
-			Metadata:   map[string]string{writeIDMeta: newWriteID()},
-		})
-		if err == nil {
-			return nil
-		}
-		// Refused, or a lost answer: what is there now?
+	var perr error // the last PUT's error
+	for try := 0; try < 3; try++ {
 		c.requests.Add(1)
 		got, _, gerr := f.st.Get(ctx, key, staging.Bytes(0, int64(len(e.obj))+1))
 		switch {
 		case gerr == nil && bytes.Equal(got, e.obj):
 			return nil
 		case errors.Is(gerr, staging.ErrNotFound):
-			return fmt.Errorf("store %s from the head's copy: %w", key, err)
+			if perr != nil && !errors.Is(perr, staging.ErrPrecondition) {
+				// Our PUT failed and nothing is there: it did not land.
+				return fmt.Errorf("store %s from the head's copy: %w", key, perr)
+			}
+			c.requests.Add(1)
+			_, perr = f.st.Put(ctx, key, e.obj, staging.PutOptions{
+				Conditions: staging.Conditions{IfNoneMatch: true},
+				Metadata:   map[string]string{writeIDMeta: newWriteID()},
+			})
+			if perr == nil {
+				return nil
+			}
+			continue // refused or lost: what is there now?
 		case gerr != nil && !errors.Is(gerr, staging.ErrInvalidRange):
-			return fmt.Errorf("store %s from the head's copy: %w (and reading it back: %v)", key, err, gerr)
-		case !errors.Is(err, staging.ErrPrecondition) || try > 0:
-			return fmt.Errorf("store %s from the head's copy: another object is there: %w", key, err)
+			return fmt.Errorf("store %s from the head's copy: read what is there: %w", key, gerr)
+		case try > 1:
+			return fmt.Errorf("store %s from the head's copy: another object is there", key)
 		}
 		f.log.Warn("replacing an object no head names with the head's copy of it", zap.String("key", key))
 		c.requests.Add(1)
@@ -162,6 +168,7 @@ func (f *File) ensureEmbedded(ctx context.Context, e *embedObj, c *flushCounters
 			return fmt.Errorf("store %s from the head's copy: remove the object there: %w", key, err)
 		}
 	}
+	return fmt.Errorf("store %s from the head's copy: it does not stay: %w", key, perr)
 }
 
 // currentHeadLocked is the head as this writer last published or read it,
