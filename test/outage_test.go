@@ -286,6 +286,12 @@ func testOutage(t *testing.T, wal bool) {
 	if wal {
 		want["dirty"] = []byte("written during the outage, and kept")
 	}
+	// Without the WAL the close's publish may yet land: a small file's part 0
+	// and head go at once, and a request the stalled proxy held is applied
+	// when it lets it through, after the mount gave up on it (an answer
+	// lost, not a request refused). The file then reads as last written,
+	// never as a mix.
+	mayBe := map[string][]byte{"dirty": []byte("written during the outage, and kept")}
 	proxy.Stall(true)
 	if err := dirty.Close(); err == nil {
 		t.Log("close of the dirty file during the outage: no error (flush_on_close off)")
@@ -337,7 +343,7 @@ func testOutage(t *testing.T, wal bool) {
 			t.Errorf("read %s after the outage: %v", name, err)
 			continue
 		}
-		if !bytes.Equal(got, data) {
+		if alt, ok := mayBe[name]; !bytes.Equal(got, data) && !(ok && bytes.Equal(got, alt)) {
 			t.Errorf("%s after the outage: %d bytes, want the %d flushed before it", name, len(got), len(data))
 		}
 	}
