@@ -105,9 +105,12 @@
 // and less often while it is idle (below). The kernel caches names and
 // attributes for at most one second (attrTimeout), so a name created, renamed
 // or removed by another mount is seen here within ns_refresh plus one second
-// on a mount in use, and within ns_refresh_max plus one second on an idle
-// one (the first lookup after the idle time still answers from what the mount
-// knew; it wakes the refresh, which serves the lookups after it). The size of
+// on a mount in use. On an idle mount a name another mount created is found
+// at the first look too: a lookup that misses when the log was last read
+// more than ns_refresh ago reads it first (one small request, shared by
+// concurrent misses; a miss within ns_refresh of the last read costs
+// nothing); other changes (a rename, a removal) show within ns_refresh_max
+// plus one second, or sooner, since any request wakes the refresh. The size of
 // a file another mount wrote follows within max(ns_refresh, 1s) plus one
 // second: the head cache below.
 //

@@ -85,6 +85,11 @@ type FS struct {
 	// the count of refreshes made, for tests.
 	refreshEvery atomic.Int64
 	refreshes    atomic.Int64
+	// refreshedAt is when the namespace was last read (Unix nanoseconds):
+	// a lookup that misses past ns_refresh after it reads it first (see
+	// freshen). nsFlight makes concurrent misses share that read.
+	refreshedAt atomic.Int64
+	nsFlight    singleflight.Group
 
 	metrics    *Metrics
 	metricsSrv *metricsServer // nil when -o metrics is off
@@ -167,6 +172,7 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		prefetchSem: make(chan struct{}, prefetchConcurrency), wake: make(chan struct{}, 1),
 		metrics: metrics,
 	}
+	fsys.refreshedAt.Store(time.Now().UnixNano()) // Open read the namespace
 	if o.Config.Metrics != "" {
 		if err := fsys.startMetrics(o.Config.Metrics); err != nil {
 			cancel()
@@ -464,6 +470,9 @@ func (fsys *FS) loop() {
 			}
 			fsys.refreshEvery.Store(int64(every))
 			last = time.Now()
+			if err == nil {
+				fsys.refreshedAt.Store(last.UnixNano())
+			}
 			refresh.Reset(every)
 		case <-flushC:
 			fsys.flushAll(fsys.ctx)
@@ -485,6 +494,36 @@ func (fsys *FS) touch() {
 		case fsys.wake <- struct{}{}:
 		default:
 		}
+	}
+}
+
+// freshen reads what other mounts changed when the last read of the
+// namespace is older than ns_refresh (the loop backed off while the mount was
+// idle), and says whether it did. A lookup that misses calls it before it
+// answers ENOENT, so that another mount's new name shows within ns_refresh
+// to a mount that looks for it, idle or not; a miss within ns_refresh of the
+// last read costs nothing, so a busy mount's misses (every create looks its
+// name up first) cost at most one read each ns_refresh. Concurrent misses
+// share one read, which is bounded by the request bounds and by ctx.
+func (fsys *FS) freshen(ctx context.Context) bool {
+	if time.Since(time.Unix(0, fsys.refreshedAt.Load())) < fsys.cfg.NSRefresh {
+		return false
+	}
+	ch := fsys.nsFlight.DoChan("refresh", func() (any, error) {
+		rctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
+		defer cancel()
+		start := time.Now()
+		err := fsys.ns.Refresh(rctx)
+		if err == nil {
+			fsys.refreshedAt.Store(start.UnixNano())
+		}
+		return nil, err
+	})
+	select {
+	case r := <-ch:
+		return r.Err == nil
+	case <-ctx.Done():
+		return false
 	}
 }
 

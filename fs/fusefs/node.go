@@ -142,11 +142,21 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 		fillCkptDirAttr(root, ckptDirMode(root), &out.Attr)
 		return ch, 0
 	}
-	nn, err := n.fsys.ns.Lookup(n.ino, name)
+	nn, err := n.fsys.lookup(ctx, n.ino, name)
 	if err != nil {
 		return nil, n.fsys.errnoOf("lookup "+n.where(name), err)
 	}
 	return n.child(ctx, nn, out)
+}
+
+// lookup finds name in directory dir; a miss reads what other mounts
+// changed first when the mount has not for ns_refresh (freshen).
+func (fsys *FS) lookup(ctx context.Context, dir namespace.Ino, name string) (namespace.Node, error) {
+	nn, err := fsys.ns.Lookup(dir, name)
+	if errors.Is(err, namespace.ErrNotExist) && fsys.freshen(ctx) {
+		nn, err = fsys.ns.Lookup(dir, name)
+	}
+	return nn, err
 }
 
 func (n *node) get() (namespace.Node, syscall.Errno) {

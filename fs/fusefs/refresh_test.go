@@ -2,6 +2,7 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"syscall"
 	"testing"
 	"time"
@@ -131,4 +132,37 @@ func TestOwnChangeResetsTheBackoff(t *testing.T) {
 	waitFor(t, 5*time.Second, "ns_refresh after a change of this mount", func() bool {
 		return time.Duration(fsys.refreshEvery.Load()) < 320*time.Millisecond
 	})
+}
+
+// A lookup that misses on a mount whose last read of the log is older than
+// ns_refresh (it backed off while idle) reads the log before it answers, so
+// that another mount's new name is found at the first look.
+func TestMissedLookupReadsTheLog(t *testing.T) {
+	t.Parallel()
+	fsys, st := newIdleFS(t, 20*time.Millisecond, 10*time.Second)
+	waitFor(t, 20*time.Second, "backed off to 1.28s", func() bool {
+		return time.Duration(fsys.refreshEvery.Load()) >= 1280*time.Millisecond
+	})
+	// The loop has just read the log and waits 1.28s now: let that read
+	// be older than ns_refresh.
+	time.Sleep(100 * time.Millisecond)
+	other, err := namespace.Open(context.Background(), st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Create(context.Background(), namespace.RootIno, "theirs", 0o644, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if _, err := fsys.lookup(ctx, namespace.RootIno, "theirs"); err != nil {
+		t.Fatalf("first lookup of another mount's new name on an idle mount: %v, want it found", err)
+	}
+	// A miss right after a read of the log costs no request.
+	before := st.Snapshot().Total().Requests
+	if _, err := fsys.lookup(ctx, namespace.RootIno, "nothing"); !errors.Is(err, namespace.ErrNotExist) {
+		t.Fatalf("lookup: %v, want ErrNotExist", err)
+	}
+	if got := st.Snapshot().Total().Requests - before; got != 0 {
+		t.Errorf("a miss within ns_refresh of the last read made %d requests, want 0", got)
+	}
 }
