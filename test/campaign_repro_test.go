@@ -4,17 +4,11 @@ import (
 	"context"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
-	"ckptfs/config"
-	"ckptfs/fs/fusefs"
 	"ckptfs/staging"
 	"ckptfs/test/faultproxy"
 )
@@ -26,10 +20,6 @@ import (
 // faultproxy in front of the test's S3 server).
 func mountVia(t *testing.T, v *volume, endpoint, opts string) *mount {
 	t.Helper()
-	cfg, err := config.ParseMount(config.TotalRAM(), opts)
-	if err != nil {
-		t.Fatalf("options %q: %v", opts, err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	sc := v.cfg
@@ -38,22 +28,7 @@ func mountVia(t *testing.T, v *volume, endpoint, opts string) *mount {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Logger: log, FsName: "ckptfs-test"})
-	if err != nil {
-		t.Fatalf("open volume: %v", err)
-	}
-	dir := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := fsys.Mount(dir); err != nil {
-		fsys.Close()
-		t.Fatalf("mount: %v", err)
-	}
-	m := &mount{t: t, dir: dir, fsys: fsys}
-	t.Cleanup(func() { m.unmount() })
-	return m
+	return mountStore(t, st, opts)
 }
 
 // onceMatching accepts the first request for which f is true, and no other.

@@ -68,31 +68,41 @@ func (v *volume) mount(opts string) *mount {
 // mountWrapped is mount with the mount's store wrapped by wrap.
 func (v *volume) mountWrapped(opts string, wrap func(staging.Store) staging.Store) *mount {
 	v.t.Helper()
-	cfg, err := config.ParseMount(config.TotalRAM(), opts)
-	if err != nil {
-		v.t.Fatalf("options %q: %v", opts, err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	s3, err := staging.NewS3(ctx, v.cfg)
 	if err != nil {
 		v.t.Fatal(err)
 	}
-	log := zaptest.NewLogger(v.t, zaptest.Level(zap.WarnLevel))
-	fsys, err := fusefs.New(ctx, wrap(s3), fusefs.Options{Config: cfg, Logger: log, FsName: "ckptfs-test"})
+	return mountStore(v.t, wrap(s3), opts)
+}
+
+// mountStore mounts st under t.TempDir() in this process with the mount
+// defaults and opts, like volume.mount but on any store; t.Cleanup unmounts
+// it.
+func mountStore(t *testing.T, st staging.Store, opts string) *mount {
+	t.Helper()
+	cfg, err := config.ParseMount(config.TotalRAM(), opts)
 	if err != nil {
-		v.t.Fatalf("open volume: %v", err)
+		t.Fatalf("options %q: %v", opts, err)
 	}
-	dir := filepath.Join(v.t.TempDir(), "mnt")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
+	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Logger: log, FsName: "ckptfs-test"})
+	if err != nil {
+		t.Fatalf("open volume: %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
-		v.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if err := fsys.Mount(dir); err != nil {
 		fsys.Close()
-		v.t.Fatalf("mount: %v", err)
+		t.Fatalf("mount: %v", err)
 	}
-	m := &mount{t: v.t, dir: dir, fsys: fsys}
-	v.t.Cleanup(func() { m.unmount() })
+	m := &mount{t: t, dir: dir, fsys: fsys}
+	t.Cleanup(func() { m.unmount() })
 	return m
 }
 

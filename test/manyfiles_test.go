@@ -18,11 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/zap"
-	"go.uber.org/zap/zaptest"
-
-	"ckptfs/config"
-	"ckptfs/fs/fusefs"
 	"ckptfs/staging"
 	"ckptfs/staging/s3test"
 )
@@ -56,37 +51,6 @@ var manyFilesStores = []struct {
 			return s
 		}
 	}},
-}
-
-// mountStore mounts st under t.TempDir() in this process with the mount
-// defaults and opts, like volume.mount but on any store; t.Cleanup unmounts
-// it.
-func mountStore(t *testing.T, st staging.Store, opts string) *mount {
-	t.Helper()
-	start := time.Now()
-	defer func() { t.Logf("mount: %v", time.Since(start)) }()
-	cfg, err := config.ParseMount(config.TotalRAM(), opts)
-	if err != nil {
-		t.Fatalf("options %q: %v", opts, err)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	log := zaptest.NewLogger(t, zaptest.Level(zap.WarnLevel))
-	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Logger: log, FsName: "ckptfs-test"})
-	if err != nil {
-		t.Fatalf("open volume: %v", err)
-	}
-	dir := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := fsys.Mount(dir); err != nil {
-		fsys.Close()
-		t.Fatalf("mount: %v", err)
-	}
-	m := &mount{t: t, dir: dir, fsys: fsys}
-	t.Cleanup(func() { m.unmount() })
-	return m
 }
 
 // smallTreeDirs are the directories of a small-file tree, nested a few deep
