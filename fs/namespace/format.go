@@ -79,10 +79,15 @@ func parseSeq(key, dirPrefix string) (uint64, bool) {
 // is exactly 16 + body len bytes. JSON keeps the objects readable with
 // ordinary S3 tools; the envelope makes them self-checking.
 //
+// Version 1 is every snapshot and every entry of one op; version 2 an entry
+// of several ("ops", group commit), so that a build that predates them
+// refuses them as a version it does not know rather than misreads them.
+//
 // These constants are part of the format.
 const (
 	envMagic      = "CKNS"
 	envVersion    = 1
+	envVersionOps = 2
 	envHeaderLen  = 16
 	kindEntry     = 1
 	kindSnapshot  = 2
@@ -91,10 +96,10 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func seal(kind byte, body []byte) []byte {
+func seal(kind, version byte, body []byte) []byte {
 	out := make([]byte, envHeaderLen+len(body))
 	copy(out, envMagic)
-	out[4] = envVersion
+	out[4] = version
 	out[5] = kind
 	binary.LittleEndian.PutUint32(out[8:], uint32(len(body)))
 	copy(out[envHeaderLen:], body)
@@ -103,32 +108,33 @@ func seal(kind byte, body []byte) []byte {
 	return out
 }
 
-func unseal(key string, kind byte, data []byte) ([]byte, error) {
+// unseal checks the envelope of data and returns its body and version.
+func unseal(key string, kind byte, data []byte) ([]byte, byte, error) {
 	if len(data) < envHeaderLen {
-		return nil, corruptf(key, "%d bytes, shorter than the %d-byte header", len(data), envHeaderLen)
+		return nil, 0, corruptf(key, "%d bytes, shorter than the %d-byte header", len(data), envHeaderLen)
 	}
 	if string(data[:4]) != envMagic {
-		return nil, corruptf(key, "bad magic %q", data[:4])
+		return nil, 0, corruptf(key, "bad magic %q", data[:4])
 	}
-	if data[4] != envVersion {
-		return nil, corruptf(key, "unknown format version %d", data[4])
+	if data[4] != envVersion && !(kind == kindEntry && data[4] == envVersionOps) {
+		return nil, 0, corruptf(key, "unknown format version %d", data[4])
 	}
 	if data[5] != kind {
-		return nil, corruptf(key, "object kind %d, want %d", data[5], kind)
+		return nil, 0, corruptf(key, "object kind %d, want %d", data[5], kind)
 	}
 	if binary.LittleEndian.Uint16(data[6:]) != 0 {
-		return nil, corruptf(key, "reserved header bytes are not zero")
+		return nil, 0, corruptf(key, "reserved header bytes are not zero")
 	}
 	n := binary.LittleEndian.Uint32(data[8:])
 	if n > maxObjectBody || int64(n) != int64(len(data)-envHeaderLen) {
-		return nil, corruptf(key, "body length %d, object holds %d", n, len(data)-envHeaderLen)
+		return nil, 0, corruptf(key, "body length %d, object holds %d", n, len(data)-envHeaderLen)
 	}
 	body := data[envHeaderLen:]
 	crc := crc32.Update(crc32.Checksum(data[:12], castagnoli), castagnoli, body)
 	if got := binary.LittleEndian.Uint32(data[12:]); got != crc {
-		return nil, corruptf(key, "checksum %08x, computed %08x", got, crc)
+		return nil, 0, corruptf(key, "checksum %08x, computed %08x", got, crc)
 	}
-	return body, nil
+	return body, data[4], nil
 }
 
 // decodeJSON decodes body strictly: unknown fields and trailing data are
@@ -280,19 +286,26 @@ func encodeEntry(e *entry) []byte {
 		// Every field has a total encoding; failing here is a bug.
 		panic(fmt.Sprintf("namespace: encode entry: %v", err))
 	}
-	return seal(kindEntry, body)
+	version := byte(envVersion)
+	if e.Op == nil {
+		version = envVersionOps
+	}
+	return seal(kindEntry, version, body)
 }
 
 // decodeEntry parses the log entry stored under key. wantSeq 0 skips the
 // check that the body's seq matches the key.
 func decodeEntry(key string, wantSeq uint64, data []byte) (*entry, error) {
-	body, err := unseal(key, kindEntry, data)
+	body, version, err := unseal(key, kindEntry, data)
 	if err != nil {
 		return nil, err
 	}
 	var e entry
 	if err := decodeJSON(key, body, &e); err != nil {
 		return nil, err
+	}
+	if (version == envVersionOps) != (e.Ops != nil) {
+		return nil, corruptf(key, "format version %d with \"op\"=%v and \"ops\"=%v", version, e.Op != nil, e.Ops != nil)
 	}
 	if e.Seq == 0 {
 		return nil, corruptf(key, "seq 0")
@@ -369,13 +382,13 @@ func encodeSnapshot(st *state) []byte {
 	if err != nil {
 		panic(fmt.Sprintf("namespace: encode snapshot: %v", err))
 	}
-	return seal(kindSnapshot, body)
+	return seal(kindSnapshot, envVersion, body)
 }
 
 // decodeSnapshot parses and checks a snapshot; wantSeq 0 skips the check
 // against the key.
 func decodeSnapshot(key string, wantSeq uint64, data []byte) (*state, error) {
-	body, err := unseal(key, kindSnapshot, data)
+	body, _, err := unseal(key, kindSnapshot, data)
 	if err != nil {
 		return nil, err
 	}

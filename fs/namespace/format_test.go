@@ -8,6 +8,7 @@ import (
 	"errors"
 	"hash/crc32"
 	"reflect"
+	"strings"
 	"testing"
 
 	"ckptfs/staging"
@@ -47,7 +48,7 @@ func get(t *testing.T, s staging.Store, key string) []byte {
 // reseal rewrites the body of a sealed object and fixes its checksum, to
 // build objects that pass the envelope but are wrong inside.
 func reseal(data []byte, edit func(body []byte) []byte) []byte {
-	return seal(data[5], edit(bytes.Clone(data[envHeaderLen:])))
+	return seal(data[5], data[4], edit(bytes.Clone(data[envHeaderLen:])))
 }
 
 func TestCorruptObjectsRefused(t *testing.T) {
@@ -208,23 +209,34 @@ func TestEntryOpsRefused(t *testing.T) {
 	id := NewFileID()
 	mk := `{"k":"mkdir","p":1,"n":"d","m":493}`
 	cases := []struct {
-		name string
-		body string
-		ok   bool
+		name    string
+		body    string
+		ok      bool
+		version byte // 0: envVersionOps when body has "ops", else envVersion
 	}{
-		{"op", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `}`, true},
-		{"ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,` + mk + `]}`, true},
-		{"both", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `,"ops":[` + mk + `,` + mk + `]}`, false},
-		{"neither", `{"seq":1,"id":"` + id + `","t":1}`, false},
-		{"null op", `{"seq":1,"id":"` + id + `","t":1,"op":null}`, false},
-		{"empty ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[]}`, false},
-		{"one op as ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `]}`, false},
-		{"unknown op in ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,{"k":"chmod"}]}`, false},
-		{"setattr without attributes in ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,{"k":"setattr","i":1}]}`, false},
+		{"op", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `}`, true, 0},
+		{"ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,` + mk + `]}`, true, 0},
+		{"ops in a version 1 envelope", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,` + mk + `]}`, false, envVersion},
+		{"op in a version 2 envelope", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `}`, false, envVersionOps},
+		{"version 3", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `}`, false, 3},
+		{"both", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `,"ops":[` + mk + `,` + mk + `]}`, false, 0},
+		{"neither", `{"seq":1,"id":"` + id + `","t":1}`, false, 0},
+		{"null op", `{"seq":1,"id":"` + id + `","t":1,"op":null}`, false, 0},
+		{"empty ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[]}`, false, 0},
+		{"one op as ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `]}`, false, 0},
+		{"unknown op in ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,{"k":"chmod"}]}`, false, 0},
+		{"setattr without attributes in ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,{"k":"setattr","i":1}]}`, false, 0},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := decodeEntry("k", 1, seal(kindEntry, []byte(tc.body)))
+			v := tc.version
+			if v == 0 {
+				v = envVersion
+				if strings.Contains(tc.body, `"ops"`) {
+					v = envVersionOps
+				}
+			}
+			_, err := decodeEntry("k", 1, seal(kindEntry, v, []byte(tc.body)))
 			if tc.ok && err != nil {
 				t.Fatalf("refused: %v", err)
 			}
@@ -250,7 +262,7 @@ func TestOneOpEntryUnchanged(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := encodeEntry(newEntry(3, id, 9, []op{o})); !bytes.Equal(got, seal(kindEntry, old)) {
+	if got := encodeEntry(newEntry(3, id, 9, []op{o})); !bytes.Equal(got, seal(kindEntry, envVersion, old)) {
 		t.Fatalf("one-op entry:\n got %s\nwant %s", got[envHeaderLen:], old)
 	}
 }
