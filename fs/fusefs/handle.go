@@ -178,6 +178,7 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 // are waited for too: they were sent when made, so they land while the data
 // does.
 func (h *handle) sync(ctx context.Context, op string) syscall.Errno {
+	h.fsys.kickAttrs(h.of)
 	if h.of.f.Stat().Dirty {
 		if _, err := h.fsys.flush(ctx, h.of); err != nil {
 			h.lost(op)

@@ -256,6 +256,18 @@ func (fsys *FS) setAttrLater(nn namespace.Node, a namespace.SetAttr) (*namespace
 	return &out, nil
 }
 
+// kickAttrs sends the attribute changes made with setAttrLater on file of
+// that wait for company (namespace.Kick), so that their entry goes while the
+// file's data does.
+func (fsys *FS) kickAttrs(of *openFile) {
+	fsys.mu.Lock()
+	pending := len(of.attrs) > 0
+	fsys.mu.Unlock()
+	if pending {
+		fsys.ns.Kick()
+	}
+}
+
 // waitAttrs waits for the attribute changes made with setAttrLater on file
 // of before now, and reports the first that failed (each once).
 func (fsys *FS) waitAttrs(ctx context.Context, of *openFile, op string) syscall.Errno {

@@ -3,6 +3,7 @@ package namespace
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Changes that land later.
@@ -23,6 +24,17 @@ import (
 // before it lands loses it (the file's close, which would have reported it,
 // has not returned either). The order of the log is the order the changes
 // were made in: the committer takes its queue in order.
+//
+// Such a change does not start the committer: the changes a program makes
+// one after another on a file (three for tar) would otherwise go in two
+// entries, one after the other. It is sent with the next change that waits,
+// at Kick (the mount kicks when the file's fsync or close begins, so that
+// the entry goes with the file's data), or laterDelay after it was made,
+// whichever comes first.
+
+// laterDelay bounds how long a change made with SetAttrLater waits for
+// company before it is sent: what it adds to another mount's view of it.
+const laterDelay = 20 * time.Millisecond
 
 // laterAttr is the change a SetAttrLater shows until it lands: the fields
 // set, and the time it was made (standing in for the entry's own time).
@@ -32,14 +44,19 @@ type laterAttr struct {
 }
 
 // Pending is a change made with SetAttrLater.
-type Pending struct{ p *pending }
+type Pending struct {
+	ns *Namespace
+	p  *pending
+}
 
 // Done is closed once the change has landed or failed.
 func (w *Pending) Done() <-chan struct{} { return w.p.fin }
 
-// Wait waits until the change has landed (nil) or failed (its error), or ctx
-// ends (ctx's error; the change goes on).
+// Wait sends the change if it was not yet (Kick) and waits until it has
+// landed (nil) or failed (its error), or ctx ends (ctx's error; the change
+// goes on).
 func (w *Pending) Wait(ctx context.Context) error {
+	w.ns.Kick()
 	select {
 	case <-w.p.fin:
 		return w.p.err
@@ -75,8 +92,35 @@ func (ns *Namespace) SetAttrLater(ino Ino, a SetAttr) (Node, *Pending, error) {
 	ns.shown[ino] = append(unfailed(ns.shown[ino]), p)
 	out := ns.viewLocked(n)
 	ns.mu.Unlock()
-	ns.enqueue(p)
-	return out, &Pending{p: p}, nil
+	ns.enqueueLater(p)
+	return out, &Pending{ns: ns, p: p}, nil
+}
+
+// enqueueLater queues p without starting the committer: laterDelay from now
+// at the latest, or at the next change that waits, or at Kick.
+func (ns *Namespace) enqueueLater(p *pending) {
+	ns.qmu.Lock()
+	defer ns.qmu.Unlock()
+	ns.queue = append(ns.queue, p)
+	if !ns.committing && ns.laterTimer == nil {
+		ns.laterTimer = time.AfterFunc(laterDelay, ns.Kick)
+	}
+}
+
+// Kick sends what is queued (changes made with SetAttrLater) now: it starts
+// the committer if it does not run.
+func (ns *Namespace) Kick() {
+	ns.qmu.Lock()
+	defer ns.qmu.Unlock()
+	if ns.laterTimer != nil {
+		ns.laterTimer.Stop()
+		ns.laterTimer = nil
+	}
+	if len(ns.queue) > 0 && !ns.committing {
+		ns.committing = true
+		ns.bg.Add(1)
+		go ns.commitLoop()
+	}
 }
 
 // viewLocked is node n as this mount shows it: the state, then the changes

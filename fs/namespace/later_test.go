@@ -178,3 +178,51 @@ func TestSetAttrLaterOfNodeRemovedMeanwhile(t *testing.T) {
 		t.Fatal("the two mounts differ")
 	}
 }
+
+// The changes a program makes one after another on an open file wait for
+// company: the three of tar go in one entry, sent at Kick (the close).
+func TestSetAttrLaterShareOneEntry(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	a := openNS(t, mem, Options{})
+	f, err := a.Create(ctx, RootIno, "f", 0o600, Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mt := time.Unix(1_600_000_000, 0)
+	var ws []*Pending
+	for _, sa := range []SetAttr{{Mtime: &mt}, {Uid: u32(7), Gid: u32(8)}, {Mode: u32(0o644)}} {
+		_, w, err := a.SetAttrLater(f.Ino, sa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ws = append(ws, w)
+	}
+	a.Kick()
+	for _, w := range ws {
+		if err := w.Wait(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	es := logEntries(t, mem)
+	if len(es) != 2 || len(es[1].ops()) != 3 {
+		var n []int
+		for _, e := range es {
+			n = append(n, len(e.ops()))
+		}
+		t.Fatalf("entries hold %v ops, want [1 3]: the create, then the three changes in one", n)
+	}
+	// Nothing kicks: it goes by itself, laterDelay after it was made.
+	_, w, err := a.SetAttrLater(f.Ino, SetAttr{Mode: u32(0o600)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-w.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("a change made with SetAttrLater and never waited for did not land")
+	}
+	if err := w.Wait(ctx); err != nil {
+		t.Fatal(err)
+	}
+}

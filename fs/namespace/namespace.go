@@ -105,6 +105,9 @@ type Namespace struct {
 	qmu        sync.Mutex
 	queue      []*pending // GUARDED_BY(qmu): changes not taken by the committer
 	committing bool       // GUARDED_BY(qmu): the committer runs
+	// laterTimer starts the committer for changes made with SetAttrLater
+	// that nothing else sent (see later.go); GUARDED_BY(qmu).
+	laterTimer *time.Timer
 
 	trimMu   sync.Mutex
 	trimAt   uint64 // GUARDED_BY(trimMu): the snapshot of a trim pass asked for
@@ -622,6 +625,7 @@ func (ns *Namespace) Wait() { ns.bg.Wait() }
 // changes still work but no longer trim the log.
 func (ns *Namespace) Close() error {
 	ns.cancel()
+	ns.Kick() // changes made with SetAttrLater and not sent yet
 	ns.bg.Wait()
 	return nil
 }
