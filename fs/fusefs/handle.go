@@ -175,8 +175,8 @@ func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
 // fails it (the handle whose flush lost the conflict hears of it there).
 //
 // Attribute changes made on the open file without waiting (setAttrLater)
-// are waited for too: they were sent when made, so they land while the data
-// does.
+// are sent first (kickAttrs) and waited for after the data: their entry
+// lands while the data does.
 func (h *handle) sync(ctx context.Context, op string) syscall.Errno {
 	h.fsys.kickAttrs(h.of)
 	if h.of.f.Stat().Dirty {
