@@ -107,9 +107,9 @@
 // or removed by another mount is seen here within ns_refresh plus one second
 // on a mount in use. On an idle mount a name another mount created is found
 // at the first look too: a lookup that misses when the log was last read
-// more than ns_refresh ago reads it first (one small request, shared by
-// concurrent misses; a miss within ns_refresh of the last read costs
-// nothing); other changes (a rename, a removal) show within ns_refresh_max
+// more than twice ns_refresh ago reads it first (one small request, shared
+// by concurrent misses; on a mount in use, which reads the log every
+// ns_refresh, a miss costs nothing); other changes (a rename, a removal) show within ns_refresh_max
 // plus one second, or sooner, since any request wakes the refresh. The size of
 // a file another mount wrote follows within max(ns_refresh, 1s) plus one
 // second: the head cache below.

@@ -86,7 +86,7 @@ type FS struct {
 	refreshEvery atomic.Int64
 	refreshes    atomic.Int64
 	// refreshedAt is when the namespace was last read (Unix nanoseconds):
-	// a lookup that misses past ns_refresh after it reads it first (see
+	// a lookup that misses past 2 × ns_refresh after it reads it first (see
 	// freshen). nsFlight makes concurrent misses share that read.
 	refreshedAt atomic.Int64
 	nsFlight    singleflight.Group
@@ -498,15 +498,15 @@ func (fsys *FS) touch() {
 }
 
 // freshen reads what other mounts changed when the last read of the
-// namespace is older than ns_refresh (the loop backed off while the mount was
-// idle), and says whether it did. A lookup that misses calls it before it
-// answers ENOENT, so that another mount's new name shows within ns_refresh
-// to a mount that looks for it, idle or not; a miss within ns_refresh of the
-// last read costs nothing, so a busy mount's misses (every create looks its
-// name up first) cost at most one read each ns_refresh. Concurrent misses
-// share one read, which is bounded by the request bounds and by ctx.
+// namespace is older than twice ns_refresh (the loop backed off while the
+// mount was idle), and says whether it did. A lookup that misses calls it
+// before it answers ENOENT, so that another mount's new name shows within
+// 2 × ns_refresh to a mount that looks for it, idle or not. A mount in use
+// reads the log every ns_refresh anyway, so its misses (every create looks
+// its name up first) do not wait for a read. Concurrent misses share one
+// read, which is bounded by the request bounds and by ctx.
 func (fsys *FS) freshen(ctx context.Context) bool {
-	if time.Since(time.Unix(0, fsys.refreshedAt.Load())) < fsys.cfg.NSRefresh {
+	if time.Since(time.Unix(0, fsys.refreshedAt.Load())) < 2*fsys.cfg.NSRefresh {
 		return false
 	}
 	ch := fsys.nsFlight.DoChan("refresh", func() (any, error) {

@@ -135,7 +135,7 @@ func TestOwnChangeResetsTheBackoff(t *testing.T) {
 }
 
 // A lookup that misses on a mount whose last read of the log is older than
-// ns_refresh (it backed off while idle) reads the log before it answers, so
+// twice ns_refresh (it backed off while idle) reads the log before it answers, so
 // that another mount's new name is found at the first look.
 func TestMissedLookupReadsTheLog(t *testing.T) {
 	t.Parallel()
