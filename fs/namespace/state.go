@@ -172,74 +172,38 @@ func (st *state) save(n *node) {
 	st.j.undo = append(st.j.undo, func() { *n = old })
 }
 
-func (st *state) setNode(ino Ino, n *node) {
-	if st.j != nil {
-		old, had := st.nodes[ino]
-		st.j.undo = append(st.j.undo, func() { restore(st.nodes, ino, old, had) })
-	}
-	st.nodes[ino] = n
-}
-
-func (st *state) delNode(ino Ino) {
-	if st.j != nil {
-		old, had := st.nodes[ino]
-		st.j.undo = append(st.j.undo, func() { restore(st.nodes, ino, old, had) })
-	}
-	delete(st.nodes, ino)
-}
-
-func (st *state) setFile(id string, ino Ino) {
-	if st.j != nil {
-		old, had := st.byFile[id]
-		st.j.undo = append(st.j.undo, func() { restore(st.byFile, id, old, had) })
-	}
-	st.byFile[id] = ino
-}
-
-func (st *state) delFile(id string) {
-	if st.j != nil {
-		old, had := st.byFile[id]
-		st.j.undo = append(st.j.undo, func() { restore(st.byFile, id, old, had) })
-	}
-	delete(st.byFile, id)
-}
-
-func (st *state) setChild(d *node, name string, de dirent) {
-	if st.j != nil {
-		m := d.children
-		old, had := m[name]
-		st.j.undo = append(st.j.undo, func() { restore(m, name, old, had) })
-	}
-	d.children[name] = de
-}
-
-func (st *state) delChild(d *node, name string) {
-	if st.j != nil {
-		m := d.children
-		old, had := m[name]
-		st.j.undo = append(st.j.undo, func() { restore(m, name, old, had) })
-	}
-	delete(d.children, name)
-}
+func (st *state) setNode(ino Ino, n *node)                 { journalSet(st.j, st.nodes, ino, n) }
+func (st *state) delNode(ino Ino)                          { journalDel(st.j, st.nodes, ino) }
+func (st *state) setFile(id string, ino Ino)               { journalSet(st.j, st.byFile, id, ino) }
+func (st *state) delFile(id string)                        { journalDel(st.j, st.byFile, id) }
+func (st *state) setChild(d *node, name string, de dirent) { journalSet(st.j, d.children, name, de) }
+func (st *state) delChild(d *node, name string)            { journalDel(st.j, d.children, name) }
 
 // setXattr and delXattr expect n's xattrs map to exist (save(n) first when
 // creating it: the fields' undo drops the map again).
-func (st *state) setXattr(n *node, name string, v []byte) {
-	if st.j != nil {
-		m := n.xattrs
-		old, had := m[name]
-		st.j.undo = append(st.j.undo, func() { restore(m, name, old, had) })
-	}
-	n.xattrs[name] = v
+func (st *state) setXattr(n *node, name string, v []byte) { journalSet(st.j, n.xattrs, name, v) }
+func (st *state) delXattr(n *node, name string)           { journalDel(st.j, n.xattrs, name) }
+
+// journalSet sets m[k] = v, recording in j (when not nil) how to undo it.
+func journalSet[K comparable, V any](j *journal, m map[K]V, k K, v V) {
+	remember(j, m, k)
+	m[k] = v
 }
 
-func (st *state) delXattr(n *node, name string) {
-	if st.j != nil {
-		m := n.xattrs
-		old, had := m[name]
-		st.j.undo = append(st.j.undo, func() { restore(m, name, old, had) })
+// journalDel deletes m[k], recording in j (when not nil) how to undo it.
+func journalDel[K comparable, V any](j *journal, m map[K]V, k K) {
+	remember(j, m, k)
+	delete(m, k)
+}
+
+// remember records in j (when not nil) how to give key k of m back what it
+// holds now.
+func remember[K comparable, V any](j *journal, m map[K]V, k K) {
+	if j == nil {
+		return
 	}
-	delete(n.xattrs, name)
+	old, had := m[k]
+	j.undo = append(j.undo, func() { restore(m, k, old, had) })
 }
 
 func restore[K comparable, V any](m map[K]V, k K, v V, had bool) {
