@@ -46,14 +46,31 @@ var ErrCorrupt = errors.New("corrupt store file")
 // file. A reader reads the record, then opens the data file it names; if a
 // writer removed that file in between, the reader reads the record again.
 //
+// An object of at most inlineMax bytes (a namespace entry, a head, a small
+// part 0: most writes of a mount of many small files) has no data file: its
+// bytes follow the record in the record's own file (version 2), so a write
+// costs two fsyncs (the record, its folder) instead of three, and a read one
+// open instead of two.
+//
 // The commit record, these field names are part of the format:
 //
-//	{"v":1,                         format version
+//	{"v":1,                         format version: 1, data in a data file
 //	 "etag":"\"<32 hex>\"",         random per write
 //	 "size":123,                    bytes of the data file
 //	 "modified":"<RFC 3339>",
 //	 "data":"<last>~<32 hex>",      data file, in the same folder
 //	 "metadata":{"k":"v"}}          user metadata, omitted when empty
+//
+// and of an object held in its record (no "data" field; json.Marshal never
+// writes a raw newline, so the first newline ends the JSON):
+//
+//	+-------------------------------------------+----+----------------+
+//	| {"v":2,"etag":..,"size":N,"modified":..}  | \n | N bytes: data  |
+//	+-------------------------------------------+----+----------------+
+//
+// A version-1 record has no newline. A record is at most recordHeadMax
+// bytes before its newline, and its file at most recordHeadMax+inlineMax+1:
+// anything longer is refused as corrupt before it is read.
 //
 // What is not an object lives under <root>/.ckptfs-staging/ (ReservedPrefix,
 // which no key may start with):
@@ -96,12 +113,18 @@ type DirOptions struct {
 var _ Store = (*Dir)(nil)
 
 const (
-	dirFormatVersion = 1
-	metaSuffix       = "~meta"
-	maxEscapedSeg    = 200
-	uploadRecord     = "upload"
-	staleTmpAge      = 24 * time.Hour
-	lockStripes      = 256
+	dirFormatVersion = 1 // a record naming a data file
+	dirInlineVersion = 2 // a record followed by the object's bytes
+	// inlineMax is the largest object held in its commit record.
+	inlineMax = 128 << 10
+	// recordHeadMax bounds a record's JSON: its fields with the largest
+	// metadata take under 3 KiB.
+	recordHeadMax = 16 << 10
+	metaSuffix    = "~meta"
+	maxEscapedSeg = 200
+	uploadRecord  = "upload"
+	staleTmpAge   = 24 * time.Hour
+	lockStripes   = 256
 	// readRetries bounds how often a reader follows a commit record whose
 	// data file was replaced meanwhile; only a key rewritten without pause
 	// can exhaust it.
@@ -248,7 +271,7 @@ type dirMeta struct {
 	ETag     string            `json:"etag"`
 	Size     int64             `json:"size"`
 	Modified time.Time         `json:"modified"`
-	Data     string            `json:"data"`
+	Data     string            `json:"data,omitempty"` // version 1 only
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
@@ -264,14 +287,18 @@ func parseMeta(b []byte) (dirMeta, error) {
 		return dirMeta{}, fmt.Errorf("commit record: data after the record: %w", ErrCorrupt)
 	}
 	switch {
-	case m.Version != dirFormatVersion:
-		return dirMeta{}, fmt.Errorf("commit record: version %d, want %d: %w", m.Version, dirFormatVersion, ErrCorrupt)
+	case m.Version != dirFormatVersion && m.Version != dirInlineVersion:
+		return dirMeta{}, fmt.Errorf("commit record: version %d, want %d or %d: %w", m.Version, dirFormatVersion, dirInlineVersion, ErrCorrupt)
 	case m.ETag == "":
 		return dirMeta{}, fmt.Errorf("commit record: no ETag: %w", ErrCorrupt)
 	case m.Size < 0:
 		return dirMeta{}, fmt.Errorf("commit record: size %d: %w", m.Size, ErrCorrupt)
-	case m.Data == "" || strings.ContainsAny(m.Data, "/\x00") || !strings.Contains(m.Data, "~") ||
-		strings.HasSuffix(m.Data, metaSuffix) || m.Data == "." || m.Data == "..":
+	case m.Version == dirInlineVersion && m.Data != "":
+		return dirMeta{}, fmt.Errorf("commit record: version %d names a data file: %w", m.Version, ErrCorrupt)
+	case m.Version == dirInlineVersion && m.Size > inlineMax:
+		return dirMeta{}, fmt.Errorf("commit record: %d bytes held in the record, at most %d: %w", m.Size, inlineMax, ErrCorrupt)
+	case m.Version == dirFormatVersion && (m.Data == "" || strings.ContainsAny(m.Data, "/\x00") || !strings.Contains(m.Data, "~") ||
+		strings.HasSuffix(m.Data, metaSuffix) || m.Data == "." || m.Data == ".."):
 		return dirMeta{}, fmt.Errorf("commit record: data file %q: %w", m.Data, ErrCorrupt)
 	}
 	if err := ValidateMetadata(m.Metadata); err != nil {
@@ -282,18 +309,79 @@ func parseMeta(b []byte) (dirMeta, error) {
 
 // readMeta reads the commit record of p; ErrNotFound if there is none.
 func (d *Dir) readMeta(p objPath) (dirMeta, error) {
-	b, err := os.ReadFile(p.meta())
+	m, _, err := d.readRecord(p, false)
+	return m, err
+}
+
+// readRecord reads the commit record of p and, when withData, the bytes of
+// an object held in it (nil for one in a data file); ErrNotFound if there is
+// none. Only the record's JSON is read without withData.
+func (d *Dir) readRecord(p objPath, withData bool) (dirMeta, []byte, error) {
+	f, err := os.Open(p.meta())
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-			return dirMeta{}, ErrNotFound
+			return dirMeta{}, nil, ErrNotFound
 		}
-		return dirMeta{}, err
+		return dirMeta{}, nil, err
 	}
-	m, err := parseMeta(b)
+	defer f.Close()
+	st, err := f.Stat()
 	if err != nil {
-		return dirMeta{}, fmt.Errorf("%s: %w", p.meta(), err)
+		return dirMeta{}, nil, err
 	}
-	return m, nil
+	n := st.Size()
+	if n > recordHeadMax+inlineMax+1 {
+		return dirMeta{}, nil, fmt.Errorf("%s: commit record of %d bytes: %w", p.meta(), n, ErrCorrupt)
+	}
+	if !withData {
+		n = min(n, recordHeadMax+1)
+	}
+	b := make([]byte, n)
+	if _, err := io.ReadFull(f, b); err != nil {
+		// Records are replaced by rename, never rewritten: a short read is
+		// a file changed under the store.
+		return dirMeta{}, nil, fmt.Errorf("%s: read commit record: %v: %w", p.meta(), err, ErrCorrupt)
+	}
+	m, data, err := parseRecord(b, st.Size())
+	if err != nil {
+		return dirMeta{}, nil, fmt.Errorf("%s: %w", p.meta(), err)
+	}
+	if !withData {
+		data = nil
+	}
+	return m, data, nil
+}
+
+// parseRecord parses the first bytes b of a commit record file of size
+// bytes (b is all of it for a record followed by its data, when that is
+// wanted) and checks that they agree. It returns the object's bytes held in
+// the record, as far as b has them.
+func parseRecord(b []byte, size int64) (dirMeta, []byte, error) {
+	i := bytes.IndexByte(b, '\n')
+	if i < 0 {
+		if int64(len(b)) < size {
+			return dirMeta{}, nil, fmt.Errorf("commit record: no end in its first %d bytes: %w", len(b), ErrCorrupt)
+		}
+		m, err := parseMeta(b)
+		if err != nil {
+			return dirMeta{}, nil, err
+		}
+		if m.Version != dirFormatVersion {
+			return dirMeta{}, nil, fmt.Errorf("commit record: version %d without its data: %w", m.Version, ErrCorrupt)
+		}
+		return m, nil, nil
+	}
+	m, err := parseMeta(b[:i])
+	if err != nil {
+		return dirMeta{}, nil, err
+	}
+	if m.Version != dirInlineVersion {
+		return dirMeta{}, nil, fmt.Errorf("commit record: version %d followed by data: %w", m.Version, ErrCorrupt)
+	}
+	if held := size - int64(i+1); held != m.Size {
+		return dirMeta{}, nil, fmt.Errorf("commit record: holds %d bytes, says %d: %w", held, m.Size, ErrCorrupt)
+	}
+	return m, b[i+1:], nil
 }
 
 func (m dirMeta) info(key string) ObjectInfo {
@@ -400,24 +488,41 @@ func (d *Dir) syncDir(dir string) error {
 }
 
 // publish makes the synced data file p.dataName(id), written in place
-// (unreferenced, so invisible), the object p if cond holds. It takes the
-// key's lock. On failure before the commit record is renamed into place the
-// data file is removed; after it (the folder's sync failed) the data file
-// stays, since the record names it.
-func (d *Dir) publish(p objPath, id string, size int64, md map[string]string, cond Conditions) (_ ObjectInfo, err error) {
-	data := filepath.Join(p.dir, p.dataName(id))
-	tmpMeta := data + ".meta-tmp" // no "~meta" suffix: never listed
-	committed := false            // the record naming data is in place
+// (unreferenced, so invisible), the object p if cond holds.
+func (d *Dir) publish(p objPath, id string, size int64, md map[string]string, cond Conditions) (ObjectInfo, error) {
+	meta := dirMeta{Version: dirFormatVersion, ETag: `"` + id + `"`, Size: size, Modified: time.Now().UTC(), Data: p.dataName(id), Metadata: md}
+	return d.commit(p, meta, nil, cond)
+}
+
+// publishInline makes data, held in the record, the object p if cond holds.
+func (d *Dir) publishInline(p objPath, data []byte, md map[string]string, cond Conditions) (ObjectInfo, error) {
+	meta := dirMeta{Version: dirInlineVersion, ETag: `"` + newID() + `"`, Size: int64(len(data)), Modified: time.Now().UTC(), Metadata: md}
+	return d.commit(p, meta, data, cond)
+}
+
+// commit writes the record meta (followed by inline, for an object held in
+// it) and renames it into place if cond holds, under the key's lock. On
+// failure before the rename the record and the data file it names are
+// removed; after it (the folder's sync failed) the data file stays, since
+// the record names it.
+func (d *Dir) commit(p objPath, meta dirMeta, inline []byte, cond Conditions) (_ ObjectInfo, err error) {
+	// No "~meta" suffix: never listed.
+	tmpMeta := filepath.Join(p.dir, p.dataName(strings.Trim(meta.ETag, `"`))+".meta-tmp")
+	committed := false // the record naming the data is in place
 	defer func() {
 		if err != nil && !committed {
-			os.Remove(data)
+			if meta.Data != "" {
+				os.Remove(filepath.Join(p.dir, meta.Data))
+			}
 			os.Remove(tmpMeta)
 		}
 	}()
-	meta := dirMeta{Version: dirFormatVersion, ETag: `"` + id + `"`, Size: size, Modified: time.Now().UTC(), Data: p.dataName(id), Metadata: md}
 	rec, err := json.Marshal(meta)
 	if err != nil {
 		return ObjectInfo{}, err
+	}
+	if meta.Version == dirInlineVersion {
+		rec = append(append(rec, '\n'), inline...)
 	}
 	if err := d.writeNew(tmpMeta, rec); err != nil {
 		return ObjectInfo{}, err
@@ -450,7 +555,7 @@ func (d *Dir) publish(p objPath, id string, size int64, md map[string]string, co
 		// the write will last: like a lost answer.
 		return ObjectInfo{}, fmt.Errorf("committed, but syncing folder %s failed, so the write may not survive a crash: %w", p.dir, err)
 	}
-	if exists && old.Data != meta.Data {
+	if exists && old.Data != "" && old.Data != meta.Data {
 		_ = os.Remove(filepath.Join(p.dir, old.Data)) // readers holding it open keep reading
 	}
 	return meta.info(p.key), nil
@@ -464,10 +569,17 @@ func (d *Dir) Put(ctx context.Context, key string, data []byte, opts PutOptions)
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("put: %w", err)
 	}
-	id := newID()
 	if err := d.mkdirs(p.dir); err != nil {
 		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
+	if len(data) <= inlineMax {
+		info, err := d.publishInline(p, data, maps.Clone(opts.Metadata), opts.Conditions)
+		if err != nil {
+			return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+		}
+		return info, nil
+	}
+	id := newID()
 	if err := d.writeNew(filepath.Join(p.dir, p.dataName(id)), data); err != nil {
 		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
@@ -482,32 +594,36 @@ func (d *Dir) Put(ctx context.Context, key string, data []byte, opts PutOptions)
 	return info, nil
 }
 
-// open returns the commit record of p and its data file, opened.
-func (d *Dir) open(p objPath) (dirMeta, *os.File, error) {
+// open returns the commit record of p and either the object's bytes held
+// in it or its data file, opened.
+func (d *Dir) open(p objPath) (dirMeta, []byte, *os.File, error) {
 	for range readRetries {
-		m, err := d.readMeta(p)
+		m, inline, err := d.readRecord(p, true)
 		if err != nil {
-			return dirMeta{}, nil, err
+			return dirMeta{}, nil, nil, err
+		}
+		if m.Version == dirInlineVersion {
+			return m, inline, nil, nil
 		}
 		f, err := os.Open(filepath.Join(p.dir, m.Data))
 		if errors.Is(err, fs.ErrNotExist) {
 			continue // replaced meanwhile: read the new record
 		}
 		if err != nil {
-			return dirMeta{}, nil, err
+			return dirMeta{}, nil, nil, err
 		}
 		st, err := f.Stat()
 		if err != nil {
 			f.Close()
-			return dirMeta{}, nil, err
+			return dirMeta{}, nil, nil, err
 		}
 		if st.Size() != m.Size {
 			f.Close()
-			return dirMeta{}, nil, fmt.Errorf("data file %s is %d bytes, its record says %d: %w", m.Data, st.Size(), m.Size, ErrCorrupt)
+			return dirMeta{}, nil, nil, fmt.Errorf("data file %s is %d bytes, its record says %d: %w", m.Data, st.Size(), m.Size, ErrCorrupt)
 		}
-		return m, f, nil
+		return m, nil, f, nil
 	}
-	return dirMeta{}, nil, fmt.Errorf("replaced %d times while being read", readRetries)
+	return dirMeta{}, nil, nil, fmt.Errorf("replaced %d times while being read", readRetries)
 }
 
 func (d *Dir) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
@@ -518,15 +634,21 @@ func (d *Dir) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo,
 	if err != nil {
 		return nil, ObjectInfo{}, fmt.Errorf("get: %w", err)
 	}
-	m, f, err := d.open(p)
+	m, inline, f, err := d.open(p)
 	if err != nil {
 		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
 	}
-	defer f.Close()
 	off, n, err := r.resolve(m.Size)
 	if err != nil {
+		if f != nil {
+			f.Close()
+		}
 		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
 	}
+	if f == nil {
+		return append([]byte(nil), inline[off:off+n]...), m.info(key), nil
+	}
+	defer f.Close()
 	buf := make([]byte, n)
 	if _, err := f.ReadAt(buf, off); err != nil && !(err == io.EOF && n == 0) {
 		return nil, ObjectInfo{}, fmt.Errorf("get %s: read %s: %w", key, m.Data, err)
@@ -572,7 +694,9 @@ func (d *Dir) Delete(ctx context.Context, key string) error {
 	if err := os.Remove(p.meta()); err != nil {
 		return fmt.Errorf("delete %s: %w", key, err)
 	}
-	_ = os.Remove(filepath.Join(p.dir, m.Data))
+	if m.Data != "" {
+		_ = os.Remove(filepath.Join(p.dir, m.Data))
+	}
 	if err := d.syncDir(p.dir); err != nil {
 		return fmt.Errorf("delete %s: %w", key, err)
 	}

@@ -39,33 +39,125 @@ func TestDirContract(t *testing.T) {
 	})
 }
 
-// The object's bytes are a plain file under the root, and nothing internal
+// A large object's bytes are a plain file under the root, a small one's
+// follow its commit record in the record's own file, and nothing internal
 // shows up in a listing, even with an open upload.
 func TestDirLayout(t *testing.T) {
 	d := newDir(t)
 	ctx := t.Context()
+	big := bytes.Repeat([]byte("big bytes "), 20<<10) // more than a record holds
 	if _, err := d.Put(ctx, "vol/files/42/inode", []byte("inode bytes"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Put(ctx, "vol/files/42/1.0", big, staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.CreateMultipart(ctx, "vol/files/42/big", staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	matches, err := filepath.Glob(filepath.Join(d.Root(), "vol", "files", "42", "inode~*"))
+	small, err := filepath.Glob(filepath.Join(d.Root(), "vol", "files", "42", "inode~*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(small) != 1 || !strings.HasSuffix(small[0], "~meta") {
+		t.Fatalf("files of a small object: %q, want its record alone", small)
+	}
+	if b, err := os.ReadFile(small[0]); err != nil || !bytes.HasSuffix(b, []byte("}\ninode bytes")) || bytes.Count(b, []byte("\n")) != 1 {
+		t.Fatalf("record of a small object: %q, %v; want the record, a newline and the bytes", b, err)
+	}
+	matches, err := filepath.Glob(filepath.Join(d.Root(), "vol", "files", "42", "1.0~*"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var found bool
 	for _, m := range matches {
-		if b, err := os.ReadFile(m); err == nil && string(b) == "inode bytes" {
+		if b, err := os.ReadFile(m); err == nil && bytes.Equal(b, big) {
 			found = true
 		}
 	}
 	if !found {
-		t.Fatalf("no file holds exactly the object's bytes among %q", matches)
+		t.Fatalf("no file holds exactly the large object's bytes among %q", matches)
 	}
 	objs, err := staging.ListAll(ctx, d, "")
-	if err != nil || len(objs) != 1 || objs[0].Key != "vol/files/42/inode" {
+	if err != nil || len(objs) != 2 || objs[0].Key != "vol/files/42/1.0" || objs[1].Key != "vol/files/42/inode" ||
+		objs[0].Size != int64(len(big)) || objs[1].Size != int64(len("inode bytes")) {
 		t.Fatalf("list of everything: %+v, %v", objs, err)
+	}
+}
+
+// Replacing an object moves between the two layouts and leaves no data file
+// behind; a record written before records held objects still reads.
+func TestDirInlineAndDataFile(t *testing.T) {
+	d := newDir(t)
+	ctx := t.Context()
+	big := bytes.Repeat([]byte("0123456789abcdef"), 9<<10)
+	for i, want := range [][]byte{[]byte("small"), big, []byte("small again"), {}, big} {
+		if _, err := d.Put(ctx, "vol/k", want, staging.PutOptions{Metadata: map[string]string{"n": "v"}}); err != nil {
+			t.Fatal(err)
+		}
+		got, info, err := d.Get(ctx, "vol/k", staging.Whole())
+		if err != nil || !bytes.Equal(got, want) || info.Size != int64(len(want)) || info.Metadata["n"] != "v" {
+			t.Fatalf("write %d: get %d bytes, %+v, %v; want %d bytes", i, len(got), info, err, len(want))
+		}
+		if len(want) > 3 {
+			part, _, err := d.Get(ctx, "vol/k", staging.Range{Off: 1, Len: 3})
+			if err != nil || !bytes.Equal(part, want[1:4]) {
+				t.Fatalf("write %d: ranged get %q, %v; want %q", i, part, err, want[1:4])
+			}
+		}
+		files, _ := filepath.Glob(filepath.Join(d.Root(), "vol", "k~*"))
+		wantFiles := 1
+		if len(want) == len(big) {
+			wantFiles = 2
+		}
+		if len(files) != wantFiles {
+			t.Fatalf("write %d (%d bytes): files %q, want %d", i, len(want), files, wantFiles)
+		}
+	}
+	if err := d.Delete(ctx, "vol/k"); err != nil {
+		t.Fatal(err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(d.Root(), "vol", "k~*")); len(files) != 0 {
+		t.Fatalf("files after delete: %q", files)
+	}
+	// A version-1 record, as earlier builds wrote every object.
+	if err := os.WriteFile(filepath.Join(d.Root(), "vol", "old~abc"), []byte("old data"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	rec := `{"v":1,"etag":"\"abc\"","size":8,"modified":"2026-01-01T00:00:00Z","data":"old~abc"}`
+	if err := os.WriteFile(filepath.Join(d.Root(), "vol", "old~meta"), []byte(rec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := d.Get(ctx, "vol/old", staging.Whole()); err != nil || string(got) != "old data" {
+		t.Fatalf("get of a version-1 object: %q, %v", got, err)
+	}
+}
+
+// A record holding an object is refused when its length disagrees with the
+// size it states, or when it is longer than any record the store writes.
+func TestDirInlineCorrupt(t *testing.T) {
+	d := newDir(t)
+	ctx := t.Context()
+	if _, err := d.Put(ctx, "k", []byte("four"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(d.Root(), "k~meta")
+	rec, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{
+		"short":      rec[:len(rec)-1],
+		"long":       append(slices.Clone(rec), 'x'),
+		"huge":       append(slices.Clone(rec), make([]byte, 200<<10)...),
+		"no newline": bytes.Repeat([]byte(" "), 20<<10),
+	} {
+		if err := os.WriteFile(path, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := d.Get(ctx, "k", staging.Whole()); !errors.Is(err, staging.ErrCorrupt) {
+			t.Errorf("%s: get: %v, want ErrCorrupt", name, err)
+		}
 	}
 }
 
@@ -313,19 +405,21 @@ func TestReadersDuringOverwrite(t *testing.T) {
 func TestDirSyncFailsAfterCommit(t *testing.T) {
 	d := newDir(t)
 	ctx := t.Context()
-	if _, err := d.Put(ctx, "vol/k", []byte("old bytes"), staging.PutOptions{}); err != nil {
+	// Objects too large to be held in their records: each has a data file.
+	oldBytes, newBytes := strings.Repeat("old bytes ", 20<<10), strings.Repeat("new bytes ", 20<<10)
+	if _, err := d.Put(ctx, "vol/k", []byte(oldBytes), staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	errSync := errors.New("folder sync failed")
 	staging.SetDirSyncHook(d, func(string) error { return errSync })
-	_, err := d.Put(ctx, "vol/k", []byte("new bytes"), staging.PutOptions{})
+	_, err := d.Put(ctx, "vol/k", []byte(newBytes), staging.PutOptions{})
 	staging.SetDirSyncHook(d, nil)
 	if !errors.Is(err, errSync) {
 		t.Fatalf("put with a failing folder sync: %v, want the sync's error", err)
 	}
 	b, _, err := d.Get(ctx, "vol/k", staging.Whole())
-	if err != nil || string(b) != "new bytes" {
-		t.Fatalf("get after the failed sync: %q, %v; want the committed bytes", b, err)
+	if err != nil || string(b) != newBytes {
+		t.Fatalf("get after the failed sync: %d bytes, %v; want the committed bytes", len(b), err)
 	}
 	matches, err := filepath.Glob(filepath.Join(d.Root(), "vol", "k~*"))
 	if err != nil {
@@ -338,8 +432,8 @@ func TestDirSyncFailsAfterCommit(t *testing.T) {
 		}
 	}
 	slices.Sort(data)
-	if !slices.Equal(data, []string{"new bytes", "old bytes"}) {
-		t.Fatalf("data files after the failed sync hold %q, want both the new and the old bytes", data)
+	if !slices.Equal(data, []string{newBytes, oldBytes}) {
+		t.Fatalf("data files after the failed sync: %d, want both the new and the old bytes", len(data))
 	}
 }
 
