@@ -2,6 +2,7 @@ package staging
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 )
@@ -38,7 +39,12 @@ func (o Op) String() string {
 // OpCounts are the requests of one operation (or of all).
 type OpCounts struct {
 	Requests int64
-	Errors   int64 // requests that returned an error
+	// Errors are the requests that failed: not those answered with
+	// ErrNotFound or ErrPrecondition, which the protocol expects (a head
+	// that does not exist yet, the loser of a conditional write), counted
+	// in Refused.
+	Errors  int64
+	Refused int64
 	// BytesSent is the payload sent to the store (Put and UploadPart data).
 	BytesSent int64
 	// BytesReceived is the payload received (the bytes Get returned).
@@ -48,6 +54,7 @@ type OpCounts struct {
 func (c *OpCounts) add(o OpCounts) {
 	c.Requests += o.Requests
 	c.Errors += o.Errors
+	c.Refused += o.Refused
 	c.BytesSent += o.BytesSent
 	c.BytesReceived += o.BytesReceived
 }
@@ -155,7 +162,11 @@ func (c *Counting) countGet(op Op, r Range, sent, received int, err error) {
 	}
 	o := &c.c.ops[op]
 	o.Requests++
-	if err != nil {
+	switch {
+	case err == nil:
+	case errors.Is(err, ErrNotFound) || errors.Is(err, ErrPrecondition):
+		o.Refused++
+	default:
 		o.Errors++
 	}
 	o.BytesSent += int64(sent)

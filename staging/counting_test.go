@@ -1,6 +1,7 @@
 package staging_test
 
 import (
+	"context"
 	"testing"
 
 	"ckptfs/staging"
@@ -26,6 +27,11 @@ func TestCounting(t *testing.T) {
 	}
 	if _, err := c.Head(ctx, "a"); err != nil {
 		t.Fatal(err)
+	}
+	canceled, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := c.Head(canceled, "a"); err == nil {
+		t.Fatal("head with a canceled context succeeded")
 	}
 	id, err := c.CreateMultipart(ctx, "b", staging.PutOptions{})
 	if err != nil {
@@ -53,9 +59,10 @@ func TestCounting(t *testing.T) {
 		op   staging.Op
 		want staging.OpCounts
 	}{
-		{staging.OpPut, staging.OpCounts{Requests: 2, Errors: 1, BytesSent: 107}},
-		{staging.OpGet, staging.OpCounts{Requests: 5, Errors: 1, BytesReceived: 100 + 10 + 20 + 100}},
-		{staging.OpHead, staging.OpCounts{Requests: 1}},
+		// A refused condition and a missing key are answers, not errors.
+		{staging.OpPut, staging.OpCounts{Requests: 2, Refused: 1, BytesSent: 107}},
+		{staging.OpGet, staging.OpCounts{Requests: 5, Refused: 1, BytesReceived: 100 + 10 + 20 + 100}},
+		{staging.OpHead, staging.OpCounts{Requests: 2, Errors: 1}},
 		{staging.OpList, staging.OpCounts{Requests: 1}},
 		{staging.OpDelete, staging.OpCounts{Requests: 1}},
 		{staging.OpCreateMultipart, staging.OpCounts{Requests: 1}},
@@ -63,7 +70,7 @@ func TestCounting(t *testing.T) {
 		{staging.OpCompleteMultipart, staging.OpCounts{Requests: 1}},
 		{staging.OpAbortMultipart, staging.OpCounts{}},
 		{staging.OpListUploads, staging.OpCounts{Requests: 1}},
-		{staging.OpAny, staging.OpCounts{Requests: 14, Errors: 2, BytesSent: 157, BytesReceived: 230}},
+		{staging.OpAny, staging.OpCounts{Requests: 15, Errors: 1, Refused: 2, BytesSent: 157, BytesReceived: 230}},
 	} {
 		if got := s.Op(tc.op); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.op, got, tc.want)

@@ -11,74 +11,76 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"ckptfs/staging/s3test"
 )
 
-// promSample is one sample line of the text exposition format: a metric
-// name, optional labels, and a value.
-var promSample = regexp.MustCompile(`^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*")*\})? ([-+]?(?:[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?|NaN|Inf))$`)
-
-var promComment = regexp.MustCompile(`^# (HELP|TYPE) ([a-zA-Z_:][a-zA-Z0-9_:]*) (.+)$`)
-
-// parseProm checks the syntax of a scrape and returns its samples by
-// name{labels}.
+// parseProm parses a scrape with the Prometheus text parser, checks it
+// with the Prometheus linter (HELP on every family, counters named _total,
+// base units...), and returns its samples by name{labels}: a histogram's as
+// name_bucket{le="..."}, name_sum and name_count.
 func parseProm(text string) (map[string]float64, error) {
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		return nil, fmt.Errorf("parse: %w", err)
+	}
+	problems, err := promlint.New(strings.NewReader(text)).Lint()
+	if err != nil {
+		return nil, fmt.Errorf("lint: %w", err)
+	}
+	if len(problems) > 0 {
+		return nil, fmt.Errorf("lint: %v", problems)
+	}
 	samples := make(map[string]float64)
-	types := make(map[string]string)
-	helps := make(map[string]bool)
-	for i, line := range strings.Split(strings.TrimSuffix(text, "\n"), "\n") {
-		if m := promComment.FindStringSubmatch(line); m != nil {
-			switch m[1] {
-			case "TYPE":
-				if _, dup := types[m[2]]; dup {
-					return nil, fmt.Errorf("line %d: second TYPE of %s", i+1, m[2])
-				}
-				switch m[3] {
-				case "counter", "gauge", "summary", "histogram", "untyped":
-				default:
-					return nil, fmt.Errorf("line %d: unknown type %q", i+1, m[3])
-				}
-				types[m[2]] = m[3]
-			case "HELP":
-				helps[m[2]] = true
+	for name, mf := range mfs {
+		if mf.GetHelp() == "" {
+			return nil, fmt.Errorf("%s has no HELP", name)
+		}
+		for _, m := range mf.GetMetric() {
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 			}
-			continue
+			key := func(suffix string, extra ...string) string {
+				ls := append(slices.Clone(labels), extra...)
+				if len(ls) == 0 {
+					return name + suffix
+				}
+				return name + suffix + "{" + strings.Join(ls, ",") + "}"
+			}
+			switch mf.GetType() {
+			case dto.MetricType_COUNTER:
+				samples[key("")] = m.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				samples[key("")] = m.GetGauge().GetValue()
+			case dto.MetricType_UNTYPED:
+				samples[key("")] = m.GetUntyped().GetValue()
+			case dto.MetricType_SUMMARY:
+				samples[key("_sum")] = m.GetSummary().GetSampleSum()
+				samples[key("_count")] = float64(m.GetSummary().GetSampleCount())
+			case dto.MetricType_HISTOGRAM:
+				h := m.GetHistogram()
+				samples[key("_sum")] = h.GetSampleSum()
+				samples[key("_count")] = float64(h.GetSampleCount())
+				for _, b := range h.GetBucket() {
+					samples[key("_bucket", fmt.Sprintf("le=%q", strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)))] = float64(b.GetCumulativeCount())
+				}
+			default:
+				return nil, fmt.Errorf("%s: type %v", name, mf.GetType())
+			}
 		}
-		m := promSample.FindStringSubmatch(line)
-		if m == nil {
-			return nil, fmt.Errorf("line %d is not a sample: %q", i+1, line)
-		}
-		family := m[1]
-		typ, ok := types[family]
-		if !ok {
-			family = strings.TrimSuffix(strings.TrimSuffix(family, "_sum"), "_count")
-			typ, ok = types[family]
-		}
-		if !ok {
-			return nil, fmt.Errorf("line %d: sample %s has no TYPE before it", i+1, m[1])
-		}
-		if !helps[family] {
-			return nil, fmt.Errorf("line %d: sample %s has no HELP", i+1, m[1])
-		}
-		if typ == "counter" && !strings.HasSuffix(m[1], "_total") {
-			return nil, fmt.Errorf("line %d: counter %s does not end in _total", i+1, m[1])
-		}
-		v, err := strconv.ParseFloat(m[3], 64)
-		if err != nil {
-			return nil, fmt.Errorf("line %d: value: %w", i+1, err)
-		}
-		key := m[1] + m[2]
-		if _, dup := samples[key]; dup {
-			return nil, fmt.Errorf("line %d: second sample %s", i+1, key)
-		}
-		samples[key] = v
 	}
 	return samples, nil
 }
@@ -90,8 +92,7 @@ func TestParseProm(t *testing.T) {
 	}{
 		{"counter", "# HELP a_total A.\n# TYPE a_total counter\na_total 3\n", true},
 		{"labels", "# HELP a_total A.\n# TYPE a_total counter\na_total{op=\"put\",x=\"y\"} 3\n", true},
-		{"summary", "# HELP s S.\n# TYPE s summary\ns_sum 0.5\ns_count 2\n", true},
-		{"no type", "a_total 3\n", false},
+		{"histogram", "# HELP s_seconds S.\n# TYPE s_seconds histogram\ns_seconds_bucket{le=\"1\"} 1\ns_seconds_bucket{le=\"+Inf\"} 2\ns_seconds_sum 0.5\ns_seconds_count 2\n", true},
 		{"no help", "# TYPE a_total counter\na_total 3\n", false},
 		{"counter without _total", "# HELP a A.\n# TYPE a counter\na 3\n", false},
 		{"bad value", "# HELP g G.\n# TYPE g gauge\ng three\n", false},
@@ -250,6 +251,21 @@ loop:
 	}
 	if end[`ckptfs_errors_total{kind="flush"}`] != 0 {
 		t.Errorf("flush errors: %v", end[`ckptfs_errors_total{kind="flush"}`])
+	}
+	// Latency histograms: of the FUSE writes, of the store's uploads, of
+	// the flushes; and the process and runtime collectors.
+	for _, k := range []string{`ckptfs_fuse_operation_seconds_count{op="write"}`, `ckptfs_fuse_operation_seconds_count{op="flush"}`,
+		`ckptfs_store_request_seconds_count{op="put"}`, `ckptfs_flush_seconds_bucket{le="+Inf"}`,
+		"ckptfs_flush_sent_ahead_bytes_count", "process_resident_memory_bytes", "go_goroutines"} {
+		if end[k] <= 0 {
+			t.Errorf("%s = %v, want more than 0", k, end[k])
+		}
+	}
+	// The namespace's refresh reads the next log entry, which is not there
+	// yet: an expected answer, not an error.
+	if end[`ckptfs_store_refused_total{op="get"}`] <= 0 || end[`ckptfs_store_errors_total{op="get"}`] != 0 || end[`ckptfs_errors_total{kind="store"}`] != 0 {
+		t.Errorf("gets refused %v, failed %v; store errors %v: want refusals and no errors", end[`ckptfs_store_refused_total{op="get"}`],
+			end[`ckptfs_store_errors_total{op="get"}`], end[`ckptfs_errors_total{kind="store"}`])
 	}
 	t.Logf("after %d MiB: %v flushes, %v bytes sent ahead, %v flushed, %v meta, %v dead, %v requests",
 		n>>20, end["ckptfs_flushes_total"], end["ckptfs_stream_sent_bytes_total"], end["ckptfs_stream_flush_bytes_total"],

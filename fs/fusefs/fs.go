@@ -172,6 +172,7 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		prefetchSem: make(chan struct{}, prefetchConcurrency), wake: make(chan struct{}, 1),
 		metrics: metrics,
 	}
+	metrics.fsys = fsys
 	fsys.refreshedAt.Store(time.Now().UnixNano()) // Open read the namespace
 	if o.Config.Metrics != "" {
 		if err := fsys.startMetrics(o.Config.Metrics); err != nil {
@@ -252,7 +253,7 @@ func (fsys *FS) Mount(mountpoint string) error {
 	if fsys.fsName == "" {
 		opts.MountOptions.FsName = "ckptfs"
 	}
-	srv, err := fs.Mount(mountpoint, &node{fsys: fsys, ino: namespace.RootIno}, opts)
+	srv, err := fsys.serve(mountpoint, &node{fsys: fsys, ino: namespace.RootIno}, opts)
 	if err != nil {
 		return fmt.Errorf("mount %s: %w", mountpoint, err)
 	}

@@ -1,17 +1,19 @@
 package fusefs
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"strconv"
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/common/expfmt"
 	"go.uber.org/zap"
 
 	"ckptfs/fs/engine"
@@ -20,21 +22,64 @@ import (
 )
 
 // Metrics are the counters of one mount, served in the Prometheus text
-// exposition format (version 0.0.4) by the listener of -o metrics=host:port.
-// Each FS owns its own: there is no process-wide registry.
+// exposition format by the listener of -o metrics=host:port. Each FS owns
+// its own registry: there is no process-wide state, so two mounts in one
+// process (the tests) count apart.
+//
+// Besides the counters, histograms of latency: every FUSE operation by
+// name, every store request by operation, and every flush that published a
+// checkpoint, with the bytes it had sent ahead; and the process and Go
+// runtime collectors.
 type Metrics struct {
+	reg  *prometheus.Registry
+	fsys *FS // set by New before the listener starts
+
 	flushes       atomic.Int64
 	flushFailures atomic.Int64
-	flushNanos    atomic.Int64
 	conflicts     atomic.Int64 // retried attempts of flushes that succeeded
 	sentAhead     atomic.Int64
 	dead          atomic.Int64
 	flushed       atomic.Int64
 	meta          atomic.Int64
 
+	flushSeconds   prometheus.Histogram
+	flushSentAhead prometheus.Histogram
+	fuseSeconds    *prometheus.HistogramVec
+
 	counting *staging.Counting
 	inflight *inflightStore
 	wal      wal.Counters // the records of every file's write-ahead log
+}
+
+// Latency buckets: from a memory hit (10 µs) to a request that waited on a
+// slow link (about 100 s), by factors of about 3.
+var latencyBuckets = prometheus.ExponentialBucketsRange(10e-6, 100, 15)
+
+// newMetrics wraps st in the counting wrappers the metrics read; the mount
+// uses the returned store. The FS, once made, sets Metrics.fsys: the gauges
+// read at each scrape.
+func newMetrics(st staging.Store) (*Metrics, staging.Store) {
+	c := staging.NewCounting(st)
+	m := &Metrics{reg: prometheus.NewRegistry(), counting: c}
+	m.flushSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "ckptfs_flush_seconds", Help: "Time of the flushes that published a checkpoint.", Buckets: latencyBuckets})
+	m.flushSentAhead = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "ckptfs_flush_sent_ahead_bytes", Help: "Data bytes a flush that published a checkpoint had sent ahead of it.",
+		Buckets: prometheus.ExponentialBuckets(64<<10, 4, 12)}) // 64 KiB to 256 GiB
+	m.fuseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ckptfs_fuse_operation_seconds", Help: "Time to answer FUSE requests, by operation.", Buckets: latencyBuckets}, []string{"op"})
+	storeSeconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "ckptfs_store_request_seconds", Help: "Time of store requests, by operation.", Buckets: latencyBuckets}, []string{"op"})
+	in := &inflightStore{inner: c}
+	for op := staging.OpPut; op <= staging.OpListUploads; op++ {
+		in.seconds[op] = storeSeconds.WithLabelValues(op.String())
+	}
+	m.inflight = in
+	m.reg.MustRegister(m.flushSeconds, m.flushSentAhead, m.fuseSeconds, storeSeconds,
+		&mountCollector{m: m},
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		collectors.NewGoCollector())
+	return m, in
 }
 
 // recordFlush adds what one flush did.
@@ -47,7 +92,8 @@ func (m *Metrics) recordFlush(t engine.FlushTiming, err error) {
 		return // nothing changed: no checkpoint was published
 	}
 	m.flushes.Add(1)
-	m.flushNanos.Add(int64(t.Total))
+	m.flushSeconds.Observe(t.Total.Seconds())
+	m.flushSentAhead.Observe(float64(t.StreamSentBytes))
 	m.conflicts.Add(int64(t.Attempts - 1))
 	m.sentAhead.Add(t.StreamSentBytes)
 	m.dead.Add(t.StreamDeadBytes)
@@ -63,94 +109,105 @@ func (fsys *FS) flush(ctx context.Context, of *openFile) (engine.FlushTiming, er
 	return t, err
 }
 
-// WriteMetrics writes the mount's counters and gauges in the Prometheus text
-// format.
+// WriteMetrics writes the mount's metrics in the Prometheus text format.
 func (fsys *FS) WriteMetrics(w io.Writer) error {
-	m := fsys.metrics
+	mfs, err := fsys.metrics.reg.Gather()
+	if err != nil {
+		return fmt.Errorf("gather metrics: %w", err)
+	}
+	enc := expfmt.NewEncoder(w, expfmt.NewFormat(expfmt.TypeTextPlain))
+	for _, mf := range mfs {
+		if err := enc.Encode(mf); err != nil {
+			return fmt.Errorf("write metrics: %w", err)
+		}
+	}
+	return nil
+}
+
+// mountCollector reads the mount's counters and gauges at each scrape.
+type mountCollector struct{ m *Metrics }
+
+// metricDesc is one metric family the collector gives, with the label it
+// varies by ("" for none).
+type metricDesc struct {
+	desc *prometheus.Desc
+	typ  prometheus.ValueType
+}
+
+func newDesc(name, help string, typ prometheus.ValueType, labels ...string) metricDesc {
+	return metricDesc{desc: prometheus.NewDesc(name, help, labels, nil), typ: typ}
+}
+
+var (
+	descFlushes      = newDesc("ckptfs_flushes_total", "Checkpoints published.", prometheus.CounterValue)
+	descConflicts    = newDesc("ckptfs_flush_conflict_retries_total", "Flush attempts retried after another writer's checkpoint.", prometheus.CounterValue)
+	descSent         = newDesc("ckptfs_stream_sent_bytes_total", "Data bytes sent ahead of the flushes, in objects that completed.", prometheus.CounterValue)
+	descDead         = newDesc("ckptfs_stream_dead_bytes_total", "Data bytes sent ahead that were overwritten before their checkpoint.", prometheus.CounterValue)
+	descFlushed      = newDesc("ckptfs_stream_flush_bytes_total", "Data bytes written by the flushes themselves.", prometheus.CounterValue)
+	descMeta         = newDesc("ckptfs_stream_meta_bytes_total", "Index, summary and header bytes written by the flushes.", prometheus.CounterValue)
+	descRequests     = newDesc("ckptfs_store_requests_total", "Store requests by operation.", prometheus.CounterValue, "op")
+	descRefused      = newDesc("ckptfs_store_refused_total", "Store requests answered as the protocol expects some to be (not found, a condition that did not hold), by operation: not errors.", prometheus.CounterValue, "op")
+	descBytesSent    = newDesc("ckptfs_store_bytes_sent_total", "Payload bytes sent to the store.", prometheus.CounterValue)
+	descBytesRecv    = newDesc("ckptfs_store_bytes_received_total", "Payload bytes received from the store.", prometheus.CounterValue)
+	descInFlight     = newDesc("ckptfs_store_requests_in_flight", "Store requests started and not returned, by operation.", prometheus.GaugeValue, "op")
+	descPieces       = newDesc("ckptfs_pieces_in_flight", "Object data (puts and parts) being uploaded now.", prometheus.GaugeValue)
+	descErrors       = newDesc("ckptfs_errors_total", "Errors by kind: failed flushes, failed store requests (not counting expected answers such as not found).", prometheus.CounterValue, "kind")
+	descStoreErrors  = newDesc("ckptfs_store_errors_total", "Failed store requests by operation (not counting expected answers such as not found).", prometheus.CounterValue, "op")
+	descWALRecords   = newDesc("ckptfs_wal_records_total", "Write-ahead log records stored (each one PUT; concurrent writes share one).", prometheus.CounterValue)
+	descWALWrites    = newDesc("ckptfs_wal_writes_total", "Changes (writes, truncates, hole punches, mtimes) made durable in write-ahead log records.", prometheus.CounterValue)
+	descWALBytes     = newDesc("ckptfs_wal_bytes_total", "Bytes of write-ahead log records stored.", prometheus.CounterValue)
+	descWALFailures  = newDesc("ckptfs_wal_record_failures_total", "Write-ahead log records whose PUT failed (their writes failed).", prometheus.CounterValue)
+	descDirty        = newDesc("ckptfs_dirty_bytes", "Memory drawn from the mount's budget: dirty blocks and copies in flight.", prometheus.GaugeValue)
+	descMemoryLimit  = newDesc("ckptfs_memory_limit_bytes", "Size of the mount's memory budget.", prometheus.GaugeValue)
+	descOpenFiles    = newDesc("ckptfs_open_files", "Files whose engine is open (held by a handle or still dirty).", prometheus.GaugeValue)
+	mountCollectorDs = []metricDesc{descFlushes, descConflicts, descSent, descDead, descFlushed, descMeta, descRequests, descRefused,
+		descBytesSent, descBytesRecv, descInFlight, descPieces, descErrors, descStoreErrors, descWALRecords, descWALWrites,
+		descWALBytes, descWALFailures, descDirty, descMemoryLimit, descOpenFiles}
+)
+
+func (c *mountCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range mountCollectorDs {
+		ch <- d.desc
+	}
+}
+
+func (c *mountCollector) Collect(ch chan<- prometheus.Metric) {
+	m, fsys := c.m, c.m.fsys
+	emit := func(d metricDesc, v int64, label ...string) {
+		ch <- prometheus.MustNewConstMetric(d.desc, d.typ, float64(v), label...)
+	}
+	counts := m.counting.Snapshot()
+	emit(descFlushes, m.flushes.Load())
+	emit(descConflicts, m.conflicts.Load())
+	emit(descSent, m.sentAhead.Load())
+	emit(descDead, m.dead.Load())
+	emit(descFlushed, m.flushed.Load())
+	emit(descMeta, m.meta.Load())
+	for op := staging.OpPut; op <= staging.OpListUploads; op++ {
+		o := counts.Op(op)
+		emit(descRequests, o.Requests, op.String())
+		emit(descRefused, o.Refused, op.String())
+		emit(descStoreErrors, o.Errors, op.String())
+		emit(descInFlight, m.inflight.n[op].Load(), op.String())
+	}
+	emit(descBytesSent, counts.Total().BytesSent)
+	emit(descBytesRecv, counts.Total().BytesReceived)
+	emit(descPieces, m.inflight.n[staging.OpPut].Load()+m.inflight.n[staging.OpUploadPart].Load())
+	emit(descErrors, m.flushFailures.Load(), "flush")
+	emit(descErrors, counts.Total().Errors, "store")
+	emit(descWALRecords, m.wal.Records.Load())
+	emit(descWALWrites, m.wal.Ops.Load())
+	emit(descWALBytes, m.wal.Bytes.Load())
+	emit(descWALFailures, m.wal.Failed.Load())
+	if fsys == nil {
+		return
+	}
+	emit(descDirty, fsys.budget.Used())
+	emit(descMemoryLimit, fsys.budget.Limit())
 	fsys.mu.Lock()
 	open := len(fsys.files)
 	fsys.mu.Unlock()
-	c := m.counting.Snapshot()
-
-	bw := bufio.NewWriter(w)
-	p := promWriter{w: bw}
-	p.metric("ckptfs_flushes_total", "counter", "Checkpoints published.", "", m.flushes.Load())
-	p.header("ckptfs_flush_seconds", "summary", "Time of the flushes that published a checkpoint.")
-	p.line("ckptfs_flush_seconds_sum", "", strconv.FormatFloat(time.Duration(m.flushNanos.Load()).Seconds(), 'g', -1, 64))
-	p.line("ckptfs_flush_seconds_count", "", strconv.FormatInt(m.flushes.Load(), 10))
-	p.metric("ckptfs_flush_conflict_retries_total", "counter", "Flush attempts retried after another writer's checkpoint.", "", m.conflicts.Load())
-	p.metric("ckptfs_stream_sent_bytes_total", "counter", "Data bytes sent ahead of the flushes, in objects that completed.", "", m.sentAhead.Load())
-	p.metric("ckptfs_stream_dead_bytes_total", "counter", "Data bytes sent ahead that were overwritten before their checkpoint.", "", m.dead.Load())
-	p.metric("ckptfs_stream_flush_bytes_total", "counter", "Data bytes written by the flushes themselves.", "", m.flushed.Load())
-	p.metric("ckptfs_stream_meta_bytes_total", "counter", "Index, summary and header bytes written by the flushes.", "", m.meta.Load())
-
-	p.header("ckptfs_store_requests_total", "counter", "Store requests by operation.")
-	for op := staging.OpPut; op <= staging.OpListUploads; op++ {
-		p.line("ckptfs_store_requests_total", opLabel(op), strconv.FormatInt(c.Op(op).Requests, 10))
-	}
-	p.header("ckptfs_store_bytes_sent_total", "counter", "Payload bytes sent to the store.")
-	p.line("ckptfs_store_bytes_sent_total", "", strconv.FormatInt(c.Total().BytesSent, 10))
-	p.header("ckptfs_store_bytes_received_total", "counter", "Payload bytes received from the store.")
-	p.line("ckptfs_store_bytes_received_total", "", strconv.FormatInt(c.Total().BytesReceived, 10))
-	p.header("ckptfs_store_requests_in_flight", "gauge", "Store requests started and not returned, by operation.")
-	for op := staging.OpPut; op <= staging.OpListUploads; op++ {
-		p.line("ckptfs_store_requests_in_flight", opLabel(op), strconv.FormatInt(m.inflight.n[op].Load(), 10))
-	}
-	p.metric("ckptfs_pieces_in_flight", "gauge", "Object data (puts and parts) being uploaded now.", "",
-		m.inflight.n[staging.OpPut].Load()+m.inflight.n[staging.OpUploadPart].Load())
-
-	p.header("ckptfs_errors_total", "counter", "Errors by kind: failed flushes, failed store requests.")
-	p.line("ckptfs_errors_total", `kind="flush"`, strconv.FormatInt(m.flushFailures.Load(), 10))
-	p.line("ckptfs_errors_total", `kind="store"`, strconv.FormatInt(c.Total().Errors, 10))
-	p.header("ckptfs_store_errors_total", "counter", "Failed store requests by operation.")
-	for op := staging.OpPut; op <= staging.OpListUploads; op++ {
-		p.line("ckptfs_store_errors_total", opLabel(op), strconv.FormatInt(c.Op(op).Errors, 10))
-	}
-
-	p.metric("ckptfs_wal_records_total", "counter", "Write-ahead log records stored (each one PUT; concurrent writes share one).", "", m.wal.Records.Load())
-	p.metric("ckptfs_wal_writes_total", "counter", "Changes (writes, truncates, hole punches, mtimes) made durable in write-ahead log records.", "", m.wal.Ops.Load())
-	p.metric("ckptfs_wal_bytes_total", "counter", "Bytes of write-ahead log records stored.", "", m.wal.Bytes.Load())
-	p.metric("ckptfs_wal_record_failures_total", "counter", "Write-ahead log records whose PUT failed (their writes failed).", "", m.wal.Failed.Load())
-
-	p.metric("ckptfs_dirty_bytes", "gauge", "Memory drawn from the mount's budget: dirty blocks and copies in flight.", "", fsys.budget.Used())
-	p.metric("ckptfs_memory_limit_bytes", "gauge", "Size of the mount's memory budget.", "", fsys.budget.Limit())
-	p.metric("ckptfs_open_files", "gauge", "Files whose engine is open (held by a handle or still dirty).", "", int64(open))
-	if p.err != nil {
-		return p.err
-	}
-	return bw.Flush()
-}
-
-func opLabel(op staging.Op) string { return `op="` + op.String() + `"` }
-
-// promWriter writes lines of the text exposition format; the first error
-// sticks.
-type promWriter struct {
-	w   *bufio.Writer
-	err error
-}
-
-func (p *promWriter) header(name, typ, help string) {
-	p.printf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
-}
-
-func (p *promWriter) line(name, labels, value string) {
-	if labels != "" {
-		p.printf("%s{%s} %s\n", name, labels, value)
-		return
-	}
-	p.printf("%s %s\n", name, value)
-}
-
-func (p *promWriter) metric(name, typ, help, labels string, v int64) {
-	p.header(name, typ, help)
-	p.line(name, labels, strconv.FormatInt(v, 10))
-}
-
-func (p *promWriter) printf(format string, a ...any) {
-	if p.err == nil {
-		_, p.err = fmt.Fprintf(p.w, format, a...)
-	}
+	emit(descOpenFiles, int64(open))
 }
 
 // metricsServer is the HTTP listener of a mount; Close of the FS stops it and
@@ -168,13 +225,14 @@ func (fsys *FS) startMetrics(addr string) error {
 		return fmt.Errorf("metrics listener: %w", err)
 	}
 	mux := http.NewServeMux()
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, r *http.Request) {
-		fsys.log.Debug("metrics scraped", zap.String("from", r.RemoteAddr))
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-		if err := fsys.WriteMetrics(w); err != nil {
-			fsys.log.Debug("metrics scrape not answered", zap.Error(err))
-		}
+	prom := promhttp.HandlerFor(fsys.metrics.reg, promhttp.HandlerOpts{
+		ErrorLog:      promLog{fsys.log},
+		ErrorHandling: promhttp.ContinueOnError, // what could be gathered is still served
 	})
+	mux.Handle("/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fsys.log.Debug("metrics scraped", zap.String("from", r.RemoteAddr))
+		prom.ServeHTTP(w, r)
+	}))
 	s := &metricsServer{
 		srv:  &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		ln:   ln,
@@ -226,8 +284,9 @@ func (fsys *FS) MetricsAddr() string {
 // inflightStore counts the requests in progress to the store it wraps, by
 // operation: the uploads in flight of every file of the mount.
 type inflightStore struct {
-	inner staging.Store
-	n     [staging.OpListUploads + 1]atomic.Int64
+	inner   staging.Store
+	n       [staging.OpListUploads + 1]atomic.Int64
+	seconds [staging.OpListUploads + 1]prometheus.Observer // request latency
 }
 
 var _ staging.Store = (*inflightStore)(nil)
@@ -236,7 +295,13 @@ var _ staging.Store = (*inflightStore)(nil)
 // request returns.
 func (s *inflightStore) begin(op staging.Op) func() {
 	s.n[op].Add(1)
-	return func() { s.n[op].Add(-1) }
+	start := time.Now()
+	return func() {
+		s.n[op].Add(-1)
+		if o := s.seconds[op]; o != nil {
+			o.Observe(time.Since(start).Seconds())
+		}
+	}
 }
 
 func (s *inflightStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
@@ -289,10 +354,10 @@ func (s *inflightStore) ListMultipartUploads(ctx context.Context, prefix string)
 	return s.inner.ListMultipartUploads(ctx, prefix)
 }
 
-// newMetrics wraps st in the counting wrappers the metrics read; the mount
-// uses the returned store.
-func newMetrics(st staging.Store) (*Metrics, staging.Store) {
-	c := staging.NewCounting(st)
-	in := &inflightStore{inner: c}
-	return &Metrics{counting: c, inflight: in}, in
+// promLog passes the metrics handler's errors (a scrape that could not be
+// gathered or written) to the mount's log.
+type promLog struct{ log *zap.Logger }
+
+func (l promLog) Println(v ...any) {
+	l.log.Debug("metrics scrape", zap.String("error", fmt.Sprint(v...)))
 }
