@@ -1,24 +1,22 @@
 package main
 
 import (
-	"fmt"
 	"io"
 	"os"
 	"sync"
 	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
-// progress draws a one-line counter for long runs (gc, fsck, cat of a large
+// progress draws a one-line bar for long runs (gc, fsck, cat of a large
 // file) when its writer is a terminal, and does nothing otherwise, so that
-// scripts and logs stay clean.
+// scripts and logs stay clean. The bar is progressbar's; this type only
+// decides whether there is one and keeps the calls nil-safe.
 type progress struct {
-	mu    sync.Mutex
-	w     io.Writer // nil when not a terminal: every method is then a no-op
-	what  string
-	n     int64
-	total int64
-	last  time.Time
-	drawn bool
+	mu  sync.Mutex
+	bar *progressbar.ProgressBar // nil when not a terminal: every method is then a no-op
 }
 
 // redrawEvery bounds how often the line is redrawn: a terminal is slow.
@@ -26,65 +24,57 @@ const redrawEvery = 200 * time.Millisecond
 
 // newProgress returns a reporter that draws on w only if w is a terminal.
 func newProgress(w io.Writer, what string) *progress {
-	p := &progress{what: what}
+	p := &progress{}
 	if isTerminal(w) {
-		p.w = w
+		p.bar = progressbar.NewOptions64(-1, // total unknown until SetTotal
+			progressbar.OptionSetWriter(w),
+			progressbar.OptionSetDescription(what),
+			progressbar.OptionShowCount(),
+			progressbar.OptionThrottle(redrawEvery),
+			progressbar.OptionClearOnFinish(),
+			progressbar.OptionSetPredictTime(false),
+		)
 	}
 	return p
 }
 
-// isTerminal reports whether w is a character device (a tty).
+// isTerminal reports whether w is a terminal (not merely a character
+// device: /dev/null is one too).
 func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	fi, err := f.Stat()
-	return err == nil && fi.Mode()&os.ModeCharDevice != 0
+	return ok && term.IsTerminal(int(f.Fd()))
 }
 
 // Add counts n more units done.
 func (p *progress) Add(n int64) {
-	if p == nil || p.w == nil {
+	if p == nil || p.bar == nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.n += n
-	if now := time.Now(); now.Sub(p.last) >= redrawEvery {
-		p.last = now
-		p.draw()
-	}
+	_ = p.bar.Add64(n) // a terminal that stopped taking output only loses the bar
 }
 
 // SetTotal sets the number of units expected (0: unknown).
 func (p *progress) SetTotal(n int64) {
-	if p == nil || p.w == nil {
+	if p == nil || p.bar == nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.total = n
+	if n <= 0 {
+		n = -1
+	}
+	p.bar.ChangeMax64(n)
 }
 
 // Done erases the line, leaving the terminal as it was.
 func (p *progress) Done() {
-	if p == nil || p.w == nil {
+	if p == nil || p.bar == nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.drawn {
-		fmt.Fprint(p.w, "\r\033[K")
-		p.drawn = false
-	}
-}
-
-func (p *progress) draw() {
-	if p.total > 0 {
-		fmt.Fprintf(p.w, "\r\033[K%s: %d/%d (%d%%)", p.what, p.n, p.total, p.n*100/p.total)
-	} else {
-		fmt.Fprintf(p.w, "\r\033[K%s: %d", p.what, p.n)
-	}
-	p.drawn = true
+	_ = p.bar.Clear()
+	_ = p.bar.Exit()
 }
