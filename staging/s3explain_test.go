@@ -1,0 +1,86 @@
+package staging_test
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"ckptfs/staging"
+	"ckptfs/staging/s3test"
+)
+
+// TestS3Explain: the failures a user fixes in the configuration, produced by
+// the real S3 server (or a port nobody listens on), come out as one line
+// naming the bucket and the endpoint, of the right Kind, with the original
+// error still reachable and no SDK request id in the text.
+func TestS3Explain(t *testing.T) {
+	good := s3test.Config(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close() // connections to it are refused from now on
+
+	cases := []struct {
+		name   string
+		change func(*staging.S3Config)
+		kind   error
+		want   []string // in the message
+	}{
+		{"missing bucket", func(c *staging.S3Config) { c.Bucket = "no-such-bucket-ckptfs" },
+			staging.ErrNoSuchBucket, []string{`no bucket "no-such-bucket-ckptfs" at ` + good.Endpoint, "check the bucket name"}},
+		{"bad secret", func(c *staging.S3Config) { c.SecretKey = "wrong" + c.SecretKey },
+			staging.ErrBadCredentials, []string{`bucket "` + good.Bucket + `" at ` + good.Endpoint + ` refused the credentials`, "secret key"}},
+		{"bad access key", func(c *staging.S3Config) { c.AccessKey = "NOSUCHKEY" },
+			staging.ErrBadCredentials, []string{"refused the credentials", "access key"}},
+		{"closed port", func(c *staging.S3Config) { c.Endpoint = closed },
+			staging.ErrUnreachable, []string{"cannot reach " + closed + ` for bucket "` + good.Bucket + `" (connection refused)`, "check endpoint="}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if good.AccessKey == "" && c.name != "missing bucket" && c.name != "closed port" {
+				t.Skip("the server's credentials come from the environment")
+			}
+			cfg := good
+			cfg.Timeouts.RetryMax = time.Millisecond // no retries: the answer is the same
+			c.change(&cfg)
+			s, err := staging.NewS3(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, _, gerr := s.Get(ctx, "ckptfs.json", staging.Range{})
+			if gerr == nil {
+				t.Fatal("Get succeeded")
+			}
+			err = s.Explain(gerr)
+			var p *staging.S3Problem
+			if !errors.As(err, &p) || !errors.Is(err, c.kind) {
+				t.Fatalf("Explain(%v) = %v, want an S3Problem of kind %v", gerr, err, c.kind)
+			}
+			if !errors.Is(err, gerr) {
+				t.Errorf("the explained error lost the original")
+			}
+			msg := err.Error()
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q does not say %q", msg, w)
+				}
+			}
+			if strings.Contains(msg, "\n") || strings.Contains(strings.ToLower(msg), "request id") || strings.Contains(msg, cfg.SecretKey) && cfg.SecretKey != "" {
+				t.Errorf("message %q is not one clean line", msg)
+			}
+		})
+	}
+	// Not a configuration problem: unchanged.
+	s := s3test.NewS3(t)
+	_, _, err = s.Get(context.Background(), "missing", staging.Range{})
+	if got := s.Explain(err); got != err || !errors.Is(got, staging.ErrNotFound) {
+		t.Errorf("Explain of a missing key = %v, want it unchanged", got)
+	}
+}
