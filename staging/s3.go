@@ -177,6 +177,7 @@ type S3 struct {
 	directory bool
 	endpoint  string              // as configured, for messages (ShownEndpoint)
 	region    string              // the region requests are signed for
+	connect   time.Duration       // bound on a connect (Diagnose)
 	putOpts   []func(*s3.Options) // options of requests with a body
 
 	mu sync.Mutex
@@ -265,6 +266,7 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 		directory: c.IsDirectoryBucket(),
 		endpoint:  c.Endpoint,
 		region:    cfg.Region,
+		connect:   tm.Connect,
 		uploads:   make(map[string]*s3Upload),
 	}
 	if !c.SignPayload {

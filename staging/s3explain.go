@@ -1,10 +1,12 @@
 package staging
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
+	"net/url"
 	"syscall"
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -150,4 +152,41 @@ func classifyS3(err error) (error, string) {
 		return ErrUnreachable, op.Err.Error()
 	}
 	return nil, ""
+}
+
+// Diagnose tries a TCP connection to the endpoint, within ctx and the
+// connect timeout, and returns an *S3Problem of kind ErrUnreachable when
+// there is none, or nil. A caller whose requests ran out of time calls it to
+// say why: the SDK's last error is then only the deadline.
+func (s *S3) Diagnose(ctx context.Context) error {
+	host := ""
+	if s.endpoint != "" {
+		u, err := url.Parse(s.endpoint)
+		if err != nil {
+			return nil
+		}
+		host = u.Host
+		if u.Port() == "" {
+			if u.Scheme == "https" {
+				host += ":443"
+			} else {
+				host += ":80"
+			}
+		}
+	} else {
+		host = "s3." + s.region + ".amazonaws.com:443"
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.connect)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", host)
+	if err == nil {
+		c.Close()
+		return nil
+	}
+	kind, detail := classifyS3(err)
+	if kind == nil {
+		kind, detail = ErrUnreachable, err.Error()
+	}
+	return &S3Problem{Kind: kind, Bucket: s.bucket, Endpoint: s.ShownEndpoint(), Detail: detail, Err: err}
 }
