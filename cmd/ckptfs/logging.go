@@ -70,7 +70,7 @@ type syslogCore struct {
 func newSyslogCore(level zapcore.LevelEnabler) (*syslogCore, error) {
 	w, err := syslog.New(syslog.LOG_DAEMON|syslog.LOG_INFO, "ckptfs")
 	if err != nil {
-		return nil, fmt.Errorf("system log: %w", err)
+		return nil, fmt.Errorf("no system log to write to (no /dev/log): %w", err)
 	}
 	enc := zapcore.EncoderConfig{
 		MessageKey: "msg", NameKey: "logger", LineEnding: "",

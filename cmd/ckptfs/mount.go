@@ -333,14 +333,10 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "ckptfs mount: %s\n", msg)
 		return 1
 	}
-	// warn tells the user something before the mount detaches.
-	warn := func(msg string) {
-		msg = strings.ReplaceAll(msg, "\n", "; ")
-		if report != nil {
-			fmt.Fprintf(report, "warning: %s\n", msg)
-		}
-		fmt.Fprintf(stderr, "ckptfs mount: warning: %s\n", msg)
-	}
+	// warn keeps what the user should know of a mount that succeeds, told
+	// before it detaches (a failed mount says only why it failed).
+	var warnings []string
+	warn := func(msg string) { warnings = append(warnings, strings.ReplaceAll(msg, "\n", "; ")) }
 	so, rest, err := takeStoreOpts(m.opts)
 	if err != nil {
 		return fail(err)
@@ -382,7 +378,13 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 	}
 	log.Info("mounted", zap.String("store", redactStore(m.store)), zap.String("mountpoint", m.mountpoint),
 		zap.String("options", cfg.EncodeChanged(config.MountDefault(config.TotalRAM()))),
-		zap.String("version", version()))
+		zap.String("version", version()), zap.Int("pid", os.Getpid()))
+	for _, w := range warnings {
+		if report != nil {
+			fmt.Fprintf(report, "warning: %s\n", w)
+		}
+		fmt.Fprintf(stderr, "ckptfs mount: warning: %s\n", w)
+	}
 	if report != nil {
 		fmt.Fprintln(report, "mounted")
 		report.Close()
