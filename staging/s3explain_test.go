@@ -63,6 +63,10 @@ func TestS3Explain(t *testing.T) {
 			if !errors.As(err, &p) || !errors.Is(err, c.kind) {
 				t.Fatalf("Explain(%v) = %v, want an S3Problem of kind %v", gerr, err, c.kind)
 			}
+			if errors.Is(gerr, staging.ErrNotFound) {
+				// A caller answers a missing object by creating one.
+				t.Errorf("%v looks like a missing object", gerr)
+			}
 			if !errors.Is(err, gerr) {
 				t.Errorf("the explained error lost the original")
 			}
