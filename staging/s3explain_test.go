@@ -3,10 +3,16 @@ package staging_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"ckptfs/staging"
 	"ckptfs/staging/s3test"
@@ -86,5 +92,54 @@ func TestS3Explain(t *testing.T) {
 	_, _, err = s.Get(context.Background(), "missing", staging.Range{})
 	if got := s.Explain(err); got != err || !errors.Is(got, staging.ErrNotFound) {
 		t.Errorf("Explain of a missing key = %v, want it unchanged", got)
+	}
+}
+
+// TestS3ExplainKinds: the answers the local server cannot produce (a wrong
+// region, access denied, DNS) are classified too, and what is no
+// configuration problem is left alone.
+func TestS3ExplainKinds(t *testing.T) {
+	s, err := staging.NewS3(context.Background(), staging.S3Config{Bucket: "b", Region: "eu-west-1", AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func(code int, hdr http.Header) error {
+		return &awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{
+			Response: &smithyhttp.Response{Response: &http.Response{StatusCode: code, Header: hdr}},
+			Err:      errors.New("http error")}}
+	}
+	api := func(code string) error { return &smithy.GenericAPIError{Code: code, Message: "m"} }
+	cases := []struct {
+		name string
+		err  error
+		kind error  // nil: left alone
+		want string // in the message
+	}{
+		{"access denied", api("AccessDenied"), staging.ErrAccessDenied, `access denied to bucket "b" at AWS S3 (region eu-west-1)`},
+		{"403 without body", status(403, nil), staging.ErrAccessDenied, "access denied"},
+		{"redirect", api("PermanentRedirect"), staging.ErrWrongRegion, "check region="},
+		{"301 with region", status(301, http.Header{"X-Amz-Bucket-Region": {"us-west-2"}}), staging.ErrWrongRegion, "region=us-west-2"},
+		{"malformed authorization", api("AuthorizationHeaderMalformed"), staging.ErrWrongRegion, "another region"},
+		{"unknown key", api("InvalidAccessKeyId"), staging.ErrBadCredentials, "unknown access key"},
+		{"dns", &net.OpError{Op: "dial", Err: &net.DNSError{Name: "nohost.example", Err: "no such host"}}, staging.ErrUnreachable, "no such host nohost.example"},
+		{"server error", status(500, nil), nil, ""},
+		{"missing key", api("NoSuchKey"), nil, ""},
+		{"other", errors.New("boom"), nil, ""},
+	}
+	for _, c := range cases {
+		got := s.Explain(fmt.Errorf("s3 get k: %w", c.err))
+		if c.kind == nil {
+			var p *staging.S3Problem
+			if errors.As(got, &p) {
+				t.Errorf("%s: explained as %v", c.name, got)
+			}
+			continue
+		}
+		if !errors.Is(got, c.kind) || !errors.Is(got, c.err) || !strings.Contains(got.Error(), c.want) {
+			t.Errorf("%s: Explain = %q, want kind %v saying %q", c.name, got, c.kind, c.want)
+		}
+	}
+	if s.Explain(nil) != nil {
+		t.Error("Explain(nil) is not nil")
 	}
 }
