@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"syscall"
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
@@ -23,6 +24,9 @@ var (
 	// ErrBadCredentials: the server knows no such access key, or the
 	// secret key does not match it.
 	ErrBadCredentials = errors.New("wrong access key or secret key")
+	// ErrNoCredentials: the credential chain found none (no keys in the
+	// environment, no profile, no instance role).
+	ErrNoCredentials = errors.New("no credentials")
 	// ErrUnreachable: no connection to the endpoint (refused, no such
 	// host, no route).
 	ErrUnreachable = errors.New("endpoint unreachable")
@@ -51,6 +55,8 @@ func (p *S3Problem) Error() string {
 		return fmt.Sprintf("access denied to bucket %q at %s: check that the credentials' policy allows ckptfs's S3 actions on it (docs/operations.md)", p.Bucket, p.Endpoint)
 	case ErrBadCredentials:
 		return fmt.Sprintf("bucket %q at %s refused the credentials (%s): check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the profile)", p.Bucket, p.Endpoint, p.Detail)
+	case ErrNoCredentials:
+		return fmt.Sprintf("no credentials for bucket %q at %s: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, profile=, or give the machine a role", p.Bucket, p.Endpoint)
 	case ErrUnreachable:
 		return fmt.Sprintf("cannot reach %s for bucket %q (%s): check endpoint= and that the server is up", p.Endpoint, p.Bucket, p.Detail)
 	case ErrWrongRegion:
@@ -130,6 +136,12 @@ func classifyS3(err error) (error, string) {
 		case http.StatusForbidden:
 			return ErrAccessDenied, "403 Forbidden"
 		}
+	}
+	// The SDK fails before sending when its credential chain found nothing;
+	// it has no type for that, only these words (aws.CredentialsCache and
+	// the signing middleware).
+	if msg := err.Error(); strings.Contains(msg, "get identity: get credentials:") || strings.Contains(msg, "failed to refresh cached credentials") {
+		return ErrNoCredentials, ""
 	}
 	if status != 0 {
 		return nil, "" // the server answered: not a network failure

@@ -122,6 +122,8 @@ func TestS3ExplainKinds(t *testing.T) {
 		{"malformed authorization", api("AuthorizationHeaderMalformed"), staging.ErrWrongRegion, "another region"},
 		{"unknown key", api("InvalidAccessKeyId"), staging.ErrBadCredentials, "unknown access key"},
 		{"dns", &net.OpError{Op: "dial", Err: &net.DNSError{Name: "nohost.example", Err: "no such host"}}, staging.ErrUnreachable, "no such host nohost.example"},
+		{"no credentials", errors.New("operation error S3: GetObject, get identity: get credentials: failed to refresh cached credentials, no EC2 IMDS role found"),
+			staging.ErrNoCredentials, `no credentials for bucket "b" at AWS S3 (region eu-west-1): set AWS_ACCESS_KEY_ID`},
 		{"server error", status(500, nil), nil, ""},
 		{"missing key", api("NoSuchKey"), nil, ""},
 		{"other", errors.New("boom"), nil, ""},
