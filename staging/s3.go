@@ -175,6 +175,9 @@ type S3 struct {
 	bucket    string
 	prefix    string
 	directory bool
+	endpoint  string              // as configured, for messages (ShownEndpoint)
+	region    string              // the region requests are signed for
+	connect   time.Duration       // bound on a connect (Diagnose)
 	putOpts   []func(*s3.Options) // options of requests with a body
 
 	mu sync.Mutex
@@ -261,6 +264,9 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 		bucket:    c.Bucket,
 		prefix:    c.Prefix,
 		directory: c.IsDirectoryBucket(),
+		endpoint:  c.Endpoint,
+		region:    cfg.Region,
+		connect:   tm.Connect,
 		uploads:   make(map[string]*s3Upload),
 	}
 	if !c.SignPayload {
@@ -310,6 +316,10 @@ func sentinelOf(err error) error {
 	case code == "NoSuchBucket":
 		// Not ErrNotFound: a missing bucket must not look like a missing
 		// object, which callers may answer by creating one.
+		return nil
+	case code == "XAdminUserNotFound":
+		// versitygw's answer (404) to an unknown access key: not a
+		// missing object either.
 		return nil
 	case code == "NoSuchKey" || code == "NotFound" || code == "NoSuchUpload" || status == http.StatusNotFound:
 		return ErrNotFound

@@ -16,7 +16,8 @@ import (
 )
 
 // s3Args returns the STORE argument and -o store options that reach the
-// volume v, and the environment with its credentials.
+// volume v (with create: v is new), and the environment with its
+// credentials.
 func s3Args(t *testing.T, v *volume) (store, opts string, env []string) {
 	t.Helper()
 	e, err := s3test.Shared()
@@ -24,7 +25,7 @@ func s3Args(t *testing.T, v *volume) (store, opts string, env []string) {
 		t.Fatal(err)
 	}
 	store = "s3://" + v.cfg.Bucket + "/" + strings.TrimSuffix(v.cfg.Prefix, "/")
-	opts = "endpoint=" + v.cfg.Endpoint + ",path_style,region=" + v.cfg.Region
+	opts = "endpoint=" + v.cfg.Endpoint + ",path_style,region=" + v.cfg.Region + ",create"
 	env = os.Environ()
 	if e.AccessKey != "" { // else the environment's own credentials reach it
 		env = append(env, "AWS_ACCESS_KEY_ID="+e.AccessKey, "AWS_SECRET_ACCESS_KEY="+e.SecretKey)

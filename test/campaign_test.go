@@ -85,7 +85,7 @@ const (
 
 // campaignMountOpts: small blocks and objects sent ahead early, so that
 // a flush has objects above the head and a kill lands between them.
-const campaignMountOpts = "ns_refresh=200ms,data_block_size=4K,stream_segment_bytes=128K,segment_max_object_bytes=8M,segment_mpu_chunk_size=5M,log=info"
+const campaignMountOpts = "create,ns_refresh=200ms,data_block_size=4K,stream_segment_bytes=128K,segment_max_object_bytes=8M,segment_mpu_chunk_size=5M,log=info"
 
 // campaignIterations: CKPTFS_CAMPAIGN_ITERATIONS per mode (without and with
 // the WAL), 3 by default and 1 with -short.

@@ -20,7 +20,7 @@ import (
 // outageOpts bound every S3 request to about a second, so that an outage
 // shows within seconds: a request fails after s3_request_timeout (or
 // s3_connect_timeout) and is not retried past s3_retry_max_time.
-const outageOpts = "s3_connect_timeout=1s,s3_request_timeout=1s,s3_stall_timeout=1s,s3_retry_max_time=1s,ns_refresh=200ms,log=info"
+const outageOpts = "create,s3_connect_timeout=1s,s3_request_timeout=1s,s3_stall_timeout=1s,s3_retry_max_time=1s,ns_refresh=200ms,log=info"
 
 // outageWatchdog only catches a hang: far above the bound docs/outages.md
 // gives for these options, it is no timing assertion.
@@ -505,7 +505,7 @@ func TestInterruptedChangesReportTheirOutcome(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	opts := "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region + ",log=info"
+	opts := "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region + ",create,log=info"
 	dir := mountpoint(t)
 	startOutageMount(t, bin, store, opts, env, dir, filepath.Join(t.TempDir(), "mount.log"))
 	t.Cleanup(func() { _, _ = runErr(dir, "fusermount3", "-u", dir) })
@@ -547,7 +547,7 @@ func TestKilledDuringChange(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	opts := "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region + ",log=info"
+	opts := "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region + ",create,log=info"
 	dir := mountpoint(t)
 	m := startOutageMount(t, bin, store, opts, env, dir, filepath.Join(t.TempDir(), "mount.log"))
 	held := func() bool {

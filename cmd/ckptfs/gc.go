@@ -122,6 +122,9 @@ func gcMain(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx := context.Background()
 	st, root, err := openStore(ctx, pos[0], so)
+	if err == nil {
+		err = checkVolume(ctx, st, root, pos[0], so)
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "ckptfs gc: %v\n", err)
 		return 1

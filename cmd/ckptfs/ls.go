@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 
 	"ckptfs/fs/inspect"
+	"ckptfs/staging"
 )
 
 // toolFlags are the flags every offline command shares: -o store options.
@@ -18,7 +19,7 @@ type toolFlags struct {
 }
 
 func (t *toolFlags) register(fs *flag.FlagSet) {
-	fs.Func("o", "store options: endpoint=URL,region=NAME,path_style,profile=NAME", func(s string) error {
+	fs.Func("o", "store options: endpoint=URL,region=NAME,path_style,profile=NAME (format: also the tunables)", func(s string) error {
 		t.opts = splitOpts(t.opts, s)
 		return nil
 	})
@@ -37,7 +38,14 @@ func (t *toolFlags) openVolume(ctx context.Context, spec string) (*inspect.Volum
 	if err != nil {
 		return nil, err
 	}
-	return inspect.Open(ctx, st, root)
+	if err := checkVolume(ctx, st, root, spec, so); err != nil {
+		return nil, err
+	}
+	v, err := inspect.Open(ctx, st, root)
+	if s3, ok := st.(*staging.S3); ok {
+		err = s3.Explain(err)
+	}
+	return v, err
 }
 
 // toolContext is canceled by SIGINT or SIGTERM.

@@ -20,6 +20,7 @@ import (
 const usage = `ckptfs: a filesystem that checkpoints every file into object storage.
 
 Usage:
+  ckptfs format [-o opts] STORE        (creates the volume; once per volume)
   ckptfs mount [-o name=value,...] [-f|--foreground] STORE MOUNTPOINT
   mount.ckptfs STORE MOUNTPOINT [-o name=value,...]
   ckptfs ls [-o opts] STORE [PATH]
@@ -28,12 +29,17 @@ Usage:
   ckptfs fsck [-o opts] STORE [PATH]      (exit 0: all well, 1: problems found)
   ckptfs gc [-o opts] [--keep N] [--keep-for D] [--grace D] [--min-age D] [--dry-run] STORE
   ckptfs bench [-table ...]      (reproduces the seed's tables; ckptfs bench -h)
-  ckptfs --help | ckptfs mount --help
+  ckptfs --help | ckptfs mount --help | ckptfs --version (-V)
 
 STORE is one of
   s3://bucket[/prefix]   an S3 bucket (or an S3-compatible server, see endpoint=)
   file:///abs/dir        a local directory holding the objects (no S3 needed)
   mem://                 memory; everything is lost at unmount (demos)
+
+A volume is created once, by "ckptfs format STORE" (with the format and
+block sizes of its -o options) or by the first mount with -o create; a mount
+of a store without one fails, so a mistyped bucket or prefix is not taken for
+a new, empty volume. mem:// is always new and needs neither.
 
 ckptfs mount detaches once the volume is mounted, unless -f is given; a mount
 that fails (bad option, unreachable store, a volume written by a newer version,
@@ -49,8 +55,14 @@ Store options (-o), besides the tunables below:
   region=NAME      region; default from the environment or profile
   path_style       address the bucket in the path (most S3-compatible servers)
   profile=NAME     profile of the shared AWS config files
-  log_file=PATH    append the log here (a detached mount has no terminal;
-                   without it, its log is discarded)
+  log_file=PATH    append the log here; SIGHUP reopens it (logrotate).
+                   Without it a detached mount logs to the system log
+                   (tag ckptfs), a foreground one to stderr
+  create           create the volume if there is none (see format)
+  mount_timeout=D  bound on reaching the store and reading the volume at
+                   mount (default 2m)
+  single_writer    mount even if the store ignores If-None-Match/If-Match;
+                   then never mount this volume twice at once
 Credentials come the AWS way: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
 a profile, SSO, or an instance role. They are never logged.
 `
@@ -72,6 +84,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case "-h", "--help", "help":
 		printHelp(stdout)
 		return 0
+	case "-V", "--version", "version":
+		fmt.Fprintln(stdout, version())
+		return 0
+	case "format":
+		return formatMain(args[2:], stdout, stderr)
 	case "mount":
 		return mountCmd(args[2:], false, stdout, stderr)
 	case "bench":
@@ -92,6 +109,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 }
 
 func printHelp(w io.Writer) {
+	fmt.Fprintf(w, "%s\n\n", version())
 	fmt.Fprint(w, usage)
 	fmt.Fprint(w, "\nTunables (-o name=value):\n\n")
 	fmt.Fprint(w, config.Markdown())

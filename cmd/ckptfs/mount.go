@@ -27,9 +27,10 @@ import (
 // the file descriptor of the pipe to the parent.
 const daemonEnv = "CKPTFS_DAEMON_FD"
 
-// startTimeout bounds what a mount does before it serves: reaching the store,
-// reading the volume and the namespace.
-const startTimeout = 2 * time.Minute
+// defaultMountTimeout bounds what a mount does before it serves (reaching
+// the store, reading the volume and the namespace) unless mount_timeout=
+// says otherwise.
+const defaultMountTimeout = 2 * time.Minute
 
 // mountArgs is a parsed command line of mount.
 type mountArgs struct {
@@ -79,6 +80,17 @@ type storeOpts struct {
 	pathStyle                 bool
 	logFile                   string             // not a store option: where a detached mount logs
 	timeouts                  staging.S3Timeouts // from the mount's configuration; zero: defaults
+	create                    bool               // create the volume if there is none
+	singleWriter              bool               // mount even if the store ignores conditions
+	mountTimeout              time.Duration      // bound on the start; zero: defaultMountTimeout
+}
+
+// startBound is the bound on reaching the store and opening the volume.
+func (so storeOpts) startBound() time.Duration {
+	if so.mountTimeout > 0 {
+		return so.mountTimeout
+	}
+	return defaultMountTimeout
 }
 
 // takeStoreOpts removes the store options from opts and returns them with
@@ -97,22 +109,37 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 			so.profile = value
 		case "log_file":
 			so.logFile = value
-		case "path_style":
-			so.pathStyle = true
+		case "mount_timeout":
+			d, err := time.ParseDuration(value)
+			if err != nil || d <= 0 {
+				return so, nil, fmt.Errorf("option mount_timeout=%q: want a positive duration such as 2m", value)
+			}
+			so.mountTimeout = d
+		case "path_style", "create", "single_writer":
+			on := true
 			if has {
 				switch value {
 				case "true", "on", "yes", "1":
 				case "false", "off", "no", "0":
-					so.pathStyle = false
+					on = false
 				default:
-					return so, nil, fmt.Errorf("option path_style=%q: want true or false", value)
+					return so, nil, fmt.Errorf("option %s=%q: want true or false", name, value)
 				}
 			}
+			switch name {
+			case "path_style":
+				so.pathStyle = on
+			case "create":
+				so.create = on
+			default:
+				so.singleWriter = on
+			}
+			continue
 		default:
 			rest = append(rest, item)
 			continue
 		}
-		if name != "path_style" && (!has || value == "") {
+		if !has || value == "" {
 			return so, nil, fmt.Errorf("option %s needs a value: %s=...", name, name)
 		}
 	}
@@ -174,6 +201,109 @@ func newLogger(level config.LogLevel, w io.Writer) *zap.Logger {
 	return zap.New(core).Named("ckptfs")
 }
 
+// userError is an error as the command prints it: one line for the user,
+// with the error it explains still reachable by errors.Is and errors.As.
+type userError struct {
+	msg string
+	err error
+}
+
+func (e *userError) Error() string { return e.msg }
+func (e *userError) Unwrap() error { return e.err }
+
+// explainStart turns a failure to reach the store or open the volume into
+// the line the user reads: a missing volume says how to create one, an S3
+// failure names the bucket, the endpoint and what to check, and a start cut
+// short by mount_timeout says so.
+func explainStart(ctx context.Context, err error, st staging.Store, spec string, so storeOpts) error {
+	if err == nil {
+		return nil
+	}
+	shown := redactStore(spec)
+	if errors.Is(err, fusefs.ErrNoVolume) {
+		return &userError{fmt.Sprintf("no ckptfs volume at %s (no %s there); create one with \"ckptfs format %s\" or mount with -o create",
+			shown, fusefs.VolumeKey, shown), err}
+	}
+	where := shown
+	if s3, ok := st.(*staging.S3); ok {
+		err = s3.Explain(err)
+		where = s3.ShownEndpoint()
+	}
+	if ctx.Err() == context.DeadlineExceeded {
+		// What the last attempt met says more than "deadline exceeded".
+		what := err.Error()
+		var p *staging.S3Problem
+		if !errors.As(err, &p) {
+			if s3, ok := st.(*staging.S3); ok {
+				// The deadline hides what the attempts met: see whether
+				// the endpoint takes connections at all.
+				dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if derr := s3.Diagnose(dctx); errors.As(derr, &p) {
+					err = &userError{err.Error(), errors.Join(err, derr)}
+				}
+				cancel()
+			}
+		}
+		if p != nil {
+			what = p.Error()
+		}
+		return &userError{fmt.Sprintf("gave up after mount_timeout=%v reaching %s: %s", so.startBound(), where, what), err}
+	}
+	return err
+}
+
+// openFS opens the store and the volume of a mount and checks that the store
+// honours conditional writes; warn receives what the user should know
+// before the mount detaches. Every error is one line for the user.
+func openFS(spec string, so storeOpts, cfg config.Config, log *zap.Logger, warn func(string)) (*fusefs.FS, error) {
+	return openFSWrapped(spec, so, cfg, log, warn, nil)
+}
+
+// openFSWrapped is openFS with the store wrapped (tests: a store that
+// misbehaves).
+func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger, warn func(string), wrap func(staging.Store) staging.Store) (*fusefs.FS, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), so.startBound())
+	defer cancel()
+	so.timeouts = cfg.S3Timeouts()
+	raw, root, err := openStore(ctx, spec, so)
+	if err != nil {
+		return nil, explainStart(ctx, err, nil, spec, so)
+	}
+	st := raw
+	if wrap != nil {
+		st = wrap(st)
+	}
+	if cfg.EmulateLink != config.LinkNone {
+		p, err := staging.LinkProfileByName(cfg.EmulateLink.String())
+		if err != nil {
+			return nil, fmt.Errorf("option emulate_link: %w", err)
+		}
+		st = staging.NewLink(st, p)
+	}
+	// mem:// is new at every mount: there is nothing to mistype.
+	isMem := strings.HasPrefix(spec, "mem:")
+	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Root: root, Logger: log,
+		FsName: redactStore(spec), RequireVolume: !so.create && !isMem})
+	if err != nil {
+		return nil, explainStart(ctx, err, raw, spec, so)
+	}
+	if err := probeConditions(ctx, st, root); err != nil {
+		if !errors.Is(err, errNoConditions) {
+			fsys.Close()
+			return nil, explainStart(ctx, err, raw, spec, so)
+		}
+		if !so.singleWriter {
+			fsys.Close()
+			return nil, &userError{fmt.Sprintf("%s: %v; two mounts of one volume rely on them, so this mount is refused; "+
+				"mount with -o single_writer if this volume is never mounted twice at once", redactStore(spec), err), err}
+		}
+		msg := fmt.Sprintf("%s: %v; mounted anyway (single_writer): two mounts of this volume at once would corrupt it", redactStore(spec), err)
+		log.Warn("conditional writes not honoured", zap.String("store", redactStore(spec)), zap.Error(err))
+		warn(msg)
+	}
+	return fsys, nil
+}
+
 func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 	for _, a := range args {
 		if a == "-h" || a == "--help" {
@@ -195,13 +325,18 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 		os.Unsetenv(daemonEnv)
 	}
 	fail := func(err error) int {
+		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
 		if report != nil {
-			fmt.Fprintf(report, "error: %v\n", err)
+			fmt.Fprintf(report, "error: %s\n", msg)
 			report.Close()
 		}
-		fmt.Fprintf(stderr, "ckptfs mount: %v\n", err)
+		fmt.Fprintf(stderr, "ckptfs mount: %s\n", msg)
 		return 1
 	}
+	// warn keeps what the user should know of a mount that succeeds, told
+	// before it detaches (a failed mount says only why it failed).
+	var warnings []string
+	warn := func(msg string) { warnings = append(warnings, strings.ReplaceAll(msg, "\n", "; ")) }
 	so, rest, err := takeStoreOpts(m.opts)
 	if err != nil {
 		return fail(err)
@@ -210,35 +345,30 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(fmt.Errorf("options: %w", err))
 	}
-	logTo := stderr
-	if so.logFile != "" {
-		f, err := os.OpenFile(so.logFile, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-		if err != nil {
+	var log *zap.Logger
+	var logFile *reopenFile
+	switch {
+	case so.logFile != "":
+		if logFile, err = openLogFile(so.logFile); err != nil {
 			return fail(fmt.Errorf("option log_file: %w", err))
 		}
-		defer f.Close()
-		logTo = f
+		defer logFile.Close()
+		log = newLogger(cfg.Log, logFile)
+	case report != nil:
+		// Detached: no terminal. The system log (journald reads it too).
+		core, err := newSyslogCore(cfg.Log.ZapLevel())
+		if err != nil {
+			warn(fmt.Sprintf("%v: the mount's log is discarded; give -o log_file=PATH to keep it", err))
+			log = zap.NewNop()
+		} else {
+			log = zap.New(core).Named("ckptfs")
+		}
+	default:
+		log = newLogger(cfg.Log, stderr)
 	}
-	log := newLogger(cfg.Log, logTo)
 	defer log.Sync()
 
-	ctx, cancel := context.WithTimeout(context.Background(), startTimeout)
-	so.timeouts = cfg.S3Timeouts()
-	st, root, err := openStore(ctx, m.store, so)
-	if err != nil {
-		cancel()
-		return fail(err)
-	}
-	if cfg.EmulateLink != config.LinkNone {
-		p, err := staging.LinkProfileByName(cfg.EmulateLink.String())
-		if err != nil {
-			cancel()
-			return fail(fmt.Errorf("option emulate_link: %w", err))
-		}
-		st = staging.NewLink(st, p)
-	}
-	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Root: root, Logger: log, FsName: redactStore(m.store)})
-	cancel()
+	fsys, err := openFS(m.store, so, cfg, log, warn)
 	if err != nil {
 		return fail(err)
 	}
@@ -247,7 +377,14 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	log.Info("mounted", zap.String("store", redactStore(m.store)), zap.String("mountpoint", m.mountpoint),
-		zap.String("options", cfg.EncodeChanged(config.MountDefault(config.TotalRAM()))))
+		zap.String("options", cfg.EncodeChanged(config.MountDefault(config.TotalRAM()))),
+		zap.String("version", version()), zap.Int("pid", os.Getpid()))
+	for _, w := range warnings {
+		if report != nil {
+			fmt.Fprintf(report, "warning: %s\n", w)
+		}
+		fmt.Fprintf(stderr, "ckptfs mount: warning: %s\n", w)
+	}
 	if report != nil {
 		fmt.Fprintln(report, "mounted")
 		report.Close()
@@ -267,7 +404,9 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 	}
 
 	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM)
+	// SIGHUP reopens the log file (logrotate); without this it would
+	// end the mount.
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
 	defer signal.Stop(sigs)
 	done := make(chan struct{})
 	go func() {
@@ -277,6 +416,18 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 	for {
 		select {
 		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				if logFile == nil {
+					log.Info("SIGHUP: no log file to reopen")
+					continue
+				}
+				if err := logFile.Reopen(); err != nil {
+					log.Error("log file not reopened", zap.String("path", so.logFile), zap.Error(err))
+					continue
+				}
+				log.Info("log file reopened", zap.String("path", so.logFile))
+				continue
+			}
 			log.Info("unmounting", zap.Stringer("signal", s))
 			if err := fsys.Unmount(); err != nil {
 				if errors.Is(err, fusefs.ErrMountBusy) {
@@ -292,6 +443,7 @@ func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
 				return 1
 			}
 			<-done
+			log.Info("unmounted")
 			return 0
 		case <-done:
 			// Unmounted from outside (fusermount3 -u, umount).
@@ -337,7 +489,15 @@ func detach(stderr io.Writer) int {
 	// The child writes "mounted" or the error, then closes its end.
 	b, err := io.ReadAll(r)
 	r.Close()
-	line := strings.TrimSpace(string(b))
+	// Warnings come first, one a line; the last line is the outcome.
+	var line string
+	for l := range strings.SplitSeq(strings.TrimSpace(string(b)), "\n") {
+		if w, ok := strings.CutPrefix(l, "warning: "); ok {
+			fmt.Fprintf(stderr, "ckptfs mount: warning: %s\n", w)
+			continue
+		}
+		line = l
+	}
 	if line == "mounted" {
 		cmd.Process.Release()
 		return 0

@@ -19,7 +19,7 @@ func TestOpenVolumeOversized(t *testing.T) {
 	if _, err := mem.Put(context.Background(), key, bytes.Repeat([]byte{' '}, 64<<10+1), staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := openVolume(context.Background(), mem, "vol/", config.Default())
+	_, err := openVolume(context.Background(), mem, "vol/", config.Default(), false)
 	if !errors.Is(err, staging.ErrTooLarge) || !strings.Contains(err.Error(), key) {
 		t.Fatalf("open over an oversized descriptor: %v, want ErrTooLarge naming %s", err, key)
 	}

@@ -11,6 +11,9 @@
 //	                         If-None-Match: *
 //	<root>ns/...             the namespace log and snapshots (fs/namespace)
 //	<root>f/<file-id>/...    one file's head and checkpoint objects (fs/engine)
+//	<root>probe/<32 hex>     the conditional-write check of ckptfs mount
+//	                         (cmd/ckptfs/probe.go): written and deleted at
+//	                         start, listed by nothing
 //
 // The volume descriptor is JSON. These fields are part of the format:
 //

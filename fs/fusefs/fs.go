@@ -44,6 +44,9 @@ type Options struct {
 	Logger *zap.Logger
 	// FsName is the source shown in the mount table (the store URL).
 	FsName string
+	// RequireVolume refuses a root without a volume descriptor (the error
+	// is ErrNoVolume) instead of creating one there.
+	RequireVolume bool
 }
 
 // FS is one mounted (or mountable) volume.
@@ -148,7 +151,7 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		log = zap.NewNop()
 	}
 	metrics, st := newMetrics(st)
-	vol, err := openVolume(ctx, st, o.Root, o.Config)
+	vol, err := openVolume(ctx, st, o.Root, o.Config, o.RequireVolume)
 	if err != nil {
 		return nil, err
 	}

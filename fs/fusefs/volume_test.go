@@ -75,7 +75,7 @@ func TestOpenVolume(t *testing.T) {
 			if i%2 == 1 {
 				c.Format = segment.FormatParted
 			}
-			vols[i], errs[i] = openVolume(ctx, st, "vol/", c)
+			vols[i], errs[i] = openVolume(ctx, st, "vol/", c, false)
 		}()
 	}
 	wg.Wait()
@@ -97,6 +97,43 @@ func TestOpenVolume(t *testing.T) {
 	if _, err := New(ctx, st, Options{Config: cfg, Root: "no-slash"}); err == nil {
 		t.Fatal("New accepted a root without a trailing slash")
 	}
+}
+
+// TestRequireVolume: with RequireVolume a root without a descriptor is
+// ErrNoVolume and nothing is written; CreateVolume writes one once, with the
+// configuration's format, and refuses a second time; New then opens it.
+func TestRequireVolume(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	cfg := config.MountDefault(1 << 30)
+	cfg.Format = segment.FormatParted
+	_, err := New(ctx, st, Options{Config: cfg, Root: "tpyo/", RequireVolume: true})
+	if !errors.Is(err, ErrNoVolume) || !errors.Is(err, staging.ErrNotFound) {
+		t.Fatalf("New on an empty root with RequireVolume: %v, want ErrNoVolume", err)
+	}
+	if objs, err := staging.ListAll(ctx, st, ""); err != nil || len(objs) != 0 {
+		t.Fatalf("a refused mount wrote %d objects (%v)", len(objs), err)
+	}
+	if _, err := ReadVolume(ctx, st, "tpyo/"); !errors.Is(err, ErrNoVolume) {
+		t.Fatalf("ReadVolume of an empty root: %v, want ErrNoVolume", err)
+	}
+	v, err := CreateVolume(ctx, st, "tpyo/", cfg)
+	if err != nil || v.Format != "parted" || v.DataBlockSize != cfg.DataBlockSize {
+		t.Fatalf("CreateVolume = %+v, %v", v, err)
+	}
+	cfg2 := cfg
+	cfg2.Format = segment.FormatStream
+	if _, err := CreateVolume(ctx, st, "tpyo/", cfg2); !errors.Is(err, ErrVolumeExists) {
+		t.Fatalf("second CreateVolume: %v, want ErrVolumeExists", err)
+	}
+	if got, err := ReadVolume(ctx, st, "tpyo/"); err != nil || got != v {
+		t.Fatalf("ReadVolume after a refused second create = %+v, %v; want %+v", got, err, v)
+	}
+	fsys, err := New(ctx, st, Options{Config: cfg, Root: "tpyo/", RequireVolume: true})
+	if err != nil {
+		t.Fatalf("New with RequireVolume on a created volume: %v", err)
+	}
+	fsys.Close()
 }
 
 func TestErrnoOf(t *testing.T) {

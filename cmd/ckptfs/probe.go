@@ -1,0 +1,57 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"ckptfs/staging"
+)
+
+// errNoConditions: the store ignores If-None-Match or If-Match.
+var errNoConditions = errors.New("the store does not honour conditional writes")
+
+// probePrefix is where the conditional-write check writes, under the volume
+// root: "<root>probe/<32 hex digits>", a few bytes, deleted at once. Nothing
+// lists it: the namespace reads "<root>ns/", the cleaner and fsck
+// "<root>f/". One left behind by a mount killed mid-check is harmless.
+const probePrefix = "probe/"
+
+// probeConditions checks that st honours the conditions two mounts of one
+// volume rely on: a create with If-None-Match succeeds once and then fails
+// with ErrPrecondition, and a write with If-Match of a wrong ETag fails.
+// It returns an error wrapping errNoConditions when a condition was ignored,
+// and the store's error when a request failed otherwise.
+func probeConditions(ctx context.Context, st staging.Store, root string) (err error) {
+	var r [16]byte
+	rand.Read(r[:])
+	key := root + probePrefix + hex.EncodeToString(r[:])
+	body := []byte("ckptfs conditional-write check\n")
+	if _, err := st.Put(ctx, key, body, staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true}}); err != nil {
+		return fmt.Errorf("conditional-write check: create %s with If-None-Match: %w", key, err)
+	}
+	defer func() {
+		if derr := st.Delete(ctx, key); derr != nil && err == nil {
+			err = fmt.Errorf("conditional-write check: delete %s: %w", key, derr)
+		}
+	}()
+	checks := []struct {
+		what string
+		c    staging.Conditions
+	}{
+		{"If-None-Match: * over an existing object", staging.Conditions{IfNoneMatch: true}},
+		{"If-Match with a wrong ETag", staging.Conditions{IfMatch: `"00000000000000000000000000000000"`}},
+	}
+	for _, c := range checks {
+		_, err := st.Put(ctx, key, body, staging.PutOptions{Conditions: c.c})
+		if err == nil {
+			return fmt.Errorf("%w: a write with %s succeeded", errNoConditions, c.what)
+		}
+		if !errors.Is(err, staging.ErrPrecondition) {
+			return fmt.Errorf("conditional-write check: write %s with %s: %w", key, c.what, err)
+		}
+	}
+	return nil
+}

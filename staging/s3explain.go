@@ -1,0 +1,204 @@
+package staging
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"syscall"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/smithy-go"
+)
+
+// What a failed S3 request means to the person who configured the store:
+// the Kind of an S3Problem, for errors.Is.
+var (
+	// ErrNoSuchBucket: the server has no bucket of that name.
+	ErrNoSuchBucket = errors.New("no such bucket")
+	// ErrAccessDenied: the credentials are valid but not allowed this.
+	ErrAccessDenied = errors.New("access denied")
+	// ErrBadCredentials: the server knows no such access key, or the
+	// secret key does not match it.
+	ErrBadCredentials = errors.New("wrong access key or secret key")
+	// ErrNoCredentials: the credential chain found none (no keys in the
+	// environment, no profile, no instance role).
+	ErrNoCredentials = errors.New("no credentials")
+	// ErrUnreachable: no connection to the endpoint (refused, no such
+	// host, no route).
+	ErrUnreachable = errors.New("endpoint unreachable")
+	// ErrWrongRegion: the bucket is in another region than the one the
+	// request was signed for.
+	ErrWrongRegion = errors.New("wrong region")
+)
+
+// S3Problem is a failed S3 request explained in one line: which bucket, at
+// which endpoint, and what to check. Err is the error as the store returned
+// it; errors.Is and errors.As reach both it and Kind. Error() leaves out
+// what only the SDK cares about (request ids, retry counts).
+type S3Problem struct {
+	Kind     error  // one of ErrNoSuchBucket, ErrAccessDenied, ...
+	Bucket   string // the bucket name
+	Endpoint string // where it was asked, as shown: redacted URL or "AWS S3 (region R)"
+	Detail   string // what the server or the network said, short
+	Err      error
+}
+
+func (p *S3Problem) Error() string {
+	switch p.Kind {
+	case ErrNoSuchBucket:
+		return fmt.Sprintf("no bucket %q at %s: check the bucket name in the store URL (and endpoint=)", p.Bucket, p.Endpoint)
+	case ErrAccessDenied:
+		return fmt.Sprintf("access denied to bucket %q at %s: check that the credentials' policy allows ckptfs's S3 actions on it (docs/operations.md)", p.Bucket, p.Endpoint)
+	case ErrBadCredentials:
+		return fmt.Sprintf("bucket %q at %s refused the credentials (%s): check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the profile)", p.Bucket, p.Endpoint, p.Detail)
+	case ErrNoCredentials:
+		return fmt.Sprintf("no credentials for bucket %q at %s: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, profile=, or give the machine a role", p.Bucket, p.Endpoint)
+	case ErrUnreachable:
+		return fmt.Sprintf("cannot reach %s for bucket %q (%s): check endpoint= and that the server is up", p.Endpoint, p.Bucket, p.Detail)
+	case ErrWrongRegion:
+		return fmt.Sprintf("bucket %q at %s is in another region (%s): check region=", p.Bucket, p.Endpoint, p.Detail)
+	}
+	return fmt.Sprintf("bucket %q at %s: %v", p.Bucket, p.Endpoint, p.Err)
+}
+
+func (p *S3Problem) Unwrap() []error { return []error{p.Kind, p.Err} }
+
+// ShownEndpoint is where s sends its requests, for messages: the endpoint
+// URL without user information, or AWS and the region.
+func (s *S3) ShownEndpoint() string {
+	if s.endpoint != "" {
+		return RedactURL(s.endpoint)
+	}
+	return "AWS S3 (region " + s.region + ")"
+}
+
+// Explain returns err as an *S3Problem when it is one of the failures a
+// user fixes in the configuration (a wrong bucket, credentials, endpoint or
+// region), and err unchanged otherwise (nil stays nil).
+func (s *S3) Explain(err error) error {
+	if err == nil {
+		return nil
+	}
+	var p *S3Problem
+	if errors.As(err, &p) {
+		return err
+	}
+	kind, detail := classifyS3(err)
+	if kind == nil {
+		return err
+	}
+	return &S3Problem{Kind: kind, Bucket: s.bucket, Endpoint: s.ShownEndpoint(), Detail: detail, Err: err}
+}
+
+// classifyS3 is the Kind of err and a short detail, or nil.
+func classifyS3(err error) (error, string) {
+	code := ""
+	var ae smithy.APIError
+	if errors.As(err, &ae) {
+		code = ae.ErrorCode()
+	}
+	status := 0
+	region := ""
+	var re *awshttp.ResponseError
+	if errors.As(err, &re) {
+		status = re.HTTPStatusCode()
+		if re.Response != nil {
+			region = re.Response.Header.Get("X-Amz-Bucket-Region")
+		}
+	}
+	switch code {
+	case "NoSuchBucket":
+		return ErrNoSuchBucket, code
+	case "InvalidAccessKeyId", "XAdminUserNotFound":
+		return ErrBadCredentials, "unknown access key"
+	case "SignatureDoesNotMatch":
+		return ErrBadCredentials, "the secret key does not match the access key"
+	case "AccessDenied", "AllAccessDisabled":
+		return ErrAccessDenied, code
+	case "PermanentRedirect", "AuthorizationHeaderMalformed", "IllegalLocationConstraintException":
+		if region != "" {
+			return ErrWrongRegion, "the server says region=" + region
+		}
+		return ErrWrongRegion, code
+	}
+	if code == "" || code == "MovedPermanently" || code == "Forbidden" {
+		// Answers without a body (HEAD) have only their status.
+		switch status {
+		case http.StatusMovedPermanently:
+			if region != "" {
+				return ErrWrongRegion, "the server says region=" + region
+			}
+			return ErrWrongRegion, "301 Moved Permanently"
+		case http.StatusForbidden:
+			return ErrAccessDenied, "403 Forbidden"
+		}
+	}
+	// The SDK fails before sending when its credential chain found nothing;
+	// it has no type for that, only these words (aws.CredentialsCache and
+	// the signing middleware).
+	if msg := err.Error(); strings.Contains(msg, "get identity: get credentials:") || strings.Contains(msg, "failed to refresh cached credentials") {
+		return ErrNoCredentials, ""
+	}
+	if status != 0 {
+		return nil, "" // the server answered: not a network failure
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return ErrUnreachable, "no such host " + dns.Name
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return ErrUnreachable, "connection refused"
+	}
+	if errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+		return ErrUnreachable, "no route to host"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		if op.Timeout() {
+			return ErrUnreachable, "connect timed out"
+		}
+		return ErrUnreachable, op.Err.Error()
+	}
+	return nil, ""
+}
+
+// Diagnose tries a TCP connection to the endpoint, within ctx and the
+// connect timeout, and returns an *S3Problem of kind ErrUnreachable when
+// there is none, or nil. A caller whose requests ran out of time calls it to
+// say why: the SDK's last error is then only the deadline.
+func (s *S3) Diagnose(ctx context.Context) error {
+	host := ""
+	if s.endpoint != "" {
+		u, err := url.Parse(s.endpoint)
+		if err != nil {
+			return nil
+		}
+		host = u.Host
+		if u.Port() == "" {
+			if u.Scheme == "https" {
+				host += ":443"
+			} else {
+				host += ":80"
+			}
+		}
+	} else {
+		host = "s3." + s.region + ".amazonaws.com:443"
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.connect)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", host)
+	if err == nil {
+		c.Close()
+		return nil
+	}
+	kind, detail := classifyS3(err)
+	if kind == nil {
+		kind, detail = ErrUnreachable, err.Error()
+	}
+	return &S3Problem{Kind: kind, Bucket: s.bucket, Endpoint: s.ShownEndpoint(), Detail: detail, Err: err}
+}

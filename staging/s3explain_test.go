@@ -1,0 +1,147 @@
+package staging_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"ckptfs/staging"
+	"ckptfs/staging/s3test"
+)
+
+// TestS3Explain: the failures a user fixes in the configuration, produced by
+// the real S3 server (or a port nobody listens on), come out as one line
+// naming the bucket and the endpoint, of the right Kind, with the original
+// error still reachable and no SDK request id in the text.
+func TestS3Explain(t *testing.T) {
+	good := s3test.Config(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close() // connections to it are refused from now on
+
+	cases := []struct {
+		name   string
+		change func(*staging.S3Config)
+		kind   error
+		want   []string // in the message
+	}{
+		{"missing bucket", func(c *staging.S3Config) { c.Bucket = "no-such-bucket-ckptfs" },
+			staging.ErrNoSuchBucket, []string{`no bucket "no-such-bucket-ckptfs" at ` + good.Endpoint, "check the bucket name"}},
+		{"bad secret", func(c *staging.S3Config) { c.SecretKey = "wrong" + c.SecretKey },
+			staging.ErrBadCredentials, []string{`bucket "` + good.Bucket + `" at ` + good.Endpoint + ` refused the credentials`, "secret key"}},
+		{"bad access key", func(c *staging.S3Config) { c.AccessKey = "NOSUCHKEY" },
+			staging.ErrBadCredentials, []string{"refused the credentials", "access key"}},
+		{"closed port", func(c *staging.S3Config) { c.Endpoint = closed },
+			staging.ErrUnreachable, []string{"cannot reach " + closed + ` for bucket "` + good.Bucket + `" (connection refused)`, "check endpoint="}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if good.AccessKey == "" && c.name != "missing bucket" && c.name != "closed port" {
+				t.Skip("the server's credentials come from the environment")
+			}
+			cfg := good
+			cfg.Timeouts.RetryMax = time.Millisecond // no retries: the answer is the same
+			c.change(&cfg)
+			s, err := staging.NewS3(context.Background(), cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			_, _, gerr := s.Get(ctx, "ckptfs.json", staging.Range{})
+			if gerr == nil {
+				t.Fatal("Get succeeded")
+			}
+			err = s.Explain(gerr)
+			var p *staging.S3Problem
+			if !errors.As(err, &p) || !errors.Is(err, c.kind) {
+				t.Fatalf("Explain(%v) = %v, want an S3Problem of kind %v", gerr, err, c.kind)
+			}
+			if errors.Is(gerr, staging.ErrNotFound) {
+				// A caller answers a missing object by creating one.
+				t.Errorf("%v looks like a missing object", gerr)
+			}
+			if !errors.Is(err, gerr) {
+				t.Errorf("the explained error lost the original")
+			}
+			msg := err.Error()
+			for _, w := range c.want {
+				if !strings.Contains(msg, w) {
+					t.Errorf("message %q does not say %q", msg, w)
+				}
+			}
+			if strings.Contains(msg, "\n") || strings.Contains(strings.ToLower(msg), "request id") || strings.Contains(msg, cfg.SecretKey) && cfg.SecretKey != "" {
+				t.Errorf("message %q is not one clean line", msg)
+			}
+		})
+	}
+	// Not a configuration problem: unchanged.
+	s := s3test.NewS3(t)
+	_, _, err = s.Get(context.Background(), "missing", staging.Range{})
+	if got := s.Explain(err); got != err || !errors.Is(got, staging.ErrNotFound) {
+		t.Errorf("Explain of a missing key = %v, want it unchanged", got)
+	}
+}
+
+// TestS3ExplainKinds: the answers the local server cannot produce (a wrong
+// region, access denied, DNS) are classified too, and what is no
+// configuration problem is left alone.
+func TestS3ExplainKinds(t *testing.T) {
+	s, err := staging.NewS3(context.Background(), staging.S3Config{Bucket: "b", Region: "eu-west-1", AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	status := func(code int, hdr http.Header) error {
+		return &awshttp.ResponseError{ResponseError: &smithyhttp.ResponseError{
+			Response: &smithyhttp.Response{Response: &http.Response{StatusCode: code, Header: hdr}},
+			Err:      errors.New("http error")}}
+	}
+	api := func(code string) error { return &smithy.GenericAPIError{Code: code, Message: "m"} }
+	cases := []struct {
+		name string
+		err  error
+		kind error  // nil: left alone
+		want string // in the message
+	}{
+		{"access denied", api("AccessDenied"), staging.ErrAccessDenied, `access denied to bucket "b" at AWS S3 (region eu-west-1)`},
+		{"403 without body", status(403, nil), staging.ErrAccessDenied, "access denied"},
+		{"redirect", api("PermanentRedirect"), staging.ErrWrongRegion, "check region="},
+		{"301 with region", status(301, http.Header{"X-Amz-Bucket-Region": {"us-west-2"}}), staging.ErrWrongRegion, "region=us-west-2"},
+		{"malformed authorization", api("AuthorizationHeaderMalformed"), staging.ErrWrongRegion, "another region"},
+		{"unknown key", api("InvalidAccessKeyId"), staging.ErrBadCredentials, "unknown access key"},
+		{"dns", &net.OpError{Op: "dial", Err: &net.DNSError{Name: "nohost.example", Err: "no such host"}}, staging.ErrUnreachable, "no such host nohost.example"},
+		{"no credentials", errors.New("operation error S3: GetObject, get identity: get credentials: failed to refresh cached credentials, no EC2 IMDS role found"),
+			staging.ErrNoCredentials, `no credentials for bucket "b" at AWS S3 (region eu-west-1): set AWS_ACCESS_KEY_ID`},
+		{"server error", status(500, nil), nil, ""},
+		{"missing key", api("NoSuchKey"), nil, ""},
+		{"other", errors.New("boom"), nil, ""},
+	}
+	for _, c := range cases {
+		got := s.Explain(fmt.Errorf("s3 get k: %w", c.err))
+		if c.kind == nil {
+			var p *staging.S3Problem
+			if errors.As(got, &p) {
+				t.Errorf("%s: explained as %v", c.name, got)
+			}
+			continue
+		}
+		if !errors.Is(got, c.kind) || !errors.Is(got, c.err) || !strings.Contains(got.Error(), c.want) {
+			t.Errorf("%s: Explain = %q, want kind %v saying %q", c.name, got, c.kind, c.want)
+		}
+	}
+	if s.Explain(nil) != nil {
+		t.Error("Explain(nil) is not nil")
+	}
+}

@@ -1,0 +1,126 @@
+package test
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"ckptfs/staging/s3test"
+)
+
+// TestOpsLogReopen: a detached mount with log_file survives SIGHUP and
+// reopens the file by name, so that after logrotate renamed it the rest of
+// the log (here the unmount) goes to a new file at the old name.
+func TestOpsLogReopen(t *testing.T) {
+	need(t, "fusermount3")
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, opts, env := s3Args(t, v)
+	dir := mountpoint(t)
+	logDir := t.TempDir()
+	logFile := filepath.Join(logDir, "ckptfs.log")
+	cmd := exec.Command(bin, "mount", "-o", opts+",log=info,log_file="+logFile, store, dir)
+	cmd.Env = env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("ckptfs mount: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if isMounted(t, dir) {
+			runErr("", "fusermount3", "-u", dir)
+		}
+	})
+	var pid int
+	waitFor(t, 30*time.Second, func() error {
+		b, _ := os.ReadFile(logFile)
+		m := regexp.MustCompile(`"pid": (\d+)`).FindSubmatch(b)
+		if m == nil {
+			return errors.New("the log names no pid yet")
+		}
+		pid, _ = strconv.Atoi(string(m[1]))
+		return nil
+	})
+	run(t, dir, "sh", "-c", "echo before > a")
+
+	rotated := logFile + ".1"
+	if err := os.Rename(logFile, rotated); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+		t.Fatalf("SIGHUP to the mount (pid %d): %v", pid, err)
+	}
+	waitFor(t, 30*time.Second, func() error {
+		b, err := os.ReadFile(logFile)
+		if err != nil || !strings.Contains(string(b), "log file reopened") {
+			return errors.New("no new log file yet")
+		}
+		return nil
+	})
+	if !isMounted(t, dir) {
+		t.Fatal("the mount ended on SIGHUP")
+	}
+	if got := run(t, dir, "sh", "-c", "echo after > b && cat a b"); got != "before\nafter\n" {
+		t.Fatalf("after SIGHUP the mount reads %q", got)
+	}
+	run(t, "", "fusermount3", "-u", dir)
+	waitFor(t, 30*time.Second, func() error {
+		if syscall.Kill(pid, 0) == nil {
+			return errors.New("the mount process is still running")
+		}
+		return nil
+	})
+	b, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old, err := os.ReadFile(rotated)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), "unmounted") {
+		t.Fatalf("the new log file has no unmount line:\n%s", b)
+	}
+	if strings.Contains(string(old), "unmounted") || !strings.Contains(string(old), "mounted") {
+		t.Fatalf("the rotated file is not the log up to SIGHUP:\n%s", old)
+	}
+	e, _ := s3test.Shared()
+	for _, f := range [][]byte{b, old} {
+		if e.SecretKey != "" && strings.Contains(string(f), e.SecretKey) {
+			t.Fatalf("the log holds the secret key:\n%s", f)
+		}
+	}
+}
+
+// TestOpsNoSyslog: a detached mount without log_file on a machine without
+// /dev/log says, before detaching, that its log is discarded.
+func TestOpsNoSyslog(t *testing.T) {
+	need(t, "fusermount3")
+	if _, err := os.Stat("/dev/log"); err == nil {
+		t.Skip("this machine has a system log")
+	}
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, opts, env := s3Args(t, v)
+	dir := mountpoint(t)
+	cmd := exec.Command(bin, "mount", "-o", opts, store, dir)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ckptfs mount: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if isMounted(t, dir) {
+			runErr("", "fusermount3", "-u", dir)
+		}
+	})
+	if !strings.Contains(string(out), "warning: no system log") || !strings.Contains(string(out), "log_file=PATH") {
+		t.Fatalf("no warning that the log is discarded:\n%s", out)
+	}
+	run(t, "", "fusermount3", "-u", dir)
+}
