@@ -250,7 +250,7 @@ var options = []option{
 	enumOpt("log", "Log", "least severe level logged",
 		[]LogLevel{LogDebug, LogInfo, LogWarn, LogError},
 		func(c *Config) *LogLevel { return &c.Log }),
-	sizeOpt("memory_limit", "MemoryLimit", "0 (derived at mount), or at least segment_mpu_chunk_size and the dirty limit", "RAM/4, from 256M to 8G",
+	sizeOpt("memory_limit", "MemoryLimit", "0 (derived at mount), or at least segment_mpu_chunk_size and the dirty limit", "RAM/4 (RAM: the lower of MemTotal and the cgroup's memory limit), from 256M to 8G",
 		"the one memory budget of a mount for all dirty data and pieces in flight",
 		func(c *Config) *int64 { return &c.MemoryLimit }),
 	enumOpt("emulate_link", "EmulateLink", "emulate a network link in front of the store (benchmarks)",
