@@ -21,7 +21,9 @@ import (
 // kernel. go-fuse turns the words nodev, nosuid and noexec (and dev, suid,
 // exec) into flags of mount(2) itself, but passes any other word on as a FUSE
 // option, which the kernel refuses (EINVAL): noatime is a flag of mount(2)
-// only, so a direct mount gets it in the flags and fusermount3 as a word.
+// only, so a direct mount gets it in the flags and fusermount3 as a word
+// (should a direct mount fail and go-fuse fall back to fusermount3, noatime
+// is lost: the mount still works).
 func kernelOptions(c config.Config, direct bool) (opts []string, flags uintptr) {
 	opts = []string{"default_permissions"}
 	if c.ReadOnly {
@@ -256,6 +258,20 @@ func (a *allowRoot) CopyFileRange(c <-chan struct{}, in *fuse.CopyFileRangeIn) (
 		return 0, fuse.EACCES
 	}
 	return a.RawFileSystem.CopyFileRange(c, in)
+}
+
+func (a *allowRoot) Lseek(c <-chan struct{}, in *fuse.LseekIn, out *fuse.LseekOut) fuse.Status {
+	if a.denied(&in.InHeader) {
+		return fuse.EACCES
+	}
+	return a.RawFileSystem.Lseek(c, in, out)
+}
+
+func (a *allowRoot) Ioctl(c <-chan struct{}, in *fuse.IoctlIn, inbuf []byte, out *fuse.IoctlOut, outbuf []byte) fuse.Status {
+	if a.denied(&in.InHeader) {
+		return fuse.EACCES
+	}
+	return a.RawFileSystem.Ioctl(c, in, inbuf, out, outbuf)
 }
 
 func (a *allowRoot) GetLk(c <-chan struct{}, in *fuse.LkIn, out *fuse.LkOut) fuse.Status {

@@ -1,6 +1,7 @@
 package fusefs
 
 import (
+	"reflect"
 	"slices"
 	"syscall"
 	"testing"
@@ -111,5 +112,57 @@ func TestAllowRoot(t *testing.T) {
 		if _, st := a.Read(nil, &fuse.ReadIn{InHeader: *h}, nil); st != fuse.OK {
 			t.Errorf("uid %d: read %v", tt.uid, st)
 		}
+	}
+}
+
+// allowRootPasses are the requests allow_root lets through from anyone, as
+// libfuse does: those on handles already open, and the ones that carry no
+// caller.
+var allowRootPasses = map[string]bool{
+	"String": true, "SetDebug": true, "Forget": true, "Init": true, "OnUnmount": true,
+	"Read": true, "Write": true, "Writev": true, "Release": true, "Flush": true, "Fsync": true,
+	"ReadDir": true, "ReadDirPlus": true, "ReleaseDir": true, "FsyncDir": true,
+}
+
+// TestAllowRootEveryRequest: every other request of go-fuse's RawFileSystem
+// is refused by allowRoot itself for another user: it is called with no
+// filesystem behind, so a request that is passed on panics.
+func TestAllowRootEveryRequest(t *testing.T) {
+	a := reflect.ValueOf(&allowRoot{owner: 1000})
+	rt := reflect.TypeFor[fuse.RawFileSystem]()
+	for i := range rt.NumMethod() {
+		m := rt.Method(i)
+		if allowRootPasses[m.Name] {
+			continue
+		}
+		fn := a.MethodByName(m.Name)
+		args := make([]reflect.Value, fn.Type().NumIn())
+		for j := range args {
+			at := fn.Type().In(j)
+			args[j] = reflect.Zero(at)
+			if at.Kind() != reflect.Pointer || at.Elem().Kind() != reflect.Struct {
+				continue
+			}
+			v := reflect.New(at.Elem())
+			h := v.Elem()
+			if at.Elem() != reflect.TypeFor[fuse.InHeader]() {
+				h = h.FieldByName("InHeader")
+			}
+			if h.IsValid() {
+				h.Addr().Interface().(*fuse.InHeader).Caller.Uid = 65534
+			}
+			args[j] = v
+		}
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					t.Errorf("%s from another user reached the filesystem", m.Name)
+				}
+			}()
+			out := fn.Call(args)
+			if st, ok := out[len(out)-1].Interface().(fuse.Status); !ok || st != fuse.EACCES {
+				t.Errorf("%s from another user: %v, want EACCES", m.Name, out[len(out)-1])
+			}
+		}()
 	}
 }
