@@ -134,7 +134,41 @@ type Config struct {
 	AllowOther bool
 	// ReadOnly (ro) mounts read-only.
 	ReadOnly bool
+	// AllowRoot (allow_root) lets root, besides the mounting user, access
+	// the mount; no other user. It excludes AllowOther.
+	AllowRoot bool
+	// AutoUnmount (auto_unmount) has fusermount3 unmount the volume when the
+	// mount process ends, however it ends (kill -9 included).
+	AutoUnmount bool
+	// UID (uid) is the owner every file and directory shows and is checked
+	// against; -1 (the default) shows each one's own.
+	UID int64
+	// GID (gid) is the group every file and directory shows; -1 shows each
+	// one's own.
+	GID int64
+	// Umask (umask) is cleared from the permission bits every file and
+	// directory shows.
+	Umask int64
+	// FileMode (file_mode) are the permission bits every file shows (before
+	// Umask); -1 shows each file's own.
+	FileMode int64
+	// DirMode (dir_mode) are the permission bits every directory shows
+	// (before Umask); -1 shows each directory's own.
+	DirMode int64
+	// NoExec (noexec) refuses to execute programs of the mount.
+	NoExec bool
+	// NoSuid (nosuid) ignores set-user-id and set-group-id bits; on by
+	// default, as fusermount3 does for every user mount.
+	NoSuid bool
+	// NoDev (nodev) refuses device files; on by default.
+	NoDev bool
+	// NoAtime (noatime) has the kernel not update access times.
+	NoAtime bool
 }
+
+// Unset is the value of UID, GID, FileMode and DirMode that shows each file's
+// own owner, group or mode.
+const Unset = -1
 
 // Default returns the engine's defaults, those of the stream-segment
 // specification. With them nothing is sent ahead (see the package doc).
@@ -168,6 +202,17 @@ func Default() Config {
 		S3RetryMaxTime:                   staging.DefaultRetryMaxTime,
 		AllowOther:                       false,
 		ReadOnly:                         false,
+		AllowRoot:                        false,
+		AutoUnmount:                      false,
+		UID:                              Unset,
+		GID:                              Unset,
+		Umask:                            0,
+		FileMode:                         Unset,
+		DirMode:                          Unset,
+		NoExec:                           false,
+		NoSuid:                           true,
+		NoDev:                            true,
+		NoAtime:                          false,
 	}
 }
 

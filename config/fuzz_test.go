@@ -2,6 +2,9 @@ package config
 
 import (
 	"errors"
+	"path"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -64,6 +67,49 @@ func FuzzParse(f *testing.F) {
 		back, err := Parse(MountDefault(0), c.Encode())
 		if err != nil || back != c {
 			t.Fatalf("Parse(%q): Encode %q does not read back: %v", opts, c.Encode(), err)
+		}
+	})
+}
+
+// FuzzParseProcCgroup: /proc/self/cgroup either parses, to absolute clean
+// paths that stay under the cgroup mount when joined, or fails; never panics.
+func FuzzParseProcCgroup(f *testing.F) {
+	for _, s := range []string{"0::/\n", "4:memory:/a\n0::/b\n", "0::/../x", "x", "5:memory,hugetlb:/d/e\n", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v2, v1, err := parseProcCgroup([]byte(s))
+		if err != nil {
+			return
+		}
+		for _, p := range []cgroupPath{v2, v1} {
+			if p.ok && (!strings.HasPrefix(p.path, "/") || path.Clean(p.path) != p.path) {
+				t.Fatalf("parseProcCgroup(%q) gave path %q", s, p.path)
+			}
+		}
+	})
+}
+
+// FuzzParseCgroupLimit: a limit is "max" (none) or decimal digits that read
+// as that number.
+func FuzzParseCgroupLimit(f *testing.F) {
+	for _, s := range []string{"max\n", "123\n", "-1", "", "9223372036854771712\n"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		n, ok, err := parseCgroupLimit([]byte(s))
+		switch {
+		case err != nil:
+			if ok || n != 0 {
+				t.Fatalf("parseCgroupLimit(%q) = %d, %v with error %v", s, n, ok, err)
+			}
+		case !ok:
+			if strings.TrimSuffix(s, "\n") != "max" {
+				t.Fatalf("parseCgroupLimit(%q): no limit", s)
+			}
+		case strings.TrimLeft(strings.TrimSuffix(s, "\n"), "0123456789") != "",
+			strconv.FormatUint(n, 10) != strings.TrimLeft(strings.TrimSuffix(s, "\n"), "0") && n != 0:
+			t.Fatalf("parseCgroupLimit(%q) = %d", s, n)
 		}
 	})
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,6 +20,8 @@ const (
 	kindDuration
 	kindEnum
 	kindAddr
+	kindID
+	kindMode
 )
 
 func (k kind) String() string {
@@ -35,6 +38,10 @@ func (k kind) String() string {
 		return "enum"
 	case kindAddr:
 		return "host:port"
+	case kindID:
+		return "id"
+	case kindMode:
+		return "octal mode"
 	}
 	return "?"
 }
@@ -105,6 +112,55 @@ func durationOpt(name, field, allowed, doc string, p func(*Config) *time.Duratio
 				*p(c) = d
 			}
 			return err
+		},
+	}
+}
+
+// idOpt is a user or group id; empty (Unset) shows each file's own.
+func idOpt(name, field, doc string, p func(*Config) *int64) option {
+	return option{name: name, field: field, kind: kindID, allowed: "empty (each file's own) or 0 to 4294967294", doc: doc,
+		get: func(c *Config) string {
+			if *p(c) == Unset {
+				return ""
+			}
+			return strconv.FormatInt(*p(c), 10)
+		},
+		set: func(c *Config, s string) error {
+			if s == "" {
+				*p(c) = Unset
+				return nil
+			}
+			n, err := strconv.ParseUint(s, 10, 32)
+			if err != nil {
+				return syntaxf("bad id %q: want decimal digits", s)
+			}
+			*p(c) = int64(n)
+			return nil
+		},
+	}
+}
+
+// modeOpt is a set of permission bits in octal, as chmod(1) and mount(8)
+// write them ("0644" or "644"); when unset is true, empty means Unset.
+func modeOpt(name, field, allowed, doc string, unset bool, p func(*Config) *int64) option {
+	return option{name: name, field: field, kind: kindMode, allowed: allowed, doc: doc,
+		get: func(c *Config) string {
+			if *p(c) == Unset {
+				return ""
+			}
+			return fmt.Sprintf("%04o", *p(c))
+		},
+		set: func(c *Config, s string) error {
+			if s == "" && unset {
+				*p(c) = Unset
+				return nil
+			}
+			n, err := strconv.ParseUint(s, 8, 32)
+			if err != nil {
+				return syntaxf("bad mode %q: want octal digits such as 0644", s)
+			}
+			*p(c) = int64(n)
+			return nil
 		},
 	}
 }
@@ -194,7 +250,7 @@ var options = []option{
 	enumOpt("log", "Log", "least severe level logged",
 		[]LogLevel{LogDebug, LogInfo, LogWarn, LogError},
 		func(c *Config) *LogLevel { return &c.Log }),
-	sizeOpt("memory_limit", "MemoryLimit", "0 (derived at mount), or at least segment_mpu_chunk_size and the dirty limit", "RAM/4, from 256M to 8G",
+	sizeOpt("memory_limit", "MemoryLimit", "0 (derived at mount), or at least segment_mpu_chunk_size and the dirty limit", "RAM/4 (RAM: the lower of MemTotal and the cgroup's memory limit), from 256M to 8G",
 		"the one memory budget of a mount for all dirty data and pieces in flight",
 		func(c *Config) *int64 { return &c.MemoryLimit }),
 	enumOpt("emulate_link", "EmulateLink", "emulate a network link in front of the store (benchmarks)",
@@ -224,8 +280,30 @@ var options = []option{
 		func(c *Config) *time.Duration { return &c.S3RetryMaxTime }),
 	boolOpt("allow_other", "AllowOther", "let users other than the mounting one access the mount",
 		func(c *Config) *bool { return &c.AllowOther }),
-	boolOpt("ro", "ReadOnly", "mount read-only",
+	boolOpt("ro", "ReadOnly", "mount read-only (rw: not)",
 		func(c *Config) *bool { return &c.ReadOnly }),
+	boolOpt("allow_root", "AllowRoot", "let root access the mount besides the mounting user, and no one else (not with allow_other); refused in the filesystem, as libfuse does",
+		func(c *Config) *bool { return &c.AllowRoot }),
+	boolOpt("auto_unmount", "AutoUnmount", "unmount when the mount process ends, even when killed (kill -9): fusermount3 holds the mount and unmounts it when the process is gone; without it a killed mount leaves 'Transport endpoint is not connected' until fusermount3 -u",
+		func(c *Config) *bool { return &c.AutoUnmount }),
+	idOpt("uid", "UID", "the owner every file and directory shows, and that the kernel checks permissions against; files are still created as the caller, and chown still records an owner, shown by mounts without uid",
+		func(c *Config) *int64 { return &c.UID }),
+	idOpt("gid", "GID", "the group every file and directory shows and is checked against, as uid",
+		func(c *Config) *int64 { return &c.GID }),
+	modeOpt("umask", "Umask", "0 to 0777", "permission bits cleared from what every file and directory shows (after file_mode and dir_mode) and is checked against; chmod still records the mode",
+		false, func(c *Config) *int64 { return &c.Umask }),
+	modeOpt("file_mode", "FileMode", "empty (each file's own) or 0 to 0777", "the permission bits every file shows and is checked against, in place of its own (umask still applies)",
+		true, func(c *Config) *int64 { return &c.FileMode }),
+	modeOpt("dir_mode", "DirMode", "empty (each directory's own) or 0 to 01777", "the permission bits every directory shows and is checked against, in place of its own (umask still applies)",
+		true, func(c *Config) *int64 { return &c.DirMode }),
+	boolOpt("noexec", "NoExec", "the kernel refuses to execute programs of the mount (exec: not)",
+		func(c *Config) *bool { return &c.NoExec }),
+	boolOpt("nosuid", "NoSuid", "the kernel ignores set-user-id and set-group-id bits (suid: not, root only)",
+		func(c *Config) *bool { return &c.NoSuid }),
+	boolOpt("nodev", "NoDev", "the kernel refuses device files of the mount (dev: not, root only)",
+		func(c *Config) *bool { return &c.NoDev }),
+	boolOpt("noatime", "NoAtime", "the kernel does not update access times (atime, relatime, strictatime: the kernel's default, relatime)",
+		func(c *Config) *bool { return &c.NoAtime }),
 }
 
 func lookup(name string) *option {
@@ -245,13 +323,27 @@ func names() []string {
 	return out
 }
 
-// genericMountFlags are handled by the kernel or mount(8); fstab lines carry
-// them, so Parse accepts and ignores them.
+// genericMountFlags are handled by mount(8) or by the command (create,
+// single_writer: it reads them from the option list itself); fstab lines
+// carry them, so Parse accepts and ignores them.
 var genericMountFlags = map[string]bool{
-	"rw": true, "dev": true, "nodev": true, "suid": true, "nosuid": true,
-	"exec": true, "noexec": true, "atime": true, "noatime": true, "relatime": true,
 	"auto": true, "noauto": true, "user": true, "nouser": true, "users": true,
 	"_netdev": true, "nofail": true, "defaults": true,
+	"create": true, "single_writer": true,
+}
+
+// mountFlagAliases are mount(8)'s words for turning an option off: Parse reads
+// "exec" as noexec=false. relatime and strictatime turn noatime off: FUSE
+// mounts get the kernel's default, relatime.
+var mountFlagAliases = map[string]string{
+	"rw": "ro", "exec": "noexec", "suid": "nosuid", "dev": "nodev",
+	"atime": "noatime", "relatime": "noatime", "strictatime": "noatime",
+}
+
+// unsupportedFlags are options of other FUSE filesystems that ckptfs refuses,
+// with the reason.
+var unsupportedFlags = map[string]string{
+	"nonempty": "not supported: FUSE 3 dropped it, and ckptfs refuses a non-empty mount point (files under it would be hidden): mount on an empty directory",
 }
 
 // isGenericMountFlag reports whether item is a flag Parse ignores: one of
@@ -288,7 +380,9 @@ func (c Config) Get(name string) (string, error) {
 // result. opts is "name=value,name,..." (several -o strings joined by commas
 // read the same; empty items are ignored). A bare name sets a boolean option
 // to true. Later items win over earlier ones. Generic mount flags (rw, nodev,
-// noatime, _netdev, defaults, x-..., and the like) are accepted and ignored.
+// _netdev, nofail, defaults, x-..., and the like) are accepted and ignored;
+// rw, exec, suid, dev, atime and relatime turn ro, noexec, nosuid, nodev and
+// noatime off, and nonempty is refused with the reason.
 //
 // Every problem is reported at once, as an errors.Join of *OptionError; on
 // error Parse returns base unchanged.
@@ -298,6 +392,16 @@ func Parse(base Config, opts string) (Config, error) {
 	for item := range strings.SplitSeq(opts, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" || isGenericMountFlag(item) {
+			continue
+		}
+		if why, ok := unsupportedFlags[item]; ok {
+			errs = append(errs, &OptionError{Name: item, Err: invalidf("%s", why)})
+			continue
+		}
+		if name, ok := mountFlagAliases[item]; ok {
+			if err := c.Set(name, "false"); err != nil {
+				errs = append(errs, err)
+			}
 			continue
 		}
 		name, value, hasValue := strings.Cut(item, "=")

@@ -33,6 +33,7 @@ const (
 	// mount would show other mounts' changes too late to be of use.
 	maxNamespaceRefresh   = 10 * time.Minute
 	maxPort               = 65535
+	maxID                 = 1<<32 - 1
 	dirtyLimitDescription = "min(max(data_cache_dirty_max_bytes_threshold, data_cache_dirty_max_blocks_threshold × data_block_size), segment_buffer_size)"
 )
 
@@ -131,6 +132,20 @@ func (c Config) Validate() error {
 		"must be from 1s to 1h")
 	v.check("s3_retry_max_time", c.S3RetryMaxTime >= time.Second && c.S3RetryMaxTime <= time.Hour,
 		"must be from 1s to 1h")
+
+	v.check("allow_root", !(c.AllowRoot && c.AllowOther), "excludes allow_other (allow_root lets root alone in besides the mounting user)")
+	for _, id := range []struct {
+		name string
+		v    int64
+	}{{"uid", c.UID}, {"gid", c.GID}} {
+		// 4294967295 is (uid_t)-1, "no change" to chown(2): no one's id.
+		v.check(id.name, id.v == Unset || (id.v >= 0 && id.v < maxID), "must be empty or from 0 to 4294967294")
+	}
+	v.check("umask", c.Umask >= 0 && c.Umask <= 0o777, "must be from 0 to 0777")
+	// Set-user-id and set-group-id bits are not given by an option: a mode
+	// shown for every file must not make every program set-user-id.
+	v.check("file_mode", c.FileMode == Unset || (c.FileMode >= 0 && c.FileMode <= 0o777), "must be empty or from 0 to 0777")
+	v.check("dir_mode", c.DirMode == Unset || (c.DirMode >= 0 && c.DirMode <= 0o1777), "must be empty or from 0 to 01777 (the sticky bit allowed)")
 
 	return errors.Join(v.errs...)
 }

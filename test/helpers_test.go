@@ -5,6 +5,8 @@ package test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -173,13 +175,16 @@ var binary struct {
 func ckptfsBinary(t *testing.T) string {
 	t.Helper()
 	binary.once.Do(func() {
-		// A fixed folder, so that runs reuse it instead of leaving copies.
-		dir := filepath.Join(os.TempDir(), "ckptfs-e2e-bin")
+		// A fixed folder, so that runs reuse it instead of leaving copies;
+		// one per source tree, so that two checkouts tested at once never
+		// run each other's binary.
+		_, file, _, _ := runtime.Caller(0)
+		sum := sha256.Sum256([]byte(filepath.Dir(file)))
+		dir := filepath.Join(os.TempDir(), "ckptfs-e2e-bin-"+hex.EncodeToString(sum[:4]))
 		if binary.err = os.MkdirAll(dir, 0o755); binary.err != nil {
 			return
 		}
 		binary.path = filepath.Join(dir, "ckptfs")
-		_, file, _, _ := runtime.Caller(0)
 		binary.out, binary.err = runErr(filepath.Dir(file), "go", "build", "-o", binary.path, "ckptfs/cmd/ckptfs")
 	})
 	if binary.err != nil {

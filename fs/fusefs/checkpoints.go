@@ -68,6 +68,7 @@ func (d *ckptDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOu
 	if err != nil {
 		return d.fsys.errnoOf("getattr checkpoints", err)
 	}
+	nn = d.fsys.shown(nn) // as stat shows the original (uid=, file_mode=, ...)
 	fillCkptDirAttr(nn, ckptDirMode(nn), &out.Attr)
 	return 0
 }
@@ -80,6 +81,7 @@ func (d *ckptDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 	if err != nil {
 		return nil, d.fsys.errnoOf("lookup", err)
 	}
+	nn = d.fsys.shown(nn) // as stat shows the original (uid=, file_mode=, ...)
 	switch nn.Kind {
 	case namespace.KindDir:
 		fillCkptDirAttr(nn, ckptDirMode(nn), &out.Attr)
@@ -125,6 +127,7 @@ func (l *ckptList) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrO
 	if err != nil {
 		return l.fsys.errnoOf("getattr checkpoints", err)
 	}
+	nn = l.fsys.shown(nn) // as stat shows the original (uid=, file_mode=, ...)
 	fillCkptDirAttr(nn, ckptListMode(nn), &out.Attr)
 	return 0
 }
@@ -165,6 +168,7 @@ func (l *ckptList) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	if err != nil {
 		return nil, l.fsys.errnoOf("lookup checkpoint", err)
 	}
+	nn = l.fsys.shown(nn) // as stat shows the original (uid=, file_mode=, ...)
 	cps, err := l.checkpoints(ctx)
 	if err != nil {
 		return nil, l.fsys.errnoOf("lookup checkpoint", err)
@@ -214,6 +218,7 @@ func (c *ckptFile) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrO
 	if err != nil {
 		return c.fsys.errnoOf("getattr checkpoint", err)
 	}
+	nn = c.fsys.shown(nn) // as stat shows the original (uid=, file_mode=, ...)
 	c.fill(nn, &out.Attr)
 	return 0
 }

@@ -95,6 +95,30 @@
 // They are not listed (listxattr), so cp -a, rsync -X and tar --xattrs do not
 // copy them onto other files.
 //
+// # Mount options
+//
+// uid, gid, file_mode, dir_mode and umask change what stat shows, and so
+// what the kernel checks (default_permissions), for every file and
+// directory, including those of .checkpoints; they change nothing recorded:
+// files are created with the caller's owner and chmod and chown record as
+// always, which a mount without the options shows. ro, noexec, nosuid, nodev
+// and noatime are given to the kernel (mount(2) flags for a mount made
+// directly by root, option words for fusermount3).
+//
+// allow_root has no kernel option: the mount is made allow_other and every
+// request that names a file from a user other than root and the mounting one
+// is refused with EACCES (allowRoot), as libfuse does; requests on handles
+// already open pass. The kernel's caches are not checked: a name root looked
+// up is in the kernel's cache for attrTimeout, and another user's stat of it
+// meanwhile is answered from it (libfuse has the same gap).
+//
+// auto_unmount has fusermount3 make the mount, even for root, and keep a
+// watcher on a socket to this process: when the process ends, however it
+// ends, the socket closes and fusermount3 unmounts (lazily), so a killed mount
+// leaves an empty directory rather than "Transport endpoint is not
+// connected". Unmount unmounts it itself (not lazily: a busy mount stays) and
+// then lets the watcher go.
+//
 // # Metrics
 //
 // -o metrics=host:port serves Prometheus counters at /metrics, unauthenticated.

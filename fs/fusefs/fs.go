@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -98,6 +99,7 @@ type FS struct {
 	metricsSrv *metricsServer // nil when -o metrics is off
 
 	server    *fuse.Server
+	auto      *autoUnmount // the fusermount3 watcher of an auto_unmount mount; nil without
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -233,31 +235,71 @@ func (fsys *FS) Mount(mountpoint string) error {
 		return err
 	}
 	timeout := attrTimeout
+	c := fsys.cfg
+	// A mount by root is made with mount(2) directly, except with
+	// auto_unmount, which only fusermount3 provides.
+	direct := os.Geteuid() == 0 && !c.AutoUnmount
+	kopts, flags := kernelOptions(c, direct)
 	opts := &fs.Options{
 		EntryTimeout: &timeout,
 		AttrTimeout:  &timeout,
 		MountOptions: fuse.MountOptions{
 			FsName:               fsys.fsName,
 			Name:                 "ckptfs",
-			DirectMount:          os.Geteuid() == 0,
-			AllowOther:           fsys.cfg.AllowOther,
+			DirectMount:          direct,
+			DirectMountFlags:     flags,
+			AllowOther:           c.AllowOther || c.AllowRoot,
 			MaxWrite:             1 << 20,
 			MaxReadAhead:         1 << 20,
 			EnableSymlinkCaching: true,
-			Options:              []string{"default_permissions"},
+			Options:              kopts,
 		},
 		RootStableAttr: &fs.StableAttr{Ino: uint64(namespace.RootIno), Mode: syscall.S_IFDIR},
 		UID:            uint32(os.Getuid()),
 		GID:            uint32(os.Getgid()),
 	}
-	if fsys.cfg.ReadOnly {
-		opts.MountOptions.Options = append(opts.MountOptions.Options, "ro")
-	}
 	if fsys.fsName == "" {
 		opts.MountOptions.FsName = "ckptfs"
 	}
-	srv, err := fsys.serve(mountpoint, &node{fsys: fsys, ino: namespace.RootIno}, opts)
+	// Every request is timed into ckptfs_fuse_operation_seconds.
+	var raw fuse.RawFileSystem = newTimedFS(fs.NewNodeFS(&node{fsys: fsys, ino: namespace.RootIno}, opts), fsys.metrics.fuseSeconds)
+	if c.AllowRoot {
+		raw = &allowRoot{RawFileSystem: raw, owner: uint32(os.Getuid())}
+	}
+	serveAt := mountpoint
+	if c.AutoUnmount {
+		abs, err := filepath.Abs(mountpoint)
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", mountpoint, err)
+		}
+		words := make([]string, 0, len(kopts)+4)
+		for _, w := range kopts {
+			words = append(words, escapeOption(w))
+		}
+		if opts.MountOptions.AllowOther {
+			words = append(words, "allow_other")
+		}
+		words = append(words, "fsname="+escapeOption(opts.MountOptions.FsName), "subtype=ckptfs",
+			fmt.Sprintf("max_read=%d", opts.MountOptions.MaxWrite))
+		au, err := mountAutoUnmount(abs, words)
+		if err != nil {
+			return fmt.Errorf("mount %s: %w", mountpoint, err)
+		}
+		fsys.auto = au
+		serveAt = fmt.Sprintf("/dev/fd/%d", au.fd)
+	}
+	srv, err := fuse.NewServer(raw, serveAt, &opts.MountOptions)
 	if err != nil {
+		if fsys.auto != nil {
+			fsys.auto.unmount()
+			fsys.auto.stop()
+			fsys.auto = nil
+		}
+		return fmt.Errorf("mount %s: %w", mountpoint, err)
+	}
+	go srv.Serve()
+	if err := srv.WaitMount(); err != nil {
+		// The serve loop ends by itself when the mount did not happen.
 		return fmt.Errorf("mount %s: %w", mountpoint, err)
 	}
 	fsys.server = srv
@@ -308,6 +350,9 @@ func (fsys *FS) Wait() {
 	if fsys.server != nil {
 		fsys.server.Wait()
 	}
+	if fsys.auto != nil {
+		fsys.auto.stop()
+	}
 }
 
 // Unmount unmounts the volume from the kernel, then flushes and closes every
@@ -317,7 +362,13 @@ func (fsys *FS) Unmount() error {
 	if fsys.server != nil {
 		var err error
 		for i := 0; i < 20; i++ {
-			if err = fsys.server.Unmount(); err == nil {
+			if fsys.auto != nil {
+				// go-fuse cannot unmount a mount it was handed.
+				err = fsys.auto.unmount()
+			} else {
+				err = fsys.server.Unmount()
+			}
+			if err == nil {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -325,7 +376,7 @@ func (fsys *FS) Unmount() error {
 		if err != nil {
 			return fmt.Errorf("unmount: %w: %w", ErrMountBusy, err)
 		}
-		fsys.server.Wait()
+		fsys.Wait()
 	}
 	return fsys.Close()
 }

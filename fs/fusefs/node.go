@@ -76,9 +76,10 @@ func owner(ctx context.Context) namespace.Owner {
 	return namespace.Owner{}
 }
 
-// fillAttr fills out with the attributes of n; a file's size and mtime come
-// from its engine or head.
+// fillAttr fills out with the attributes of n as shown (the owner and mode
+// options applied); a file's size and mtime come from its engine or head.
 func (fsys *FS) fillAttr(ctx context.Context, n namespace.Node, out *fuse.Attr) syscall.Errno {
+	n = fsys.shown(n)
 	out.Ino = uint64(n.Ino)
 	out.Mode = kindMode(n.Kind) | n.Mode
 	out.Nlink = n.Nlink
@@ -139,6 +140,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 			return nil, errno
 		}
 		ch := n.NewInode(ctx, &ckptDir{fsys: n.fsys, ino: namespace.RootIno}, fs.StableAttr{Mode: syscall.S_IFDIR})
+		root = n.fsys.shown(root)
 		fillCkptDirAttr(root, ckptDirMode(root), &out.Attr)
 		return ch, 0
 	}

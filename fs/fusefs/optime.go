@@ -3,26 +3,9 @@ package fusefs
 import (
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"github.com/prometheus/client_golang/prometheus"
 )
-
-// serve mounts root at mountpoint as fs.Mount does, with every FUSE request
-// timed into the mount's ckptfs_fuse_operation_seconds histogram.
-func (fsys *FS) serve(mountpoint string, root fs.InodeEmbedder, opts *fs.Options) (*fuse.Server, error) {
-	raw := newTimedFS(fs.NewNodeFS(root, opts), fsys.metrics.fuseSeconds)
-	srv, err := fuse.NewServer(raw, mountpoint, &opts.MountOptions)
-	if err != nil {
-		return nil, err
-	}
-	go srv.Serve()
-	if err := srv.WaitMount(); err != nil {
-		// The serve loop ends by itself: the mount never answered.
-		return nil, err
-	}
-	return srv, nil
-}
 
 // timedFS times the requests of the file system it wraps, by operation.
 // Requests it does not name (locks, xattrs, forget...) pass through
