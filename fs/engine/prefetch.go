@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -254,24 +255,22 @@ func (f *File) fetchAheadLocked(ctx context.Context, s *readStream, start, end, 
 	r := &f.rd
 	for a := start; a < end; {
 		b := min(a+piece, end)
-		plan, err := f.planLocked(ctx, a, b-a, false, nil)
+		plan, err := f.planLocked(ctx, a, b-a, false, nil, claimAhead)
 		if err != nil {
 			// The read itself will meet the error, or not need the blocks.
 			return a
 		}
-		for i := range plan.Gets {
-			g := plan.Gets[i]
+		for i, fl := range plan.flights {
 			r.mu.Lock()
-			if !f.holdAheadLocked(g.Len) {
+			if !f.holdAheadLocked(fl.g.Len) {
 				r.mu.Unlock()
+				r.abandon(plan.flights[i:], errNoRoom)
 				return a
 			}
-			fl := &flight{g: g, done: make(chan struct{}), ahead: true, held: g.Len,
-				end: int64(g.First+uint64(g.Blocks)) * int64(f.bs)}
-			r.registerLocked(fl)
+			fl.held = fl.g.Len
 			s.flights = append(s.flights, fl)
 			r.stats.GetsAhead++
-			r.stats.BytesAhead += g.Len
+			r.stats.BytesAhead += fl.g.Len
 			fctx := r.ctx
 			r.wg.Add(1)
 			r.mu.Unlock()
@@ -281,6 +280,10 @@ func (f *File) fetchAheadLocked(ctx context.Context, s *readStream, start, end, 
 	}
 	return end
 }
+
+// errNoRoom ends a flight ahead the budget had no room for; a read waiting
+// for it fetches its blocks itself.
+var errNoRoom = errors.New("no room in the memory budget to read ahead")
 
 // holdAheadLocked draws n bytes for a flight ahead: from the budget's read
 // share, and within the file's own cap when there is no budget. The caller
@@ -323,14 +326,30 @@ func (f *File) runAhead(ctx context.Context, fl *flight) {
 	close(fl.done)
 }
 
-// registerLocked makes fl's blocks findable by reads. A block already in
-// another flight stays with that one.
-func (r *readers) registerLocked(fl *flight) {
-	for j, ref := range fl.g.refs {
-		k := keyOf(ref.v)
-		if _, ok := r.blocks[k]; !ok {
-			r.blocks[k] = slot{fl, j}
-		}
+// claim makes sl the flight of block k, unless another flight has it: then
+// it returns that one.
+func (r *readers) claim(k cacheKey, sl slot) (slot, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if theirs, ok := r.blocks[k]; ok {
+		return theirs, false
+	}
+	r.blocks[k] = sl
+	return sl, true
+}
+
+// abandon ends flights claimed and never sent: reads waiting for them fetch
+// for themselves.
+func (r *readers) abandon(fls []*flight, err error) {
+	r.mu.Lock()
+	for _, fl := range fls {
+		fl.err = err
+		fl.landed = true
+		r.unregisterLocked(fl)
+	}
+	r.mu.Unlock()
+	for _, fl := range fls {
+		close(fl.done)
 	}
 }
 

@@ -42,7 +42,10 @@ type ReadPlan struct {
 	// Shared: blocks served by a GET already in flight (another read's, or
 	// one sent ahead of a sequential reader) or fetched ahead and kept.
 	Shared int
-	waits  []flightWait
+	// waits are the blocks a read takes from others' flights, flights the
+	// flights of Gets (claimed reads only).
+	waits   []flightWait
+	flights []*flight
 }
 
 // Placement says where one block of the file is.
@@ -66,7 +69,10 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 // flights other reads sent and the store. The caller holds mu (shared is
 // enough).
 func (f *File) readLocked(ctx context.Context, p []byte, off int64) error {
-	plan, err := f.planLocked(ctx, off, int64(len(p)), true, p)
+	// This read's own GETs are flights (claimed as they are planned): a
+	// read that needs their blocks meanwhile waits for them instead of
+	// asking again.
+	plan, err := f.planLocked(ctx, off, int64(len(p)), true, p, claimRead)
 	if err != nil {
 		return err
 	}
@@ -74,15 +80,7 @@ func (f *File) readLocked(ctx context.Context, p []byte, off int64) error {
 		return nil
 	}
 	bs := int64(f.bs)
-	// This read's own GETs are flights too: a read that needs their blocks
-	// meanwhile waits for them instead of asking again.
-	fls := make([]*flight, len(plan.Gets))
-	f.rd.mu.Lock()
-	for i := range plan.Gets {
-		fls[i] = &flight{g: plan.Gets[i], done: make(chan struct{})}
-		f.rd.registerLocked(fls[i])
-	}
-	f.rd.mu.Unlock()
+	fls := plan.flights
 	// Execute the GETs, a few at a time.
 	errs := make([]error, len(fls))
 	sem := make(chan struct{}, f.p.Concurrency)
@@ -189,15 +187,38 @@ func copyBlockInto(p []byte, off int64, fbn uint64, bs int64, blk []byte) {
 	copy(p[lo-off:hi-off], blk[lo-start:hi-start])
 }
 
+// claimKind says whether a plan claims the blocks it will GET as flights.
+type claimKind int
+
+const (
+	claimNone  claimKind = iota // only a plan
+	claimRead                   // a read's own GETs
+	claimAhead                  // GETs ahead of a sequential reader
+)
+
 // planLocked plans a read of [off, off+n). With fill, it also copies what does
-// not need the store (dirty, cached, holes) into p.
-func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte) (ReadPlan, error) {
-	var plan ReadPlan
+// not need the store (dirty, cached, holes) into p. With a claim, every block
+// it plans to GET is claimed as a flight of its GET, as it is planned, so that
+// reads planning at once never both GET it; the caller sends the flights (or
+// abandons them).
+func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte, claim claimKind) (plan ReadPlan, err error) {
+	defer func() {
+		// plan.flights and plan.Gets are appended together.
+		for i, fl := range plan.flights {
+			fl.g = plan.Gets[i]
+			fl.end = int64(fl.g.First+uint64(fl.g.Blocks)) * int64(f.bs)
+		}
+		if err != nil {
+			f.rd.abandon(plan.flights, err)
+			plan.flights = nil
+		}
+	}()
 	bs := int64(f.bs)
 	first := uint64(off / bs)
 	end := uint64((off + n + bs - 1) / bs)
 	next := first // the next block not yet accounted for
 	var cur *PlannedGet
+	var curFl *flight
 	var tmp []byte
 	var refErr error
 	fromDirty := func(fbn uint64, d *dirtyBlock) {
@@ -227,7 +248,7 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 			}
 		}
 	}
-	err := f.tree.Scan(ctx, first, end, func(fbn uint64, v blockmap.Value) error {
+	err = f.tree.Scan(ctx, first, end, func(fbn uint64, v blockmap.Value) error {
 		hole(fbn)
 		next = fbn + 1
 		if d := f.dirty[fbn]; d != nil {
@@ -270,8 +291,28 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 		}
 		obj := v.Ptr.Object()
 		o := dataOffset(f.format, bs, v.Ptr.Slot)
-		if cur != nil && cur.Object == obj && cur.Off+cur.Len == o && cur.First+uint64(cur.Blocks) == fbn &&
-			cur.Len+bs <= f.p.ReadGetMaxBytes {
+		merge := cur != nil && cur.Object == obj && cur.Off+cur.Len == o && cur.First+uint64(cur.Blocks) == fbn &&
+			cur.Len+bs <= f.p.ReadGetMaxBytes
+		var fl *flight
+		if claim != claimNone {
+			sl := slot{fl: curFl, j: 0}
+			if merge {
+				sl.j = cur.Blocks
+			} else {
+				sl.fl = &flight{done: make(chan struct{}), ahead: claim == claimAhead}
+			}
+			if theirs, ok := f.rd.claim(keyOf(v), sl); !ok {
+				// Another read claimed it since the lookup above.
+				plan.Shared++
+				if fill {
+					plan.waits = append(plan.waits, flightWait{fbn, theirs})
+				}
+				cur = nil
+				return nil
+			}
+			fl = sl.fl
+		}
+		if merge {
 			cur.Len += bs
 			cur.Blocks++
 			cur.refs = append(cur.refs, blockRef{fbn, v})
@@ -282,6 +323,10 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 			refs: []blockRef{{fbn, v}},
 		})
 		cur = &plan.Gets[len(plan.Gets)-1]
+		if fl != nil {
+			plan.flights = append(plan.flights, fl)
+			curFl = fl
+		}
 		return nil
 	})
 	if err != nil {
@@ -388,7 +433,7 @@ func (f *File) Plan(ctx context.Context, off, n int64) (ReadPlan, error) {
 		return ReadPlan{}, nil
 	}
 	n = min(n, f.size-off)
-	return f.planLocked(ctx, off, n, false, nil)
+	return f.planLocked(ctx, off, n, false, nil, claimNone)
 }
 
 // BlockPlacement says which object and offset holds each of the n blocks from
