@@ -12,15 +12,16 @@ import (
 //
 // A File follows the sequential streams of its readers (ReadStream) as it
 // follows its writers': a read that starts within seqReadSlack of where a
-// stream ended extends it. Once a stream has read prefetchProve bytes in a
-// row, the file fetches ahead of it: prefetchMinWindow past where it is,
-// the window doubling at each refill up to prefetchMaxWindow, in pieces of
-// the window's eighth (at most min(read_get_max_bytes, prefetchMaxPiece)),
+// stream ended extends it. Once a stream has read more than prefetchProve
+// bytes in a row (so one read of 1 MiB, which the kernel splits in eight,
+// never starts it), the file fetches ahead of it, as far as it has read in a
+// row, from prefetchMinWindow up to prefetchMaxWindow: the window doubles
+// each time the stream reads as much again. It is fetched in pieces of an
+// eighth of the window (at most min(read_get_max_bytes, prefetchMaxPiece)),
 // each piece planned by the read planner (so a GET never crosses an object or
-// read_get_max_bytes) and sent at once, at most Concurrency of them in
-// flight per file. A read that is not sequential reads exactly its blocks:
-// a stream that stops wastes at most its window, which is never more than
-// what it read in a row before.
+// read_get_max_bytes) and sent at once, at most Concurrency of them in flight
+// per file. A read that is not sequential reads exactly its blocks; a stream
+// that stops wastes at most its window, never more than it read in a row.
 //
 // Every GET the read path makes is a flight: the blocks it fetches are
 // registered, by pointer and CRC (the block cache's key), before it is sent,
@@ -37,7 +38,7 @@ import (
 // read sees one checkpoint's blocks, those of the map it planned with.
 const (
 	seqReadSlack      = 1 << 20 // the kernel keeps several reads in flight, out of order
-	prefetchProve     = 1 << 20 // sequential bytes before read-ahead starts
+	prefetchProve     = 2 << 20 // sequential bytes before read-ahead starts (more than one 1 MiB read split by the kernel)
 	prefetchMinWindow = 1 << 20
 	prefetchMaxWindow = 64 << 20
 	prefetchMaxPiece  = 8 << 20
@@ -74,7 +75,7 @@ type readStream struct {
 	next    int64 // where the next sequential read starts
 	bytes   int64 // bytes read in a row
 	ahead   int64 // end of what was fetched ahead
-	window  int64 // how far ahead of next the next refill fetches
+	window  int64 // how far ahead of next it fetches
 	last    uint64
 	flights []*flight // fetched ahead, by offset
 }
@@ -208,13 +209,11 @@ func (f *File) followLocked(ctx context.Context, off, n int64) {
 	}
 	clear(s.flights[len(keep):])
 	s.flights = keep
-	if s.bytes < prefetchProve {
+	if s.bytes <= prefetchProve {
 		r.mu.Unlock()
 		return
 	}
-	if s.window == 0 {
-		s.window = prefetchMinWindow
-	}
+	s.window = min(max(s.bytes, prefetchMinWindow), prefetchMaxWindow)
 	piece := f.pieceBytes(s.window)
 	start := max(s.ahead, off)
 	end := min(s.next+s.window, f.size)
@@ -232,9 +231,6 @@ func (f *File) followLocked(ctx context.Context, off, n int64) {
 	r.mu.Lock()
 	if got > s.ahead {
 		s.ahead = got
-	}
-	if got == end {
-		s.window = min(2*s.window, prefetchMaxWindow)
 	}
 	r.mu.Unlock()
 }

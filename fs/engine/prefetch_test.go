@@ -373,7 +373,7 @@ func TestCloseStopsReadAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 128<<10)
-	for off := int64(0); off < 2<<20; off += int64(len(buf)) {
+	for off := int64(0); off < 4<<20; off += int64(len(buf)) {
 		if _, err := f.ReadStream(context.Background(), buf, off); err != nil {
 			t.Fatal(err)
 		}
