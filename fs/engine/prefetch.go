@@ -14,14 +14,16 @@ import (
 // follows its writers': a read that starts within seqReadSlack of where a
 // stream ended extends it. Once a stream has read more than prefetchProve
 // bytes in a row (so one read of 1 MiB, which the kernel splits in eight,
-// never starts it), the file fetches ahead of it, as far as it has read in a
-// row, from prefetchMinWindow up to prefetchMaxWindow: the window doubles
-// each time the stream reads as much again. It is fetched in pieces of an
+// never starts it), the file fetches ahead of it twice as far as it has read
+// in a row, from prefetchMinWindow up to prefetchMaxWindow: the window
+// doubles each time the stream reads as much again, fast enough that the
+// link is full after a few round trips. It is fetched in pieces of an
 // eighth of the window (at most min(read_get_max_bytes, prefetchMaxPiece)),
 // each piece planned by the read planner (so a GET never crosses an object or
 // read_get_max_bytes) and sent at once, at most Concurrency of them in flight
 // per file. A read that is not sequential reads exactly its blocks; a stream
-// that stops wastes at most its window, never more than it read in a row.
+// that stops wastes at most its window: twice what it read in a row, and
+// nothing for reads of up to 1 MiB.
 //
 // Every GET the read path makes is a flight: the blocks it fetches are
 // registered, by pointer and CRC (the block cache's key), before it is sent,
@@ -38,7 +40,7 @@ import (
 // read sees one checkpoint's blocks, those of the map it planned with.
 const (
 	seqReadSlack      = 1 << 20 // the kernel keeps several reads in flight, out of order
-	prefetchProve     = 2 << 20 // sequential bytes before read-ahead starts (more than one 1 MiB read split by the kernel)
+	prefetchProve     = 1 << 20 // sequential bytes before read-ahead starts (more than one 1 MiB read split by the kernel)
 	prefetchMinWindow = 1 << 20
 	prefetchMaxWindow = 64 << 20
 	prefetchMaxPiece  = 8 << 20
@@ -213,7 +215,7 @@ func (f *File) followLocked(ctx context.Context, off, n int64) {
 		r.mu.Unlock()
 		return
 	}
-	s.window = min(max(s.bytes, prefetchMinWindow), prefetchMaxWindow)
+	s.window = min(max(2*s.bytes, prefetchMinWindow), prefetchMaxWindow)
 	piece := f.pieceBytes(s.window)
 	start := max(s.ahead, off)
 	end := min(s.next+s.window, f.size)

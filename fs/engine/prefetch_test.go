@@ -373,7 +373,7 @@ func TestCloseStopsReadAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	buf := make([]byte, 128<<10)
-	for off := int64(0); off < 4<<20; off += int64(len(buf)) {
+	for off := int64(0); off < 2<<20; off += int64(len(buf)) {
 		if _, err := f.ReadStream(context.Background(), buf, off); err != nil {
 			t.Fatal(err)
 		}
@@ -395,5 +395,33 @@ func TestCloseStopsReadAhead(t *testing.T) {
 	}
 	if _, err := f.ReadStream(context.Background(), buf, 0); !errors.Is(err, ErrClosed) {
 		t.Errorf("read after close: %v, want ErrClosed", err)
+	}
+}
+
+// BenchmarkRestore reads a stored file sequentially in 128 KiB reads (as the
+// kernel asks) over the emulated general-purpose link: the engine's side of
+// a restore, without FUSE.
+func BenchmarkRestore(b *testing.B) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	p.ReadGetMaxBytes = 16 << 20
+	p.MaxObjectBytes = 64 << 20
+	const size = 256 << 20
+	t := &testing.T{}
+	storedFile(t, mem, "bench/", p, size, 9)
+	link := staging.NewLink(mem, staging.ProfileGeneral)
+	buf := make([]byte, 128<<10)
+	b.SetBytes(size)
+	for b.Loop() {
+		f, err := Open(context.Background(), link, "bench/", Options{Params: p, FileID: "bench/", Budget: NewBudget(2 << 30)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for off := int64(0); off < size; off += int64(len(buf)) {
+			if _, err := f.ReadStream(context.Background(), buf, off); err != nil && !errors.Is(err, io.EOF) {
+				b.Fatal(err)
+			}
+		}
+		f.Close()
 	}
 }
