@@ -399,9 +399,15 @@ func TestCloseStopsReadAhead(t *testing.T) {
 }
 
 // BenchmarkRestore reads a stored file sequentially in 128 KiB reads (as the
-// kernel asks) over the emulated general-purpose link: the engine's side of
-// a restore, without FUSE.
+// kernel asks) over the emulated links (and none: the engine's own ceiling):
+// the engine's side of a restore, without FUSE.
 func BenchmarkRestore(b *testing.B) {
+	for _, prof := range []staging.LinkProfile{staging.ProfileGeneral, staging.ProfileDirectory, staging.ProfileNone} {
+		b.Run(prof.Name, func(b *testing.B) { benchRestore(b, prof) })
+	}
+}
+
+func benchRestore(b *testing.B, prof staging.LinkProfile) {
 	mem := staging.NewMem()
 	p := restoreParams()
 	p.ReadGetMaxBytes = 16 << 20
@@ -409,7 +415,7 @@ func BenchmarkRestore(b *testing.B) {
 	const size = 256 << 20
 	t := &testing.T{}
 	storedFile(t, mem, "bench/", p, size, 9)
-	link := staging.NewLink(mem, staging.ProfileGeneral)
+	link := staging.NewLink(mem, prof)
 	buf := make([]byte, 128<<10)
 	b.SetBytes(size)
 	for b.Loop() {
