@@ -485,7 +485,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		nextPart:   1,
 	}
 	f.mu.f = f
-	f.rd.init(p.Concurrency, o.Budget)
+	f.rd.init(o.Budget)
 	f.w.pubCtx, f.w.pubCancel = context.WithCancel(context.Background())
 	f.initSender()
 	f.wm = newWriterMark(st, prefix, o.Clock, log, &f.s.requests)
