@@ -53,7 +53,7 @@ const (
 	// 420 MB/s with 16 of 4 MiB).
 	prefetchPieces   = 16
 	prefetchInFlight = 16
-	maxReadStreams    = 16
+	maxReadStreams   = 16
 	// prefetchFileCap bounds what one file holds fetched ahead without a
 	// budget (the engine alone, in tests and tools).
 	prefetchFileCap = 2 * prefetchMaxWindow
