@@ -67,9 +67,14 @@ type flight struct {
 	data []byte        // the verified bytes of g (set before done closes)
 	err  error
 
-	ahead bool  // fetched ahead: kept until dropped
-	held  int64 // budget drawn (ahead only)
-	end   int64 // file offset past its last block
+	ahead bool // fetched ahead: kept until dropped
+	// hurry is closed (once, by hurryOnce) when a read waits for a flight
+	// ahead: it goes at once, past the cap, instead of queueing behind
+	// pieces fetched further ahead (another stream's).
+	hurry     chan struct{}
+	hurryOnce sync.Once
+	held      int64 // budget drawn (ahead only)
+	end       int64 // file offset past its last block
 	// dropped, landed: GUARDED_BY(readers.mu); the budget is returned by
 	// whichever of the two comes second.
 	dropped, landed bool
@@ -318,6 +323,10 @@ func (f *File) runAhead(ctx context.Context, fl *flight) {
 	case r.sem <- struct{}{}:
 		fl.data, fl.err = f.fetchVerified(ctx, &fl.g)
 		<-r.sem
+	case <-fl.hurry:
+		// A reader waits for it: at most one such GET per read at a time
+		// goes past the cap.
+		fl.data, fl.err = f.fetchVerified(ctx, &fl.g)
 	case <-ctx.Done():
 		fl.err = ctx.Err()
 	}
@@ -332,6 +341,13 @@ func (f *File) runAhead(ctx context.Context, fl *flight) {
 	}
 	r.mu.Unlock()
 	close(fl.done)
+}
+
+// wanted tells a flight ahead that a read waits for it.
+func (fl *flight) wanted() {
+	if fl.hurry != nil {
+		fl.hurryOnce.Do(func() { close(fl.hurry) })
+	}
 }
 
 // claim makes sl the flight of block k, unless another flight has it: then

@@ -133,6 +133,7 @@ func (f *File) waitFlights(ctx context.Context, p []byte, off int64, ws []flight
 	var failed []flightWait
 	shared := int64(0)
 	for _, w := range ws {
+		w.sl.fl.wanted()
 		select {
 		case <-w.sl.fl.done:
 		case <-ctx.Done():
@@ -299,7 +300,10 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 			if merge {
 				sl.j = cur.Blocks
 			} else {
-				sl.fl = &flight{done: make(chan struct{}), ahead: claim == claimAhead}
+				sl.fl = &flight{done: make(chan struct{})}
+				if claim == claimAhead {
+					sl.fl.ahead, sl.fl.hurry = true, make(chan struct{})
+				}
 			}
 			if theirs, ok := f.rd.claim(keyOf(v), sl); !ok {
 				// Another read claimed it since the lookup above.
