@@ -99,9 +99,9 @@
 //     sequential streams and, past 1 MiB read in a row, fetches ahead of them
 //     (twice what the stream read, 1 to 64 MiB, in pieces planned as reads
 //     are, at most 16 in flight per file, but one a read waits for goes at
-//     once); those flights are kept,
-//     drawn from the read share (only what TryAcquireRead gives: a read
-//     never waits for the budget and never takes a writer's room), until the
+//     once); those flights are kept, drawn from the read share (only what
+//     TryAcquireRead gives: a read never waits for the budget and never
+//     takes a writer's room), until the
 //     stream has read past them, the stream is dropped, a truncate shrinks the
 //     file, or a rollback or Close ends them (Close waits for their
 //     goroutines). Other reads, and ReadAt, fetch exactly their blocks.
