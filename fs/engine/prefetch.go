@@ -94,6 +94,7 @@ type readStream struct {
 	window  int64 // how far ahead of next it fetches
 	last    uint64
 	flights []*flight // fetched ahead, by offset
+	gone    bool      // dropped: what is fetched for it now is dropped too
 }
 
 // ReadStats count the read path's work since the file was opened.
@@ -281,7 +282,13 @@ func (f *File) fetchAheadLocked(ctx context.Context, s *readStream, start, end, 
 				return a
 			}
 			fl.held = fl.g.Len
-			s.flights = append(s.flights, fl)
+			if s.gone {
+				// Another read dropped the stream since it planned: the
+				// flight goes (a read may wait for it), and is dropped.
+				r.dropLocked(fl)
+			} else {
+				s.flights = append(s.flights, fl)
+			}
 			r.stats.GetsAhead++
 			r.stats.BytesAhead += fl.g.Len
 			fctx := r.ctx
@@ -411,6 +418,7 @@ func (r *readers) releaseLocked(fl *flight) {
 }
 
 func (r *readers) dropStreamLocked(s *readStream) {
+	s.gone = true
 	for _, fl := range s.flights {
 		r.dropLocked(fl)
 	}

@@ -431,3 +431,56 @@ func benchRestore(b *testing.B, prof staging.LinkProfile) {
 		f.Close()
 	}
 }
+
+// More streams than are followed, read at once: every read returns what was
+// written, streams dropped take what they fetched with them, and Close
+// returns the whole budget.
+func TestManyStreamsAtOnce(t *testing.T) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	const size = 40 << 20
+	want := storedFile(t, mem, "many/", p, size, 10)
+	b := NewBudget(64 << 20)
+	f, _, _ := openCounted(t, mem, "many/", p, b)
+	const streams = maxReadStreams + 4
+	const each = size / streams
+	var wg sync.WaitGroup
+	errs := make([]error, streams)
+	for k := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 128<<10)
+			for off := int64(k * each); off < int64((k+1)*each); off += int64(len(buf)) {
+				n, err := f.ReadStream(context.Background(), buf, off)
+				if err != nil && !errors.Is(err, io.EOF) {
+					errs[k] = err
+					return
+				}
+				if !bytes.Equal(buf[:n], want[off:off+int64(n)]) {
+					errs[k] = errors.New("read is not what was written")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := f.ReadStats()
+	if st.GetsAhead == 0 {
+		t.Errorf("no stream was read ahead of: %+v", st)
+	}
+	if st.MaxHeldAhead > b.ReadShare() {
+		t.Errorf("held %d bytes ahead, over the read share %d", st.MaxHeldAhead, b.ReadShare())
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if used := b.Used(); used != 0 {
+		t.Errorf("a closed file still holds %d bytes of the budget", used)
+	}
+}
