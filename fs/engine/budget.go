@@ -9,11 +9,58 @@ import (
 // and copies of blocks in flight draw from it, and a writer that finds it full
 // first relieves its own file (a partial segment) and then waits for room
 // instead of failing. Safe for concurrent use.
+//
+// Reads draw from it too, but only what TryAcquireRead gives: the blocks of
+// the block caches and the data fetched ahead of sequential readers, together
+// at most a quarter of the limit (readShareDiv). Reads never wait for room and
+// never take it past the limit, so they cannot starve a writer: writers always
+// have three quarters, and the rest whenever readers do not hold it. A read
+// that gets no room still reads, with exact ranged GETs of what it asks for
+// (nothing fetched ahead, nothing kept), so a writer cannot starve a reader of
+// progress either, only of read-ahead.
 type Budget struct {
 	mu    sync.Mutex
 	limit int64
 	used  int64         // GUARDED_BY(mu)
+	read  int64         // the part of used drawn by reads; GUARDED_BY(mu)
 	wake  chan struct{} // closed and replaced when room is released; GUARDED_BY(mu)
+}
+
+// readShareDiv: reads hold at most limit/readShareDiv of a budget.
+const readShareDiv = 4
+
+// ReadShare is the most reads may hold at once.
+func (b *Budget) ReadShare() int64 { return b.limit / readShareDiv }
+
+// ReadUsed is what reads hold now.
+func (b *Budget) ReadUsed() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.read
+}
+
+// TryAcquireRead draws n bytes for a read if they fit both the limit and the
+// read share; it never waits and never goes past either.
+func (b *Budget) TryAcquireRead(n int64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.limit || b.read+n > b.limit/readShareDiv {
+		return false
+	}
+	b.used += n
+	b.read += n
+	return true
+}
+
+// ReleaseRead returns n bytes drawn by TryAcquireRead.
+func (b *Budget) ReleaseRead(n int64) {
+	if n == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.read -= n
+	b.mu.Unlock()
+	b.Release(n)
 }
 
 // NewBudget returns a budget of limit bytes.

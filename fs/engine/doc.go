@@ -78,6 +78,46 @@
 // then fails its next fsync or close (ErrLost), not only the one whose flush
 // lost.
 //
+// # Reading: the block cache, reading ahead, shared GETs
+//
+// A read plans its blocks (ReadPlan: dirty, pinned, embedded, cached, in
+// flight, holes, and the ranged GETs for the rest, each a run of adjoining
+// blocks of one object of at most read_get_max_bytes) and checks every block
+// fetched against the CRC its leaf records. What it keeps:
+//
+//   - The block cache: verified blocks, keyed by pointer (cno, part, slot) and
+//     CRC, least recently used first out, at most CacheBytes per file. With a
+//     mount's Budget every cached block is drawn from the budget's read share
+//     (a quarter of it, shared by every file's cache and reads ahead); a full
+//     share makes the cache give up its own oldest blocks, and a block that
+//     finds no room is not kept. The cache lives as long as the File: it is
+//     emptied at Close (its budget returned) and by a rollback.
+//   - Flights (prefetch.go): every GET of the read path registers its blocks,
+//     by the same key, before it is sent, so concurrent reads of the same
+//     blocks (several readers of one checkpoint, a reader and the read ahead
+//     of its stream) make one GET. ReadStream (the FUSE layer's reads) follows
+//     sequential streams and, past 1 MiB read in a row, fetches ahead of them
+//     (twice what the stream read, 1 to 64 MiB, in pieces planned as reads
+//     are, at most 16 in flight per file, but one a read waits for goes at
+//     once); those flights are kept, drawn from the read share (only what
+//     TryAcquireRead gives: a read never waits for the budget and never
+//     takes a writer's room), until the
+//     stream has read past them, the stream is dropped, a truncate shrinks the
+//     file, or a rollback or Close ends them (Close waits for their
+//     goroutines). Other reads, and ReadAt, fetch exactly their blocks.
+//
+// What a read of another mount's newer checkpoint sees: a File reads the
+// checkpoint its map is at (the one it opened, or published, or rolled back
+// to) and nothing else. Its cache and flights are keyed by where each block
+// is stored and its CRC, so a map that names a newer checkpoint's objects
+// finds none of the older bytes; and a name created again after the cleaner
+// removed an unused object (the one way a key could meet other bytes) is
+// told apart by the CRC, and forgotten anyway at the rollback that brought
+// that map. A File never mixes two checkpoints in one read: a read holds mu
+// shared while it plans and copies, and the map changes only under mu
+// exclusive. The FUSE layer opens a file again after all its handles closed
+// (close-to-open), which is when a reader moves to a newer checkpoint.
+//
 // # Locking
 //
 // Two locks per file, always taken in this order. A range lock over block

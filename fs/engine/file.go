@@ -202,6 +202,9 @@ type File struct {
 	log    *zap.Logger
 	loader *blockmap.ObjectLoader
 	cache  *blockCache
+	// rd follows sequential readers, fetches ahead of them and shares GETs
+	// between reads (prefetch.go).
+	rd readers
 
 	// ranges orders operations on blocks: taken before mu, never inside it.
 	ranges rangeLock
@@ -471,7 +474,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		tag:        segment.FileTag(o.FileID),
 		p:          p,
 		log:        log,
-		cache:      newBlockCache(p.CacheBytes),
+		cache:      newBlockCache(p.CacheBytes, o.Budget),
 		budget:     o.Budget,
 		walShared:  o.WALCounters,
 		streams:    make(map[int64]*seqStream),
@@ -482,6 +485,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		nextPart:   1,
 	}
 	f.mu.f = f
+	f.rd.init(o.Budget)
 	f.w.pubCtx, f.w.pubCancel = context.WithCancel(context.Background())
 	f.initSender()
 	f.wm = newWriterMark(st, prefix, o.Clock, log, &f.s.requests)
@@ -703,6 +707,7 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 	// bytes it cached (an object no checkpoint used, removed by the
 	// cleaner, and the name created again).
 	f.cache.clear()
+	f.resetReaders()
 	f.w.failed = nil
 	for _, d := range f.dirty {
 		f.freeBlock(d.buf)
@@ -838,8 +843,11 @@ func (f *File) Close() error {
 	f.dirtyB = 0
 	f.dirtyUnmapped = 0
 	f.unpinLocked()
+	f.resetReaders()
+	f.cache.clear() // its budget goes back to the mount
 	unlock()
-	f.wm.close() // what it protected is published or given up
+	f.rd.wg.Wait() // the reads ahead just ended
+	f.wm.close()   // what it protected is published or given up
 	f.closeWAL()
 	return nil
 }

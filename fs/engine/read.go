@@ -4,7 +4,6 @@ import (
 	"container/list"
 	"context"
 	"fmt"
-	"io"
 	"sync"
 
 	"ckptfs/blockmap"
@@ -40,6 +39,13 @@ type ReadPlan struct {
 	Pinned int // blocks served from a checkpoint being published (WAL)
 	// Embedded: blocks served from the copy of part 0 the head carries.
 	Embedded int
+	// Shared: blocks served by a GET already in flight (another read's, or
+	// one sent ahead of a sequential reader) or fetched ahead and kept.
+	Shared int
+	// waits are the blocks a read takes from others' flights, flights the
+	// flights of Gets (claimed reads only).
+	waits   []flightWait
+	flights []*flight
 }
 
 // Placement says where one block of the file is.
@@ -53,66 +59,50 @@ type Placement struct {
 }
 
 // ReadAt reads len(p) bytes at off. At the end of the file it returns what it
-// read and io.EOF.
+// read and io.EOF. It reads exactly the blocks asked for (ReadStream reads
+// ahead of sequential readers).
 func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
-	if off < 0 {
-		return 0, fmt.Errorf("read %s at %d: %w", f.prefix, off, ErrInvalid)
-	}
-	bs := int64(f.bs)
-	defer f.ranges.lock(uint64(off/bs), uint64((off+int64(len(p))+bs-1)/bs), false)()
-	f.mu.RLock()
-	defer f.mu.RUnlock()
-	if f.closed {
-		return 0, fmt.Errorf("read %s: %w", f.prefix, ErrClosed)
-	}
-	if off >= f.size {
-		return 0, io.EOF
-	}
-	n := int64(len(p))
-	var eof error
-	if off+n > f.size {
-		n = f.size - off
-		eof = io.EOF
-	}
-	if n == 0 {
-		return 0, eof
-	}
-	if err := f.readLocked(ctx, p[:n], off); err != nil {
-		return 0, err
-	}
-	return int(n), eof
+	return f.readAt(ctx, p, off, false)
 }
 
-// readLocked fills p (inside the file) from the dirty tier, the cache and the
-// store. The caller holds mu (shared is enough).
+// readLocked fills p (inside the file) from the dirty tier, the cache, the
+// flights other reads sent and the store. The caller holds mu (shared is
+// enough).
 func (f *File) readLocked(ctx context.Context, p []byte, off int64) error {
-	plan, err := f.planLocked(ctx, off, int64(len(p)), true, p)
+	// This read's own GETs are flights (claimed as they are planned): a
+	// read that needs their blocks meanwhile waits for them instead of
+	// asking again.
+	plan, err := f.planLocked(ctx, off, int64(len(p)), true, p, claimRead)
 	if err != nil {
 		return err
 	}
-	if len(plan.Gets) == 0 {
+	if len(plan.Gets) == 0 && len(plan.waits) == 0 {
 		return nil
 	}
-	// Execute the GETs, a few at a time.
 	bs := int64(f.bs)
-	errs := make([]error, len(plan.Gets))
+	fls := plan.flights
+	// Execute the GETs, a few at a time.
+	errs := make([]error, len(fls))
 	sem := make(chan struct{}, f.p.Concurrency)
 	var wg sync.WaitGroup
-	for i := range plan.Gets {
-		g := &plan.Gets[i]
+	for i, fl := range fls {
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			data, err := f.getVerified(ctx, g)
+			data, err := f.getVerified(ctx, &fl.g)
+			fl.data, fl.err = data, err
+			f.rd.mu.Lock()
+			f.rd.unregisterLocked(fl)
+			f.rd.mu.Unlock()
+			close(fl.done)
 			if err != nil {
 				errs[i] = err
 				return
 			}
-			for j, r := range g.refs {
-				blk := data[int64(j)*bs : int64(j+1)*bs]
-				copyBlockInto(p, off, r.fbn, bs, blk)
+			for j, r := range fl.g.refs {
+				copyBlockInto(p, off, r.fbn, bs, data[int64(j)*bs:int64(j+1)*bs])
 			}
 		}()
 	}
@@ -121,6 +111,67 @@ func (f *File) readLocked(ctx context.Context, p []byte, off int64) error {
 		if err != nil {
 			return fmt.Errorf("read %s at %d: %w", f.prefix, off, err)
 		}
+	}
+	if err := f.waitFlights(ctx, p, off, plan.waits); err != nil {
+		return fmt.Errorf("read %s at %d: %w", f.prefix, off, err)
+	}
+	return nil
+}
+
+// flightWait is a block a read takes from a flight another read sent.
+type flightWait struct {
+	fbn uint64
+	sl  slot
+}
+
+// waitFlights copies the blocks of ws into p as their flights land. A flight
+// that failed (its reader gave up, or a read ahead was ended) is no reason
+// for this read to fail: it fetches those blocks itself, adjoining ones in
+// one GET.
+func (f *File) waitFlights(ctx context.Context, p []byte, off int64, ws []flightWait) error {
+	bs := int64(f.bs)
+	var failed []flightWait
+	shared := int64(0)
+	for _, w := range ws {
+		w.sl.fl.wanted()
+		select {
+		case <-w.sl.fl.done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if w.sl.fl.err != nil {
+			failed = append(failed, w)
+			continue
+		}
+		j := int64(w.sl.j)
+		copyBlockInto(p, off, w.fbn, bs, w.sl.fl.data[j*bs:(j+1)*bs])
+		shared++
+	}
+	if shared > 0 {
+		f.rd.mu.Lock()
+		f.rd.stats.SharedBlocks += shared
+		f.rd.mu.Unlock()
+	}
+	for i := 0; i < len(failed); {
+		// A run of blocks adjoining in one flight is one GET.
+		k := i + 1
+		for k < len(failed) && failed[k].sl.fl == failed[i].sl.fl && failed[k].sl.j == failed[k-1].sl.j+1 &&
+			failed[k].fbn == failed[k-1].fbn+1 {
+			k++
+		}
+		fg := &failed[i].sl.fl.g
+		j0, j1 := failed[i].sl.j, failed[k-1].sl.j+1
+		g := PlannedGet{Key: fg.Key, Object: fg.Object, Off: fg.Off + int64(j0)*bs, Len: int64(j1-j0) * bs,
+			First: failed[i].fbn, Blocks: j1 - j0, refs: fg.refs[j0:j1]}
+		data, err := f.getVerified(ctx, &g)
+		if err != nil {
+			return err
+		}
+		for n := i; n < k; n++ {
+			j := int64(n - i)
+			copyBlockInto(p, off, failed[n].fbn, bs, data[j*bs:(j+1)*bs])
+		}
+		i = k
 	}
 	return nil
 }
@@ -137,15 +188,38 @@ func copyBlockInto(p []byte, off int64, fbn uint64, bs int64, blk []byte) {
 	copy(p[lo-off:hi-off], blk[lo-start:hi-start])
 }
 
+// claimKind says whether a plan claims the blocks it will GET as flights.
+type claimKind int
+
+const (
+	claimNone  claimKind = iota // only a plan
+	claimRead                   // a read's own GETs
+	claimAhead                  // GETs ahead of a sequential reader
+)
+
 // planLocked plans a read of [off, off+n). With fill, it also copies what does
-// not need the store (dirty, cached, holes) into p.
-func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte) (ReadPlan, error) {
-	var plan ReadPlan
+// not need the store (dirty, cached, holes) into p. With a claim, every block
+// it plans to GET is claimed as a flight of its GET, as it is planned, so that
+// reads planning at once never both GET it; the caller sends the flights (or
+// abandons them).
+func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte, claim claimKind) (plan ReadPlan, err error) {
+	defer func() {
+		// plan.flights and plan.Gets are appended together.
+		for i, fl := range plan.flights {
+			fl.g = plan.Gets[i]
+			fl.end = int64(fl.g.First+uint64(fl.g.Blocks)) * int64(f.bs)
+		}
+		if err != nil {
+			f.rd.abandon(plan.flights, err)
+			plan.flights = nil
+		}
+	}()
 	bs := int64(f.bs)
 	first := uint64(off / bs)
 	end := uint64((off + n + bs - 1) / bs)
 	next := first // the next block not yet accounted for
 	var cur *PlannedGet
+	var curFl *flight
 	var tmp []byte
 	var refErr error
 	fromDirty := func(fbn uint64, d *dirtyBlock) {
@@ -175,7 +249,7 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 			}
 		}
 	}
-	err := f.tree.Scan(ctx, first, end, func(fbn uint64, v blockmap.Value) error {
+	err = f.tree.Scan(ctx, first, end, func(fbn uint64, v blockmap.Value) error {
 		hole(fbn)
 		next = fbn + 1
 		if d := f.dirty[fbn]; d != nil {
@@ -198,6 +272,15 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 			}
 			return nil
 		}
+		// Flights first: one landing puts its blocks in the cache before it
+		// is forgotten, so a block is never missed in both.
+		if sl, ok := f.rd.lookup(keyOf(v)); ok {
+			plan.Shared++
+			if fill {
+				plan.waits = append(plan.waits, flightWait{fbn, sl})
+			}
+			return nil
+		}
 		if fill {
 			if f.cache.copyInto(v, func(blk []byte) { copyBlockInto(p, off, fbn, bs, blk) }) {
 				plan.Cached++
@@ -209,8 +292,31 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 		}
 		obj := v.Ptr.Object()
 		o := dataOffset(f.format, bs, v.Ptr.Slot)
-		if cur != nil && cur.Object == obj && cur.Off+cur.Len == o && cur.First+uint64(cur.Blocks) == fbn &&
-			cur.Len+bs <= f.p.ReadGetMaxBytes {
+		merge := cur != nil && cur.Object == obj && cur.Off+cur.Len == o && cur.First+uint64(cur.Blocks) == fbn &&
+			cur.Len+bs <= f.p.ReadGetMaxBytes
+		var fl *flight
+		if claim != claimNone {
+			sl := slot{fl: curFl, j: 0}
+			if merge {
+				sl.j = cur.Blocks
+			} else {
+				sl.fl = &flight{done: make(chan struct{})}
+				if claim == claimAhead {
+					sl.fl.ahead, sl.fl.hurry = true, make(chan struct{})
+				}
+			}
+			if theirs, ok := f.rd.claim(keyOf(v), sl); !ok {
+				// Another read claimed it since the lookup above.
+				plan.Shared++
+				if fill {
+					plan.waits = append(plan.waits, flightWait{fbn, theirs})
+				}
+				cur = nil
+				return nil
+			}
+			fl = sl.fl
+		}
+		if merge {
 			cur.Len += bs
 			cur.Blocks++
 			cur.refs = append(cur.refs, blockRef{fbn, v})
@@ -221,6 +327,10 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 			refs: []blockRef{{fbn, v}},
 		})
 		cur = &plan.Gets[len(plan.Gets)-1]
+		if fl != nil {
+			plan.flights = append(plan.flights, fl)
+			curFl = fl
+		}
 		return nil
 	})
 	if err != nil {
@@ -250,10 +360,22 @@ func dataOffset(fm segment.Format, bs int64, slot uint32) int64 {
 	return int64(slot) * bs
 }
 
-// getVerified makes one planned GET and checks every block's CRC against the
-// map, so that a corrupt or foreign object is never read as data. Verified
-// blocks go into the cache.
+// getVerified is fetchVerified, and puts the verified blocks into the cache.
 func (f *File) getVerified(ctx context.Context, g *PlannedGet) ([]byte, error) {
+	data, err := f.fetchVerified(ctx, g)
+	if err != nil {
+		return nil, err
+	}
+	bs := int64(f.bs)
+	for j, r := range g.refs {
+		f.cache.put(r.v, data[int64(j)*bs:int64(j+1)*bs])
+	}
+	return data, nil
+}
+
+// fetchVerified makes one planned GET and checks every block's CRC against
+// the map, so that a corrupt or foreign object is never read as data.
+func (f *File) fetchVerified(ctx context.Context, g *PlannedGet) ([]byte, error) {
 	data, _, err := f.st.Get(ctx, g.Key, staging.Bytes(g.Off, g.Len))
 	if err != nil {
 		return nil, fmt.Errorf("get %s bytes %d+%d: %w", g.Key, g.Off, g.Len, err)
@@ -269,7 +391,6 @@ func (f *File) getVerified(ctx context.Context, g *PlannedGet) ([]byte, error) {
 			return nil, &segment.CorruptError{Key: g.Key, Err: segment.ErrChecksum,
 				Detail: fmt.Sprintf("block %d (slot %d) has CRC %08x, the map says %08x", r.fbn, r.v.Ptr.Slot, c, r.v.CRC)}
 		}
-		f.cache.put(r.v, blk)
 	}
 	return data, nil
 }
@@ -316,7 +437,7 @@ func (f *File) Plan(ctx context.Context, off, n int64) (ReadPlan, error) {
 		return ReadPlan{}, nil
 	}
 	n = min(n, f.size-off)
-	return f.planLocked(ctx, off, n, false, nil)
+	return f.planLocked(ctx, off, n, false, nil, claimNone)
 }
 
 // BlockPlacement says which object and offset holds each of the n blocks from
@@ -355,12 +476,18 @@ func (f *File) BlockPlacement(ctx context.Context, start uint64, n int) ([]Place
 // checksum: objects are immutable, but a name may be created again after
 // the object that had it was removed (by the cleaner, when no checkpoint
 // used it), and the checksum the map gives tells the two apart.
+//
+// It holds at most max bytes, least recently used first out, and with a
+// budget every block it keeps is drawn from the budget's read share
+// (TryAcquireRead): when that is full, the cache gives up its own oldest
+// blocks to make room, and when it has none to give the block is not kept.
 type blockCache struct {
-	mu    sync.Mutex
-	max   int64
-	bytes int64 // GUARDED_BY(mu)
-	lru   *list.List
-	idx   map[cacheKey]*list.Element
+	mu     sync.Mutex
+	max    int64
+	budget *Budget // may be nil
+	bytes  int64   // GUARDED_BY(mu)
+	lru    *list.List
+	idx    map[cacheKey]*list.Element
 }
 
 type cacheKey struct {
@@ -373,8 +500,8 @@ type cacheEntry struct {
 	data []byte
 }
 
-func newBlockCache(max int64) *blockCache {
-	return &blockCache{max: max, lru: list.New(), idx: make(map[cacheKey]*list.Element)}
+func newBlockCache(max int64, budget *Budget) *blockCache {
+	return &blockCache{max: max, budget: budget, lru: list.New(), idx: make(map[cacheKey]*list.Element)}
 }
 
 func keyOf(v blockmap.Value) cacheKey { return cacheKey{ptr: v.Ptr, crc: v.CRC} }
@@ -400,7 +527,8 @@ func (c *blockCache) copyInto(v blockmap.Value, fn func([]byte)) bool {
 }
 
 func (c *blockCache) put(v blockmap.Value, blk []byte) {
-	if c.max <= 0 || int64(len(blk)) > c.max {
+	n := int64(len(blk))
+	if c.max <= 0 || n > c.max {
 		return
 	}
 	c.mu.Lock()
@@ -410,22 +538,42 @@ func (c *blockCache) put(v blockmap.Value, blk []byte) {
 		c.lru.MoveToFront(e)
 		return
 	}
+	for c.bytes+n > c.max {
+		c.evictLocked()
+	}
+	if c.budget != nil {
+		for !c.budget.TryAcquireRead(n) {
+			if c.lru.Len() == 0 {
+				return // the read share is held by others: not kept
+			}
+			c.evictLocked()
+		}
+	}
 	c.idx[k] = c.lru.PushFront(&cacheEntry{key: k, data: append([]byte(nil), blk...)})
-	c.bytes += int64(len(blk))
-	for c.bytes > c.max {
-		e := c.lru.Back()
-		ce := e.Value.(*cacheEntry)
-		c.lru.Remove(e)
-		delete(c.idx, ce.key)
-		c.bytes -= int64(len(ce.data))
+	c.bytes += n
+}
+
+// evictLocked drops the least recently used block; the caller holds mu and
+// knows there is one.
+func (c *blockCache) evictLocked() {
+	e := c.lru.Back()
+	ce := e.Value.(*cacheEntry)
+	c.lru.Remove(e)
+	delete(c.idx, ce.key)
+	c.bytes -= int64(len(ce.data))
+	if c.budget != nil {
+		c.budget.ReleaseRead(int64(len(ce.data)))
 	}
 }
 
-// clear empties the cache.
+// clear empties the cache and returns its budget.
 func (c *blockCache) clear() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.lru.Init()
 	clear(c.idx)
+	if c.budget != nil {
+		c.budget.ReleaseRead(c.bytes)
+	}
 	c.bytes = 0
 }

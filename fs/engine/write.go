@@ -306,6 +306,9 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if err := f.logLocked(ctx, wal.Op{Kind: wal.OpTruncate, Off: size, MtimeNs: now.UnixNano()}); err != nil {
 		return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, err)
 	}
+	if size < f.size {
+		f.resetReaders() // what was fetched ahead past the new end is of no use
+	}
 	if err := f.truncateLocked(ctx, size); err != nil {
 		f.walApplyFailedLocked(err)
 		return err

@@ -22,9 +22,7 @@ type handle struct {
 	of    *openFile
 	flags uint32
 
-	mu    sync.Mutex
-	next  int64 // where a sequential read would continue; GUARDED_BY(mu)
-	raEnd int64 // end of what the last read-ahead fetched; GUARDED_BY(mu)
+	mu sync.Mutex
 	// losses is the engine's count of rollbacks that dropped unflushed
 	// changes, as this handle last reported it; GUARDED_BY(mu)
 	losses uint64
@@ -50,22 +48,6 @@ func (h *handle) lost(op string) syscall.Errno {
 	}
 	return h.fsys.errnoOf(op, fmt.Errorf("%s: %w", op, engine.ErrLost))
 }
-
-// readAhead is the window a sequential reader fetches at once. The kernel
-// asks for at most 128 KiB per read (its read-ahead is capped by the
-// device's default), and one ranged GET per 128 KiB spends most of its time
-// in the request, not the transfer; a larger read through the engine makes
-// few large GETs (in parallel) and leaves the blocks in the engine's block
-// cache, from which the next reads are served.
-const readAhead = 4 << 20
-
-// seqSlack is how far from the expected offset a read still counts as
-// sequential: the kernel keeps several reads in flight and they may arrive
-// out of order.
-const seqSlack = 1 << 20
-
-// raBufs holds read-ahead buffers between reads.
-var raBufs = sync.Pool{New: func() any { b := make([]byte, readAhead); return &b }}
 
 var (
 	_ = (fs.FileReader)((*handle)(nil))
@@ -113,26 +95,13 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 	return uint64(got), 0
 }
 
+// Read reads through the engine's stream reader: the kernel asks for at
+// most 128 KiB at a time, and the engine follows sequential readers and
+// fetches ahead of them (several ranged GETs in flight, the window growing as
+// the stream goes on), so that these reads are served from memory; other
+// reads fetch exactly their blocks.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	end := off + int64(len(dest))
-	h.mu.Lock()
-	seq := off >= h.next-seqSlack && off <= h.next+seqSlack
-	h.next = end
-	ahead := seq && end > h.raEnd && len(dest) < readAhead
-	if ahead {
-		h.raEnd = off + readAhead
-	}
-	h.mu.Unlock()
-	if ahead {
-		bp := raBufs.Get().(*[]byte)
-		defer raBufs.Put(bp)
-		n, err := h.of.f.ReadAt(ctx, *bp, off)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return nil, h.fsys.errnoOf("read file "+h.of.id, err)
-		}
-		return fuse.ReadResultData(dest[:copy(dest, (*bp)[:n])]), 0
-	}
-	n, err := h.of.f.ReadAt(ctx, dest, off)
+	n, err := h.of.f.ReadStream(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, h.fsys.errnoOf("read file "+h.of.id, err)
 	}

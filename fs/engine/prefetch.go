@@ -1,0 +1,463 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// Reading ahead and sharing reads.
+//
+// A File follows the sequential streams of its readers (ReadStream) as it
+// follows its writers': a read that starts within seqReadSlack of where a
+// stream ended extends it. Once a stream has read more than prefetchProve
+// bytes in a row (so one read of 1 MiB, which the kernel splits in eight,
+// never starts it), the file fetches ahead of it twice as far as it has read
+// in a row, from prefetchMinWindow up to prefetchMaxWindow: the window
+// doubles each time the stream reads as much again, fast enough that the
+// link is full after a few round trips. It is fetched in pieces of an
+// sixteenth of the window (at most min(read_get_max_bytes, prefetchMaxPiece)),
+// each piece planned by the read planner (so a GET never crosses an object or
+// read_get_max_bytes) and sent at once, at most prefetchInFlight of them in
+// flight per file. A read that is not sequential reads exactly its blocks; a stream
+// that stops wastes at most its window: twice what it read in a row, and
+// nothing for reads of up to 1 MiB.
+//
+// Every GET the read path makes is a flight: the blocks it fetches are
+// registered, by pointer and CRC (the block cache's key), before it is sent,
+// and a read that needs one of them waits for that flight instead of sending
+// its own (one GET per range, whoever asked first: readers of one checkpoint,
+// or read-ahead and the reader itself). A reader's own flight is forgotten
+// when it lands (its blocks go into the block cache); a flight fetched ahead
+// is kept, its bytes drawn from the mount's budget (TryAcquireRead: a piece
+// that does not fit is not fetched), until the stream that fetched it has
+// read seqReadSlack past it, the stream is dropped, or the file is closed or
+// rolled back. Because flights are keyed by where a block is stored and its
+// CRC, a map that names other objects (a newer checkpoint of another writer,
+// adopted by a rollback or an open) never finds the bytes of an older one: a
+// read sees one checkpoint's blocks, those of the map it planned with.
+const (
+	seqReadSlack      = 1 << 20 // the kernel keeps several reads in flight, out of order
+	prefetchProve     = 1 << 20 // sequential bytes before read-ahead starts (more than one 1 MiB read split by the kernel)
+	prefetchMinWindow = 1 << 20
+	prefetchMaxWindow = 64 << 20
+	prefetchMaxPiece  = 8 << 20
+	// prefetchPieces is how many pieces a window is fetched in, and
+	// prefetchInFlight how many GETs ahead one file has in flight at once:
+	// each request pays the link's latency before its bytes move, so it
+	// takes more requests than the link's total over one request's
+	// bandwidth to keep it full (the general link, 450 over 90 MB/s with
+	// 30 ms each, carries about 380 MB/s with 8 GETs of 8 MiB in flight and
+	// 420 MB/s with 16 of 4 MiB).
+	prefetchPieces   = 16
+	prefetchInFlight = 16
+	maxReadStreams   = 16
+	// prefetchFileCap bounds what one file holds fetched ahead without a
+	// budget (the engine alone, in tests and tools).
+	prefetchFileCap = 2 * prefetchMaxWindow
+)
+
+// flight is one ranged GET of the read path, shared by every read that needs
+// one of its blocks.
+type flight struct {
+	g    PlannedGet
+	done chan struct{} // closed when data or err is set
+	data []byte        // the verified bytes of g (set before done closes)
+	err  error
+
+	ahead bool // fetched ahead: kept until dropped
+	// hurry is closed (once, by hurryOnce) when a read waits for a flight
+	// ahead: it goes at once, past the cap, instead of queueing behind
+	// pieces fetched further ahead (another stream's).
+	hurry     chan struct{}
+	hurryOnce sync.Once
+	held      int64 // budget drawn (ahead only)
+	end       int64 // file offset past its last block
+	// dropped, landed: GUARDED_BY(readers.mu); the budget is returned by
+	// whichever of the two comes second.
+	dropped, landed bool
+}
+
+// slot is one block of a flight.
+type slot struct {
+	fl *flight
+	j  int // index of the block in fl.g.refs
+}
+
+// readStream is one sequential reader followed by ReadStream.
+type readStream struct {
+	next    int64 // where the next sequential read starts
+	bytes   int64 // bytes read in a row
+	ahead   int64 // end of what was fetched ahead
+	window  int64 // how far ahead of next it fetches
+	last    uint64
+	flights []*flight // fetched ahead, by offset
+	gone    bool      // dropped: what is fetched for it now is dropped too
+}
+
+// ReadStats count the read path's work since the file was opened.
+type ReadStats struct {
+	GetsAhead    int64 // GETs sent ahead of a sequential reader
+	BytesAhead   int64 // bytes they fetched
+	SharedBlocks int64 // blocks a read took from a flight another read sent
+	HeldAhead    int64 // bytes fetched ahead held now
+	MaxHeldAhead int64 // the most ever held
+}
+
+// readers is the read-ahead and flight state of one File. Its lock is taken
+// inside File.mu (shared or not) and never held across a request.
+type readers struct {
+	mu      sync.Mutex
+	blocks  map[cacheKey]slot // GUARDED_BY(mu)
+	streams []*readStream     // GUARDED_BY(mu)
+	tick    uint64            // GUARDED_BY(mu)
+	held    int64             // budget drawn for flights ahead; GUARDED_BY(mu)
+	stats   ReadStats         // GUARDED_BY(mu)
+
+	// ctx ends the flights ahead (reset); the goroutines that run them are
+	// counted by wg, which Close waits for.
+	ctx    context.Context    // GUARDED_BY(mu)
+	cancel context.CancelFunc // GUARDED_BY(mu)
+	wg     sync.WaitGroup
+	sem    chan struct{} // flights ahead sending at once
+	budget *Budget       // the mount's; may be nil
+}
+
+func (r *readers) init(budget *Budget) {
+	r.budget = budget
+	r.blocks = make(map[cacheKey]slot)
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	r.sem = make(chan struct{}, prefetchInFlight)
+}
+
+// ReadStats returns the read path's counters.
+func (f *File) ReadStats() ReadStats {
+	f.rd.mu.Lock()
+	defer f.rd.mu.Unlock()
+	s := f.rd.stats
+	s.HeldAhead = f.rd.held
+	return s
+}
+
+// ReadStream is ReadAt for a reader that may be sequential (the FUSE layer's
+// reads): it follows the reader's stream and fetches ahead of it once it
+// proves sequential, so that its next reads find their blocks in memory or
+// in flight.
+func (f *File) ReadStream(ctx context.Context, p []byte, off int64) (int, error) {
+	return f.readAt(ctx, p, off, true)
+}
+
+// readAt is ReadAt, following streams when stream is set.
+func (f *File) readAt(ctx context.Context, p []byte, off int64, stream bool) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("read %s at %d: %w", f.prefix, off, ErrInvalid)
+	}
+	bs := int64(f.bs)
+	defer f.ranges.lock(uint64(off/bs), uint64((off+int64(len(p))+bs-1)/bs), false)()
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	if f.closed {
+		return 0, fmt.Errorf("read %s: %w", f.prefix, ErrClosed)
+	}
+	if off >= f.size {
+		return 0, io.EOF
+	}
+	n := int64(len(p))
+	var eof error
+	if off+n > f.size {
+		n = f.size - off
+		eof = io.EOF
+	}
+	if n == 0 {
+		return 0, eof
+	}
+	if stream {
+		f.followLocked(ctx, off, n)
+	}
+	if err := f.readLocked(ctx, p[:n], off); err != nil {
+		return 0, err
+	}
+	return int(n), eof
+}
+
+// followLocked extends (or starts) the stream a read of [off, off+n) belongs
+// to and fetches ahead of it when it is due. The caller holds mu shared.
+func (f *File) followLocked(ctx context.Context, off, n int64) {
+	r := &f.rd
+	r.mu.Lock()
+	r.tick++
+	var s *readStream
+	for _, c := range r.streams {
+		if off >= c.next-seqReadSlack && off <= c.next+seqReadSlack &&
+			(s == nil || abs64(off-c.next) < abs64(off-s.next)) {
+			s = c
+		}
+	}
+	if s == nil {
+		if len(r.streams) >= maxReadStreams {
+			oldest := 0
+			for i, c := range r.streams {
+				if c.last < r.streams[oldest].last {
+					oldest = i
+				}
+			}
+			r.dropStreamLocked(r.streams[oldest])
+			r.streams = append(r.streams[:oldest], r.streams[oldest+1:]...)
+		}
+		r.streams = append(r.streams, &readStream{next: off + n, bytes: n, ahead: off + n, last: r.tick})
+		r.mu.Unlock()
+		return
+	}
+	s.last = r.tick
+	if off+n > s.next {
+		s.bytes += off + n - max(off, s.next)
+		s.next = off + n
+	}
+	// What the stream has read past is of no more use to it.
+	keep := s.flights[:0]
+	for _, fl := range s.flights {
+		if fl.end <= off-seqReadSlack {
+			r.dropLocked(fl)
+			continue
+		}
+		keep = append(keep, fl)
+	}
+	clear(s.flights[len(keep):])
+	s.flights = keep
+	if s.bytes <= prefetchProve {
+		r.mu.Unlock()
+		return
+	}
+	s.window = min(max(2*s.bytes, prefetchMinWindow), prefetchMaxWindow)
+	piece := f.pieceBytes(s.window)
+	start := max(s.ahead, off)
+	end := min(s.next+s.window, f.size)
+	if end < f.size {
+		end = start + (end-start)/piece*piece // whole pieces only, but the last
+	}
+	if end <= start {
+		r.mu.Unlock()
+		return
+	}
+	r.mu.Unlock()
+
+	got := f.fetchAheadLocked(ctx, s, start, end, piece)
+
+	r.mu.Lock()
+	if got > s.ahead {
+		s.ahead = got
+	}
+	r.mu.Unlock()
+}
+
+// pieceBytes is the size of the pieces a window is fetched in: a
+// prefetchPieces'th of it, so that several GETs are in flight, in whole
+// blocks.
+func (f *File) pieceBytes(window int64) int64 {
+	bs := int64(f.bs)
+	p := min(window/prefetchPieces, f.p.ReadGetMaxBytes, prefetchMaxPiece)
+	p = p / bs * bs
+	return max(p, bs)
+}
+
+// fetchAheadLocked sends the GETs the planner plans for [start, end), piece
+// by piece, for the blocks neither in memory nor in flight, as far as the
+// budget allows, and returns where it stopped. The caller holds mu shared.
+func (f *File) fetchAheadLocked(ctx context.Context, s *readStream, start, end, piece int64) int64 {
+	r := &f.rd
+	for a := start; a < end; {
+		b := min(a+piece, end)
+		plan, err := f.planLocked(ctx, a, b-a, false, nil, claimAhead)
+		if err != nil {
+			// The read itself will meet the error, or not need the blocks.
+			return a
+		}
+		for i, fl := range plan.flights {
+			r.mu.Lock()
+			if !f.holdAheadLocked(fl.g.Len) {
+				r.mu.Unlock()
+				r.abandon(plan.flights[i:], errNoRoom)
+				return a
+			}
+			fl.held = fl.g.Len
+			if s.gone {
+				// Another read dropped the stream since it planned: the
+				// flight goes (a read may wait for it), and is dropped.
+				r.dropLocked(fl)
+			} else {
+				s.flights = append(s.flights, fl)
+			}
+			r.stats.GetsAhead++
+			r.stats.BytesAhead += fl.g.Len
+			fctx := r.ctx
+			r.wg.Add(1)
+			r.mu.Unlock()
+			go f.runAhead(fctx, fl)
+		}
+		a = b
+	}
+	return end
+}
+
+// errNoRoom ends a flight ahead the budget had no room for; a read waiting
+// for it fetches its blocks itself.
+var errNoRoom = errors.New("no room in the memory budget to read ahead")
+
+// holdAheadLocked draws n bytes for a flight ahead: from the budget's read
+// share, and within the file's own cap when there is no budget. The caller
+// holds rd.mu.
+func (f *File) holdAheadLocked(n int64) bool {
+	r := &f.rd
+	if f.budget != nil {
+		if !f.budget.TryAcquireRead(n) {
+			return false
+		}
+	} else if r.held+n > prefetchFileCap {
+		return false
+	}
+	r.held += n
+	r.stats.MaxHeldAhead = max(r.stats.MaxHeldAhead, r.held)
+	return true
+}
+
+// runAhead sends one flight ahead (its goroutine, counted by rd.wg).
+func (f *File) runAhead(ctx context.Context, fl *flight) {
+	r := &f.rd
+	defer r.wg.Done()
+	select {
+	case r.sem <- struct{}{}:
+		fl.data, fl.err = f.fetchVerified(ctx, &fl.g)
+		<-r.sem
+	case <-fl.hurry:
+		// A reader waits for it: at most one such GET per read at a time
+		// goes past the cap.
+		fl.data, fl.err = f.fetchVerified(ctx, &fl.g)
+	case <-ctx.Done():
+		fl.err = ctx.Err()
+	}
+	r.mu.Lock()
+	fl.landed = true
+	if fl.err != nil {
+		// Readers waiting for it read for themselves; later ones send their own.
+		r.unregisterLocked(fl)
+		r.releaseLocked(fl)
+	} else if fl.dropped {
+		r.releaseLocked(fl)
+	}
+	r.mu.Unlock()
+	close(fl.done)
+}
+
+// wanted tells a flight ahead that a read waits for it.
+func (fl *flight) wanted() {
+	if fl.hurry != nil {
+		fl.hurryOnce.Do(func() { close(fl.hurry) })
+	}
+}
+
+// claim makes sl the flight of block k, unless another flight has it: then
+// it returns that one.
+func (r *readers) claim(k cacheKey, sl slot) (slot, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if theirs, ok := r.blocks[k]; ok {
+		return theirs, false
+	}
+	r.blocks[k] = sl
+	return sl, true
+}
+
+// abandon ends flights claimed and never sent: reads waiting for them fetch
+// for themselves.
+func (r *readers) abandon(fls []*flight, err error) {
+	r.mu.Lock()
+	for _, fl := range fls {
+		fl.err = err
+		fl.landed = true
+		r.unregisterLocked(fl)
+	}
+	r.mu.Unlock()
+	for _, fl := range fls {
+		close(fl.done)
+	}
+}
+
+func (r *readers) unregisterLocked(fl *flight) {
+	for _, ref := range fl.g.refs {
+		k := keyOf(ref.v)
+		if sl, ok := r.blocks[k]; ok && sl.fl == fl {
+			delete(r.blocks, k)
+		}
+	}
+}
+
+// dropLocked forgets a flight ahead; its budget is returned now if it has
+// landed, else when it does.
+func (r *readers) dropLocked(fl *flight) {
+	if fl.dropped {
+		return
+	}
+	fl.dropped = true
+	r.unregisterLocked(fl)
+	if fl.landed {
+		r.releaseLocked(fl)
+	}
+}
+
+func (r *readers) releaseLocked(fl *flight) {
+	if fl.held == 0 {
+		return
+	}
+	r.held -= fl.held
+	if r.budget != nil {
+		r.budget.ReleaseRead(fl.held)
+	}
+	fl.held = 0
+}
+
+func (r *readers) dropStreamLocked(s *readStream) {
+	s.gone = true
+	for _, fl := range s.flights {
+		r.dropLocked(fl)
+	}
+	s.flights = nil
+}
+
+// lookup returns the flight holding block v, if any.
+func (r *readers) lookup(v cacheKey) (slot, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	sl, ok := r.blocks[v]
+	return sl, ok
+}
+
+// reset drops every stream and flight ahead and ends the flights still
+// sending (they return their budget as they end): for a close, and for a
+// rollback, after which the map may name objects whose names this file saw
+// with other bytes.
+func (f *File) resetReaders() {
+	r := &f.rd
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cancel()
+	for _, s := range r.streams {
+		r.dropStreamLocked(s)
+	}
+	r.streams = nil
+	for k, sl := range r.blocks {
+		if sl.fl.ahead {
+			r.dropLocked(sl.fl)
+		}
+		delete(r.blocks, k)
+	}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+}
+
+func abs64(x int64) int64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}

@@ -1,0 +1,486 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"testing"
+	"time"
+
+	"ckptfs/staging"
+)
+
+// getGauge counts the data GETs in flight at once and what the budget's
+// readers hold when each starts.
+type getGauge struct {
+	staging.Store
+	budget *Budget // may be nil
+
+	mu           sync.Mutex
+	now, most    int
+	mostReadUsed int64
+}
+
+func (s *getGauge) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
+	s.mu.Lock()
+	s.now++
+	s.most = max(s.most, s.now)
+	if s.budget != nil {
+		s.mostReadUsed = max(s.mostReadUsed, s.budget.ReadUsed())
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.now--
+		s.mu.Unlock()
+	}()
+	return s.Store.Get(ctx, key, r)
+}
+
+func (s *getGauge) maxInFlight() (int, int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.most, s.mostReadUsed
+}
+
+// testLink is a link with a little latency and no bandwidth limit, so that
+// GETs overlap; no test asserts a time.
+var testLink = staging.LinkProfile{Name: "test", Latency: 2 * time.Millisecond}
+
+func restoreParams() Params {
+	p := DefaultParams()
+	p.DataBlockSize = 64 << 10
+	p.ReadGetMaxBytes = 4 << 20
+	p.MaxObjectBytes = 8 << 20 // several objects: GETs never cross one
+	p.DirtyLimit = 64 << 20
+	p.Concurrency = 8
+	return p
+}
+
+// storedFile writes size bytes of pattern seed into a new file on st and
+// publishes them.
+func storedFile(t *testing.T, st staging.Store, prefix string, p Params, size int, seed uint64) []byte {
+	t.Helper()
+	ctx := context.Background()
+	f := mustCreate(t, st, prefix, p)
+	data := pattern(size, seed)
+	if _, err := f.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return data
+}
+
+// streamRead reads f from off to its end in reads of chunk bytes, as the
+// kernel does.
+func streamRead(t *testing.T, f *File, off int64, chunk int) []byte {
+	t.Helper()
+	var out []byte
+	buf := make([]byte, chunk)
+	for {
+		n, err := f.ReadStream(context.Background(), buf, off)
+		out = append(out, buf[:n]...)
+		off += int64(n)
+		if errors.Is(err, io.EOF) || (err == nil && n == 0) {
+			return out
+		}
+		if err != nil {
+			t.Fatalf("read at %d: %v", off, err)
+		}
+	}
+}
+
+// openCounted opens prefix through a link, a gauge and a counting store, and
+// loads its whole block map, so that what is counted after is data.
+func openCounted(t *testing.T, mem staging.Store, prefix string, p Params, b *Budget) (*File, *getGauge, *staging.Counting) {
+	t.Helper()
+	g := &getGauge{Store: staging.NewLink(mem, testLink), budget: b}
+	c := staging.NewCounting(g)
+	f, err := Open(context.Background(), c, prefix, Options{Params: p, FileID: prefix, Budget: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Plan(context.Background(), 0, f.Size()); err != nil {
+		t.Fatal(err)
+	}
+	c.Reset()
+	return f, g, c
+}
+
+func TestSequentialReadFetchesAhead(t *testing.T) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	const size = 40 << 20
+	want := storedFile(t, mem, "s/", p, size, 1)
+	f, g, c := openCounted(t, mem, "s/", p, nil)
+	defer f.Close()
+
+	got := streamRead(t, f, 0, 128<<10)
+	if !bytes.Equal(got, want) {
+		t.Fatalf("read %d bytes, not what was written", len(got))
+	}
+	most, _ := g.maxInFlight()
+	if most < 2 {
+		t.Errorf("at most %d GET in flight: nothing was fetched ahead in parallel", most)
+	}
+	st := f.ReadStats()
+	if st.GetsAhead == 0 {
+		t.Errorf("no GET was sent ahead: %+v", st)
+	}
+	// Read to the end: everything fetched ahead was read, nothing twice.
+	if rx := c.Snapshot().Op(staging.OpGet).BytesReceived; rx != size {
+		t.Errorf("fetched %d bytes for a sequential read of %d", rx, size)
+	}
+	if st.MaxHeldAhead > prefetchFileCap {
+		t.Errorf("held %d bytes ahead, over the file's cap %d", st.MaxHeldAhead, prefetchFileCap)
+	}
+}
+
+func TestRandomReadsFetchOnlyTheirBlocks(t *testing.T) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	const size = 64 << 20
+	want := storedFile(t, mem, "r/", p, size, 2)
+	f, _, c := openCounted(t, mem, "r/", p, nil)
+	defer f.Close()
+
+	bs := int64(p.DataBlockSize)
+	rng := rand.New(rand.NewPCG(7, 7))
+	blocks := map[int64]bool{}
+	buf := make([]byte, 4<<10)
+	for range 300 {
+		off := rng.Int64N(size - int64(len(buf)))
+		if _, err := f.ReadStream(context.Background(), buf, off); err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, want[off:off+int64(len(buf))]) {
+			t.Fatalf("read at %d is not what was written", off)
+		}
+		for b := off / bs; b <= (off+int64(len(buf))-1)/bs; b++ {
+			blocks[b] = true
+		}
+	}
+	rx := c.Snapshot().Op(staging.OpGet).BytesReceived
+	if limit := int64(len(blocks)) * bs; rx > limit {
+		t.Errorf("random 4 KiB reads fetched %d bytes, more than the %d blocks they touch (%d bytes)", rx, len(blocks), limit)
+	}
+	if st := f.ReadStats(); st.GetsAhead != 0 {
+		t.Errorf("random reads fetched ahead: %+v", st)
+	}
+}
+
+func TestReadAheadHoldsToBudgetShare(t *testing.T) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	const size = 48 << 20
+	want := storedFile(t, mem, "b/", p, size, 3)
+	b := NewBudget(32 << 20) // a read share of 8 MiB
+	f, g, _ := openCounted(t, mem, "b/", p, b)
+
+	got := streamRead(t, f, 0, 128<<10)
+	if !bytes.Equal(got, want) {
+		t.Fatal("read is not what was written")
+	}
+	st := f.ReadStats()
+	if st.GetsAhead == 0 {
+		t.Fatalf("nothing fetched ahead within the share: %+v", st)
+	}
+	if _, mostRead := g.maxInFlight(); mostRead > b.ReadShare() {
+		t.Errorf("reads held %d bytes of the budget, over their share %d", mostRead, b.ReadShare())
+	}
+	if st.MaxHeldAhead > b.ReadShare() {
+		t.Errorf("held %d bytes ahead, over the read share %d", st.MaxHeldAhead, b.ReadShare())
+	}
+	// A writer finds at least three quarters of the budget whatever the
+	// readers hold.
+	if used := b.Used(); used > b.ReadShare() {
+		t.Errorf("after the read, %d bytes are drawn, over the read share %d", used, b.ReadShare())
+	}
+	if !b.TryAcquire(b.Limit() - b.ReadShare()) {
+		t.Error("a writer could not draw three quarters of the budget while a reader held its share")
+	} else {
+		b.Release(b.Limit() - b.ReadShare())
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if used := b.Used(); used != 0 {
+		t.Errorf("a closed file still holds %d bytes of the budget", used)
+	}
+}
+
+func TestReadAheadYieldsToWriters(t *testing.T) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	want := storedFile(t, mem, "y/", p, 16<<20, 4)
+	b := NewBudget(32 << 20)
+	// Writers hold all of it: the reader still reads, exactly.
+	b.Force(b.Limit())
+	f, _, c := openCounted(t, mem, "y/", p, b)
+	defer f.Close()
+	if got := streamRead(t, f, 0, 128<<10); !bytes.Equal(got, want) {
+		t.Fatal("read is not what was written")
+	}
+	if st := f.ReadStats(); st.GetsAhead != 0 || st.MaxHeldAhead != 0 {
+		t.Errorf("fetched ahead with no room in the budget: %+v", st)
+	}
+	if rx := c.Snapshot().Op(staging.OpGet).BytesReceived; rx != int64(len(want)) {
+		t.Errorf("fetched %d bytes for %d read", rx, len(want))
+	}
+	if b.Used() != b.Limit() {
+		t.Errorf("the reader drew from a full budget: %d used of %d", b.Used(), b.Limit())
+	}
+	b.Release(b.Limit())
+}
+
+func TestConcurrentReadersShareGets(t *testing.T) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	p.CacheBytes = 64 << 20
+	const size = 8 << 20
+	want := storedFile(t, mem, "c/", p, size, 5)
+	// Reads planned at once: a slow link keeps the first read's GETs in
+	// flight while the others plan.
+	slow := staging.LinkProfile{Name: "slow", Latency: 20 * time.Millisecond}
+	c := staging.NewCounting(staging.NewLink(mem, slow))
+	f, err := Open(context.Background(), c, "c/", Options{Params: p, FileID: "c/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Plan(context.Background(), 0, size); err != nil {
+		t.Fatal(err)
+	}
+	c.Reset()
+	const readers = 8
+	var wg sync.WaitGroup
+	errs := make([]error, readers)
+	for i := range readers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, size)
+			if _, err := f.ReadAt(context.Background(), buf, 0); err != nil && !errors.Is(err, io.EOF) {
+				errs[i] = err
+				return
+			}
+			if !bytes.Equal(buf, want) {
+				errs[i] = errors.New("read is not what was written")
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rx := c.Snapshot().Op(staging.OpGet).BytesReceived; rx != size {
+		t.Errorf("%d readers of %d bytes fetched %d bytes: not one GET per range", readers, size, rx)
+	}
+}
+
+// A reader of a file another writer rewrites reads the checkpoint it opened
+// to the end, and after a rollback to the other's checkpoint reads only that
+// one: nothing fetched ahead of the old map is served to the new one.
+func TestRewriteDuringReadNeverMixes(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	p := restoreParams()
+	p.ConflictPolicy = ConflictFailFast
+	const size = 24 << 20
+	old := storedFile(t, mem, "m/", p, size, 6)
+	r, _, _ := openCounted(t, mem, "m/", p, nil)
+	defer r.Close()
+
+	// Half read, with flights ahead held.
+	var half []byte
+	buf := make([]byte, 128<<10)
+	var off int64
+	for off < size/2 {
+		n, err := r.ReadStream(ctx, buf, off)
+		if err != nil {
+			t.Fatal(err)
+		}
+		half = append(half, buf[:n]...)
+		off += int64(n)
+	}
+	if r.ReadStats().HeldAhead == 0 {
+		t.Fatal("nothing held ahead in the middle of a sequential read")
+	}
+
+	// Another writer rewrites every block and publishes.
+	w := mustOpen(t, mem, "m/", p)
+	nw := pattern(size, 7)
+	if _, err := w.WriteAt(ctx, nw, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+
+	rest := half
+	for {
+		n, err := r.ReadStream(ctx, buf, off)
+		rest = append(rest, buf[:n]...)
+		off += int64(n)
+		if errors.Is(err, io.EOF) || n == 0 {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !bytes.Equal(rest, old) {
+		t.Fatal("a read begun on one checkpoint returned bytes of another")
+	}
+
+	// The reader's own change loses to the other writer: it rolls back to
+	// the other's checkpoint and must read only that.
+	if _, err := r.WriteAt(ctx, []byte{1}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Flush(ctx); !errors.Is(err, ErrConflict) {
+		t.Fatalf("flush: %v, want a conflict", err)
+	}
+	if st := r.ReadStats(); st.HeldAhead != 0 {
+		t.Errorf("a rollback kept %d bytes fetched ahead of the old map", st.HeldAhead)
+	}
+	if got := streamRead(t, r, 0, 128<<10); !bytes.Equal(got, nw) {
+		t.Fatal("after the rollback the reader does not read the winner's checkpoint alone")
+	}
+}
+
+// Reads ahead end at Close, and their goroutines with it.
+func TestCloseStopsReadAhead(t *testing.T) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	storedFile(t, mem, "x/", p, 32<<20, 8)
+	b := NewBudget(256 << 20)
+	// A link slow enough that flights are still out when Close comes.
+	g := &getGauge{Store: staging.NewLink(mem, staging.LinkProfile{Name: "slow", Latency: 50 * time.Millisecond})}
+	f, err := Open(context.Background(), g, "x/", Options{Params: p, FileID: "x/", Budget: b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 128<<10)
+	for off := int64(0); off < 2<<20; off += int64(len(buf)) {
+		if _, err := f.ReadStream(context.Background(), buf, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.ReadStats().GetsAhead == 0 {
+		t.Fatal("nothing fetched ahead")
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	g.mu.Lock()
+	now := g.now
+	g.mu.Unlock()
+	if now != 0 {
+		t.Errorf("%d GETs still in flight after Close", now)
+	}
+	if b.Used() != 0 {
+		t.Errorf("%d bytes of the budget held after Close", b.Used())
+	}
+	if _, err := f.ReadStream(context.Background(), buf, 0); !errors.Is(err, ErrClosed) {
+		t.Errorf("read after close: %v, want ErrClosed", err)
+	}
+}
+
+// BenchmarkRestore reads a stored file sequentially in 128 KiB reads (as the
+// kernel asks) over the emulated links (and none: the engine's own ceiling):
+// the engine's side of a restore, without FUSE.
+func BenchmarkRestore(b *testing.B) {
+	for _, prof := range []staging.LinkProfile{staging.ProfileGeneral, staging.ProfileDirectory, staging.ProfileNone} {
+		b.Run(prof.Name, func(b *testing.B) { benchRestore(b, prof) })
+	}
+}
+
+func benchRestore(b *testing.B, prof staging.LinkProfile) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	p.ReadGetMaxBytes = 16 << 20
+	p.MaxObjectBytes = 64 << 20
+	const size = 256 << 20
+	t := &testing.T{}
+	storedFile(t, mem, "bench/", p, size, 9)
+	link := staging.NewLink(mem, prof)
+	buf := make([]byte, 128<<10)
+	b.SetBytes(size)
+	for b.Loop() {
+		f, err := Open(context.Background(), link, "bench/", Options{Params: p, FileID: "bench/", Budget: NewBudget(2 << 30)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		for off := int64(0); off < size; off += int64(len(buf)) {
+			if _, err := f.ReadStream(context.Background(), buf, off); err != nil && !errors.Is(err, io.EOF) {
+				b.Fatal(err)
+			}
+		}
+		f.Close()
+	}
+}
+
+// More streams than are followed, read at once: every read returns what was
+// written, streams dropped take what they fetched with them, and Close
+// returns the whole budget.
+func TestManyStreamsAtOnce(t *testing.T) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	const size = 40 << 20
+	want := storedFile(t, mem, "many/", p, size, 10)
+	b := NewBudget(64 << 20)
+	f, _, _ := openCounted(t, mem, "many/", p, b)
+	const streams = maxReadStreams + 4
+	const each = size / streams
+	var wg sync.WaitGroup
+	errs := make([]error, streams)
+	for k := range streams {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 128<<10)
+			for off := int64(k * each); off < int64((k+1)*each); off += int64(len(buf)) {
+				n, err := f.ReadStream(context.Background(), buf, off)
+				if err != nil && !errors.Is(err, io.EOF) {
+					errs[k] = err
+					return
+				}
+				if !bytes.Equal(buf[:n], want[off:off+int64(n)]) {
+					errs[k] = errors.New("read is not what was written")
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := f.ReadStats()
+	if st.GetsAhead == 0 {
+		t.Errorf("no stream was read ahead of: %+v", st)
+	}
+	if st.MaxHeldAhead > b.ReadShare() {
+		t.Errorf("held %d bytes ahead, over the read share %d", st.MaxHeldAhead, b.ReadShare())
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if used := b.Used(); used != 0 {
+		t.Errorf("a closed file still holds %d bytes of the budget", used)
+	}
+}
