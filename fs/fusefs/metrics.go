@@ -157,12 +157,13 @@ var (
 	descWALWrites    = newDesc("ckptfs_wal_writes_total", "Changes (writes, truncates, hole punches, mtimes) made durable in write-ahead log records.", prometheus.CounterValue)
 	descWALBytes     = newDesc("ckptfs_wal_bytes_total", "Bytes of write-ahead log records stored.", prometheus.CounterValue)
 	descWALFailures  = newDesc("ckptfs_wal_record_failures_total", "Write-ahead log records whose PUT failed (their writes failed).", prometheus.CounterValue)
-	descDirty        = newDesc("ckptfs_dirty_bytes", "Memory drawn from the mount's budget: dirty blocks and copies in flight.", prometheus.GaugeValue)
+	descDirty        = newDesc("ckptfs_dirty_bytes", "Memory drawn from the mount's budget: dirty blocks, copies in flight and the reads' share (ckptfs_read_bytes).", prometheus.GaugeValue)
+	descReadHeld     = newDesc("ckptfs_read_bytes", "Memory of the budget's read share held now: cached blocks and blocks fetched ahead of sequential readers.", prometheus.GaugeValue)
 	descMemoryLimit  = newDesc("ckptfs_memory_limit_bytes", "Size of the mount's memory budget.", prometheus.GaugeValue)
 	descOpenFiles    = newDesc("ckptfs_open_files", "Files whose engine is open (held by a handle or still dirty).", prometheus.GaugeValue)
 	mountCollectorDs = []metricDesc{descFlushes, descConflicts, descSent, descDead, descFlushed, descMeta, descRequests, descRefused,
 		descBytesSent, descBytesRecv, descInFlight, descPieces, descErrors, descStoreErrors, descWALRecords, descWALWrites,
-		descWALBytes, descWALFailures, descDirty, descMemoryLimit, descOpenFiles}
+		descWALBytes, descWALFailures, descDirty, descReadHeld, descMemoryLimit, descOpenFiles}
 )
 
 func (c *mountCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -203,6 +204,7 @@ func (c *mountCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	emit(descDirty, fsys.budget.Used())
+	emit(descReadHeld, fsys.budget.ReadUsed())
 	emit(descMemoryLimit, fsys.budget.Limit())
 	fsys.mu.Lock()
 	open := len(fsys.files)
