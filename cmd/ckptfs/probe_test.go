@@ -75,3 +75,34 @@ func TestMountRefusesIgnoredConditions(t *testing.T) {
 		t.Fatalf("single_writer warnings %q", warned)
 	}
 }
+
+// retrying retries a Put whose answer was lost, as the SDK's retryer does.
+type retrying struct{ staging.Store }
+
+func (s retrying) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+	info, err := s.Store.Put(ctx, key, data, o)
+	if errors.Is(err, staging.ErrInjected) {
+		return s.Store.Put(ctx, key, data, o)
+	}
+	return info, err
+}
+
+// The check's first create landing with its answer lost, then refused when
+// retried, is no reason to refuse the mount (the key is random: only that
+// very create can have made it); nor is a delete of the probe that fails.
+func TestProbeLostAnswerAndFailedDelete(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	faults := staging.NewFaults(mem, 1)
+	faults.Add(staging.Rule{Op: staging.OpPut, Nth: 1, Kind: staging.FaultLostAnswer})
+	if err := probeConditions(ctx, retrying{faults}, "vol/"); err != nil {
+		t.Fatalf("probe with the first answer lost: %v", err)
+	}
+	if objs, _ := staging.ListAll(ctx, mem, ""); len(objs) != 0 {
+		t.Fatalf("the probe left %v", objs)
+	}
+	faults.Add(staging.Rule{Op: staging.OpDelete, Kind: staging.FaultError})
+	if err := probeConditions(ctx, retrying{faults}, "vol/"); err != nil {
+		t.Fatalf("probe whose delete failed: %v", err)
+	}
+}
