@@ -32,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // S3Config says which bucket an S3 store uses and how to reach it.
@@ -50,7 +51,8 @@ type S3Config struct {
 	// ("http://127.0.0.1:7070"); empty means AWS.
 	Endpoint string
 	// Region; empty means the SDK's chain (AWS_REGION, the profile), and
-	// us-east-1 when Endpoint is set and the chain has none.
+	// when the chain has none, us-east-1 if Endpoint is set, else (AWS) the
+	// bucket's own, which NewS3 asks S3 for.
 	Region string
 	// PathStyle addresses the bucket in the path (http://host/bucket/key)
 	// instead of the host name; most S3-compatible servers need it.
@@ -330,7 +332,9 @@ const maxKnownUploads = 4096
 var _ Store = (*S3)(nil)
 
 // NewS3 returns a store in the bucket c names. It loads credentials but
-// does not contact the bucket: the first request does.
+// does not contact the bucket (the first request does), except on AWS with
+// no region configured: then it asks S3's global endpoint for the bucket's
+// region, within ctx and the request timeout.
 func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -448,9 +452,20 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 		s.payer = types.RequestPayerRequester
 	}
 	if !c.SignPayload {
-		s.putOpts = append(s.putOpts, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware))
+		s.putOpts = append(s.putOpts, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware, unsignedBeforeChecksum))
 	}
 	return s, nil
+}
+
+// unsignedBeforeChecksum marks the payload unsigned before the SDK computes
+// the request checksum, which otherwise computes the body's SHA-256 in the
+// same pass and signs it (the swap to UNSIGNED-PAYLOAD comes later in the
+// stack and keeps a hash already set): a second, costly, hash of every byte.
+func unsignedBeforeChecksum(stack *middleware.Stack) error {
+	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("ckptfsUnsignedPayload",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			return next.HandleFinalize(v4.SetPayloadHash(ctx, "UNSIGNED-PAYLOAD"), in)
+		}), middleware.Before)
 }
 
 // loadCABundle is the system's CAs and those of the PEM file at path; nil

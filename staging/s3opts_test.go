@@ -91,9 +91,12 @@ func TestS3OptionHeaders(t *testing.T) {
 		completeHasCRC bool
 	}{
 		{"defaults", func(*staging.S3Config) {}, map[string]map[string]string{
-			"put":    {"X-Amz-Checksum-Crc32c": staging.CRC32COf(data), "X-Amz-Server-Side-Encryption": "", "X-Amz-Storage-Class": "", "X-Amz-Request-Payer": ""},
+			// The checksum replaces no signature of the body: no SHA-256 is
+			// computed besides it.
+			"put": {"X-Amz-Checksum-Crc32c": staging.CRC32COf(data), "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD",
+				"X-Amz-Server-Side-Encryption": "", "X-Amz-Storage-Class": "", "X-Amz-Request-Payer": ""},
 			"create": {"X-Amz-Checksum-Algorithm": "CRC32C", "X-Amz-Server-Side-Encryption": ""},
-			"part":   {"X-Amz-Checksum-Crc32c": staging.CRC32COf(data)},
+			"part":   {"X-Amz-Checksum-Crc32c": staging.CRC32COf(data), "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD"},
 			"get":    {"X-Amz-Request-Payer": ""},
 		}, true},
 		{"kms, class, requester pays", func(c *staging.S3Config) {
@@ -117,12 +120,12 @@ func TestS3OptionHeaders(t *testing.T) {
 			"put": {"X-Amz-Server-Side-Encryption": "aws:kms:dsse"},
 		}, true},
 		{"crc32", func(c *staging.S3Config) { c.Checksum = staging.ChecksumCRC32 }, map[string]map[string]string{
-			"put":    {"X-Amz-Checksum-Crc32": "NhCmhg==", "X-Amz-Checksum-Crc32c": ""},
+			"put":    {"X-Amz-Checksum-Crc32": "NhCmhg==", "X-Amz-Checksum-Crc32c": "", "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD"},
 			"create": {"X-Amz-Checksum-Algorithm": "CRC32"},
 			"part":   {"X-Amz-Checksum-Crc32": "NhCmhg==", "X-Amz-Checksum-Crc32c": ""},
 		}, false},
 		{"crc64nvme: single puts only", func(c *staging.S3Config) { c.Checksum = staging.ChecksumCRC64NVME }, map[string]map[string]string{
-			"put":    {"X-Amz-Checksum-Crc32c": ""},
+			"put":    {"X-Amz-Checksum-Crc32c": "", "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD"},
 			"create": {"X-Amz-Checksum-Algorithm": "CRC32C"},
 			"part":   {"X-Amz-Checksum-Crc32c": staging.CRC32COf(data)},
 		}, true},
@@ -383,6 +386,9 @@ func TestS3ChecksumRefusesCorruption(t *testing.T) {
 			if tc.refused {
 				if err == nil {
 					t.Fatal("a PUT changed after its checksum was stored")
+				}
+				if code := apiCode(err); code != "BadDigest" || httpStatus(err) != http.StatusBadRequest {
+					t.Errorf("changed PUT refused with %q (%d), want 400 BadDigest: %v", code, httpStatus(err), err)
 				}
 				if _, _, gerr := s.Get(ctx, "obj", staging.Whole()); !errors.Is(gerr, staging.ErrNotFound) {
 					t.Errorf("after the refused PUT, Get = %v, want ErrNotFound", gerr)
