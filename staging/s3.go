@@ -252,10 +252,11 @@ func (c S3Config) checksums() (put, part types.ChecksumAlgorithm, err error) {
 // only find it at the next read. CRC32C costs one pass over the body with
 // the processor's CRC instruction, little next to sending it. Over https
 // the SDK sends it as a trailer of the body as it streams; over http it
-// reads the body once before sending. Multipart parts carry CRC32C (also
-// when crc64nvme is asked for single PUTs), whose values S3 keeps per upload
-// id until CompleteMultipart names them again; an upload started elsewhere
-// has them read back with ListParts.
+// reads the body once before sending. The body is not hashed with SHA-256
+// besides (unsignedBeforeChecksum). Multipart parts carry CRC32C (CRC32
+// with crc32; CRC32C when crc64nvme is asked for single PUTs), whose values
+// S3 keeps per upload id until CompleteMultipart names them again; an upload
+// started elsewhere has them read back with ListParts.
 //
 // No checksum is validated on responses
 // (ResponseChecksumValidationWhenRequired), and the payload is not hashed
@@ -1270,8 +1271,9 @@ func (s *S3) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload,
 // bucketRegion asks base (S3's global endpoint) for the region of bucket:
 // S3 names it in the x-amz-bucket-region header of its answer to an
 // unsigned HEAD of the bucket, whatever the status (200, 301, 403). It is
-// what the SDK's feature/s3/manager GetBucketRegion does, without a client
-// of its own or a module that is no longer developed.
+// what the SDK's feature/s3/manager GetBucketRegion does, here on the
+// store's own HTTP client (its timeouts and CA bundle) and without adding
+// that module, its uploader and downloader, for one request.
 func bucketRegion(ctx context.Context, hc aws.HTTPClient, base, bucket string) (string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodHead, strings.TrimSuffix(base, "/")+"/"+url.PathEscape(bucket), nil)
 	if err != nil {
