@@ -272,6 +272,21 @@ func TestS3CABundle(t *testing.T) {
 	if n := len(f.take()); n != 1 {
 		t.Errorf("%d requests reached the server with ca_bundle, want 1", n)
 	}
+
+	// Over https the checksum is a trailer of the streamed body.
+	data := []byte("hello")
+	if _, err := s.Put(t.Context(), "k", data, staging.PutOptions{}); err != nil {
+		t.Fatalf("Put with ca_bundle: %v", err)
+	}
+	r := f.take()
+	if len(r) != 1 {
+		t.Fatalf("%d requests for a Put", len(r))
+	}
+	h := r[0].header
+	if h.Get("X-Amz-Trailer") != "x-amz-checksum-crc32c" || h.Get("X-Amz-Content-Sha256") != "STREAMING-UNSIGNED-PAYLOAD-TRAILER" ||
+		!strings.Contains(string(r[0].body), "x-amz-checksum-crc32c:"+staging.CRC32COf(data)) {
+		t.Errorf("https Put: trailer %q, content-sha256 %q, body %q", h.Get("X-Amz-Trailer"), h.Get("X-Amz-Content-Sha256"), r[0].body)
+	}
 }
 
 // TestS3RegionLookup: with no region anywhere and no endpoint, NewS3 asks
@@ -427,12 +442,27 @@ func TestS3ChecksumRefusesCorruption(t *testing.T) {
 func TestS3MultipartChecksumsFromAnotherStore(t *testing.T) {
 	ctx := t.Context()
 	c := s3test.Config(t)
-	a, b := newS3(t, c), newS3(t, c)
+	var mu sync.Mutex
+	listParts := map[string]int{} // ListParts requests by store
+	counted := func(name string) staging.S3Config {
+		return staging.WithHTTPWrap(c, func(h aws.HTTPClient) aws.HTTPClient {
+			return doFunc(func(r *http.Request) (*http.Response, error) {
+				if r.Method == http.MethodGet && r.URL.Query().Has("uploadId") {
+					mu.Lock()
+					listParts[name]++
+					mu.Unlock()
+				}
+				return h.Do(r)
+			})
+		})
+	}
+	a, b := newS3(t, counted("a")), newS3(t, counted("b"))
 	part := bytes.Repeat([]byte{'p'}, 5<<20)
 	for _, tc := range []struct {
 		name      string
 		completer *staging.S3
-	}{{"same store", a}, {"another store", b}} {
+		listed    string // the store that lists the parts
+	}{{"same store", a, ""}, {"another store", b, "b"}} {
 		t.Run(tc.name, func(t *testing.T) {
 			key := strings.ReplaceAll(tc.name, " ", "-")
 			id, err := a.CreateMultipart(ctx, key, staging.PutOptions{})
@@ -458,6 +488,16 @@ func TestS3MultipartChecksumsFromAnotherStore(t *testing.T) {
 			if err != nil || !bytes.Equal(got, append(append([]byte(nil), part...), part...)) {
 				t.Errorf("read back %d bytes, %v", len(got), err)
 			}
+			mu.Lock()
+			defer mu.Unlock()
+			want := map[string]int{}
+			if tc.listed != "" {
+				want[tc.listed] = 1
+			}
+			if fmt.Sprint(listParts) != fmt.Sprint(want) {
+				t.Errorf("ListParts requests %v, want %v", listParts, want)
+			}
+			clear(listParts)
 		})
 	}
 }
@@ -490,3 +530,8 @@ func BenchmarkCRC32C16MiB(b *testing.B) {
 		staging.CRC32COf(data)
 	}
 }
+
+// doFunc is an HTTP client made of a function.
+type doFunc func(*http.Request) (*http.Response, error)
+
+func (f doFunc) Do(r *http.Request) (*http.Response, error) { return f(r) }
