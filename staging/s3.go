@@ -316,6 +316,8 @@ type S3 struct {
 	// about uploads started through this S3, so that it needs no Head.
 	// Entries go when the upload completes or is aborted.
 	uploads map[string]*s3Upload // GUARDED_BY(mu)
+	// maxUploads bounds len(uploads): maxKnownUploads (tests lower it).
+	maxUploads int
 }
 
 // s3Upload is what S3 knows of an upload it started.
@@ -445,6 +447,8 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 		sse:       types.ServerSideEncryption(c.SSE),
 		class:     types.StorageClass(c.StorageClass),
 		uploads:   make(map[string]*s3Upload),
+
+		maxUploads: maxKnownUploads,
 	}
 	if c.SSEKMSKeyID != "" {
 		s.kmsKey = aws.String(c.SSEKMSKeyID)
@@ -1005,7 +1009,7 @@ func (s *S3) CreateMultipart(ctx context.Context, key string, opts PutOptions) (
 		return "", fmt.Errorf("s3 create multipart upload %s: the server returned no upload id", key)
 	}
 	s.mu.Lock()
-	if len(s.uploads) < maxKnownUploads {
+	if len(s.uploads) < s.maxUploads {
 		u := &s3Upload{md: meta(maps.Clone(opts.Metadata)), sizes: make(map[int32]int64)}
 		if s.partSum != "" {
 			u.sums = make(map[int32]string)

@@ -28,3 +28,14 @@ func WithHTTPWrap(c S3Config, wrap func(aws.HTTPClient) aws.HTTPClient) S3Config
 
 // CRC32COf is the CRC32C of data as S3 writes it.
 func CRC32COf(data []byte) string { return crc32cOf(data) }
+
+// KnownUploads is how many uploads s remembers.
+func KnownUploads(s *S3) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.uploads)
+}
+
+// SetMaxKnownUploads sets how many uploads s remembers at most. Set it
+// before s is used.
+func SetMaxKnownUploads(s *S3, n int) { s.maxUploads = n }

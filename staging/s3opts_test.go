@@ -32,19 +32,22 @@ type seen struct {
 // recordS3 answers the requests of Put, multipart uploads, Get, Head and
 // Delete as S3 would, and records them.
 type recordS3 struct {
-	mu   sync.Mutex
-	reqs []seen
+	mu      sync.Mutex
+	reqs    []seen
+	uploads int // how many were created
 }
 
 func (f *recordS3) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
 	f.mu.Lock()
 	f.reqs = append(f.reqs, seen{r.Method, r.URL.Path, r.URL.RawQuery, r.Header.Clone(), body})
+	f.uploads++
+	id := f.uploads
 	f.mu.Unlock()
 	q := r.URL.Query()
 	switch {
 	case r.Method == http.MethodPost && q.Has("uploads"):
-		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><UploadId>up1</UploadId></InitiateMultipartUploadResult>`)
+		fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?><InitiateMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><UploadId>up%d</UploadId></InitiateMultipartUploadResult>`, id)
 	case r.Method == http.MethodPost && q.Has("uploadId"):
 		fmt.Fprint(w, `<?xml version="1.0" encoding="UTF-8"?><CompleteMultipartUploadResult><Bucket>b</Bucket><Key>k</Key><ETag>"e-2"</ETag></CompleteMultipartUploadResult>`)
 	case r.Method == http.MethodPut:
@@ -535,3 +538,69 @@ func BenchmarkCRC32C16MiB(b *testing.B) {
 type doFunc func(*http.Request) (*http.Response, error)
 
 func (f doFunc) Do(r *http.Request) (*http.Response, error) { return f(r) }
+
+// TestS3KnownUploadsDropped: what the store keeps of an upload (sizes, part
+// checksums) goes with an abort and with a failed completion, and it keeps
+// no more than a bounded number of uploads.
+func TestS3KnownUploadsDropped(t *testing.T) {
+	ctx := t.Context()
+	s := s3test.NewS3(t)
+	small := []byte("small part")
+	for _, tc := range []struct {
+		name string
+		end  func(key, id string) error
+	}{
+		{"abort", func(key, id string) error { return s.AbortMultipart(ctx, key, id) }},
+		{"failed complete", func(key, id string) error {
+			var parts []staging.CompletedPart
+			for n := int32(1); n <= 2; n++ {
+				etag, err := s.UploadPart(ctx, key, id, n, small)
+				if err != nil {
+					return err
+				}
+				parts = append(parts, staging.CompletedPart{Number: n, ETag: etag})
+			}
+			if _, err := s.CompleteMultipart(ctx, key, id, parts, staging.Conditions{}); !errors.Is(err, staging.ErrPartTooSmall) {
+				return fmt.Errorf("complete of small parts = %v, want ErrPartTooSmall", err)
+			}
+			return nil
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			key := strings.ReplaceAll(tc.name, " ", "-")
+			id, err := s.CreateMultipart(ctx, key, staging.PutOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Gone already after an abort.
+			defer s.AbortMultipart(context.WithoutCancel(ctx), key, id)
+			if _, err := s.UploadPart(ctx, key, id, 1, small); err != nil {
+				t.Fatal(err)
+			}
+			if n := staging.KnownUploads(s); n != 1 {
+				t.Fatalf("%d uploads known after a create, want 1", n)
+			}
+			if err := tc.end(key, id); err != nil {
+				t.Fatal(err)
+			}
+			if n := staging.KnownUploads(s); n != 0 {
+				t.Errorf("%d uploads known after %s, want 0", n, tc.name)
+			}
+		})
+	}
+	t.Run("bounded", func(t *testing.T) {
+		srv := httptest.NewServer(&recordS3{})
+		defer srv.Close()
+		s := newS3(t, fakeConfig(srv.URL))
+		const most = 8
+		staging.SetMaxKnownUploads(s, most)
+		for i := 0; i < 2*most; i++ {
+			if _, err := s.CreateMultipart(ctx, "k", staging.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if n := staging.KnownUploads(s); n != most {
+			t.Errorf("%d uploads known after %d creates, want the most, %d", n, 2*most, most)
+		}
+	})
+}
