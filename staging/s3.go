@@ -254,9 +254,9 @@ func (c S3Config) checksums() (put, part types.ChecksumAlgorithm, err error) {
 // the SDK sends it as a trailer of the body as it streams; over http it
 // reads the body once before sending. The body is not hashed with SHA-256
 // besides (unsignedBeforeChecksum). Multipart parts carry CRC32C (CRC32
-// with crc32; CRC32C when crc64nvme is asked for single PUTs), whose values
-// S3 keeps per upload id until CompleteMultipart names them again; an upload
-// started elsewhere has them read back with ListParts.
+// with crc32; CRC32C when crc64nvme is asked for single PUTs), which the
+// store keeps per upload id until CompleteMultipart names them again; an
+// upload started elsewhere has them read back with ListParts.
 //
 // No checksum is validated on responses
 // (ResponseChecksumValidationWhenRequired), and the payload is not hashed
@@ -479,9 +479,19 @@ func loadCABundle(path string) (*x509.CertPool, error) {
 	if path == "" {
 		return nil, nil
 	}
-	pem, err := os.ReadFile(path)
+	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("ca_bundle: %w", err)
+	}
+	defer f.Close()
+	// The system's whole bundle is a few hundred KiB.
+	const most = 16 << 20
+	pem, err := io.ReadAll(io.LimitReader(f, most+1))
+	if err != nil {
+		return nil, fmt.Errorf("ca_bundle: %w", err)
+	}
+	if len(pem) > most {
+		return nil, fmt.Errorf("ca_bundle %s: larger than %d MiB", path, most>>20)
 	}
 	pool, err := x509.SystemCertPool()
 	if err != nil {
@@ -1086,7 +1096,7 @@ func (s *S3) known(uploadID string, parts []CompletedPart) (size int64, md map[s
 	return size, maps.Clone(u.md), true
 }
 
-// partSums are the CRC32Cs of parts by number, as CompleteMultipart must
+// partSums are the checksums of parts by number, as CompleteMultipart must
 // name them: those this S3 sent, or, for an upload it does not know, those
 // the server lists. Nil when uploads carry no checksum.
 func (s *S3) partSums(ctx context.Context, k *string, uploadID string, parts []CompletedPart) (map[int32]string, error) {
