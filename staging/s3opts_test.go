@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -241,7 +242,9 @@ func TestS3OptionsRefused(t *testing.T) {
 // ca_bundle naming its certificate.
 func TestS3CABundle(t *testing.T) {
 	f := &recordS3{}
-	srv := httptest.NewTLSServer(f)
+	srv := httptest.NewUnstartedServer(f)
+	srv.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshake
+	srv.StartTLS()
 	defer srv.Close()
 	bundle := filepath.Join(t.TempDir(), "ca.pem")
 	pemCert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
