@@ -3,13 +3,19 @@ package staging
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"maps"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +32,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+	"github.com/aws/smithy-go/middleware"
 )
 
 // S3Config says which bucket an S3 store uses and how to reach it.
@@ -44,7 +51,8 @@ type S3Config struct {
 	// ("http://127.0.0.1:7070"); empty means AWS.
 	Endpoint string
 	// Region; empty means the SDK's chain (AWS_REGION, the profile), and
-	// us-east-1 when Endpoint is set and the chain has none.
+	// when the chain has none, us-east-1 if Endpoint is set, else (AWS) the
+	// bucket's own, which NewS3 asks S3 for.
 	Region string
 	// PathStyle addresses the bucket in the path (http://host/bucket/key)
 	// instead of the host name; most S3-compatible servers need it.
@@ -67,7 +75,58 @@ type S3Config struct {
 	MaxIdleConns int
 	// Timeouts bound every request; zero fields take their defaults.
 	Timeouts S3Timeouts
+
+	// SSE is the server-side encryption asked for every object written:
+	// "" (the bucket's default encryption), "AES256" (SSE-S3), "aws:kms"
+	// (SSE-KMS) or "aws:kms:dsse" (dual-layer SSE-KMS).
+	SSE string
+	// SSEKMSKeyID is the KMS key (id, ARN or alias) of SSE aws:kms and
+	// aws:kms:dsse; empty means the account's AWS managed key.
+	SSEKMSKeyID string
+	// StorageClass of every object written ("STANDARD",
+	// "INTELLIGENT_TIERING", "STANDARD_IA", ...), passed through as given;
+	// empty means the bucket's default (STANDARD).
+	StorageClass string
+	// RequesterPays sends "x-amz-request-payer: requester" on every request
+	// that takes it, for a bucket whose owner charges the requester.
+	RequesterPays bool
+	// CABundle is a PEM file of certificate authorities to trust for the
+	// endpoint's certificate, besides the system's and AWS_CA_BUNDLE's.
+	CABundle string
+	// Checksum is the checksum every upload carries for the server to
+	// verify: "" or "crc32c" (the default), "crc32", "crc64nvme" or "off".
+	// Multipart uploads use CRC32C for crc64nvme too (see S3).
+	Checksum string
+
+	// hooks are for tests only (export_s3_test.go).
+	hooks *s3Hooks
 }
+
+// s3Hooks change how a store reaches the server, for tests.
+type s3Hooks struct {
+	// regionURL replaces https://s3.amazonaws.com in the region lookup.
+	regionURL string
+	// wrapHTTP wraps the HTTP client under the SDK.
+	wrapHTTP func(aws.HTTPClient) aws.HTTPClient
+}
+
+// Values of S3Config.SSE.
+const (
+	SSES3      = "AES256"
+	SSEKMS     = "aws:kms"
+	SSEKMSDSSE = "aws:kms:dsse"
+)
+
+// Values of S3Config.Checksum.
+const (
+	ChecksumCRC32C    = "crc32c"
+	ChecksumCRC32     = "crc32"
+	ChecksumCRC64NVME = "crc64nvme"
+	ChecksumOff       = "off"
+)
+
+// DefaultChecksum is the checksum of uploads when S3Config.Checksum is "".
+const DefaultChecksum = ChecksumCRC32C
 
 // String describes c without its secrets.
 func (c S3Config) String() string {
@@ -77,8 +136,9 @@ func (c S3Config) String() string {
 		}
 		return "<redacted>"
 	}
-	return fmt.Sprintf("{Bucket:%s Prefix:%s Endpoint:%s Region:%s PathStyle:%t AccessKey:%s SecretKey:%s SessionToken:%s Profile:%s DirectoryBucket:%t SignPayload:%t MaxIdleConns:%d Timeouts:%+v}",
-		c.Bucket, c.Prefix, RedactURL(c.Endpoint), c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns, c.Timeouts)
+	return fmt.Sprintf("{Bucket:%s Prefix:%s Endpoint:%s Region:%s PathStyle:%t AccessKey:%s SecretKey:%s SessionToken:%s Profile:%s DirectoryBucket:%t SignPayload:%t MaxIdleConns:%d Timeouts:%+v SSE:%s SSEKMSKeyID:%s StorageClass:%s RequesterPays:%t CABundle:%s Checksum:%s}",
+		c.Bucket, c.Prefix, RedactURL(c.Endpoint), c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns, c.Timeouts,
+		c.SSE, c.SSEKMSKeyID, c.StorageClass, c.RequesterPays, c.CABundle, c.Checksum)
 }
 
 // GoString keeps %#v from printing the secrets too.
@@ -125,10 +185,59 @@ func (c S3Config) validate() error {
 		errs = append(errs, fmt.Errorf("max idle connections %d is negative", c.MaxIdleConns))
 	}
 	errs = append(errs, c.Timeouts.validate()...)
+	switch c.SSE {
+	case "", SSES3, SSEKMS, SSEKMSDSSE:
+	default:
+		errs = append(errs, fmt.Errorf("sse %q: want AES256, aws:kms or aws:kms:dsse", c.SSE))
+	}
+	if c.SSEKMSKeyID != "" && c.SSE != SSEKMS && c.SSE != SSEKMSDSSE {
+		errs = append(errs, errors.New("sse_kms_key_id needs sse=aws:kms or sse=aws:kms:dsse"))
+	}
+	if c.StorageClass != "" && !validStorageClass(c.StorageClass) {
+		errs = append(errs, fmt.Errorf("storage class %q: want an S3 storage class such as STANDARD, INTELLIGENT_TIERING or STANDARD_IA", c.StorageClass))
+	}
+	if _, _, err := c.checksums(); err != nil {
+		errs = append(errs, err)
+	}
 	if len(errs) > 0 {
 		return fmt.Errorf("s3 config: %w", errors.Join(errs...))
 	}
 	return nil
+}
+
+// validStorageClass: S3's storage classes are upper-case words joined by
+// '_' (STANDARD_IA, GLACIER_IR). New ones are passed through unchecked, but
+// a lower-case or empty name is a typo, which S3 would refuse only at the
+// first write.
+func validStorageClass(c string) bool {
+	if c == "" || c[0] < 'A' || c[0] > 'Z' || c[len(c)-1] == '_' {
+		return false
+	}
+	for _, r := range c {
+		if !(r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_') {
+			return false
+		}
+	}
+	return true
+}
+
+// checksums are the algorithms of single PUTs and of multipart uploads
+// ("" for none).
+func (c S3Config) checksums() (put, part types.ChecksumAlgorithm, err error) {
+	switch c.Checksum {
+	case "", ChecksumCRC32C:
+		return types.ChecksumAlgorithmCrc32c, types.ChecksumAlgorithmCrc32c, nil
+	case ChecksumCRC32:
+		return types.ChecksumAlgorithmCrc32, types.ChecksumAlgorithmCrc32, nil
+	case ChecksumCRC64NVME:
+		// A multipart upload with CRC64NVME must be of checksum type
+		// FULL_OBJECT, which needs the whole object's CRC at completion:
+		// multipart uploads keep CRC32C, whose parts' CRCs S3 combines.
+		return types.ChecksumAlgorithmCrc64nvme, types.ChecksumAlgorithmCrc32c, nil
+	case ChecksumOff:
+		return "", "", nil
+	}
+	return "", "", fmt.Errorf("checksum %q: want crc32c, crc32, crc64nvme or off", c.Checksum)
 }
 
 // S3 is a Store in one bucket (general purpose or directory) of AWS S3 or an
@@ -136,14 +245,30 @@ func (c S3Config) validate() error {
 //
 // # Checksums and signing
 //
-// Bodies are sent as they are: no CRC is computed for the request
-// (RequestChecksumCalculationWhenRequired), none is validated on responses
+// Every upload carries a checksum of its body (S3Config.Checksum, CRC32C
+// unless set otherwise) that the server checks before it stores anything:
+// a body changed between this process and the disks of the server (a proxy,
+// a NIC, memory) is refused, where the CRCs of ckptfs's own objects would
+// only find it at the next read. CRC32C costs one pass over the body with
+// the processor's CRC instruction, little next to sending it. Over https
+// the SDK sends it as a trailer of the body as it streams; over http it
+// reads the body once before sending. The body is not hashed with SHA-256
+// besides (unsignedBeforeChecksum). Multipart parts carry CRC32C (CRC32
+// with crc32; CRC32C when crc64nvme is asked for single PUTs), which the
+// store keeps per upload id until CompleteMultipart names them again; an
+// upload started elsewhere has them read back with ListParts.
+//
+// No checksum is validated on responses
 // (ResponseChecksumValidationWhenRequired), and the payload is not hashed
-// into the signature (UNSIGNED-PAYLOAD) unless SignPayload is set. Each of
-// these is a full extra pass over every byte, and at GiB/s the passes cost
-// more than the transfer on loopback. Integrity does not depend on them:
-// every object ckptfs writes carries its own CRC that readers verify, and
-// TLS protects bytes in transit to a remote endpoint.
+// into the signature (UNSIGNED-PAYLOAD) unless SignPayload is set: each is
+// another full pass, and integrity does not need them: every object ckptfs
+// writes carries its own CRC that readers verify, and TLS protects bytes in
+// transit to a remote endpoint.
+//
+// # Encryption, storage class, requester pays
+//
+// SSE, SSEKMSKeyID and StorageClass go on every PutObject and
+// CreateMultipartUpload; RequesterPays on every request that takes it.
 //
 // # Timeouts and retries
 //
@@ -175,28 +300,44 @@ type S3 struct {
 	bucket    string
 	prefix    string
 	directory bool
-	endpoint  string              // as configured, for messages (ShownEndpoint)
-	region    string              // the region requests are signed for
-	connect   time.Duration       // bound on a connect (Diagnose)
-	putOpts   []func(*s3.Options) // options of requests with a body
+	endpoint  string                  // as configured, for messages (ShownEndpoint)
+	region    string                  // the region requests are signed for
+	connect   time.Duration           // bound on a connect (Diagnose)
+	putOpts   []func(*s3.Options)     // options of requests with a body
+	putSum    types.ChecksumAlgorithm // of single PUTs; "" for none
+	partSum   types.ChecksumAlgorithm // of multipart uploads; "", CRC32C or CRC32
+	sse       types.ServerSideEncryption
+	kmsKey    *string
+	class     types.StorageClass
+	payer     types.RequestPayer // "" or requester
 
 	mu sync.Mutex
 	// uploads remembers, by upload id, what CompleteMultipart must return
 	// about uploads started through this S3, so that it needs no Head.
 	// Entries go when the upload completes or is aborted.
 	uploads map[string]*s3Upload // GUARDED_BY(mu)
+	// maxUploads bounds len(uploads): maxKnownUploads (tests lower it).
+	maxUploads int
 }
 
 // s3Upload is what S3 knows of an upload it started.
 type s3Upload struct {
 	md    map[string]string
-	sizes map[int32]int64 // by part number
+	sizes map[int32]int64  // by part number
+	sums  map[int32]string // checksum of each part (base64), when partSum is set
 }
+
+// maxKnownUploads bounds how many uploads an S3 remembers; one it forgot
+// (or never knew) costs CompleteMultipart a ListParts and a Head. Each
+// entry holds at most MaxParts sizes and checksums.
+const maxKnownUploads = 4096
 
 var _ Store = (*S3)(nil)
 
 // NewS3 returns a store in the bucket c names. It loads credentials but
-// does not contact the bucket: the first request does.
+// does not contact the bucket (the first request does), except on AWS with
+// no region configured: then it asks S3's global endpoint for the bucket's
+// region, within ctx and the request timeout.
 func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
@@ -206,6 +347,10 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 		maxConns = 64
 	}
 	tm := c.Timeouts.withDefaults()
+	roots, err := loadCABundle(c.CABundle)
+	if err != nil {
+		return nil, fmt.Errorf("s3 bucket %s: %w", c.Bucket, err)
+	}
 	transport := awshttp.NewBuildableClient().
 		WithDialerOptions(func(d *net.Dialer) { d.Timeout = tm.Connect }).
 		WithTransportOptions(func(t *http.Transport) {
@@ -213,6 +358,14 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 			t.MaxIdleConns = max(t.MaxIdleConns, maxConns)
 			t.TLSHandshakeTimeout = tm.Connect
 			t.ResponseHeaderTimeout = tm.Request
+			if roots != nil {
+				// AWS_CA_BUNDLE, applied when the config loads, adds
+				// its CAs to this pool.
+				if t.TLSClientConfig == nil {
+					t.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+				}
+				t.TLSClientConfig.RootCAs = roots
+			}
 		})
 	opts := []func(*config.LoadOptions) error{
 		config.WithHTTPClient(transport),
@@ -224,6 +377,8 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 				max: tm.RetryMax,
 			}
 		}),
+		// Checksums are asked for explicitly on the requests that carry
+		// a body (ChecksumAlgorithm), not computed for every operation.
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
 	}
@@ -241,16 +396,35 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 bucket %s: load AWS config: %w", c.Bucket, err)
 	}
+	if c.hooks != nil && c.hooks.wrapHTTP != nil {
+		cfg.HTTPClient = c.hooks.wrapHTTP(cfg.HTTPClient)
+	}
 	// Wrapped after loading, which may add a CA bundle to the transport.
 	// Not a BuildableClient any more, so the S3 client adds no timeouts of
 	// its own to ours.
 	cfg.HTTPClient = &stallClient{inner: cfg.HTTPClient, stall: tm.Stall}
 	if cfg.Region == "" {
-		if c.Endpoint == "" {
+		switch {
+		case c.Endpoint != "":
+			// S3-compatible servers mostly ignore the region, but SigV4
+			// needs one.
+			cfg.Region = "us-east-1"
+		case c.IsDirectoryBucket():
+			// Their names hold a zone, not a region, and the global
+			// endpoint does not know them.
 			return nil, fmt.Errorf("s3 bucket %s: no region: set one in the configuration, AWS_REGION or the profile", c.Bucket)
+		default:
+			base := "https://s3.amazonaws.com"
+			if c.hooks != nil && c.hooks.regionURL != "" {
+				base = c.hooks.regionURL
+			}
+			rctx, cancel := context.WithTimeout(ctx, tm.Request)
+			cfg.Region, err = bucketRegion(rctx, cfg.HTTPClient, base, c.Bucket)
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("s3 bucket %s: no region configured (region=, AWS_REGION or the profile): %w", c.Bucket, err)
+			}
 		}
-		// S3-compatible servers mostly ignore the region, but SigV4 needs one.
-		cfg.Region = "us-east-1"
 	}
 	client := s3.NewFromConfig(cfg, func(o *s3.Options) {
 		if c.Endpoint != "" {
@@ -259,6 +433,7 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 		o.UsePathStyle = c.PathStyle
 		o.APIOptions = append(o.APIOptions, addOpStart)
 	})
+	putSum, partSum, _ := c.checksums() // validated
 	s := &S3{
 		c:         client,
 		bucket:    c.Bucket,
@@ -267,13 +442,70 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 		endpoint:  c.Endpoint,
 		region:    cfg.Region,
 		connect:   tm.Connect,
+		putSum:    putSum,
+		partSum:   partSum,
+		sse:       types.ServerSideEncryption(c.SSE),
+		class:     types.StorageClass(c.StorageClass),
 		uploads:   make(map[string]*s3Upload),
+
+		maxUploads: maxKnownUploads,
+	}
+	if c.SSEKMSKeyID != "" {
+		s.kmsKey = aws.String(c.SSEKMSKeyID)
+	}
+	if c.RequesterPays {
+		s.payer = types.RequestPayerRequester
 	}
 	if !c.SignPayload {
-		s.putOpts = append(s.putOpts, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware))
+		s.putOpts = append(s.putOpts, s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware, unsignedBeforeChecksum))
 	}
 	return s, nil
 }
+
+// unsignedBeforeChecksum marks the payload unsigned before the SDK computes
+// the request checksum, which otherwise computes the body's SHA-256 in the
+// same pass and signs it (the swap to UNSIGNED-PAYLOAD comes later in the
+// stack and keeps a hash already set): a second, costly, hash of every byte.
+func unsignedBeforeChecksum(stack *middleware.Stack) error {
+	return stack.Finalize.Add(middleware.FinalizeMiddlewareFunc("ckptfsUnsignedPayload",
+		func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+			return next.HandleFinalize(v4.SetPayloadHash(ctx, "UNSIGNED-PAYLOAD"), in)
+		}), middleware.Before)
+}
+
+// loadCABundle is the system's CAs and those of the PEM file at path; nil
+// when path is empty.
+func loadCABundle(path string) (*x509.CertPool, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("ca_bundle: %w", err)
+	}
+	defer f.Close()
+	// The system's whole bundle is a few hundred KiB.
+	const most = 16 << 20
+	pem, err := io.ReadAll(io.LimitReader(f, most+1))
+	if err != nil {
+		return nil, fmt.Errorf("ca_bundle: %w", err)
+	}
+	if len(pem) > most {
+		return nil, fmt.Errorf("ca_bundle %s: larger than %d MiB", path, most>>20)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool() // none on this system: only the bundle's
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("ca_bundle %s: no PEM certificate in the file", path)
+	}
+	return pool, nil
+}
+
+// Region is the region requests are signed for: the configured one, or the
+// bucket's as the lookup found it.
+func (s *S3) Region() string { return s.region }
 
 // Bucket is the bucket name.
 func (s *S3) Bucket() string { return s.bucket }
@@ -391,6 +623,12 @@ func (s *S3) Put(ctx context.Context, key string, data []byte, opts PutOptions) 
 		Body:          bytes.NewReader(data),
 		ContentLength: aws.Int64(int64(len(data))),
 		Metadata:      opts.Metadata,
+
+		ChecksumAlgorithm:    s.putSum,
+		ServerSideEncryption: s.sse,
+		SSEKMSKeyId:          s.kmsKey,
+		StorageClass:         s.class,
+		RequestPayer:         s.payer,
 	}
 	setConditions(&in.IfNoneMatch, &in.IfMatch, opts.Conditions)
 	out, err := s.c.PutObject(ctx, in, s.putOpts...)
@@ -476,7 +714,7 @@ func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, 
 	if err != nil {
 		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: %w", key, err)
 	}
-	out, err := s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: k, Range: hdr})
+	out, err := s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: k, Range: hdr, RequestPayer: s.payer})
 	if err != nil {
 		return nil, ObjectInfo{}, fail("get", key, err, false)
 	}
@@ -619,7 +857,7 @@ func (s *S3) Head(ctx context.Context, key string) (ObjectInfo, error) {
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("s3 head: %w", err)
 	}
-	out, err := s.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: k})
+	out, err := s.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: k, RequestPayer: s.payer})
 	if err != nil {
 		return ObjectInfo{}, fail("head", key, err, false)
 	}
@@ -650,6 +888,7 @@ func (s *S3) List(ctx context.Context, prefix, startAfter string, limit int) (Li
 		Prefix:       aws.String(s.prefix + prefix),
 		MaxKeys:      aws.Int32(int32(limit)),
 		EncodingType: types.EncodingTypeUrl,
+		RequestPayer: s.payer,
 	}
 	if startAfter != "" {
 		in.StartAfter = aws.String(s.prefix + startAfter)
@@ -711,7 +950,7 @@ func folder(p string) string {
 // ignore StartAfter: read the whole folder, then sort and cut.
 func (s *S3) listDirectory(ctx context.Context, prefix, startAfter string, limit int) (ListPage, error) {
 	full := s.prefix + prefix
-	in := &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: aws.String(folder(full)), EncodingType: types.EncodingTypeUrl}
+	in := &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: aws.String(folder(full)), EncodingType: types.EncodingTypeUrl, RequestPayer: s.payer}
 	var all []ObjectInfo
 	for p := s3.NewListObjectsV2Paginator(s.c, in); p.HasMorePages(); {
 		out, err := p.NextPage(ctx)
@@ -744,7 +983,7 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 	if err != nil {
 		return fmt.Errorf("s3 delete: %w", err)
 	}
-	if _, err := s.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: k}); err != nil {
+	if _, err := s.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: k, RequestPayer: s.payer}); err != nil {
 		if sentinelOf(err) == ErrNotFound {
 			return nil // S3 answers 204; some compatible servers 404
 		}
@@ -765,6 +1004,12 @@ func (s *S3) CreateMultipart(ctx context.Context, key string, opts PutOptions) (
 		Bucket:   &s.bucket,
 		Key:      k,
 		Metadata: opts.Metadata,
+
+		ChecksumAlgorithm:    s.partSum,
+		ServerSideEncryption: s.sse,
+		SSEKMSKeyId:          s.kmsKey,
+		StorageClass:         s.class,
+		RequestPayer:         s.payer,
 	})
 	if err != nil {
 		return "", fail("create multipart upload", key, err, false)
@@ -774,7 +1019,13 @@ func (s *S3) CreateMultipart(ctx context.Context, key string, opts PutOptions) (
 		return "", fmt.Errorf("s3 create multipart upload %s: the server returned no upload id", key)
 	}
 	s.mu.Lock()
-	s.uploads[id] = &s3Upload{md: meta(maps.Clone(opts.Metadata)), sizes: make(map[int32]int64)}
+	if len(s.uploads) < s.maxUploads {
+		u := &s3Upload{md: meta(maps.Clone(opts.Metadata)), sizes: make(map[int32]int64)}
+		if s.partSum != "" {
+			u.sums = make(map[int32]string)
+		}
+		s.uploads[id] = u
+	}
 	s.mu.Unlock()
 	return id, nil
 }
@@ -790,20 +1041,37 @@ func (s *S3) UploadPart(ctx context.Context, key, uploadID string, n int32, data
 	if err != nil {
 		return "", fmt.Errorf("s3 upload part: %w", err)
 	}
-	out, err := s.c.UploadPart(ctx, &s3.UploadPartInput{
+	in := &s3.UploadPartInput{
 		Bucket:        &s.bucket,
 		Key:           k,
 		UploadId:      &uploadID,
 		PartNumber:    aws.Int32(n),
 		Body:          bytes.NewReader(data),
 		ContentLength: aws.Int64(int64(len(data))),
-	}, s.putOpts...)
+		RequestPayer:  s.payer,
+	}
+	sum := ""
+	if s.partSum != "" {
+		// Computed here rather than by the SDK, because
+		// CompleteMultipart must name it again.
+		sum = partChecksum(s.partSum, data)
+		in.ChecksumAlgorithm = s.partSum
+		if s.partSum == types.ChecksumAlgorithmCrc32 {
+			in.ChecksumCRC32 = aws.String(sum)
+		} else {
+			in.ChecksumCRC32C = aws.String(sum)
+		}
+	}
+	out, err := s.c.UploadPart(ctx, in, s.putOpts...)
 	if err != nil {
 		return "", fail(fmt.Sprintf("upload part %d of", n), key, err, false)
 	}
 	s.mu.Lock()
 	if u := s.uploads[uploadID]; u != nil {
 		u.sizes[n] = int64(len(data))
+		if u.sums != nil {
+			u.sums[n] = sum
+		}
 	}
 	s.mu.Unlock()
 	return aws.ToString(out.ETag), nil
@@ -828,6 +1096,49 @@ func (s *S3) known(uploadID string, parts []CompletedPart) (size int64, md map[s
 	return size, maps.Clone(u.md), true
 }
 
+// partSums are the checksums of parts by number, as CompleteMultipart must
+// name them: those this S3 sent, or, for an upload it does not know, those
+// the server lists. Nil when uploads carry no checksum.
+func (s *S3) partSums(ctx context.Context, k *string, uploadID string, parts []CompletedPart) (map[int32]string, error) {
+	if s.partSum == "" {
+		return nil, nil
+	}
+	s.mu.Lock()
+	if u := s.uploads[uploadID]; u != nil && u.sums != nil {
+		sums, all := make(map[int32]string, len(parts)), true
+		for _, p := range parts {
+			sum, ok := u.sums[p.Number]
+			all = all && ok
+			sums[p.Number] = sum
+		}
+		if all {
+			s.mu.Unlock()
+			return sums, nil
+		}
+	}
+	s.mu.Unlock()
+	// Started elsewhere, forgotten, or a part sent by another process.
+	sums := make(map[int32]string, len(parts))
+	in := &s3.ListPartsInput{Bucket: &s.bucket, Key: k, UploadId: &uploadID, RequestPayer: s.payer}
+	for pg := s3.NewListPartsPaginator(s.c, in); pg.HasMorePages(); {
+		out, err := pg.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, p := range out.Parts {
+			sum := aws.ToString(p.ChecksumCRC32C)
+			if s.partSum == types.ChecksumAlgorithmCrc32 {
+				sum = aws.ToString(p.ChecksumCRC32)
+			}
+			// Read from the server: a CRC32 in base64 is 8 bytes.
+			if sum != "" && len(sum) <= 16 && len(sums) < MaxParts {
+				sums[aws.ToInt32(p.PartNumber)] = sum
+			}
+		}
+	}
+	return sums, nil
+}
+
 func (s *S3) forget(uploadID string) {
 	s.mu.Lock()
 	delete(s.uploads, uploadID)
@@ -849,19 +1160,33 @@ func (s *S3) CompleteMultipart(ctx context.Context, key, uploadID string, parts 
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("s3 complete multipart upload: %w", err)
 	}
+	// Without the parts' checksums (ListParts failed) the completion is
+	// still tried: its answer says best what is wrong with the upload.
+	sums, _ := s.partSums(ctx, k, uploadID, parts)
 	cps := make([]types.CompletedPart, len(parts))
 	for i, p := range parts {
 		cps[i] = types.CompletedPart{PartNumber: aws.Int32(p.Number), ETag: aws.String(p.ETag)}
+		switch sum := sums[p.Number]; {
+		case sum == "":
+		case s.partSum == types.ChecksumAlgorithmCrc32:
+			cps[i].ChecksumCRC32 = aws.String(sum)
+		default:
+			cps[i].ChecksumCRC32C = aws.String(sum)
+		}
 	}
 	in := &s3.CompleteMultipartUploadInput{
 		Bucket:          &s.bucket,
 		Key:             k,
 		UploadId:        &uploadID,
 		MultipartUpload: &types.CompletedMultipartUpload{Parts: cps},
+		RequestPayer:    s.payer,
 	}
 	setConditions(&in.IfNoneMatch, &in.IfMatch, cond)
 	out, err := s.c.CompleteMultipartUpload(ctx, in)
 	if err != nil {
+		// Whether the upload is still there is unknown (a lost answer
+		// may hide a completion): a retry reads the parts back.
+		s.forget(uploadID)
 		return ObjectInfo{}, fail("complete multipart upload "+uploadID+" of", key, err, cond.IfMatch != "")
 	}
 	info := ObjectInfo{
@@ -875,7 +1200,7 @@ func (s *S3) CompleteMultipart(ctx context.Context, key, uploadID string, parts 
 		info.Size, info.Metadata = size, md
 		return info, nil
 	}
-	h, err := s.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: k, IfMatch: out.ETag})
+	h, err := s.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: k, IfMatch: out.ETag, RequestPayer: s.payer})
 	if err != nil {
 		info.Size = -1
 		return info, nil
@@ -894,11 +1219,12 @@ func (s *S3) AbortMultipart(ctx context.Context, key, uploadID string) error {
 	if err != nil {
 		return fmt.Errorf("s3 abort multipart upload: %w", err)
 	}
-	_, err = s.c.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: k, UploadId: &uploadID})
+	_, err = s.c.AbortMultipartUpload(ctx, &s3.AbortMultipartUploadInput{Bucket: &s.bucket, Key: k, UploadId: &uploadID, RequestPayer: s.payer})
+	// Forgotten even if the abort failed: the caller gives the upload up.
+	s.forget(uploadID)
 	if err != nil {
 		return fail("abort multipart upload "+uploadID+" of", key, err, false)
 	}
-	s.forget(uploadID)
 	return nil
 }
 
@@ -910,7 +1236,7 @@ func (s *S3) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload,
 		return nil, fmt.Errorf("s3 list multipart uploads: %w", err)
 	}
 	full := s.prefix + prefix
-	in := &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: aws.String(full), EncodingType: types.EncodingTypeUrl}
+	in := &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: aws.String(full), EncodingType: types.EncodingTypeUrl, RequestPayer: s.payer}
 	if s.directory {
 		in.Prefix = aws.String(folder(full))
 	}
@@ -942,7 +1268,7 @@ func (s *S3) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload,
 		if err != nil {
 			return nil, fmt.Errorf("s3 list multipart uploads %s: %w", prefix, err)
 		}
-		next := &s3.ListMultipartUploadsInput{Bucket: in.Bucket, Prefix: in.Prefix, KeyMarker: &marker, EncodingType: in.EncodingType}
+		next := &s3.ListMultipartUploadsInput{Bucket: in.Bucket, Prefix: in.Prefix, KeyMarker: &marker, EncodingType: in.EncodingType, RequestPayer: s.payer}
 		if !s.directory {
 			next.UploadIdMarker = out.NextUploadIdMarker
 		}
@@ -955,3 +1281,62 @@ func (s *S3) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload,
 	sortUploads(ups)
 	return ups, nil
 }
+
+// bucketRegion asks base (S3's global endpoint) for the region of bucket:
+// S3 names it in the x-amz-bucket-region header of its answer to an
+// unsigned HEAD of the bucket, whatever the status (200, 301, 403). It is
+// what the SDK's feature/s3/manager GetBucketRegion does, here on the
+// store's own HTTP client (its timeouts and CA bundle) and without adding
+// that module, its uploader and downloader, for one request.
+func bucketRegion(ctx context.Context, hc aws.HTTPClient, base, bucket string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodHead, strings.TrimSuffix(base, "/")+"/"+url.PathEscape(bucket), nil)
+	if err != nil {
+		return "", fmt.Errorf("find the bucket's region: %w", err)
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("find the bucket's region: %w", err)
+	}
+	resp.Body.Close()
+	region := resp.Header.Get("X-Amz-Bucket-Region")
+	switch {
+	case region == "" && resp.StatusCode == http.StatusNotFound:
+		return "", fmt.Errorf("find the bucket's region: %w", ErrNoSuchBucket)
+	case region == "":
+		return "", fmt.Errorf("find the bucket's region: the answer (%s) names none", resp.Status)
+	case !validRegion(region):
+		return "", fmt.Errorf("find the bucket's region: the answer names %q, not a region", truncKey(region))
+	}
+	return region, nil
+}
+
+// validRegion: a region read from an answer goes into host names and
+// signatures, so only its alphabet (eu-west-3, us-gov-west-1) passes.
+func validRegion(r string) bool {
+	if r == "" || len(r) > 64 || r[0] == '-' || r[len(r)-1] == '-' {
+		return false
+	}
+	for _, c := range r {
+		if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// partChecksum is the checksum alg (CRC32C or CRC32) of data as S3 writes
+// it: base64 of the big-endian value.
+func partChecksum(alg types.ChecksumAlgorithm, data []byte) string {
+	tab := crc32cTable
+	if alg == types.ChecksumAlgorithmCrc32 {
+		tab = crc32.IEEETable
+	}
+	var b [4]byte
+	binary.BigEndian.PutUint32(b[:], crc32.Checksum(data, tab))
+	return base64.StdEncoding.EncodeToString(b[:])
+}
+
+// crc32cOf is the CRC32C of data as S3 writes it.
+func crc32cOf(data []byte) string { return partChecksum(types.ChecksumAlgorithmCrc32c, data) }
+
+var crc32cTable = crc32.MakeTable(crc32.Castagnoli)

@@ -2,6 +2,8 @@ package staging
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"net"
@@ -33,6 +35,9 @@ var (
 	// ErrWrongRegion: the bucket is in another region than the one the
 	// request was signed for.
 	ErrWrongRegion = errors.New("wrong region")
+	// ErrUntrustedCert: the endpoint's TLS certificate is signed by no
+	// CA this process trusts (or names another host, or has expired).
+	ErrUntrustedCert = errors.New("certificate not trusted")
 )
 
 // S3Problem is a failed S3 request explained in one line: which bucket, at
@@ -61,6 +66,8 @@ func (p *S3Problem) Error() string {
 		return fmt.Sprintf("cannot reach %s for bucket %q (%s): check endpoint= and that the server is up", p.Endpoint, p.Bucket, p.Detail)
 	case ErrWrongRegion:
 		return fmt.Sprintf("bucket %q at %s is in another region (%s): check region=", p.Bucket, p.Endpoint, p.Detail)
+	case ErrUntrustedCert:
+		return fmt.Sprintf("the endpoint's certificate is not trusted (%s at %s for bucket %q): give its CA with ca_bundle=PATH (a PEM file) or AWS_CA_BUNDLE", p.Detail, p.Endpoint, p.Bucket)
 	}
 	return fmt.Sprintf("bucket %q at %s: %v", p.Bucket, p.Endpoint, p.Err)
 }
@@ -146,6 +153,9 @@ func classifyS3(err error) (error, string) {
 	if status != 0 {
 		return nil, "" // the server answered: not a network failure
 	}
+	if kind, detail := classifyCert(err); kind != nil {
+		return kind, detail
+	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
 		return ErrUnreachable, "no such host " + dns.Name
@@ -162,6 +172,26 @@ func classifyS3(err error) (error, string) {
 			return ErrUnreachable, "connect timed out"
 		}
 		return ErrUnreachable, op.Err.Error()
+	}
+	return nil, ""
+}
+
+// classifyCert is ErrUntrustedCert and why, when err is a failed
+// verification of the server's certificate.
+func classifyCert(err error) (error, string) {
+	var ua x509.UnknownAuthorityError
+	var host x509.HostnameError
+	var inv x509.CertificateInvalidError
+	var cv *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &ua):
+		return ErrUntrustedCert, "signed by an unknown authority"
+	case errors.As(err, &host):
+		return ErrUntrustedCert, "issued for another host than " + host.Host
+	case errors.As(err, &inv):
+		return ErrUntrustedCert, inv.Error()
+	case errors.As(err, &cv):
+		return ErrUntrustedCert, cv.Err.Error()
 	}
 	return nil, ""
 }

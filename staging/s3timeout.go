@@ -260,6 +260,16 @@ type boundedRetryer struct {
 	max time.Duration
 }
 
+// IsErrorRetryable: as the SDK's, except that a certificate the client does
+// not trust is no passing fault (the SDK retries it as a connection error),
+// so it fails at once instead of after S3MaxAttempts attempts.
+func (r *boundedRetryer) IsErrorRetryable(err error) bool {
+	if kind, _ := classifyCert(err); kind != nil {
+		return false
+	}
+	return r.RetryerV2.IsErrorRetryable(err)
+}
+
 func (r *boundedRetryer) GetRetryToken(ctx context.Context, opErr error) (func(error) error, error) {
 	if start, ok := ctx.Value(opStartKey{}).(time.Time); ok {
 		if elapsed := time.Since(start); elapsed >= r.max {

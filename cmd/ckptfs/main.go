@@ -52,9 +52,23 @@ SIGINT and SIGTERM unmount after flushing every file, as does
 
 Store options (-o), besides the tunables below:
   endpoint=URL     S3-compatible server ("http://127.0.0.1:7070"); default AWS
-  region=NAME      region; default from the environment or profile
+  region=NAME      region; default from the environment or profile, else
+                   (AWS) the bucket's own, asked of S3 at start
   path_style       address the bucket in the path (most S3-compatible servers)
   profile=NAME     profile of the shared AWS config files
+  sse=KIND         server-side encryption of written objects: AES256,
+                   aws:kms or aws:kms:dsse; default the bucket's
+  sse_kms_key_id=ID  KMS key of aws:kms and aws:kms:dsse (id, ARN or
+                   alias); default the account's AWS managed key
+  storage_class=NAME  storage class of written objects (STANDARD,
+                   INTELLIGENT_TIERING, STANDARD_IA, ...); default STANDARD
+  requester_pays   send x-amz-request-payer: requester (requester-pays
+                   buckets)
+  ca_bundle=PATH   PEM file of CAs to trust for the endpoint, besides the
+                   system's and AWS_CA_BUNDLE
+  checksum=ALG     checksum uploads carry for the server to verify: crc32c
+                   (default), crc32, crc64nvme (single PUTs; multipart
+                   uploads use crc32c) or off
   log_file=PATH    append the log here; SIGHUP reopens it (logrotate).
                    Without it a detached mount logs to the system log
                    (tag ckptfs), a foreground one to stderr

@@ -78,11 +78,15 @@ func parseMountArgs(args []string) (mountArgs, error) {
 type storeOpts struct {
 	endpoint, region, profile string
 	pathStyle                 bool
-	logFile                   string             // not a store option: where a detached mount logs
-	timeouts                  staging.S3Timeouts // from the mount's configuration; zero: defaults
-	create                    bool               // create the volume if there is none
-	singleWriter              bool               // mount even if the store ignores conditions
-	mountTimeout              time.Duration      // bound on the start; zero: defaultMountTimeout
+	// S3 only (staging.S3Config checks them)
+	sse, sseKMSKeyID, storageClass, checksum string
+	caBundle                                 string // absolute
+	requesterPays                            bool
+	logFile                                  string             // not a store option: where a detached mount logs
+	timeouts                                 staging.S3Timeouts // from the mount's configuration; zero: defaults
+	create                                   bool               // create the volume if there is none
+	singleWriter                             bool               // mount even if the store ignores conditions
+	mountTimeout                             time.Duration      // bound on the start; zero: defaultMountTimeout
 }
 
 // startBound is the bound on reaching the store and opening the volume.
@@ -109,13 +113,31 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 			so.profile = value
 		case "log_file":
 			so.logFile = value
+		case "sse":
+			so.sse = value
+		case "sse_kms_key_id":
+			so.sseKMSKeyID = value
+		case "storage_class":
+			so.storageClass = value
+		case "checksum":
+			so.checksum = value
+		case "ca_bundle":
+			// A detached mount may not run in this directory.
+			if value != "" {
+				abs, err := filepath.Abs(value)
+				if err != nil {
+					return so, nil, fmt.Errorf("option ca_bundle=%q: %w", value, err)
+				}
+				value = abs
+			}
+			so.caBundle = value
 		case "mount_timeout":
 			d, err := time.ParseDuration(value)
 			if err != nil || d <= 0 {
 				return so, nil, fmt.Errorf("option mount_timeout=%q: want a positive duration such as 2m", value)
 			}
 			so.mountTimeout = d
-		case "path_style", "create", "single_writer":
+		case "path_style", "create", "single_writer", "requester_pays":
 			on := true
 			if has {
 				switch value {
@@ -131,6 +153,8 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 				so.pathStyle = on
 			case "create":
 				so.create = on
+			case "requester_pays":
+				so.requesterPays = on
 			default:
 				so.singleWriter = on
 			}
@@ -146,6 +170,24 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 	return so, rest, nil
 }
 
+// s3Only is the first option given that only an S3 store takes, or "": one
+// given for another store would be silently ignored (sse on a directory
+// encrypts nothing).
+func (so storeOpts) s3Only() string {
+	for _, o := range []struct {
+		name string
+		set  bool
+	}{
+		{"sse", so.sse != ""}, {"sse_kms_key_id", so.sseKMSKeyID != ""}, {"storage_class", so.storageClass != ""},
+		{"checksum", so.checksum != ""}, {"ca_bundle", so.caBundle != ""}, {"requester_pays", so.requesterPays},
+	} {
+		if o.set {
+			return o.name
+		}
+	}
+	return ""
+}
+
 // openStore opens STORE; it returns the store, the volume root in it and the
 // name shown in the mount table.
 func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, string, error) {
@@ -157,6 +199,11 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 			err = ue.Err
 		}
 		return nil, "", fmt.Errorf("store %q: %w", spec, err)
+	}
+	if u.Scheme != "s3" {
+		if name := so.s3Only(); name != "" {
+			return nil, "", fmt.Errorf("store %s: option %s is for s3:// stores only", spec, name)
+		}
 	}
 	switch u.Scheme {
 	case "mem":
@@ -181,6 +228,8 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 		s, err := staging.NewS3(ctx, staging.S3Config{
 			Bucket: u.Host, Prefix: prefix, Endpoint: so.endpoint, Region: so.region,
 			PathStyle: so.pathStyle, Profile: so.profile, Timeouts: so.timeouts,
+			SSE: so.sse, SSEKMSKeyID: so.sseKMSKeyID, StorageClass: so.storageClass,
+			RequesterPays: so.requesterPays, CABundle: so.caBundle, Checksum: so.checksum,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("store %s: %w", spec, err)

@@ -28,8 +28,10 @@
 // It honours If-None-Match: * and If-Match on PutObject and
 // CompleteMultipartUpload (412 PreconditionFailed; one winner among
 // concurrent writers), StartAfter and MaxKeys, suffix ranges, 416
-// InvalidRange, EntityTooSmall, NoSuchUpload on abort and upload part, and
-// user metadata. It departs from S3 here:
+// InvalidRange, EntityTooSmall, NoSuchUpload on abort and upload part,
+// user metadata, and the x-amz-checksum-crc32c, -crc32 and -crc64nvme of
+// PutObject and UploadPart (a body that does not match is refused with 400
+// BadDigest). It departs from S3 here:
 //
 //   - A key cannot also be a folder: after "x", PutObject "x/y" is 409
 //     ObjectParentIsFile; after "x/y", PutObject "x" is 409
