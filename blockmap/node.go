@@ -208,7 +208,11 @@ func checkNode(ref segment.Ptr, metaBlockSize int, n *Node) error {
 		if k == noUpperBound {
 			return corrupt(ref, "entry %d: fbn %d out of range", i, k)
 		}
-		if i > 0 && k <= n.Keys[i-1] {
+		// An internal node's first key does not route (its range starts
+		// where its parent says), and builds before the fix of
+		// TestRemovedFirstChildThenInsertBelow could store one above the
+		// second: it is not compared, so that their checkpoints still read.
+		if i > 0 && k <= n.Keys[i-1] && !(n.Level > 0 && i == 1) {
 			return corrupt(ref, "entry %d: fbn %d not above the previous %d (unsorted or duplicate)", i, k, n.Keys[i-1])
 		}
 	}

@@ -464,6 +464,11 @@ func (t *Tree) set(ctx context.Context, n *node, lo, hi, fbn uint64, v Value, ad
 		return n, nil, 0, nil
 	}
 	w := t.writable(n)
+	// keys[0] does not route (the node's range starts at lo) and may still
+	// say where the node began before its parent's first child went
+	// (removeChild): bring it down to lo, so that a separator inserted
+	// below where it began keeps the keys sorted.
+	w.keys[0] = lo
 	if nc != c {
 		w.kids[i] = newSlot(nc)
 	}
@@ -556,6 +561,7 @@ func (t *Tree) del(ctx context.Context, n *node, lo, hi, fbn uint64, found *bool
 	}
 	if nc != nil {
 		w := t.writable(n)
+		w.keys[0] = lo // see set
 		w.kids[i] = newSlot(nc)
 		return w, nil
 	}
@@ -563,6 +569,7 @@ func (t *Tree) del(ctx context.Context, n *node, lo, hi, fbn uint64, found *bool
 		return nil, nil
 	}
 	w := t.writable(n)
+	w.keys[0] = lo
 	removeChild(w, i)
 	return w, nil
 }
