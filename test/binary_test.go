@@ -45,16 +45,7 @@ func mountpoint(t *testing.T) string {
 // isMounted reports whether dir is a mount point now.
 func isMounted(t *testing.T, dir string) bool {
 	t.Helper()
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
-			return true
-		}
-	}
-	return false
+	return mountInfo(t, dir) != ""
 }
 
 // TestBinaryDaemon mounts with the built binary (it detaches), writes with
