@@ -1,4 +1,4 @@
-module ckptfs
+module github.com/ckptfs/ckptfs
 
 go 1.26.0
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 // NodeImage is a node as it is (or would be) stored.

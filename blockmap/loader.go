@@ -7,8 +7,8 @@ import (
 	"fmt"
 	"sync"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // ObjectLoader is the read path's Loader: it fetches nodes from the objects

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // countingStore counts the Get requests made of each key, by kind, in front

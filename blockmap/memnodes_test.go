@@ -6,7 +6,7 @@ import (
 	"sync"
 	"testing"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 // memNodes is an in-memory node store: a Loader, and a PlaceFunc source that

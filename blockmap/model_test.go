@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 var (

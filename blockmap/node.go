@@ -7,7 +7,7 @@ import (
 	"hash/crc32"
 	"math"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 // Node format (one meta block of an object; little-endian). These constants

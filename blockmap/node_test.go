@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 func TestCapacities(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 // When every key of an internal node's first child goes, the next child

@@ -8,7 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 // Loader fetches the encoded bytes of a stored node (exactly MetaBlockSize

@@ -11,7 +11,7 @@ import (
 	"sync"
 	"testing"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 // build sets keys in order into a new tree over m.

@@ -35,8 +35,8 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 const (

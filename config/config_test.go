@@ -11,7 +11,7 @@ import (
 
 	"go.uber.org/zap/zapcore"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 // problems returns the *OptionError values of err, in order.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 // kind is the type of an option's value.

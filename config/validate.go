@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // Limits that Validate enforces, with the reason for each.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/staging"
-	"ckptfs/staging/storetest"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/storetest"
 )
 
 // A head object larger than a head is refused with ErrTooLarge naming its

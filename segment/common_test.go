@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 const (

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // embedInode is the inode of a one-object checkpoint cno.

@@ -3,7 +3,7 @@ package segment
 import (
 	"fmt"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // Header and layout of a segment object. The byte diagram of the header is

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"path"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // ReadHeader reads and verifies the header of the object at key, of a file

@@ -6,7 +6,7 @@ import (
 	"errors"
 	"testing"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 const prefix = "f/x/"

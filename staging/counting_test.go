@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 func TestCounting(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // putAll stores every key (its own name as its bytes) with a few writers.

@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
-	"ckptfs/staging/storetest"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/storetest"
 )
 
 func newDir(t *testing.T) *staging.Dir {

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // failures runs n Puts of keys "<prefix><i>" and returns the indexes that failed.

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 func TestLinkProfileByName(t *testing.T) {

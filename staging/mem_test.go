@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"testing"
 
-	"ckptfs/staging"
-	"ckptfs/staging/storetest"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/storetest"
 )
 
 func TestMemContract(t *testing.T) {

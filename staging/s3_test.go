@@ -17,9 +17,9 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
 
-	"ckptfs/staging"
-	"ckptfs/staging/s3test"
-	"ckptfs/staging/storetest"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/staging/storetest"
 )
 
 func TestMain(m *testing.M) { s3test.Main(m) }

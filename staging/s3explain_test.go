@@ -14,8 +14,8 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
-	"ckptfs/staging"
-	"ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 // TestS3Explain: the failures a user fixes in the configuration, produced by

@@ -19,8 +19,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"ckptfs/staging"
-	"ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 // seen is a request as a fake S3 server received it.

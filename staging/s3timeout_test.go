@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // blackHole is a TCP server on loopback that accepts connections and never

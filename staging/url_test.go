@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 func TestRedactURL(t *testing.T) {

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // attrScript creates a file, writes it, then on each line of stdin sets

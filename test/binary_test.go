@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
-	"ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 // s3Args returns the STORE argument and -o store options that reach the

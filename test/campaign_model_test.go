@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/test/campaign"
+	"github.com/ckptfs/ckptfs/test/campaign"
 )
 
 // TestCampaignModel: the campaign's check accepts what a crash may leave

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
-	"ckptfs/test/faultproxy"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/test/faultproxy"
 )
 
 // Failures the campaign found, each reduced to the one fault or sequence

@@ -22,8 +22,8 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/test/campaign"
-	"ckptfs/test/faultproxy"
+	"github.com/ckptfs/ckptfs/test/campaign"
+	"github.com/ckptfs/ckptfs/test/faultproxy"
 )
 
 // The crash-and-fault campaign (docs/campaign.md).
@@ -130,7 +130,7 @@ func campaignDriver(t *testing.T) string {
 		}
 		driverBin.path = filepath.Join(dir, "campaign-driver")
 		_, file, _, _ := runtime.Caller(0)
-		driverBin.out, driverBin.err = runErr(filepath.Dir(file), "go", "build", "-o", driverBin.path, "ckptfs/test/campaign/driver")
+		driverBin.out, driverBin.err = runErr(filepath.Dir(file), "go", "build", "-o", driverBin.path, "github.com/ckptfs/ckptfs/test/campaign/driver")
 	})
 	if driverBin.err != nil {
 		t.Fatalf("build the campaign driver: %v\n%s", driverBin.err, driverBin.out)

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/fs/inspect"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/fs/inspect"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // The operator's commands, run as the built binary on a volume a real mount

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/fs/cleaner"
-	"ckptfs/fs/engine"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/fs/cleaner"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // gcMountOpts send small objects ahead, so that a flush in progress has

@@ -20,10 +20,10 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zaptest"
 
-	"ckptfs/config"
-	"ckptfs/fs/fusefs"
-	"ckptfs/staging"
-	"ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/fusefs"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 func TestMain(m *testing.M) { s3test.Main(m) }
@@ -185,7 +185,7 @@ func ckptfsBinary(t *testing.T) string {
 			return
 		}
 		binary.path = filepath.Join(dir, "ckptfs")
-		binary.out, binary.err = runErr(filepath.Dir(file), "go", "build", "-o", binary.path, "ckptfs/cmd/ckptfs")
+		binary.out, binary.err = runErr(filepath.Dir(file), "go", "build", "-o", binary.path, "github.com/ckptfs/ckptfs/cmd/ckptfs")
 	})
 	if binary.err != nil {
 		t.Fatalf("build ckptfs: %v\n%s", binary.err, binary.out)

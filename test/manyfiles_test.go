@@ -18,8 +18,8 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
-	"ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 // manyFilesStores are the stores the many-files tests run on: a folder of the

@@ -23,7 +23,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
-	"ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 // parseProm parses a scrape with the Prometheus text parser, checks it

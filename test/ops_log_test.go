@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 // TestOpsLogReopen: a detached mount with log_file survives SIGHUP and

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/fs/engine"
-	"ckptfs/fs/inspect"
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/inspect"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // opsMountOpts send objects ahead in 12 MiB stream segments, so a 16 MiB file

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/fs/fusefs"
+	"github.com/ckptfs/ckptfs/fs/fusefs"
 )
 
 // TestOpsVolumeCreation: without create a mount of a store that holds no

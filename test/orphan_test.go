@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/fs/cleaner"
-	"ckptfs/fs/namespace"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/fs/cleaner"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // TestRenameOverFileOpenOnAnotherMount: a program on mount B holds X open

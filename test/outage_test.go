@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/test/faultproxy"
+	"github.com/ckptfs/ckptfs/test/faultproxy"
 )
 
 // outageOpts bound every S3 request to about a second, so that an outage

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/namespace"
 )
 
 // TestCheckpointsFollowPermissions: an old checkpoint is exactly as

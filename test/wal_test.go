@@ -20,7 +20,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // walWriter is the program TestWALCrashSIGKILL runs through the mount:

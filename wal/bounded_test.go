@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // An owner object larger than any owner is refused with ErrTooLarge naming

@@ -15,7 +15,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // OwnerInfo is the content of the owner object: who holds the lease.

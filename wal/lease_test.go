@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 const ownerKey = testPrefix + Dir + OwnerName

@@ -13,7 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // Defaults of Options.

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"strconv"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 // Names under a file's prefix.

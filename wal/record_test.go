@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/segment"
+	"github.com/ckptfs/ckptfs/segment"
 )
 
 func TestRecordKey(t *testing.T) {

@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"ckptfs/config"
-	"ckptfs/staging"
-	"ckptfs/test/seedbench"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/test/seedbench"
 )
 
 const benchUsage = `Usage: ckptfs bench [-table buys|writer|amp|limits|wal|all] [-size 512M] [-profile directory|general|none|all]

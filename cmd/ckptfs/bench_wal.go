@@ -13,12 +13,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"ckptfs/config"
-	"ckptfs/fs/engine"
-	"ckptfs/fs/fusefs"
-	"ckptfs/staging"
-	"ckptfs/test/seedbench"
-	"ckptfs/wal"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/fusefs"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/test/seedbench"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // The WAL table (-table wal): writers append to one file with the

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 
-	"ckptfs/fs/inspect"
+	"github.com/ckptfs/ckptfs/fs/inspect"
 )
 
 // catMain is "ckptfs cat [--cno N] [--offset N] [--length N] STORE PATH": it

@@ -8,9 +8,9 @@ import (
 	"io"
 	"strings"
 
-	"ckptfs/config"
-	"ckptfs/fs/fusefs"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/fusefs"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // formatMain is "ckptfs format [-o opts] STORE": it writes the volume

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"ckptfs/fs/cleaner"
+	"github.com/ckptfs/ckptfs/fs/cleaner"
 )
 
 const gcUsage = `Usage: ckptfs gc [-o name=value,...] [--keep N] [--keep-for DURATION]

@@ -9,8 +9,8 @@ import (
 	"syscall"
 	"text/tabwriter"
 
-	"ckptfs/fs/inspect"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/fs/inspect"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // toolFlags are the flags every offline command shares: -o store options.

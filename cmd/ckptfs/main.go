@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"ckptfs/config"
+	"github.com/ckptfs/ckptfs/config"
 )
 
 const usage = `ckptfs: a filesystem that checkpoints every file into object storage.

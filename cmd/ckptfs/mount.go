@@ -18,9 +18,9 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
-	"ckptfs/config"
-	"ckptfs/fs/fusefs"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/fusefs"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // daemonEnv marks the detached child of a mount; its value is the number of

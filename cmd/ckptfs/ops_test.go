@@ -9,10 +9,10 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/config"
-	"ckptfs/fs/fusefs"
-	"ckptfs/staging"
-	"ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/fusefs"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 func TestMain(m *testing.M) { s3test.Main(m) }

@@ -7,7 +7,7 @@ import (
 	"errors"
 	"fmt"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // errNoConditions: the store ignores If-None-Match or If-Match.

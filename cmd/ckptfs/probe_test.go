@@ -8,8 +8,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"ckptfs/config"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 func nopLog() *zap.Logger { return zap.NewNop() }

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 func TestTakeStoreOptsS3(t *testing.T) {

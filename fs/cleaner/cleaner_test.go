@@ -12,13 +12,13 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/fs/cleaner"
-	"ckptfs/fs/engine"
-	"ckptfs/fs/engine/fakeclock"
-	"ckptfs/fs/namespace"
-	"ckptfs/segment"
-	"ckptfs/staging"
-	"ckptfs/wal"
+	"github.com/ckptfs/ckptfs/fs/cleaner"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/engine/fakeclock"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 func params(f segment.Format, sendAhead bool) engine.Params {

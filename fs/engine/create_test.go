@@ -6,8 +6,8 @@ import (
 	"errors"
 	"testing"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // A create whose head's answer was lost and resent finds its own head: the

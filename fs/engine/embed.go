@@ -9,9 +9,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"ckptfs/blockmap"
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // A small checkpoint travels in its head.

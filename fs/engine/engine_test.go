@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // mustCreate creates a file and stores its empty head at once, as a

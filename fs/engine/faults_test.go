@@ -10,8 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // Faults during flushes: every flush succeeds or fails with the data still

@@ -11,10 +11,10 @@ import (
 
 	"go.uber.org/zap"
 
-	"ckptfs/blockmap"
-	"ckptfs/segment"
-	"ckptfs/staging"
-	"ckptfs/wal"
+	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // noTruncate is minSize when the file was not truncated since its head.

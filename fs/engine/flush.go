@@ -15,9 +15,9 @@ import (
 	"github.com/zeebo/xxh3"
 	"go.uber.org/zap"
 
-	"ckptfs/blockmap"
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // placeholderPart marks a block inserted in the map only to fix its structure

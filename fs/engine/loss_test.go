@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
-	"ckptfs/wal"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // A flush whose last full pieces find the shared memory budget full (another

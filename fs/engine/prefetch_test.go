@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // getGauge counts the data GETs in flight at once and what the budget's

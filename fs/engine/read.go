@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"sync"
 
-	"ckptfs/blockmap"
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // blockRef is a mapped block: its number and where it is stored.

@@ -7,7 +7,7 @@ import (
 	"sync"
 	"testing"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // countingSource counts reads and can be closed: a closed source fails, as

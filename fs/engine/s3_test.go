@@ -3,8 +3,8 @@ package engine
 import (
 	"testing"
 
-	"ckptfs/segment"
-	"ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 func TestMain(m *testing.M) { s3test.Main(m) }

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	"ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/blockmap"
 )
 
 // ErrNoData: SeekData or SeekHole at or past the end of the file, or

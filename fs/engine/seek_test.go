@@ -5,8 +5,8 @@ import (
 	"errors"
 	"testing"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 func TestSeekDataHole(t *testing.T) {

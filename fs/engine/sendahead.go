@@ -11,9 +11,9 @@ import (
 
 	"github.com/zeebo/xxh3"
 
-	"ckptfs/blockmap"
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // Sending ahead (StreamSegment only): data leaves for the store while it is

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // piecesParams send ahead in pieces of 5 MiB (the store's minimum part).

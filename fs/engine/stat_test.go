@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
-	"ckptfs/wal"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // stallStore holds every store of a checkpoint's object (not the head, not

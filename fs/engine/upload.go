@@ -7,8 +7,8 @@ import (
 	"sync"
 	"time"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // objectBody is an object's bytes without assembling them: a front (the

@@ -10,9 +10,9 @@ import (
 
 	"go.uber.org/zap"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
-	"ckptfs/wal"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // The write-ahead log (Params.WAL; package wal owns the records).

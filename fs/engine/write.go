@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
-	"ckptfs/wal"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // Block buffers are pooled by size: a writer at GiB/s would otherwise make the

@@ -63,8 +63,8 @@ import (
 
 	"go.uber.org/zap"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // WritersDir is where a file's writer markers live, under its prefix.

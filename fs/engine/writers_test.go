@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/fs/engine/fakeclock"
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/fs/engine/fakeclock"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // markerParams send small objects ahead, whole.

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/config"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // A volume descriptor larger than any descriptor is refused with

@@ -10,8 +10,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"ckptfs/fs/engine"
-	"ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/namespace"
 )
 
 // The read-only tree of old checkpoints (see the package doc):

@@ -12,11 +12,11 @@ import (
 
 	"go.uber.org/zap"
 
-	"ckptfs/fs/engine"
-	"ckptfs/fs/namespace"
-	"ckptfs/segment"
-	"ckptfs/staging"
-	"ckptfs/wal"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // errnoTable maps typed errors to errno values, first match wins. This is the

@@ -12,7 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/engine"
 )
 
 // handle is one open file description. All handles of a file share its

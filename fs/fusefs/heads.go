@@ -6,7 +6,7 @@ import (
 	"sync"
 	"time"
 
-	"ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/namespace"
 )
 
 // The heads of files not open here: what a stat reports of them, and how a

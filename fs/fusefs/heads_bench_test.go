@@ -7,8 +7,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"ckptfs/fs/namespace"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // BenchmarkColdListing is ls -l of a directory of 500 files on a mount just

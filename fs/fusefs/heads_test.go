@@ -11,10 +11,10 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"ckptfs/config"
-	"ckptfs/fs/engine"
-	"ckptfs/fs/namespace"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // slowHeads is a store whose reads of head objects take delay each and that

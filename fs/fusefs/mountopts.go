@@ -12,8 +12,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"ckptfs/config"
-	"ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/namespace"
 )
 
 // kernelOptions are the mount options and, for a mount made with mount(2)

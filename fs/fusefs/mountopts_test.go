@@ -8,8 +8,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"ckptfs/config"
-	"ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/namespace"
 )
 
 func TestKernelOptions(t *testing.T) {

@@ -11,7 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 
-	"ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/namespace"
 )
 
 // node is a directory, file or symlink of the namespace, addressed by its

@@ -4,10 +4,10 @@ import (
 	"context"
 	"testing"
 
-	"ckptfs/config"
-	"ckptfs/fs/engine"
-	"ckptfs/fs/namespace"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // A file unlinked here is remembered as unlinked (no flush, no new head)

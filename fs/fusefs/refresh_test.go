@@ -9,9 +9,9 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"ckptfs/config"
-	"ckptfs/fs/namespace"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // newIdleFS makes a volume on a counting memory store whose namespace refresh

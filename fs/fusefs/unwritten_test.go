@@ -5,10 +5,10 @@ import (
 	"errors"
 	"testing"
 
-	"ckptfs/config"
-	"ckptfs/fs/engine"
-	"ckptfs/fs/namespace"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // A file created and closed without writes stores nothing: its attributes

@@ -6,9 +6,9 @@ import (
 	"errors"
 	"fmt"
 
-	"ckptfs/config"
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // LayoutVersion is the version of the volume layout this build writes and

@@ -9,11 +9,11 @@ import (
 
 	"go.uber.org/zap"
 
-	"ckptfs/config"
-	"ckptfs/fs/engine"
-	"ckptfs/fs/namespace"
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 func TestParseVolume(t *testing.T) {

@@ -14,11 +14,11 @@ import (
 	"strings"
 	"time"
 
-	"ckptfs/fs/engine"
-	"ckptfs/fs/namespace"
-	"ckptfs/segment"
-	"ckptfs/staging"
-	"ckptfs/wal"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // ErrNotFile is returned when a path that must name a file names a directory

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // TestOneMountManyGoroutines: changes, reads and refreshes from several

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/staging"
-	"ckptfs/staging/storetest"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/storetest"
 )
 
 // A snapshot or a log entry larger than the format allows is refused with

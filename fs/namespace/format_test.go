@@ -11,7 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // corruptRoot builds a root with three entries and a snapshot as of entry 3.

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // gatedLog holds every Put of a log entry until gate is closed.

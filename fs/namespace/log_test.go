@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // TestChangeCostsNoList: a change at a trusted tail is one PUT, without

@@ -10,7 +10,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 func TestTwoMountsSeeEachOther(t *testing.T) {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // fixture holds a namespace with:

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // hangGuard is how long a test waits for something that must not hang

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
-	"ckptfs/staging/s3test"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 func TestMain(m *testing.M) { s3test.Main(m) }

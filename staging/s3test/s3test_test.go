@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 func TestFromEnviron(t *testing.T) {

@@ -22,7 +22,7 @@ import (
 	"testing"
 	"time"
 
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // Run runs the contract on stores made by newStore, one per case. newStore

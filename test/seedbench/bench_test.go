@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/config"
+	"github.com/ckptfs/ckptfs/config"
 )
 
 // The benchmarks run one measured run per iteration (use -benchtime=1x for

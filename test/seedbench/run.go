@@ -11,9 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"ckptfs/fs/engine"
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // Sizes of the seed's workloads.

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"ckptfs/segment"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // The smoke tests run every table at a tiny size without a link and check

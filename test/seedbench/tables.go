@@ -7,8 +7,8 @@ import (
 	"strings"
 	"time"
 
-	"ckptfs/fs/engine"
-	"ckptfs/staging"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // Profiles are the project's reference links, in the seed's order.

@@ -31,7 +31,7 @@ import (
 	"syscall"
 	"time"
 
-	"ckptfs/test/campaign"
+	"github.com/ckptfs/ckptfs/test/campaign"
 )
 
 const nameCount = 6 // f0 .. f5
