@@ -27,6 +27,10 @@ type ObjectLoader struct {
 	fileTag uint64
 	format  segment.Format
 	budget  int64
+	// resolve, when set, says where each object is (a file copied by
+	// reference reads objects of other files); prefix and fileTag are then
+	// the file's own, for messages.
+	resolve Resolver
 
 	mu sync.Mutex
 	// cache holds the kept regions. GUARDED_BY(mu).
@@ -80,6 +84,19 @@ func NewObjectLoader(st staging.Store, prefix string, fileTag uint64, f segment.
 		inflight: map[segment.ObjectName]*fetch{},
 		pinned:   map[segment.ObjectName]*metaRegion{},
 	}
+}
+
+// Resolver says which key holds the object name of a file's block map and
+// the tag that object must carry: a file copied by reference points into the
+// objects of the files it was copied from (segment.Lineage).
+type Resolver func(ctx context.Context, name segment.ObjectName) (key string, fileTag uint64, err error)
+
+// NewResolvingLoader is NewObjectLoader for a file whose objects resolve
+// finds; prefix and fileTag are the file's own (they name it in errors).
+func NewResolvingLoader(st staging.Store, prefix string, fileTag uint64, resolve Resolver, f segment.Format, budget int64) *ObjectLoader {
+	l := NewObjectLoader(st, prefix, fileTag, f, budget)
+	l.resolve = resolve
+	return l
 }
 
 // Pin serves the nodes of object name from meta, the object's meta region
@@ -183,8 +200,14 @@ func isContextErr(err error) bool {
 
 // fetch reads the header and the meta region of name.
 func (l *ObjectLoader) fetch(ctx context.Context, name segment.ObjectName) (*metaRegion, error) {
-	key := l.key(name)
-	h, err := segment.ReadHeader(ctx, l.st, key, name, l.fileTag, l.format)
+	key, tag := l.key(name), l.fileTag
+	if l.resolve != nil {
+		var err error
+		if key, tag, err = l.resolve(ctx, name); err != nil {
+			return nil, fmt.Errorf("load block-map nodes of %s: %w", l.key(name), err)
+		}
+	}
+	h, err := segment.ReadHeader(ctx, l.st, key, name, tag, l.format)
 	l.mu.Lock()
 	l.stats.HeaderReads++
 	l.mu.Unlock()

@@ -90,7 +90,9 @@ func DecodePtr(b []byte) Ptr {
 //	 28   4  parts
 //	 32  16  root Ptr (cno u64, part u32, slot u32)
 //	 48   8  mtime, Unix nanoseconds (int64)
-//	 56  24  reserved, zero
+//	 56   8  lineage: the cno whose lineage object names the files some
+//	         objects belong to (lineage.go); 0: all are the file's own
+//	 64  16  reserved, zero
 //
 // Eighty zero bytes are "no inode" (the zero Inode); any other inode must be
 // valid.
@@ -109,6 +111,7 @@ func EncodeInode(b []byte, in Inode) {
 	le.PutUint32(b[28:], in.Parts)
 	EncodePtr(b[32:], in.Root)
 	le.PutUint64(b[48:], uint64(in.MtimeNs))
+	le.PutUint64(b[56:], in.Lineage)
 }
 
 // DecodeInode reads an inode from b, which must be InodeSize bytes. All zero
@@ -127,8 +130,9 @@ func DecodeInode(b []byte) (Inode, error) {
 		Parts:         le.Uint32(b[28:]),
 		Root:          DecodePtr(b[32:]),
 		MtimeNs:       int64(le.Uint64(b[48:])),
+		Lineage:       le.Uint64(b[56:]),
 	}
-	if !allZero(b[18:20]) || !allZero(b[56:80]) {
+	if !allZero(b[18:20]) || !allZero(b[64:80]) {
 		return Inode{}, corrupt(ErrInvalid, "has non-zero reserved bytes in an inode")
 	}
 	if in == (Inode{}) {
@@ -160,6 +164,8 @@ func ValidateInode(in Inode) error {
 		return corrupt(ErrInvalid, "has an inode of height %d with root %v (no checkpoint)", in.Height, in.Root)
 	case in.Root.Cno > in.Cno:
 		return corrupt(ErrInvalid, "has an inode of checkpoint %d whose root %v is in a later checkpoint", in.Cno, in.Root)
+	case in.Lineage > in.Cno:
+		return corrupt(ErrInvalid, "has an inode of checkpoint %d whose lineage was made by a later checkpoint %d", in.Cno, in.Lineage)
 	}
 	return nil
 }

@@ -80,4 +80,8 @@ type Inode struct {
 	Root          Ptr    // root index node; zero when Height == 0
 	Parts         uint32 // highest part number this checkpoint's objects use, plus one
 	MtimeNs       int64  // modification time, Unix nanoseconds
+	// Lineage is the checkpoint whose lineage object names the files some
+	// of this map's objects belong to (a copy by reference; lineage.go);
+	// 0: every object is the file's own.
+	Lineage uint64
 }
