@@ -3,7 +3,6 @@ package main
 import (
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -35,11 +34,10 @@ type exitStatus int
 func (e exitStatus) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
 
 // execute runs the command line args (args[0] is the program's name) on root
-// and returns the exit status. An error is printed as one line,
-// "ckptfs CMD: what", never with the usage after it.
-func execute(root *cobra.Command, args []string, stdout, stderr io.Writer) int {
-	root.SetOut(stdout)
-	root.SetErr(stderr)
+// and returns the exit status. An error is printed as one line on root's
+// stderr, "ckptfs CMD: what", never with the usage after it.
+func execute(root *cobra.Command, args []string) int {
+	stderr := root.ErrOrStderr()
 	root.SetArgs(args[1:])
 	cmd, err := root.ExecuteC()
 	if err == nil {

@@ -108,7 +108,7 @@ func main() {
 
 // run is main without the exit, for tests: args[0] is the program's name.
 func run(args []string, stdout, stderr io.Writer) int {
-	return execute(newRootCmd(mountMain), helperArgs(args), stdout, stderr)
+	return execute(newRootCmd(mountMain, stdout, stderr), helperArgs(args))
 }
 
 // helperArgs turns how mount(8) runs a helper, "mount.ckptfs STORE DIR
@@ -120,10 +120,10 @@ func helperArgs(args []string) []string {
 	return args
 }
 
-// newRootCmd builds the command tree; mount is what a parsed mount runs
-// (tests replace it). A new command is a file with its newXCmd and one line
-// here.
-func newRootCmd(mount mountFunc) *cobra.Command {
+// newRootCmd builds the command tree writing to stdout and stderr; mount is
+// what a parsed mount runs (tests replace it). A new command is a file with
+// its newXCmd and one line here.
+func newRootCmd(mount mountFunc, stdout, stderr io.Writer) *cobra.Command {
 	var showVersion bool
 	root := &cobra.Command{
 		Use:   "ckptfs",
@@ -154,6 +154,9 @@ func newRootCmd(mount mountFunc) *cobra.Command {
 		SilenceErrors: true,
 		SilenceUsage:  true,
 	}
+	// Before the completion command is made: it keeps the writer it finds.
+	root.SetOut(stdout)
+	root.SetErr(stderr)
 	root.Flags().BoolVarP(&showVersion, "version", "V", false, "print the version and exit")
 	root.SetHelpFunc(printHelp)
 	root.SetFlagErrorFunc(flagError)
