@@ -68,6 +68,7 @@ func TestHelpText(t *testing.T) {
 		{[]string{"ckptfs", "mount", "--help"}, common},
 		{[]string{"/sbin/mount.ckptfs", "--help"}, common},
 		{[]string{"ckptfs", "help", "mount"}, common},
+		{[]string{"ckptfs", "help", "gc"}, []string{"ckptfs gc [flags] STORE", "--min-age", "-h, --help"}},
 	}
 	for _, c := range cases {
 		_, code, out, errOut := runStub(c.args, 0)
@@ -118,6 +119,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ckptfs", "bench", "extra"}, 2, `ckptfs bench: unexpected argument "extra"`},
 		{[]string{"ckptfs", "bench", "--table", "nope", "--repeats", "0"}, 2, `--table "nope"`},
 		{[]string{"ckptfs", "version", "x"}, 2, "ckptfs version:"},
+		{[]string{"ckptfs", "help", "frob"}, 2, `ckptfs help: unknown help topic "frob"`},
+		{[]string{"ckptfs", "help", "ls", "x"}, 2, `unknown help topic "ls x"`},
 		{[]string{"ckptfs", "completion"}, 2, "ckptfs completion: want a shell"},
 		{[]string{"ckptfs", "completion", "tcsh"}, 2, `unknown shell "tcsh"`},
 		{[]string{"ckptfs", "mount", "mem://"}, 2, "ckptfs mount: want STORE and MOUNTPOINT, got 1"},

@@ -14,6 +14,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -172,8 +173,31 @@ func newRootCmd(mount mountFunc, stdout, stderr io.Writer) *cobra.Command {
 		newVersionCmd(),
 	)
 	root.SuggestionsMinimumDistance = 2
+	helpCmd(root)
 	completionCmd(root)
 	return root
+}
+
+// helpCmd adds cobra's "help [command]" now, to make a help topic that is
+// no command a usage error rather than the usage and exit 0.
+func helpCmd(root *cobra.Command) {
+	root.InitDefaultHelpCmd()
+	for _, c := range root.Commands() {
+		if c.Name() != "help" {
+			continue
+		}
+		c.Short = "show the help of a command (as ckptfs COMMAND --help)"
+		c.Long = ""
+		c.Run = nil
+		c.RunE = func(_ *cobra.Command, args []string) error {
+			cmd, rest, err := root.Find(args)
+			if err != nil || len(rest) > 0 {
+				return usagef("unknown help topic %q", strings.Join(args, " "))
+			}
+			cmd.InitDefaultHelpFlag() // shown in its flags, as with --help
+			return cmd.Help()
+		}
+	}
 }
 
 // completionCmd adds cobra's "completion bash|zsh|fish|powershell" now,
@@ -186,6 +210,7 @@ func completionCmd(root *cobra.Command) {
 			continue
 		}
 		shells := "bash, zsh, fish or powershell"
+		c.Short = "print the shell completion script of " + shells
 		c.Args = func(_ *cobra.Command, args []string) error {
 			if len(args) > 0 {
 				return usagef("unknown shell %q: want %s", args[0], shells)
