@@ -217,3 +217,25 @@ func (f *File) publishedForCopy(ctx context.Context) (segment.Inode, blockCount,
 	count.known = count.known && count.cno == f.head.Cno
 	return f.head, count, nil
 }
+
+// IsCopyOf reports whether f is still exactly what CloneFrom made of src as
+// src is now: f's head is that copy's checkpoint, made from src's head, and
+// neither file changed since. (A caller copying in pieces asks it for the
+// pieces after the first, which the copy holds already.)
+func (f *File) IsCopyOf(ctx context.Context, src *File) bool {
+	f.mu.RLock()
+	ino, changed := f.head, f.changed || len(f.dirty) > 0
+	f.mu.RUnlock()
+	src.mu.RLock()
+	sino, schanged := src.head, src.changed || len(src.dirty) > 0
+	src.mu.RUnlock()
+	if changed || schanged || ino.Lineage == 0 || ino.Lineage != ino.Cno || f.space.files != src.space.files {
+		return false
+	}
+	lin, err := f.space.Lineage(ctx, ino.Lineage)
+	if err != nil {
+		return false
+	}
+	last := lin.Entries[len(lin.Entries)-1]
+	return last.FileID == src.space.id && last.Upto == sino.Cno && ino.Size == sino.Size
+}

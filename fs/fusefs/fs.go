@@ -224,7 +224,7 @@ func (fsys *FS) Budget() *engine.Budget { return fsys.budget }
 func (fsys *FS) prefix(id string) string { return fsys.root + "f/" + id + "/" }
 
 func (fsys *FS) engineOptions(id string) engine.Options {
-	return engine.Options{Params: fsys.params, FileID: id, Logger: fsys.log.With(zap.String("file", id)), Budget: fsys.budget,
+	return engine.Options{Params: fsys.params, FileID: id, FilesPrefix: fsys.root + "f/", Logger: fsys.log.With(zap.String("file", id)), Budget: fsys.budget,
 		WALCounters: &fsys.metrics.wal, ReadOnly: fsys.cfg.ReadOnly}
 }
 

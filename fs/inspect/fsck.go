@@ -161,6 +161,7 @@ func (v *Volume) fsckFile(ctx context.Context, id string, r *Report, done func()
 		return nil
 	}
 	nblocks := (f.Size() + bs - 1) / bs
+	foreign := map[string]bool{}
 	const step = 4096
 	for b := int64(0); b < nblocks; b += step {
 		pl, err := f.BlockPlacement(ctx, uint64(b), int(min(step, nblocks-b)))
@@ -169,7 +170,16 @@ func (v *Volume) fsckFile(ctx context.Context, id string, r *Report, done func()
 			return nil
 		}
 		for _, x := range pl {
-			if !x.Hole && !x.Dirty && !have[x.Key] && x.Key != inHead {
+			if !x.Hole && !x.Dirty && !have[x.Key] && !strings.HasPrefix(x.Key, prefix) && !foreign[x.Key] {
+				// An object of a file this one was copied from (by
+				// reference): it must be there.
+				if _, err := v.st.Head(ctx, x.Key); err == nil {
+					foreign[x.Key] = true
+				} else if !errors.Is(err, staging.ErrNotFound) {
+					return fmt.Errorf("fsck: %w", err)
+				}
+			}
+			if !x.Hole && !x.Dirty && !have[x.Key] && !foreign[x.Key] && x.Key != inHead {
 				r.Problems = append(r.Problems, Problem{x.Key, fmt.Errorf("missing: block %d of the latest checkpoint points here", x.FBN)})
 				return nil
 			}
@@ -215,6 +225,14 @@ func (v *Volume) checkObject(ctx context.Context, prefix string, tag uint64, o s
 		}
 		_, err := wal.ReadRecord(ctx, v.st, prefix, tag, seq)
 		return err
+	}
+	if cno, ok := engine.IsLineageKey(rel); ok {
+		// Whose objects a copy by reference points into.
+		_, err := segment.ReadLineage(ctx, v.st, prefix, tag, cno)
+		return err
+	}
+	if _, ok := engine.IsRefKey(rel); ok {
+		return nil // a reference marker: its name is all it says
 	}
 	name, _, err := segment.ParseObjectName(rel)
 	if err != nil {

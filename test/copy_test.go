@@ -1,0 +1,204 @@
+package test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/fs/cleaner"
+	"github.com/ckptfs/ckptfs/fs/inspect"
+	"github.com/ckptfs/ckptfs/staging"
+)
+
+// TestCopyByReference: coreutils cp of a flushed file inside one mount on
+// the S3 server is answered by reference (copy_file_range): the requests it
+// makes do not depend on the file's size and almost no bytes are sent; the
+// copy compares equal, stays as it was when the source is overwritten, and
+// still reads after the source is deleted and the cleaner has run (then
+// fsck finds the volume clean). cp --reflink=always fails as on ext4: the
+// kernel does not pass FICLONE to FUSE.
+func TestCopyByReference(t *testing.T) {
+	need(t, "cp", "cmp", "dd", "sync")
+	v := newVolume(t)
+	var cs *staging.Counting
+	m := v.mountWrapped("", func(st staging.Store) staging.Store { cs = staging.NewCounting(st); return cs })
+	tmp := t.TempDir()
+	n := size(256<<20, 64<<20)
+	big, small := filepath.Join(tmp, "big"), filepath.Join(tmp, "small")
+	randomFile(t, big, n)
+	randomFile(t, small, n/16)
+	run(t, tmp, "cp", big, m.path("big"))
+	run(t, tmp, "cp", small, m.path("small"))
+
+	copyCost := func(from, to string) staging.OpCounts {
+		t.Helper()
+		before := cs.Snapshot()
+		run(t, m.dir, "cp", from, to)
+		d := cs.Snapshot().Sub(before)
+		t.Logf("cp %s %s: %v", from, to, d)
+		return d.Total()
+	}
+	bigCost := copyCost("big", "big.copy")
+	smallCost := copyCost("small", "small.copy")
+	if bigCost.BytesSent > 1<<20 || bigCost.BytesReceived > 1<<20 {
+		t.Fatalf("a copy of %d bytes sent %d and received %d bytes", n, bigCost.BytesSent, bigCost.BytesReceived)
+	}
+	if bigCost.Requests != smallCost.Requests {
+		t.Fatalf("a copy of %d bytes made %d requests, of %d bytes %d", n, bigCost.Requests, n/16, smallCost.Requests)
+	}
+	run(t, m.dir, "cmp", "big", "big.copy")
+	run(t, m.dir, "cmp", "small", "small.copy")
+	run(t, m.dir, "cmp", big, "big.copy")
+
+	out, err := runErr(m.dir, "cp", "--reflink=always", "big", "big.reflink")
+	if err == nil || !strings.Contains(out, "not supported") {
+		t.Fatalf("cp --reflink=always: %v, %q; want Operation not supported", err, out)
+	}
+
+	// The source overwritten in place: the copy is unchanged.
+	run(t, m.dir, "dd", "if=/dev/zero", "of=big", "bs=1M", "count=4", "seek=3", "conv=notrunc,fsync", "status=none")
+	if _, err := runErr(m.dir, "cmp", "-s", "big", "big.copy"); err == nil {
+		t.Fatal("the overwritten source still equals the copy")
+	}
+	run(t, m.dir, "cmp", big, "big.copy")
+	// Copies of the copy, and a copy written afterwards.
+	copyCost("big.copy", "big.copy2")
+	run(t, m.dir, "dd", "if=/dev/zero", "of=big.copy", "bs=64k", "count=1", "seek=100", "conv=notrunc,fsync", "status=none")
+	run(t, m.dir, "cmp", big, "big.copy2")
+
+	// The source deleted, the cleaner run past every grace period.
+	if err := os.Remove(m.path("big")); err != nil {
+		t.Fatal(err)
+	}
+	m.unmount()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	st := v.store()
+	later := time.Now().Add(48 * time.Hour)
+	for range 2 {
+		rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour, Now: func() time.Time { return later }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("gc: %d deleted, %d kept", len(rep.Deleted), rep.Kept)
+	}
+	m2 := v.mount("")
+	run(t, m2.dir, "cmp", big, "big.copy2")
+	run(t, m2.dir, "cmp", small, "small.copy")
+	iv, err := inspect.Open(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := iv.Fsck(ctx, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() {
+		t.Fatalf("fsck after the copies and gc: %+v", r.Problems)
+	}
+}
+
+// TestCopyByReferenceInPieces: a file larger than one copy_file_range answer
+// (4 GiB) is asked for in pieces; the first makes the copy, the later ones
+// find it made. A sparse 5 GiB file keeps it cheap to build and check.
+func TestCopyByReferenceInPieces(t *testing.T) {
+	need(t, "python3")
+	v := newVolume(t)
+	var cs *staging.Counting
+	m := v.mountWrapped("", func(st staging.Store) staging.Store { cs = staging.NewCounting(st); return cs })
+	const size = 5 << 30
+	script := `
+import os, sys
+src, dst, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
+fd = os.open(src, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+os.ftruncate(fd, size)
+os.pwrite(fd, b"first", 1 << 20)
+os.pwrite(fd, b"last", size - 4)
+os.fsync(fd)
+os.close(fd)
+print("ready", flush=True)
+sys.stdin.readline()
+fi, fo = os.open(src, os.O_RDONLY), os.open(dst, os.O_CREAT | os.O_WRONLY | os.O_TRUNC, 0o644)
+pieces, total = 0, 0
+while True:
+    k = os.copy_file_range(fi, fo, 1 << 40)
+    if k == 0:
+        break
+    pieces, total = pieces + 1, total + k
+os.close(fo)
+st = os.stat(dst)
+fo = os.open(dst, os.O_RDONLY)
+print(pieces, total, st.st_size, os.pread(fo, 5, 1 << 20).decode(), os.pread(fo, 4, size - 4).decode())
+`
+	cmd := pythonPiped(t, m.dir, script, "src", "dst", strconv.Itoa(size))
+	cmd.waitLine("ready")
+	before := cs.Snapshot()
+	out := cmd.finish()
+	d := cs.Snapshot().Sub(before)
+	t.Logf("copy in pieces: %s; %v", out, d)
+	f := strings.Fields(out)
+	if len(f) != 5 || f[0] == "1" || f[1] != strconv.Itoa(size) || f[2] != strconv.Itoa(size) || f[3] != "first" || f[4] != "last" {
+		t.Fatalf("copy in pieces: %q, want more than one piece, %d bytes, the two pieces", out, size)
+	}
+	if tot := d.Total(); tot.BytesSent > 1<<20 || tot.BytesReceived > 1<<20 {
+		t.Fatalf("the copy moved bytes: %v", d)
+	}
+}
+
+// piped is a python3 script whose stdin and stdout the test holds.
+type piped struct {
+	t   *testing.T
+	cmd *exec.Cmd
+	in  io.WriteCloser
+	out *bufio.Reader
+	err bytes.Buffer
+}
+
+func pythonPiped(t *testing.T, dir, script string, args ...string) *piped {
+	t.Helper()
+	p := &piped{t: t, cmd: exec.Command("python3", append([]string{"-c", script}, args...)...)}
+	p.cmd.Dir = dir
+	p.cmd.Stderr = &p.err
+	var err error
+	if p.in, err = p.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.out = bufio.NewReader(stdout)
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	return p
+}
+
+// waitLine reads the script's next line, which must be want.
+func (p *piped) waitLine(want string) {
+	p.t.Helper()
+	line, err := p.out.ReadString('\n')
+	if strings.TrimSpace(line) != want {
+		p.t.Fatalf("python3: %q (%v), want %q\n%s", line, err, want, p.err.String())
+	}
+}
+
+// finish lets the script go on and returns the rest of its output.
+func (p *piped) finish() string {
+	p.t.Helper()
+	_ = p.in.Close()
+	rest, _ := io.ReadAll(p.out)
+	if err := p.cmd.Wait(); err != nil {
+		p.t.Fatalf("python3: %v\n%s", err, p.err.String())
+	}
+	return strings.TrimSpace(string(rest))
+}
