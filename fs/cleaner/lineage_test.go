@@ -1,0 +1,107 @@
+package cleaner_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/fs/cleaner"
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+)
+
+// putLineage stores a lineage object of the file at prefix made by cno,
+// naming other as the owner of every object up to upto.
+func putLineage(t *testing.T, st staging.Store, prefix, id string, cno uint64, other string, upto uint64) string {
+	t.Helper()
+	b, err := segment.EncodeLineage(segment.Lineage{FileTag: segment.FileTag(id), Cno: cno,
+		Entries: []segment.LineageEntry{{FileID: other, Upto: upto}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := segment.LineageKey(prefix, cno)
+	if _, err := st.Put(context.Background(), key, b, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+func exists(t *testing.T, st staging.Store, key string) bool {
+	t.Helper()
+	_, err := st.Head(context.Background(), key)
+	if err != nil && !errors.Is(err, staging.ErrNotFound) {
+		t.Fatal(err)
+	}
+	return err == nil
+}
+
+// A lineage object no retained checkpoint names goes by the rules of a
+// checkpoint object of its cno: at or below the head's cno after MinAge,
+// above it after the grace period (a copy in progress stores it before its
+// head), and not under a live writer marker. A reference marker of a copy
+// that has no head stays while it is young (the copy may be in progress)
+// and goes after the grace period. None of them is reported as unknown.
+func TestLineageObjectsAndStaleMarkers(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name    string
+		elapsed time.Duration
+		writer  bool // a live writer marker covering cno 9
+		// whether each survives: lineage at cno 2 (below the head), at 9
+		// (above), and the marker of a copy without a head
+		below, above, marker bool
+	}{
+		{"young", 0, false, false, true, true},
+		{"past grace", 2 * time.Hour, false, false, false, false},
+		{"past grace, live writer", 2 * time.Hour, true, false, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := staging.NewMem()
+			h := writeHistory(t, st, "lin", params(segment.FormatStream, false), 3, 5)
+			below := putLineage(t, st, h.prefix, h.id, 2, "other", 1)
+			above := putLineage(t, st, h.prefix, h.id, 9, "other", 3)
+			marker := engine.RefKey(h.prefix, "ghost")
+			if _, err := st.Put(ctx, marker, nil, staging.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			at := time.Now().Add(tc.elapsed)
+			if tc.writer {
+				// TTL beyond the elapsed time: live at the run's clock.
+				if _, err := st.Put(ctx, h.prefix+engine.WritersDir+"w", engine.EncodeWriterMarker(engine.WriterMarker{Lo: 9, TTL: 3 * time.Hour}), staging.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Grace: time.Hour, Now: func() time.Time { return at }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range rep.Skipped {
+				t.Errorf("left alone %s: %s", s.Key, s.Reason)
+			}
+			for _, c := range []struct {
+				key  string
+				want bool
+			}{{below, tc.below}, {above, tc.above}, {marker, tc.marker}} {
+				if got := exists(t, st, c.key); got != c.want {
+					t.Errorf("%s exists %v, want %v (deleted %v)", c.key, got, c.want, rep.Deleted)
+				}
+			}
+			for _, cno := range h.cnos {
+				h.checkAt(t, st, cno)
+			}
+		})
+	}
+}
+
+// deletedKeys are the keys a run deleted, sorted.
+func deletedKeys(rep *cleaner.Report) []string {
+	var out []string
+	for _, d := range rep.Deleted {
+		out = append(out, d.Key)
+	}
+	slices.Sort(out)
+	return out
+}
