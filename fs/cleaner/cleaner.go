@@ -1,6 +1,7 @@
 // Package cleaner owns the deletion of objects no retained checkpoint needs:
-// the logic behind `ckptfs gc`. It reads heads, part 0 headers and block-map
-// nodes; it writes nothing but deletions and multipart aborts.
+// the logic behind `ckptfs gc`. It reads heads, part 0 headers, block-map
+// nodes and lineage objects; it writes nothing but deletions and multipart
+// aborts.
 //
 // # What is retained
 //
@@ -14,9 +15,10 @@
 // live there) stays on the chain, so it is retained whole, or it would be
 // listed without being readable. The first one that is not pinned so cuts
 // the chain, and everything older is dropped.
-// An object is live when a retained checkpoint references it: its part 0
-// and every object its block map points into (nodes and data blocks). The
-// head object ("inode") is never deleted.
+// An object of the file is live when a retained checkpoint references it:
+// its part 0 and every object of the file its block map points into (nodes
+// and data blocks), or when a copy by reference points at it (see Copies by
+// reference). The head object ("inode") is never deleted.
 //
 // # What a live writer may still publish
 //
@@ -57,12 +59,55 @@
 //
 // A file the namespace holds as an orphan (no name left; fs/namespace
 // Orphans) is deleted whole, head last, and then forgotten by the namespace,
-// once its newest object is older than Grace and it has no live writer
-// marker. A mount deletes its own
+// once its newest object is older than Grace, it has no live writer marker
+// and no copy by reference keeps it (below). A mount deletes its own
 // unlinked files when their last handle closes; this rule is for files a
 // mount that died left behind. The cleaner cannot see another mount's open
 // handles, so Grace is also how long a handle may read an unlinked file that
 // no one writes.
+//
+// # Copies by reference
+//
+// A file D copied by reference from X (engine File.CloneFrom) reuses X's
+// block map: its pointers name X's objects "<cno>.<part>", and its inode's
+// Lineage L names the lineage object "lineage/<L>" under D's prefix
+// (segment.Lineage) that says, by cno, which file owns each name; D's own
+// objects are numbered above the lineage's entries. A copy stores, in this
+// order, a reference marker "refs/<D>" under the prefix of every file the
+// new lineage names (engine.RefKey), the lineage object, then its part 0 and
+// head.
+//
+// Cleaning a file, the map of a retained checkpoint whose inode has Lineage
+// L ≠ 0 is walked through the file's engine.ObjectSpace, and only the names
+// the lineage leaves to the file itself are marked live: the others are
+// objects of other files, kept by those files' cleaning. The lineage object
+// of a retained checkpoint is live. One no retained checkpoint names goes by
+// the rules of a checkpoint object of its cno: above the head's cno after
+// Grace (a copy in progress stores it before its head), at or below after
+// MinAge, and never under a live writer marker.
+//
+// Cleaning X, every marker "refs/<D>" in X's listing makes the cleaner read
+// D's head and D's whole chain (every checkpoint on it, not only those D's
+// own retention keeps: a superset, freed on a later run once D's chain is
+// shorter), and every object of X that the map of a checkpoint whose lineage
+// names X points at is live (Report.ForCopies: kept for a copy). What each
+// copy points at is read once per run. Past D's head, a checkpoint whose
+// lineage object or objects are gone was dropped by D's cleaning and is read
+// by no one, so it keeps nothing; at the head, that is an error and the file
+// is not cleaned. A marker is stale when D has no head or no checkpoint on
+// D's chain has a lineage naming X. A stale marker is deleted once older than
+// Grace, and only if it was not stored again since the listing (a copy that
+// starts again stores it anew); a young one is kept, since its copy may be in
+// progress. Such a copy, whose head is not published yet, points at objects
+// of X's head as the copy read it: X's retention keeps the newest, and MinAge
+// covers one it dropped since, as it covers a reader with a stale head.
+//
+// An orphan that a marker keeps (one not stale, or younger than Grace) is
+// not reaped: it is kept whole and reported (Report.Referenced). Once no
+// marker keeps it, it is reaped as any orphan, its stale markers with it;
+// the markers it holds under the files it was copied from become stale in
+// turn. A copy reaped in a run lets the file it points into go in the same
+// or the next run.
 //
 // Write-ahead log records ("wal/<seq>", package wal) that the head's
 // checkpoint holds (seq at most the head's engine.HeadWAL) are deleted once
@@ -70,8 +115,8 @@
 // crash or a failed delete left. Later records are acknowledged changes not
 // yet published and are never deleted; nor is the lease ("wal/owner").
 //
-// Objects whose name is neither "<cno>.<part>" nor "inode" are left alone and
-// reported. A file with no head is left alone and reported. Part 0 headers
+// Objects whose name is none of "<cno>.<part>", "inode", "writers/<id>",
+// "wal/...", "lineage/<cno>" and "refs/<id>" are left alone and reported. A file with no head is left alone and reported. Part 0 headers
 // are read with segment.DetectHeader, which looks at the end of the object
 // first, so objects of either layout are handled without knowing it.
 package cleaner
