@@ -93,8 +93,11 @@
 // names X points at is live (Report.ForCopies: kept for a copy). What each
 // copy points at is read once per run. Past D's head, a checkpoint whose
 // lineage object or objects are gone was dropped by D's cleaning and is read
-// by no one, so it keeps nothing; at the head, that is an error and the file
-// is not cleaned. A marker is stale when D has no head or no checkpoint on
+// by no one, so it keeps nothing. Any other failure to read what a copy
+// points at (at its head, a missing object or a corrupt lineage) keeps the
+// file whole this run, reported in Report.Skipped under the marker, and the
+// run goes on: a copy that an earlier run began to reap (head last) is then
+// reaped, and no longer keeps the file. A marker is stale when D has no head or no checkpoint on
 // D's chain has a lineage naming X. A stale marker is deleted once older than
 // Grace, and only if it was not stored again since the listing (a copy that
 // starts again stores it anew); a young one is kept, since its copy may be in
@@ -278,10 +281,14 @@ func reapOrphan(ctx context.Context, st staging.Store, ns *namespace.Namespace, 
 		stale := false
 		if now.Sub(obj.LastModified) > o.Grace {
 			r, err := refs.get(ctx, copyID)
-			if err != nil {
-				return fmt.Errorf("orphaned file %s: copy %s: %w", id, copyID, err)
+			if err != nil && ctx.Err() != nil {
+				return fmt.Errorf("orphaned file %s: %w", id, err)
 			}
-			stale = r.stale(id)
+			if err != nil {
+				rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size,
+					Reason: "file kept whole: " + err.Error()})
+			}
+			stale = err == nil && r.stale(id)
 		}
 		if !stale {
 			for _, obj := range objs {
@@ -590,8 +597,23 @@ func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []
 			continue
 		}
 		r, err := refs.get(ctx, copyID)
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("clean %s: %w", prefix, err)
+		}
 		if err != nil {
-			return fmt.Errorf("clean %s: copy %s: %w", prefix, copyID, err)
+			// What the copy points at is not known: nothing of this file
+			// goes this run. The rest of the volume is cleaned, so a copy
+			// that an earlier run began to reap, which may be what failed
+			// here, is reaped and stops keeping this file.
+			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size,
+				Reason: "file kept whole: " + err.Error()})
+			for _, o := range objs {
+				if o.Key != obj.Key {
+					rep.Kept++
+					rep.KeptBytes += o.Size
+				}
+			}
+			return nil
 		}
 		if r.stale(id) {
 			staleRefs[obj.Key] = true

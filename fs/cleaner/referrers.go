@@ -16,7 +16,7 @@ import (
 type referrers struct {
 	st    staging.Store
 	files string // the prefix of the volume's files ("" unknown)
-	byID  map[string]*referrer
+	byID  map[string]referrerRead
 }
 
 // referrer is what one copy points at, over every checkpoint on its chain
@@ -33,23 +33,33 @@ type referrer struct {
 func (r *referrer) stale(id string) bool { return r.noHead || !r.named[id] }
 
 func newReferrers(st staging.Store, files string) *referrers {
-	return &referrers{st: st, files: files, byID: map[string]*referrer{}}
+	return &referrers{st: st, files: files, byID: map[string]referrerRead{}}
 }
 
 // get returns what the copy copyID points at, read on first use.
 func (rs *referrers) get(ctx context.Context, copyID string) (*referrer, error) {
-	if r, ok := rs.byID[copyID]; ok {
-		return r, nil
+	if c, ok := rs.byID[copyID]; ok {
+		return c.r, c.err
 	}
 	if rs.files == "" {
-		return nil, fmt.Errorf("the prefix of the volume's files is not known: %w", engine.ErrInvalid)
+		return nil, fmt.Errorf("copy %s: the prefix of the volume's files is not known: %w", copyID, engine.ErrInvalid)
 	}
 	r, err := rs.read(ctx, copyID)
 	if err != nil {
-		return nil, err
+		err = fmt.Errorf("copy %s: %w", copyID, err)
+		if ctx.Err() != nil {
+			return nil, err // not kept: the run stops
+		}
 	}
-	rs.byID[copyID] = r
-	return r, nil
+	// A failure is kept too: every file the copy points into is kept
+	// whole this run without asking again.
+	rs.byID[copyID] = referrerRead{r, err}
+	return r, err
+}
+
+type referrerRead struct {
+	r   *referrer
+	err error
 }
 
 func (rs *referrers) read(ctx context.Context, copyID string) (*referrer, error) {
