@@ -315,3 +315,13 @@ func TestCopyOfACopy(t *testing.T) {
 		checkContents(t, st, p, "x", xNow)
 	}
 }
+
+// A copy whose pointers cannot be read (here its lineage object is corrupt)
+// keeps the file it points into whole for the run, reported under the
+// marker, and the run goes on: the copy, an orphan, is reaped, and the next
+// run cleans the file.
+func TestUnreadableCopyKeepsFileWhole(t *testing.T) {
+	testUnreadableCopy(t, func(t *testing.T, st staging.Store, p engine.Params, dst, src string) {
+		copyFile(t, st, p, dst, src)
+	})
+}

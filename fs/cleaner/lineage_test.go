@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -104,4 +105,67 @@ func deletedKeys(rep *cleaner.Report) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+// testUnreadableCopy: see TestUnreadableCopyKeepsFileWhole. copyFn makes
+// file dst a copy by reference of src.
+func testUnreadableCopy(t *testing.T, copyFn func(t *testing.T, st staging.Store, p engine.Params, dst, src string)) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := params(segment.FormatStream, false)
+	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := ns.Create(ctx, namespace.RootIno, "d", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// "0" is listed before any id the namespace makes (hex): the file is
+	// cleaned before its copy is reaped.
+	x := writeHistory(t, st, "0", p, 3, 9)
+	copyFn(t, st, p, n.FileID, x.id)
+	if _, err := ns.Unlink(ctx, namespace.RootIno, "d"); err != nil {
+		t.Fatal(err)
+	}
+	dPrefix := cleaner.FilesPrefix("") + n.FileID + "/"
+	lins := keys(t, st, dPrefix+segment.LineageDir)
+	if len(lins) != 1 {
+		t.Fatalf("copy's lineage objects %v, want one", lins)
+	}
+	b, _, err := st.Get(ctx, lins[0], staging.Whole())
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)-1] ^= 0xff
+	if _, err := st.Put(ctx, lins[0], b, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := keys(t, st, x.prefix)
+	late := time.Now().Add(2 * time.Hour)
+	o := cleaner.Options{Keep: 1, Grace: time.Hour, Now: func() time.Time { return late }}
+	rep, err := cleaner.CleanVolume(ctx, st, "", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if after := keys(t, st, x.prefix); !slices.Equal(before, after) {
+		t.Fatalf("file a copy points into lost objects while the copy could not be read: %v -> %v", before, after)
+	}
+	marker := engine.RefKey(x.prefix, n.FileID)
+	if len(rep.Skipped) != 1 || rep.Skipped[0].Key != marker {
+		t.Fatalf("skipped %v, want the marker %s", rep.Skipped, marker)
+	}
+	if left := keys(t, st, dPrefix); len(left) != 0 {
+		t.Fatalf("the orphaned copy was not reaped: %v", left)
+	}
+	if _, err := cleaner.CleanVolume(ctx, st, "", o); err != nil {
+		t.Fatal(err)
+	}
+	if exists(t, st, marker) {
+		t.Fatal("stale marker of a reaped copy kept past the grace period")
+	}
+	if after := keys(t, st, x.prefix); len(after) >= len(before) {
+		t.Fatalf("nothing of the file deleted once its copy was gone: %v", after)
+	}
+	x.checkAt(t, st, x.cnos[len(x.cnos)-1])
 }
