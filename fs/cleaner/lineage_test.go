@@ -169,3 +169,52 @@ func testUnreadableCopy(t *testing.T, copyFn func(t *testing.T, st staging.Store
 	}
 	x.checkAt(t, st, x.cnos[len(x.cnos)-1])
 }
+
+// headHook calls onHead before each Head.
+type headHook struct {
+	staging.Store
+	onHead func(key string)
+}
+
+func (h headHook) Head(ctx context.Context, key string) (staging.ObjectInfo, error) {
+	h.onHead(key)
+	return h.Store.Head(ctx, key)
+}
+
+// A stale marker stored again between the listing and its deletion (a copy
+// starting again) is not the marker judged stale: it stays.
+func TestStaleMarkerStoredAgainStays(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	h := writeHistory(t, mem, "s", params(segment.FormatStream, false), 2, 3)
+	marker := engine.RefKey(h.prefix, "ghost")
+	for _, tc := range []struct {
+		name    string
+		again   bool
+		survive bool
+	}{{"stored again", true, true}, {"untouched", false, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := mem.Put(ctx, marker, nil, staging.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			st := headHook{Store: mem, onHead: func(key string) {
+				if tc.again && key == marker {
+					if _, err := mem.Put(ctx, marker, nil, staging.PutOptions{}); err != nil {
+						t.Error(err)
+					}
+				}
+			}}
+			late := time.Now().Add(2 * time.Hour)
+			rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Grace: time.Hour, Now: func() time.Time { return late }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := exists(t, mem, marker); got != tc.survive {
+				t.Fatalf("marker exists %v, want %v (deleted %v)", got, tc.survive, deletedKeys(rep))
+			}
+			if deleted := slices.Contains(deletedKeys(rep), marker); deleted == tc.survive {
+				t.Fatalf("report deleted %v", deletedKeys(rep))
+			}
+		})
+	}
+}
