@@ -260,6 +260,16 @@ func (l *ObjectLoader) Forget(name segment.ObjectName) {
 	}
 }
 
+// Clear drops every kept region (not the pinned ones): the names may stand
+// for other objects now.
+func (l *ObjectLoader) Clear() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, r := range l.cache {
+		l.drop(r)
+	}
+}
+
 // Stats returns the loader's counters.
 func (l *ObjectLoader) Stats() LoaderStats {
 	l.mu.Lock()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -13,16 +12,16 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/test/seedbench"
 )
 
-const benchUsage = `Usage: ckptfs bench [-table buys|writer|amp|limits|wal|all] [-size 512M] [-profile directory|general|none|all]
-                    [-rates 100,400,0] [-hot 512,64,16] [-repeats 3] [-duration 3s] [-writers 1,8,64]
-
-Reproduces the seed's tables on memory staging behind an emulated link and
-prints them as markdown, with the command line that made them.
+const benchLong = `ckptfs bench: reproduces the seed's tables on memory staging behind an emulated
+link and prints them as markdown, with the command line that made them.
 
   buys    512 MiB in 1 MiB writes at 100 MB/s, 400 MB/s and unpaced, then one
           flush: flush seconds (objects per checkpoint), against the physical
@@ -31,19 +30,15 @@ prints them as markdown, with the command line that made them.
   amp     write amplification round a working set, at 200 MB/s
   limits  the default dirty-data limit (8 MiB): nothing is sent ahead
   wal     the write-ahead log (wal=on): writers of 4 KiB and 1 MiB writes, each
-          to its own region, for -duration or until -size bytes are
+          to its own region, for --duration or until --size bytes are
           acknowledged: writes per second, record PUTs per write, latency;
           then one flush (a WAL publish) and the time until it landed
 
 The size defaults to $BENCH_SIZE, else 512M; the working sets to
-$BENCH_HOT_MIB (MiB, comma separated), else 512,64,16.
-`
+$BENCH_HOT_MIB (MiB, comma separated), else 512,64,16.`
 
-// benchRun implements "ckptfs bench ARGS"; it returns the exit status.
-func benchRun(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() { fmt.Fprint(stderr, benchUsage) }
+// newBenchCmd is "ckptfs bench [flags]".
+func newBenchCmd() *cobra.Command {
 	defSize := "512M"
 	if s := os.Getenv("BENCH_SIZE"); s != "" {
 		defSize = s
@@ -52,39 +47,51 @@ func benchRun(args []string, stdout, stderr io.Writer) int {
 	if s := os.Getenv("BENCH_HOT_MIB"); s != "" {
 		defHot = s
 	}
-	table := fs.String("table", "all", "buys, writer, amp, limits, wal or all")
-	sizeText := fs.String("size", defSize, "bytes written by each run (512M is the seed's)")
-	profileText := fs.String("profile", "all", "link: directory, general, none (no link) or all")
-	ratesText := fs.String("rates", "100,400,0", "writer paces of the buys table in MB/s; 0 is unpaced")
-	hotText := fs.String("hot", defHot, "working sets of the amp table in MiB")
-	repeats := fs.Int("repeats", 3, "runs per row of the writer table (the least time is kept)")
-	duration := fs.Duration("duration", 3*time.Second, "how long the writers of each row of the wal table write")
-	writersText := fs.String("writers", "1,8,64", "concurrent writers of the rows of the wal table")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	var table, sizeText, profileText, ratesText, hotText, writersText string
+	var repeats int
+	var duration time.Duration
+	c := &cobra.Command{
+		Use:   "bench [flags]",
+		Short: "reproduce the seed's tables (markdown on stdout)",
+		Long:  benchLong,
+		Args: func(_ *cobra.Command, args []string) error {
+			if len(args) > 0 {
+				return usagef("unexpected argument %q", args[0])
+			}
+			return nil
+		},
+		RunE: func(c *cobra.Command, _ []string) error {
+			cfg, err := parseBenchFlags(table, sizeText, profileText, ratesText, hotText, repeats)
+			var werr error
+			cfg.duration, cfg.writers, werr = parseWALFlags(duration, writersText)
+			if err = errors.Join(err, werr); err != nil {
+				return &usageError{err}
+			}
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+			defer stop()
+			return runBench(ctx, cfg, benchArgv(c), c.OutOrStdout(), c.ErrOrStderr())
+		},
 	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "ckptfs bench: unexpected argument %q\n\n%s", fs.Arg(0), benchUsage)
-		return 2
-	}
-	cfg, err := parseBenchFlags(*table, *sizeText, *profileText, *ratesText, *hotText, *repeats)
-	var werr error
-	cfg.duration, cfg.writers, werr = parseWALFlags(*duration, *writersText)
-	err = errors.Join(err, werr)
-	if err != nil {
-		fmt.Fprintf(stderr, "ckptfs bench: %v\n", err)
-		return 2
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
-	if err := runBench(ctx, cfg, append([]string{"ckptfs", "bench"}, args...), stdout, stderr); err != nil {
-		fmt.Fprintf(stderr, "ckptfs bench: %v\n", err)
-		return 1
-	}
-	return 0
+	f := c.Flags()
+	f.StringVar(&table, "table", "all", "`table`: buys, writer, amp, limits, wal or all")
+	f.StringVar(&sizeText, "size", defSize, "`bytes` written by each run (512M is the seed's)")
+	f.StringVar(&profileText, "profile", "all", "link: directory, general, none (no link) or all")
+	f.StringVar(&ratesText, "rates", "100,400,0", "writer paces of the buys table in MB/s; 0 is unpaced")
+	f.StringVar(&hotText, "hot", defHot, "working sets of the amp table in MiB")
+	f.IntVar(&repeats, "repeats", 3, "runs per row of the writer table (the least time is kept)")
+	f.DurationVar(&duration, "duration", 3*time.Second, "how long the writers of each row of the wal table write")
+	f.StringVar(&writersText, "writers", "1,8,64", "concurrent writers of the rows of the wal table")
+	return c
+}
+
+// benchArgv is the command line that makes the tables again: the flags
+// given, by name.
+func benchArgv(c *cobra.Command) []string {
+	argv := []string{"ckptfs", "bench"}
+	c.Flags().Visit(func(f *pflag.Flag) {
+		argv = append(argv, "--"+f.Name, f.Value.String())
+	})
+	return argv
 }
 
 type benchConfig struct {
@@ -107,16 +114,16 @@ func parseBenchFlags(table, size, profile, rates, hot string, repeats int) (benc
 	case "buys", "writer", "amp", "limits", "wal":
 		c.tables = []string{table}
 	default:
-		errs = append(errs, fmt.Errorf("-table %q: want buys, writer, amp, limits, wal or all", table))
+		errs = append(errs, fmt.Errorf("--table %q: want buys, writer, amp, limits, wal or all", table))
 	}
 	n, err := config.ParseSize(size)
 	switch {
 	case err != nil:
-		errs = append(errs, fmt.Errorf("-size: %w", err))
+		errs = append(errs, fmt.Errorf("--size: %w", err))
 	case n < seedbench.MiB:
-		errs = append(errs, fmt.Errorf("-size %s: want at least 1M", size))
+		errs = append(errs, fmt.Errorf("--size %s: want at least 1M", size))
 	case n%seedbench.MiB != 0:
-		errs = append(errs, fmt.Errorf("-size %s: want whole MiB (the writes are 1 MiB)", size))
+		errs = append(errs, fmt.Errorf("--size %s: want whole MiB (the writes are 1 MiB)", size))
 	}
 	c.size = n
 	switch profile {
@@ -125,14 +132,14 @@ func parseBenchFlags(table, size, profile, rates, hot string, repeats int) (benc
 	default:
 		p, err := staging.LinkProfileByName(profile)
 		if err != nil {
-			errs = append(errs, fmt.Errorf("-profile: %w", err))
+			errs = append(errs, fmt.Errorf("--profile: %w", err))
 		}
 		c.profiles = []staging.LinkProfile{p}
 	}
 	for _, f := range strings.Split(rates, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
 		if err != nil || v < 0 {
-			errs = append(errs, fmt.Errorf("-rates %q: want MB/s numbers >= 0, comma separated", rates))
+			errs = append(errs, fmt.Errorf("--rates %q: want MB/s numbers >= 0, comma separated", rates))
 			break
 		}
 		c.rates = append(c.rates, v*1e6)
@@ -146,7 +153,7 @@ func parseBenchFlags(table, size, profile, rates, hot string, repeats int) (benc
 		c.hots = append(c.hots, v*seedbench.MiB)
 	}
 	if repeats < 1 {
-		errs = append(errs, fmt.Errorf("-repeats %d: want at least 1", repeats))
+		errs = append(errs, fmt.Errorf("--repeats %d: want at least 1", repeats))
 	}
 	c.repeats = repeats
 	return c, errors.Join(errs...)
@@ -229,13 +236,13 @@ func runBench(ctx context.Context, c benchConfig, argv []string, stdout, stderr 
 func parseWALFlags(d time.Duration, writers string) (time.Duration, []int, error) {
 	var errs []error
 	if d <= 0 {
-		errs = append(errs, fmt.Errorf("-duration %s: want more than 0", d))
+		errs = append(errs, fmt.Errorf("--duration %s: want more than 0", d))
 	}
 	var ws []int
 	for _, f := range strings.Split(writers, ",") {
 		v, err := strconv.Atoi(strings.TrimSpace(f))
 		if err != nil || v < 1 || v > 4096 {
-			errs = append(errs, fmt.Errorf("-writers %q: want counts from 1 to 4096, comma separated", writers))
+			errs = append(errs, fmt.Errorf("--writers %q: want counts from 1 to 4096, comma separated", writers))
 			break
 		}
 		ws = append(ws, v)

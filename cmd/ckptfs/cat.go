@@ -2,39 +2,48 @@ package main
 
 import (
 	"context"
-	"flag"
-	"fmt"
 	"io"
+
+	"github.com/spf13/cobra"
 
 	"github.com/ckptfs/ckptfs/fs/inspect"
 )
 
-// catMain is "ckptfs cat [--cno N] [--offset N] [--length N] STORE PATH": it
-// writes the file (as of checkpoint N) to stdout, reading only the objects the
-// range needs.
-func catMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("ckptfs cat", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// newCatCmd is "ckptfs cat [--cno N] [--offset N] [--length N] STORE PATH":
+// it writes the file (as of checkpoint N) to stdout, reading only the
+// objects the range needs.
+func newCatCmd() *cobra.Command {
 	var tf toolFlags
-	tf.register(fs)
-	cno := fs.Uint64("cno", 0, "checkpoint to read (default: the latest)")
-	off := fs.Int64("offset", 0, "first byte")
-	n := fs.Int64("length", -1, "bytes to read (default: to the end)")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 2 || *off < 0 {
-		fmt.Fprintln(stderr, "usage: ckptfs cat [-o name=value,...] [--cno N] [--offset N] [--length N] STORE PATH")
-		return 2
+	var cno uint64
+	var off, n int64
+	c := &cobra.Command{
+		Use:   "cat [flags] STORE PATH",
+		Short: "write a file of the volume (as of a checkpoint) to stdout",
+		Long: "ckptfs cat: writes the file PATH of the volume of STORE, as of its latest\n" +
+			"checkpoint or of --cno, to stdout, reading only the objects the range needs.",
+		Args:              argsBetween(2, 2, "STORE and PATH"),
+		ValidArgsFunction: storeCompletion,
+		RunE: func(c *cobra.Command, args []string) error {
+			if off < 0 {
+				return usagef("--offset %d: want a number >= 0", off)
+			}
+			ctx, cancel := toolContext()
+			defer cancel()
+			v, err := tf.openVolume(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			return catRun(ctx, v, args[1], cno, off, n, c.OutOrStdout(), c.ErrOrStderr())
+		},
 	}
-	ctx, cancel := toolContext()
-	defer cancel()
-	v, err := tf.openVolume(ctx, fs.Arg(0))
-	if err != nil {
-		fmt.Fprintf(stderr, "ckptfs cat: %v\n", err)
-		return 1
-	}
-	return catRun(ctx, v, fs.Arg(1), *cno, *off, *n, stdout, stderr)
+	tf.register(c)
+	c.Flags().Uint64Var(&cno, "cno", 0, "checkpoint `N` to read (default: the latest)")
+	c.Flags().Int64Var(&off, "offset", 0, "read from byte `N`")
+	c.Flags().Int64Var(&n, "length", -1, "read `N` bytes (default: to the end)")
+	return c
 }
 
-func catRun(ctx context.Context, v *inspect.Volume, path string, cno uint64, off, n int64, stdout, stderr io.Writer) int {
+func catRun(ctx context.Context, v *inspect.Volume, path string, cno uint64, off, n int64, stdout, stderr io.Writer) error {
 	pr := newProgress(stderr, "cat "+path)
 	if n > 0 {
 		pr.SetTotal(n)
@@ -42,9 +51,5 @@ func catRun(ctx context.Context, v *inspect.Volume, path string, cno uint64, off
 	var last int64
 	err := v.Cat(ctx, stdout, path, cno, off, n, func(done int64) { pr.Add(done - last); last = done })
 	pr.Done()
-	if err != nil {
-		fmt.Fprintf(stderr, "ckptfs cat: %v\n", err)
-		return 1
-	}
-	return 0
+	return err
 }

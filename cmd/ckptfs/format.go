@@ -3,41 +3,46 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"strings"
+
+	"github.com/spf13/cobra"
 
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
-// formatMain is "ckptfs format [-o opts] STORE": it writes the volume
+// newFormatCmd is "ckptfs format [-o opts] STORE": it writes the volume
 // descriptor of a new volume, with the block-pointer format and block sizes
 // of the options, and refuses a store that already holds one.
-func formatMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("ckptfs format", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var tf toolFlags
-	tf.register(fs)
-	if err := fs.Parse(args); err != nil || fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: ckptfs format [-o name=value,...] STORE")
-		return 2
+func newFormatCmd() *cobra.Command {
+	var opts []string
+	c := &cobra.Command{
+		Use:   "format [flags] STORE",
+		Short: "create the volume of STORE (once per volume)",
+		Long: "ckptfs format: creates the volume of STORE, with the format and block sizes of\n" +
+			"its -o options (format=, data_block_size=, meta_block_size=; see ckptfs --help),\n" +
+			"and refuses a store that already holds one. Once per volume; a mount with\n" +
+			"-o create does the same.",
+		Args:              argsBetween(1, 1, "STORE"),
+		ValidArgsFunction: storeCompletion,
+		RunE: func(c *cobra.Command, args []string) error {
+			spec := args[0]
+			v, err := formatRun(spec, opts)
+			if errors.Is(err, fusefs.ErrVolumeExists) {
+				return &userError{fmt.Sprintf("%s is already a volume (its %s is there); nothing written", redactStore(spec), fusefs.VolumeKey), err}
+			}
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.OutOrStdout(), "created volume %s: format=%s data_block_size=%d meta_block_size=%d\n",
+				redactStore(spec), v.Format, v.DataBlockSize, v.MetaBlockSize)
+			return nil
+		},
 	}
-	spec := fs.Arg(0)
-	v, err := formatRun(spec, tf.opts)
-	if errors.Is(err, fusefs.ErrVolumeExists) {
-		fmt.Fprintf(stderr, "ckptfs format: %s is already a volume (its %s is there); nothing written\n", redactStore(spec), fusefs.VolumeKey)
-		return 1
-	}
-	if err != nil {
-		fmt.Fprintf(stderr, "ckptfs format: %v\n", err)
-		return 1
-	}
-	fmt.Fprintf(stdout, "created volume %s: format=%s data_block_size=%d meta_block_size=%d\n",
-		redactStore(spec), v.Format, v.DataBlockSize, v.MetaBlockSize)
-	return 0
+	addOptsFlag(c, &opts, "store options and the volume's tunables (format=, data_block_size=, ...; repeatable)")
+	return c
 }
 
 func formatRun(spec string, opts []string) (fusefs.Volume, error) {

@@ -1,48 +1,54 @@
 package main
 
 import (
-	"flag"
 	"fmt"
-	"io"
+
+	"github.com/spf13/cobra"
 )
 
-// fsckMain is "ckptfs fsck STORE [PATH]". Exit status: 0 all well, 1
+// newFsckCmd is "ckptfs fsck STORE [PATH]". Exit status: 0 all well, 1
 // problems found (each printed with the object's key), 2 usage.
-func fsckMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("ckptfs fsck", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+func newFsckCmd() *cobra.Command {
 	var tf toolFlags
-	tf.register(fs)
-	if err := fs.Parse(args); err != nil || fs.NArg() < 1 || fs.NArg() > 2 {
-		fmt.Fprintln(stderr, "usage: ckptfs fsck [-o name=value,...] STORE [PATH]")
-		return 2
+	c := &cobra.Command{
+		Use:   "fsck [flags] STORE [PATH]",
+		Short: "check the volume (or the files under PATH) against its objects",
+		Long: "ckptfs fsck: checks every file of the volume of STORE (or those under PATH)\n" +
+			"against the objects in the bucket, without mounting. Each problem is printed\n" +
+			"with the object's key; exit status 0: all well, 1: problems found.",
+		Args:              argsBetween(1, 2, "STORE [PATH]"),
+		ValidArgsFunction: storeCompletion,
+		RunE: func(c *cobra.Command, args []string) error {
+			stdout := c.OutOrStdout()
+			ctx, cancel := toolContext()
+			defer cancel()
+			v, err := tf.openVolume(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			pr := newProgress(c.ErrOrStderr(), "fsck: objects")
+			r, err := v.Fsck(ctx, argAt(args, 1), func() { pr.Add(1) })
+			pr.Done()
+			if err != nil {
+				return err
+			}
+			for _, p := range r.Problems {
+				fmt.Fprintf(stdout, "problem: %s\n", p)
+			}
+			for _, n := range r.Notes {
+				fmt.Fprintf(stdout, "note: %s\n", n)
+			}
+			for _, u := range r.Leftovers {
+				fmt.Fprintf(stdout, "leftover: %s (multipart upload %s started %s; the cleaner removes it)\n", u.Key, u.UploadID, u.Initiated.UTC().Format("2006-01-02T15:04:05Z"))
+			}
+			fmt.Fprintf(stdout, "%d files, %d objects, %d problems, %d leftovers\n", r.Files, r.Objects, len(r.Problems), len(r.Leftovers))
+			if !r.OK() {
+				// The problems are printed above.
+				return exitStatus(exitFailed)
+			}
+			return nil
+		},
 	}
-	ctx, cancel := toolContext()
-	defer cancel()
-	v, err := tf.openVolume(ctx, fs.Arg(0))
-	if err != nil {
-		fmt.Fprintf(stderr, "ckptfs fsck: %v\n", err)
-		return 1
-	}
-	pr := newProgress(stderr, "fsck: objects")
-	r, err := v.Fsck(ctx, fs.Arg(1), func() { pr.Add(1) })
-	pr.Done()
-	if err != nil {
-		fmt.Fprintf(stderr, "ckptfs fsck: %v\n", err)
-		return 1
-	}
-	for _, p := range r.Problems {
-		fmt.Fprintf(stdout, "problem: %s\n", p)
-	}
-	for _, n := range r.Notes {
-		fmt.Fprintf(stdout, "note: %s\n", n)
-	}
-	for _, u := range r.Leftovers {
-		fmt.Fprintf(stdout, "leftover: %s (multipart upload %s started %s; the cleaner removes it)\n", u.Key, u.UploadID, u.Initiated.UTC().Format("2006-01-02T15:04:05Z"))
-	}
-	fmt.Fprintf(stdout, "%d files, %d objects, %d problems, %d leftovers\n", r.Files, r.Objects, len(r.Problems), len(r.Leftovers))
-	if !r.OK() {
-		return 1
-	}
-	return 0
+	tf.register(c)
+	return c
 }

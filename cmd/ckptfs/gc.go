@@ -4,130 +4,83 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strconv"
 	"strings"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 )
 
-const gcUsage = `Usage: ckptfs gc [-o name=value,...] [--keep N] [--keep-for DURATION]
-                 [--grace DURATION] [--min-age DURATION] [--dry-run] STORE
+const gcLong = `ckptfs gc: deletes the objects no retained checkpoint references, failed
+flushes' and abandoned writers' leftovers, files left without a name (older
+than the grace period), and multipart uploads abandoned for longer than the
+grace period. Never deletes anything a live writer may still publish: a writer
+keeps a renewed marker (f/<id>/writers/) naming what it may publish, whatever
+its age.
 
-Deletes the objects no retained checkpoint references, failed flushes' and
-abandoned writers' leftovers, files left without a name (older than the grace
-period), and multipart uploads abandoned for longer than the grace period.
-Never deletes anything a live writer may still publish: a writer keeps a
-renewed marker (f/<id>/writers/) naming what it may publish, whatever its age.
-
-  --keep N            retain the newest N checkpoints of each file (default 0: all)
-  --keep-for D        also retain checkpoints younger than D (e.g. 24h)
-  --grace D           age before work above a file's head that no live writer
-                      marker covers (a dead writer's objects sent ahead or
-                      unfinished flush, multipart uploads) counts as abandoned,
-                      and how long a dead marker is kept (default 1h); must
-                      exceed the time of one request
-  --min-age D         age before an unreferenced finished object is deleted;
-                      covers readers of other mounts with a stale head (default 10m)
-  --dry-run           delete nothing; print what would be deleted
-  -o ...              store options, as for mount (endpoint=, region=, path_style, profile=)
-`
+--grace is the age before work above a file's head that no live writer marker
+covers (a dead writer's objects sent ahead or unfinished flush, multipart
+uploads) counts as abandoned, and how long a dead marker is kept; it must
+exceed the time of one request. --min-age is the age before an unreferenced
+finished object is deleted; it covers readers of other mounts with a stale
+head.`
 
 // defaultMinAge covers another mount's writer whose view of the head is a
 // little old; see package cleaner.
 const defaultMinAge = 10 * time.Minute
 
-// gcMain runs `ckptfs gc`; args follow "gc".
-func gcMain(args []string, stdout, stderr io.Writer) int {
+// newGcCmd is "ckptfs gc".
+func newGcCmd() *cobra.Command {
 	o := cleaner.Options{Grace: cleaner.DefaultGrace, MinAge: defaultMinAge}
-	var opts, pos []string
-	fail := func(err error) int {
-		fmt.Fprintf(stderr, "ckptfs gc: %v\n%s", err, gcUsage)
-		return 2
-	}
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		name, value, has := strings.Cut(a, "=")
-		needValue := func() (string, error) {
-			if has {
-				return value, nil
-			}
-			if i+1 >= len(args) {
-				return "", fmt.Errorf("%s needs a value", name)
-			}
-			i++
-			return args[i], nil
-		}
-		duration := func(dst *time.Duration) error {
-			v, err := needValue()
-			if err != nil {
-				return err
-			}
-			d, err := time.ParseDuration(v)
-			if err != nil || d < 0 {
-				return fmt.Errorf("%s %q: want a duration such as 30m or 24h", name, v)
-			}
-			*dst = d
-			return nil
-		}
-		var err error
-		switch {
-		case a == "-h" || a == "--help":
-			fmt.Fprint(stdout, gcUsage)
-			return 0
-		case a == "--dry-run" || a == "-n":
-			o.DryRun = true
-		case name == "--keep":
-			var v string
-			if v, err = needValue(); err == nil {
-				n, perr := strconv.Atoi(v)
-				if perr != nil || n < 0 {
-					err = fmt.Errorf("--keep %q: want a number >= 0", v)
+	var opts []string
+	c := &cobra.Command{
+		Use:               "gc [flags] STORE",
+		Short:             "delete what no retained checkpoint needs",
+		Long:              gcLong,
+		Args:              argsBetween(1, 1, "STORE"),
+		ValidArgsFunction: storeCompletion,
+		RunE: func(c *cobra.Command, args []string) error {
+			for _, d := range []struct {
+				name string
+				v    time.Duration
+			}{{"keep-for", o.KeepFor}, {"grace", o.Grace}, {"min-age", o.MinAge}} {
+				if d.v < 0 {
+					return usagef("--%s %v: want a duration >= 0 such as 30m or 24h", d.name, d.v)
 				}
-				o.Keep = n
 			}
-		case name == "--keep-for":
-			err = duration(&o.KeepFor)
-		case name == "--grace":
-			err = duration(&o.Grace)
-		case name == "--min-age":
-			err = duration(&o.MinAge)
-		case a == "-o":
-			if i+1 >= len(args) {
-				err = fmt.Errorf("-o needs a value")
-				break
+			if o.Keep < 0 {
+				return usagef("--keep %d: want a number >= 0", o.Keep)
 			}
-			i++
-			opts = splitOpts(opts, args[i])
-		case strings.HasPrefix(a, "-o"):
-			opts = splitOpts(opts, a[2:])
-		case strings.HasPrefix(a, "-") && len(a) > 1:
-			err = fmt.Errorf("unknown flag %s", a)
-		default:
-			pos = append(pos, a)
-		}
-		if err != nil {
-			return fail(err)
-		}
+			so, rest, err := takeStoreOpts(opts)
+			if err != nil {
+				return &usageError{err}
+			}
+			if len(rest) > 0 {
+				return usagef("unknown options: %s", strings.Join(rest, ","))
+			}
+			return gcRun(args[0], so, o, c.OutOrStdout(), c.ErrOrStderr())
+		},
 	}
-	if len(pos) != 1 {
-		return fail(fmt.Errorf("want STORE, got %d arguments", len(pos)))
-	}
-	so, rest, err := takeStoreOpts(opts)
-	if err != nil {
-		return fail(err)
-	}
-	if len(rest) > 0 {
-		return fail(fmt.Errorf("unknown options: %s", strings.Join(rest, ",")))
-	}
+	addOptsFlag(c, &opts, "store options, as for mount: endpoint=URL,region=NAME,path_style,profile=NAME,... (repeatable)")
+	f := c.Flags()
+	f.IntVar(&o.Keep, "keep", 0, "retain the newest `N` checkpoints of each file (0: all)")
+	f.DurationVar(&o.KeepFor, "keep-for", 0, "also retain checkpoints younger than this (e.g. 24h)")
+	f.DurationVar(&o.Grace, "grace", o.Grace, "age before unfinished work no live writer covers counts as abandoned")
+	f.DurationVar(&o.MinAge, "min-age", o.MinAge, "age before an unreferenced finished object is deleted")
+	f.BoolVarP(&o.DryRun, "dry-run", "n", false, "delete nothing; print what would be deleted")
+	return c
+}
+
+// gcRun cleans the volume of spec and prints what it deleted.
+func gcRun(spec string, so storeOpts, o cleaner.Options, stdout, stderr io.Writer) error {
 	ctx := context.Background()
-	st, root, err := openStore(ctx, pos[0], so)
+	st, root, err := openStore(ctx, spec, so)
 	if err == nil {
-		err = checkVolume(ctx, st, root, pos[0], so)
+		err = checkVolume(ctx, st, root, spec, so)
 	}
 	if err != nil {
-		fmt.Fprintf(stderr, "ckptfs gc: %v\n", err)
-		return 1
+		return err
 	}
 	p := newProgress(stderr, "gc: objects examined")
 	o.Progress = p.Add
@@ -157,9 +110,5 @@ func gcMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "%d files, %d checkpoints (%d retained): %s %d objects (%d bytes), kept %d objects (%d bytes), %d uploads aborted, %d objects left alone, %d live writers\n",
 			rep.Files, rep.Checkpoints, rep.Retained, verb, len(rep.Deleted), rep.DeletedBytes(), rep.Kept, rep.KeptBytes, len(rep.Aborted), len(rep.Skipped), rep.Writers)
 	}
-	if err != nil {
-		fmt.Fprintf(stderr, "ckptfs gc: %v\n", err)
-		return 1
-	}
-	return 0
+	return err
 }

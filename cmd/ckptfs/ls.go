@@ -2,12 +2,12 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
-	"io"
 	"os/signal"
 	"syscall"
 	"text/tabwriter"
+
+	"github.com/spf13/cobra"
 
 	"github.com/ckptfs/ckptfs/fs/inspect"
 	"github.com/ckptfs/ckptfs/staging"
@@ -18,11 +18,8 @@ type toolFlags struct {
 	opts []string
 }
 
-func (t *toolFlags) register(fs *flag.FlagSet) {
-	fs.Func("o", "store options: endpoint=URL,region=NAME,path_style,profile=NAME (format: also the tunables)", func(s string) error {
-		t.opts = splitOpts(t.opts, s)
-		return nil
-	})
+func (t *toolFlags) register(c *cobra.Command) {
+	addOptsFlag(c, &t.opts, "store options, as for mount: endpoint=URL,region=NAME,path_style,profile=NAME,... (repeatable)")
 }
 
 // openVolume opens STORE read-only for an offline command.
@@ -53,36 +50,45 @@ func toolContext() (context.Context, context.CancelFunc) {
 	return signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 }
 
-// lsMain is "ckptfs ls [-o ...] STORE [PATH]".
-func lsMain(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("ckptfs ls", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// newLsCmd is "ckptfs ls [-o ...] STORE [PATH]".
+func newLsCmd() *cobra.Command {
 	var tf toolFlags
-	tf.register(fs)
-	if err := fs.Parse(args); err != nil || fs.NArg() < 1 || fs.NArg() > 2 {
-		fmt.Fprintln(stderr, "usage: ckptfs ls [-o name=value,...] STORE [PATH]")
-		return 2
+	c := &cobra.Command{
+		Use:               "ls [flags] STORE [PATH]",
+		Short:             "list a directory of the volume (kind, size, checkpoint, name)",
+		Long:              "ckptfs ls: lists the directory PATH (default the root) of the volume of STORE,\nread from the bucket without mounting: kind, size, checkpoint number, name.",
+		Args:              argsBetween(1, 2, "STORE [PATH]"),
+		ValidArgsFunction: storeCompletion,
+		RunE: func(c *cobra.Command, args []string) error {
+			ctx, cancel := toolContext()
+			defer cancel()
+			v, err := tf.openVolume(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			entries, err := v.List(ctx, argAt(args, 1))
+			if err != nil {
+				return err
+			}
+			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 8, 2, ' ', 0)
+			for _, e := range entries {
+				name := e.Name
+				if e.Target != "" {
+					name += " -> " + e.Target
+				}
+				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", e.Kind, e.Size, e.Cno, name)
+			}
+			return tw.Flush()
+		},
 	}
-	ctx, cancel := toolContext()
-	defer cancel()
-	v, err := tf.openVolume(ctx, fs.Arg(0))
-	if err != nil {
-		fmt.Fprintf(stderr, "ckptfs ls: %v\n", err)
-		return 1
+	tf.register(c)
+	return c
+}
+
+// argAt is args[i], or "" when there are fewer.
+func argAt(args []string, i int) string {
+	if i < len(args) {
+		return args[i]
 	}
-	entries, err := v.List(ctx, fs.Arg(1))
-	if err != nil {
-		fmt.Fprintf(stderr, "ckptfs ls: %v\n", err)
-		return 1
-	}
-	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
-	for _, e := range entries {
-		name := e.Name
-		if e.Target != "" {
-			name += " -> " + e.Target
-		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", e.Kind, e.Size, e.Cno, name)
-	}
-	tw.Flush()
-	return 0
+	return ""
 }

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
@@ -39,38 +40,52 @@ type mountArgs struct {
 	foreground        bool
 }
 
-func parseMountArgs(args []string) (mountArgs, error) {
+// mountFunc runs a parsed mount and returns its exit status, having printed
+// why it failed.
+type mountFunc func(m mountArgs, stdout, stderr io.Writer) int
+
+// newMountCmd is "ckptfs mount", and "mount.ckptfs" (see helperArgs): the
+// flags may come before or after STORE MOUNTPOINT, as mount(8) puts them.
+func newMountCmd(mount mountFunc) *cobra.Command {
 	var m mountArgs
-	var pos []string
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		switch {
-		case a == "-f" || a == "--foreground":
-			m.foreground = true
-		case a == "-o":
-			if i+1 >= len(args) {
-				return m, errors.New("-o needs a value")
+	var sloppy, noMtab, verbose bool
+	c := &cobra.Command{
+		Use:   "mount [flags] STORE MOUNTPOINT",
+		Short: "mount the volume of STORE at MOUNTPOINT",
+		Long: "ckptfs mount: mounts the volume of STORE at MOUNTPOINT.\n\n" +
+			storesText + "\n\n" + mountText + "\n\n" + storeOptsText,
+		Example: "  ckptfs mount -o endpoint=http://127.0.0.1:7070,path_style s3://bucket/vol1 /mnt/vol1\n" +
+			"  mount.ckptfs s3://bucket/vol1 /mnt/vol1 -o _netdev,endpoint=http://127.0.0.1:7070,path_style",
+		Annotations: map[string]string{helpMore: tunablesText()},
+		Args:        argsBetween(2, 2, "STORE and MOUNTPOINT"),
+		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]cobra.Completion, cobra.ShellCompDirective) {
+			if len(args) == 0 {
+				return []cobra.Completion{"s3://", "file:///", "mem://"}, cobra.ShellCompDirectiveNoSpace
 			}
-			i++
-			m.opts = splitOpts(m.opts, args[i])
-		case strings.HasPrefix(a, "-o"):
-			m.opts = splitOpts(m.opts, a[2:])
-		case a == "-n" || a == "-s" || a == "-v":
-			// mount(8) passes these to helpers: no mtab, sloppy, verbose.
-		case a == "--":
-			pos = append(pos, args[i+1:]...)
-			i = len(args)
-		case strings.HasPrefix(a, "-") && len(a) > 1:
-			return m, fmt.Errorf("unknown flag %s", a)
-		default:
-			pos = append(pos, a)
-		}
+			if len(args) == 1 {
+				return nil, cobra.ShellCompDirectiveFilterDirs
+			}
+			return nil, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(c *cobra.Command, args []string) error {
+			m.store, m.mountpoint = args[0], args[1]
+			if code := mount(m, c.OutOrStdout(), c.ErrOrStderr()); code != exitOK {
+				return exitStatus(code)
+			}
+			return nil
+		},
 	}
-	if len(pos) != 2 {
-		return m, fmt.Errorf("want STORE and MOUNTPOINT, got %d arguments", len(pos))
+	addOptsFlag(c, &m.opts, "mount options: store options and tunables (repeatable; see below)")
+	c.Flags().BoolVarP(&m.foreground, "foreground", "f", false, "stay in the foreground (log to stderr unless log_file=)")
+	// mount(8) passes these to helpers: sloppy, no mtab, verbose. They
+	// change nothing here.
+	c.Flags().BoolVarP(&sloppy, "sloppy", "s", false, "ignored (mount(8) passes it)")
+	c.Flags().BoolVarP(&noMtab, "no-mtab", "n", false, "ignored (mount(8) passes it)")
+	c.Flags().BoolVarP(&verbose, "verbose", "v", false, "ignored (mount(8) passes it)")
+	for _, name := range []string{"sloppy", "no-mtab", "verbose"} {
+		c.Flags().MarkHidden(name)
 	}
-	m.store, m.mountpoint = pos[0], pos[1]
-	return m, nil
+	return c
 }
 
 // storeOpts are the -o items that choose and reach the store; they are not
@@ -353,18 +368,9 @@ func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger
 	return fsys, nil
 }
 
-func mountCmd(args []string, helper bool, stdout, stderr io.Writer) int {
-	for _, a := range args {
-		if a == "-h" || a == "--help" {
-			printHelp(stdout)
-			return 0
-		}
-	}
-	m, err := parseMountArgs(args)
-	if err != nil {
-		fmt.Fprintf(stderr, "ckptfs mount: %v\n(see ckptfs mount --help)\n", err)
-		return 2
-	}
+// mountMain mounts, detaching unless m.foreground; a detached mount is
+// this program started again with the same arguments.
+func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	if os.Getenv(daemonEnv) == "" && !m.foreground {
 		return detach(stderr)
 	}

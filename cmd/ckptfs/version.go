@@ -1,9 +1,25 @@
 package main
 
 import (
+	"fmt"
 	"runtime/debug"
 	"strings"
+
+	"github.com/spf13/cobra"
 )
+
+// newVersionCmd is "ckptfs version", the line "ckptfs --version" prints.
+func newVersionCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "print the version (as ckptfs --version)",
+		Args:  argsBetween(0, 0, "no arguments"),
+		RunE: func(c *cobra.Command, _ []string) error {
+			_, err := fmt.Fprintln(c.OutOrStdout(), version())
+			return err
+		},
+	}
+}
 
 // version is one line naming this build: the module version and the VCS
 // commit it was built from ("-modified" when the tree had changes), or

@@ -201,6 +201,11 @@ type File struct {
 	p      Params
 	log    *zap.Logger
 	loader *blockmap.ObjectLoader
+	// space says whose objects the map's names are (lineage.go); linCno is
+	// the lineage of the map f reads now (its head's, carried by every
+	// checkpoint built on it), 0 for none.
+	space  *ObjectSpace
+	linCno atomic.Uint64
 	cache  *blockCache
 	// rd follows sequential readers, fetches ahead of them and shares GETs
 	// between reads (prefetch.go).
@@ -371,6 +376,7 @@ type Stats struct {
 	BytesWritten   int64 // by WriteAt
 	BytesUploaded  int64 // object bytes stored
 	ObjectsWritten int
+	Clones         int // checkpoints made as copies by reference (CloneFrom)
 	LastFlush      FlushTiming
 	// WAL counts the write-ahead log's records since the file took its
 	// lease (zero without the WAL).
@@ -443,7 +449,11 @@ type Options struct {
 	// FileID names the file; objects carry its tag so that an object copied
 	// under another file is refused.
 	FileID string
-	Logger *zap.Logger
+	// FilesPrefix is where the volume keeps its files (the file with id X
+	// at FilesPrefix + X + "/"): a copy by reference reads objects of other
+	// files there. Empty: the prefix, less FileID + "/" when it ends so.
+	FilesPrefix string
+	Logger      *zap.Logger
 	// Budget, when set, is the memory budget this file shares with the other
 	// files of a mount.
 	Budget *Budget
@@ -472,6 +482,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		st:         st,
 		prefix:     prefix,
 		tag:        segment.FileTag(o.FileID),
+		space:      NewObjectSpace(st, o.FilesPrefix, o.FileID, prefix),
 		p:          p,
 		log:        log,
 		cache:      newBlockCache(p.CacheBytes, o.Budget),
@@ -698,7 +709,11 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 	f.head = ino
 	f.headETag = etag
 	if f.loader == nil {
-		f.loader = blockmap.NewObjectLoader(f.st, f.prefix, f.tag, f.format, f.p.NodeCacheBytes)
+		f.loader = blockmap.NewResolvingLoader(f.st, f.prefix, f.tag, f.resolveObject, f.format, f.p.NodeCacheBytes)
+	}
+	if old := f.linCno.Swap(ino.Lineage); old != ino.Lineage {
+		// The same names are other objects now.
+		f.loader.Clear()
 	}
 	f.tree = f.openTree(ino)
 	f.resetSenderLocked(context.Background())
@@ -863,3 +878,15 @@ func (f *File) writable() error {
 }
 
 func (f *File) key(n segment.ObjectName) string { return f.prefix + n.String() }
+
+// resolveObject is where the object name of f's map lies, and its tag: f's
+// own, or that of a file f was copied from (lineage.go).
+func (f *File) resolveObject(ctx context.Context, n segment.ObjectName) (string, uint64, error) {
+	return f.space.Key(ctx, f.linCno.Load(), n)
+}
+
+// readKey is the key a read of object n of f's map gets.
+func (f *File) readKey(ctx context.Context, n segment.ObjectName) (string, error) {
+	key, _, err := f.resolveObject(ctx, n)
+	return key, err
+}

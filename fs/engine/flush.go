@@ -135,6 +135,14 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: gave up after %d attempts: %w", f.prefix, t.Attempts, ce)
 		}
+		if ce.Theirs.Lineage != f.linCno.Load() {
+			// The winner made the file a copy of another (or a file again):
+			// its names mean other objects than ours, so nothing of ours
+			// can be laid over it. The whole file was replaced: it wins.
+			f.rollbackLocked(ce.theirsHead(), ce.theirsETag(), ce.walApplied)
+			t.fill(&c, start, f.s.requests.Load())
+			return t, fmt.Errorf("flush %s: replaced by a copy on another mount: %w", f.prefix, ce)
+		}
 		if err := f.rebaseLocked(ctx, ce.theirsHead(), ce.theirsETag(), ce.walApplied); err != nil {
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: rebase on checkpoint %d: %w", f.prefix, ce.Theirs.Cno, err)
@@ -598,6 +606,8 @@ func (f *File) inodeLocked(cno uint64, committed *blockmap.Tree) segment.Inode {
 		MetaBlockSize: uint32(f.mbs),
 		Parts:         f.nextPart,
 		MtimeNs:       f.mtime.UnixNano(),
+		// Built on the head's map, it names the same objects.
+		Lineage: f.linCno.Load(),
 	}
 	if committed.Height() > 0 {
 		ino.Root = committed.Root()

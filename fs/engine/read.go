@@ -292,6 +292,11 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 		}
 		obj := v.Ptr.Object()
 		o := dataOffset(f.format, bs, v.Ptr.Slot)
+		// Resolved before anything is claimed: a claim is always fetched.
+		key, err := f.readKey(ctx, obj)
+		if err != nil {
+			return err
+		}
 		merge := cur != nil && cur.Object == obj && cur.Off+cur.Len == o && cur.First+uint64(cur.Blocks) == fbn &&
 			cur.Len+bs <= f.p.ReadGetMaxBytes
 		var fl *flight
@@ -323,7 +328,7 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 			return nil
 		}
 		plan.Gets = append(plan.Gets, PlannedGet{
-			Key: f.key(obj), Object: obj, Off: o, Len: bs, First: fbn, Blocks: 1,
+			Key: key, Object: obj, Off: o, Len: bs, First: fbn, Blocks: 1,
 			refs: []blockRef{{fbn, v}},
 		})
 		cur = &plan.Gets[len(plan.Gets)-1]
@@ -413,7 +418,11 @@ func (f *File) fetchBlocks(ctx context.Context, refs []blockRef, bufs [][]byte) 
 			continue
 		}
 		obj := r.v.Ptr.Object()
-		g := PlannedGet{Key: f.key(obj), Object: obj, Off: dataOffset(f.format, bs, r.v.Ptr.Slot), Len: bs,
+		key, err := f.readKey(ctx, obj)
+		if err != nil {
+			return fmt.Errorf("block %d: %w", r.fbn, err)
+		}
+		g := PlannedGet{Key: key, Object: obj, Off: dataOffset(f.format, bs, r.v.Ptr.Slot), Len: bs,
 			First: r.fbn, Blocks: 1, refs: []blockRef{r}}
 		data, err := f.getVerified(ctx, &g)
 		if err != nil {
@@ -457,7 +466,11 @@ func (f *File) BlockPlacement(ctx context.Context, start uint64, n int) ([]Place
 		pl := &out[fbn-start]
 		pl.Hole = false
 		pl.Ptr = v.Ptr
-		pl.Key = f.key(v.Ptr.Object())
+		key, err := f.readKey(ctx, v.Ptr.Object())
+		if err != nil {
+			return err
+		}
+		pl.Key = key
 		pl.Offset = dataOffset(f.format, bs, v.Ptr.Slot)
 		return nil
 	})

@@ -1,0 +1,219 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+)
+
+// Copies by reference. CloneFrom makes an empty file a copy of another file
+// of the same volume without moving its bytes: the copy's checkpoint is the
+// source's latest checkpoint with another number, whose block map is the
+// source's (the same root pointer), so its pointers name the source's
+// objects. A lineage object (segment.Lineage) says, by cno, whose objects
+// those names are: the source's lineage (when the source is itself a copy)
+// followed by the source, up to the checkpoint copied. The copy's own
+// checkpoints are numbered above it, so one name never means two objects;
+// the copy is then written like any file (copy-on-write: a changed block
+// goes into the copy's own objects, and so does the path above it), and the
+// source is never changed by it.
+//
+// A copy costs a fixed number of requests whatever the file's size: a
+// reference marker under every file of the lineage (lineage.go) and the
+// lineage object and part 0 in parallel, then the head. The source is
+// flushed first when it has unpublished changes (and its embedded part 0
+// stored, when the store may not hold it yet), so that the copy holds
+// exactly what the source holds at the call.
+
+// ErrCloneUnsupported: the copy cannot be made by reference (see CloneFrom);
+// the caller copies the bytes instead.
+var ErrCloneUnsupported = errors.New("cannot copy by reference")
+
+// CloneFrom makes f, which must be empty (size 0, nothing written), a copy by
+// reference of src, another file of the same volume opened for reading or
+// writing. It returns an error matching ErrCloneUnsupported, and f is
+// unchanged, when that cannot be done: the same file, either file with the
+// WAL on (its records must hold the bytes), different block sizes or
+// formats, a lineage MaxLineage deep, files of unknown volumes, a source
+// whose changes could not be published, or another writer's head in the way.
+func (f *File) CloneFrom(ctx context.Context, src *File) error {
+	unsupported := func(why string) error {
+		return fmt.Errorf("copy %s into %s: %s: %w", src.prefix, f.prefix, why, ErrCloneUnsupported)
+	}
+	switch {
+	case f == src || f.prefix == src.prefix:
+		return unsupported("the same file")
+	case f.walOn():
+		return unsupported("the write-ahead log holds every byte written")
+	case f.space.files == "" || f.space.files != src.space.files:
+		return unsupported("not files of one volume")
+	case !segment.ValidFileID(src.space.id) || !segment.ValidFileID(f.space.id):
+		return unsupported("file ids that cannot name objects")
+	}
+	sino, sblocks, err := src.publishedForCopy(ctx)
+	if err != nil {
+		return err
+	}
+	if sino.Cno == 0 {
+		return unsupported("the source has no checkpoint")
+	}
+	var lin segment.Lineage
+	if sino.Lineage != 0 {
+		l, err := src.space.Lineage(ctx, sino.Lineage)
+		if err != nil {
+			return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
+		}
+		lin.Entries = append(lin.Entries, l.Entries...)
+	}
+	if len(lin.Entries) >= segment.MaxLineage {
+		return unsupported(fmt.Sprintf("a copy of copies %d deep", len(lin.Entries)))
+	}
+	lin.Entries = append(lin.Entries, segment.LineageEntry{FileID: src.space.id, Upto: sino.Cno})
+
+	unlock, err := f.lockAll(ctx)
+	if err != nil {
+		return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
+	}
+	defer unlock()
+	if err := f.writable(); err != nil {
+		return err
+	}
+	switch {
+	case f.size != 0 || len(f.dirty) != 0:
+		return unsupported("the copy is not empty")
+	case f.format != sino.Format || f.bs != int(sino.DataBlockSize) || f.mbs != int(sino.MetaBlockSize):
+		return unsupported("another format or block size")
+	}
+	// What was sent ahead before the file was emptied is given up.
+	if err := f.settleLocked(ctx); err != nil {
+		return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
+	}
+	cno := max(f.head.Cno, f.usedCno, sino.Cno) + 1
+	f.usedCno = cno
+	lin.FileTag, lin.Cno = f.tag, cno
+	linBody, err := segment.EncodeLineage(lin)
+	if err != nil {
+		return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
+	}
+	ino := sino
+	ino.Cno, ino.Parts, ino.Lineage, ino.MtimeNs = cno, 1, cno, time.Now().UnixNano()
+	base := f.head
+	part0 := &plannedObject{name: segment.ObjectName{Cno: cno, Part: 0}}
+	body, err := f.encode(part0, &base, &ino)
+	if err != nil {
+		return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
+	}
+
+	// The markers, the lineage and part 0 at once; then the head.
+	var c flushCounters
+	var reqs []func() error
+	seen := map[string]bool{f.space.id: true}
+	for _, e := range lin.Entries {
+		if seen[e.FileID] {
+			continue
+		}
+		seen[e.FileID] = true
+		key := RefKey(f.space.FilePrefix(e.FileID), f.space.id)
+		reqs = append(reqs, func() error {
+			c.requests.Add(1)
+			if _, err := f.st.Put(ctx, key, []byte(f.space.id), staging.PutOptions{}); err != nil {
+				return fmt.Errorf("reference marker %s: %w", key, err)
+			}
+			return nil
+		})
+	}
+	linKey := segment.LineageKey(f.prefix, cno)
+	reqs = append(reqs, func() error {
+		c.requests.Add(1)
+		_, err := f.st.Put(ctx, linKey, linBody, staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true}})
+		if errors.Is(err, staging.ErrPrecondition) {
+			// Ours, resent after a lost answer, or another writer's: the
+			// bytes say (a lineage names its checkpoint and its files).
+			got, gerr := segment.ReadLineage(ctx, f.st, f.prefix, f.tag, cno)
+			if gerr == nil {
+				if b, _ := segment.EncodeLineage(got); string(b) == string(linBody) {
+					return nil
+				}
+			}
+			return fmt.Errorf("lineage %s: another writer took checkpoint %d: %w", linKey, cno, errNameTaken)
+		}
+		if err != nil {
+			return fmt.Errorf("lineage %s: %w", linKey, err)
+		}
+		return nil
+	})
+	sem := make(chan struct{}, f.p.Concurrency)
+	reqs = append(reqs, func() error {
+		return f.putObject(ctx, f.key(part0.name), body, sem, &c)
+	})
+	errs := make([]error, len(reqs))
+	var wg sync.WaitGroup
+	for i, r := range reqs {
+		wg.Go(func() { errs[i] = r() })
+	}
+	wg.Wait()
+	f.s.requests.Add(c.requests.Load())
+	if err := errors.Join(errs...); err != nil {
+		if errors.Is(err, errNameTaken) {
+			return fmt.Errorf("copy %s into %s: %w (%w)", src.prefix, f.prefix, err, ErrCloneUnsupported)
+		}
+		return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
+	}
+	hd := segment.Head{FileTag: f.tag, Inode: ino}
+	if sblocks.known {
+		hd.BlocksKnown, hd.Blocks = true, uint64(sblocks.n)
+	}
+	var hc flushCounters
+	etag, err := f.putHead(ctx, hd, f.headETag, walMark{f.w.tracked, f.w.applied}, &hc)
+	f.s.requests.Add(hc.requests.Load())
+	if err != nil {
+		var ce *ConflictError
+		if errors.As(err, &ce) {
+			return fmt.Errorf("copy %s into %s: %w (%w)", src.prefix, f.prefix, err, ErrCloneUnsupported)
+		}
+		return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
+	}
+	f.space.remember(&lin)
+	f.adoptHead(hd, etag)
+	f.wm.release(cno)
+	f.stats.Flushes++
+	f.stats.Clones++
+	f.publishStatLocked()
+	return nil
+}
+
+// publishedForCopy publishes what f holds (when anything changed) and
+// returns its checkpoint, stored whole: the state a copy by reference takes.
+func (f *File) publishedForCopy(ctx context.Context) (segment.Inode, blockCount, error) {
+	unlock, err := f.lockAll(ctx)
+	if err != nil {
+		return segment.Inode{}, blockCount{}, fmt.Errorf("copy %s: %w", f.prefix, err)
+	}
+	defer unlock()
+	if f.changed {
+		if f.walOn() {
+			return segment.Inode{}, blockCount{}, fmt.Errorf("copy %s: changes in its write-ahead log are not published yet: %w", f.prefix, ErrCloneUnsupported)
+		}
+		if err := f.writable(); err != nil {
+			return segment.Inode{}, blockCount{}, fmt.Errorf("copy %s: %w", f.prefix, err)
+		}
+		if _, err := f.flushLocked(ctx); err != nil {
+			return segment.Inode{}, blockCount{}, fmt.Errorf("copy %s: publish it first: %w", f.prefix, err)
+		}
+	}
+	// A head that carries its part 0 may be all there is of it: a copy
+	// points into that object, so it must be stored.
+	var c flushCounters
+	if err := f.startEnsureLocked(ctx, &c)(); err != nil {
+		return segment.Inode{}, blockCount{}, fmt.Errorf("copy %s: %w", f.prefix, err)
+	}
+	f.s.requests.Add(c.requests.Load())
+	count := f.headCount
+	count.known = count.known && count.cno == f.head.Cno
+	return f.head, count, nil
+}
