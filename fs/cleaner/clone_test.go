@@ -1,5 +1,3 @@
-//go:build clonefrom
-
 package cleaner_test
 
 import (
