@@ -323,3 +323,112 @@ func TestUnreadableCopyKeepsFileWhole(t *testing.T) {
 		copyFile(t, st, p, dst, src)
 	})
 }
+
+// contentsAt reads checkpoint cno of file id.
+func contentsAt(t *testing.T, st staging.Store, p engine.Params, id string, cno uint64) []byte {
+	t.Helper()
+	ctx := context.Background()
+	f, err := engine.OpenAt(ctx, st, filePrefix(id), cno, engine.Options{Params: p, FileID: id, FilesPrefix: cleaner.FilesPrefix("")})
+	if err != nil {
+		t.Fatalf("open %s at checkpoint %d: %v", id, cno, err)
+	}
+	defer f.Close()
+	buf := make([]byte, f.Size())
+	n, err := f.ReadAt(ctx, buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		t.Fatalf("read %s at checkpoint %d: %v", id, cno, err)
+	}
+	return buf[:n]
+}
+
+// A copy's older checkpoint, which its own retention keeps, still points at
+// objects of X that its head no longer does: X keeps them, and that
+// checkpoint of the copy reads back.
+func TestCopysOlderCheckpointKeeps(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := params(segment.FormatStream, false)
+	r := rand.New(rand.NewPCG(7, 8))
+	const size = 16 << 10
+	orig := randBytes(r, size)
+	newFileWith(t, st, p, "x", orig)
+	copyFile(t, st, p, "d", "x")
+	d := volFile(t, st, p, "d", false)
+	copied := d.Stat().Cno
+	dNow := randBytes(r, size)
+	writeFlush(t, d, 0, dNow) // the head points at nothing of x
+	d.Close()
+	xNow := overwrite(t, st, p, "x", size, 3, r)
+	rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 2, Grace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Deleted) == 0 {
+		t.Fatal("nothing deleted")
+	}
+	if got := contentsAt(t, st, p, "d", copied); !bytes.Equal(got, orig) {
+		t.Fatalf("the copy's checkpoint %d reads %d bytes that differ from the %d copied", copied, len(got), len(orig))
+	}
+	checkContents(t, st, p, "d", dNow)
+	checkContents(t, st, p, "x", xNow)
+}
+
+// A copy made into a file emptied after a history of its own: names of its
+// old objects may be the same as the names its lineage gives to X's, but
+// they are not the objects its copy points at, and once no retained
+// checkpoint of its own needs them they go.
+func TestCopyIntoAFileWithAHistory(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := params(segment.FormatStream, false)
+	r := rand.New(rand.NewPCG(9, 10))
+	const size = 12 << 10
+	// x's history is longer, so that the names d's lineage gives to x
+	// cover those of d's own first checkpoints.
+	// written whole, then n-1 times a little at the start: the head's map
+	// points into the first checkpoint's objects
+	history := func(id string, n int) []byte {
+		f := volFile(t, st, p, id, true)
+		defer f.Close()
+		data := randBytes(r, size)
+		writeFlush(t, f, 0, data)
+		for range n - 1 {
+			b := randBytes(r, 100)
+			writeFlush(t, f, 0, b)
+			copy(data, b)
+		}
+		return data
+	}
+	xData := history("x", 5)
+	history("d", 2)
+	d := volFile(t, st, p, "d", false)
+	if err := d.Truncate(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	own := cnosUnder(t, st, filePrefix("d"))
+	if len(own) == 0 {
+		t.Fatal("d has no objects of its own")
+	}
+	x := volFile(t, st, p, "x", false)
+	d = volFile(t, st, p, "d", false)
+	if err := d.CloneFrom(ctx, x); err != nil {
+		t.Fatalf("copy x into the emptied d: %v", err)
+	}
+	d.Close()
+	x.Close()
+	if _, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	after := cnosUnder(t, st, filePrefix("d"))
+	for cno, ks := range own {
+		if len(after[cno]) != 0 {
+			t.Errorf("d's own objects of checkpoint %d, which no retained checkpoint of d points at, kept: %v (before %v)", cno, after[cno], ks)
+		}
+	}
+	checkContents(t, st, p, "d", xData)
+	checkContents(t, st, p, "x", xData)
+}

@@ -52,7 +52,8 @@ func TestLineageObjectsAndStaleMarkers(t *testing.T) {
 		elapsed time.Duration
 		writer  bool // a live writer marker covering cno 9
 		// whether each survives: lineage at cno 2 (below the head), at 9
-		// (above), and the marker of a copy without a head
+		// (above), and the markers of a copy without a head and of one
+		// whose lineage does not name the file
 		below, above, marker bool
 	}{
 		{"young", 0, false, false, true, true},
@@ -66,6 +67,13 @@ func TestLineageObjectsAndStaleMarkers(t *testing.T) {
 			above := putLineage(t, st, h.prefix, h.id, 9, "other", 3)
 			marker := engine.RefKey(h.prefix, "ghost")
 			if _, err := st.Put(ctx, marker, nil, staging.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			// A file with a head but no lineage naming this one: its
+			// marker is as stale.
+			writeHistory(t, st, "plain", params(segment.FormatStream, false), 1, 6)
+			plain := engine.RefKey(h.prefix, "plain")
+			if _, err := st.Put(ctx, plain, nil, staging.PutOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			at := time.Now().Add(tc.elapsed)
@@ -85,7 +93,7 @@ func TestLineageObjectsAndStaleMarkers(t *testing.T) {
 			for _, c := range []struct {
 				key  string
 				want bool
-			}{{below, tc.below}, {above, tc.above}, {marker, tc.marker}} {
+			}{{below, tc.below}, {above, tc.above}, {marker, tc.marker}, {plain, tc.marker}} {
 				if got := exists(t, st, c.key); got != c.want {
 					t.Errorf("%s exists %v, want %v (deleted %v)", c.key, got, c.want, rep.Deleted)
 				}
