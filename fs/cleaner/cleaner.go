@@ -97,13 +97,14 @@
 // points at (at its head, a missing object or a corrupt lineage) keeps the
 // file whole this run, reported in Report.Skipped under the marker, and the
 // run goes on: a copy that an earlier run began to reap (head last) is then
-// reaped, and no longer keeps the file. A marker is stale when D has no head or no checkpoint on
-// D's chain has a lineage naming X. A stale marker is deleted once older than
-// Grace, and only if it was not stored again since the listing (a copy that
-// starts again stores it anew); a young one is kept, since its copy may be in
-// progress. Such a copy, whose head is not published yet, points at objects
-// of X's head as the copy read it: X's retention keeps the newest, and MinAge
-// covers one it dropped since, as it covers a reader with a stale head.
+// reaped, and no longer keeps the file. A marker is stale when D has no head
+// or no checkpoint on D's chain has a lineage naming X. A stale marker is
+// deleted once older than Grace, and only if it was not stored again since
+// the listing (a copy that starts again stores it anew); a young one is kept,
+// since its copy may be in progress. Such a copy, whose head is not published
+// yet, points at objects of X's head as the copy read it: X's retention keeps
+// the newest, and MinAge covers one it dropped since, as it covers a reader
+// with a stale head.
 //
 // An orphan that a marker keeps (one not stale, or younger than Grace) is
 // not reaped: it is kept whole and reported (Report.Referenced). Once no
@@ -119,9 +120,10 @@
 // yet published and are never deleted; nor is the lease ("wal/owner").
 //
 // Objects whose name is none of "<cno>.<part>", "inode", "writers/<id>",
-// "wal/...", "lineage/<cno>" and "refs/<id>" are left alone and reported. A file with no head is left alone and reported. Part 0 headers
-// are read with segment.DetectHeader, which looks at the end of the object
-// first, so objects of either layout are handled without knowing it.
+// "wal/...", "lineage/<cno>" and "refs/<id>" are left alone and reported. A
+// file with no head is left alone and reported. Part 0 headers are read with
+// segment.DetectHeader, which looks at the end of the object first, so
+// objects of either layout are handled without knowing it.
 package cleaner
 
 import (
