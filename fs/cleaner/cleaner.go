@@ -184,7 +184,7 @@ type Report struct {
 	KeptBytes   int64
 	Aborted     []staging.Upload
 	Orphans     []string // ids of orphaned files deleted (or that would be)
-	Skipped     []Object // left alone: unknown names, files without a head
+	Skipped     []Object // left alone: unknown names, files without a head, markers of copies that could not be read
 	// Writers counts live writer markers seen: files being written.
 	Writers int
 	// ForCopies are objects kept only because a copy by reference of their
