@@ -107,8 +107,11 @@ func gcRun(spec string, so storeOpts, o cleaner.Options, stdout, stderr io.Write
 		for _, s := range rep.Skipped {
 			fmt.Fprintf(stdout, "left alone %s (%d bytes): %s\n", s.Key, s.Size, s.Reason)
 		}
-		fmt.Fprintf(stdout, "%d files, %d checkpoints (%d retained): %s %d objects (%d bytes), kept %d objects (%d bytes), %d uploads aborted, %d objects left alone, %d live writers\n",
-			rep.Files, rep.Checkpoints, rep.Retained, verb, len(rep.Deleted), rep.DeletedBytes(), rep.Kept, rep.KeptBytes, len(rep.Aborted), len(rep.Skipped), rep.Writers)
+		for _, id := range rep.Referenced {
+			fmt.Fprintf(stdout, "kept orphaned file %s: a copy by reference points into it\n", id)
+		}
+		fmt.Fprintf(stdout, "%d files, %d checkpoints (%d retained): %s %d objects (%d bytes), kept %d objects (%d bytes; %d for copies by reference), %d uploads aborted, %d objects left alone, %d live writers\n",
+			rep.Files, rep.Checkpoints, rep.Retained, verb, len(rep.Deleted), rep.DeletedBytes(), rep.Kept, rep.KeptBytes, len(rep.ForCopies), len(rep.Aborted), len(rep.Skipped), rep.Writers)
 	}
 	return err
 }
