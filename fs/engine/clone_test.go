@@ -287,3 +287,69 @@ func TestCloneForeignLineageRefused(t *testing.T) {
 		t.Fatalf("read through a lineage naming %q: %v", ".", err)
 	}
 }
+
+// A copy under a failing store: each request the copy makes fails once (an
+// error, or an answer lost after it landed). A copy that returns nil reads as
+// the source; one that fails leaves the file empty and writable, and what a
+// later write publishes reads back; the source never changes.
+func TestCloneUnderFaults(t *testing.T) {
+	for _, r := range []staging.Rule{
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "x/" + RefsDir, Nth: 1, Kind: staging.FaultError},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "x/" + RefsDir, Nth: 1, Kind: staging.FaultLostAnswer},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/" + segment.LineageDir, Nth: 1, Kind: staging.FaultError},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/" + segment.LineageDir, Nth: 1, Kind: staging.FaultLostAnswer},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: ".0", Nth: 1, Kind: staging.FaultError},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: ".0", Nth: 1, Kind: staging.FaultLostAnswer},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: "/inode", Nth: 1, Kind: staging.FaultError},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: "/inode", Nth: 1, Kind: staging.FaultLostAnswer},
+	} {
+		t.Run(fmt.Sprintf("%s %s%s %s", r.Op, r.KeyPrefix, r.KeySuffix, r.Kind), func(t *testing.T) {
+			ctx := context.Background()
+			mem := staging.NewMem()
+			faults := staging.NewFaults(mem, 1)
+			p := smallParams(segment.FormatStream)
+			x := createIn(t, faults, "x", p)
+			want := pattern(40000, 1)
+			writeFlush(t, x, want, 0)
+			d := createIn(t, faults, "d", p)
+			faults.Add(r)
+			err := d.CloneFrom(ctx, x)
+			if err == nil {
+				mustEqual(t, "copy", readAll(t, d), want)
+				mustEqual(t, "copy reopened", readAll(t, openIn(t, mem, "d", p)), want)
+			} else {
+				t.Logf("copy failed: %v", err)
+				if d.Size() != 0 {
+					t.Fatalf("a failed copy left %d bytes", d.Size())
+				}
+				own := pattern(3000, 9)
+				writeFlush(t, d, own, 0)
+				mustEqual(t, "the file after a failed copy", readAll(t, openIn(t, mem, "d", p)), own)
+			}
+			mustEqual(t, "source", readAll(t, openIn(t, mem, "x", p)), want)
+		})
+	}
+}
+
+// A lineage that fails to load fails the read that needed it, and is read
+// again by the next one: a failure is not kept.
+func TestCloneLineageReadFailsOnce(t *testing.T) {
+	ctx := context.Background()
+	mem := staging.NewMem()
+	p := smallParams(segment.FormatStream)
+	x := createIn(t, mem, "x", p)
+	want := pattern(40000, 1)
+	writeFlush(t, x, want, 0)
+	d := createIn(t, mem, "d", p)
+	if err := d.CloneFrom(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	faults := staging.NewFaults(mem, 1)
+	faults.Add(staging.Rule{Op: staging.OpGet, KeyPrefix: cloneFiles + "d/" + segment.LineageDir, Nth: 1, Kind: staging.FaultError})
+	d2 := openIn(t, faults, "d", p)
+	buf := make([]byte, len(want))
+	if _, err := d2.ReadAt(ctx, buf, 0); !errors.Is(err, staging.ErrInjected) {
+		t.Fatalf("first read: %v, want the injected error", err)
+	}
+	mustEqual(t, "second read", readAll(t, d2), want)
+}
