@@ -7,6 +7,9 @@
 //
 //	driver -id N -seed S -dir NAME -home MOUNT -other MOUNT [-max-size BYTES]
 //
+// With -copies it also copies a file to a new name inside the home mount
+// with copy_file_range (a copy by reference).
+//
 // Data operations go through the home mount; renames and unlinks through
 // either. Before a change through the other mount the driver waits until
 // that mount shows its directory as the home mount does (another mount's
@@ -31,6 +34,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ckptfs/ckptfs/test/campaign"
 )
 
@@ -52,6 +57,7 @@ type driver struct {
 	out         *os.File
 	stop        chan struct{}
 	seeDeadline time.Duration
+	copies      bool
 }
 
 // errStop ends the run at the first failed operation.
@@ -66,6 +72,7 @@ func main() {
 		other   = flag.String("other", "", "mount point of the other mount")
 		maxSize = flag.Int64("max-size", 4<<20, "largest file")
 		seqBase = flag.Int64("seq-base", 0, "first seq minus one (unique across runs)")
+		copies  = flag.Bool("copies", false, "also copy files to new names (copy_file_range)")
 	)
 	flag.Parse()
 	if *dir == "" || *home == "" || *other == "" || *id < 0 || *id > 255 {
@@ -78,6 +85,7 @@ func main() {
 		seq:   *seqBase,
 		files: map[string]*file{}, out: os.Stdout, stop: make(chan struct{}),
 		seeDeadline: 20 * time.Second,
+		copies:      *copies,
 	}
 	go func() {
 		_, _ = io.Copy(io.Discard, os.Stdin)
@@ -157,6 +165,11 @@ func (d *driver) run() error {
 func (d *driver) pick() string { return fmt.Sprintf("f%d", d.rng.IntN(nameCount)) }
 
 func (d *driver) step() error {
+	if d.copies && d.rng.IntN(25) == 0 {
+		if src, dst, ok := d.pickCopy(); ok {
+			return d.copyFile(src, dst)
+		}
+	}
 	name := d.pick()
 	f := d.files[name]
 	if f == nil || f.fd == nil {
@@ -189,6 +202,66 @@ func (d *driver) step() error {
 		}
 		return d.unlink(name)
 	}
+}
+
+// pickCopy picks an existing file and a name that is free, if there are.
+func (d *driver) pickCopy() (src, dst string, ok bool) {
+	var have, free []string
+	for i := range nameCount {
+		name := fmt.Sprintf("f%d", i)
+		if d.files[name] != nil {
+			have = append(have, name)
+		} else {
+			free = append(free, name)
+		}
+	}
+	if len(have) == 0 || len(free) == 0 {
+		return "", "", false
+	}
+	return have[d.rng.IntN(len(have))], free[d.rng.IntN(len(free))], true
+}
+
+// copyFile copies src to the new name dst with copy_file_range (what
+// coreutils cp does), then fsyncs and closes the copy.
+func (d *driver) copyFile(src, dst string) error {
+	size := d.files[src].size
+	err := d.do("copy", 0, []any{src, dst}, func() ([]any, error) {
+		in, err := os.Open(d.path(0, src))
+		if err != nil {
+			return nil, unwrap(err)
+		}
+		defer in.Close()
+		out, err := os.OpenFile(d.path(0, dst), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return nil, unwrap(err)
+		}
+		var total int64
+		for {
+			n, err := unix.CopyFileRange(int(in.Fd()), nil, int(out.Fd()), nil, 1<<30, 0)
+			if err != nil {
+				out.Close()
+				return nil, unwrap(err)
+			}
+			if n == 0 {
+				break
+			}
+			total += int64(n)
+		}
+		if total != size {
+			out.Close()
+			return nil, syscall.EIO // not the source's size: the test says so
+		}
+		if err := out.Sync(); err != nil {
+			out.Close()
+			return nil, unwrap(err)
+		}
+		return nil, unwrap(out.Close())
+	})
+	if err != nil {
+		return err
+	}
+	d.files[dst] = &file{size: size}
+	return nil
 }
 
 func fsyncErr(f *os.File) error {
