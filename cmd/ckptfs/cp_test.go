@@ -19,6 +19,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
 // randBytes are n reproducible bytes that differ with seed.
@@ -495,6 +496,43 @@ func TestCpFailureLeavesNoTemp(t *testing.T) {
 		}
 		if got := readVol(t, r, "/dst"); !bytes.Equal(got, old) {
 			t.Errorf("local %v: the failed copy changed DST", local)
+		}
+	}
+}
+
+// TestCpS3: on a real S3 server, an imported file and its copy by reference
+// read back exact through the command.
+func TestCpS3(t *testing.T) {
+	c := s3test.Config(t)
+	if c.AccessKey == "" {
+		t.Skip("the server's credentials come from the environment")
+	}
+	t.Setenv("AWS_ACCESS_KEY_ID", c.AccessKey)
+	t.Setenv("AWS_SECRET_ACCESS_KEY", c.SecretKey)
+	opts := "endpoint=" + c.Endpoint + ",path_style"
+	if c.Region != "" {
+		opts += ",region=" + c.Region
+	}
+	store := "s3://" + c.Bucket + "/" + strings.TrimSuffix(c.Prefix, "/")
+	data := randBytes(8, 3<<20+17)
+	local := localFile(t, "w.bin", data)
+	steps := []struct {
+		args []string
+		out  string
+	}{
+		{[]string{"format", "-o", opts, store}, ""},
+		{[]string{"cp", "-o", opts, "--local", store, local, "/w"}, ""},
+		{[]string{"cp", "-o", opts, "-v", store, "/w", "/w2"}, "copied /w -> /w2 by reference\n"},
+	}
+	for _, s := range steps {
+		code, out, errOut := runCp(s.args...)
+		if code != 0 || (s.args[0] == "cp" && out != s.out) {
+			t.Fatalf("%q: exit %d, %q, %q", s.args, code, out, errOut)
+		}
+	}
+	for _, p := range []string{"/w", "/w2"} {
+		if code, out, errOut := runCp("cat", "-o", opts, store, p); code != 0 || out != string(data) {
+			t.Fatalf("cat %s: exit %d, %d bytes (%s)", p, code, len(out), errOut)
 		}
 	}
 }
