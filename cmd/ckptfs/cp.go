@@ -220,7 +220,7 @@ type cpSource struct {
 
 // cpRun makes the copy req asks for, with the volumes open, printing what it
 // did on stdout with -v.
-func cpRun(ctx context.Context, req cpRequest, stdout io.Writer) error {
+func cpRun(ctx context.Context, req cpRequest, stdout io.Writer) (err error) {
 	src, err := req.source(ctx)
 	if err != nil {
 		return err
@@ -241,16 +241,17 @@ func cpRun(ctx context.Context, req cpRequest, stdout io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("create %s in the directory of %s: %w", tmp, req.dstPath, err)
 	}
-	done := false
 	defer func() {
-		if done {
+		if err == nil {
 			return
 		}
 		// The name goes; the file it named is an orphan, whose objects the
 		// cleaner deletes.
 		cctx, cancel := context.WithTimeout(context.Background(), cpCleanupTimeout)
 		defer cancel()
-		_, _ = ns.Unlink(cctx, parent, tmp)
+		if _, uerr := ns.Unlink(cctx, parent, tmp); uerr != nil {
+			err = fmt.Errorf("%w; and the temporary name %s is left: %v", err, tmp, uerr)
+		}
 	}()
 	how, err := req.copyData(ctx, src, node.FileID)
 	if err != nil {
@@ -263,7 +264,6 @@ func cpRun(ctx context.Context, req cpRequest, stdout io.Writer) error {
 	if _, err := ns.Rename(ctx, parent, tmp, parent, name, 0); err != nil {
 		return fmt.Errorf("rename %s over %s: %w", tmp, req.dstPath, err)
 	}
-	done = true
 	if req.verbose {
 		fmt.Fprintf(stdout, "copied %s -> %s %s\n", req.src, req.dstPath, how)
 	}
