@@ -54,8 +54,8 @@ func newCpCmd() *cobra.Command {
 			"Inside one volume the copy is made by reference: it shares SRC's objects and\n" +
 			"costs a fixed number of requests whatever the size (SRC as of its latest\n" +
 			"checkpoint; changes to either file afterwards do not show in the other).\n" +
-			"When that cannot be done (another format or block size, a file written with\n" +
-			"the write-ahead log) the bytes are copied. With --local SRC is a file of this\n" +
+			"When that cannot be done (a copy of copies 16 deep, another writer in the\n" +
+			"way) the bytes are copied; -v says which. With --local SRC is a file of this\n" +
 			"machine, imported; with --from STORE2 SRC is a file of the volume of STORE2:\n" +
 			"both copy the bytes. Only copies inside one volume are by reference.\n\n" +
 			"Prints nothing on success unless -v. Directories are not copied (no -r).",
