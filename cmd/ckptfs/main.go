@@ -29,6 +29,7 @@ const synopsisText = `Synopsis:
   ckptfs ls [-o opts] STORE [PATH]
   ckptfs info [-o opts] [--json] STORE [PATH]
   ckptfs cat [-o opts] [--cno N] [--offset N] [--length N] STORE PATH
+  ckptfs cp [-o opts] [--local | --from STORE2] [-v] STORE SRC DST
   ckptfs fsck [-o opts] STORE [PATH]      (exit 0: all well, 1: problems found)
   ckptfs gc [-o opts] [--keep N] [--keep-for D] [--grace D] [--min-age D] [--dry-run] STORE
   ckptfs bench [--table ...]      (reproduces the seed's tables; ckptfs bench --help)
@@ -167,6 +168,7 @@ func newRootCmd(mount mountFunc, stdout, stderr io.Writer) *cobra.Command {
 		newLsCmd(),
 		newInfoCmd(),
 		newCatCmd(),
+		newCpCmd(),
 		newFsckCmd(),
 		newGcCmd(),
 		newBenchCmd(),
