@@ -29,7 +29,7 @@ func TestCopyByReference(t *testing.T) {
 	need(t, "cp", "cmp", "dd", "sync")
 	v := newVolume(t)
 	var cs *staging.Counting
-	m := v.mountWrapped("", func(st staging.Store) staging.Store { cs = staging.NewCounting(st); return cs })
+	m := v.mountWrapped("metrics=127.0.0.1:0", func(st staging.Store) staging.Store { cs = staging.NewCounting(st); return cs })
 	tmp := t.TempDir()
 	n := size(256<<20, 64<<20)
 	big, small := filepath.Join(tmp, "big"), filepath.Join(tmp, "small")
@@ -57,6 +57,15 @@ func TestCopyByReference(t *testing.T) {
 	run(t, m.dir, "cmp", "big", "big.copy")
 	run(t, m.dir, "cmp", "small", "small.copy")
 	run(t, m.dir, "cmp", big, "big.copy")
+
+	// The metrics count the two copies by reference.
+	samples, err := scrape(m.fsys.MetricsAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := samples[`ckptfs_copy_file_range_total{how="reference"}`]; got != 2 {
+		t.Fatalf("ckptfs_copy_file_range_total{how=\"reference\"} = %v, want 2", got)
+	}
 
 	out, err := runErr(m.dir, "cp", "--reflink=always", "big", "big.reflink")
 	if err == nil || !strings.Contains(out, "not supported") {

@@ -34,6 +34,20 @@ const copyChunk = math.MaxUint32 &^ 4095
 func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64, out *fs.Inode,
 	fhOut fs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
 	n.fsys.touch()
+	sz, errno := n.copyFileRange(ctx, fhIn, offIn, fhOut, offOut, length, flags)
+	switch {
+	case errno == syscall.EOPNOTSUPP:
+		n.fsys.metrics.copies.WithLabelValues("bytes").Inc()
+	case errno == 0 && offIn > 0:
+		n.fsys.metrics.copies.WithLabelValues("piece").Inc()
+	case errno == 0:
+		n.fsys.metrics.copies.WithLabelValues("reference").Inc()
+	}
+	return sz, errno
+}
+
+func (n *node) copyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64,
+	fhOut fs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
 	hin, ok := fhIn.(*handle)
 	hout, ok2 := fhOut.(*handle)
 	if !ok || !ok2 || flags != 0 || n.fsys.cfg.ReadOnly {

@@ -45,6 +45,9 @@ type Metrics struct {
 	flushSeconds   prometheus.Histogram
 	flushSentAhead prometheus.Histogram
 	fuseSeconds    *prometheus.HistogramVec
+	// copies counts copy_file_range requests by outcome: made by
+	// reference, or declined (the kernel copies the bytes).
+	copies *prometheus.CounterVec
 
 	counting *staging.Counting
 	inflight *inflightStore
@@ -68,6 +71,10 @@ func newMetrics(st staging.Store) (*Metrics, staging.Store) {
 		Buckets: prometheus.ExponentialBuckets(64<<10, 4, 12)}) // 64 KiB to 256 GiB
 	m.fuseSeconds = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "ckptfs_fuse_operation_seconds", Help: "Time to answer FUSE requests, by operation.", Buckets: latencyBuckets}, []string{"op"})
+	m.copies = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "ckptfs_copy_file_range_total",
+		Help: "copy_file_range requests: how=reference (a copy by reference), piece (a later piece of one), bytes (declined: the kernel copied the bytes)."},
+		[]string{"how"})
 	storeSeconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "ckptfs_store_request_seconds", Help: "Time of store requests, by operation.", Buckets: latencyBuckets}, []string{"op"})
 	in := &inflightStore{inner: c}
@@ -75,7 +82,7 @@ func newMetrics(st staging.Store) (*Metrics, staging.Store) {
 		in.seconds[op] = storeSeconds.WithLabelValues(op.String())
 	}
 	m.inflight = in
-	m.reg.MustRegister(m.flushSeconds, m.flushSentAhead, m.fuseSeconds, storeSeconds,
+	m.reg.MustRegister(m.flushSeconds, m.flushSentAhead, m.fuseSeconds, storeSeconds, m.copies,
 		&mountCollector{m: m},
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewGoCollector())
