@@ -99,9 +99,16 @@ func TestCopyByReference(t *testing.T) {
 		}
 		t.Logf("gc: %d deleted, %d kept", len(rep.Deleted), rep.Kept)
 	}
-	m2 := v.mount("")
+	m2 := v.mount("metrics=127.0.0.1:0")
 	run(t, m2.dir, "cmp", big, "big.copy2")
 	run(t, m2.dir, "cmp", small, "small.copy")
+	// A copy over a file that has checkpoints of its own (cp opens it with
+	// O_TRUNC) is by reference too.
+	run(t, m2.dir, "cp", "big.copy2", "small.copy")
+	run(t, m2.dir, "cmp", big, "small.copy")
+	if samples, err := scrape(m2.fsys.MetricsAddr()); err != nil || samples[`ckptfs_copy_file_range_total{how="reference"}`] != 1 {
+		t.Fatalf("the copy over an existing file was not by reference: %v, %v", samples[`ckptfs_copy_file_range_total{how="reference"}`], err)
+	}
 	iv, err := inspect.Open(ctx, st, "")
 	if err != nil {
 		t.Fatal(err)
@@ -252,4 +259,27 @@ print("whole", total, open("whole", "rb").read() == src2)
 	if out != "part 70001 50000 True\nwhole 300000 True" {
 		t.Fatalf("copy_file_range: %q", out)
 	}
+}
+
+// TestCopyWithWALCopiesBytes: with wal=on a copy is not by reference (the
+// log must hold every byte); the kernel copies the bytes, which read back.
+func TestCopyWithWALCopiesBytes(t *testing.T) {
+	need(t, "cp", "cmp")
+	v := newVolume(t)
+	m := v.mount("wal=on,metrics=127.0.0.1:0")
+	local := filepath.Join(t.TempDir(), "src")
+	randomFile(t, local, 3<<20)
+	run(t, m.dir, "cp", local, "src")
+	run(t, m.dir, "cp", "src", "copy")
+	run(t, m.dir, "cmp", local, "copy")
+	samples, err := scrape(m.fsys.MetricsAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if samples[`ckptfs_copy_file_range_total{how="bytes"}`] < 1 || samples[`ckptfs_copy_file_range_total{how="reference"}`] != 0 {
+		t.Fatalf("copy with the WAL: %v by reference, %v left to the kernel", samples[`ckptfs_copy_file_range_total{how="reference"}`], samples[`ckptfs_copy_file_range_total{how="bytes"}`])
+	}
+	m.unmount()
+	m2 := v.mount("")
+	run(t, m2.dir, "cmp", local, "copy")
 }
