@@ -64,6 +64,9 @@ type modelRun struct {
 	bigW   int // the largest of the occasional big writes
 	first  uint64
 	flaky  bool // the store fails some requests
+	files  string // where the file and its copies live
+	copies int    // copies tried
+	clones int    // copies made, the run going on with each
 }
 
 func (m *modelRun) fatalf(format string, args ...any) {
@@ -171,6 +174,8 @@ func (m *modelRun) step() {
 		}
 		m.f = f
 		m.checkAll(m.f, m.model)
+	case op == 99: // become a copy by reference of the file (clone.go)
+		m.becomeCopy()
 	default: // an older checkpoint, read-only
 		if len(m.saved) == 0 {
 			return
@@ -193,6 +198,51 @@ func (m *modelRun) step() {
 		}
 		old.Close()
 	}
+}
+
+// becomeCopy copies the file by reference into a new file, which the run
+// goes on with: writes, truncates, flushes, reopens and old checkpoints of a
+// copy, of a copy of a copy, and so on (up to segment.MaxLineage deep),
+// while the files it points into stay as they were.
+func (m *modelRun) becomeCopy() {
+	// The copy publishes what the file holds first: flushed here, the
+	// checkpoint is the model's too.
+	if !m.opts.Params.WAL {
+		m.flush()
+	}
+	m.copies++
+	id := fmt.Sprintf("%s-c%d", m.opts.FileID, m.copies)
+	prefix := m.files + id + "/"
+	opts := m.opts
+	opts.FileID = id
+	g, err := Create(m.ctx, m.st, prefix, opts)
+	if err != nil {
+		if m.flaky {
+			return
+		}
+		m.fatalf("create the copy %s: %v", id, err)
+	}
+	err = g.CloneFrom(m.ctx, m.f)
+	switch {
+	case errors.Is(err, ErrCloneUnsupported):
+		// The WAL, a lineage as deep as allowed, an empty source.
+		g.Close()
+		return
+	case err != nil && m.flaky:
+		g.Close()
+		return
+	case err != nil:
+		m.fatalf("copy into %s: %v", id, err)
+	}
+	m.checkAll(g, m.model)
+	if err := m.f.Close(); err != nil && !m.flaky {
+		m.fatalf("close the source of a copy: %v", err)
+	}
+	m.f, m.prefix, m.opts = g, prefix, opts
+	cno := g.Stat().Cno
+	m.saved = map[uint64][]byte{cno: append([]byte(nil), m.model...)}
+	m.first = cno
+	m.clones++
 }
 
 func (m *modelRun) flush() {
@@ -279,8 +329,9 @@ func runModel(t *testing.T, st staging.Store, p Params, ops int, maxOff int64, b
 func runModelFlaky(t *testing.T, st staging.Store, p Params, ops int, maxOff int64, bigW int, flaky bool) {
 	seed := modelSeed(t)
 	ctx := context.Background()
-	prefix := fmt.Sprintf("model/%d/", seed)
+	files := "model/f/"
 	opts := Options{Params: p, FileID: "model-" + strconv.FormatUint(seed, 10)}
+	prefix := files + opts.FileID + "/"
 	f, err := Create(ctx, st, prefix, opts)
 	for try := 0; err != nil && flaky && try < 50; try++ {
 		f, err = Create(ctx, st, prefix, opts) // the fault fired before the head was stored
@@ -289,13 +340,13 @@ func runModelFlaky(t *testing.T, st staging.Store, p Params, ops int, maxOff int
 		t.Fatalf("create: %v", err)
 	}
 	m := &modelRun{t: t, ctx: ctx, st: st, prefix: prefix, opts: opts, rng: rand.New(rand.NewPCG(seed, 7)),
-		seed: seed, f: f, saved: map[uint64][]byte{0: nil}, maxOff: maxOff, bigW: bigW, flaky: flaky}
+		seed: seed, f: f, saved: map[uint64][]byte{0: nil}, maxOff: maxOff, bigW: bigW, flaky: flaky, files: files}
 	for i := 0; i < ops; i++ {
 		m.step()
 	}
 	m.flush()
 	m.checkAll(m.f, m.model)
-	t.Logf("seed %d: %d ops, %d checkpoints, stats %+v", seed, ops, len(m.saved), m.f.Stats())
+	t.Logf("seed %d: %d ops, %d copies by reference, %d checkpoints, stats %+v", seed, ops, m.clones, len(m.saved), m.f.Stats())
 }
 
 // sendWholeParams send each object whole: targets below one piece, and
