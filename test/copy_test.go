@@ -283,3 +283,21 @@ func TestCopyWithWALCopiesBytes(t *testing.T) {
 	m2 := v.mount("")
 	run(t, m2.dir, "cmp", local, "copy")
 }
+
+// TestCopyReadOnAnotherMount: a copy made on one mount reads on another
+// mount of the volume (which reads its lineage and the source's objects),
+// also after the source is overwritten there.
+func TestCopyReadOnAnotherMount(t *testing.T) {
+	need(t, "cp", "cmp", "dd")
+	v := newVolume(t)
+	a, b := v.mount("ns_refresh=100ms"), v.mount("ns_refresh=100ms")
+	local := filepath.Join(t.TempDir(), "src")
+	randomFile(t, local, 9<<20)
+	run(t, a.dir, "cp", local, "src")
+	run(t, a.dir, "cp", "src", "copy")
+	waitFor(t, 10*time.Second, func() error { _, err := os.Stat(b.path("copy")); return err })
+	run(t, b.dir, "cmp", local, "copy")
+	run(t, b.dir, "dd", "if=/dev/zero", "of=src", "bs=1M", "count=2", "conv=notrunc,fsync", "status=none")
+	run(t, a.dir, "cmp", local, "copy")
+	run(t, b.dir, "cmp", local, "copy")
+}
