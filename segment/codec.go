@@ -11,10 +11,15 @@ import (
 
 // Sizes and limits. These constants are part of the format.
 const (
-	// LayoutVersion is the newest segment layout this build writes and reads.
-	LayoutVersion = 1
-	// HeadVersion is the newest head-object layout this build writes and reads.
-	HeadVersion = 2
+	// LayoutVersion is the newest segment layout this build writes and reads:
+	// 2 is 1 with an inode that names a lineage (a copy by reference),
+	// written exactly then.
+	LayoutVersion = 2
+	// HeadVersion is the newest head-object layout this build writes and reads:
+	// 3 is 2 whose inode names a lineage (a copy by reference), written only
+	// then, so that a build that reads no lineage says the head is newer
+	// than it instead of corrupt.
+	HeadVersion = 3
 
 	HeaderSize       = 256 // bytes of a segment header
 	InodeSize        = 80  // bytes of an encoded Inode
@@ -249,7 +254,8 @@ func DecodeSummary(b []byte) ([]SummaryEntry, error) {
 //
 //	off size field
 //	  0   8  magic "CKPTHEAD"
-//	  8   2  head version (1 or 2; HeadVersion = 2 is written)
+//	  8   2  head version: 1, 2, or 3 (as 2, and the inode names a lineage:
+//	         written exactly when it does)
 //	 10   1  format (1 parted, 2 stream); equals the inode's
 //	 11   1  reserved, zero
 //	 12   4  v2: e, the length of the embedded part 0 (0: none; at most
@@ -305,8 +311,11 @@ func EncodeHead(h Head) ([]byte, error) {
 	}
 	b := make([]byte, HeadSize+len(h.Embed))
 	copy(b, headMagic)
-	v := uint16(HeadVersion)
-	if !h.BlocksKnown && len(h.Embed) == 0 {
+	v := uint16(2)
+	switch {
+	case h.Inode.Lineage != 0:
+		v = 3
+	case !h.BlocksKnown && len(h.Embed) == 0:
 		v = 1
 	}
 	le.PutUint16(b[8:], v)
@@ -375,6 +384,9 @@ func DecodeHead(b []byte) (Head, error) {
 	in, err := DecodeInode(b[24:104])
 	if err != nil {
 		return Head{}, err
+	}
+	if (in.Lineage != 0) != (v == 3) {
+		return Head{}, corrupt(ErrInvalid, "is a version %d head whose inode names lineage %d", v, in.Lineage)
 	}
 	if in == (Inode{}) {
 		return Head{}, corrupt(ErrInvalid, "has a head without an inode")

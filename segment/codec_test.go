@@ -214,7 +214,9 @@ func TestHeadRefusals(t *testing.T) {
 		{"short", func(b []byte) []byte { return b[:100] }, ErrSize},
 		{"long", func(b []byte) []byte { return append(b, 0) }, ErrSize},
 		{"magic", func(b []byte) []byte { b[0] = 'X'; return b }, ErrBadMagic},
-		{"newer version", func(b []byte) []byte { b[8] = 3; resealHead(b); return b }, ErrUnsupported},
+		{"newer version", func(b []byte) []byte { b[8] = HeadVersion + 1; resealHead(b); return b }, ErrUnsupported},
+		{"version 3 without a lineage", func(b []byte) []byte { b[8] = 3; resealHead(b); return b }, ErrInvalid},
+		{"a lineage in a version 2 head", func(b []byte) []byte { b[24+56] = 1; resealHead(b); return b }, ErrInvalid},
 		{"version 0", func(b []byte) []byte { b[8] = 0; resealHead(b); return b }, ErrInvalid},
 		{"checksum", func(b []byte) []byte { b[30] ^= 1; return b }, ErrChecksum},
 		{"reserved 11", func(b []byte) []byte { b[11] = 1; resealHead(b); return b }, ErrInvalid},
@@ -385,7 +387,7 @@ func TestUnsupportedMessage(t *testing.T) {
 	b[8] = 7
 	_, err = DecodeHeader(b)
 	err = withKey(err, "f/x/0000000003.0")
-	const want = "object f/x/0000000003.0 has layout version 7; this build reads up to 1"
+	const want = "object f/x/0000000003.0 has layout version 7; this build reads up to 2"
 	if err == nil || err.Error() != want {
 		t.Fatalf("got %v, want %q", err, want)
 	}

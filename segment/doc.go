@@ -45,7 +45,7 @@
 //
 //	off size field
 //	  0   8  magic "CKPTSEG1"
-//	  8   2  layout version (LayoutVersion = 1)
+//	  8   2  layout version: 1, or 2 when an inode names a lineage
 //	 10   1  format (1 parted, 2 stream): the object's layout
 //	 11   1  flags; bit 0: carries the checkpoint inode (set exactly in part 0)
 //	 12   4  part
@@ -74,7 +74,9 @@
 //	 28   4  parts: highest part number the checkpoint uses, plus one
 //	 32  16  root Ptr: cno u64, part u32, slot u32 (zero exactly when height 0)
 //	 48   8  mtime, Unix nanoseconds (int64)
-//	 56  24  reserved, zero
+//	 56   8  lineage: the cno whose lineage object names the files some
+//	         objects belong to (a copy by reference; lineage.go); 0: none
+//	 64  16  reserved, zero
 //
 // # Summary entry (16 bytes, one per data slot, in slot order)
 //
@@ -93,7 +95,7 @@
 //
 //	off size field
 //	  0   8  magic "CKPTHEAD"
-//	  8   2  head version (1 or 2; HeadVersion = 2 is written)
+//	  8   2  head version: 1, 2, or 3 (as 2, and the inode names a lineage)
 //	 10   1  format (equals the inode's)
 //	 11   1  reserved, zero
 //	 12   4  v2: e, length of the embedded part 0 (0: none); v1: zero

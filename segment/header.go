@@ -221,6 +221,16 @@ func EncodeHeader(h Header) ([]byte, error) {
 	return b, nil
 }
 
+// version is the layout version h is written with: 2 when an inode names a
+// lineage (a copy by reference), so that a build that reads no lineage says
+// the object is newer than it instead of corrupt; 1 otherwise.
+func (h Header) version() uint16 {
+	if h.Base.Lineage != 0 || h.Inode.Lineage != 0 {
+		return 2
+	}
+	return 1
+}
+
 func putHeader(b []byte, h Header) error {
 	if err := h.validate(); err != nil {
 		return fmt.Errorf("encode header of %s: %w", h.Name, err)
@@ -228,7 +238,7 @@ func putHeader(b []byte, h Header) error {
 	b = b[:HeaderSize]
 	clear(b)
 	copy(b[hOffMagic:], headerMagic)
-	le.PutUint16(b[hOffVersion:], LayoutVersion)
+	le.PutUint16(b[hOffVersion:], h.version())
 	b[hOffFormat] = byte(h.Format)
 	if h.HasInode() {
 		b[hOffFlags] = FlagInode
@@ -289,6 +299,9 @@ func DecodeHeader(b []byte) (Header, error) {
 	}
 	if h.Inode, err = DecodeInode(b[hOffInode : hOffInode+InodeSize]); err != nil {
 		return Header{}, err
+	}
+	if v := le.Uint16(b[hOffVersion:]); v != h.version() {
+		return Header{}, corrupt(ErrInvalid, "is a layout version %d header, but its inodes name lineages %d and %d", v, h.Base.Lineage, h.Inode.Lineage)
 	}
 	if flags&FlagInode != 0 && !h.HasInode() {
 		return Header{}, corrupt(ErrInvalid, "has the inode flag but no inode")

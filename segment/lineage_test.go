@@ -136,3 +136,61 @@ func FuzzDecodeLineage(f *testing.F) {
 		}
 	})
 }
+
+// A head whose inode names a lineage is written as version 3 and reads back;
+// any other head stays version 1 or 2 (older builds read it).
+func TestHeadVersionOfALineage(t *testing.T) {
+	ino := Inode{Cno: 9, Size: 4096, Format: FormatStream, Height: 1, DataBlockSize: 4096, MetaBlockSize: 4096,
+		Root: Ptr{Cno: 3, Part: 1}, Parts: 1, Lineage: 9}
+	b, err := EncodeHead(Head{FileTag: 7, Inode: ino, BlocksKnown: true, Blocks: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := le.Uint16(b[8:]); v != 3 {
+		t.Fatalf("head version %d, want 3", v)
+	}
+	hd, err := DecodeHead(b)
+	if err != nil || hd.Inode != ino {
+		t.Fatalf("decoded %+v, %v", hd.Inode, err)
+	}
+	ino.Lineage = 0
+	if b, err = EncodeHead(Head{FileTag: 7, Inode: ino, BlocksKnown: true}); err != nil || le.Uint16(b[8:]) != 2 {
+		t.Fatalf("head without a lineage: version %d, %v", le.Uint16(b[8:]), err)
+	}
+	ino.Lineage = 10
+	if _, err := EncodeHead(Head{FileTag: 7, Inode: ino}); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("a lineage made after its checkpoint: %v", err)
+	}
+}
+
+// A part 0 whose inode names a lineage is layout version 2; a version that
+// does not match its inodes is refused.
+func TestHeaderVersionOfALineage(t *testing.T) {
+	l := Layout{Format: FormatStream, DataBlockSize: 4096, MetaBlockSize: 4096}
+	ino := Inode{Cno: 9, Format: FormatStream, DataBlockSize: 4096, MetaBlockSize: 4096, Parts: 1, Lineage: 9}
+	for _, c := range []struct {
+		lineage uint64
+		want    uint16
+	}{{9, 2}, {0, 1}} {
+		ino.Lineage = c.lineage
+		h, err := NewHeader(ObjectName{Cno: 9}, 7, l, &Inode{}, &ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := EncodeHeader(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := le.Uint16(b[hOffVersion:]); v != c.want {
+			t.Fatalf("lineage %d: layout version %d, want %d", c.lineage, v, c.want)
+		}
+		if got, err := DecodeHeader(b); err != nil || got.Inode != ino {
+			t.Fatalf("lineage %d: decoded %+v, %v", c.lineage, got.Inode, err)
+		}
+		le.PutUint16(b[hOffVersion:], 3-c.want)
+		le.PutUint32(b[hOffCRC:], Checksum(b[:hOffCRC]))
+		if _, err := DecodeHeader(b); !errors.Is(err, ErrInvalid) {
+			t.Fatalf("lineage %d under layout version %d: %v", c.lineage, 3-c.want, err)
+		}
+	}
+}

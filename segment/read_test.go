@@ -337,7 +337,7 @@ func TestUnsupportedOverStore(t *testing.T) {
 		func() error { _, err := DetectHeader(ctx, st, key, ObjectName{Cno: 3}, testTag); return err },
 	} {
 		err := read()
-		const want = "object f/x/0000000003.0 has layout version 7; this build reads up to 1"
+		const want = "object f/x/0000000003.0 has layout version 7; this build reads up to 2"
 		if err == nil || err.Error() != want {
 			t.Fatalf("got %v, want %q", err, want)
 		}
