@@ -27,8 +27,8 @@ import (
 // its own, not by the read (planning may load index nodes from the store),
 // and by that one only (the kernel has several reads of a stream in flight;
 // two planning one stretch would split it into small GETs). A window stops
-// where another stream began ahead of it (readers each reading their part of
-// a file), instead of fetching again what that one reads. A read that is not
+// where another sequential stream began ahead of it (readers each reading
+// their part of a file), instead of fetching again what that one reads. A read that is not
 // sequential reads exactly its blocks; a stream that stops wastes at most its
 // window: twice what it read in a row, and nothing for reads of up to 1 MiB.
 //
@@ -252,9 +252,11 @@ func (f *File) followLocked(ctx context.Context, off, n int64) {
 	// Another stream that began ahead of this one reads what follows its
 	// start (readers each reading their part of one file): this one's
 	// window stops there instead of fetching, again, what that one reads.
+	// Only a stream proved sequential counts: random reads ahead (each
+	// starts a stream) must not cut a sequential reader's window.
 	stop := f.size
 	for _, c := range r.streams {
-		if c != s && c.start >= s.next && c.start < stop {
+		if c != s && c.bytes > prefetchProve && c.start >= s.next && c.start < stop {
 			stop = c.start
 		}
 	}
