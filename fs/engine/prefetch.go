@@ -28,9 +28,10 @@ import (
 // and by that one only (the kernel has several reads of a stream in flight;
 // two planning one stretch would split it into small GETs). A window stops
 // where another sequential stream began ahead of it (readers each reading
-// their part of a file), instead of fetching again what that one reads. A read that is not
-// sequential reads exactly its blocks; a stream that stops wastes at most its
-// window: twice what it read in a row, and nothing for reads of up to 1 MiB.
+// their part of a file), instead of fetching again what that one reads. A
+// read that is not sequential reads exactly its blocks; a stream that stops
+// wastes at most its window: twice what it read in a row, and nothing for
+// reads of up to 1 MiB.
 //
 // Every GET the read path makes is a flight: the blocks it fetches are
 // registered, by pointer and CRC (the block cache's key), before it is sent,
