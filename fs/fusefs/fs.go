@@ -318,9 +318,18 @@ func (fsys *FS) Mount(mountpoint string) error {
 // pages come in 128 KiB READs, one round trip through the mount each; with
 // 1 MiB they come in READs of 1 MiB (up to MaxWrite, which sets the
 // kernel's max_pages) and cost an eighth of the round trips. The setting is
-// the device's read_ahead_kb in sysfs, writable by root only: other mounts
-// keep the default.
+// the device's read_ahead_kb in sysfs, writable by root only: a mount made
+// without root keeps the default.
 func setKernelReadAhead(mountpoint string, n int) error {
+	// The device is the mount's own: never another filesystem's, should the
+	// path not lead to this mount.
+	var sfs unix.Statfs_t
+	if err := unix.Statfs(mountpoint, &sfs); err != nil {
+		return fmt.Errorf("read-ahead of %s: %w", mountpoint, err)
+	}
+	if sfs.Type != unix.FUSE_SUPER_MAGIC {
+		return fmt.Errorf("read-ahead of %s: not a FUSE mount (filesystem type %#x)", mountpoint, sfs.Type)
+	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(mountpoint, &st); err != nil {
 		return fmt.Errorf("read-ahead of %s: %w", mountpoint, err)
