@@ -3,7 +3,9 @@ package staging_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -112,6 +114,63 @@ func BenchmarkLinkDirectory(b *testing.B) {
 	for b.Loop() {
 		if _, err := l.Put(b.Context(), "k", data, staging.PutOptions{}); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkLinkGets keeps a fixed number of ranged GETs of one size in flight
+// on a memory store behind each reference link and reports the total rate:
+// the emulator must carry the link's TotalBps once enough requests are in
+// flight to fill it (TotalBps/PerRequestBps of them, five on general), and not
+// cap below it.
+func BenchmarkLinkGets(b *testing.B) {
+	for _, p := range []staging.LinkProfile{staging.ProfileGeneral, staging.ProfileDirectory} {
+		for _, inflight := range []int{1, 5, 8, 16} {
+			for _, size := range []int{4 << 20, 8 << 20, 16 << 20} {
+				b.Run(fmt.Sprintf("%s/inflight=%d/size=%dMiB", p.Name, inflight, size>>20), func(b *testing.B) {
+					benchLinkGets(b, p, inflight, size)
+				})
+			}
+		}
+	}
+}
+
+func benchLinkGets(b *testing.B, p staging.LinkProfile, inflight, size int) {
+	m := staging.NewMem()
+	const obj = 64 << 20
+	if _, err := m.Put(b.Context(), "k", make([]byte, obj), staging.PutOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	l := staging.NewLink(m, p)
+	// Enough GETs that the ramp (the first latency) is a small part of the
+	// whole: at least 32 per request slot, and at least one second of link.
+	gets := max(32*inflight, int(p.TotalBps/float64(size))+1)
+	b.SetBytes(int64(gets * size))
+	b.ResetTimer()
+	for b.Loop() {
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		errs := make([]error, inflight)
+		for w := range inflight {
+			wg.Go(func() {
+				for {
+					i := int(next.Add(1)) - 1
+					if i >= gets {
+						return
+					}
+					off := int64(i*size) % (obj - int64(size) + 1)
+					if _, _, err := l.Get(b.Context(), "k", staging.Range{Off: off, Len: int64(size)}); err != nil {
+						errs[w] = err
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }

@@ -13,17 +13,25 @@ import (
 // A File follows the sequential streams of its readers (ReadStream) as it
 // follows its writers': a read that starts within seqReadSlack of where a
 // stream ended extends it. Once a stream has read more than prefetchProve
-// bytes in a row (so one read of 1 MiB, which the kernel splits in eight,
-// never starts it), the file fetches ahead of it twice as far as it has read
-// in a row, from prefetchMinWindow up to prefetchMaxWindow: the window
-// doubles each time the stream reads as much again, fast enough that the
-// link is full after a few round trips. It is fetched in pieces of an
-// sixteenth of the window (at most min(read_get_max_bytes, prefetchMaxPiece)),
-// each piece planned by the read planner (so a GET never crosses an object or
-// read_get_max_bytes) and sent at once, at most prefetchInFlight of them in
-// flight per file. A read that is not sequential reads exactly its blocks; a stream
-// that stops wastes at most its window: twice what it read in a row, and
-// nothing for reads of up to 1 MiB.
+// bytes in a row (so one read of 1 MiB never starts it), the file fetches
+// ahead of it twice as far as it has read in a row, from prefetchMinWindow up
+// to prefetchMaxWindow: the window doubles each time the stream reads as much
+// again, fast enough that the link is full after a few round trips. It is
+// fetched in pieces of a prefetchPieces'th of the window (a power of two of
+// blocks, at least prefetchMinPiece, at most min(read_get_max_bytes,
+// prefetchMaxPiece)) cut on a grid of their size in the file, so that they
+// meet objects' ends instead of straddling them; each piece is planned by the
+// read planner (so a GET never crosses an object or read_get_max_bytes) and
+// sent at once, at most prefetchInFlight of them in flight per file. The
+// stretch a read extends the window by is planned and sent by a goroutine of
+// its own, not by the read (planning may load index nodes from the store),
+// and by that one only (the kernel has several reads of a stream in flight;
+// two planning one stretch would split it into small GETs). A window stops
+// where another sequential stream began ahead of it (readers each reading
+// their part of a file), instead of fetching again what that one reads. A
+// read that is not sequential reads exactly its blocks; a stream that stops
+// wastes at most its window: twice what it read in a row, and nothing for
+// reads of up to 1 MiB.
 //
 // Every GET the read path makes is a flight: the blocks it fetches are
 // registered, by pointer and CRC (the block cache's key), before it is sent,
@@ -40,19 +48,26 @@ import (
 // read sees one checkpoint's blocks, those of the map it planned with.
 const (
 	seqReadSlack      = 1 << 20 // the kernel keeps several reads in flight, out of order
-	prefetchProve     = 1 << 20 // sequential bytes before read-ahead starts (more than one 1 MiB read split by the kernel)
+	prefetchProve     = 1 << 20 // sequential bytes before read-ahead starts (more than one read of 1 MiB)
 	prefetchMinWindow = 1 << 20
-	prefetchMaxWindow = 64 << 20
+	prefetchMaxWindow = 128 << 20
 	prefetchMaxPiece  = 8 << 20
+	// prefetchMinPiece keeps the pieces of a small window (a stream that
+	// has just proved sequential) from costing a request's latency for a
+	// few blocks each.
+	prefetchMinPiece = 1 << 20
 	// prefetchPieces is how many pieces a window is fetched in, and
 	// prefetchInFlight how many GETs ahead one file has in flight at once:
 	// each request pays the link's latency before its bytes move, so it
 	// takes more requests than the link's total over one request's
 	// bandwidth to keep it full (the general link, 450 over 90 MB/s with
-	// 30 ms each, carries about 380 MB/s with 8 GETs of 8 MiB in flight and
-	// 420 MB/s with 16 of 4 MiB).
-	prefetchPieces   = 16
-	prefetchInFlight = 16
+	// 30 ms each, carries 348 MB/s with 8 GETs of 4 MiB in flight, 398
+	// with 8 of 8 MiB and 443 with 16 of 4 MiB: BenchmarkLinkGets). The
+	// window holds twice the pieces that may be in flight, so that pieces
+	// landed and not yet read (the reader is not always waiting) do not
+	// leave the link short of requests.
+	prefetchPieces   = 32
+	prefetchInFlight = 24
 	maxReadStreams   = 16
 	// prefetchFileCap bounds what one file holds fetched ahead without a
 	// budget (the engine alone, in tests and tools).
@@ -88,6 +103,7 @@ type slot struct {
 
 // readStream is one sequential reader followed by ReadStream.
 type readStream struct {
+	start   int64 // where it began
 	next    int64 // where the next sequential read starts
 	bytes   int64 // bytes read in a row
 	ahead   int64 // end of what was fetched ahead
@@ -206,7 +222,7 @@ func (f *File) followLocked(ctx context.Context, off, n int64) {
 			r.dropStreamLocked(r.streams[oldest])
 			r.streams = append(r.streams[:oldest], r.streams[oldest+1:]...)
 		}
-		r.streams = append(r.streams, &readStream{next: off + n, bytes: n, ahead: off + n, last: r.tick})
+		r.streams = append(r.streams, &readStream{start: off, next: off + n, bytes: n, ahead: off + n, last: r.tick})
 		r.mu.Unlock()
 		return
 	}
@@ -234,31 +250,77 @@ func (f *File) followLocked(ctx context.Context, off, n int64) {
 	piece := f.pieceBytes(s.window)
 	start := max(s.ahead, off)
 	end := min(s.next+s.window, f.size)
-	if end < f.size {
-		end = start + (end-start)/piece*piece // whole pieces only, but the last
+	// Another stream that began ahead of this one reads what follows its
+	// start (readers each reading their part of one file): this one's
+	// window stops there instead of fetching, again, what that one reads.
+	// Only a stream proved sequential counts: random reads ahead (each
+	// starts a stream) must not cut a sequential reader's window.
+	stop := f.size
+	for _, c := range r.streams {
+		if c != s && c.bytes > prefetchProve && c.start >= s.next && c.start < stop {
+			stop = c.start
+		}
+	}
+	if end >= stop {
+		end = stop
+	} else {
+		end = end / piece * piece // whole pieces of the grid only, but the last
 	}
 	if end <= start {
 		r.mu.Unlock()
 		return
 	}
+	// [start, end) is this read's to fetch: the kernel has several reads of
+	// a stream in flight at once, and two planning the same stretch would
+	// split it between them block by block (their claims interleave) into
+	// many small GETs.
+	s.ahead = end
+	fctx := r.ctx
+	r.wg.Add(1)
 	r.mu.Unlock()
+	go f.planAhead(fctx, s, start, end, piece)
+}
 
-	got := f.fetchAheadLocked(ctx, s, start, end, piece)
-
+// planAhead plans and sends the pieces of [start, end) ahead of stream s (its
+// goroutine, counted by rd.wg; ctx is the readers', which a reset ends). It
+// runs off the read's path: planning blocks far ahead may load index nodes
+// and resolve objects, a round trip to the store each, and a read that
+// needs none of those blocks must not wait for them (on the general link a
+// read stalled 70 ms at every object the window entered).
+func (f *File) planAhead(ctx context.Context, s *readStream, start, end, piece int64) {
+	r := &f.rd
+	defer r.wg.Done()
+	got := start
+	f.mu.RLock()
+	if !f.closed && ctx.Err() == nil {
+		got = f.fetchAheadLocked(ctx, s, start, min(end, f.size), piece)
+	}
+	f.mu.RUnlock()
 	r.mu.Lock()
-	if got > s.ahead {
+	if got < end && s.ahead == end {
+		// Stopped short (the budget): a later read tries again from there.
 		s.ahead = got
 	}
 	r.mu.Unlock()
 }
 
 // pieceBytes is the size of the pieces a window is fetched in: a
-// prefetchPieces'th of it, so that several GETs are in flight, in whole
-// blocks.
+// prefetchPieces'th of it, so that several GETs are in flight, in a power of
+// two of whole blocks. Pieces are cut on a grid of their size in the file,
+// so that a stream's pieces meet the objects' ends where those are on the
+// grid too (objects sent ahead in a power of two of blocks, as by default)
+// instead of each object's end splitting a piece in two short GETs; a
+// smaller piece, while the window grows, divides a larger one.
 func (f *File) pieceBytes(window int64) int64 {
 	bs := int64(f.bs)
-	p := min(window/prefetchPieces, f.p.ReadGetMaxBytes, prefetchMaxPiece)
-	p = p / bs * bs
+	blocks := min(max(window/prefetchPieces, prefetchMinPiece), prefetchMaxPiece) / bs
+	p := bs
+	for p*2 <= blocks*bs {
+		p *= 2
+	}
+	if cap := f.p.ReadGetMaxBytes / bs * bs; p > cap {
+		p = cap
+	}
 	return max(p, bs)
 }
 
@@ -268,7 +330,7 @@ func (f *File) pieceBytes(window int64) int64 {
 func (f *File) fetchAheadLocked(ctx context.Context, s *readStream, start, end, piece int64) int64 {
 	r := &f.rd
 	for a := start; a < end; {
-		b := min(a+piece, end)
+		b := min((a/piece+1)*piece, end) // the grid's next cut
 		plan, err := f.planLocked(ctx, a, b-a, false, nil, claimAhead)
 		if err != nil {
 			// The read itself will meet the error, or not need the blocks.

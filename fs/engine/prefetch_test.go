@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -484,5 +486,129 @@ func TestManyStreamsAtOnce(t *testing.T) {
 	}
 	if used := b.Used(); used != 0 {
 		t.Errorf("a closed file still holds %d bytes of the budget", used)
+	}
+}
+
+// Two reads of one stream in flight at once, as the kernel sends them (each
+// takes the next 128 KiB), with the block map loaded as they go through a
+// link with latency: the stretch ahead is planned by one of them only, in
+// whole pieces, so that the GETs ahead are as many as for one reader alone.
+// (Two planning one stretch at once split it between them block by block, in
+// many small GETs.)
+func TestConcurrentReadsOfOneStreamFetchWholePieces(t *testing.T) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	const size = 40 << 20
+	want := storedFile(t, mem, "c/", p, size, 11)
+	slow := staging.LinkProfile{Name: "slow", Latency: 10 * time.Millisecond}
+	open := func() (*File, *staging.Counting) {
+		c := staging.NewCounting(staging.NewLink(mem, slow))
+		f, err := Open(context.Background(), c, "c/", Options{Params: p, FileID: "c/"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f, c
+	}
+	one, _ := open()
+	if got := streamRead(t, one, 0, 128<<10); !bytes.Equal(got, want) {
+		t.Fatal("read is not what was written")
+	}
+	alone := one.ReadStats()
+	if err := one.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	f, _ := open()
+	defer f.Close()
+	var next atomic.Int64
+	const chunk = 128 << 10
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for k := range 2 {
+		wg.Go(func() {
+			buf := make([]byte, chunk)
+			for {
+				off := next.Add(chunk) - chunk
+				if off >= size {
+					return
+				}
+				if _, err := f.ReadStream(context.Background(), buf, off); err != nil && !errors.Is(err, io.EOF) {
+					errs[k] = err
+					return
+				}
+				if !bytes.Equal(buf, want[off:off+chunk]) {
+					errs[k] = fmt.Errorf("read at %d is not what was written", off)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := f.ReadStats()
+	t.Logf("one reader: %d GETs ahead; two reads at once: %d", alone.GetsAhead, st.GetsAhead)
+	if st.GetsAhead == 0 {
+		t.Fatalf("nothing fetched ahead: %+v", st)
+	}
+	if st.GetsAhead > alone.GetsAhead+2 {
+		t.Errorf("two reads at once sent %d GETs ahead (%d bytes each on average); one reader sends %d",
+			st.GetsAhead, st.BytesAhead/st.GetsAhead, alone.GetsAhead)
+	}
+}
+
+// Readers each reading their part of one file at once (restoring a file in
+// parallel): a stream's window stops where the next part's reader began, so
+// that no part is fetched twice.
+func TestReadersOfPartsFetchEachOnce(t *testing.T) {
+	mem := staging.NewMem()
+	p := restoreParams()
+	const size = 40 << 20
+	const parts = 4
+	const each = size / parts
+	want := storedFile(t, mem, "parts/", p, size, 12)
+	f, _, c := openCounted(t, mem, "parts/", p, nil)
+	defer f.Close()
+	var wg sync.WaitGroup
+	errs := make([]error, parts)
+	// Every part's reader begins before any reads far: the window of one
+	// never meets a part whose reader has not started.
+	var started sync.WaitGroup
+	started.Add(parts)
+	for k := range parts {
+		wg.Go(func() {
+			buf := make([]byte, 128<<10)
+			for off := int64(k * each); off < int64((k+1)*each); off += int64(len(buf)) {
+				_, err := f.ReadStream(context.Background(), buf, off)
+				if off == int64(k*each) {
+					started.Done()
+					started.Wait()
+				}
+				if err != nil && !errors.Is(err, io.EOF) {
+					errs[k] = err
+					return
+				}
+				if !bytes.Equal(buf, want[off:off+int64(len(buf))]) {
+					errs[k] = fmt.Errorf("read at %d is not what was written", off)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	st := f.ReadStats()
+	if st.GetsAhead == 0 {
+		t.Fatalf("nothing fetched ahead: %+v", st)
+	}
+	if rx := c.Snapshot().Op(staging.OpGet).BytesReceived; rx != size {
+		t.Errorf("%d readers of a part each fetched %d bytes for %d read (%d fetched ahead)", parts, rx, size, st.BytesAhead)
 	}
 }

@@ -40,9 +40,10 @@
 // flush) stays in the table until a later flush succeeds: dropping it would
 // lose acknowledged data.
 //
-// A handle that reads sequentially reads ahead through the engine in 4 MiB
-// windows: the kernel asks for 128 KiB at a time, and one ranged GET per
-// 128 KiB would spend most of its time on the request.
+// A handle that reads sequentially reads ahead through the engine (up to
+// 128 MiB ahead, in ranged GETs of 4 MiB): the kernel asks for 1 MiB at a
+// time (the mount raises its read-ahead from 128 KiB), and one ranged GET
+// per kernel read would spend most of its time on the request.
 //
 // Files are never opened with direct_io, so the page cache serves shared
 // mmap (reads and writes) as on a local filesystem.

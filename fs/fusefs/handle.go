@@ -96,7 +96,8 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 }
 
 // Read reads through the engine's stream reader: the kernel asks for at
-// most 128 KiB at a time, and the engine follows sequential readers and
+// most 1 MiB at a time (128 KiB where the mount could not raise its
+// read-ahead: setKernelReadAhead), and the engine follows sequential readers and
 // fetches ahead of them (several ranged GETs in flight, the window growing as
 // the stream goes on), so that these reads are served from memory; other
 // reads fetch exactly their blocks.
