@@ -168,6 +168,7 @@ func (s *campaignStats) add(o campaignStats) {
 	s.writes += o.writes
 	s.bytesWritten += o.bytesWritten
 	s.fsyncs += o.fsyncs
+	s.copies += o.copies
 	s.kills += o.kills
 	s.eio += o.eio
 	s.eintr += o.eintr
