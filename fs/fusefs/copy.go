@@ -19,7 +19,7 @@ var _ fs.NodeCopyFileRanger = (*node)(nil)
 const copyChunk = math.MaxUint32 &^ 4095
 
 // CopyFileRange answers copy_file_range(2) between two files of this mount
-// (coreutils cp, Python's shutil.copyfile) by reference when it copies a
+// (coreutils cp; Python from 3.14 in shutil.copyfile) by reference when it copies a
 // whole file into an empty one: the copy's checkpoint points at the source's
 // objects (engine.CloneFrom) and no data crosses the link. A file larger
 // than one answer is asked for in pieces: the first makes the whole copy,
