@@ -63,7 +63,7 @@ type modelRun struct {
 	maxOff int64
 	bigW   int // the largest of the occasional big writes
 	first  uint64
-	flaky  bool // the store fails some requests
+	flaky  bool   // the store fails some requests
 	files  string // where the file and its copies live
 	copies int    // copies tried
 	clones int    // copies made, the run going on with each
