@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/test/seedbench"
 )
@@ -167,6 +168,7 @@ func runBench(ctx context.Context, c benchConfig, argv []string, stdout, stderr 
 		switch t {
 		case "buys":
 			rows, err := seedbench.Buys(ctx, seedbench.BuysConfig{Size: c.size, Rates: c.rates, Profiles: c.profiles,
+				Variants: append(seedbench.BuysVariants(), mountVariant()),
 				Progress: func(r seedbench.BuysRow) {
 					fmt.Fprintf(stderr, "buys: %s %.0f MB/s %s: flush %.2f s, %d objects\n", r.Profile, r.Rate/1e6, r.Variant.Name, r.Flush.Seconds(), r.Objects)
 				}})
@@ -255,4 +257,12 @@ func sizeText(n int64) string {
 		return fmt.Sprintf("%d GiB", n/seedbench.GiB)
 	}
 	return fmt.Sprintf("%d MiB", n/seedbench.MiB)
+}
+
+// mountVariant is the last column of the buys table: what a mount on this
+// machine writes with no option given (config.MountDefault), so that the
+// flush a user's fsync waits for is measured against its limit too.
+func mountVariant() seedbench.Variant {
+	p := fusefs.Params(config.MountDefault(config.TotalRAM()))
+	return seedbench.Variant{Name: "mount", Format: p.Format, Target: p.StreamSegmentBytes, Params: &p}
 }

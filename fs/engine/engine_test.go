@@ -153,7 +153,13 @@ func TestTwoWriters(t *testing.T) {
 			if _, err := a.Flush(ctx); err != nil {
 				t.Fatalf("first flush: %v", err)
 			}
+			foreign := b.ForeignChanges()
 			_, err := b.Flush(ctx)
+			// Rolled back to the winner or merged with it: b's content is
+			// not only its own writes any more.
+			if b.ForeignChanges() == foreign {
+				t.Fatalf("ForeignChanges did not move when the flush met another writer's checkpoint (%v)", err)
+			}
 			fresh := func() []byte { return readAll(t, mustOpen(t, st, "w/", p)) }
 			switch policy {
 			case ConflictFailFast:
@@ -179,6 +185,50 @@ func TestTwoWriters(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestForeignChangesOwnWork: a file's own writes, truncates and flushes do
+// not count as foreign changes; a rollback and a copy by reference do.
+func TestForeignChangesOwnWork(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := smallParams(segment.FormatStream)
+	f := createIn(t, st, "o", p)
+	storeEmptyHead(t, f)
+	src := createIn(t, st, "s", p)
+	writeFlush(t, src, pattern(5000, 7), 0)
+	start := f.ForeignChanges()
+	steps := []struct {
+		name  string
+		do    func() error
+		moves bool
+	}{
+		{"write", func() error { _, err := f.WriteAt(ctx, pattern(3*p.DataBlockSize, 5), 0); return err }, false},
+		{"flush", func() error { _, err := f.Flush(ctx); return err }, false},
+		{"truncate", func() error { return f.Truncate(ctx, 100) }, false},
+		{"flush again", func() error { _, err := f.Flush(ctx); return err }, false},
+		{"write, then rollback", func() error {
+			if _, err := f.WriteAt(ctx, pattern(10, 6), 0); err != nil {
+				return err
+			}
+			return f.Rollback(ctx)
+		}, true},
+		{"emptied, then a copy by reference", func() error {
+			if err := f.Truncate(ctx, 0); err != nil {
+				return err
+			}
+			return f.CloneFrom(ctx, src)
+		}, true},
+	}
+	for _, s := range steps {
+		before := f.ForeignChanges()
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if moved := f.ForeignChanges() != before; moved != s.moves {
+			t.Fatalf("%s: ForeignChanges moved %v, want %v (from %d)", s.name, moved, s.moves, start)
+		}
 	}
 }
 

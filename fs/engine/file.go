@@ -207,6 +207,9 @@ type File struct {
 	space  *ObjectSpace
 	linCno atomic.Uint64
 	cache  *blockCache
+	// foreign counts the times f took content that its own writes did not
+	// make (ForeignChanges).
+	foreign atomic.Uint64
 	// rd follows sequential readers, fetches ahead of them and shares GETs
 	// between reads (prefetch.go).
 	rd readers
@@ -701,6 +704,7 @@ func (f *File) checkpointsFrom(ctx context.Context, limit int) ([]Checkpoint, er
 // adopt makes ino (with head ETag etag) the state of f: nothing dirty.
 // Callers hold mu exclusively (or own f alone).
 func (f *File) adopt(ino segment.Inode, etag string) {
+	f.foreign.Add(1)
 	f.format = ino.Format
 	f.bs = int(ino.DataBlockSize)
 	f.mbs = int(ino.MetaBlockSize)
@@ -775,6 +779,14 @@ func (f *File) resetSince() {
 	f.s.unsent = make(map[uint64]struct{})
 	f.s.unsentB, f.s.sentB, f.s.deadB, f.s.flushB = 0, 0, 0, 0
 }
+
+// ForeignChanges counts the times the file's content changed other than by
+// its own writes and truncates: it took a head (the open, a rollback, a
+// reload, a copy by reference) or merged another writer's checkpoint into
+// its own. A cache of the file's bytes filled through f (the kernel's pages)
+// is exact while the count stays where it was when the cache was known
+// exact; once it moves, some cached bytes may be of another checkpoint.
+func (f *File) ForeignChanges() uint64 { return f.foreign.Load() }
 
 // Stat returns the file's state as the last change left it. It never waits
 // for mu: a flush in progress shows the state before it (Dirty, the old

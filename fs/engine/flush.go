@@ -715,6 +715,7 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 			return err
 		}
 	}
+	f.foreign.Add(1) // their blocks, where this writer wrote none
 	f.tree = t
 	f.head = theirs
 	f.headETag = etag

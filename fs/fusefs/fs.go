@@ -73,6 +73,9 @@ type FS struct {
 	files   map[string]*openFile // by file id; GUARDED_BY(mu)
 	orphans map[string]struct{}  // ids of files whose last name went here; GUARDED_BY(mu)
 	heads   *headCache           // last head seen of closed files; GUARDED_BY(mu)
+	// pageCnos: the checkpoint the kernel's pages of a closed file hold,
+	// by file id (pagecache.go); GUARDED_BY(mu).
+	pageCnos map[string]uint64
 
 	// tasks are the head reads and prefetches the mount's requests start;
 	// Close waits for them.
@@ -120,6 +123,9 @@ type openFile struct {
 	// attrs are the attribute changes made with setAttrLater that the
 	// next fsync or close waits for; GUARDED_BY(FS.mu).
 	attrs []*namespace.Pending
+	// pages is what is known of the kernel's pages of the file
+	// (pagecache.go); GUARDED_BY(FS.mu).
+	pages pagesState
 }
 
 // headInfo is what the kernel needs of a file that is not open.
@@ -176,6 +182,7 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		budget: engine.NewBudget(budget), fsName: o.FsName,
 		ctx: fctx, cancel: cancel,
 		files: make(map[string]*openFile), orphans: make(map[string]struct{}), heads: newHeadCache(headCacheEntries),
+		pageCnos:    make(map[string]uint64),
 		prefetchSem: make(chan struct{}, prefetchConcurrency), wake: make(chan struct{}, 1),
 		metrics: metrics,
 	}
@@ -246,13 +253,19 @@ func (fsys *FS) Mount(mountpoint string) error {
 		EntryTimeout: &timeout,
 		AttrTimeout:  &timeout,
 		MountOptions: fuse.MountOptions{
-			FsName:               fsys.fsName,
-			Name:                 "ckptfs",
-			DirectMount:          direct,
-			DirectMountFlags:     flags,
-			AllowOther:           c.AllowOther || c.AllowRoot,
-			MaxWrite:             1 << 20,
-			MaxReadAhead:         1 << 20,
+			FsName:           fsys.fsName,
+			Name:             "ckptfs",
+			DirectMount:      direct,
+			DirectMountFlags: flags,
+			AllowOther:       c.AllowOther || c.AllowRoot,
+			MaxWrite:         1 << 20,
+			MaxReadAhead:     1 << 20,
+			// Replies to reads are bytes in memory, never a file to
+			// splice from: without this, go-fuse tries a splice for each
+			// (three wasted system calls, and a failure logged for every
+			// 1 MiB reply, larger than a pipe may grow) before it writes
+			// the bytes.
+			DisableSplice:        true,
 			EnableSymlinkCaching: true,
 			Options:              kopts,
 		},
@@ -724,7 +737,9 @@ func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
 // adopt registers f, just created, as the open engine of file id with one
 // reference.
 func (fsys *FS) adopt(id string, f *engine.File) *openFile {
-	of := &openFile{id: id, ready: make(chan struct{}), f: f, refs: 1}
+	// A new file's inode has no pages in the kernel yet: they are exact.
+	of := &openFile{id: id, ready: make(chan struct{}), f: f, refs: 1,
+		pages: pagesState{known: true, foreign: f.ForeignChanges()}}
 	close(of.ready)
 	fsys.mu.Lock()
 	fsys.files[id] = of
@@ -771,6 +786,7 @@ func (fsys *FS) closeIfIdle(of *openFile) {
 	if fsys.files[of.id] == of {
 		delete(fsys.files, of.id)
 	}
+	fsys.pagesClosedLocked(of, orphan)
 	if !orphan {
 		st := of.f.Stat()
 		h := statHead(st)

@@ -113,6 +113,7 @@ func (m *Metrics) recordFlush(t engine.FlushTiming, err error) {
 func (fsys *FS) flush(ctx context.Context, of *openFile) (engine.FlushTiming, error) {
 	t, err := of.f.Flush(ctx)
 	fsys.metrics.recordFlush(t, err)
+	fsys.dropStalePages(of)
 	return t, err
 }
 

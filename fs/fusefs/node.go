@@ -360,7 +360,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 			return nil, 0, n.fsys.errnoOf("open "+n.where(""), err)
 		}
 	}
-	return h, 0, 0
+	return h, n.fsys.openFlags(of, n.EmbeddedInode(), flags), 0
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
@@ -391,6 +391,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		n.fsys.release(ctx, of, false)
 		return nil, nil, 0, errno
 	}
+	n.fsys.mu.Lock()
+	of.pages.noteLocked(ch)
+	n.fsys.mu.Unlock()
 	return ch, newHandle(n.fsys, of, flags), 0, 0
 }
 

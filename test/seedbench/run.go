@@ -35,6 +35,9 @@ type Variant struct {
 	Name   string
 	Format segment.Format
 	Target int64 // StreamSegmentBytes; 0 under Parted
+	// Params, when set, are the variant's whole parameters (a mount's
+	// defaults), used as they are instead of the seed's.
+	Params *engine.Params
 }
 
 // Parted is PartedSegment: everything is written at the flush.
@@ -67,6 +70,9 @@ func sizeName(n int64) string {
 // dirty-data limit raised: objects of at most 1 GiB, 16 MiB pieces, 8 in
 // flight, 4 KiB data and meta blocks (the engine's defaults).
 func BenchParams(v Variant) engine.Params {
+	if v.Params != nil {
+		return *v.Params
+	}
 	p := engine.DefaultParams()
 	p.Format = v.Format
 	p.StreamSegmentBytes = v.Target
