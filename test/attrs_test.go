@@ -146,3 +146,50 @@ func TestAttrsOfOpenFileFailureFailsClose(t *testing.T) {
 		t.Fatalf("the data reads %q, %v", b, err)
 	}
 }
+
+// TestCtimeFollowsChanges: st_ctime moves with every change of the file, its
+// data included (a write changes mtime and ctime, POSIX), and never falls
+// behind st_mtime unless a program set the mtime ahead.
+func TestCtimeFollowsChanges(t *testing.T) {
+	need(t, "dd", "touch", "chmod")
+	v := newVolume(t)
+	m := v.mount("")
+	path := m.path("f")
+	times := func(what string) (mtime, ctime int64) {
+		t.Helper()
+		var st syscall.Stat_t
+		if err := syscall.Stat(path, &st); err != nil {
+			t.Fatal(err)
+		}
+		mtime, ctime = st.Mtim.Nano(), st.Ctim.Nano()
+		t.Logf("%s: mtime %d, ctime %d", what, mtime, ctime)
+		return mtime, ctime
+	}
+	if err := os.WriteFile(path, []byte("first"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, c0 := times("created")
+	time.Sleep(20 * time.Millisecond)
+	run(t, m.dir, "dd", "if=/dev/zero", "of=f", "bs=4k", "count=1", "seek=1", "conv=notrunc,fsync", "status=none")
+	m1, c1 := times("written")
+	if c1 <= c0 || c1 < m1 {
+		t.Fatalf("after a write: ctime %d (before: %d), mtime %d; want ctime past the old one and not behind mtime", c1, c0, m1)
+	}
+	time.Sleep(20 * time.Millisecond)
+	run(t, m.dir, "chmod", "600", "f")
+	m2, c2 := times("chmod")
+	if c2 <= c1 || m2 != m1 {
+		t.Fatalf("after chmod: ctime %d (before: %d), mtime %d (before: %d); want ctime moved, mtime kept", c2, c1, m2, m1)
+	}
+	run(t, m.dir, "touch", "-m", "-d", "2001-01-01 00:00:00 UTC", "f")
+	m3, c3 := times("mtime set into the past")
+	if m3 != time.Date(2001, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano() || c3 <= c2 {
+		t.Fatalf("after touch -m -d 2001: mtime %d, ctime %d (before: %d)", m3, c3, c2)
+	}
+	time.Sleep(20 * time.Millisecond)
+	run(t, m.dir, "dd", "if=/dev/zero", "of=f", "bs=4k", "count=1", "conv=notrunc,fsync", "status=none")
+	m4, c4 := times("written again")
+	if m4 <= c3 || c4 < m4 {
+		t.Fatalf("after a write: mtime %d, ctime %d (the set before: %d); want both at the write", m4, c4, c3)
+	}
+}

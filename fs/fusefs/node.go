@@ -85,7 +85,7 @@ func (fsys *FS) fillAttr(ctx context.Context, n namespace.Node, out *fuse.Attr) 
 	out.Nlink = n.Nlink
 	out.Uid, out.Gid = n.Uid, n.Gid
 	out.Blksize = 4096
-	mtime := n.MtimeNs
+	mtime, ctime := n.MtimeNs, n.CtimeNs
 	var blocks uint64
 	var known bool
 	switch n.Kind {
@@ -97,7 +97,10 @@ func (fsys *FS) fillAttr(ctx context.Context, n namespace.Node, out *fuse.Attr) 
 		out.Size = uint64(h.size)
 		blocks, known = h.blocks, h.blocksKnown
 		if h.mtime > n.MtimeSetNs {
+			// A write after the last explicit set: it changed the
+			// ctime too (POSIX), at the time it changed the mtime.
 			mtime = h.mtime
+			ctime = max(ctime, h.mtime)
 		}
 	case namespace.KindSymlink:
 		out.Size = uint64(len(n.Target))
@@ -110,7 +113,7 @@ func (fsys *FS) fillAttr(ctx context.Context, n namespace.Node, out *fuse.Attr) 
 	}
 	setTime(&out.Atime, &out.Atimensec, n.AtimeNs)
 	setTime(&out.Mtime, &out.Mtimensec, mtime)
-	setTime(&out.Ctime, &out.Ctimensec, n.CtimeNs)
+	setTime(&out.Ctime, &out.Ctimensec, ctime)
 	return 0
 }
 
