@@ -100,13 +100,16 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 // read-ahead: setKernelReadAhead), and the engine follows sequential readers and
 // fetches ahead of them (several ranged GETs in flight, the window growing as
 // the stream goes on), so that these reads are served from memory; other
-// reads fetch exactly their blocks.
+// reads fetch exactly their blocks. A read wholly inside one piece fetched
+// ahead is answered with the piece's own bytes (ReadStreamView), not a copy
+// of them in dest: go-fuse only writes them to the device, and they are
+// never changed.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	n, err := h.of.f.ReadStream(ctx, dest, off)
+	b, err := h.of.f.ReadStreamView(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, h.fsys.errnoOf("read file "+h.of.id, err)
 	}
-	return fuse.ReadResultData(dest[:n]), 0
+	return fuse.ReadResultData(b), 0
 }
 
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
