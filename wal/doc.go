@@ -56,6 +56,13 @@
 // Trailer (4 bytes): CRC-32C (Castagnoli, segment.Checksum) of every byte
 // before it.
 //
+// A record is at most MaxRecordSize (32 MiB) bytes, header to trailer: a
+// reader refuses a larger object before reading its body (one ranged GET
+// of 64 KiB tells its size), and Append refuses ops that would make one
+// (ErrRecordTooLarge; the engine appends writes of at most 1 MiB, and
+// BatchBytes is at most MaxRecordSize). The owner object is read the same
+// way, bounded to 64 KiB.
+//
 // A record is exactly the sum of its parts: Decode refuses trailing bytes,
 // so a record has one encoding and a decoded record re-encodes to its bytes.
 //

@@ -24,6 +24,9 @@ var (
 	ErrTaken = errors.New("wal record taken by another writer")
 	// ErrLeaseLost: another writer took the lease; the log appends no more.
 	ErrLeaseLost = errors.New("wal lease lost")
+	// ErrRecordTooLarge: the ops of one Append would make a record over
+	// MaxRecordSize.
+	ErrRecordTooLarge = errors.New("wal record too large")
 	// ErrClosed: the log was closed.
 	ErrClosed = errors.New("wal closed")
 )

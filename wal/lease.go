@@ -194,7 +194,7 @@ func (me self) gone(o OwnerInfo) bool {
 // (replay and publish its records) asks this first.
 func Held(ctx context.Context, st staging.Store, prefix string) (bool, error) {
 	key := prefix + Dir + OwnerName
-	b, _, err := st.Get(ctx, key, staging.Whole())
+	b, _, err := staging.GetLimited(ctx, st, key, maxOwnerBytes)
 	if errors.Is(err, staging.ErrNotFound) {
 		return false, nil
 	}

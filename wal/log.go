@@ -23,9 +23,6 @@ const (
 	DefaultLeaseTTL    = 30 * time.Second
 )
 
-// maxBatchBytes is the largest object one PUT may store on S3.
-const maxBatchBytes = 5 << 30
-
 // writeIDMeta is the metadata naming the writer of a record, as on every
 // object ckptfs creates with If-None-Match.
 const writeIDMeta = "ckptfs-write"
@@ -33,7 +30,7 @@ const writeIDMeta = "ckptfs-write"
 // Options configure a Log.
 type Options struct {
 	Tag         uint64        // file tag carried by records
-	BatchBytes  int           // a record holds ops up to this many encoded bytes (0: 16 MiB); a single Append larger goes alone
+	BatchBytes  int           // a record holds ops up to this many encoded bytes (0: 16 MiB, at most MaxRecordSize); a single Append larger goes alone
 	MaxInFlight int           // records being PUT at once (0: 4)
 	LeaseTTL    time.Duration // (0: 30s) the lease is renewed every TTL/3
 	Logger      *zap.Logger   // nil: nop
@@ -121,8 +118,8 @@ type Log struct {
 func (o *Options) withDefaults() (Options, error) {
 	r := *o
 	var bad []string
-	if r.BatchBytes < 0 || r.BatchBytes > maxBatchBytes {
-		bad = append(bad, fmt.Sprintf("batch bytes %d not in [0, %d]", r.BatchBytes, maxBatchBytes))
+	if r.BatchBytes < 0 || r.BatchBytes > MaxRecordSize {
+		bad = append(bad, fmt.Sprintf("batch bytes %d not in [0, %d]", r.BatchBytes, MaxRecordSize))
 	}
 	if r.MaxInFlight < 0 {
 		bad = append(bad, fmt.Sprintf("max in flight %d is negative", r.MaxInFlight))
@@ -273,6 +270,13 @@ func (l *Log) Append(ctx context.Context, ops []Op) (uint64, error) {
 		if why := checkOp(op, int64(len(op.Data))); why != "" {
 			return 0, fmt.Errorf("append to wal of %s: op %d: %s", l.prefix, i, why)
 		}
+	}
+	// A record over MaxRecordSize would be refused by every reader: refuse
+	// it here, where the writer can still be told (the engine sends writes
+	// of at most 1 MiB).
+	if n := EncodedSize(ops); n > MaxRecordSize {
+		return 0, fmt.Errorf("append to wal of %s: %d ops make a record of %d bytes, more than %d: %w",
+			l.prefix, len(ops), n, MaxRecordSize, ErrRecordTooLarge)
 	}
 	size := EncodedSize(ops) - emptyRecord
 
@@ -550,13 +554,15 @@ func (l *Log) retake(ctx context.Context) (final bool, err error) {
 	lost := func(final bool, format string, a ...any) (bool, error) {
 		return final, fmt.Errorf("wal lease %s: %s: %w", ls.key, fmt.Sprintf(format, a...), ErrLeaseLost)
 	}
-	b, info, err := ls.st.Get(ctx, ls.key, staging.Whole())
+	b, info, err := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
 	exists := true
 	switch {
 	case errors.Is(err, staging.ErrNotFound):
 		exists = false
 	case err != nil:
-		return lost(false, "read to take it back: %v", err)
+		// Both wrapped: callers test ErrLeaseLost, and ErrTooLarge tells a
+		// bad owner object from an outage.
+		return false, fmt.Errorf("wal lease %s: read to take it back: %w: %w", ls.key, err, ErrLeaseLost)
 	}
 	now := time.Now()
 	var o OwnerInfo
@@ -725,11 +731,14 @@ func List(ctx context.Context, st staging.Store, prefix string) ([]uint64, error
 	return seqs, nil
 }
 
-// ReadRecord reads and decodes record seq of the file under prefix (one GET,
-// no lease needed).
+// ReadRecord reads and decodes record seq of the file under prefix (no
+// lease needed): one GET for a record of up to 64 KiB, two for a larger one.
+// An object over MaxRecordSize is refused with a *staging.TooLargeError
+// naming its key (errors.Is(err, staging.ErrTooLarge)) before its body is
+// read.
 func ReadRecord(ctx context.Context, st staging.Store, prefix string, tag, seq uint64) (Record, error) {
 	key := RecordKey(prefix, seq)
-	b, _, err := st.Get(ctx, key, staging.Whole())
+	b, _, err := staging.GetLimited(ctx, st, key, MaxRecordSize)
 	if err != nil {
 		return Record{}, fmt.Errorf("read wal record %d of %s: %w", seq, prefix, err)
 	}

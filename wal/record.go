@@ -19,12 +19,16 @@ const seqDigits = 20
 
 // Record layout constants; part of the format (see the package doc).
 const (
-	Magic         = "CKPTWAL1"
-	Version       = 1
-	HeaderSize    = 32
-	OpHeaderSize  = 32
-	TrailerSize   = 4
-	MaxOffset     = int64(1) << 60 // off+len of every op is at most this
+	Magic        = "CKPTWAL1"
+	Version      = 1
+	HeaderSize   = 32
+	OpHeaderSize = 32
+	TrailerSize  = 4
+	MaxOffset    = int64(1) << 60 // off+len of every op is at most this
+	// MaxRecordSize bounds a record, header to trailer: a reader refuses a
+	// larger object before reading its body, and Append refuses ops that
+	// would make one (BatchBytes is at most this).
+	MaxRecordSize = 32 << 20
 	emptyRecord   = HeaderSize + TrailerSize
 	hdrVersion    = 8
 	hdrReserved   = 10
@@ -199,6 +203,9 @@ func Decode(key string, seq uint64, tag uint64, b []byte) (Record, error) {
 	// Every strict prefix of a record fails one of these length checks.
 	short := func(format string, args ...any) (Record, error) {
 		return Record{}, &CorruptError{Key: key, Reason: fmt.Sprintf(format, args...), Truncated: true}
+	}
+	if len(b) > MaxRecordSize {
+		return bad("%d bytes, a record has at most %d", len(b), MaxRecordSize)
 	}
 	if len(b) < emptyRecord {
 		return short("truncated: %d bytes, a record has at least %d", len(b), emptyRecord)
