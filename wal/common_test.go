@@ -88,8 +88,16 @@ func opsEqual(a, b []Op) bool {
 	})
 }
 
+// equalOwner compares owners; a zero Version is the one encodeOwner writes.
 func equalOwner(a, b OwnerInfo) bool {
-	return a.Writer == b.Writer && a.Host == b.Host && a.PID == b.PID && a.Boot == b.Boot && a.Expires.Equal(b.Expires)
+	v := func(n int) int {
+		if n == 0 {
+			return OwnerVersion
+		}
+		return n
+	}
+	return v(a.Version) == v(b.Version) && a.Writer == b.Writer && a.Host == b.Host && a.PID == b.PID && a.PIDNS == b.PIDNS &&
+		a.Start == b.Start && a.Boot == b.Boot && a.Expires.Equal(b.Expires)
 }
 
 // isRecordKey reports whether key is a record (not the owner).

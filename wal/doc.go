@@ -68,24 +68,43 @@
 //
 // # Lease (the owner object)
 //
-// JSON, written by the writer that holds the log:
+// JSON, at most 64 KiB, written by the writer that holds the log. Version 2
+// (OwnerVersion), what this build writes:
 //
-//	{"writer": "<random id>", "host": "<hostname>", "pid": 1234,
-//	 "start": 81234567, "boot": "<kernel boot id>",
+//	{"v": 2, "writer": "<random id>", "host": "<hostname>", "pid": 1234,
+//	 "pidns": 4026531836, "start": 81234567, "boot": "<kernel boot id>",
 //	 "expires": "<RFC 3339, nanoseconds>"}
 //
-// "start" is when the process started, in clock ticks since boot (field 22
-// of /proc/<pid>/stat); it is left out when unknown.
+//	field    meaning
+//	v        the format's version; absent: version 1
+//	writer   the log's random id (required)
+//	host     os.Hostname of the writer
+//	pid      its pid, in its own PID namespace (1 .. 2^31-1, required)
+//	pidns    the inode of its PID namespace (/proc/self/ns/pid); left out
+//	         when unknown, or when its /proc is not of that namespace
+//	start    when it started, in clock ticks since boot (field 22 of
+//	         /proc/<pid>/stat); left out when unknown
+//	boot     the kernel's boot id (/proc/sys/kernel/random/boot_id)
+//	expires  the lease is the writer's until then (required)
+//
+// Version 1 had no "v" and no "pidns" (a "pidns" in it is ignored). Unknown
+// fields are ignored, so a newer version is read for who holds the lease
+// and until when.
 //
 // Open takes the lease: it creates the owner object (If-None-Match: *), or
 // replaces one whose writer is gone (If-Match on the ETag it read), and
-// otherwise fails with a *BusyError. A writer is gone when its lease expired,
-// or when it ran on this very boot of this host under a pid that no longer
-// exists, or that names a zombie (a process that died and that its parent
-// has not reaped yet: state 'Z' or 'X' in /proc/<pid>/stat), or that now
-// names a process with another start time (a restarted container often gets
-// its old pid back): a crash is noticed at once, not after the TTL. A lease
-// of this very process is another log of it: busy.
+// otherwise fails with a *BusyError. A writer is gone when its lease
+// expired, or when that it died is certain: the lease is of version 2; it
+// ran on this very boot of this host, in this very PID namespace (two
+// containers sharing the host's network or UTS namespace share host name
+// and boot id, not pids), with a known start time; and its pid now names no
+// process, a zombie (a process that died and that its parent has not reaped
+// yet: state 'Z' or 'X' in /proc/<pid>/stat), or a process with another
+// start time (the pid was reused: a restarted container often gets its old
+// pid back). Then a crash is noticed at once, not after the TTL; anything
+// that cannot be verified (a version 1 lease, another namespace, an
+// unreadable /proc) waits for expiry. A lease of this very process (pid and
+// start time) is another log of it: busy.
 //
 // Held tells, without taking anything, whether a writer that may be alive
 // holds the lease: unlike Open it counts an expired lease as held unless its

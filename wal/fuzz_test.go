@@ -61,13 +61,16 @@ func FuzzParseOwner(f *testing.F) {
 	f.Add([]byte(`{"writer":"w","pid":1,"expires":"2030-01-02T04:04:05+01:00","extra":{"a":[1,2]}}`))
 	f.Add([]byte(`{"writer":"w","pid":0,"expires":"2030-01-02T04:04:05Z"}`))
 	f.Add([]byte(`not json`))
+	f.Add(encodeOwner(OwnerInfo{Writer: "w", Host: "h", PID: 2, PIDNS: 4026532000, Start: 81234567, Boot: "b", Expires: time.Date(2030, 1, 2, 3, 4, 5, 6, time.UTC)}))
+	f.Add([]byte(`{"v":1,"writer":"w","pid":1,"pidns":5,"expires":"2030-01-02T04:04:05Z"}`))
+	f.Add([]byte(`{"v":9,"writer":"w","pid":1,"pidns":5,"start":3,"expires":"2030-01-02T04:04:05Z"}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		o, err := parseOwner(b)
 		if err != nil {
 			return
 		}
-		if o.Writer == "" || o.PID <= 0 || o.Expires.IsZero() {
-			t.Fatalf("accepted an owner without writer, pid or expiry: %+v", o)
+		if o.Writer == "" || o.PID <= 0 || o.Expires.IsZero() || o.Version < 1 || (o.Version == 1 && o.PIDNS != 0) {
+			t.Fatalf("accepted an owner without writer, pid, expiry or version, or a version 1 with a namespace: %+v", o)
 		}
 		// What a writer writes back parses to the same owner.
 		o2, err := parseOwner(encodeOwner(o))

@@ -20,19 +20,28 @@ import (
 
 // OwnerInfo is the content of the owner object: who holds the lease.
 type OwnerInfo struct {
+	Version int       // of the owner format: 1 (no "v", no pid namespace) or OwnerVersion
 	Writer  string    // random id of the log
 	Host    string    // os.Hostname
-	PID     int       // os.Getpid
+	PID     int       // os.Getpid, in the writer's PID namespace
+	PIDNS   uint64    // inode of the writer's PID namespace (/proc/self/ns/pid; 0 if unknown)
 	Start   uint64    // when the process started, in clock ticks since boot (0 if unknown)
 	Boot    string    // the kernel's boot id ("" if unknown)
 	Expires time.Time // the lease is the writer's until then
 }
 
+// OwnerVersion is the version of the owner object this build writes. Version
+// 1 (no "v" field) had no "pidns": its pid cannot be placed in a namespace,
+// so its writer is never judged dead before its lease expires.
+const OwnerVersion = 2
+
 // ownerJSON is OwnerInfo on the wire.
 type ownerJSON struct {
+	V       int    `json:"v,omitempty"`
 	Writer  string `json:"writer"`
 	Host    string `json:"host"`
 	PID     int    `json:"pid"`
+	PIDNS   uint64 `json:"pidns,omitempty"`
 	Start   uint64 `json:"start,omitempty"`
 	Boot    string `json:"boot"`
 	Expires string `json:"expires"`
@@ -43,10 +52,19 @@ const maxOwnerBytes = 64 << 10
 
 // encodeOwner is the body of the owner object.
 func encodeOwner(o OwnerInfo) []byte {
+	v, pidns := o.Version, o.PIDNS
+	if v == 0 {
+		v = OwnerVersion
+	}
+	if v == 1 {
+		v, pidns = 0, 0 // version 1 has neither "v" nor "pidns"
+	}
 	b, err := json.Marshal(ownerJSON{
+		V:       v,
 		Writer:  o.Writer,
 		Host:    o.Host,
 		PID:     o.PID,
+		PIDNS:   pidns,
 		Start:   o.Start,
 		Boot:    o.Boot,
 		Expires: o.Expires.UTC().Format(time.RFC3339Nano),
@@ -72,6 +90,12 @@ func parseOwner(b []byte) (OwnerInfo, error) {
 	if w.Writer == "" {
 		return OwnerInfo{}, errors.New("owner names no writer")
 	}
+	// No "v" is version 1. A newer version is read for what it shares
+	// with this one (who, until when), and its writer is never judged dead.
+	if w.V < 0 {
+		return OwnerInfo{}, fmt.Errorf("owner version %d", w.V)
+	}
+	version := max(w.V, 1)
 	// A pid outside what a process can have must never reach kill(2): 0 and
 	// negative values address process groups.
 	if w.PID <= 0 || w.PID > math.MaxInt32 {
@@ -85,22 +109,90 @@ func parseOwner(b []byte) (OwnerInfo, error) {
 	if y := exp.UTC().Year(); y < 1 || y > 9999 {
 		return OwnerInfo{}, fmt.Errorf("owner expiry %s out of range", w.Expires)
 	}
-	return OwnerInfo{Writer: w.Writer, Host: w.Host, PID: w.PID, Start: w.Start, Boot: w.Boot, Expires: exp}, nil
+	o := OwnerInfo{Version: version, Writer: w.Writer, Host: w.Host, PID: w.PID, PIDNS: w.PIDNS, Start: w.Start, Boot: w.Boot, Expires: exp}
+	if version == 1 {
+		o.PIDNS = 0 // version 1 places no pid: whatever it says is not read
+	}
+	return o, nil
 }
 
-// self is what identifies this process in a lease.
+// self is what identifies this process in a lease, and what it can tell of
+// other processes.
 type self struct {
 	host  string
 	pid   int
+	pidns uint64 // 0: unknown, or /proc is not of our PID namespace
 	start uint64
 	boot  string
+	look  func(pid int) procInfo // nil: lookProcess
 }
 
 func thisProcess() self {
 	host, _ := os.Hostname() // "" never matches a stale owner's host check below
 	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	pid := os.Getpid()
-	return self{host: host, pid: pid, start: processStart(pid), boot: strings.TrimSpace(string(boot))}
+	return self{host: host, pid: pid, pidns: pidNamespace(pid), start: processStart(pid), boot: strings.TrimSpace(string(boot))}
+}
+
+// pidNamespace returns the inode of this process's PID namespace, or 0 when
+// /proc does not show that namespace: /proc/<pid> is then not how this
+// process's pids are looked up (a process in a new PID namespace with the
+// /proc of its parent's), and no pid can be judged through it.
+func pidNamespace(pid int) uint64 {
+	if self, err := os.Readlink("/proc/self"); err != nil || self != strconv.Itoa(pid) {
+		return 0
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/pid", &st); err != nil {
+		return 0
+	}
+	return st.Ino
+}
+
+// procInfo is what the checker can tell of a pid in its own namespace.
+type procInfo struct {
+	gone  bool   // no process has the pid, or it is a zombie
+	start uint64 // its start time when it runs (0: unknown)
+}
+
+// lookProcess tells what process pid is: gone when no process has it
+// (ESRCH) or when it is a zombie, a process that died and that its parent
+// has not reaped yet: it still has its pid, but runs no code and renews no
+// lease (state 'Z', or 'X' while being reaped, field 3 of /proc/<pid>/stat).
+// State and start time come from one read, so they are of one process.
+func lookProcess(pid int) procInfo {
+	if pid <= 0 || pid > math.MaxInt32 {
+		return procInfo{}
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		// ESRCH is certain; anything else (EPERM: another user's process) is not.
+		return procInfo{gone: errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)}
+	}
+	state, start := parseStat(b)
+	if state == 'Z' || state == 'X' {
+		return procInfo{gone: true}
+	}
+	return procInfo{start: start}
+}
+
+// parseStat returns the state (field 3) and the start time (field 22) of a
+// /proc/<pid>/stat, or zeros for what it cannot read. The command name,
+// field 2, is in parentheses and may hold anything: fields are counted
+// after the last ')'.
+func parseStat(b []byte) (state byte, start uint64) {
+	i := strings.LastIndexByte(string(b), ')')
+	if i < 0 {
+		return 0, 0
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) > 0 && len(f[0]) == 1 {
+		state = f[0][0]
+	}
+	if len(f) >= 20 {
+		start, _ = strconv.ParseUint(f[19], 10, 64)
+	}
+	return state, start
 }
 
 // processStart returns when process pid started, in clock ticks since boot
@@ -112,37 +204,8 @@ func processStart(pid int) uint64 {
 	if err != nil {
 		return 0
 	}
-	// The command name, field 2, is in parentheses and may hold anything:
-	// count fields after the last ')'. Field 3 is the first after it.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return 0
-	}
-	n, err := strconv.ParseUint(f[19], 10, 64)
-	if err != nil {
-		return 0
-	}
-	return n
-}
-
-// processGone reports whether process pid has ended. ESRCH says so (EPERM
-// is a process of another user, alive), and so does a zombie: a process
-// that died and that its parent has not reaped yet still has its pid, but
-// it runs no code and holds no file, so it renews no lease. Its state,
-// field 3 of /proc/<pid>/stat, is 'Z' (or 'X' while it is being reaped).
-func processGone(pid int) bool {
-	if pid <= 0 || pid > math.MaxInt32 {
-		return false
-	}
-	if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
-		return true
-	}
-	s := processState(pid)
-	return s == 'Z' || s == 'X'
+	_, start := parseStat(b)
+	return start
 }
 
 // processState returns the state letter of process pid (field 3 of
@@ -152,13 +215,8 @@ func processState(pid int) byte {
 	if err != nil {
 		return 0
 	}
-	// The command name, field 2, is in parentheses and may hold anything:
-	// the state follows the last ')' and a space.
-	i := strings.LastIndexByte(string(b), ')')
-	if i < 0 || i+2 >= len(b) {
-		return 0
-	}
-	return b[i+2]
+	state, _ := parseStat(b)
+	return state
 }
 
 // stale reports whether the lease o can be taken over by me at now.
@@ -166,23 +224,34 @@ func (me self) stale(o OwnerInfo, now time.Time) bool {
 	return now.After(o.Expires) || me.gone(o)
 }
 
-// gone reports whether the writer of lease o is known to have ended: a
-// process of this very boot of this host that no longer runs.
+// gone reports whether the writer of lease o is certainly dead. Only a
+// lease of this build's version is judged, and only a writer whose pid
+// means here what it meant to it: of this very boot of this host and of
+// this PID namespace (two containers that share the host's network or UTS
+// namespace share host name and boot id, and their pids name different
+// processes). It must also have recorded its start time, and its pid must
+// now name no process, a zombie, or a process started at another time (the
+// pid was reused). Anything that cannot be verified (an old lease without
+// a namespace or a start time, a /proc that cannot be read) is not proof:
+// the lease is waited out.
 func (me self) gone(o OwnerInfo) bool {
-	if me.boot == "" || me.host == "" || o.Boot != me.boot || o.Host != me.host {
-		return false // another machine, or one we cannot tell apart: wait for expiry
+	if me.boot == "" || me.host == "" || me.pidns == 0 {
+		return false // we cannot place anything
 	}
-	// Same boot of this host: the pid, and when it started, tell. Our own
-	// process is another log of it (every Open has a new writer id), which
-	// is live. A pid that now names a process started at another time was
-	// reused: the writer is gone.
-	if o.PID == me.pid && (o.Start == 0 || me.start == 0 || o.Start == me.start) {
-		return false
+	if o.Version != OwnerVersion || o.Boot != me.boot || o.Host != me.host || o.PIDNS != me.pidns || o.Start == 0 {
+		return false // another machine, boot or namespace, or one we cannot tell apart
 	}
-	if processGone(o.PID) {
-		return true
+	if o.PID == me.pid {
+		// Our own pid: another log of this process (every Open has a new
+		// writer id), which is live, unless it started at another time.
+		return me.start != 0 && o.Start != me.start
 	}
-	return o.Start != 0 && processStart(o.PID) != 0 && processStart(o.PID) != o.Start
+	look := me.look
+	if look == nil {
+		look = lookProcess
+	}
+	p := look(o.PID)
+	return p.gone || (p.start != 0 && p.start != o.Start)
 }
 
 // Held reports whether the lease of the log under prefix is held by a
@@ -225,7 +294,8 @@ type lease struct {
 }
 
 func (ls *lease) body(now time.Time) []byte {
-	return encodeOwner(OwnerInfo{Writer: ls.id, Host: ls.me.host, PID: ls.me.pid, Start: ls.me.start, Boot: ls.me.boot, Expires: now.Add(ls.ttl)})
+	return encodeOwner(OwnerInfo{Version: OwnerVersion, Writer: ls.id, Host: ls.me.host, PID: ls.me.pid, PIDNS: ls.me.pidns,
+		Start: ls.me.start, Boot: ls.me.boot, Expires: now.Add(ls.ttl)})
 }
 
 // busy builds the refusal of Open, reading the owner again when the caller

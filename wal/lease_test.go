@@ -93,13 +93,14 @@ func TestLeaseBusy(t *testing.T) {
 func TestLeaseTakeOver(t *testing.T) {
 	me := thisProcess()
 	future := time.Now().Add(time.Hour)
+	// A start time of a process that ended is not known: any will do.
 	owner := func(host string, pid int, boot string, expires time.Time) []byte {
-		return encodeOwner(OwnerInfo{Writer: "previous", Host: host, PID: pid, Boot: boot, Expires: expires})
+		return encodeOwner(OwnerInfo{Writer: "previous", Host: host, PID: pid, PIDNS: me.pidns, Start: 1, Boot: boot, Expires: expires})
 	}
 	ownerStarted := func(pid int, start uint64) []byte {
-		return encodeOwner(OwnerInfo{Writer: "previous", Host: me.host, PID: pid, Start: start, Boot: me.boot, Expires: future})
+		return encodeOwner(OwnerInfo{Writer: "previous", Host: me.host, PID: pid, PIDNS: me.pidns, Start: start, Boot: me.boot, Expires: future})
 	}
-	needBoot := me.boot != "" && me.host != ""
+	needBoot := me.boot != "" && me.host != "" && me.pidns != 0
 	for _, tc := range []struct {
 		name     string
 		body     func(t *testing.T) []byte
@@ -116,10 +117,19 @@ func TestLeaseTakeOver(t *testing.T) {
 			pid := zombiePID(t)
 			return ownerStarted(pid, processStart(pid))
 		}, needBoot: true, taken: true},
+		{name: "dead pid, no start (an older writer)", body: func(t *testing.T) []byte {
+			return encodeOwner(OwnerInfo{Writer: "previous", Host: me.host, PID: deadPID(t), PIDNS: me.pidns, Boot: me.boot, Expires: future})
+		}, needBoot: true},
+		{name: "dead pid, version 1", body: func(t *testing.T) []byte {
+			return encodeOwner(OwnerInfo{Version: 1, Writer: "previous", Host: me.host, PID: deadPID(t), Start: 1, Boot: me.boot, Expires: future})
+		}, needBoot: true},
+		{name: "dead pid of another pid namespace", body: func(t *testing.T) []byte {
+			return encodeOwner(OwnerInfo{Writer: "previous", Host: me.host, PID: deadPID(t), PIDNS: me.pidns + 1, Start: 1, Boot: me.boot, Expires: future})
+		}, needBoot: true},
 		{name: "dead pid of another boot", body: func(t *testing.T) []byte { return owner(me.host, deadPID(t), "another-boot", future) }},
 		{name: "dead pid of another host", body: func(t *testing.T) []byte { return owner("elsewhere", deadPID(t), me.boot, future) }},
-		{name: "live pid of this boot", body: func(*testing.T) []byte { return owner(me.host, os.Getppid(), me.boot, future) }, needBoot: true},
-		{name: "our pid, another log", body: func(*testing.T) []byte { return owner(me.host, os.Getpid(), me.boot, future) }, needBoot: true},
+		{name: "live pid of this boot, no start", body: func(*testing.T) []byte { return ownerStarted(os.Getppid(), 0) }, needBoot: true},
+		{name: "our pid, another log, no start", body: func(*testing.T) []byte { return ownerStarted(os.Getpid(), 0) }, needBoot: true},
 		{name: "our pid and start, another log", body: func(*testing.T) []byte { return ownerStarted(os.Getpid(), me.start) }, needBoot: true},
 		{name: "our pid reused: another start", body: func(*testing.T) []byte { return ownerStarted(os.Getpid(), me.start+1) }, needBoot: true, taken: true},
 		{name: "live pid reused: another start", body: func(*testing.T) []byte {
@@ -376,9 +386,16 @@ func TestParseOwner(t *testing.T) {
 		bad  string
 	}{
 		{name: "valid", body: `{"writer":"w","host":"h","pid":12,"boot":"b","expires":"2030-01-02T03:04:05.000000006Z"}`,
-			want: OwnerInfo{Writer: "w", Host: "h", PID: 12, Boot: "b", Expires: exp}},
+			want: OwnerInfo{Version: 1, Writer: "w", Host: "h", PID: 12, Boot: "b", Expires: exp}},
 		{name: "offset and unknown field", body: `{"writer":"w","pid":12,"expires":"2030-01-02T04:04:05.000000006+01:00","new":[1]}`,
-			want: OwnerInfo{Writer: "w", PID: 12, Expires: exp}},
+			want: OwnerInfo{Version: 1, Writer: "w", PID: 12, Expires: exp}},
+		{name: "version 2", body: `{"v":2,"writer":"w","host":"h","pid":12,"pidns":4026531836,"start":99,"boot":"b","expires":"2030-01-02T03:04:05.000000006Z"}`,
+			want: OwnerInfo{Version: 2, Writer: "w", Host: "h", PID: 12, PIDNS: 4026531836, Start: 99, Boot: "b", Expires: exp}},
+		{name: "version 1 names no namespace", body: `{"writer":"w","pid":12,"pidns":7,"expires":"2030-01-02T03:04:05.000000006Z"}`,
+			want: OwnerInfo{Version: 1, Writer: "w", PID: 12, Expires: exp}},
+		{name: "a newer version", body: `{"v":3,"writer":"w","pid":12,"pidns":7,"expires":"2030-01-02T03:04:05.000000006Z"}`,
+			want: OwnerInfo{Version: 3, Writer: "w", PID: 12, PIDNS: 7, Expires: exp}},
+		{name: "negative version", body: `{"v":-1,"writer":"w","pid":1,"expires":"2030-01-02T03:04:05Z"}`, bad: "version -1"},
 		{name: "not json", body: `owner`, bad: "parse owner"},
 		{name: "trailing", body: `{"writer":"w","pid":1,"expires":"2030-01-02T03:04:05Z"} x`, bad: "parse owner"},
 		{name: "no writer", body: `{"pid":1,"expires":"2030-01-02T03:04:05Z"}`, bad: "no writer"},
@@ -410,12 +427,15 @@ func TestParseOwner(t *testing.T) {
 // is held, unlike for Open.
 func TestHeld(t *testing.T) {
 	me := thisProcess()
-	if me.boot == "" || me.host == "" {
-		t.Skip("the kernel boot id or the hostname cannot be read here")
+	if me.boot == "" || me.host == "" || me.pidns == 0 {
+		t.Skip("the kernel boot id, the hostname or the pid namespace cannot be read here")
 	}
 	past := time.Now().Add(-time.Hour)
 	owner := func(host string, pid int, expires time.Time) []byte {
-		return encodeOwner(OwnerInfo{Writer: "w", Host: host, PID: pid, Boot: me.boot, Expires: expires})
+		return encodeOwner(OwnerInfo{Writer: "w", Host: host, PID: pid, PIDNS: me.pidns, Start: 1, Boot: me.boot, Expires: expires})
+	}
+	ownerStarted := func(pid int, start uint64, expires time.Time) []byte {
+		return encodeOwner(OwnerInfo{Writer: "w", Host: me.host, PID: pid, PIDNS: me.pidns, Start: start, Boot: me.boot, Expires: expires})
 	}
 	for _, tc := range []struct {
 		name string
@@ -424,9 +444,14 @@ func TestHeld(t *testing.T) {
 	}{
 		{name: "no lease"},
 		{name: "expired, another host", body: func(*testing.T) []byte { return owner("elsewhere", 1, past) }, held: true},
-		{name: "expired, this process", body: func(*testing.T) []byte { return owner(me.host, os.Getpid(), past) }, held: true},
-		{name: "expired, live pid", body: func(*testing.T) []byte { return owner(me.host, os.Getppid(), past) }, held: true},
-		{name: "live pid", body: func(*testing.T) []byte { return owner(me.host, os.Getppid(), time.Now().Add(time.Hour)) }, held: true},
+		{name: "expired, this process", body: func(*testing.T) []byte { return ownerStarted(os.Getpid(), me.start, past) }, held: true},
+		{name: "expired, live pid", body: func(*testing.T) []byte { return ownerStarted(os.Getppid(), processStart(os.Getppid()), past) }, held: true},
+		{name: "live pid", body: func(*testing.T) []byte {
+			return ownerStarted(os.Getppid(), processStart(os.Getppid()), time.Now().Add(time.Hour))
+		}, held: true},
+		{name: "dead pid, version 1", body: func(t *testing.T) []byte {
+			return encodeOwner(OwnerInfo{Version: 1, Writer: "w", Host: me.host, PID: deadPID(t), Start: 1, Boot: me.boot, Expires: time.Now().Add(time.Hour)})
+		}, held: true},
 		{name: "dead pid", body: func(t *testing.T) []byte { return owner(me.host, deadPID(t), time.Now().Add(time.Hour)) }},
 		{name: "zombie", body: func(t *testing.T) []byte { return owner(me.host, zombiePID(t), time.Now().Add(time.Hour)) }},
 		{name: "garbage", body: func(*testing.T) []byte { return []byte("not json") }, held: true},
@@ -484,6 +509,66 @@ func TestLeaseAnswerLost(t *testing.T) {
 				t.Fatalf("owner %+v, want writer %s", o, l.lease.id)
 			}
 			mustAppend(t, l, writeOp(0, "ours"))
+		})
+	}
+}
+
+// The liveness rule: a writer is judged dead only when that is certain, on
+// a fake process table.
+func TestLeaseLiveness(t *testing.T) {
+	me := self{host: "h", pid: 100, pidns: 4026531836, start: 5000, boot: "b"}
+	// The process table: 200 runs, started at 7000; 300 is a zombie; 400
+	// cannot be read (start unknown); every other pid is free.
+	me.look = func(pid int) procInfo {
+		switch pid {
+		case 200:
+			return procInfo{start: 7000}
+		case 300:
+			return procInfo{gone: true}
+		case 400:
+			return procInfo{}
+		}
+		return procInfo{gone: true}
+	}
+	lease := func(mod func(*OwnerInfo)) OwnerInfo {
+		o := OwnerInfo{Version: OwnerVersion, Writer: "w", Host: "h", PID: 200, PIDNS: 4026531836, Start: 7000, Boot: "b"}
+		mod(&o)
+		return o
+	}
+	for _, tc := range []struct {
+		name string
+		me   func(*self)
+		o    OwnerInfo
+		gone bool
+	}{
+		{"live: pid and start match", nil, lease(func(*OwnerInfo) {}), false},
+		{"pid free", nil, lease(func(o *OwnerInfo) { o.PID = 201 }), true},
+		{"zombie", nil, lease(func(o *OwnerInfo) { o.PID = 300 }), true},
+		{"pid reused: another start", nil, lease(func(o *OwnerInfo) { o.Start = 6999 }), true},
+		{"start of the pid unknown", nil, lease(func(o *OwnerInfo) { o.PID = 400 }), false},
+		{"lease has no start", nil, lease(func(o *OwnerInfo) { o.PID, o.Start = 201, 0 }), false},
+		{"another pid namespace, pid free", nil, lease(func(o *OwnerInfo) { o.PID, o.PIDNS = 201, 4026532000 }), false},
+		{"another pid namespace, start differs", nil, lease(func(o *OwnerInfo) { o.PIDNS, o.Start = 4026532000, 1 }), false},
+		{"lease names no pid namespace", nil, lease(func(o *OwnerInfo) { o.PID, o.PIDNS = 201, 0 }), false},
+		{"our pid namespace unknown", func(m *self) { m.pidns = 0 }, lease(func(o *OwnerInfo) { o.PID, o.PIDNS = 201, 0 }), false},
+		{"version 1, pid free", nil, lease(func(o *OwnerInfo) { o.Version, o.PID = 1, 201 }), false},
+		{"a newer version, pid free", nil, lease(func(o *OwnerInfo) { o.Version, o.PID = OwnerVersion+1, 201 }), false},
+		{"another host, pid free", nil, lease(func(o *OwnerInfo) { o.Host, o.PID = "h2", 201 }), false},
+		{"another boot, pid free", nil, lease(func(o *OwnerInfo) { o.Boot, o.PID = "b2", 201 }), false},
+		{"our boot id unknown", func(m *self) { m.boot = "" }, lease(func(o *OwnerInfo) { o.Boot, o.PID = "", 201 }), false},
+		{"our host name unknown", func(m *self) { m.host = "" }, lease(func(o *OwnerInfo) { o.Host, o.PID = "", 201 }), false},
+		{"our pid, our start: another log of ours", nil, lease(func(o *OwnerInfo) { o.PID, o.Start = 100, 5000 }), false},
+		{"our pid, another start: reused", nil, lease(func(o *OwnerInfo) { o.PID, o.Start = 100, 4000 }), true},
+		{"our pid, our start unknown", func(m *self) { m.start = 0 }, lease(func(o *OwnerInfo) { o.PID, o.Start = 100, 4000 }), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := me
+			if tc.me != nil {
+				tc.me(&m)
+			}
+			if got := m.gone(tc.o); got != tc.gone {
+				t.Fatalf("gone(%+v) by %+v = %v, want %v", tc.o, m, got, tc.gone)
+			}
 		})
 	}
 }
