@@ -326,6 +326,12 @@ func openFS(spec string, so storeOpts, cfg config.Config, log *zap.Logger, warn 
 // openFSWrapped is openFS with the store wrapped (tests: a store that
 // misbehaves).
 func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger, warn func(string), wrap func(staging.Store) staging.Store) (*fusefs.FS, error) {
+	// A read-only mount sends no write request (read-only credentials
+	// must do): it creates nothing and skips the conditional-write check,
+	// which only matters to writers.
+	if cfg.ReadOnly && so.create {
+		return nil, &userError{"-o ro with -o create: a read-only mount creates nothing; create the volume with \"ckptfs format\" or a mount without ro", nil}
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), so.startBound())
 	defer cancel()
 	so.timeouts = cfg.S3Timeouts()
@@ -347,9 +353,16 @@ func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger
 	// mem:// is new at every mount: there is nothing to mistype.
 	isMem := strings.HasPrefix(spec, "mem:")
 	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Root: root, Logger: log,
-		FsName: redactStore(spec), RequireVolume: !so.create && !isMem})
+		FsName: redactStore(spec), RequireVolume: cfg.ReadOnly || (!so.create && !isMem)})
+	if cfg.ReadOnly && errors.Is(err, fusefs.ErrNoVolume) {
+		return nil, &userError{fmt.Sprintf("no ckptfs volume at %s (no %s there), and a read-only mount creates none; create it with \"ckptfs format %s\"",
+			redactStore(spec), fusefs.VolumeKey, redactStore(spec)), err}
+	}
 	if err != nil {
 		return nil, explainStart(ctx, err, raw, spec, so)
+	}
+	if cfg.ReadOnly {
+		return fsys, nil
 	}
 	if err := probeConditions(ctx, st, root); err != nil {
 		if !errors.Is(err, errNoConditions) {

@@ -3,7 +3,10 @@ package main
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/zap"
@@ -104,5 +107,87 @@ func TestProbeLostAnswerAndFailedDelete(t *testing.T) {
 	faults.Add(staging.Rule{Op: staging.OpDelete, Kind: staging.FaultError})
 	if err := probeConditions(ctx, retrying{faults}, "vol/"); err != nil {
 		t.Fatalf("probe whose delete failed: %v", err)
+	}
+}
+
+// writeRecorder fails and records every request that would change the
+// store, as read-only credentials refuse them.
+type writeRecorder struct {
+	staging.Store
+	mu     sync.Mutex
+	writes []string
+}
+
+func (w *writeRecorder) refuse(op, key string) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.writes = append(w.writes, op+" "+key)
+	return fmt.Errorf("%s %s: access denied (read-only credentials)", op, key)
+}
+
+func (w *writeRecorder) recorded() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.writes)
+}
+
+func (w *writeRecorder) Put(_ context.Context, key string, _ []byte, _ staging.PutOptions) (staging.ObjectInfo, error) {
+	return staging.ObjectInfo{}, w.refuse("put", key)
+}
+
+func (w *writeRecorder) Delete(_ context.Context, key string) error { return w.refuse("delete", key) }
+
+func (w *writeRecorder) CreateMultipart(_ context.Context, key string, _ staging.PutOptions) (string, error) {
+	return "", w.refuse("create multipart", key)
+}
+
+func (w *writeRecorder) UploadPart(_ context.Context, key, _ string, _ int32, _ []byte) (string, error) {
+	return "", w.refuse("upload part", key)
+}
+
+func (w *writeRecorder) CompleteMultipart(_ context.Context, key, _ string, _ []staging.CompletedPart, _ staging.Conditions) (staging.ObjectInfo, error) {
+	return staging.ObjectInfo{}, w.refuse("complete multipart", key)
+}
+
+func (w *writeRecorder) AbortMultipart(_ context.Context, key, _ string) error {
+	return w.refuse("abort multipart", key)
+}
+
+// TestReadOnlyOpenWritesNothing: a read-only mount of a volume opens it
+// and its namespace without one write request (no conditional-write
+// check); ro with create is refused before the store is opened, and ro on
+// a store without a volume says that a read-only mount creates none.
+func TestReadOnlyOpenWritesNothing(t *testing.T) {
+	store := "file://" + t.TempDir()
+	cfg := config.MountDefault(config.TotalRAM())
+	fsys, err := openFS(store, storeOpts{create: true}, cfg, nopLog(), func(string) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys.Close()
+
+	ro := cfg
+	ro.ReadOnly = true
+	var rec *writeRecorder
+	wrap := func(st staging.Store) staging.Store { rec = &writeRecorder{Store: st}; return rec }
+	fsys, err = openFSWrapped(store, storeOpts{}, ro, nopLog(), func(string) {}, wrap)
+	if err != nil {
+		t.Fatalf("read-only open: %v", err)
+	}
+	fsys.Close()
+	if w := rec.recorded(); len(w) != 0 {
+		t.Fatalf("a read-only open sent write requests: %q", w)
+	}
+
+	_, err = openFSWrapped(store, storeOpts{create: true}, ro, nopLog(), func(string) {}, wrap)
+	if err == nil || !strings.Contains(err.Error(), "-o ro with -o create") {
+		t.Fatalf("ro with create: %v, want a refusal saying so", err)
+	}
+	_, err = openFSWrapped("file://"+t.TempDir(), storeOpts{}, ro, nopLog(), func(string) {}, wrap)
+	if err == nil || !strings.Contains(err.Error(), "a read-only mount creates none") {
+		t.Fatalf("ro without a volume: %v", err)
+	}
+	if w := rec.recorded(); len(w) != 0 {
+		t.Fatalf("read-only opens sent write requests: %q", w)
 	}
 }
