@@ -417,20 +417,48 @@ func (ns *Namespace) readEntries(ctx context.Context, seqs []uint64) ([]*entry, 
 // readParallelism bounds the entries read at once by a refresh.
 const readParallelism = 16
 
-// skipGap handles a log that resumes at seq past st.seq+1. appendMu held.
+// skipGap handles a listing that resumes at seq past st.seq+1. appendMu
+// held. A listing is no proof that entries are missing: one taken while
+// entries are created may show a later entry without an earlier one (the
+// dir store's folder read, an S3 listing under way). So entry st.seq+1 is
+// read by name first: there, it is applied and the caller lists again.
+// Missing, it was trimmed, and a snapshot covers it: the newest replaces
+// the state if it is newer. With none newer, the log is listed and the
+// entry read by name once more before the gap is believed: the log is
+// corrupt (entries missing, no snapshot covering them).
 func (ns *Namespace) skipGap(ctx context.Context, seq uint64) error {
-	st, err := ns.loadSnapshot(ctx, ns.st.seq)
-	if err != nil {
-		return err
+	for try := 0; ; try++ {
+		next := ns.st.seq + 1
+		e, err := ns.readEntry(ctx, next)
+		if err == nil {
+			return ns.applyEntry(e)
+		}
+		if !errors.Is(err, staging.ErrNotFound) {
+			return err
+		}
+		st, err := ns.loadSnapshot(ctx, ns.st.seq)
+		if err != nil {
+			return err
+		}
+		if st != nil {
+			ns.mu.Lock()
+			ns.st = st
+			ns.mu.Unlock()
+			ns.sinceSnap = 0
+			return nil
+		}
+		if try > 0 {
+			return corruptf(LogKey(ns.root, next), "log entries %d..%d missing and no snapshot covers them", next, seq-1)
+		}
+		page, seqs, err := ns.listAfter(ctx, ns.st.seq)
+		if err != nil {
+			return err
+		}
+		if len(seqs) > 0 || len(page.Objects) == 0 {
+			return nil // no gap any more: the caller lists again
+		}
+		seq, _ = parseSeq(page.Objects[0].Key, ns.logPrefix())
 	}
-	if st == nil || st.seq+1 < seq {
-		return corruptf(LogKey(ns.root, ns.st.seq+1), "log entries %d..%d missing and no snapshot covers them", ns.st.seq+1, seq-1)
-	}
-	ns.mu.Lock()
-	ns.st = st
-	ns.mu.Unlock()
-	ns.sinceSnap = 0
-	return nil
 }
 
 func (ns *Namespace) readEntry(ctx context.Context, seq uint64) (*entry, error) {
