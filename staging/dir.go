@@ -803,30 +803,23 @@ func (l *dirLister) walk(dir, keyPrefix string) error {
 // make (data files, records being written, someone else's files) and keys
 // ValidateKey refuses are left out.
 func (d *Dir) readFolder(dir, keyPrefix, prefix, startAfter string) ([]dirItem, error) {
-	f, err := os.Open(dir)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-			return nil, nil
-		}
-		return nil, err
-	}
-	// Unsorted: the names are sorted below by the keys they hold, which
-	// escaping orders differently.
-	ents, err := f.ReadDir(-1)
-	f.Close()
-	if d.listHook != nil {
+	// One instant's view of the folder (see readFolderOnce), unsorted: the
+	// names are sorted below by the keys they hold, which escaping orders
+	// differently.
+	ents, err := readFolderOnce(dir)
+	if d.listHook != nil && err == nil {
 		d.listHook(dir)
 	}
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-			return nil, nil // removed meanwhile
+			return nil, nil // missing, a file, or removed meanwhile: holds nothing
 		}
 		return nil, err
 	}
 	var items []dirItem
 	for _, e := range ents {
-		name := e.Name()
-		if e.IsDir() {
+		name := e.name
+		if e.dir {
 			seg, ok := unescapeSeg(name)
 			if !ok || filepath.Join(dir, name) == d.sys {
 				continue

@@ -139,7 +139,18 @@ type Store interface {
 	// Head returns the object's info without its bytes.
 	Head(ctx context.Context, key string) (ObjectInfo, error)
 	// List returns up to max keys (max <= 0 or > 1000: 1000) that start with
-	// prefix and sort after startAfter.
+	// prefix and sort after startAfter, in key order. What every store
+	// guarantees: every object stored before List was called and not
+	// deleted before it returned is in its page (up to max). Objects
+	// created or deleted while it runs may be in it or not, each on its
+	// own: a listing may show a key without one created just before it
+	// (S3 promises no more). So a reader must not take a key missing
+	// between two listed ones as proof that it is absent: it reads the
+	// key by name (the namespace does so before believing a gap in its
+	// log). The directory store reads each folder in one step (one
+	// getdents64 call): within a folder its listing is one instant's
+	// view, so a key listed comes with every key of that folder stored
+	// before it.
 	List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error)
 	// Delete removes key; a missing key is not an error.
 	Delete(ctx context.Context, key string) error
