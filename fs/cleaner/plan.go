@@ -643,10 +643,10 @@ func retained(ctx context.Context, maps *fileMaps, chain []checkpoint, o Options
 }
 
 // Execute does what the plan says, checking again right before each file's
-// deletions what may have changed since the plan: a head published since
-// (the file is left as it is), a reference marker stored since (a copy made
-// after the listing: the file's unreferenced objects stay pending), and the
-// writer markers. It then stores each file's pending record, with only what
+// deletions what may have changed since the plan: a head published since or
+// a reference marker stored since (a copy made after the listing) makes it
+// plan that file again from a new listing, and leave it as it is this run
+// if it moved again; and the writer markers. It then stores each file's pending record, with only what
 // is still pending, and the orphans' record. A plan of a dry run does
 // nothing here.
 func (p *Plan) Execute(ctx context.Context) (*Report, error) {
@@ -782,8 +782,22 @@ func (p *Plan) executeFile(ctx context.Context, f *filePlan, rep *Report) error 
 			return err
 		}
 		if !ok {
-			keepAll()
-			f.del = nil
+			// Planned afresh, now: a file flushed often would otherwise
+			// move between every plan and its execution and never be
+			// cleaned. If it moved again, it is left as it is this run.
+			g, err := p.replan(ctx, f)
+			if err != nil {
+				return err
+			}
+			if ok, err = p.unchanged(ctx, g); err != nil {
+				return err
+			}
+			if ok {
+				f = g
+			} else {
+				keepAll()
+				f.del = nil
+			}
 		}
 	}
 	if len(f.del) > 0 {
@@ -835,6 +849,20 @@ func (p *Plan) executeFile(ctx context.Context, f *filePlan, rep *Report) error 
 		return nil
 	}
 	return writePending(ctx, st, f.recKey, f.rec)
+}
+
+// replan plans the file of f again from a new listing.
+func (p *Plan) replan(ctx context.Context, f *filePlan) (*filePlan, error) {
+	objs, err := staging.ListAll(ctx, p.st, f.prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", f.prefix, err)
+	}
+	q := &Plan{st: p.st, root: p.root, o: p.o, view: p.view, refs: p.refs}
+	q.o.Progress = nil
+	if err := q.planFile(ctx, f.prefix, f.id, objs, f.recHad); err != nil {
+		return nil, err
+	}
+	return q.files[0], nil
 }
 
 // unchanged says whether the file is as planned: the same head, and no
