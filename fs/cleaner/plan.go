@@ -34,6 +34,7 @@ type Plan struct {
 	files    []*filePlan
 	orphans  []*orphanPlan
 	orphRec  pending // the orphans' record as it stands once the reaping is done
+	orphOld  pending // the orphans' record as read
 	orphKey  string  // "" when the plan keeps no orphans' record
 	orphHad  bool    // the bucket holds an orphans' record
 	oldFiles []string
@@ -46,6 +47,7 @@ type filePlan struct {
 	head       staging.ObjectInfo // as read when planning
 	del        []doomedObject     // in order: dropped part 0s first
 	rec        pending            // the file's record once del is done
+	recOld     pending            // the record as read
 	recKey     string
 	recHad     bool
 	refs       map[string]time.Time // reference markers listed: key -> LastModified
@@ -233,6 +235,10 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 		p.rep.Skipped = append(p.rep.Skipped, Object{Key: p.orphKey, Reason: bad.Error()})
 	}
 	p.orphHad = len(old) > 0 || bad != nil
+	p.orphOld = old
+	if bad != nil {
+		p.orphOld = nil // rewritten
+	}
 	p.orphRec = pending{}
 	wait := max(o.Grace, o.NSLag)
 	cand := map[string]bool{}
@@ -394,7 +400,11 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 			rep.Skipped = append(rep.Skipped, Object{Key: fpl.recKey, Reason: bad.Error()})
 		}
 		old = rec
+		fpl.recOld = rec
 		fpl.recHad = true
+		if bad != nil {
+			fpl.recOld = nil // rewritten
+		}
 	}
 	tag := segment.FileTag(id)
 	listed := make(map[segment.ObjectName]staging.ObjectInfo, len(objs))
@@ -666,7 +676,7 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 	if ctx.Err() == nil {
 		errs = append(errs, p.forgetOrphans(ctx, &rep))
 	}
-	if p.orphKey != "" && ctx.Err() == nil && (p.orphHad || len(p.orphRec) > 0) {
+	if p.orphKey != "" && ctx.Err() == nil && (p.orphHad || len(p.orphRec) > 0) && !samePending(p.orphRec, p.orphOld) {
 		errs = append(errs, writePending(ctx, p.st, p.orphKey, p.orphRec))
 	}
 	for _, f := range p.files {
@@ -750,6 +760,9 @@ func (p *Plan) forgetOrphans(ctx context.Context, rep *Report) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			err := p.ns.Forget(ctx, id)
+			if errors.Is(err, namespace.ErrNotExist) {
+				err = nil // forgotten since the plan (another run)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -845,8 +858,8 @@ func (p *Plan) executeFile(ctx context.Context, f *filePlan, rep *Report) error 
 	for rel := range done {
 		delete(f.rec, rel)
 	}
-	if !f.recHad && len(f.rec) == 0 {
-		return nil
+	if !f.recHad && len(f.rec) == 0 || f.recHad && samePending(f.rec, f.recOld) {
+		return nil // nothing to store, or no change
 	}
 	return writePending(ctx, st, f.recKey, f.rec)
 }
@@ -910,4 +923,10 @@ func (p *Plan) abortUploads(ctx context.Context, rep *Report) error {
 		rep.Aborted = append(rep.Aborted, u)
 	}
 	return nil
+}
+
+// samePending says whether two records hold the same entries (a nil old
+// record, one that did not decode, is never the same).
+func samePending(a, b pending) bool {
+	return b != nil && maps.EqualFunc(a, b, time.Time.Equal)
 }

@@ -422,3 +422,67 @@ func TestGCOrphanNamespaceLag(t *testing.T) {
 		t.Fatalf("orphan not reaped past the namespace lag: %v", rep.Orphans)
 	}
 }
+
+// countPuts counts the objects stored under gc/.
+type countPuts struct {
+	staging.Store
+	mu   sync.Mutex
+	puts int
+}
+
+func (c *countPuts) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+	if strings.HasPrefix(key, cleaner.GCDir("")) {
+		c.mu.Lock()
+		c.puts++
+		c.mu.Unlock()
+	}
+	return c.Store.Put(ctx, key, data, o)
+}
+
+// A pending record is stored when what is pending changes, not at every
+// run; one that does not decode is reported, counts as empty (the grace
+// starts again) and is stored anew.
+func TestPendingRecordStoredOnChange(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New()
+	cs := newClockStore(clk)
+	st := &countPuts{Store: cs}
+	p := params(segment.FormatStream, false)
+	hist := wholeHistory(t, cs, p, "h", 3, 7)
+	first := oldest(hist)
+	clk.Advance(24 * time.Hour)
+	o := cleaner.Options{Keep: 1, Grace: time.Hour, MinAge: 10 * time.Minute, Now: clk.Now}
+	run := func() *cleaner.Report {
+		t.Helper()
+		rep, err := cleaner.CleanVolume(ctx, st, "", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rep
+	}
+	run()
+	clk.Advance(time.Minute)
+	run()
+	if st.puts != 1 {
+		t.Fatalf("%d records stored by two runs; want 1", st.puts)
+	}
+	key := cleaner.PendingFilesDir("") + "h"
+	if _, err := cs.Put(ctx, key, []byte("not a record"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(10 * time.Minute) // past MinAge since the first run
+	rep := run()
+	if !slices.ContainsFunc(rep.Skipped, func(o cleaner.Object) bool { return o.Key == key }) || len(rep.Deleted) != 0 {
+		t.Fatalf("with a corrupt record: skipped %v, deleted %v", rep.Skipped, deletedKeys(rep))
+	}
+	if got := contentsAt(t, cs, p, "h", first); !bytes.Equal(got, hist[first]) {
+		t.Fatal("the dropped checkpoint does not read back")
+	}
+	clk.Advance(11 * time.Minute)
+	if rep = run(); len(rep.Deleted) == 0 {
+		t.Fatal("nothing deleted once the grace passed again")
+	}
+	if left := keys(t, cs, cleaner.GCDir("")); len(left) != 0 {
+		t.Fatalf("records left: %v", left)
+	}
+}
