@@ -58,6 +58,7 @@ type orphanPlan struct {
 	id, prefix string
 	objs       []staging.ObjectInfo // head last
 	recKey     string               // its file record, if any, to delete
+	refs       map[string]time.Time // reference markers listed: key -> LastModified
 }
 
 // Close lets go of what the plan holds (the namespace it read).
@@ -317,7 +318,12 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 			head := fp + id + "/inode"
 			order := slices.Clone(objs)
 			sort.SliceStable(order, func(i, j int) bool { return order[j].Key == head && order[i].Key != head })
-			op := &orphanPlan{id: id, prefix: fp + id + "/", objs: order}
+			op := &orphanPlan{id: id, prefix: fp + id + "/", objs: order, refs: map[string]time.Time{}}
+			for _, obj := range objs {
+				if _, ok := engine.IsRefKey(strings.TrimPrefix(obj.Key, op.prefix)); ok {
+					op.refs[obj.Key] = obj.LastModified
+				}
+			}
 			if hasRec[id] {
 				op.recKey = PendingFilesDir(p.root) + id
 			}
@@ -706,17 +712,32 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 }
 
 // reap deletes an orphaned file's objects, head last (a run cut short
-// leaves a file that opens), unless a live writer marker appeared since the
-// plan. Forgetting it is done for all at once (forgetOrphans).
+// leaves a file that opens), unless a live writer marker or a reference
+// marker appeared since the plan (a handle still open on it writes, or
+// copies it). Forgetting it is done for all at once (forgetOrphans).
 func (p *Plan) reap(ctx context.Context, or *orphanPlan, rep *Report) error {
 	p.view.forget(or.prefix)
 	ws, err := p.view.fresh(ctx, or.prefix)
 	if err != nil {
 		return fmt.Errorf("orphaned file %s: %w", or.id, err)
 	}
-	if anyLive(ws, p.o.now()) {
+	refs, err := staging.ListAll(ctx, p.st, or.prefix+engine.RefsDir)
+	if err != nil {
+		return fmt.Errorf("orphaned file %s: list reference markers again: %w", or.id, err)
+	}
+	moved := false
+	for _, r := range refs {
+		if at, ok := or.refs[r.Key]; !ok || !at.Equal(r.LastModified) {
+			moved = true
+		}
+	}
+	if moved || anyLive(ws, p.o.now()) {
+		for _, obj := range or.objs {
+			rep.Kept++
+			rep.KeptBytes += obj.Size
+		}
 		or.objs = nil
-		or.id = "" // not forgotten: a writer holds it
+		or.id = "" // not forgotten: kept this run
 		return nil
 	}
 	for i, obj := range or.objs {

@@ -486,3 +486,40 @@ func TestPendingRecordStoredOnChange(t *testing.T) {
 		t.Fatalf("records left: %v", left)
 	}
 }
+
+// An orphan planned for reaping that a handle still open copies before
+// the execution (its reference marker appears) is kept, and so is the copy.
+func TestOrphanCopiedAfterPlanKept(t *testing.T) {
+	ctx := context.Background()
+	clk := fakeclock.New()
+	st := newClockStore(clk)
+	p := params(segment.FormatStream, false)
+	ns, ids := namedFiles(t, st, "x", "d")
+	data := randBytes(rand.New(rand.NewPCG(4, 4)), 20<<10)
+	newFileWith(t, st, p, ids["x"], data)
+	if _, err := ns.Unlink(ctx, namespace.RootIno, "x"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(time.Hour)
+	o := cleaner.Options{Keep: 1, Now: clk.Now}
+	plan, err := cleaner.PlanVolume(ctx, st, "", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer plan.Close()
+	if got := plan.Report().Orphans; len(got) != 1 {
+		t.Fatalf("plan reaps %v; want x", got)
+	}
+	copyFile(t, st, p, ids["d"], ids["x"])
+	if _, err := plan.Execute(ctx); err != nil {
+		t.Fatal(err)
+	}
+	checkContents(t, st, p, ids["d"], data)
+	for range 2 {
+		clk.Advance(time.Hour)
+		if _, err := cleaner.CleanVolume(ctx, st, "", o); err != nil {
+			t.Fatal(err)
+		}
+		checkContents(t, st, p, ids["d"], data)
+	}
+}
