@@ -1,10 +1,14 @@
 package test
 
 import (
+	"bytes"
 	"context"
+	"io"
 	"os"
 	"os/exec"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/namespace"
@@ -95,5 +99,56 @@ func TestGCCopyWrittenOverLetsSourceGo(t *testing.T) {
 	m = v.mount("")
 	if b, err := os.ReadFile(m.path("D")); err != nil || string(b) != "new\n" {
 		t.Fatalf("D reads %q, %v", b, err)
+	}
+}
+
+// TestDroppedCheckpointReadOnAnotherMount: mount B reads an old checkpoint
+// of a file (.checkpoints) while mount A writes the file twice more and a
+// cleaner with --keep 1 runs, as if an hour after the checkpoint was written
+// (its objects are old): B reads the whole checkpoint, exactly, since the
+// cleaner counts the minimum age from the run that dropped it.
+func TestDroppedCheckpointReadOnAnotherMount(t *testing.T) {
+	v := newVolume(t)
+	a := v.mount("")
+	b := v.mount("ns_refresh=100ms")
+	const n = 16 << 20 // larger than the read-ahead window, so B reads the store late
+	randomFile(t, a.path("f"), n)
+	want, err := os.ReadFile(a.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 32)
+	k, err := syscall.Getxattr(a.path("f"), "user.ckptfs.cno", buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := b.path(".checkpoints/f/" + string(buf[:k]))
+	var fb *os.File
+	waitFor(t, 10*time.Second, func() error {
+		var err error
+		fb, err = os.Open(old)
+		return err
+	})
+	defer fb.Close()
+	got := make([]byte, n)
+	const first = 64 << 10
+	if _, err := io.ReadFull(fb, got[:first]); err != nil {
+		t.Fatalf("B reads the checkpoint: %v", err)
+	}
+	randomFile(t, a.path("f"), n)
+	randomFile(t, a.path("f"), n)
+	later := time.Now().Add(time.Hour)
+	rep, err := cleaner.CleanVolume(context.Background(), v.store(), "", cleaner.Options{Keep: 1, Grace: time.Hour, MinAge: 10 * time.Minute, Now: func() time.Time { return later }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rep.Pending) == 0 {
+		t.Fatal("the cleaner found nothing unreferenced: the test proves nothing")
+	}
+	if _, err := io.ReadFull(fb, got[first:]); err != nil {
+		t.Fatalf("B reads the dropped checkpoint after the cleaner: %v", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatal("B read bytes that are not the checkpoint's")
 	}
 }
