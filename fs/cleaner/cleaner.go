@@ -175,7 +175,9 @@ type Options struct {
 	// KeepFor retains every checkpoint whose part 0 is younger than this.
 	KeepFor time.Duration
 	// Grace is how old work a writer may still publish (objects above the
-	// head's cno, multipart uploads) must be before it is deleted.
+	// head's cno, multipart uploads) must be before it is deleted, and how
+	// long a file must have been found orphaned before it is reaped (with
+	// NSLag).
 	Grace time.Duration
 	// MinAge is how long an object at or below the head's cno must have
 	// been unreferenced before it is deleted: counted from the run that
