@@ -152,3 +152,40 @@ func TestDroppedCheckpointReadOnAnotherMount(t *testing.T) {
 		t.Fatal("B read bytes that are not the checkpoint's")
 	}
 }
+
+// TestGCBinaryWaitsNamespaceLag: `ckptfs gc` with no grace still keeps a
+// file removed a moment ago for its default --ns-lag (another mount's view
+// of the namespace may name it), and reaps it with --ns-lag 0.
+func TestGCBinaryWaitsNamespaceLag(t *testing.T) {
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	m := v.mount("")
+	randomFile(t, m.path("gone"), 256<<10)
+	if err := os.Remove(m.path("gone")); err != nil {
+		t.Fatal(err)
+	}
+	m.unmount()
+	st := v.store()
+	store, opts, env := s3Args(t, v)
+	gc := func(args ...string) string {
+		t.Helper()
+		cmd := exec.Command(bin, append(append([]string{"gc", "-o", opts, "--grace", "0", "--min-age", "0"}, args...), store)...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("gc %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	out := gc()
+	if len(nsOrphans(t, st)) != 1 || !bytes.Contains([]byte(out), []byte("1 orphaned files pending")) {
+		t.Fatalf("gc with the default namespace lag reaped the file just removed:\n%s", out)
+	}
+	gc("--ns-lag", "0")
+	if or := nsOrphans(t, st); len(or) != 0 {
+		t.Fatalf("orphans left with --ns-lag 0: %v", or)
+	}
+	if n := countObjects(t, st, cleaner.FilesPrefix("")); n != 0 {
+		t.Fatalf("%d objects left", n)
+	}
+}
