@@ -58,7 +58,6 @@ type orphanPlan struct {
 	id, prefix string
 	objs       []staging.ObjectInfo // head last
 	recKey     string               // its file record, if any, to delete
-	refs       map[string]time.Time // reference markers listed: key -> LastModified
 }
 
 // Close lets go of what the plan holds (the namespace it read).
@@ -318,12 +317,7 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 			head := fp + id + "/inode"
 			order := slices.Clone(objs)
 			sort.SliceStable(order, func(i, j int) bool { return order[j].Key == head && order[i].Key != head })
-			op := &orphanPlan{id: id, prefix: fp + id + "/", objs: order, refs: map[string]time.Time{}}
-			for _, obj := range objs {
-				if _, ok := engine.IsRefKey(strings.TrimPrefix(obj.Key, op.prefix)); ok {
-					op.refs[obj.Key] = obj.LastModified
-				}
-			}
+			op := &orphanPlan{id: id, prefix: fp + id + "/", objs: order}
 			if hasRec[id] {
 				op.recKey = PendingFilesDir(p.root) + id
 			}
@@ -712,26 +706,26 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 }
 
 // reap deletes an orphaned file's objects, head last (a run cut short
-// leaves a file that opens), unless a live writer marker or a reference
-// marker appeared since the plan (a handle still open on it writes, or
-// copies it). Forgetting it is done for all at once (forgetOrphans).
+// leaves a file that opens), unless its objects changed since the plan: a
+// handle still open on it that writes (a writer marker, stored or renewed)
+// or copies it (a reference marker) keeps it this run. One listing of the
+// file tells. Forgetting it is done for all at once (forgetOrphans).
 func (p *Plan) reap(ctx context.Context, or *orphanPlan, rep *Report) error {
-	p.view.forget(or.prefix)
-	ws, err := p.view.fresh(ctx, or.prefix)
+	objs, err := staging.ListAll(ctx, p.st, or.prefix)
 	if err != nil {
-		return fmt.Errorf("orphaned file %s: %w", or.id, err)
+		return fmt.Errorf("orphaned file %s: list it again: %w", or.id, err)
 	}
-	refs, err := staging.ListAll(ctx, p.st, or.prefix+engine.RefsDir)
-	if err != nil {
-		return fmt.Errorf("orphaned file %s: list reference markers again: %w", or.id, err)
+	planned := make(map[string]time.Time, len(or.objs))
+	for _, obj := range or.objs {
+		planned[obj.Key] = obj.LastModified
 	}
 	moved := false
-	for _, r := range refs {
-		if at, ok := or.refs[r.Key]; !ok || !at.Equal(r.LastModified) {
+	for _, obj := range objs {
+		if at, ok := planned[obj.Key]; !ok || !at.Equal(obj.LastModified) {
 			moved = true
 		}
 	}
-	if moved || anyLive(ws, p.o.now()) {
+	if moved {
 		for _, obj := range or.objs {
 			rep.Kept++
 			rep.KeptBytes += obj.Size
