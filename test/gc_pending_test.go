@@ -41,10 +41,12 @@ func TestOrphansWithoutObjectsForgotten(t *testing.T) {
 	if n := len(nsOrphans(t, st)); n != 300 {
 		t.Fatalf("%d orphans before the cleaner; want 300", n)
 	}
+	start := time.Now()
 	rep, err := cleaner.CleanVolume(context.Background(), st, "", cleaner.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("gc: %v", time.Since(start))
 	if len(rep.Orphans) != 300 {
 		t.Fatalf("the cleaner forgot %d orphans; want 300", len(rep.Orphans))
 	}

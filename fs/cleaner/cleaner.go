@@ -193,7 +193,8 @@ type Options struct {
 	DryRun bool
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
-	// Progress, when set, is told of each object examined.
+	// Progress, when set, is told of each object examined, possibly from
+	// several goroutines at once.
 	Progress func(n int64)
 }
 

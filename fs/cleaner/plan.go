@@ -665,14 +665,7 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 		return p.Report(), nil
 	}
 	var errs []error
-	for _, or := range p.orphans {
-		if err := p.reap(ctx, or, &rep); err != nil {
-			errs = append(errs, err)
-			if ctx.Err() != nil {
-				break
-			}
-		}
-	}
+	errs = append(errs, p.reapOrphans(ctx, &rep))
 	if ctx.Err() == nil {
 		errs = append(errs, p.forgetOrphans(ctx, &rep))
 	}
@@ -703,6 +696,41 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 		errs = append(errs, err)
 	}
 	return &rep, errors.Join(errs...)
+}
+
+// reapOrphans reaps the orphans of the plan, several at once: each costs a
+// listing and its deletes, and a run may have thousands (empty files made
+// and removed).
+func (p *Plan) reapOrphans(ctx context.Context, rep *Report) error {
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	sem := make(chan struct{}, 16)
+	for _, or := range p.orphans {
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			var r Report
+			err := p.reap(ctx, or, &r)
+			mu.Lock()
+			defer mu.Unlock()
+			rep.Deleted = append(rep.Deleted, r.Deleted...)
+			rep.Kept += r.Kept
+			rep.KeptBytes += r.KeptBytes
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // reap deletes an orphaned file's objects, head last (a run cut short
