@@ -95,8 +95,10 @@ func CleanVolume(ctx context.Context, st staging.Store, root string, o Options) 
 	p, err := PlanVolume(ctx, st, root, o)
 	if err != nil {
 		if p != nil {
+			// What was found; nothing was done.
 			p.Close()
-			return p.Report(), err
+			r := p.rep
+			return &r, err
 		}
 		return &Report{}, err
 	}
@@ -126,7 +128,8 @@ func volumeRoot(files string) (string, bool) {
 }
 
 // PlanVolume lists the volume at root once and decides what a run deletes,
-// records and leaves. It writes nothing.
+// records and leaves. It writes nothing. The plan must be closed; on an
+// error it may be nil, or hold what was found so far (close it too).
 func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (*Plan, error) {
 	p := &Plan{st: st, root: root, o: o, view: newWriterView(st), orphKey: PendingOrphansKey(root)}
 	fp := FilesPrefix(root)
