@@ -659,9 +659,9 @@ func retained(ctx context.Context, maps *fileMaps, chain []checkpoint, o Options
 // deletions what may have changed since the plan: a head published since or
 // a reference marker stored since (a copy made after the listing) makes it
 // plan that file again from a new listing, and leave it as it is this run
-// if it moved again; and the writer markers. It then stores each file's pending record, with only what
-// is still pending, and the orphans' record. A plan of a dry run does
-// nothing here.
+// if it moved again; the writer markers are read again too. It then stores
+// each file's pending record, with only what is still pending, and the
+// orphans' record. A plan of a dry run does nothing here.
 func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 	rep := p.rep
 	if p.o.DryRun {
