@@ -228,11 +228,15 @@ func oneOrphan(t *testing.T, st staging.Store) string {
 	return o[0].FileID
 }
 
-// reapOrphans runs the cleaner as if its grace period had passed, and checks
-// that it forgot every orphan.
+// reapOrphans runs the cleaner twice, the second run as if its grace period
+// had passed since the first found the orphans, and checks that it forgot
+// every orphan.
 func reapOrphans(t *testing.T, st staging.Store) {
 	t.Helper()
 	later := time.Now().Add(2 * time.Hour)
+	if _, err := cleaner.CleanVolume(context.Background(), st, "", cleaner.Options{Grace: time.Hour}); err != nil {
+		t.Fatalf("cleaner: %v", err)
+	}
 	rep, err := cleaner.CleanVolume(context.Background(), st, "", cleaner.Options{Grace: time.Hour, Now: func() time.Time { return later }})
 	if err != nil {
 		t.Fatalf("cleaner: %v", err)

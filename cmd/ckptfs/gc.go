@@ -13,18 +13,26 @@ import (
 )
 
 const gcLong = `ckptfs gc: deletes the objects no retained checkpoint references, failed
-flushes' and abandoned writers' leftovers, files left without a name (older
-than the grace period), and multipart uploads abandoned for longer than the
-grace period. Never deletes anything a live writer may still publish: a writer
-keeps a renewed marker (f/<id>/writers/) naming what it may publish, whatever
-its age.
+flushes' and abandoned writers' leftovers, files left without a name, and
+multipart uploads abandoned for longer than the grace period. Never deletes
+anything a live writer may still publish: a writer keeps a renewed marker
+(f/<id>/writers/) naming what it may publish, whatever its age.
 
+A run records in the bucket (gc/files/<id>, gc/orphans) what it found
+unreferenced and when; a later run deletes it once it is still unreferenced
+and its time has passed since it was first found so, not since it was
+written. A zero time deletes in the run that finds it.
+
+--min-age is how long a finished object (one of a checkpoint --keep dropped,
+a failed flush's) must have been unreferenced before it is deleted; it covers
+readers of other mounts that opened an old checkpoint or hold a stale head.
 --grace is the age before work above a file's head that no live writer marker
 covers (a dead writer's objects sent ahead or unfinished flush, multipart
 uploads) counts as abandoned, and how long a dead marker is kept; it must
-exceed the time of one request. --min-age is the age before an unreferenced
-finished object is deleted; it covers readers of other mounts with a stale
-head.`
+exceed the time of one request. A file without a name is deleted once both
+--grace and --ns-lag have passed since a run first found it so: --ns-lag
+covers mounts whose view of the namespace lags (ns_refresh_max, up to 10m,
+and the kernel's caches). --dry-run prints the plan and records nothing.`
 
 // defaultMinAge covers another mount's writer whose view of the head is a
 // little old; see package cleaner.
@@ -32,7 +40,7 @@ const defaultMinAge = 10 * time.Minute
 
 // newGcCmd is "ckptfs gc".
 func newGcCmd() *cobra.Command {
-	o := cleaner.Options{Grace: cleaner.DefaultGrace, MinAge: defaultMinAge}
+	o := cleaner.Options{Grace: cleaner.DefaultGrace, MinAge: defaultMinAge, NSLag: cleaner.DefaultNSLag}
 	var opts []string
 	c := &cobra.Command{
 		Use:               "gc [flags] STORE",
@@ -44,7 +52,7 @@ func newGcCmd() *cobra.Command {
 			for _, d := range []struct {
 				name string
 				v    time.Duration
-			}{{"keep-for", o.KeepFor}, {"grace", o.Grace}, {"min-age", o.MinAge}} {
+			}{{"keep-for", o.KeepFor}, {"grace", o.Grace}, {"min-age", o.MinAge}, {"ns-lag", o.NSLag}} {
 				if d.v < 0 {
 					return usagef("--%s %v: want a duration >= 0 such as 30m or 24h", d.name, d.v)
 				}
@@ -67,8 +75,9 @@ func newGcCmd() *cobra.Command {
 	f.IntVar(&o.Keep, "keep", 0, "retain the newest `N` checkpoints of each file (0: all)")
 	f.DurationVar(&o.KeepFor, "keep-for", 0, "also retain checkpoints younger than this (e.g. 24h)")
 	f.DurationVar(&o.Grace, "grace", o.Grace, "age before unfinished work no live writer covers counts as abandoned")
-	f.DurationVar(&o.MinAge, "min-age", o.MinAge, "age before an unreferenced finished object is deleted")
-	f.BoolVarP(&o.DryRun, "dry-run", "n", false, "delete nothing; print what would be deleted")
+	f.DurationVar(&o.MinAge, "min-age", o.MinAge, "how long a finished object must have been unreferenced before it is deleted")
+	f.DurationVar(&o.NSLag, "ns-lag", o.NSLag, "how long a file must have had no name before it is deleted, for mounts whose namespace view lags")
+	f.BoolVarP(&o.DryRun, "dry-run", "n", false, "delete and record nothing; print the plan")
 	return c
 }
 
@@ -110,8 +119,16 @@ func gcRun(spec string, so storeOpts, o cleaner.Options, stdout, stderr io.Write
 		for _, id := range rep.Referenced {
 			fmt.Fprintf(stdout, "kept orphaned file %s: a copy by reference points into it\n", id)
 		}
-		fmt.Fprintf(stdout, "%d files, %d checkpoints (%d retained): %s %d objects (%d bytes), kept %d objects (%d bytes; %d for copies by reference), %d uploads aborted, %d objects left alone, %d live writers\n",
-			rep.Files, rep.Checkpoints, rep.Retained, verb, len(rep.Deleted), rep.DeletedBytes(), rep.Kept, rep.KeptBytes, len(rep.ForCopies), len(rep.Aborted), len(rep.Skipped), rep.Writers)
+		if o.DryRun {
+			for _, d := range rep.Pending {
+				fmt.Fprintf(stdout, "pending %s (%d bytes): %s\n", d.Key, d.Size, d.Reason)
+			}
+			for _, id := range rep.PendingOrphans {
+				fmt.Fprintf(stdout, "pending orphaned file %s\n", id)
+			}
+		}
+		fmt.Fprintf(stdout, "%d files, %d checkpoints (%d retained): %s %d objects (%d bytes), kept %d objects (%d bytes; %d for copies by reference, %d unreferenced for less than the minimum age), %d orphaned files pending, %d uploads aborted, %d objects left alone, %d live writers\n",
+			rep.Files, rep.Checkpoints, rep.Retained, verb, len(rep.Deleted), rep.DeletedBytes(), rep.Kept, rep.KeptBytes, len(rep.ForCopies), len(rep.Pending), len(rep.PendingOrphans), len(rep.Aborted), len(rep.Skipped), rep.Writers)
 	}
 	return err
 }

@@ -1,7 +1,20 @@
 // Package cleaner owns the deletion of objects no retained checkpoint needs:
 // the logic behind `ckptfs gc`. It reads heads, part 0 headers, block-map
-// nodes and lineage objects; it writes nothing but deletions and multipart
-// aborts.
+// nodes, lineage objects and the namespace; it writes deletions, multipart
+// aborts, the namespace's forget entries and its own pending records
+// (pending.go).
+//
+// # A plan, then its execution
+//
+// PlanVolume lists the volume once, reads what it needs and decides; it
+// writes nothing (a dry run prints it: Plan.Report). Plan.Execute then does
+// it, file by file, checking right before a file's deletions what may have
+// changed since the plan: the head is read again and a file whose head moved
+// is left as it is this run (a head published since may name a part 0 the
+// plan judged abandoned), the reference markers are listed again and a file
+// with a marker not in the plan keeps its unreferenced objects (a copy made
+// since may point at a checkpoint the plan dropped), and the writer markers
+// are read again (below).
 //
 // # What is retained
 //
@@ -48,10 +61,16 @@
 //
 // Unreferenced objects with cno not above the head's (a failed flush's part 0
 // and parts, the objects of dropped checkpoints) not under a live marker are
-// deleted once older than MinAge. MinAge covers a reader or writer of another
-// mount whose view of the head is stale (it may still build on objects of a
-// checkpoint this cleaner just dropped) and may be zero for a volume with one
-// mount.
+// deleted once MinAge has passed since a run first found them unreferenced,
+// whatever their age: a run records what it finds, with the time, in the
+// file's pending record, and a later run deletes it only if it is still
+// unreferenced then. So an old checkpoint that Keep drops stays readable for
+// MinAge after the run that dropped it, and one a copy made after the
+// listing points at is found referenced by the next run. MinAge covers a
+// reader or writer of another mount whose view of the head is stale (it may
+// still read, or build on, objects of a checkpoint this cleaner just
+// dropped) and may be zero for a volume with one mount: then the run that
+// finds an object unreferenced deletes it.
 //
 // Part 0 of a dropped checkpoint is deleted before anything else it
 // references, newest first, so a run cut short leaves a chain that ends at a
@@ -59,12 +78,15 @@
 //
 // A file the namespace holds as an orphan (no name left; fs/namespace
 // Orphans) is deleted whole, head last, and then forgotten by the namespace,
-// once its newest object is older than Grace, it has no live writer marker
-// and no copy by reference keeps it (below). A mount deletes its own
-// unlinked files when their last handle closes; this rule is for files a
-// mount that died left behind. The cleaner cannot see another mount's open
+// once max(Grace, NSLag) has passed since a run first found it orphaned (the
+// orphans' pending record), it has no live writer marker and no copy by
+// reference keeps it (below). Orphans are taken from the namespace, not from
+// the listing: one with no objects (created and removed without data) is
+// forgotten all the same. The cleaner cannot see another mount's open
 // handles, so Grace is also how long a handle may read an unlinked file that
-// no one writes.
+// no one writes; NSLag is how long another mount's view of the namespace
+// (ns_refresh_max, the kernel's caches) may still name it. A forget that
+// fails leaves the orphan in the record, and the next run forgets it.
 //
 // # Copies by reference
 //
@@ -87,18 +109,20 @@
 // MinAge, and never under a live writer marker.
 //
 // Cleaning X, every marker "refs/<D>" in X's listing makes the cleaner read
-// D's head and D's whole chain (every checkpoint on it, not only those D's
-// own retention keeps: a superset, freed on a later run once D's chain is
-// shorter), and every object of X that the map of a checkpoint whose lineage
-// names X points at is live (Report.ForCopies: kept for a copy). What each
-// copy points at is read once per run. Past D's head, a checkpoint whose
-// lineage object or objects are gone was dropped by D's cleaning and is read
-// by no one, so it keeps nothing. Any other failure to read what a copy
+// D's head and the checkpoints D's own retention keeps (the same rule:
+// Keep, KeepFor, pinned), and every object of X that the map of one of them
+// points at through its lineage is live (Report.ForCopies: kept for a
+// copy). A checkpoint of D that its retention drops keeps nothing: the
+// objects of X only it named are unreferenced from then on, and MinAge
+// counts from then. What each copy points at is read once per run. Past D's
+// head, a checkpoint whose lineage object or objects are gone was dropped
+// by D's cleaning and is read by no one, so it keeps nothing. Any other failure to read what a copy
 // points at (at its head, a missing object or a corrupt lineage) keeps the
 // file whole this run, reported in Report.Skipped under the marker, and the
 // run goes on: a copy that an earlier run began to reap (head last) is then
 // reaped, and no longer keeps the file. A marker is stale when D has no head
-// or no checkpoint on D's chain has a lineage naming X. A stale marker is
+// or no retained checkpoint of D points at an object of X (a copy written
+// over whole keeps nothing, though its lineage still names X). A stale marker is
 // deleted once older than Grace, and only if it was not stored again since
 // the listing (a copy that starts again stores it anew); a young one is kept,
 // since its copy may be in progress. Such a copy, whose head is not published
@@ -111,7 +135,10 @@
 // marker keeps it, it is reaped as any orphan, its stale markers with it;
 // the markers it holds under the files it was copied from become stale in
 // turn. A copy reaped in a run lets the file it points into go in the same
-// or the next run.
+// or the next run. A marker of a copy that is itself an orphan going in the
+// same run keeps nothing: orphans that hold only each other (cp X D, cp D
+// X, rm X D) are reaped together. The grace of an orphan that a file with a
+// name keeps starts again once it no longer does.
 //
 // Write-ahead log records ("wal/<seq>", package wal) that the head's
 // checkpoint holds (seq at most the head's engine.HeadWAL) are deleted once
@@ -130,14 +157,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
-	"sort"
 	"strings"
 	"time"
 
 	"github.com/ckptfs/ckptfs/blockmap"
 	"github.com/ckptfs/ckptfs/fs/engine"
-	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -151,21 +175,38 @@ type Options struct {
 	// KeepFor retains every checkpoint whose part 0 is younger than this.
 	KeepFor time.Duration
 	// Grace is how old work a writer may still publish (objects above the
-	// head's cno, multipart uploads) must be before it is deleted.
+	// head's cno, multipart uploads) must be before it is deleted, and how
+	// long a file must have been found orphaned before it is reaped (with
+	// NSLag).
 	Grace time.Duration
-	// MinAge is how old an unreferenced object at or below the head's cno
-	// must be before it is deleted.
+	// MinAge is how long an object at or below the head's cno must have
+	// been unreferenced before it is deleted: counted from the run that
+	// first found it so (see Pending records), not from its age. Zero
+	// deletes it in the run that finds it.
 	MinAge time.Duration
-	// DryRun deletes nothing; the report says what would be deleted.
+	// NSLag is how long an orphaned file must have been found orphaned
+	// before it is reaped, on top of Grace: another mount's view of the
+	// namespace may still name it that long (DefaultNSLag).
+	NSLag time.Duration
+	// DryRun deletes and records nothing; the report says what would be
+	// deleted.
 	DryRun bool
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
-	// Progress, when set, is told of each object examined.
+	// Progress, when set, is told of each object examined, possibly from
+	// several goroutines at once.
 	Progress func(n int64)
 }
 
 // DefaultGrace is the default of Options.Grace for the command line.
 const DefaultGrace = time.Hour
+
+// DefaultNSLag is the default of Options.NSLag for the command line: the
+// longest ns_refresh_max a mount accepts (10 min), plus a minute for the
+// kernel's entry and attribute caches (1 s) and a re-read that meets
+// retries. A mount whose view lags no more than that no longer names a file
+// the cleaner reaps.
+const DefaultNSLag = 11 * time.Minute
 
 // Object is one object the cleaner deleted, would delete or left alone.
 type Object struct {
@@ -193,6 +234,12 @@ type Report struct {
 	// Referenced are ids of orphaned files kept whole because a copy by
 	// reference points into them (or may: a young reference marker).
 	Referenced []string
+	// Pending are objects found unreferenced whose MinAge has not passed
+	// since a run first found them so: recorded, deleted by a later run.
+	Pending []Object
+	// PendingOrphans are ids of orphaned files found orphaned whose Grace
+	// and NSLag have not passed since.
+	PendingOrphans []string
 }
 
 // DeletedBytes sums the sizes of the deleted objects.
@@ -218,182 +265,6 @@ var ErrNoHead = errors.New("file has no head")
 func FilesPrefix(root string) string { return root + "f/" }
 
 // CleanVolume cleans every file of the volume at root and aborts multipart
-// uploads under it that are older than the grace period.
-func CleanVolume(ctx context.Context, st staging.Store, root string, o Options) (*Report, error) {
-	rep := &Report{}
-	fp := FilesPrefix(root)
-	objs, err := staging.ListAll(ctx, st, fp)
-	if err != nil {
-		return rep, fmt.Errorf("list files under %q: %w", fp, err)
-	}
-	byFile := map[string][]staging.ObjectInfo{}
-	var ids []string
-	for _, obj := range objs {
-		id, _, ok := strings.Cut(strings.TrimPrefix(obj.Key, fp), "/")
-		if !ok || id == "" {
-			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: "not under a file"})
-			continue
-		}
-		if _, seen := byFile[id]; !seen {
-			ids = append(ids, id)
-		}
-		byFile[id] = append(byFile[id], obj)
-	}
-	ns, err := namespace.Open(ctx, st, root, namespace.Options{})
-	if err != nil {
-		return rep, fmt.Errorf("read the namespace of %q: %w", root, err)
-	}
-	orphans := map[string]bool{}
-	for _, or := range ns.Orphans() {
-		orphans[or.FileID] = true
-	}
-	now := o.now()
-	view := newWriterView(st)
-	refs := newReferrers(st, fp)
-	for _, id := range ids {
-		if orphans[id] {
-			if err := reapOrphan(ctx, st, ns, fp+id+"/", id, byFile[id], now, o, rep, view, refs); err != nil {
-				return rep, err
-			}
-			continue
-		}
-		if err := cleanFile(ctx, st, fp+id+"/", id, byFile[id], o, rep, view, refs); err != nil {
-			return rep, err
-		}
-	}
-	if err := abortUploads(ctx, st, fp, o, rep, view); err != nil {
-		return rep, err
-	}
-	return rep, nil
-}
-
-// reapOrphan deletes an orphaned file whose newest object is older than the
-// grace period (head last, so a run cut short leaves a file that opens) and
-// makes the namespace forget it.
-func reapOrphan(ctx context.Context, st staging.Store, ns *namespace.Namespace, prefix, id string, objs []staging.ObjectInfo, now time.Time, o Options, rep *Report, view *writerView, refs *referrers) error {
-	rep.Files++
-	// A copy by reference that still points into the file keeps it whole,
-	// and so does a young marker (a copy in progress). Stale markers older
-	// than the grace period go with the rest.
-	for _, obj := range objs {
-		copyID, ok := engine.IsRefKey(strings.TrimPrefix(obj.Key, prefix))
-		if !ok {
-			continue
-		}
-		stale := false
-		if now.Sub(obj.LastModified) > o.Grace {
-			r, err := refs.get(ctx, copyID)
-			if err != nil && ctx.Err() != nil {
-				return fmt.Errorf("orphaned file %s: %w", id, err)
-			}
-			if err != nil {
-				rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size,
-					Reason: "file kept whole: " + err.Error()})
-			}
-			stale = err == nil && r.stale(id)
-		}
-		if !stale {
-			for _, obj := range objs {
-				rep.Kept++
-				rep.KeptBytes += obj.Size
-			}
-			rep.Referenced = append(rep.Referenced, id)
-			return nil
-		}
-	}
-	var newest time.Time
-	for _, obj := range objs {
-		if obj.LastModified.After(newest) {
-			newest = obj.LastModified
-		}
-	}
-	// A mount still writing the file (an open handle) keeps a live marker.
-	ws, err := view.read(ctx, prefix, objs)
-	if err != nil {
-		return fmt.Errorf("orphaned file %s: %w", id, err)
-	}
-	if now.Sub(newest) <= o.Grace || anyLive(ws, now) {
-		for _, obj := range objs {
-			rep.Kept++
-			rep.KeptBytes += obj.Size
-		}
-		return nil
-	}
-	head := prefix + "inode"
-	order := slices.Clone(objs)
-	sort.SliceStable(order, func(i, j int) bool { return order[j].Key == head && order[i].Key != head })
-	for _, obj := range order {
-		if o.Progress != nil {
-			o.Progress(1)
-		}
-		if !o.DryRun {
-			if err := st.Delete(ctx, obj.Key); err != nil {
-				return fmt.Errorf("delete %s of orphaned file %s: %w", obj.Key, id, err)
-			}
-		}
-		rep.Deleted = append(rep.Deleted, Object{Key: obj.Key, Size: obj.Size, Reason: "orphaned file (no name) older than the grace period"})
-	}
-	if !o.DryRun {
-		if err := ns.Forget(ctx, id); err != nil {
-			return fmt.Errorf("orphaned file %s: %w", id, err)
-		}
-	}
-	rep.Orphans = append(rep.Orphans, id)
-	return nil
-}
-
-// CleanFile cleans one file: the objects under prefix of the file with id.
-func CleanFile(ctx context.Context, st staging.Store, prefix, id string, o Options) (*Report, error) {
-	rep := &Report{}
-	objs, err := staging.ListAll(ctx, st, prefix)
-	if err != nil {
-		return rep, fmt.Errorf("list %s: %w", prefix, err)
-	}
-	view := newWriterView(st)
-	files, ok := strings.CutSuffix(prefix, id+"/")
-	if !ok {
-		files = ""
-	}
-	if err := cleanFile(ctx, st, prefix, id, objs, o, rep, view, newReferrers(st, files)); err != nil {
-		return rep, err
-	}
-	return rep, abortUploads(ctx, st, prefix, o, rep, view)
-}
-
-// abortUploads aborts open multipart uploads under prefix initiated more
-// than the grace period ago, but none of an object a live writer marker of
-// its file covers.
-func abortUploads(ctx context.Context, st staging.Store, prefix string, o Options, rep *Report, view *writerView) error {
-	ups, err := st.ListMultipartUploads(ctx, prefix)
-	if err != nil {
-		return fmt.Errorf("list multipart uploads under %q: %w", prefix, err)
-	}
-	now := o.now()
-	for _, u := range ups {
-		if now.Sub(u.Initiated) <= o.Grace {
-			continue
-		}
-		if i := strings.LastIndexByte(u.Key, '/'); i >= 0 {
-			if n, _, err := segment.ParseObjectName(u.Key[i+1:]); err == nil {
-				ws, err := view.fresh(ctx, u.Key[:i+1])
-				if err != nil {
-					return fmt.Errorf("abort upload %s of %s: %w", u.UploadID, u.Key, err)
-				}
-				if covered(ws, now, n.Cno) {
-					continue
-				}
-			}
-		}
-		if !o.DryRun {
-			if err := st.AbortMultipart(ctx, u.Key, u.UploadID); err != nil && !errors.Is(err, staging.ErrNotFound) {
-				return fmt.Errorf("abort upload %s of %s: %w", u.UploadID, u.Key, err)
-			}
-		}
-		rep.Aborted = append(rep.Aborted, u)
-	}
-	return nil
-}
-
 type checkpoint struct {
 	ino  segment.Inode
 	part segment.ObjectName
@@ -527,258 +398,6 @@ func (m *fileMaps) markOwn(ctx context.Context, ino segment.Inode, live map[segm
 	})
 }
 
-// cleanFile cleans one file given its objects as listed (before the head is
-// read: see the package doc).
-func cleanFile(ctx context.Context, st staging.Store, prefix, id string, objs []staging.ObjectInfo, o Options, rep *Report, view *writerView, refs *referrers) error {
-	rep.Files++
-	tag := segment.FileTag(id)
-	listed := make(map[segment.ObjectName]staging.ObjectInfo, len(objs))
-	for _, obj := range objs {
-		if n, _, err := segment.ParseObjectName(strings.TrimPrefix(obj.Key, prefix)); err == nil {
-			listed[n] = obj
-		}
-	}
-	maps := newFileMaps(st, refs.files, id, prefix)
-	hd, hinfo, chain, err := maps.readChain(ctx, tag, listed)
-	if errors.Is(err, ErrNoHead) {
-		for _, obj := range objs {
-			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: ErrNoHead.Error()})
-		}
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("clean %s: %w", prefix, err)
-	}
-	walApplied, _, err := engine.HeadWAL(hinfo)
-	if err != nil {
-		return fmt.Errorf("clean %s: %w", prefix, err)
-	}
-	rep.Checkpoints += len(chain)
-
-	now := o.now()
-	writers, err := view.read(ctx, prefix, objs)
-	if err != nil {
-		return fmt.Errorf("clean %s: %w", prefix, err)
-	}
-	byKey := map[string]engine.Writer{}
-	for _, w := range writers {
-		byKey[w.Key] = w
-		if w.Live(now) {
-			rep.Writers++
-		}
-	}
-	live := map[segment.ObjectName]bool{}
-	liveLineage := map[uint64]bool{}
-	var dropped []segment.ObjectName // part 0s of dropped checkpoints, newest first
-	cut := false
-	for i, c := range chain {
-		retain := !cut && (o.Keep <= 0 || i < o.Keep ||
-			(!c.at.IsZero() && now.Sub(c.at) < o.KeepFor) || live[c.part])
-		if !retain {
-			cut = true
-			dropped = append(dropped, c.part)
-			continue
-		}
-		rep.Retained++
-		live[c.part] = true
-		if c.ino.Lineage != 0 {
-			liveLineage[c.ino.Lineage] = true
-		}
-		if err := maps.markOwn(ctx, c.ino, live); err != nil {
-			return fmt.Errorf("clean %s: checkpoint %d: %w", prefix, c.ino.Cno, err)
-		}
-	}
-
-	// What copies by reference point at: each marker refs/<copy> names a
-	// file whose checkpoints may point into this one.
-	forCopies := map[segment.ObjectName]string{} // name -> a copy pointing at it
-	staleRefs := map[string]bool{}
-	for _, obj := range objs {
-		copyID, ok := engine.IsRefKey(strings.TrimPrefix(obj.Key, prefix))
-		if !ok {
-			continue
-		}
-		r, err := refs.get(ctx, copyID)
-		if err != nil && ctx.Err() != nil {
-			return fmt.Errorf("clean %s: %w", prefix, err)
-		}
-		if err != nil {
-			// What the copy points at is not known: nothing of this file
-			// goes this run. The rest of the volume is cleaned, so a copy
-			// that an earlier run began to reap, which may be what failed
-			// here, is reaped and stops keeping this file.
-			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size,
-				Reason: "file kept whole: " + err.Error()})
-			for _, o := range objs {
-				if o.Key != obj.Key {
-					rep.Kept++
-					rep.KeptBytes += o.Size
-				}
-			}
-			return nil
-		}
-		if r.stale(id) {
-			staleRefs[obj.Key] = true
-			continue
-		}
-		for n := range r.names[id] {
-			if _, ok := forCopies[n]; !ok {
-				forCopies[n] = copyID
-			}
-		}
-	}
-
-	// Decide.
-	var doomed []doomedObject
-	droppedSet := map[string]bool{}
-	for _, n := range dropped {
-		droppedSet[prefix+n.String()] = true
-	}
-	var first []doomedObject // dropped part 0s, deleted first
-	keep := func(obj staging.ObjectInfo) {
-		rep.Kept++
-		rep.KeptBytes += obj.Size
-	}
-	// checkpointRule is what becomes of an unreferenced object that a
-	// checkpoint of cno made: "" keeps it.
-	checkpointRule := func(cno uint64, age time.Duration) string {
-		switch {
-		case covered(writers, now, cno):
-		case cno > hd.Inode.Cno:
-			if age > o.Grace {
-				return "abandoned: above the head's checkpoint and older than the grace period"
-			}
-		case age >= o.MinAge:
-			return "referenced by no retained checkpoint"
-		}
-		return ""
-	}
-	for _, obj := range objs {
-		if o.Progress != nil {
-			o.Progress(1)
-		}
-		rel := strings.TrimPrefix(obj.Key, prefix)
-		age := now.Sub(obj.LastModified)
-		if rel == "inode" {
-			keep(obj)
-			continue
-		}
-		if engine.IsWriterKey(rel) {
-			w, ok := byKey[obj.Key]
-			switch {
-			case !ok: // let go since the listing
-			case w.Err != nil:
-				rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: w.Err.Error()})
-				continue
-			case now.Sub(w.Modified) > w.Marker.TTL+o.Grace:
-				doomed = append(doomed, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size,
-					Reason: "writer marker dead for longer than the grace period"}, marker: true})
-				continue
-			}
-			keep(obj)
-			continue
-		}
-		if strings.HasPrefix(rel, wal.Dir) {
-			if walCovered(rel, walApplied, age >= o.MinAge) {
-				doomed = append(doomed, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size, Reason: "write-ahead log record the head's checkpoint holds"}})
-			} else {
-				keep(obj)
-			}
-			continue
-		}
-		if _, ok := engine.IsRefKey(rel); ok {
-			// A young marker may be a copy in progress (its head not yet
-			// published): only an old one that keeps nothing goes.
-			if staleRefs[obj.Key] && age > o.Grace {
-				doomed = append(doomed, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size,
-					Reason: "reference marker of a copy that no longer points here, older than the grace period"}, ref: obj.LastModified})
-			} else {
-				keep(obj)
-			}
-			continue
-		}
-		if lcno, ok := engine.IsLineageKey(rel); ok {
-			reason := ""
-			if !liveLineage[lcno] {
-				reason = checkpointRule(lcno, age)
-			}
-			if reason == "" {
-				keep(obj)
-				continue
-			}
-			doomed = append(doomed, doomedObject{Object{Key: obj.Key, Size: obj.Size, Reason: "lineage " + reason}, lcno, true, false, time.Time{}})
-			continue
-		}
-		n, _, err := segment.ParseObjectName(rel)
-		if err != nil {
-			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: "not a checkpoint object name"})
-			continue
-		}
-		if live[n] {
-			keep(obj)
-			continue
-		}
-		if copyID, ok := forCopies[n]; ok {
-			keep(obj)
-			rep.ForCopies = append(rep.ForCopies, Object{Key: obj.Key, Size: obj.Size, Reason: "kept for a copy: file " + copyID + " points at it"})
-			continue
-		}
-		reason := checkpointRule(n.Cno, age)
-		if reason == "" {
-			keep(obj)
-			continue
-		}
-		if droppedSet[obj.Key] && n.Cno <= hd.Inode.Cno {
-			first = append(first, doomedObject{Object{Key: obj.Key, Size: obj.Size, Reason: "part 0 of a dropped checkpoint"}, n.Cno, true, false, time.Time{}})
-			continue
-		}
-		doomed = append(doomed, doomedObject{Object{Key: obj.Key, Size: obj.Size, Reason: reason}, n.Cno, true, false, time.Time{}})
-	}
-	// Newest dropped checkpoint first: the chain is cut at the retained end.
-	sort.SliceStable(first, func(i, j int) bool { return first[i].Key > first[j].Key })
-	all := slices.Concat(first, doomed)
-	if len(all) == 0 {
-		return nil
-	}
-	// A writer may have started, or rebased onto objects listed here, since
-	// the listing: its markers are read again right before deleting, and
-	// again whenever the last reading is older than engine.WriterRecheck.
-	view.forget(prefix)
-	for _, d := range all {
-		ws, err := view.fresh(ctx, prefix)
-		if err != nil {
-			return fmt.Errorf("clean %s: %w", prefix, err)
-		}
-		if d.isCkpt && covered(ws, o.now(), d.cno) || d.marker && !deadLong(ws, d.Key, o.now(), o.Grace) {
-			keep(staging.ObjectInfo{Size: d.Size})
-			continue
-		}
-		if !d.ref.IsZero() {
-			// A copy starting again since the listing stores its marker
-			// anew: that one is not the marker judged stale.
-			info, err := st.Head(ctx, d.Key)
-			if errors.Is(err, staging.ErrNotFound) {
-				continue
-			}
-			if err != nil {
-				return fmt.Errorf("clean %s: %w", prefix, err)
-			}
-			if !info.LastModified.Equal(d.ref) {
-				keep(staging.ObjectInfo{Size: d.Size})
-				continue
-			}
-		}
-		if !o.DryRun {
-			if err := st.Delete(ctx, d.Key); err != nil {
-				return fmt.Errorf("delete %s: %w", d.Key, err)
-			}
-		}
-		rep.Deleted = append(rep.Deleted, d.Object)
-	}
-	return nil
-}
-
-// doomedObject is an object decided for deletion; a checkpoint object's cno
 // is checked against the writer markers once more before it goes.
 type doomedObject struct {
 	Object
@@ -786,6 +405,7 @@ type doomedObject struct {
 	isCkpt bool
 	marker bool      // a dead writer marker
 	ref    time.Time // a stale reference marker: its LastModified as listed
+	rel    string    // its name under the file's prefix (pending records)
 }
 
 // deadLong says whether the marker at key, as read in ws, is still dead for

@@ -241,9 +241,12 @@ func TestOrphanACopyPointsInto(t *testing.T) {
 	if _, err := ns.Unlink(ctx, namespace.RootIno, "x"); err != nil {
 		t.Fatal(err)
 	}
+	// An orphan's grace counts from the run that first found it orphaned:
+	// each run here is two hours after the one before.
 	late := time.Now().Add(2 * time.Hour)
 	o := cleaner.Options{Keep: 1, Grace: time.Hour, Now: func() time.Time { return late }}
 	for range 2 {
+		late = late.Add(2 * time.Hour)
 		rep, err := cleaner.CleanVolume(ctx, st, "", o)
 		if err != nil {
 			t.Fatal(err)
@@ -257,6 +260,7 @@ func TestOrphanACopyPointsInto(t *testing.T) {
 		t.Fatal(err)
 	}
 	for run := 0; ; run++ {
+		late = late.Add(2 * time.Hour)
 		if _, err := cleaner.CleanVolume(ctx, st, "", o); err != nil {
 			t.Fatal(err)
 		}

@@ -150,8 +150,14 @@ func testUnreadableCopy(t *testing.T, copyFn func(t *testing.T, st staging.Store
 		t.Fatal(err)
 	}
 	before := keys(t, st, x.prefix)
+	// A first run finds the copy orphaned; the orphan's grace counts from
+	// then.
 	late := time.Now().Add(2 * time.Hour)
 	o := cleaner.Options{Keep: 1, Grace: time.Hour, Now: func() time.Time { return late }}
+	if _, err := cleaner.CleanVolume(ctx, st, "", o); err != nil {
+		t.Fatal(err)
+	}
+	late = late.Add(2 * time.Hour)
 	rep, err := cleaner.CleanVolume(ctx, st, "", o)
 	if err != nil {
 		t.Fatal(err)

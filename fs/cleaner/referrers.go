@@ -15,25 +15,27 @@ import (
 // checkpoints point into.
 type referrers struct {
 	st    staging.Store
-	files string // the prefix of the volume's files ("" unknown)
+	files string  // the prefix of the volume's files ("" unknown)
+	o     Options // the retention that decides which checkpoints of a copy count
 	byID  map[string]referrerRead
 }
 
-// referrer is what one copy points at, over every checkpoint on its chain
-// (those its own retention keeps and any older still on the chain: a
-// superset, freed on a later run once its chain is shorter).
+// referrer is what one copy points at, over the checkpoints its own
+// retention keeps (the same rule as its cleaning: Keep, KeepFor, pinned).
+// A checkpoint it drops keeps nothing: the objects only it named become
+// unreferenced then, and their grace counts from then.
 type referrer struct {
 	noHead bool
-	named  map[string]bool                        // files some lineage on the chain names
 	names  map[string]map[segment.ObjectName]bool // by file: its objects the maps point into
 }
 
 // stale says whether the copy keeps nothing of file id: it has no head, or
-// no checkpoint on its chain has a lineage naming id.
-func (r *referrer) stale(id string) bool { return r.noHead || !r.named[id] }
+// no retained checkpoint of it points at an object of id. A copy written
+// over (its lineage still names id, its map no longer does) keeps nothing.
+func (r *referrer) stale(id string) bool { return r.noHead || len(r.names[id]) == 0 }
 
-func newReferrers(st staging.Store, files string) *referrers {
-	return &referrers{st: st, files: files, byID: map[string]referrerRead{}}
+func newReferrers(st staging.Store, files string, o Options) *referrers {
+	return &referrers{st: st, files: files, o: o, byID: map[string]referrerRead{}}
 }
 
 // get returns what the copy copyID points at, read on first use.
@@ -63,7 +65,7 @@ type referrerRead struct {
 }
 
 func (rs *referrers) read(ctx context.Context, copyID string) (*referrer, error) {
-	r := &referrer{named: map[string]bool{}, names: map[string]map[segment.ObjectName]bool{}}
+	r := &referrer{names: map[string]map[segment.ObjectName]bool{}}
 	prefix := rs.files + copyID + "/"
 	maps := newFileMaps(rs.st, rs.files, copyID, prefix)
 	_, _, chain, err := maps.readChain(ctx, segment.FileTag(copyID), nil)
@@ -74,28 +76,29 @@ func (rs *referrers) read(ctx context.Context, copyID string) (*referrer, error)
 	if err != nil {
 		return nil, fmt.Errorf("read the chain of %s: %w", prefix, err)
 	}
+	// The copy's own objects its retained checkpoints point into: an
+	// older checkpoint whose part 0 one of them points into is retained
+	// too, as its cleaning retains it.
+	own := map[segment.ObjectName]bool{}
+	now := rs.o.now()
 	for i, c := range chain {
-		if c.ino.Lineage == 0 {
-			continue
+		young := rs.o.KeepFor > 0 && (c.at.IsZero() || now.Sub(c.at) < rs.o.KeepFor)
+		if !(rs.o.Keep <= 0 || i < rs.o.Keep || young || own[c.part]) {
+			break // dropped, and every older one with it
 		}
-		lin, err := maps.space.Lineage(ctx, c.ino.Lineage)
-		if err != nil {
-			// Past the head, a checkpoint whose lineage or objects are gone
-			// was dropped by the copy's own cleaning (its lineage object
-			// goes once no retained checkpoint names it) and is read by
-			// no one: what it pointed at is not needed for it.
-			if i > 0 && errors.Is(err, staging.ErrNotFound) {
-				continue
+		own[c.part] = true
+		err := maps.walk(ctx, c.ino, func(n segment.ObjectName) error {
+			if c.ino.Lineage == 0 {
+				own[n] = true
+				return nil
 			}
-			return nil, fmt.Errorf("checkpoint %d of %s: %w", c.ino.Cno, prefix, err)
-		}
-		for _, e := range lin.Entries {
-			r.named[e.FileID] = true
-		}
-		err = maps.walk(ctx, c.ino, func(n segment.ObjectName) error {
-			id, own, err := maps.space.Owner(ctx, c.ino.Lineage, n)
-			if err != nil || own {
+			id, mine, err := maps.space.Owner(ctx, c.ino.Lineage, n)
+			if err != nil {
 				return err
+			}
+			if mine {
+				own[n] = true
+				return nil
 			}
 			set := r.names[id]
 			if set == nil {
@@ -106,8 +109,11 @@ func (rs *referrers) read(ctx context.Context, copyID string) (*referrer, error)
 			return nil
 		})
 		if err != nil {
+			// Past the head, a checkpoint whose lineage or objects are gone
+			// was dropped by the copy's own cleaning and is read by no one:
+			// what it pointed at is not needed for it.
 			if i > 0 && errors.Is(err, staging.ErrNotFound) {
-				continue // as above; what was seen is kept (a superset)
+				break
 			}
 			return nil, fmt.Errorf("checkpoint %d of %s: %w", c.ino.Cno, prefix, err)
 		}
