@@ -189,7 +189,8 @@
 //
 // Typed errors of the namespace, the engine, the segment codec and the store
 // are turned into errno values here and only here (errnoOf). A corrupt or
-// foreign object is EIO, with the reason logged; a canceled request is EINTR.
+// foreign object is EIO, with the reason logged; a canceled request is EINTR
+// (without -o intr only a dying caller's request is canceled: interrupt.go).
 //
 // # Locking
 //
