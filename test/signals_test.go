@@ -167,7 +167,9 @@ signal.signal(signal.SIGUSR1, lambda s, f: None)
 signal.siginterrupt(signal.SIGUSR1, True)
 libc = ctypes.CDLL(None, use_errno=True)
 rc = libc.mkdir(sys.argv[1].encode(), 0o755)
-print(rc, ctypes.get_errno())
+e = ctypes.get_errno()
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # later signals: not fatal at exit
+print(rc, e)
 `, m.path("caught"))
 	var cout strings.Builder
 	caught.Stdout, caught.Stderr = &cout, &cout
@@ -229,5 +231,124 @@ print(rc, ctypes.get_errno())
 	}
 	if _, err := os.ReadDir(m.dir); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// inFUSE says whether process pid is blocked in a request to a FUSE
+// filesystem (its kernel stack, readable by root, or its wait channel).
+func inFUSE(pid int) bool {
+	for _, f := range []string{"stack", "wchan"} {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f))
+		if strings.Contains(string(b), "request_wait_answer") || strings.Contains(string(b), "fuse_simple_request") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestCaughtSignalWhileQueued: a mkdir queued behind another change that
+// the store holds, whose program catches signals meanwhile, succeeds once
+// the store answers; with -o intr the first signal fails it with EINTR and
+// the directory is not made (the change was only queued).
+func TestCaughtSignalWhileQueued(t *testing.T) {
+	need(t, "mkdir", "python3")
+	for _, tc := range []struct {
+		opts, want string
+		made       bool
+	}{{"", "0 0", true}, {"intr", "-1 4", false}} {
+		t.Run("opts="+tc.opts, func(t *testing.T) {
+			hs := &holdingStore{release: make(chan struct{})}
+			m := newVolume(t).mountWrapped(tc.opts, func(st staging.Store) staging.Store { hs.Store = st; return hs })
+			// The second mkdir is in another directory: the kernel holds
+			// a directory's lock across a mkdir in it.
+			if err := os.Mkdir(m.path("a"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			hs.hold.Store(true)
+			released := false
+			release := func() {
+				if !released {
+					released = true
+					hs.hold.Store(false)
+					close(hs.release)
+				}
+			}
+			defer release()
+			// The first change: its log entry is held by the store.
+			first := exec.Command("mkdir", m.path("first"))
+			if err := first.Start(); err != nil {
+				t.Fatal(err)
+			}
+			fdone := make(chan error, 1)
+			go func() { fdone <- first.Wait() }()
+			deadline := time.After(time.Minute)
+			for hs.inFlight.Load() == 0 {
+				select {
+				case err := <-fdone:
+					t.Fatalf("the first mkdir ended before its change reached the store: %v", err)
+				case <-deadline:
+					t.Fatal("the first change never reached the store")
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			// The second waits in the queue; it catches SIGUSR1.
+			second := exec.Command("python3", "-c", `
+import ctypes, signal, sys
+signal.signal(signal.SIGUSR1, lambda s, f: None)
+signal.siginterrupt(signal.SIGUSR1, True)
+libc = ctypes.CDLL(None, use_errno=True)
+rc = libc.mkdir(sys.argv[1].encode(), 0o755)
+e = ctypes.get_errno()
+signal.signal(signal.SIGUSR1, signal.SIG_IGN)  # later signals: not fatal at exit
+print(rc, e)
+`, m.path("a/second"))
+			var out strings.Builder
+			second.Stdout, second.Stderr = &out, &out
+			if err := second.Start(); err != nil {
+				t.Fatal(err)
+			}
+			sdone := make(chan error, 1)
+			go func() { sdone <- second.Wait() }()
+			deadline = time.After(time.Minute)
+			for !inFUSE(second.Process.Pid) {
+				select {
+				case err := <-sdone:
+					t.Fatalf("the second mkdir ended before it waited on the mount: %v %s", err, out.String())
+				case <-deadline:
+					stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stack", second.Process.Pid))
+					t.Fatalf("the second mkdir never waited on the mount; kernel stack:\n%s", stack)
+				case <-time.After(5 * time.Millisecond):
+				}
+			}
+			// Signals while it waits: with intr, it ends with EINTR;
+			// without, it is still waiting after every one.
+			var err error
+			ended := false
+			for i := 0; i < 20 && !ended; i++ {
+				_ = second.Process.Signal(syscall.SIGUSR1)
+				select {
+				case err = <-sdone:
+					ended = true
+				case <-time.After(10 * time.Millisecond):
+				}
+			}
+			if ended != (tc.opts == "intr") {
+				t.Fatalf("ended while the store held the first change: %v, want %v (%s)", ended, tc.opts == "intr", out.String())
+			}
+			release()
+			if !ended {
+				err = <-sdone
+			}
+			if err != nil || strings.TrimSpace(out.String()) != tc.want {
+				t.Fatalf("second mkdir: %v, printed %q, want %q", err, out.String(), tc.want)
+			}
+			if err := <-fdone; err != nil {
+				t.Fatalf("first mkdir: %v", err)
+			}
+			_, serr := os.Stat(m.path("a/second"))
+			if (serr == nil) != tc.made {
+				t.Errorf("second directory made: %v, want %v", serr == nil, tc.made)
+			}
+		})
 	}
 }
