@@ -20,9 +20,9 @@ var stressors = []string{"dentry", "dir", "link", "filename", "xattr", "rename",
 // ENOTEMPTY from rmdir, a lost xattr) or any stressor it could not run.
 // The stressors check the time only between rounds, and a round of link,
 // filename or dentry makes thousands of namespace changes: the run takes
-// about 9 s on 2 cores (30 s with the race detector on a loaded machine).
-// scripts/test runs it in a step of its own, which shows stress-ng's
-// report. It skips only when stress-ng is not installed and CI is not set:
+// about 9 s on 2 cores, and 30 to 40 s with the race detector on a loaded
+// machine, so scripts/test runs it in a step of its own, without the race
+// detector, which shows stress-ng's report. It skips only when stress-ng is not installed and CI is not set:
 // in CI (CI=true, which installs it) a missing stress-ng fails it.
 func TestStressNG(t *testing.T) {
 	if _, err := exec.LookPath("stress-ng"); err != nil {
