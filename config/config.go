@@ -164,6 +164,10 @@ type Config struct {
 	NoDev bool
 	// NoAtime (noatime) has the kernel not update access times.
 	NoAtime bool
+	// Intr (intr) lets any signal interrupt a request: the request's
+	// context is canceled and what changed nothing yet fails with EINTR.
+	// Off (the default), only a fatal signal does, as on a local disk.
+	Intr bool
 }
 
 // Unset is the value of UID, GID, FileMode and DirMode that shows each file's
@@ -213,6 +217,7 @@ func Default() Config {
 		NoSuid:                           true,
 		NoDev:                            true,
 		NoAtime:                          false,
+		Intr:                             false,
 	}
 }
 

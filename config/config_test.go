@@ -264,6 +264,7 @@ func TestSetEveryOption(t *testing.T) {
 		{"nosuid", map[string]string{"true": "true", "false": "false"}, []string{"never"}},
 		{"nodev", map[string]string{"true": "true", "false": "false"}, []string{"never"}},
 		{"noatime", map[string]string{"true": "true", "false": "false"}, []string{"relatime"}},
+		{"intr", map[string]string{"true": "true", "false": "false"}, []string{"soft"}},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
@@ -309,7 +310,7 @@ func TestSetUnknown(t *testing.T) {
 		t.Fatalf("Set(foo) = %v, want an *OptionError wrapping ErrUnknownOption", err)
 	}
 	if !strings.HasPrefix(err.Error(), `unknown option "foo" (known: data_block_size, meta_block_size, `) ||
-		!strings.HasSuffix(err.Error(), "allow_other, ro, allow_root, auto_unmount, uid, gid, umask, file_mode, dir_mode, noexec, nosuid, nodev, noatime)") {
+		!strings.HasSuffix(err.Error(), "allow_other, ro, allow_root, auto_unmount, uid, gid, umask, file_mode, dir_mode, noexec, nosuid, nodev, noatime, intr)") {
 		t.Errorf("message %q", err)
 	}
 	if _, err := c.Get("foo"); !errors.Is(err, ErrUnknownOption) {
@@ -519,6 +520,8 @@ func TestParse(t *testing.T) {
 			func(c *Config) { c.NoSuid, c.NoDev = false, false }},
 		{"relatime and strictatime turn noatime off", "noatime,relatime", func(c *Config) {}},
 		{"strictatime", "noatime,strictatime", func(c *Config) {}},
+		{"intr", "intr", func(c *Config) { c.Intr = true }},
+		{"nointr turns intr off", "intr,nointr", func(c *Config) {}},
 		{"later flag wins", "exec,noexec,suid,nosuid", func(c *Config) { c.NoExec = true }},
 		{"fstab line", "defaults,_netdev,noatime,stream_segment_bytes=64M,memory_limit=1G,x-systemd.requires=network-online.target",
 			func(c *Config) { c.StreamSegmentBytes, c.MemoryLimit, c.NoAtime = 64<<20, 1<<30, true }},
@@ -639,6 +642,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 	every.AutoUnmount = true
 	every.UID, every.GID, every.Umask, every.FileMode, every.DirMode = 1001, 0, 0o22, 0o640, 0o1750
 	every.NoExec, every.NoSuid, every.NoDev, every.NoAtime = true, false, false, true
+	every.Intr = true
 	every.S3ConnectTimeout = 3 * time.Second
 	every.S3RequestTimeout = 45 * time.Second
 	every.S3StallTimeout = 7 * time.Second

@@ -304,6 +304,8 @@ var options = []option{
 		func(c *Config) *bool { return &c.NoDev }),
 	boolOpt("noatime", "NoAtime", "the kernel does not update access times (atime, relatime, strictatime: the kernel's default, relatime)",
 		func(c *Config) *bool { return &c.NoAtime }),
+	boolOpt("intr", "Intr", "any signal interrupts a request to the store, which then fails with EINTR if it changed nothing yet (nointr, the default: only a fatal signal does, as on a local disk; a non-fatal one lets the call finish and report its real result)",
+		func(c *Config) *bool { return &c.Intr }),
 }
 
 func lookup(name string) *option {
@@ -333,11 +335,12 @@ var genericMountFlags = map[string]bool{
 }
 
 // mountFlagAliases are mount(8)'s words for turning an option off: Parse reads
-// "exec" as noexec=false. relatime and strictatime turn noatime off: FUSE
+// "exec" as noexec=false, and "nointr" (NFS's word) as intr=false. relatime and strictatime turn noatime off: FUSE
 // mounts get the kernel's default, relatime.
 var mountFlagAliases = map[string]string{
 	"rw": "ro", "exec": "noexec", "suid": "nosuid", "dev": "nodev",
 	"atime": "noatime", "relatime": "noatime", "strictatime": "noatime",
+	"nointr": "intr",
 }
 
 // unsupportedFlags are options of other FUSE filesystems that ckptfs refuses,

@@ -100,8 +100,8 @@ func (d *ckptDir) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	}
 	out := make([]fuse.DirEntry, 0, len(ents))
 	for _, e := range ents {
-		if e.Kind == namespace.KindSymlink {
-			continue
+		if e.Kind != namespace.KindDir && e.Kind != namespace.KindFile {
+			continue // symlinks, FIFOs, sockets: no checkpoints
 		}
 		out = append(out, fuse.DirEntry{Name: e.Name, Mode: syscall.S_IFDIR})
 	}

@@ -71,6 +71,15 @@
 // write and succeeds at once; programs that save with write, fsync, rename,
 // fsync(dir) may rely on it.
 //
+// # FIFOs, sockets and devices
+//
+// mkfifo and the bind of an AF_UNIX socket make namespace entries with their
+// mode and no data object (mknod.go), seen by every mount of the volume and
+// kept across remounts; what passes through them stays in the kernel of the
+// machine that opened them. Block and character devices are refused with
+// EPERM (a device number means nothing on the other machines of the bucket);
+// mknod of a regular file makes an empty file, as creat does.
+//
 // # Old checkpoints
 //
 // Every retained checkpoint of every file is readable, read-only, at
@@ -189,7 +198,8 @@
 //
 // Typed errors of the namespace, the engine, the segment codec and the store
 // are turned into errno values here and only here (errnoOf). A corrupt or
-// foreign object is EIO, with the reason logged; a canceled request is EINTR.
+// foreign object is EIO, with the reason logged; a canceled request is EINTR
+// (without -o intr only a dying caller's request is canceled: interrupt.go).
 //
 // # Locking
 //

@@ -278,6 +278,9 @@ func (fsys *FS) Mount(mountpoint string) error {
 	}
 	// Every request is timed into ckptfs_fuse_operation_seconds.
 	var raw fuse.RawFileSystem = newTimedFS(fs.NewNodeFS(&node{fsys: fsys, ino: namespace.RootIno}, opts), fsys.metrics.fuseSeconds)
+	if !c.Intr {
+		raw = newFatalOnly(raw) // interrupt.go
+	}
 	if c.AllowRoot {
 		raw = &allowRoot{RawFileSystem: raw, owner: uint32(os.Getuid())}
 	}

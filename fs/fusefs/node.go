@@ -65,6 +65,10 @@ func kindMode(k namespace.Kind) uint32 {
 		return syscall.S_IFDIR
 	case namespace.KindSymlink:
 		return syscall.S_IFLNK
+	case namespace.KindFIFO:
+		return syscall.S_IFIFO
+	case namespace.KindSocket:
+		return syscall.S_IFSOCK
 	}
 	return syscall.S_IFREG
 }

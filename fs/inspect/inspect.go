@@ -386,6 +386,8 @@ func (v *Volume) StoreInfo(ctx context.Context) (StoreInfo, error) {
 		case namespace.KindSymlink:
 			si.Symlinks++
 			return nil
+		case namespace.KindFIFO, namespace.KindSocket:
+			return nil // no data
 		}
 		si.Files++
 		fi, err := v.fileInfo(ctx, p, n.FileID)

@@ -4,6 +4,15 @@
 // the file engine). Sizes and file contents are not here: they live in each
 // file's own head object.
 //
+// # FIFOs and sockets
+//
+// Mknod makes a FIFO or a Unix socket file (KindFIFO, KindSocket): a node
+// with its mode, owner and times and no data, linked, renamed and removed
+// like a symlink (it goes with its last name). Log entries that make one,
+// and snapshots while the volume holds one, are in envelope version 3
+// (format.go), so that builds before FIFOs refuse such a volume instead of
+// misreading it; a volume without them is written as before.
+//
 // # Objects
 //
 // The namespace is an ordered log of changes under <root>/ns/log/, one object

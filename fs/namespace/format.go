@@ -80,18 +80,29 @@ func parseSeq(key, dirPrefix string) (uint64, bool) {
 // ordinary S3 tools; the envelope makes them self-checking.
 //
 // Version 1 is every snapshot and every entry of one op; version 2 an entry
-// of several ("ops", group commit), so that a build that predates them
-// refuses them as a version it does not know rather than misreads them.
+// of several ("ops", group commit); version 3 a snapshot that holds a FIFO
+// or socket node (KindFIFO, KindSocket) and an entry, of one op or several,
+// that holds a mknod op. A build that predates a version refuses it as a
+// version it does not know rather than misreads it, and only what needs a
+// version is written in it: a volume without FIFOs or sockets stays in 1
+// and 2, readable by builds before them. Versions 1 and 2 holding such a
+// node or op are corrupt, and so is version 3 without one.
+//
+//	version  snapshot                  log entry
+//	1        no FIFO or socket node    "op", not mknod
+//	2        (never)                   "ops", no mknod
+//	3        a FIFO or socket node     "op" or "ops", a mknod among them
 //
 // These constants are part of the format.
 const (
-	envMagic      = "CKNS"
-	envVersion    = 1
-	envVersionOps = 2
-	envHeaderLen  = 16
-	kindEntry     = 1
-	kindSnapshot  = 2
-	maxObjectBody = 1 << 30
+	envMagic        = "CKNS"
+	envVersion      = 1
+	envVersionOps   = 2
+	envVersionNodes = 3
+	envHeaderLen    = 16
+	kindEntry       = 1
+	kindSnapshot    = 2
+	maxObjectBody   = 1 << 30
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -116,7 +127,7 @@ func unseal(key string, kind byte, data []byte) ([]byte, byte, error) {
 	if string(data[:4]) != envMagic {
 		return nil, 0, corruptf(key, "bad magic %q", data[:4])
 	}
-	if data[4] != envVersion && !(kind == kindEntry && data[4] == envVersionOps) {
+	if data[4] != envVersion && data[4] != envVersionNodes && !(kind == kindEntry && data[4] == envVersionOps) {
 		return nil, 0, corruptf(key, "unknown format version %d", data[4])
 	}
 	if data[5] != kind {
@@ -204,6 +215,7 @@ const (
 	opSetXattr    = "setxattr"
 	opRemoveXattr = "removexattr"
 	opForget      = "forget"
+	opMknod       = "mknod" // envelope version 3 only
 )
 
 // entry is the body of one log entry: one op, or several (changes made at
@@ -268,6 +280,7 @@ type op struct {
 	Flags     uint32   `json:"fl,omitempty"`
 	Attr      *attrRec `json:"a,omitempty"`
 	Value     []byte   `json:"v,omitempty"`
+	Type      Kind     `json:"ty,omitempty"` // mknod: KindFIFO or KindSocket
 }
 
 // attrRec is the change of a setattr: nil fields are left alone.
@@ -290,7 +303,20 @@ func encodeEntry(e *entry) []byte {
 	if e.Op == nil {
 		version = envVersionOps
 	}
+	if e.mknods() {
+		version = envVersionNodes
+	}
 	return seal(kindEntry, version, body)
+}
+
+// mknods says whether e holds a mknod op (so needs envelope version 3).
+func (e *entry) mknods() bool {
+	for _, o := range e.ops() {
+		if o.Kind == opMknod {
+			return true
+		}
+	}
+	return false
 }
 
 // decodeEntry parses the log entry stored under key. wantSeq 0 skips the
@@ -304,7 +330,7 @@ func decodeEntry(key string, wantSeq uint64, data []byte) (*entry, error) {
 	if err := decodeJSON(key, body, &e); err != nil {
 		return nil, err
 	}
-	if (version == envVersionOps) != (e.Ops != nil) {
+	if version != envVersionNodes && (version == envVersionOps) != (e.Ops != nil) {
 		return nil, corruptf(key, "format version %d with \"op\"=%v and \"ops\"=%v", version, e.Op != nil, e.Ops != nil)
 	}
 	if e.Seq == 0 {
@@ -326,15 +352,25 @@ func decodeEntry(key string, wantSeq uint64, data []byte) (*entry, error) {
 	case len(e.Ops) > maxEntryOps:
 		return nil, corruptf(key, "%d ops, at most %d", len(e.Ops), maxEntryOps)
 	}
+	if version == envVersionNodes && !e.mknods() {
+		return nil, corruptf(key, "format version %d without a mknod", version)
+	}
 	for i, o := range e.ops() {
 		switch o.Kind {
 		case opCreate, opMkdir, opSymlink, opLink, opUnlink, opRmdir, opRename,
 			opSetAttr, opSetXattr, opRemoveXattr, opForget:
+		case opMknod:
+			if version != envVersionNodes {
+				return nil, corruptf(key, "op %d: mknod in format version %d", i, version)
+			}
 		default:
 			return nil, corruptf(key, "op %d: unknown operation %q", i, o.Kind)
 		}
 		if o.Kind == opSetAttr && o.Attr == nil {
 			return nil, corruptf(key, "op %d: setattr without attributes", i)
+		}
+		if o.Type != 0 && o.Kind != opMknod {
+			return nil, corruptf(key, "op %d: a type in a %s", i, o.Kind)
 		}
 	}
 	return &e, nil
@@ -382,13 +418,28 @@ func encodeSnapshot(st *state) []byte {
 	if err != nil {
 		panic(fmt.Sprintf("namespace: encode snapshot: %v", err))
 	}
-	return seal(kindSnapshot, envVersion, body)
+	version := byte(envVersion)
+	if st.holdsSpecial() {
+		version = envVersionNodes
+	}
+	return seal(kindSnapshot, version, body)
+}
+
+// holdsSpecial says whether st has a FIFO or socket node (so its snapshot
+// needs envelope version 3).
+func (st *state) holdsSpecial() bool {
+	for _, n := range st.nodes {
+		if n.kind.special() {
+			return true
+		}
+	}
+	return false
 }
 
 // decodeSnapshot parses and checks a snapshot; wantSeq 0 skips the check
 // against the key.
 func decodeSnapshot(key string, wantSeq uint64, data []byte) (*state, error) {
-	body, _, err := unseal(key, kindSnapshot, data)
+	body, version, err := unseal(key, kindSnapshot, data)
 	if err != nil {
 		return nil, err
 	}
@@ -402,6 +453,9 @@ func decodeSnapshot(key string, wantSeq uint64, data []byte) (*state, error) {
 	st, err := stateFromRecord(&rec)
 	if err != nil {
 		return nil, corruptf(key, "%v", err)
+	}
+	if (version == envVersionNodes) != st.holdsSpecial() {
+		return nil, corruptf(key, "format version %d with FIFO or socket nodes: %v", version, st.holdsSpecial())
 	}
 	return st, nil
 }

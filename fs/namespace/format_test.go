@@ -208,6 +208,7 @@ func TestKeys(t *testing.T) {
 func TestEntryOpsRefused(t *testing.T) {
 	id := NewFileID()
 	mk := `{"k":"mkdir","p":1,"n":"d","m":493}`
+	mn := `{"k":"mknod","p":1,"n":"p","m":420,"ty":4}`
 	cases := []struct {
 		name    string
 		body    string
@@ -218,7 +219,13 @@ func TestEntryOpsRefused(t *testing.T) {
 		{"ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,` + mk + `]}`, true, 0},
 		{"ops in a version 1 envelope", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,` + mk + `]}`, false, envVersion},
 		{"op in a version 2 envelope", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `}`, false, envVersionOps},
-		{"version 3", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `}`, false, 3},
+		{"version 3 without a mknod", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `}`, false, 3},
+		{"version 4", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `}`, false, 4},
+		{"mknod", `{"seq":1,"id":"` + id + `","t":1,"op":` + mn + `}`, true, 3},
+		{"mknod in ops", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,` + mn + `]}`, true, 3},
+		{"mknod in a version 1 envelope", `{"seq":1,"id":"` + id + `","t":1,"op":` + mn + `}`, false, envVersion},
+		{"mknod in a version 2 envelope", `{"seq":1,"id":"` + id + `","t":1,"ops":[` + mk + `,` + mn + `]}`, false, envVersionOps},
+		{"type in a mkdir", `{"seq":1,"id":"` + id + `","t":1,"op":{"k":"mkdir","p":1,"n":"d","m":493,"ty":4}}`, false, 0},
 		{"both", `{"seq":1,"id":"` + id + `","t":1,"op":` + mk + `,"ops":[` + mk + `,` + mk + `]}`, false, 0},
 		{"neither", `{"seq":1,"id":"` + id + `","t":1}`, false, 0},
 		{"null op", `{"seq":1,"id":"` + id + `","t":1,"op":null}`, false, 0},

@@ -24,6 +24,12 @@ func FuzzDecodeEntry(f *testing.F) {
 		{Kind: opMkdir, Parent: 1, Name: "x", Mode: 0o755},
 		{Kind: opMkdir, Parent: 1, Name: "x", Mode: 0o755}, // the second does not apply
 	})))
+	// A FIFO (envelope version 3), linked and unlinked.
+	f.Add(encodeEntry(newEntry(6, NewFileID(), 2, []op{
+		{Kind: opMknod, Parent: 1, Name: "p", Type: KindFIFO, Mode: 0o644},
+		{Kind: opLink, Ino: 6 << 16, Parent: 65536, Name: "p2"},
+		{Kind: opUnlink, Parent: 1, Name: "p"},
+	})))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := decodeEntry("fuzz", 0, data)
 		if err != nil {

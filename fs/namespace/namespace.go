@@ -1340,6 +1340,23 @@ func (ns *Namespace) Mkdir(ctx context.Context, parent Ino, name string, mode ui
 	return n, nil
 }
 
+// Mknod makes a FIFO or a Unix socket file (kind KindFIFO or KindSocket):
+// a node with its mode and owner and no data. Any other kind is ErrInvalid.
+// The entry, and every snapshot while the volume holds such a node, is
+// written in envelope version 3 (format.go).
+func (ns *Namespace) Mknod(ctx context.Context, parent Ino, name string, kind Kind, mode uint32, owner Owner) (Node, error) {
+	if !kind.special() {
+		return Node{}, fmt.Errorf("mknod %q in %d: kind %v: %w", name, parent, kind, ErrInvalid)
+	}
+	var n Node
+	err := ns.change(ctx, op{Kind: opMknod, Parent: parent, Name: bname(name), Type: kind, Mode: mode,
+		Uid: owner.Uid, Gid: owner.Gid}, created(&n))
+	if err != nil {
+		return Node{}, fmt.Errorf("mknod %q in %d: %w", name, parent, err)
+	}
+	return n, nil
+}
+
 // Symlink makes a symbolic link to target.
 func (ns *Namespace) Symlink(ctx context.Context, parent Ino, name, target string, owner Owner) (Node, error) {
 	var n Node

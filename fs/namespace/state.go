@@ -22,7 +22,16 @@ const (
 	KindFile    Kind = 1
 	KindDir     Kind = 2
 	KindSymlink Kind = 3
+	// KindFIFO and KindSocket are named pipes and Unix socket files: a
+	// node with its mode and owner and no data (the kernel holds what
+	// passes through them). A volume that holds one is written in envelope
+	// version 3 (format.go), so that builds before them refuse it.
+	KindFIFO   Kind = 4
+	KindSocket Kind = 5
 )
+
+// special says whether k is a kind that only envelope version 3 may hold.
+func (k Kind) special() bool { return k == KindFIFO || k == KindSocket }
 
 func (k Kind) String() string {
 	switch k {
@@ -32,6 +41,10 @@ func (k Kind) String() string {
 		return "dir"
 	case KindSymlink:
 		return "symlink"
+	case KindFIFO:
+		return "fifo"
+	case KindSocket:
+		return "socket"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -336,7 +349,7 @@ func (st *state) apply(e *entry, dry bool) error {
 // as it was.
 func (st *state) applyOp(o *op, ino Ino, t int64, dry bool) error {
 	switch o.Kind {
-	case opCreate, opMkdir, opSymlink:
+	case opCreate, opMkdir, opSymlink, opMknod:
 		return st.applyNew(o, ino, t, dry)
 	case opLink:
 		return st.applyLink(o, ino, t, dry)
@@ -355,8 +368,9 @@ func (st *state) applyOp(o *op, ino Ino, t int64, dry bool) error {
 }
 
 // applyNew: create (Parent, Name, Mode, Uid, Gid, FileID), mkdir (Parent,
-// Name, Mode, Uid, Gid), symlink (Parent, Name, Target, Uid, Gid). The new
-// node is ino (inoOf of the op's place in its entry).
+// Name, Mode, Uid, Gid), symlink (Parent, Name, Target, Uid, Gid), mknod
+// (Parent, Name, Type: KindFIFO or KindSocket, Mode, Uid, Gid). The new node
+// is ino (inoOf of the op's place in its entry).
 func (st *state) applyNew(o *op, ino Ino, t int64, dry bool) error {
 	d, err := st.dir(o.Parent)
 	if err != nil {
@@ -397,6 +411,11 @@ func (st *state) applyNew(o *op, ino Ino, t int64, dry bool) error {
 			return fmt.Errorf("symlink target of %d bytes: %w", len(t), ErrNameTooLong)
 		}
 		n.kind, n.mode, n.target = KindSymlink, 0o777, t
+	case opMknod:
+		if !o.Type.special() {
+			return fmt.Errorf("mknod of kind %v: %w", o.Type, ErrInvalid)
+		}
+		n.kind = o.Type
 	}
 	if dry {
 		return nil
@@ -487,7 +506,8 @@ func (st *state) dropName(d, n *node, t int64) {
 	case KindDir:
 		d.nlink--
 		st.delNode(n.ino)
-	case KindSymlink:
+	case KindSymlink, KindFIFO, KindSocket:
+		// No data: the node goes with its last name.
 		n.nlink--
 		if n.nlink == 0 {
 			st.delNode(n.ino)
@@ -792,6 +812,7 @@ func stateFromRecord(rec *snapRec) (*state, error) {
 				return nil, fmt.Errorf("symlink %d: bad target", r.Ino)
 			}
 			n.target = t
+		case KindFIFO, KindSocket:
 		default:
 			return nil, fmt.Errorf("node %d: kind %d", r.Ino, r.Kind)
 		}
@@ -862,8 +883,8 @@ func stateFromRecord(rec *snapRec) (*state, error) {
 			if n.parent == 0 {
 				return nil, fmt.Errorf("directory %d has no name", n.ino)
 			}
-		case n.kind == KindSymlink && n.nlink == 0:
-			return nil, fmt.Errorf("symlink %d has no name", n.ino)
+		case n.kind != KindFile && n.nlink == 0:
+			return nil, fmt.Errorf("%v %d has no name", n.kind, n.ino)
 		}
 	}
 	// Every directory has one parent; the tree is whole if all are reachable
