@@ -18,8 +18,8 @@ type mergeOp struct {
 }
 
 func wr(off, n int64, val byte) mergeOp { return mergeOp{off: off, n: n, val: val} }
-func tr(size int64) mergeOp            { return mergeOp{trunc: true, off: size} }
-func zr(off, n int64) mergeOp          { return mergeOp{zero: true, off: off, n: n} }
+func tr(size int64) mergeOp             { return mergeOp{trunc: true, off: size} }
+func zr(off, n int64) mergeOp           { return mergeOp{zero: true, off: off, n: n} }
 
 // apply applies op to a model of the file's bytes.
 func (op mergeOp) apply(b []byte) []byte {
