@@ -114,7 +114,11 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 			break
 		}
 		if errors.Is(err, errNameTaken) && t.Attempts < f.p.MaxRetries {
-			continue // new names were reserved; plan again at once
+			// New names were reserved; plan again at once. A writer many
+			// checkpoints behind would spend an attempt on every number
+			// the other writer took since: it moves past the head's.
+			f.skipPastHeadLocked(ctx, &c)
+			continue
 		}
 		var ce *ConflictError
 		if !errors.As(err, &ce) {
@@ -200,6 +204,20 @@ func (f *File) bumpCno() {
 	f.pendingCno = max(f.pendingCno, f.head.Cno, f.usedCno) + 1
 	f.usedCno = f.pendingCno
 	f.nextPart = 1
+}
+
+// skipPastHeadLocked moves the checkpoint being built past the number the
+// head names now, if that is not past it already (a name was taken: another
+// writer published). Failing to read the head only leaves the number as it
+// is; the next attempt finds out more.
+func (f *File) skipPastHeadLocked(ctx context.Context, c *flushCounters) {
+	c.requests.Add(1)
+	hd, _, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	if err != nil || hd.Inode.Cno < f.pendingCno {
+		return
+	}
+	f.usedCno = max(f.usedCno, hd.Inode.Cno)
+	f.bumpCno()
 }
 
 // sortedDirty returns the dirty block numbers, ascending.
