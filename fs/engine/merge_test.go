@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"math/rand/v2"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/segment"
@@ -181,5 +182,63 @@ func TestMergeZeroPastEndGivesWay(t *testing.T) {
 	mustEqual(t, "after giving way", readAll(t, a), want)
 	if a.Losses() == 0 {
 		t.Fatalf("dropped changes not counted as lost")
+	}
+}
+
+// TestSetBytes: the record of bytes set in one block, spans and past
+// maxSetSpans a bitmap, against a plain array, through adds and cuts.
+func TestSetBytes(t *testing.T) {
+	const bs = 512
+	r := rand.New(rand.NewPCG(modelSeed(t), 3))
+	bitmaps := 0
+	for run := 0; run < 200; run++ {
+		s := &setBytes{}
+		var want [bs]bool
+		for k := 0; k < 60; k++ {
+			if r.IntN(8) == 0 {
+				from := r.IntN(bs)
+				s.cut(from)
+				for i := from; i < bs; i++ {
+					want[i] = false
+				}
+			} else {
+				lo := r.IntN(bs)
+				hi := lo + 1 + r.IntN(min(bs-lo, 1+r.IntN(40)))
+				s.add(lo, hi, bs)
+				for i := lo; i < hi; i++ {
+					want[i] = true
+				}
+			}
+			var got [bs]bool
+			prev := -1
+			s.each(bs, func(lo, hi int) {
+				if lo <= prev || lo >= hi || hi > bs {
+					t.Fatalf("run %d: span [%d, %d) after one ending at %d", run, lo, hi, prev)
+				}
+				prev = hi
+				for i := lo; i < hi; i++ {
+					got[i] = true
+				}
+			})
+			if got != want {
+				t.Fatalf("run %d step %d: record differs from the bytes set", run, k)
+			}
+			if s.bits == nil && len(s.spans) > maxSetSpans {
+				t.Fatalf("run %d: %d spans kept, the bound is %d", run, len(s.spans), maxSetSpans)
+			}
+			empty := true
+			for _, b := range want {
+				empty = empty && !b
+			}
+			if s.empty() != empty {
+				t.Fatalf("run %d: empty() = %v", run, s.empty())
+			}
+		}
+		if s.bits != nil {
+			bitmaps++
+		}
+	}
+	if bitmaps == 0 {
+		t.Fatalf("no record became a bitmap")
 	}
 }
