@@ -435,6 +435,7 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 	f.stats.Partials++
 	if errors.Is(firstErr, errNameTaken) {
 		f.bumpCno()
+		f.skipPastHeadLocked(ctx, &c)
 	}
 	return firstErr
 }

@@ -181,17 +181,20 @@ type setUndo struct {
 // The caller calls it before the change makes the block dirty.
 func (f *File) noteSetLocked(fbn uint64, lo, hi int) setUndo {
 	s, part := f.partial[fbn]
+	if lo == 0 && hi == f.bs {
+		// Wholly ours from now on (the block becomes dirty, or a hole).
+		if !part {
+			return setUndo{}
+		}
+		delete(f.partial, fbn)
+		return setUndo{changed: true, prev: s}
+	}
 	if !part && f.ownedLocked(fbn) {
 		return setUndo{} // wholly ours already
 	}
 	u := setUndo{changed: true}
 	if part {
 		u.prev = s.clone()
-	}
-	if lo == 0 && hi == f.bs {
-		// Wholly ours from now on (the block becomes dirty, or a hole).
-		delete(f.partial, fbn)
-		return u
 	}
 	if !part {
 		s = &setBytes{}
