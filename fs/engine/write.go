@@ -464,10 +464,10 @@ func (f *File) zeroLocked(ctx context.Context, off, n int64) error {
 		in := pos % bs
 		m := min(end-pos, bs-in)
 		if m == bs {
-			f.noteSetLocked(fbn, 0, f.bs)
 			if err := f.tree.Delete(ctx, fbn); err != nil {
 				return fmt.Errorf("zero %s block %d: %w", f.prefix, fbn, err)
 			}
+			f.noteSetLocked(fbn, 0, f.bs)
 			if d := f.dirty[fbn]; d != nil {
 				f.dropDirtyLocked(fbn, d)
 			}
