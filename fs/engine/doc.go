@@ -72,8 +72,9 @@
 // succeeded. Otherwise another writer published: with ConflictFailFast the
 // flush returns a *ConflictError and the in-memory state rolls back to the
 // winner's checkpoint; with ConflictRetry the changes made since the last
-// checkpoint are replayed onto the winner's (the later writer wins block by
-// block), and the flush is retried with backoff. A rollback that drops
+// checkpoint are merged onto the winner's as if made after it, in order
+// (merge.go: the bytes this writer set, its truncates, its furthest write),
+// and the flush is retried with backoff. A rollback that drops
 // changes counts a loss (Losses): every open file description that was open
 // then fails its next fsync or close (ErrLost), not only the one whose flush
 // lost.

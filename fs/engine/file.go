@@ -260,10 +260,16 @@ type File struct {
 	// Since head: what this writer did, replayed onto a winner's checkpoint
 	// under ConflictRetry. written holds blocks moved from the dirty tier into
 	// objects; zeroed holds blocks turned into holes; minSize is the smallest
-	// size a truncate gave the file (noTruncate: none).
+	// size a truncate gave the file (noTruncate: none). partial, writeEnd
+	// and zeroPast are the rest of what a merge needs (merge.go).
 	written map[uint64]blockmap.Value
 	zeroed  map[uint64]struct{}
 	minSize int64
+	partial map[uint64]*setBytes
+	// writeEnd is the furthest end of a write; zeroPast the lowest offset
+	// past this writer's size a zeroed range reached (noTruncate: none).
+	writeEnd int64
+	zeroPast int64
 
 	// The checkpoint being built.
 	pendingCno uint64 // 0: not taken yet
@@ -773,6 +779,9 @@ func (f *File) resetSince() {
 	f.written = make(map[uint64]blockmap.Value)
 	f.zeroed = make(map[uint64]struct{})
 	f.minSize = noTruncate
+	f.partial = nil
+	f.writeEnd = 0
+	f.zeroPast = noTruncate
 	f.pendingCno = 0
 	f.nextPart = 1
 	f.leafImages = make(map[uint64]segment.Ptr)

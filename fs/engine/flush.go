@@ -114,7 +114,11 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 			break
 		}
 		if errors.Is(err, errNameTaken) && t.Attempts < f.p.MaxRetries {
-			continue // new names were reserved; plan again at once
+			// New names were reserved; plan again at once. A writer many
+			// checkpoints behind would spend an attempt on every number
+			// the other writer took since: it moves past the head's.
+			f.skipPastHeadLocked(ctx, &c)
+			continue
 		}
 		var ce *ConflictError
 		if !errors.As(err, &ce) {
@@ -142,6 +146,14 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 			f.rollbackLocked(ce.theirsHead(), ce.theirsETag(), ce.walApplied)
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: replaced by a copy on another mount: %w", f.prefix, ce)
+		}
+		if f.zeroPast < min(int64(ce.Theirs.Size), f.minSize) {
+			// This writer zeroed a range past its end where the winner has
+			// bytes: no merge gives what zeroing after the winner would
+			// (the record stops at this writer's end), so it gives way.
+			f.rollbackLocked(ce.theirsHead(), ce.theirsETag(), ce.walApplied)
+			t.fill(&c, start, f.s.requests.Load())
+			return t, fmt.Errorf("flush %s: a range zeroed past this writer's end has bytes of checkpoint %d: %w", f.prefix, ce.Theirs.Cno, ce)
 		}
 		if err := f.rebaseLocked(ctx, ce.theirsHead(), ce.theirsETag(), ce.walApplied); err != nil {
 			t.fill(&c, start, f.s.requests.Load())
@@ -192,6 +204,20 @@ func (f *File) bumpCno() {
 	f.pendingCno = max(f.pendingCno, f.head.Cno, f.usedCno) + 1
 	f.usedCno = f.pendingCno
 	f.nextPart = 1
+}
+
+// skipPastHeadLocked moves the checkpoint being built past the number the
+// head names now, if that is not past it already (a name was taken: another
+// writer published). Failing to read the head only leaves the number as it
+// is; the next attempt finds out more.
+func (f *File) skipPastHeadLocked(ctx context.Context, c *flushCounters) {
+	c.requests.Add(1)
+	hd, _, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	if err != nil || hd.Inode.Cno < f.pendingCno {
+		return
+	}
+	f.usedCno = max(f.usedCno, hd.Inode.Cno)
+	f.bumpCno()
 }
 
 // sortedDirty returns the dirty block numbers, ascending.
@@ -409,6 +435,7 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 	f.stats.Partials++
 	if errors.Is(firstErr, errNameTaken) {
 		f.bumpCno()
+		f.skipPastHeadLocked(ctx, &c)
 	}
 	return firstErr
 }
@@ -671,9 +698,15 @@ func (f *File) rollbackLocked(theirs segment.Head, etag string, applied uint64) 
 	f.w.seq = max(f.w.seq, applied)
 }
 
-// rebaseLocked replays what this writer did since its head onto the winner's
-// checkpoint: the later writer wins block by block. Dirty blocks stay dirty;
-// blocks already stored in objects keep their pointers.
+// rebaseLocked merges what this writer did since its head onto the winner's
+// checkpoint, as if its changes came after the winner's, in order (see
+// merge.go and docs/design.md, "What a merge gives"): the winner's bytes
+// past the lowest size a truncate of this writer gave are cut; a block this
+// writer set wholly is its own (dirty blocks stay dirty, blocks already
+// stored keep their pointers); a block it set in part takes its other bytes
+// from the winner's block, never from the head it started from; the size is
+// this writer's when it truncated, otherwise the larger of the winner's and
+// the furthest end this writer wrote. A failed rebase leaves f as it was.
 func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag string, applied uint64) error {
 	theirs := theirsHead.Inode
 	count := blockCount{cno: theirs.Cno, n: int64(theirsHead.Blocks), known: theirsHead.BlocksKnown}
@@ -688,43 +721,195 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 		}
 	}
 	// The winner's part 0 may be in its head only: the replay below may
-	// read its nodes, and ours builds on it. (Pinning it leaves reads of
-	// this writer's own tree unchanged: other names.)
-	if e := embedOf(theirsHead); e != nil {
-		meta := e.obj[e.hdr.MetaOffset(0) : e.hdr.MetaOffset(0)+e.hdr.MetaBytes()]
-		_ = f.loader.Pin(e.name, e.hdr, meta)
+	// read its nodes and blocks, and ours builds on it. (Pinning it leaves
+	// reads of this writer's own tree unchanged: other names.)
+	their := embedOf(theirsHead)
+	if their != nil {
+		meta := their.obj[their.hdr.MetaOffset(0) : their.hdr.MetaOffset(0)+their.hdr.MetaBytes()]
+		_ = f.loader.Pin(their.name, their.hdr, meta)
 	}
 	bs := int64(f.bs)
-	truncated := f.minSize != noTruncate
-	if truncated && f.minSize < int64(theirs.Size) {
-		if err := t.Truncate(ctx, uint64((f.minSize+bs-1)/bs)); err != nil {
+	// Their bytes past cut do not survive this writer's changes.
+	cut := min(int64(theirs.Size), f.minSize)
+	if cut < int64(theirs.Size) {
+		if err := t.Truncate(ctx, uint64((cut+bs-1)/bs)); err != nil {
 			return err
 		}
 	}
-	if !truncated {
-		// Only writes: the file is as long as the longer of the two.
-		f.size = max(f.size, int64(theirs.Size))
+	// The blocks this writer changed, and the one the cut falls inside.
+	visit := make(map[uint64]struct{}, len(f.dirty)+len(f.written)+len(f.zeroed)+len(f.partial)+1)
+	for fbn := range f.dirty {
+		visit[fbn] = struct{}{}
+	}
+	for fbn := range f.written {
+		visit[fbn] = struct{}{}
 	}
 	for fbn := range f.zeroed {
+		visit[fbn] = struct{}{}
+	}
+	for fbn := range f.partial {
+		visit[fbn] = struct{}{}
+	}
+	cutBlock := uint64(cut / bs)
+	if cut < int64(theirs.Size) && cut%bs != 0 {
+		visit[cutBlock] = struct{}{}
+	}
+	// Blocks that are this writer's only in part (or not at all, the cut's)
+	// are composed into new buffers first; f changes only once all are.
+	type mergedBlock struct {
+		fbn  uint64
+		buf  []byte // nil: the block is the winner's as it stands, or a hole
+		hole bool
+	}
+	var merged []mergedBlock
+	var refs []blockRef
+	var bufs [][]byte
+	fail := func(err error) error {
+		for _, m := range merged {
+			if m.buf != nil {
+				f.freeBlock(m.buf)
+			}
+		}
+		return err
+	}
+	ours := make(map[int]int) // merged index -> our bytes to lay over
+	var ourBufs [][]byte
+	for fbn := range visit {
+		if f.ownedLocked(fbn) {
+			continue
+		}
+		set := f.partial[fbn] // nil for the cut's block untouched here
+		m := mergedBlock{fbn: fbn}
+		start := int64(fbn) * bs
+		var v blockmap.Value
+		present := false
+		if start < cut {
+			var err error
+			if v, present, err = t.Get(ctx, fbn); err != nil {
+				return fail(err)
+			}
+		}
+		empty := set == nil || set.empty()
+		switch {
+		case empty && !present:
+			m.hole = true
+		case empty && start+bs <= cut:
+			// The winner's block as it stands.
+		default:
+			m.buf = getBlockBuf(f.bs)
+			f.forceCopy(bs)
+			clear(m.buf)
+			if present {
+				refs = append(refs, blockRef{fbn: fbn, v: v})
+				bufs = append(bufs, m.buf)
+			}
+			if !empty {
+				ob := make([]byte, f.bs)
+				if d := f.dirty[fbn]; d != nil {
+					b, err := d.bytes(ob)
+					if err != nil {
+						merged = append(merged, m)
+						return fail(fmt.Errorf("block %d: %w", fbn, err))
+					}
+					copy(ob, b)
+				} else if w, ok := f.written[fbn]; ok {
+					refs = append(refs, blockRef{fbn: fbn, v: w})
+					bufs = append(bufs, ob)
+				}
+				ours[len(merged)] = len(ourBufs)
+				ourBufs = append(ourBufs, ob)
+			}
+		}
+		merged = append(merged, m)
+	}
+	if len(refs) > 0 {
+		// Their blocks may be in their head's copy of part 0; ours are in
+		// objects of the pending checkpoint, never in a head's copy.
+		saved := f.embed
+		f.embed = their
+		err := f.fetchBlocks(ctx, refs, bufs)
+		f.embed = saved
+		if err != nil {
+			return fail(fmt.Errorf("merge onto checkpoint %d: %w", theirs.Cno, err))
+		}
+	}
+	for i, m := range merged {
+		if m.buf == nil {
+			continue
+		}
+		if in := cut - int64(m.fbn)*bs; in > 0 && in < bs {
+			clear(m.buf[in:]) // cut
+		}
+		if k, ok := ours[i]; ok {
+			ob := ourBufs[k]
+			f.partial[m.fbn].each(f.bs, func(lo, hi int) { copy(m.buf[lo:hi], ob[lo:hi]) })
+		}
+	}
+	// Wholly ours: stored blocks keep their pointers, holes stay holes.
+	for fbn := range f.zeroed {
 		if err := t.Delete(ctx, fbn); err != nil {
-			return err
+			return fail(err)
 		}
 	}
 	for fbn, v := range f.written {
-		if err := t.Set(ctx, fbn, v); err != nil {
-			return err
+		if !f.ownedLocked(fbn) {
+			continue
 		}
+		if err := t.Set(ctx, fbn, v); err != nil {
+			return fail(err)
+		}
+	}
+	for _, m := range merged {
+		if m.hole {
+			if err := t.Delete(ctx, m.fbn); err != nil {
+				return fail(err)
+			}
+		}
+	}
+	// Nothing fails from here.
+	for _, m := range merged {
+		d := f.dirty[m.fbn]
+		delete(f.written, m.fbn)
+		if m.buf == nil {
+			if d != nil {
+				f.dropDirtyLocked(m.fbn, d)
+			}
+			continue
+		}
+		if d == nil {
+			d = &dirtyBlock{}
+			f.dirty[m.fbn] = d
+			f.dirtyB += bs
+		} else {
+			f.touchLocked(d)
+			f.freeBlock(d.buf)
+			if d.buf == nil {
+				f.dirtyB += bs
+			}
+		}
+		d.buf, d.ref = m.buf, nil
+		if f.sendAheadOn() {
+			f.markUnsent(m.fbn)
+		}
+	}
+	if f.minSize == noTruncate {
+		f.size = max(int64(theirs.Size), f.writeEnd)
 	}
 	f.foreign.Add(1) // their blocks, where this writer wrote none
 	f.tree = t
 	f.head = theirs
 	f.headETag = etag
 	f.headCount = count
-	f.setEmbedLocked(embedOf(theirsHead))
+	f.setEmbedLocked(their)
 	f.w.applied = applied
 	f.w.seq = max(f.w.seq, applied)
 	f.pendingCno = max(f.pendingCno, theirs.Cno+1)
 	f.changed = true
+	// Which dirty blocks the new map lacks (Stat's count of blocks).
+	for fbn, d := range f.dirty {
+		f.undirtyLocked(d)
+		f.markDirtyLocked(fbn, d)
+	}
 	return nil
 }
 

@@ -438,3 +438,162 @@ func TestModelFaultsInFlight(t *testing.T) {
 		})
 	}
 }
+
+// twoWriters drives two Files on one file of one store with random writes,
+// truncates, zeroed ranges and flushes. Each writer reads its base plus its
+// own changes; every flush that succeeds must publish the serial order
+// "the checkpoint published last, then this writer's changes since its
+// base, in order" (a merge when the other writer published meanwhile).
+type twoWriters struct {
+	t         *testing.T
+	ctx       context.Context
+	st        staging.Store
+	p         Params
+	rng       *rand.Rand
+	seed      uint64
+	maxOff    int64
+	f         [2]*File
+	local     [2][]byte
+	ops       [2][]mergeOp
+	published []byte
+	merges    int
+}
+
+func (m *twoWriters) fatalf(format string, args ...any) {
+	m.t.Helper()
+	m.t.Fatalf("seed %d (rerun with CKPTFS_SEED=%d): %s", m.seed, m.seed, fmt.Sprintf(format, args...))
+}
+
+func (m *twoWriters) check(what string, f *File, want []byte) {
+	m.t.Helper()
+	if s := f.Size(); s != int64(len(want)) {
+		m.fatalf("%s: size %d, want %d", what, s, len(want))
+	}
+	buf := make([]byte, len(want)+10)
+	n, err := f.ReadAt(m.ctx, buf, 0)
+	if err != nil && !errors.Is(err, io.EOF) {
+		m.fatalf("%s: read: %v", what, err)
+	}
+	if !bytes.Equal(buf[:n], want) {
+		i := 0
+		for i < n && i < len(want) && buf[i] == want[i] {
+			i++
+		}
+		m.fatalf("%s: %d bytes, want %d; first difference at %d", what, n, len(want), i)
+	}
+}
+
+func (m *twoWriters) step() {
+	i := m.rng.IntN(2)
+	f := m.f[i]
+	var op mergeOp
+	switch k := m.rng.IntN(100); {
+	case k < 50:
+		n := 1 + m.rng.Int64N(3000)
+		if m.rng.IntN(10) == 0 {
+			n = 1 + m.rng.Int64N(m.maxOff/2)
+		}
+		op = wr(m.rng.Int64N(m.maxOff), n, byte(1+m.rng.IntN(255)))
+	case k < 60:
+		op = tr(m.rng.Int64N(m.maxOff))
+	case k < 65:
+		// Inside the writer's file (past its end, a zero gives way: see
+		// TestMergeZeroPastEndGivesWay).
+		size := int64(len(m.local[i]))
+		if size == 0 {
+			return
+		}
+		off := m.rng.Int64N(size)
+		op = zr(off, 1+m.rng.Int64N(size-off))
+	case k < 80:
+		m.check(fmt.Sprintf("writer %d", i), f, m.local[i])
+		return
+	case k < 85:
+		// A writer behind may pick names the other took: its blocks stay
+		// dirty, and it moves to fresh names.
+		f.mu.Lock()
+		err := f.writePartialLocked(m.ctx)
+		f.mu.Unlock()
+		if err != nil && !errors.Is(err, errNameTaken) {
+			m.fatalf("writer %d: partial segment: %v", i, err)
+		}
+		return
+	default:
+		m.flush(i)
+		return
+	}
+	if err := op.do(m.ctx, f); err != nil {
+		m.fatalf("writer %d: %+v: %v", i, op, err)
+	}
+	m.local[i] = op.apply(m.local[i])
+	m.ops[i] = append(m.ops[i], op)
+}
+
+func (m *twoWriters) flush(i int) {
+	m.t.Helper()
+	want := append([]byte(nil), m.published...)
+	for _, op := range m.ops[i] {
+		want = op.apply(want)
+	}
+	ft, err := m.f[i].Flush(m.ctx)
+	if err != nil {
+		m.fatalf("writer %d: flush: %v", i, err)
+	}
+	if ft.Attempts == 0 {
+		// Nothing to publish (the changes left the file as the writer saw
+		// it, say a truncate to its size): the changes stay pending, and
+		// the order "this writer's, then the other's" holds meanwhile.
+		m.check(fmt.Sprintf("writer %d after a flush of nothing", i), m.f[i], m.local[i])
+		return
+	}
+	if ft.Attempts > 1 {
+		m.merges++
+	}
+	m.check(fmt.Sprintf("writer %d after its flush (%d attempts)", i, ft.Attempts), m.f[i], want)
+	fresh, err := Open(m.ctx, m.st, "two/", Options{Params: m.p, FileID: "two/"})
+	if err != nil {
+		m.fatalf("open: %v", err)
+	}
+	m.check(fmt.Sprintf("a fresh open after writer %d's flush", i), fresh, want)
+	fresh.Close()
+	m.published, m.local[i], m.ops[i] = want, append([]byte(nil), want...), nil
+}
+
+// TestModelTwoWriters: two writers of one file, each merging onto the
+// other's checkpoints (ConflictRetry), every published checkpoint checked
+// against the serial model. A writer may fall many checkpoints behind, so
+// its objects' names collide with the other's.
+func TestModelTwoWriters(t *testing.T) {
+	ops := 20_000
+	if testing.Short() {
+		ops = 2_000
+	}
+	for _, c := range []struct {
+		name string
+		p    Params
+	}{
+		{"stream", smallParams(segment.FormatStream)},
+		{"parted", smallParams(segment.FormatParted)},
+		{"stream-send-whole", sendWholeParams()},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			seed := modelSeed(t)
+			m := &twoWriters{t: t, ctx: context.Background(), st: staging.NewMem(), p: c.p,
+				rng: rand.New(rand.NewPCG(seed, 11)), seed: seed, maxOff: 60_000}
+			m.p.ConflictPolicy = ConflictRetry
+			w := mustCreate(t, m.st, "two/", m.p)
+			w.Close()
+			for i := range m.f {
+				m.f[i] = mustOpen(t, m.st, "two/", m.p)
+				defer m.f[i].Close()
+			}
+			for n := 0; n < ops; n++ {
+				m.step()
+			}
+			m.flush(0)
+			m.flush(1)
+			t.Logf("seed %d: %d ops, %d merges", seed, ops, m.merges)
+		})
+	}
+}

@@ -94,6 +94,7 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 			for pos := first; pos < last; pos += bs {
 				fbn := uint64(pos / bs)
 				ref := &refSrc{r: src, off: srcOff + (pos - off)}
+				f.noteSetLocked(fbn, 0, f.bs)
 				if d := f.dirty[fbn]; d != nil {
 					f.touchLocked(d)
 					if d.buf != nil {
@@ -115,6 +116,7 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 			if last > f.size {
 				f.size = last
 			}
+			f.writeEnd = max(f.writeEnd, last)
 			f.mtime = time.Now()
 			f.changed = true
 			f.stats.BytesWritten += last - first

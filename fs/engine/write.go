@@ -177,6 +177,8 @@ type writeSeg struct {
 	fresh      bool    // the write made the block dirty
 	wasZeroed  bool    // and it was in zeroed then
 	ref        *refSrc // the reference a whole-block write replaced
+	set        setUndo // what recording the bytes set changed (merge.go)
+	prevEnd    int64   // writeEnd before the write
 }
 
 // unprepareLocked undoes prepareLocked for a write that is not applied. A
@@ -185,9 +187,13 @@ type writeSeg struct {
 // never be read, so the block goes back to what it was.
 func (f *File) unprepareLocked(segs []writeSeg) {
 	bs := int64(f.bs)
+	if len(segs) > 0 {
+		f.writeEnd = segs[0].prevEnd
+	}
 	for _, sg := range segs {
 		d := sg.d
 		d.busy--
+		f.undoSetLocked(sg.fbn, sg.set)
 		switch {
 		case sg.fresh:
 			f.clearUnsent(sg.fbn)
@@ -220,7 +226,7 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 		in := int(pos % bs)
 		n := min(len(p)-done, f.bs-in)
 		d := f.dirty[fbn]
-		sg := writeSeg{in: in, n: n, src: done, fbn: fbn}
+		sg := writeSeg{in: in, n: n, src: done, fbn: fbn, prevEnd: f.writeEnd}
 		if d == nil {
 			buf, err := f.allocBlock(ctx)
 			if err != nil {
@@ -233,6 +239,7 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 					return segs, fmt.Errorf("write %s at %d: read block %d: %w", f.prefix, pos, fbn, err)
 				}
 			}
+			sg.set = f.noteSetLocked(fbn, in, in+n)
 			d = &dirtyBlock{buf: buf}
 			f.dirty[fbn] = d
 			f.markDirtyLocked(fbn, d)
@@ -258,7 +265,9 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 					return segs, fmt.Errorf("write %s at %d: block %d by reference: %w", f.prefix, pos, fbn, err)
 				}
 			}
+			sg.set = f.noteSetLocked(fbn, in, in+n)
 		}
+		f.writeEnd = max(f.writeEnd, pos+int64(n))
 		d.seq = seq
 		d.busy++
 		sg.d = d
@@ -300,6 +309,9 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 		return err
 	}
 	if size == f.size {
+		// Nothing changes here, but a merge cuts the winner's bytes past
+		// size all the same (noteTruncateLocked).
+		f.noteTruncateLocked(size, f.ownedLocked(uint64(size/int64(f.bs))))
 		return nil
 	}
 	now := time.Now()
@@ -320,10 +332,15 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 
 // truncateLocked is Truncate with the blocks and mu held.
 func (f *File) truncateLocked(ctx context.Context, size int64) error {
+	// Whether the new last block is wholly ours, before zeroing its tail
+	// makes it dirty.
+	owned := f.ownedLocked(uint64(size / int64(f.bs)))
 	if size == f.size {
+		f.noteTruncateLocked(size, owned)
 		return nil
 	}
 	if size > f.size {
+		f.noteTruncateLocked(size, owned)
 		f.size = size
 		f.mtime = time.Now()
 		f.changed = true
@@ -352,9 +369,7 @@ func (f *File) truncateLocked(ctx context.Context, size int64) error {
 		}
 	}
 	f.size = size
-	if size < f.minSize {
-		f.minSize = size
-	}
+	f.noteTruncateLocked(size, owned)
 	f.mtime = time.Now()
 	f.changed = true
 	return nil
@@ -418,6 +433,9 @@ func (f *File) Zero(ctx context.Context, off, n int64) error {
 		return err
 	}
 	if min(off+n, f.size) <= off {
+		if n > 0 {
+			f.zeroPast = min(f.zeroPast, off) // see zeroLocked
+		}
 		return nil
 	}
 	now := time.Now()
@@ -435,6 +453,11 @@ func (f *File) Zero(ctx context.Context, off, n int64) error {
 // zeroLocked is Zero with the blocks and mu held.
 func (f *File) zeroLocked(ctx context.Context, off, n int64) error {
 	end := min(off+n, f.size)
+	if off+n > end && n > 0 {
+		// Past this writer's end nothing is zeroed here, but the winner of
+		// a merge may have bytes there: such a merge fails (flushLocked).
+		f.zeroPast = min(f.zeroPast, max(off, end))
+	}
 	bs := int64(f.bs)
 	for pos := off; pos < end; {
 		fbn := uint64(pos / bs)
@@ -444,13 +467,18 @@ func (f *File) zeroLocked(ctx context.Context, off, n int64) error {
 			if err := f.tree.Delete(ctx, fbn); err != nil {
 				return fmt.Errorf("zero %s block %d: %w", f.prefix, fbn, err)
 			}
+			f.noteSetLocked(fbn, 0, f.bs)
 			if d := f.dirty[fbn]; d != nil {
 				f.dropDirtyLocked(fbn, d)
 			}
 			delete(f.written, fbn)
 			f.zeroed[fbn] = struct{}{}
-		} else if err := f.zeroInBlockLocked(ctx, fbn, int(in), int(in+m)); err != nil {
-			return fmt.Errorf("zero %s at %d: %w", f.prefix, pos, err)
+		} else {
+			u := f.noteSetLocked(fbn, int(in), int(in+m))
+			if err := f.zeroInBlockLocked(ctx, fbn, int(in), int(in+m)); err != nil {
+				f.undoSetLocked(fbn, u)
+				return fmt.Errorf("zero %s at %d: %w", f.prefix, pos, err)
+			}
 		}
 		pos += m
 	}

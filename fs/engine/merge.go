@@ -1,0 +1,249 @@
+package engine
+
+import "math/bits"
+
+// What this writer set since its head, for a merge (see rebaseLocked).
+//
+// A block that is dirty, stored since the head (File.written) or turned into
+// a hole (File.zeroed) is wholly this writer's unless File.partial has an
+// entry for it: then only the bytes that entry records are, and the others
+// are the head's bytes a read-modify-write (or a truncate's zeroing) copied
+// in. A merge takes those other bytes from the winner's block. An entry may
+// be empty (a block made dirty by a truncate's zeroing alone), and may exist
+// for a block that is none of the three (part of a hole zeroed).
+//
+// Paths that make a block dirty and do not record it leave the block wholly
+// this writer's: the merge then keeps the whole block, as it did before
+// this record existed.
+
+// maxSetSpans bounds the spans one block's record keeps; past it the record
+// becomes a bitmap of the block's bytes, one bit a byte (a 4 KiB block's is
+// 512 bytes), so a block set in many small pieces costs at most that.
+const maxSetSpans = 16
+
+// span is bytes [lo, hi) of one block.
+type span struct{ lo, hi int32 }
+
+// setBytes is which bytes of one block this writer set since its head.
+type setBytes struct {
+	spans []span   // ascending, disjoint, not adjoining; unused with bits
+	bits  []uint64 // non-nil: bit i is byte i
+}
+
+// add records bytes [lo, hi) as set.
+func (s *setBytes) add(lo, hi, bs int) {
+	if lo >= hi {
+		return
+	}
+	if s.bits != nil {
+		setBits(s.bits, lo, hi)
+		return
+	}
+	// Merge with every span it overlaps or adjoins.
+	out := make([]span, 0, len(s.spans)+1)
+	n := span{int32(lo), int32(hi)}
+	placed := false
+	for _, sp := range s.spans {
+		switch {
+		case sp.hi < n.lo:
+			out = append(out, sp)
+		case n.hi < sp.lo:
+			if !placed {
+				out = append(out, n)
+				placed = true
+			}
+			out = append(out, sp)
+		default:
+			n.lo, n.hi = min(n.lo, sp.lo), max(n.hi, sp.hi)
+		}
+	}
+	if !placed {
+		out = append(out, n)
+	}
+	if len(out) <= maxSetSpans {
+		s.spans = out
+		return
+	}
+	s.bits = make([]uint64, (bs+63)/64)
+	for _, sp := range out {
+		setBits(s.bits, int(sp.lo), int(sp.hi))
+	}
+	s.spans = nil
+}
+
+// cut forgets what is set at or past from (a truncate there).
+func (s *setBytes) cut(from int) {
+	if s.bits != nil {
+		for i := from; i < len(s.bits)*64; {
+			if i%64 == 0 {
+				s.bits[i/64] = 0
+				i += 64
+				continue
+			}
+			s.bits[i/64] &^= 1 << (i % 64)
+			i++
+		}
+		return
+	}
+	k := 0
+	for _, sp := range s.spans {
+		if int(sp.lo) >= from {
+			break
+		}
+		sp.hi = min(sp.hi, int32(from))
+		s.spans[k] = sp
+		k++
+	}
+	s.spans = s.spans[:k]
+}
+
+// empty says whether no byte is set.
+func (s *setBytes) empty() bool {
+	if s.bits == nil {
+		return len(s.spans) == 0
+	}
+	for _, w := range s.bits {
+		if w != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// each calls fn for every run of set bytes, ascending.
+func (s *setBytes) each(bs int, fn func(lo, hi int)) {
+	if s.bits == nil {
+		for _, sp := range s.spans {
+			fn(int(sp.lo), int(sp.hi))
+		}
+		return
+	}
+	for i := 0; i < bs; {
+		w := s.bits[i/64] >> (i % 64)
+		if w == 0 {
+			i += 64 - i%64
+			continue
+		}
+		i += bits.TrailingZeros64(w)
+		j := i
+		for j < bs && s.bits[j/64]&(1<<(j%64)) != 0 {
+			j++
+		}
+		fn(i, min(j, bs))
+		i = j
+	}
+}
+
+func (s *setBytes) clone() *setBytes {
+	c := &setBytes{}
+	if s.bits != nil {
+		c.bits = append([]uint64(nil), s.bits...)
+	} else {
+		c.spans = append([]span(nil), s.spans...)
+	}
+	return c
+}
+
+func setBits(b []uint64, lo, hi int) {
+	for i := lo; i < hi; {
+		if i%64 == 0 && hi-i >= 64 {
+			b[i/64] = ^uint64(0)
+			i += 64
+			continue
+		}
+		b[i/64] |= 1 << (i % 64)
+		i++
+	}
+}
+
+// ownedLocked says whether block fbn is wholly this writer's since its head.
+func (f *File) ownedLocked(fbn uint64) bool {
+	if _, ok := f.partial[fbn]; ok {
+		return false
+	}
+	if f.dirty[fbn] != nil {
+		return true
+	}
+	if _, ok := f.written[fbn]; ok {
+		return true
+	}
+	_, ok := f.zeroed[fbn]
+	return ok
+}
+
+// setUndo is what noteSetLocked changed, for a write that is not applied.
+type setUndo struct {
+	changed bool
+	prev    *setBytes // nil: there was no entry
+}
+
+// noteSetLocked records that this writer sets bytes [lo, hi) of block fbn.
+// The caller calls it before the change makes the block dirty.
+func (f *File) noteSetLocked(fbn uint64, lo, hi int) setUndo {
+	s, part := f.partial[fbn]
+	if lo == 0 && hi == f.bs {
+		// Wholly ours from now on (the block becomes dirty, or a hole).
+		if !part {
+			return setUndo{}
+		}
+		delete(f.partial, fbn)
+		return setUndo{changed: true, prev: s}
+	}
+	if !part && f.ownedLocked(fbn) {
+		return setUndo{} // wholly ours already
+	}
+	u := setUndo{changed: true}
+	if part {
+		u.prev = s.clone()
+	}
+	if !part {
+		s = &setBytes{}
+		if f.partial == nil {
+			f.partial = make(map[uint64]*setBytes)
+		}
+		f.partial[fbn] = s
+	}
+	s.add(lo, hi, f.bs)
+	return u
+}
+
+// undoSetLocked puts back what noteSetLocked changed.
+func (f *File) undoSetLocked(fbn uint64, u setUndo) {
+	if !u.changed {
+		return
+	}
+	if u.prev == nil {
+		delete(f.partial, fbn)
+		return
+	}
+	f.partial[fbn] = u.prev
+}
+
+// noteTruncateLocked records a truncate to size, whatever the size was: in
+// the serial order a merge gives ("their checkpoint, then this writer's
+// changes"), it cuts the winner's bytes past size, also when this writer's
+// file was that size already or shorter.
+// owned is whether the block holding size was wholly ours before the
+// truncate zeroed its tail.
+func (f *File) noteTruncateLocked(size int64, owned bool) {
+	f.minSize = min(f.minSize, size)
+	bs := int64(f.bs)
+	keep := uint64((size + bs - 1) / bs)
+	for fbn := range f.partial {
+		if fbn >= keep {
+			delete(f.partial, fbn)
+		}
+	}
+	if in := int(size % bs); in != 0 {
+		fbn := uint64(size / bs)
+		if s, ok := f.partial[fbn]; ok {
+			s.cut(in)
+		} else if !owned {
+			// The truncate zeroes the block's tail: the rest is not ours.
+			if f.partial == nil {
+				f.partial = make(map[uint64]*setBytes)
+			}
+			f.partial[fbn] = &setBytes{}
+		}
+	}
+}
