@@ -82,6 +82,10 @@ type FS struct {
 	tasks       tasks
 	headFlight  singleflight.Group // one read of a head at a time, by file id
 	prefetchSem chan struct{}      // room for prefetchConcurrency head reads
+	// chains keeps the checkpoints of files listed under .checkpoints
+	// (ckptchain.go); chainFlight shares their reads.
+	chains      chainCache
+	chainFlight singleflight.Group
 
 	// used counts the requests that show someone uses the mount (lookups,
 	// listings, opens, stats, changes): the refresh loop returns to
