@@ -220,7 +220,14 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if change {
 		var err error
-		later, lerr := n.fsys.setAttrLater(nn, a)
+		var later *namespace.Node
+		var lerr error
+		// Only times may wait for the file's fsync or close: a change of
+		// who may use the file (mode, owner) is in the store before it
+		// returns, or fails, whoever holds the file open.
+		if a.Mode == nil && a.Uid == nil && a.Gid == nil {
+			later, lerr = n.fsys.setAttrLater(nn, a)
+		}
 		switch {
 		case lerr != nil:
 			return n.fsys.errnoOf("setattr "+n.where(""), lerr)
@@ -235,7 +242,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	return n.fsys.fillAttr(ctx, nn, &out.Attr)
 }
 
-// setAttrLater changes the attributes of a file open on this mount without
+// setAttrLater changes the times of a file open on this mount without
 // waiting for the store (namespace.SetAttrLater): the change lands in the
 // background and the file's next fsync or close waits for it, with its data,
 // and reports its error (waitAttrs). A program that sets the attributes of

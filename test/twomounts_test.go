@@ -1,0 +1,102 @@
+package test
+
+import (
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/staging"
+)
+
+// modeOf is the permission bits stat shows for path.
+func modeOf(path string) (os.FileMode, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Mode().Perm(), nil
+}
+
+// TestMultiChmodOfOpenFileIsStored: a chmod of a file a process holds open
+// is in the store before it returns, or it fails: with the namespace log
+// refusing appends, chmod and fchmod fail and the mode stays as it was, on
+// this mount and on another one, after the store recovers too.
+func TestMultiChmodOfOpenFileIsStored(t *testing.T) {
+	v := newVolume(t)
+	var faults *staging.Faults
+	a := v.mountWrapped("ns_refresh=100ms", func(st staging.Store) staging.Store {
+		faults = staging.NewFaults(st, 1)
+		return faults
+	})
+	b := v.mount("ns_refresh=100ms")
+	if err := os.WriteFile(a.path("secret"), []byte("v1"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(a.path("secret"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write([]byte(" v2")); err != nil {
+		t.Fatal(err)
+	}
+
+	refuse := faults.Add(staging.Rule{Op: staging.OpPut, KeyPrefix: "ns/log/"})
+	if err := os.Chmod(a.path("secret"), 0o600); err == nil {
+		t.Error("chmod 600 of an open file returned success with the namespace log refusing appends")
+	}
+	if err := f.Chmod(0o600); err == nil {
+		t.Error("fchmod 600 of an open file returned success with the namespace log refusing appends")
+	}
+	if err := os.Chown(a.path("secret"), 65534, 65534); err == nil {
+		t.Error("chown of an open file returned success with the namespace log refusing appends")
+	}
+	if m, err := modeOf(a.path("secret")); err != nil || m != 0o644 {
+		t.Errorf("after the refused chmod the mode is %v (%v), want 0644", m, err)
+	}
+	faults.Remove(refuse)
+
+	// Nothing of the refused changes is left to land later.
+	if err := f.Sync(); err != nil {
+		t.Errorf("fsync after the store recovered: %v", err)
+	}
+	if err := f.Close(); err != nil {
+		t.Errorf("close after the store recovered: %v", err)
+	}
+	for _, m := range []*mount{a, b} {
+		waitFor(t, 5*time.Second, func() error {
+			got, err := os.ReadFile(m.path("secret"))
+			if err != nil {
+				return err
+			}
+			if string(got) != "v1 v2" {
+				return fmt.Errorf("reads %q", got)
+			}
+			return nil
+		})
+		fi, err := os.Stat(m.path("secret"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fi.Mode().Perm() != 0o644 {
+			t.Errorf("%s: mode %v after the refused chmod, want 0644", m.dir, fi.Mode().Perm())
+		}
+	}
+
+	// With the store back, a chmod of an open file is seen everywhere.
+	g, err := os.OpenFile(a.path("secret"), os.O_RDONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	if err := os.Chmod(a.path("secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, func() error {
+		if m, err := modeOf(b.path("secret")); err != nil || m != 0o600 {
+			return fmt.Errorf("the other mount shows mode %v (%v), want 0600", m, err)
+		}
+		return nil
+	})
+}
