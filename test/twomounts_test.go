@@ -1,6 +1,7 @@
 package test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"testing"
@@ -99,4 +100,74 @@ func TestMultiChmodOfOpenFileIsStored(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestMultiCreateWithoutExcl: an open with O_CREAT and without O_EXCL of a
+// name another mount has just made opens that file, however recent the
+// name: two mounts, many rounds of both opening a new name at once (dd:
+// O_WRONLY|O_CREAT, each writing its own block; sh: echo >>), and no open
+// fails; both writes are in the file on both mounts. O_EXCL stays strict.
+func TestMultiCreateWithoutExcl(t *testing.T) {
+	need(t, "dd", "sh")
+	v := newVolume(t)
+	a := v.mount("")
+	b := v.mount("")
+	const rounds = 12
+	both := func(name string, cmd func(m *mount, who int) (string, error)) {
+		t.Helper()
+		errs := make(chan error, 2)
+		for who, m := range []*mount{a, b} {
+			go func() {
+				out, err := cmd(m, who)
+				if err != nil {
+					err = fmt.Errorf("%s on mount %d: %v: %s", name, who, err, out)
+				}
+				errs <- err
+			}()
+		}
+		for range 2 {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+	}
+	for i := range rounds {
+		name := fmt.Sprintf("dd-%02d", i)
+		both(name, func(m *mount, who int) (string, error) {
+			// Each its own 1 MiB block, so that neither write replaces
+			// the other's when the two mounts publish.
+			return runErr(m.dir, "sh", "-c", fmt.Sprintf("printf %d | dd of=%s bs=1M seek=%d conv=notrunc status=none", who, name, who))
+		})
+		name = fmt.Sprintf("log-%02d", i)
+		both(name, func(m *mount, who int) (string, error) {
+			return runErr(m.dir, "sh", "-c", fmt.Sprintf("echo %d >> %s", who, name))
+		})
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+	for i := range rounds {
+		name := fmt.Sprintf("dd-%02d", i)
+		for _, m := range []*mount{a, b} {
+			waitFor(t, 10*time.Second, func() error {
+				got, err := os.ReadFile(m.path(name))
+				if err != nil {
+					return err
+				}
+				if len(got) != 1<<20+1 || got[0] != '0' || got[1<<20] != '1' {
+					return fmt.Errorf("%s: %d bytes, want both writes (%d bytes)", name, len(got), 1<<20+1)
+				}
+				return nil
+			})
+		}
+	}
+
+	// O_EXCL stays strict across mounts.
+	if err := os.WriteFile(a.path("excl"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := os.OpenFile(b.path("excl"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if !errors.Is(err, os.ErrExist) {
+		t.Fatalf("O_EXCL create of a name another mount made: %v, want EEXIST", err)
+	}
 }

@@ -379,6 +379,15 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, syscall.EPERM
 	}
 	nn, err := n.fsys.ns.Create(changeCtx(ctx), n.ino, name, mode&namespace.ModeMask, owner(ctx))
+	if errors.Is(err, namespace.ErrExist) && flags&syscall.O_EXCL == 0 {
+		// The kernel looked the name up and we had not seen it: another
+		// mount made it since our last read of the log, which the refused
+		// create has now read. Without O_EXCL the open must open it: ESTALE
+		// has the kernel walk the path again, find the name, and open it as
+		// any existing file (checking its permissions, applying O_TRUNC),
+		// which answering here as if created would skip.
+		return nil, nil, 0, syscall.ESTALE
+	}
 	if err != nil {
 		return nil, nil, 0, n.fsys.errnoOf("create "+n.where(name), err)
 	}
