@@ -1,12 +1,15 @@
 package test
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
@@ -169,5 +172,69 @@ func TestMultiCreateWithoutExcl(t *testing.T) {
 	_, err := os.OpenFile(b.path("excl"), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if !errors.Is(err, os.ErrExist) {
 		t.Fatalf("O_EXCL create of a name another mount made: %v, want EEXIST", err)
+	}
+}
+
+// TestMultiReapedFileStaysGone: a file removed on one mount and deleted by
+// the cleaner is gone on another mount whose view of the names lags (it
+// reads the log once a minute here): its open and stat find no head, read
+// the namespace again, and answer ENOENT; nothing makes the file again.
+func TestMultiReapedFileStaysGone(t *testing.T) {
+	v := newVolume(t)
+	st := v.store()
+	a := v.mount("ns_refresh=100ms")
+	if err := os.WriteFile(a.path("x"), []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	id, prefix := fileOf(t, st)
+	b := v.mount("ns_refresh=1m,ns_refresh_max=1m") // reads x at its start
+	if got, err := os.ReadFile(b.path("x")); err != nil || string(got) != "data" {
+		t.Fatalf("the other mount reads %q, %v", got, err)
+	}
+
+	if err := os.Remove(a.path("x")); err != nil {
+		t.Fatal(err)
+	}
+	later := time.Now().Add(2 * time.Hour)
+	rep, err := cleaner.CleanVolume(context.Background(), st, "", cleaner.Options{Grace: time.Hour, Now: func() time.Time { return later }})
+	if err != nil {
+		t.Fatalf("cleaner: %v", err)
+	}
+	if len(rep.Orphans) != 1 {
+		t.Fatalf("the cleaner deleted %d orphans, want 1 (x)", len(rep.Orphans))
+	}
+
+	if f, err := os.Open(b.path("x")); !errors.Is(err, os.ErrNotExist) {
+		if err == nil {
+			got, _ := io.ReadAll(f)
+			f.Close()
+			t.Errorf("open of the deleted file on the lagging mount succeeded, reading %q; want ENOENT", got)
+		} else {
+			t.Errorf("open of the deleted file on the lagging mount: %v, want ENOENT", err)
+		}
+	}
+	if f, err := os.OpenFile(b.path("x"), os.O_WRONLY|os.O_APPEND, 0); err == nil {
+		_, werr := f.Write([]byte("ghost"))
+		serr := f.Sync()
+		f.Close()
+		t.Errorf("open for writing of the deleted file succeeded (write %v, fsync %v); want ENOENT", werr, serr)
+	}
+	if _, err := os.Stat(b.path("x")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("stat of the deleted file on the lagging mount: %v, want ENOENT", err)
+	}
+	ents, err := os.ReadDir(b.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range ents {
+		if e.Name() == "x" {
+			t.Errorf("the lagging mount still lists x")
+		}
+	}
+	if _, err := st.Head(context.Background(), prefix+"inode"); !errors.Is(err, staging.ErrNotFound) {
+		t.Errorf("head of the deleted file %s: %v, want none (it was made again)", id, err)
+	}
+	if objs, err := staging.ListAll(context.Background(), st, prefix); err != nil || len(objs) != 0 {
+		t.Errorf("objects of the deleted file %s: %d, %v; want none", id, len(objs), err)
 	}
 }

@@ -544,6 +544,7 @@ func (fsys *FS) loop() {
 			}
 		case <-refresh.C:
 			before := fsys.ns.Seq()
+			began := time.Now()
 			// Bounded: a refresh stuck on a dead store would hold up the
 			// periodic flush and the unmount (Close waits for this loop).
 			ctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
@@ -578,7 +579,9 @@ func (fsys *FS) loop() {
 			fsys.refreshEvery.Store(int64(every))
 			last = time.Now()
 			if err == nil {
-				fsys.refreshedAt.Store(last.UnixNano())
+				// When it began: what was in the log then, it has read
+				// (missingHead relies on it).
+				fsys.refreshedAt.Store(began.UnixNano())
 			}
 			refresh.Reset(every)
 		case <-flushC:
@@ -632,6 +635,54 @@ func (fsys *FS) freshen(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// errReaped: a file's head is missing and the namespace, read again, names
+// the file no more: another mount removed it and a cleaner deleted it.
+var errReaped = fmt.Errorf("file removed on another mount and deleted: %w", namespace.ErrNotExist)
+
+// missingHead decides about file id, whose head a read that started at
+// start found missing. Heads are stored when a file is created, so the file
+// may have been unlinked on another mount and deleted by a cleaner while
+// this mount's view of the names lagged: nothing is decided before the
+// namespace is read again, by a read that started after start (the unlink
+// is in the log before a cleaner may delete). A file no longer named is
+// errReaped (ENOENT); one still named has no head because it was made
+// before heads were stored at create, and is empty.
+func (fsys *FS) missingHead(ctx context.Context, id string, start time.Time) error {
+	if fsys.unlinked(id) {
+		return errReaped
+	}
+	for range 2 { // a read in flight may have started before start
+		if fsys.refreshedAt.Load() >= start.UnixNano() {
+			break
+		}
+		ch := fsys.nsFlight.DoChan("refresh", func() (any, error) {
+			rctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
+			defer cancel()
+			at := time.Now()
+			err := fsys.ns.Refresh(rctx)
+			if err == nil {
+				fsys.refreshedAt.Store(at.UnixNano())
+			}
+			return nil, err
+		})
+		select {
+		case r := <-ch:
+			if r.Err != nil {
+				return fmt.Errorf("file %s has no head; read the namespace again: %w", id, r.Err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if !fsys.ns.Named(id) {
+		fsys.mu.Lock()
+		fsys.heads.remove(id)
+		fsys.mu.Unlock()
+		return errReaped
+	}
+	return nil
 }
 
 // flushAll publishes a checkpoint of every dirty file.
@@ -719,12 +770,18 @@ func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
 	fsys.files[id] = of
 	fsys.mu.Unlock()
 
+	start := time.Now()
 	f, err := engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
-	// An unlinked file whose data a cleaner deleted must not be brought back.
-	if errors.Is(err, engine.ErrNotExist) && !fsys.unlinked(id) {
-		f, err = engine.Create(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
-		if errors.Is(err, engine.ErrExists) {
-			f, err = engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+	if errors.Is(err, engine.ErrNotExist) {
+		// An unlinked file whose data a cleaner deleted must not be
+		// brought back: only a file still named once the namespace is read
+		// again (one made before heads were stored at create, never
+		// written) is created here.
+		if err = fsys.missingHead(ctx, id, start); err == nil {
+			f, err = engineCreate(ctx, fsys, id)
+			if errors.Is(err, engine.ErrExists) {
+				f, err = engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+			}
 		}
 	}
 	of.f, of.err = f, err
@@ -931,8 +988,11 @@ func (fsys *FS) readHead(ctx context.Context, id string) (headInfo, error) {
 	hd, info, err := segment.ReadHead(rctx, fsys.st, fsys.prefix(id)+engine.HeadKey, segment.FileTag(id))
 	cancel()
 	if errors.Is(err, staging.ErrNotFound) {
-		// Named but never written (created and closed unwritten, or a
-		// create that did not finish): empty, and remembered like a head.
+		if err := fsys.missingHead(ctx, id, start); err != nil {
+			return headInfo{}, err
+		}
+		// Still named: made before heads were stored at create and never
+		// written: empty, and remembered like a head.
 		h := headInfo{format: fsys.params.Format, blocksKnown: true}
 		fsys.remember(id, h, start)
 		h.seen = start

@@ -178,7 +178,24 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if errno != 0 {
 		return errno
 	}
-	return n.fsys.fillAttr(ctx, nn, &out.Attr)
+	errno = n.fsys.fillAttr(ctx, nn, &out.Attr)
+	if errno == syscall.ENOENT && nn.Kind == namespace.KindFile {
+		n.dropEntry() // removed on another mount (missingHead)
+	}
+	return errno
+}
+
+// dropEntry has the kernel forget the name it reached this node by, so that
+// the next use of the name looks it up: a file another mount removed, which
+// this mount's view still named. The kernel is told from a task of the
+// mount, never from the request that found it out (it may hold the locks
+// the notification takes).
+func (n *node) dropEntry() {
+	name, parent := n.Parent()
+	if parent == nil {
+		return
+	}
+	n.fsys.tasks.goFn(func() { parent.NotifyEntry(name) })
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -360,6 +377,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, syscall.EISDIR
 	}
 	of, err := n.fsys.acquire(ctx, nn.FileID)
+	if errors.Is(err, errReaped) {
+		n.dropEntry()
+	}
 	if err != nil {
 		return nil, 0, n.fsys.errnoOf("open "+n.where(""), err)
 	}
