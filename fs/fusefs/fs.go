@@ -130,6 +130,9 @@ type openFile struct {
 	// pages is what is known of the kernel's pages of the file
 	// (pagecache.go); GUARDED_BY(FS.mu).
 	pages pagesState
+	// piece is what the last piece of a copy by reference into this file
+	// left for the next one (copy.go); GUARDED_BY(FS.mu).
+	piece *copyPiece
 }
 
 // headInfo is what the kernel needs of a file that is not open.
