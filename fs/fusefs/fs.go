@@ -778,10 +778,12 @@ func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
 	if errors.Is(err, engine.ErrNotExist) {
 		// An unlinked file whose data a cleaner deleted must not be
 		// brought back: only a file still named once the namespace is read
-		// again (one made before heads were stored at create, never
-		// written) is created here.
+		// again is opened empty here (one made before heads were stored at
+		// create and never written, or one whose create on another mount
+		// has not stored its head yet). Nothing is sent: its first publish
+		// creates the head with If-None-Match.
 		if err = fsys.missingHead(ctx, id, start); err == nil {
-			f, err = engineCreate(ctx, fsys, id)
+			f, err = engine.Create(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
 			if errors.Is(err, engine.ErrExists) {
 				f, err = engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
 			}

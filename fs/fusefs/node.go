@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 
+	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 )
 
@@ -417,6 +418,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestBound(n.fsys.cfg))
 	defer cancel()
 	f, err := engineCreate(ctx, n.fsys, nn.FileID)
+	if errors.Is(err, engine.ErrExists) {
+		// Another mount opened the new name before its head landed, wrote
+		// and published it (acquire): the head is this file's.
+		f, err = engine.Open(ctx, n.fsys.st, n.fsys.prefix(nn.FileID), n.fsys.engineOptions(nn.FileID))
+	}
 	if err != nil {
 		if _, uerr := n.fsys.ns.Unlink(ctx, n.ino, name); uerr != nil {
 			n.fsys.log.Warn("undo of a failed create failed; the name stays, an empty file",
