@@ -123,8 +123,9 @@ func TestCopyByReference(t *testing.T) {
 }
 
 // TestCopyByReferenceInPieces: a file larger than one copy_file_range answer
-// (4 GiB) is asked for in pieces; the first makes the copy, the later ones
-// find it made. A sparse 5 GiB file keeps it cheap to build and check.
+// (4 GiB) is asked for in pieces; the first makes the copy cut to its
+// answer, the later ones extend it, all by reference. A sparse 5 GiB file
+// keeps it cheap to build and check.
 func TestCopyByReferenceInPieces(t *testing.T) {
 	need(t, "python3")
 	v := newVolume(t)

@@ -476,6 +476,10 @@ type Options struct {
 	// written, and WAL records a crashed writer left are not replayed (tools
 	// that inspect a volume must not change it).
 	ReadOnly bool
+	// StoreHead has Create store the new file's empty head at once, with
+	// If-None-Match, as with the WAL: a file id is then created once, and a
+	// named file whose head is missing was removed, not never written.
+	StoreHead bool
 }
 
 func newFile(st staging.Store, prefix string, o Options) (*File, error) {
@@ -517,9 +521,9 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 // sizes). Without the WAL it sends nothing: the caller has just named a new
 // file id, so no head can be there; the first publish creates the head with
 // If-None-Match (a head found there then is another writer's: a conflict),
-// and a file closed unwritten stores nothing. With the WAL it creates the
-// head now (marked as written with it) and fails with ErrExists if a head is
-// already there.
+// and a file closed unwritten stores nothing. With the WAL or
+// Options.StoreHead it creates the head now (marked as written with the WAL)
+// and fails with ErrExists if a head is already there.
 func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*File, error) {
 	f, err := newFile(st, prefix, o)
 	if err != nil {
@@ -531,7 +535,7 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 		MetaBlockSize: uint32(f.p.MetaBlockSize),
 		MtimeNs:       time.Now().UnixNano(),
 	}
-	if !f.p.WAL {
+	if !f.p.WAL && !o.StoreHead {
 		// The head cannot exist: the namespace has just made this file id.
 		// Nothing is sent; the first publish creates the head with
 		// If-None-Match (putHead with no ETag), and a file closed unwritten
@@ -546,10 +550,12 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 	// lease and an opener's replay look for records because of it.
 	id := newWriteID()
 	meta := map[string]string{writeIDMeta: id}
-	if err := walExists(ctx, st, prefix); err != nil {
-		return nil, err
+	if f.p.WAL {
+		if err := walExists(ctx, st, prefix); err != nil {
+			return nil, err
+		}
+		meta[walMeta] = "0"
 	}
-	meta[walMeta] = "0"
 	head, err := segment.EncodeHead(segment.Head{FileTag: f.tag, Inode: ino, BlocksKnown: true})
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", prefix, err)

@@ -135,26 +135,14 @@ func (l *ckptList) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrO
 // Fsync: the tree is read-only; there is nothing to make durable.
 func (l *ckptList) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno { return 0 }
 
-// checkpoints lists the published checkpoints of the file, newest first.
-func (l *ckptList) checkpoints(ctx context.Context) ([]engine.Checkpoint, error) {
-	o := l.fsys.engineOptions(l.id)
-	o.ReadOnly = true
-	f, err := engine.Open(ctx, l.fsys.st, l.fsys.prefix(l.id), o)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	return f.Checkpoints(ctx)
-}
-
 func (l *ckptList) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
-	cps, err := l.checkpoints(ctx)
+	pts, err := l.fsys.ckptChain(ctx, l.id)
 	if err != nil {
 		return nil, l.fsys.errnoOf("readdir checkpoints", err)
 	}
-	out := make([]fuse.DirEntry, 0, len(cps))
-	for _, c := range cps {
-		out = append(out, fuse.DirEntry{Name: strconv.FormatUint(c.Inode.Cno, 10), Mode: syscall.S_IFREG})
+	out := make([]fuse.DirEntry, 0, len(pts))
+	for _, p := range pts {
+		out = append(out, fuse.DirEntry{Name: strconv.FormatUint(p.cno, 10), Mode: syscall.S_IFREG})
 	}
 	return fs.NewListDirStream(out), 0
 }
@@ -169,19 +157,16 @@ func (l *ckptList) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 		return nil, l.fsys.errnoOf("lookup checkpoint", err)
 	}
 	nn = l.fsys.shown(nn) // as stat shows the original (uid=, file_mode=, ...)
-	cps, err := l.checkpoints(ctx)
+	p, err := l.fsys.ckptOne(ctx, l.id, cno)
+	if errors.Is(err, errNoCheckpoint) {
+		return nil, syscall.ENOENT
+	}
 	if err != nil {
 		return nil, l.fsys.errnoOf("lookup checkpoint", err)
 	}
-	for _, c := range cps {
-		if c.Inode.Cno != cno {
-			continue
-		}
-		cf := &ckptFile{fsys: l.fsys, ino: l.ino, id: l.id, cno: cno, size: int64(c.Inode.Size), mtime: c.Inode.MtimeNs}
-		cf.fill(nn, &out.Attr)
-		return l.NewInode(ctx, cf, fs.StableAttr{Mode: syscall.S_IFREG}), 0
-	}
-	return nil, syscall.ENOENT
+	cf := &ckptFile{fsys: l.fsys, ino: l.ino, id: l.id, cno: cno, size: p.size, mtime: p.mtime}
+	cf.fill(nn, &out.Attr)
+	return l.NewInode(ctx, cf, fs.StableAttr{Mode: syscall.S_IFREG}), 0
 }
 
 // ckptFile is one checkpoint of file node ino, read-only.

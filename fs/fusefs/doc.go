@@ -100,6 +100,11 @@
 // 0700 directory through .checkpoints nor read an old version of a file they
 // may not read.
 //
+// Listing a file's checkpoints reads its chain once, one header read per
+// checkpoint, and the mount keeps it by the head's checkpoint number; the
+// lookups that follow and a lookup of one number cost a read of the head
+// and at most one header (ckptchain.go).
+//
 // Every file also has two read-only extended attributes, read by name:
 // user.ckptfs.cno (its last published checkpoint) and user.ckptfs.format.
 // They are not listed (listxattr), so cp -a, rsync -X and tar --xattrs do not

@@ -82,6 +82,10 @@ type FS struct {
 	tasks       tasks
 	headFlight  singleflight.Group // one read of a head at a time, by file id
 	prefetchSem chan struct{}      // room for prefetchConcurrency head reads
+	// chains keeps the checkpoints of files listed under .checkpoints
+	// (ckptchain.go); chainFlight shares their reads.
+	chains      chainCache
+	chainFlight singleflight.Group
 
 	// used counts the requests that show someone uses the mount (lookups,
 	// listings, opens, stats, changes): the refresh loop returns to
@@ -126,6 +130,9 @@ type openFile struct {
 	// pages is what is known of the kernel's pages of the file
 	// (pagecache.go); GUARDED_BY(FS.mu).
 	pages pagesState
+	// piece is what the last piece of a copy by reference into this file
+	// left for the next one (copy.go); GUARDED_BY(FS.mu).
+	piece *copyPiece
 }
 
 // headInfo is what the kernel needs of a file that is not open.
@@ -543,6 +550,7 @@ func (fsys *FS) loop() {
 			}
 		case <-refresh.C:
 			before := fsys.ns.Seq()
+			began := time.Now()
 			// Bounded: a refresh stuck on a dead store would hold up the
 			// periodic flush and the unmount (Close waits for this loop).
 			ctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
@@ -577,7 +585,9 @@ func (fsys *FS) loop() {
 			fsys.refreshEvery.Store(int64(every))
 			last = time.Now()
 			if err == nil {
-				fsys.refreshedAt.Store(last.UnixNano())
+				// When it began: what was in the log then, it has read
+				// (missingHead relies on it).
+				fsys.refreshedAt.Store(began.UnixNano())
 			}
 			refresh.Reset(every)
 		case <-flushC:
@@ -631,6 +641,54 @@ func (fsys *FS) freshen(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// errReaped: a file's head is missing and the namespace, read again, names
+// the file no more: another mount removed it and a cleaner deleted it.
+var errReaped = fmt.Errorf("file removed on another mount and deleted: %w", namespace.ErrNotExist)
+
+// missingHead decides about file id, whose head a read that started at
+// start found missing. Heads are stored when a file is created, so the file
+// may have been unlinked on another mount and deleted by a cleaner while
+// this mount's view of the names lagged: nothing is decided before the
+// namespace is read again, by a read that started after start (the unlink
+// is in the log before a cleaner may delete). A file no longer named is
+// errReaped (ENOENT); one still named has no head because it was made
+// before heads were stored at create, and is empty.
+func (fsys *FS) missingHead(ctx context.Context, id string, start time.Time) error {
+	if fsys.unlinked(id) {
+		return errReaped
+	}
+	for range 2 { // a read in flight may have started before start
+		if fsys.refreshedAt.Load() >= start.UnixNano() {
+			break
+		}
+		ch := fsys.nsFlight.DoChan("refresh", func() (any, error) {
+			rctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
+			defer cancel()
+			at := time.Now()
+			err := fsys.ns.Refresh(rctx)
+			if err == nil {
+				fsys.refreshedAt.Store(at.UnixNano())
+			}
+			return nil, err
+		})
+		select {
+		case r := <-ch:
+			if r.Err != nil {
+				return fmt.Errorf("file %s has no head; read the namespace again: %w", id, r.Err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if !fsys.ns.Named(id) {
+		fsys.mu.Lock()
+		fsys.heads.remove(id)
+		fsys.mu.Unlock()
+		return errReaped
+	}
+	return nil
 }
 
 // flushAll publishes a checkpoint of every dirty file.
@@ -718,12 +776,20 @@ func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
 	fsys.files[id] = of
 	fsys.mu.Unlock()
 
+	start := time.Now()
 	f, err := engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
-	// An unlinked file whose data a cleaner deleted must not be brought back.
-	if errors.Is(err, engine.ErrNotExist) && !fsys.unlinked(id) {
-		f, err = engine.Create(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
-		if errors.Is(err, engine.ErrExists) {
-			f, err = engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+	if errors.Is(err, engine.ErrNotExist) {
+		// An unlinked file whose data a cleaner deleted must not be
+		// brought back: only a file still named once the namespace is read
+		// again is opened empty here (one made before heads were stored at
+		// create and never written, or one whose create on another mount
+		// has not stored its head yet). Nothing is sent: its first publish
+		// creates the head with If-None-Match.
+		if err = fsys.missingHead(ctx, id, start); err == nil {
+			f, err = engine.Create(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+			if errors.Is(err, engine.ErrExists) {
+				f, err = engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+			}
 		}
 	}
 	of.f, of.err = f, err
@@ -930,8 +996,11 @@ func (fsys *FS) readHead(ctx context.Context, id string) (headInfo, error) {
 	hd, info, err := segment.ReadHead(rctx, fsys.st, fsys.prefix(id)+engine.HeadKey, segment.FileTag(id))
 	cancel()
 	if errors.Is(err, staging.ErrNotFound) {
-		// Named but never written (created and closed unwritten, or a
-		// create that did not finish): empty, and remembered like a head.
+		if err := fsys.missingHead(ctx, id, start); err != nil {
+			return headInfo{}, err
+		}
+		// Still named: made before heads were stored at create and never
+		// written: empty, and remembered like a head.
 		h := headInfo{format: fsys.params.Format, blocksKnown: true}
 		fsys.remember(id, h, start)
 		h.seen = start

@@ -58,9 +58,14 @@ var (
 	_ = (fs.FileAllocater)((*handle)(nil))
 )
 
-// engineCreate creates the head of a new file.
+// engineCreate creates a new file and stores its empty head (If-None-Match,
+// engine.Options.StoreHead): a file id is created once, so a named file
+// whose head is missing was deleted (fs.go, missingHead), never "not yet
+// written", and no mount whose view of the names lags makes it again.
 func engineCreate(ctx context.Context, fsys *FS, id string) (*engine.File, error) {
-	return engine.Create(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+	o := fsys.engineOptions(id)
+	o.StoreHead = !fsys.cfg.ReadOnly
+	return engine.Create(ctx, fsys.st, fsys.prefix(id), o)
 }
 
 // Whence values of lseek(2) the kernel passes on to the file system; it

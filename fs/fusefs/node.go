@@ -11,6 +11,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"go.uber.org/zap"
 
+	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 )
 
@@ -182,7 +183,24 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	if errno != 0 {
 		return errno
 	}
-	return n.fsys.fillAttr(ctx, nn, &out.Attr)
+	errno = n.fsys.fillAttr(ctx, nn, &out.Attr)
+	if errno == syscall.ENOENT && nn.Kind == namespace.KindFile {
+		n.dropEntry() // removed on another mount (missingHead)
+	}
+	return errno
+}
+
+// dropEntry has the kernel forget the name it reached this node by, so that
+// the next use of the name looks it up: a file another mount removed, which
+// this mount's view still named. The kernel is told from a task of the
+// mount, never from the request that found it out (it may hold the locks
+// the notification takes).
+func (n *node) dropEntry() {
+	name, parent := n.Parent()
+	if parent == nil {
+		return
+	}
+	n.fsys.tasks.goFn(func() { parent.NotifyEntry(name) })
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
@@ -224,7 +242,14 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	}
 	if change {
 		var err error
-		later, lerr := n.fsys.setAttrLater(nn, a)
+		var later *namespace.Node
+		var lerr error
+		// Only times may wait for the file's fsync or close: a change of
+		// who may use the file (mode, owner) is in the store before it
+		// returns, or fails, whoever holds the file open.
+		if a.Mode == nil && a.Uid == nil && a.Gid == nil {
+			later, lerr = n.fsys.setAttrLater(nn, a)
+		}
 		switch {
 		case lerr != nil:
 			return n.fsys.errnoOf("setattr "+n.where(""), lerr)
@@ -239,7 +264,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	return n.fsys.fillAttr(ctx, nn, &out.Attr)
 }
 
-// setAttrLater changes the attributes of a file open on this mount without
+// setAttrLater changes the times of a file open on this mount without
 // waiting for the store (namespace.SetAttrLater): the change lands in the
 // background and the file's next fsync or close waits for it, with its data,
 // and reports its error (waitAttrs). A program that sets the attributes of
@@ -357,6 +382,9 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		return nil, 0, syscall.EISDIR
 	}
 	of, err := n.fsys.acquire(ctx, nn.FileID)
+	if errors.Is(err, errReaped) {
+		n.dropEntry()
+	}
 	if err != nil {
 		return nil, 0, n.fsys.errnoOf("open "+n.where(""), err)
 	}
@@ -376,6 +404,15 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, syscall.EPERM
 	}
 	nn, err := n.fsys.ns.Create(changeCtx(ctx), n.ino, name, mode&namespace.ModeMask, owner(ctx))
+	if errors.Is(err, namespace.ErrExist) && flags&syscall.O_EXCL == 0 {
+		// The kernel looked the name up and we had not seen it: another
+		// mount made it since our last read of the log, which the refused
+		// create has now read. Without O_EXCL the open must open it: ESTALE
+		// has the kernel walk the path again, find the name, and open it as
+		// any existing file (checking its permissions, applying O_TRUNC),
+		// which answering here as if created would skip.
+		return nil, nil, 0, syscall.ESTALE
+	}
 	if err != nil {
 		return nil, nil, 0, n.fsys.errnoOf("create "+n.where(name), err)
 	}
@@ -385,6 +422,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestBound(n.fsys.cfg))
 	defer cancel()
 	f, err := engineCreate(ctx, n.fsys, nn.FileID)
+	if errors.Is(err, engine.ErrExists) {
+		// Another mount opened the new name before its head landed, wrote
+		// and published it (acquire): the head is this file's.
+		f, err = engine.Open(ctx, n.fsys.st, n.fsys.prefix(nn.FileID), n.fsys.engineOptions(nn.FileID))
+	}
 	if err != nil {
 		if _, uerr := n.fsys.ns.Unlink(ctx, n.ino, name); uerr != nil {
 			n.fsys.log.Warn("undo of a failed create failed; the name stays, an empty file",

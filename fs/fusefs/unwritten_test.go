@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"syscall"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/config"
@@ -11,10 +12,9 @@ import (
 	"github.com/ckptfs/ckptfs/staging"
 )
 
-// A file created and closed without writes stores nothing: its attributes
-// are an empty file's (no blocks), opening it again makes it afresh, and a
-// write through that publishes it.
-func TestUnwrittenFileIsEmpty(t *testing.T) {
+// A file created and closed without writes stores its empty head and
+// nothing else: its attributes are an empty file's (no blocks).
+func TestCreatedFileStoresItsHead(t *testing.T) {
 	ctx := context.Background()
 	st := staging.NewMem()
 	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
@@ -27,6 +27,84 @@ func TestUnwrittenFileIsEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	f, err := engineCreate(ctx, fsys, n.FileID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	objs, err := staging.ListAll(ctx, st, fsys.prefix(n.FileID))
+	if err != nil || len(objs) != 1 || objs[0].Key != fsys.prefix(n.FileID)+engine.HeadKey {
+		t.Fatalf("objects of a file closed unwritten: %v, %v; want its head alone", objs, err)
+	}
+	h, err := fsys.fileHead(ctx, n.FileID)
+	if err != nil || h.size != 0 || h.cno != 0 || !h.blocksKnown || h.blocks != 0 {
+		t.Fatalf("fileHead of the unwritten file: %+v, %v", h, err)
+	}
+	// The id is made once: a second create of it is refused.
+	if _, err := engineCreate(ctx, fsys, n.FileID); !errors.Is(err, engine.ErrExists) {
+		t.Fatalf("second create of one file id: %v, want ErrExists", err)
+	}
+}
+
+// A file whose head is missing and that no name holds any more (another
+// mount removed it and a cleaner deleted it) is gone: its stat and open fail
+// with ENOENT and nothing is made again.
+func TestReapedFileIsNotMadeAgain(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	n, err := fsys.ns.Create(ctx, namespace.RootIno, "f", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Another mount removes the name and the cleaner forgets the file: this
+	// mount has not read the log since.
+	other, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Unlink(ctx, namespace.RootIno, "f"); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Forget(ctx, n.FileID); err != nil {
+		t.Fatal(err)
+	}
+	if !fsys.ns.Named(n.FileID) {
+		t.Fatal("the mount's view already lost the name")
+	}
+	if _, err := fsys.fileHead(ctx, n.FileID); !errors.Is(err, errReaped) || fsys.errnoOf("stat", err) != syscall.ENOENT {
+		t.Fatalf("fileHead of the deleted file: %v, want ENOENT", err)
+	}
+	if _, err := fsys.acquire(ctx, n.FileID); !errors.Is(err, errReaped) {
+		t.Fatalf("acquire of the deleted file: %v, want ENOENT", err)
+	}
+	if objs, err := staging.ListAll(ctx, st, fsys.prefix(n.FileID)); err != nil || len(objs) != 0 {
+		t.Fatalf("objects of the deleted file: %v, %v; want none", objs, err)
+	}
+}
+
+// A file named by a mount made before heads were stored at create, and never
+// written, has no head: it is an empty file (no blocks), opening it makes it
+// afresh, and a write through that publishes it.
+func TestUnwrittenFileIsEmpty(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	n, err := fsys.ns.Create(ctx, namespace.RootIno, "f", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := engine.Create(ctx, fsys.st, fsys.prefix(n.FileID), fsys.engineOptions(n.FileID)) // as before
 	if err != nil {
 		t.Fatal(err)
 	}

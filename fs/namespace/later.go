@@ -20,6 +20,9 @@ import (
 // error: what a program was told is safe when fsync or close returns is
 // still in the store by then.
 //
+// The mount (fs/fusefs) defers only times this way: a change of mode or
+// owner is made with SetAttr, in the store before it returns or failed.
+//
 // Until it lands, only this mount sees the change; a crash of the mount
 // before it lands loses it (the file's close, which would have reported it,
 // has not returned either). The order of the log is the order the changes

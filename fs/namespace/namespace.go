@@ -1279,6 +1279,15 @@ func (ns *Namespace) Orphaned(fileID string) bool {
 	return ns.st.orphaned(fileID)
 }
 
+// Named reports whether fileID is a file with a name left: neither an
+// orphan, nor forgotten (a cleaner deleted it), nor unknown. It costs O(1).
+func (ns *Namespace) Named(fileID string) bool {
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	ino, ok := ns.st.byFile[fileID]
+	return ok && ns.st.nodes[ino].nlink > 0
+}
+
 func nodeAt(out *Node, ino Ino) hook {
 	return func(st *state, _ Ino) {
 		if n := st.nodes[ino]; n != nil {

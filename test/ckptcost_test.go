@@ -1,0 +1,109 @@
+package test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/ckptfs/ckptfs/staging"
+)
+
+// fileRequests counts the requests a mount sends about files' objects
+// (keys under f/), leaving out the namespace refreshes of the mount.
+type fileRequests struct {
+	staging.Store
+	n atomic.Int64
+}
+
+func (s *fileRequests) count(key string) {
+	if strings.HasPrefix(key, "f/") {
+		s.n.Add(1)
+	}
+}
+
+func (s *fileRequests) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
+	s.count(key)
+	return s.Store.Get(ctx, key, r)
+}
+
+func (s *fileRequests) Head(ctx context.Context, key string) (staging.ObjectInfo, error) {
+	s.count(key)
+	return s.Store.Head(ctx, key)
+}
+
+func (s *fileRequests) List(ctx context.Context, prefix, startAfter string, max int) (staging.ListPage, error) {
+	s.count(prefix)
+	return s.Store.List(ctx, prefix, startAfter, max)
+}
+
+// TestCheckpointListingCost: listing .checkpoints/<file> reads the chain of
+// checkpoints once, one request per checkpoint; ls -l after it costs about
+// nothing more, and a lookup and read of one checkpoint on a fresh mount a
+// handful of requests, whichever it is.
+func TestCheckpointListingCost(t *testing.T) {
+	need(t, "ls", "python3", "cat")
+	const n = 300
+	v := newVolume(t)
+	w := v.mount("")
+	run(t, w.dir, "python3", "-c", fmt.Sprintf(`
+import os
+fd = os.open("log", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+for i in range(1, %d + 1):
+    os.write(fd, b"line %%d\n" %% i)
+    os.fsync(fd)
+os.close(fd)
+`, n))
+	w.unmount()
+
+	fresh := func() (*mount, *fileRequests) {
+		var c *fileRequests
+		m := v.mountWrapped("", func(st staging.Store) staging.Store {
+			c = &fileRequests{Store: st}
+			return c
+		})
+		return m, c
+	}
+	m, c := fresh()
+	out := run(t, m.dir, "ls", ".checkpoints/log")
+	listed := c.n.Load()
+	if got := len(strings.Fields(out)); got != n {
+		t.Fatalf("ls lists %d checkpoints, want %d", got, n)
+	}
+	out = run(t, m.dir, "ls", "-l", ".checkpoints/log")
+	long := c.n.Load() - listed
+	if got := strings.Count(out, "\n") - 1; got != n { // less the "total" line
+		t.Fatalf("ls -l lists %d checkpoints, want %d:\n%s", got, n, out)
+	}
+	t.Logf("%d checkpoints: ls %d requests, ls -l %d more", n, listed, long)
+	if listed > n+n/10 {
+		t.Errorf("ls of %d checkpoints cost %d requests, want about %d", n, listed, n)
+	}
+	if long > 10 {
+		t.Errorf("ls -l after ls cost %d more requests, want a few", long)
+	}
+	m.unmount()
+
+	for _, cno := range []int{1, n / 2, n} {
+		m, c := fresh()
+		got, err := os.ReadFile(m.path(fmt.Sprintf(".checkpoints/log/%d", cno)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want strings.Builder
+		for i := 1; i <= cno; i++ {
+			fmt.Fprintf(&want, "line %d\n", i)
+		}
+		if string(got) != want.String() {
+			t.Fatalf("checkpoint %d reads %d bytes, want %d", cno, len(got), want.Len())
+		}
+		reqs := c.n.Load()
+		t.Logf("checkpoint %d read on a fresh mount: %d requests", cno, reqs)
+		if reqs > 10 {
+			t.Errorf("reading checkpoint %d on a fresh mount cost %d requests, want a handful", cno, reqs)
+		}
+		m.unmount()
+	}
+}
