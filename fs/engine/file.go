@@ -191,6 +191,9 @@ type Stat struct {
 	// recorded, not yet counted) it is the size's figure, ceil(Size/BlockSize).
 	Blocks      uint64
 	BlocksKnown bool
+	// Version names the content shown: the checkpoint and the last WAL
+	// record applied over it (refresh.go).
+	Version Version
 }
 
 // File is one checkpointed file. Its methods are safe for concurrent use.
@@ -328,6 +331,7 @@ func (f *File) publishStatLocked() {
 		DirtyBytes: f.dirtyB,
 		Mtime:      f.mtime,
 		ReadOnly:   f.readOnly,
+		Version:    Version{Cno: f.head.Cno, WAL: f.w.seq},
 	}
 	if f.bs > 0 {
 		s.Blocks = uint64((f.size + int64(f.bs) - 1) / int64(f.bs))
