@@ -152,3 +152,24 @@ func TestMultiCloseToOpenWAL(t *testing.T) {
 	w.finish()
 	held.finish()
 }
+
+// TestCopyWhileWALRecordsPending: cp on mount a (copy_file_range) of a
+// file whose acknowledged writes are in mount b's WAL, not published,
+// copies what an open of it reads: the records, whole; not the head with
+// the tail past it copied from the records.
+func TestCopyWhileWALRecordsPending(t *testing.T) {
+	need(t, "python3", "cp", "cmp")
+	const n = 256 << 10
+	a, b := twoMountsWith(t, "ns_refresh=100ms", "wal=on,ns_refresh=100ms", bytes.Repeat([]byte("a"), n))
+	w := walHolder(t, b, "0:b:65536", "262144:c:65536")
+	run(t, a.dir, "cp", "f", "copy")
+	want := append(append(bytes.Repeat([]byte("b"), 64<<10), bytes.Repeat([]byte("a"), 192<<10)...), bytes.Repeat([]byte("c"), 64<<10)...)
+	got, err := os.ReadFile(a.path("copy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the copy: %d bytes, %q at 0 and %q at 256 KiB; want %d, b and c", len(got), got[:1], got[min(len(got)-1, 256<<10):][:1], len(want))
+	}
+	w.finish()
+}

@@ -3,6 +3,9 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
+	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/segment"
@@ -142,4 +145,100 @@ func TestRefreshAppliesLiveWritersRecords(t *testing.T) {
 	if r.Stat().Cno != w.Stat().Cno {
 		t.Fatalf("reader at checkpoint %d, writer's head %d", r.Stat().Cno, w.Stat().Cno)
 	}
+}
+
+// TestCloneRefusesOverlay: a copy by reference of a file that shows a live
+// writer's WAL records over its head (an overlay), or whose log holds
+// records after its head that it does not show, is refused, and the copy
+// is left empty, with no head: the caller copies the bytes.
+func TestCloneRefusesOverlay(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := smallParams(segment.FormatStream)
+	wp := p
+	wp.WAL, wp.WALLeaseTTL = true, walParams(segment.FormatStream).WALLeaseTTL
+	w := createIn(t, st, "src", wp)
+	defer w.Close()
+	if _, err := w.WriteAt(ctx, bytes.Repeat([]byte("a"), 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	clean := openIn(t, st, "src", p) // the head alone
+	defer clean.Close()
+	if _, err := w.WriteAt(ctx, bytes.Repeat([]byte("b"), 1000), 6000); err != nil { // acknowledged, logged
+		t.Fatal(err)
+	}
+	over := openIn(t, st, "src", p) // the head and the record
+	defer over.Close()
+	for _, c := range []struct {
+		name string
+		src  *File
+	}{{"overlay", over}, {"records after the head", clean}} {
+		t.Run(c.name, func(t *testing.T) {
+			d := createIn(t, st, "d-"+strings.ReplaceAll(c.name, " ", "-"), p)
+			defer d.Close()
+			err := d.CloneFrom(ctx, c.src)
+			if !errors.Is(err, ErrCloneUnsupported) {
+				t.Fatalf("copy of a file with WAL records over its head: %v, want ErrCloneUnsupported", err)
+			}
+			if s := d.Stat(); s.Size != 0 || s.Cno != 0 {
+				t.Fatalf("the refused copy: %+v, want it empty", s)
+			}
+			if _, _, err := d.readHead(ctx); !errors.Is(err, ErrNotExist) {
+				t.Fatalf("the refused copy has a head (%v)", err)
+			}
+		})
+	}
+}
+
+// replaceOnRef is a store whose first PUT of a reference marker runs hook
+// before it stores it (another mount publishing while a copy is made).
+type replaceOnRef struct {
+	staging.Store
+	once sync.Once
+	hook func()
+}
+
+func (s *replaceOnRef) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+	if strings.Contains(key, "/refs/") {
+		s.once.Do(s.hook)
+	}
+	return s.Store.Put(ctx, key, data, o)
+}
+
+// TestCloneSourceReplacedWhileCopied: a source whose head another writer
+// replaces while the copy is made (before the reference markers are
+// stored: the copied checkpoint is then protected by no head) is not copied
+// by reference; the copy names nothing.
+func TestCloneSourceReplacedWhileCopied(t *testing.T) {
+	ctx := context.Background()
+	st := &replaceOnRef{Store: staging.NewMem()}
+	p := smallParams(segment.FormatStream)
+	x := createIn(t, st, "x", p)
+	defer x.Close()
+	writeFlush(t, x, bytes.Repeat([]byte("1"), 20000), 0)
+	other := openIn(t, st, "x", p)
+	defer other.Close()
+	st.hook = func() { writeFlush(t, other, bytes.Repeat([]byte("2"), 30000), 0) }
+	d := createIn(t, st, "d", p)
+	defer d.Close()
+	if err := d.CloneFrom(ctx, x); !errors.Is(err, ErrCloneUnsupported) {
+		t.Fatalf("copy of a source replaced meanwhile: %v, want ErrCloneUnsupported", err)
+	}
+	if s := d.Stat(); s.Size != 0 || s.Cno != 0 {
+		t.Fatalf("the refused copy: %+v, want it empty", s)
+	}
+	if _, _, err := d.readHead(ctx); !errors.Is(err, ErrNotExist) {
+		t.Fatalf("the refused copy has a head (%v)", err)
+	}
+	// Refreshed, the source is copied by reference: the new checkpoint.
+	if _, err := x.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CloneFrom(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "the copy", readAll(t, d), bytes.Repeat([]byte("2"), 30000))
 }
