@@ -242,3 +242,31 @@ func TestCloneSourceReplacedWhileCopied(t *testing.T) {
 	}
 	mustEqual(t, "the copy", readAll(t, d), bytes.Repeat([]byte("2"), 30000))
 }
+
+// TestRefreshCreatedHere: a File created here and held open, never
+// published (no head, nothing marked for the WAL), takes the head another
+// writer created with the WAL and the records it logged after it.
+func TestRefreshCreatedHere(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	o := Options{Params: smallParams(segment.FormatStream), FileID: "ch"}
+	r, err := Create(ctx, st, "ch/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	wo := o
+	wo.Params = walParams(segment.FormatStream)
+	w, err := Create(ctx, st, "ch/", wo) // the head, marked for the WAL
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if _, err := w.WriteAt(ctx, bytes.Repeat([]byte("w"), 3000), 100); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := r.Refresh(ctx); err != nil || !changed {
+		t.Fatalf("refresh: %v, %v; want true, nil", changed, err)
+	}
+	mustEqual(t, "reader after refresh", readAll(t, r), readAll(t, w))
+}
