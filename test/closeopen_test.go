@@ -2,10 +2,13 @@ package test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -172,4 +175,82 @@ func TestCopyWhileWALRecordsPending(t *testing.T) {
 		t.Fatalf("the copy: %d bytes, %q at 0 and %q at 256 KiB; want %d, b and c", len(got), got[:1], got[min(len(got)-1, 256<<10):][:1], len(want))
 	}
 	w.finish()
+}
+
+// TestCpAfterWALWriterKilled: ckptfs cp of a file whose wal=on mount was
+// killed (kill -9) while it held the file open with acknowledged writes in
+// its log, not published: the copy holds them (cp replays and publishes the
+// dead writer's records first, as a mount's open does).
+func TestCpAfterWALWriterKilled(t *testing.T) {
+	need(t, "python3", "fusermount3")
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, opts, env := s3Args(t, v)
+	const n = 256 << 10
+	m := v.mount("")
+	if err := os.WriteFile(m.path("f"), bytes.Repeat([]byte("a"), n), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	m.unmount()
+
+	dir := mountpoint(t)
+	mnt := exec.Command(bin, "mount", "-f", "-o", opts+",wal=on", store, dir)
+	mnt.Env = env
+	logPath := filepath.Join(t.TempDir(), "mount.log")
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close()
+	mnt.Stdout, mnt.Stderr = logFile, logFile
+	if err := mnt.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- mnt.Wait() }()
+	t.Cleanup(func() {
+		_ = mnt.Process.Kill()
+		<-exited
+		if isMounted(t, dir) {
+			_, _ = runErr("", "fusermount3", "-uz", dir)
+		}
+	})
+	waitFor(t, 30*time.Second, func() error {
+		if !isMounted(t, dir) {
+			b, _ := os.ReadFile(logPath)
+			return fmt.Errorf("not mounted yet:\n%s", b)
+		}
+		return nil
+	})
+	w := walHolder(t, &mount{t: t, dir: dir, done: true}, "0:b:65536", "262144:c:65536")
+	if err := mnt.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		select {
+		case err := <-exited:
+			exited <- err
+			return nil
+		default:
+			return errors.New("the killed mount still runs")
+		}
+	})
+	_ = w.cmd.Process.Kill()
+
+	cmd := exec.Command(bin, "cp", "-o", opts, "-v", store, "/f", "/copy")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("ckptfs cp: %v\n%s", err, out)
+	}
+	t.Logf("ckptfs cp: %s", bytes.TrimSpace(out))
+	want := append(append(bytes.Repeat([]byte("b"), 64<<10), bytes.Repeat([]byte("a"), 192<<10)...), bytes.Repeat([]byte("c"), 64<<10)...)
+	r := v.mount("")
+	got, err := os.ReadFile(r.path("copy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("the copy: %d bytes, want %d with the killed writer's acknowledged writes", len(got), len(want))
+	}
 }

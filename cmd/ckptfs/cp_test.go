@@ -593,11 +593,11 @@ func TestCpIncludesWALRecords(t *testing.T) {
 	}
 }
 
-// TestCpAfterWALWriterKilled: a copy of a file whose writer died with
+// TestCpAfterWALWriterGone: a copy of a file whose writer died with
 // acknowledged writes in its WAL (records after the head, no live lease)
 // holds them: cp replays and publishes them, as a mount's open does, and
 // copies that checkpoint by reference.
-func TestCpAfterWALWriterKilled(t *testing.T) {
+func TestCpAfterWALWriterGone(t *testing.T) {
 	ctx := context.Background()
 	st := staging.NewMem()
 	v := formatStore(t, st)
