@@ -231,6 +231,9 @@ type File struct {
 	// hold of mu. A flush holds mu across its uploads; a stat (the kernel's
 	// getattr of an open file) reads this instead of waiting for it.
 	stat atomic.Pointer[Stat]
+	// mark is what Refresh looks at first, published with stat, so that a
+	// refresh that finds nothing to do never waits for mu (refresh.go).
+	mark atomic.Pointer[refreshMark]
 
 	// GUARDED_BY(mu)
 	format   segment.Format
@@ -340,6 +343,10 @@ func (f *File) publishStatLocked() {
 		if n, known := f.tree.Len(); known {
 			s.Blocks, s.BlocksKnown = uint64(max(n+f.dirtyUnmapped, 0)), true
 		}
+	}
+	m := f.refreshMarkLocked()
+	if old := f.mark.Load(); old == nil || *old != m {
+		f.mark.Store(&m)
 	}
 	if old := f.stat.Load(); old != nil && *old == s {
 		return

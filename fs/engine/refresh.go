@@ -60,15 +60,31 @@ func (f *File) Refresh(ctx context.Context) (bool, error) {
 	}
 }
 
+// refreshMark is what Refresh needs of f before it reads the store: the
+// state the last exclusive hold of mu left (publishStatLocked).
+type refreshMark struct {
+	skip     bool   // closed, or changes of its own not yet published
+	etag     string // of the head f shows
+	seq      uint64 // the last WAL record f shows
+	readOnly bool
+	leased   bool // f holds the WAL's lease: the records are its own
+}
+
+// refreshMarkLocked is the refreshMark of f now; mu held exclusively (or f
+// owned alone).
+func (f *File) refreshMarkLocked() refreshMark {
+	return refreshMark{skip: f.closed || f.ownUnpublishedLocked(), etag: f.headETag, seq: f.w.seq,
+		readOnly: f.readOnly, leased: f.w.log != nil}
+}
+
 // refreshOnce is one attempt of Refresh; again says that f moved between
-// the reads and the lock, so what was read may be older than f is now.
+// the reads and the lock, so what was read may be older than f is now. It
+// takes no lock unless there is something to apply: an open of a file being
+// flushed (which holds mu across its uploads) does not wait for the flush.
 func (f *File) refreshOnce(ctx context.Context) (changed, again bool, err error) {
-	f.mu.RLock()
-	own := f.ownUnpublishedLocked()
-	etag, seq, readOnly := f.headETag, f.w.seq, f.readOnly
-	leased := f.w.log != nil // its records are this File's own
-	f.mu.RUnlock()
-	if own {
+	m := *f.mark.Load()
+	etag, seq, readOnly, leased := m.etag, m.seq, m.readOnly, m.leased
+	if m.skip {
 		return false, false, nil
 	}
 	info, err := f.st.Head(ctx, f.prefix+HeadKey)
