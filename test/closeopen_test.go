@@ -91,6 +91,15 @@ func TestMultiCloseToOpen(t *testing.T) {
 	if ca, cb := cno(t, a.path("f")), cno(t, b.path("f")); ca != cb {
 		t.Fatalf("a shows checkpoint %s of f, b published %s", ca, cb)
 	}
+	// An O_TRUNC open on a, the file still held there (the open drops the
+	// kernel's attributes while the kernel may hold the inode for the
+	// truncate), and b reads it.
+	if err := os.WriteFile(a.path("f"), []byte("from a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(b.path("f")); err != nil || string(got) != "from a" {
+		t.Fatalf("b reads %q (%v) after a's rewrite, want %q", got, err, "from a")
+	}
 	held.finish()
 }
 
