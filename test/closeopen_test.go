@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"os"
@@ -13,13 +14,22 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // twoMountsWith makes two mounts of one volume and a file f written on a
 // with data, seen on b.
 func twoMountsWith(t *testing.T, optsA, optsB string, data []byte) (a, b *mount) {
 	t.Helper()
-	v := newVolume(t)
+	_, a, b = twoMountsOf(t, optsA, optsB, data)
+	return a, b
+}
+
+// twoMountsOf is twoMountsWith, and the volume.
+func twoMountsOf(t *testing.T, optsA, optsB string, data []byte) (v *volume, a, b *mount) {
+	t.Helper()
+	v = newVolume(t)
 	a, b = v.mount(optsA), v.mount(optsB)
 	if err := os.WriteFile(a.path("f"), data, 0o644); err != nil {
 		t.Fatal(err)
@@ -34,7 +44,7 @@ func twoMountsWith(t *testing.T, optsA, optsB string, data []byte) (a, b *mount)
 		}
 		return nil
 	})
-	return a, b
+	return v, a, b
 }
 
 // holdOpen has a python3 process open p read-only, read it whole and fstat
@@ -262,4 +272,44 @@ func TestCpAfterWALWriterKilled(t *testing.T) {
 	if !bytes.Equal(got, want) {
 		t.Fatalf("the copy: %d bytes, want %d with the killed writer's acknowledged writes", len(got), len(want))
 	}
+}
+
+// TestMultiCloseToOpenWALUnmovedHead: f was written and published with the
+// WAL on mount w; w writes it again and keeps it open, so its head stays
+// where it was and only its log holds the writes: an open on r, where a
+// process holds f open, still reads them (it lists the log).
+func TestMultiCloseToOpenWALUnmovedHead(t *testing.T) {
+	need(t, "python3", "cat")
+	const n = 256 << 10
+	v, w, r := twoMountsOf(t, "wal=on,ns_refresh=100ms", "ns_refresh=100ms", bytes.Repeat([]byte("a"), n))
+	st := v.store()
+	waitWALClean(t, st) // published, the lease let go
+	head := func() string {
+		t.Helper()
+		objs, err := staging.ListAll(context.Background(), st, "f/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range objs {
+			if strings.HasSuffix(o.Key, "/inode") {
+				return o.ETag
+			}
+		}
+		t.Fatal("no head")
+		return ""
+	}
+	before := head()
+	held := holdOpen(t, r.path("f"))
+	wr := walHolder(t, w, "0:b:65536", "131072:c:65536")
+	if head() != before {
+		t.Fatal("the head moved: the writes were published, not only logged")
+	}
+	want := append(bytes.Repeat([]byte("b"), 64<<10), bytes.Repeat([]byte("a"), 64<<10)...)
+	want = append(append(want, bytes.Repeat([]byte("c"), 64<<10)...), bytes.Repeat([]byte("a"), 64<<10)...)
+	if got := run(t, "", "cat", r.path("f")); got != string(want) {
+		t.Fatalf("an open on r after w's acknowledged writes reads %q at 0 and %q at 128 KiB, want b and c",
+			got[:1], got[min(len(got)-1, 128<<10):][:1])
+	}
+	wr.finish()
+	held.finish()
 }
