@@ -73,9 +73,9 @@ type FS struct {
 	files   map[string]*openFile // by file id; GUARDED_BY(mu)
 	orphans map[string]struct{}  // ids of files whose last name went here; GUARDED_BY(mu)
 	heads   *headCache           // last head seen of closed files; GUARDED_BY(mu)
-	// pageVersions: the version of the content the kernel's pages of a
+	// pageVers: the version of the content the kernel's pages of a
 	// closed file hold, by file id (pagecache.go); GUARDED_BY(mu).
-	pageVersions map[string]engine.Version
+	pageVers map[string]engine.Version
 
 	// tasks are the head reads and prefetches the mount's requests start;
 	// Close waits for them.
@@ -182,8 +182,8 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		budget: engine.NewBudget(budget), fsName: o.FsName,
 		ctx: fctx, cancel: cancel,
 		files: make(map[string]*openFile), orphans: make(map[string]struct{}), heads: newHeadCache(headCacheEntries),
-		pageVersions: make(map[string]engine.Version),
-		prefetchSem:  make(chan struct{}, prefetchConcurrency), wake: make(chan struct{}, 1),
+		pageVers:    make(map[string]engine.Version),
+		prefetchSem: make(chan struct{}, prefetchConcurrency), wake: make(chan struct{}, 1),
 		metrics: metrics,
 	}
 	metrics.fsys = fsys

@@ -27,7 +27,7 @@ import (
 //   - When the engine closes clean with the count unmoved, the pages are the
 //     bytes of the version it showed last (engine.Version: its checkpoint
 //     and the last WAL record of another writer applied over it):
-//     pageVersions remembers it by file id. The next open, on a new engine
+//     pageVers remembers it by file id. The next open, on a new engine
 //     that read the head (and the records of a live writer's WAL) from the
 //     store again, keeps them only if it shows that same version and
 //     nothing is dirty (a WAL replayed at the open makes it dirty). A newer
@@ -47,9 +47,9 @@ import (
 // checkpoint or records, the count moves and the open drops the pages, for
 // every handle of the file here.
 
-// pageVersionEntries bounds pageVersions: about 90 bytes an entry. A file
+// pageVerEntries bounds pageVers: about 90 bytes an entry. A file
 // whose entry was dropped is read again at its next open, nothing more.
-const pageVersionEntries = 1 << 16
+const pageVerEntries = 1 << 16
 
 // pagesState is what an open file knows of the kernel's pages of its file;
 // GUARDED_BY(FS.mu).
@@ -72,7 +72,7 @@ func (fsys *FS) openFlags(of *openFile, in *fs.Inode, flags uint32) uint32 {
 	if of.pages.known {
 		keep = of.pages.foreign == foreign
 	} else {
-		ver, ok := fsys.pageVersions[of.id]
+		ver, ok := fsys.pageVers[of.id]
 		keep = ok && ver == st.Version && st.Cno != 0 && !st.Dirty
 	}
 	// Kept or dropped, the pages are exact from here on.
@@ -89,16 +89,16 @@ func (fsys *FS) openFlags(of *openFile, in *fs.Inode, flags uint32) uint32 {
 func (fsys *FS) pagesClosedLocked(of *openFile, orphan bool) {
 	st := of.f.Stat()
 	if orphan || !of.pages.known || of.pages.foreign != of.f.ForeignChanges() || st.Dirty || st.Cno == 0 {
-		delete(fsys.pageVersions, of.id)
+		delete(fsys.pageVers, of.id)
 		return
 	}
-	if _, ok := fsys.pageVersions[of.id]; !ok && len(fsys.pageVersions) >= pageVersionEntries {
-		for id := range fsys.pageVersions { // any one
-			delete(fsys.pageVersions, id)
+	if _, ok := fsys.pageVers[of.id]; !ok && len(fsys.pageVers) >= pageVerEntries {
+		for id := range fsys.pageVers { // any one
+			delete(fsys.pageVers, id)
 			break
 		}
 	}
-	fsys.pageVersions[of.id] = st.Version
+	fsys.pageVers[of.id] = st.Version
 }
 
 // noteLocked adds in to the inodes whose pages are dropped. FS.mu held.
