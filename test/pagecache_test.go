@@ -126,3 +126,40 @@ func overwrite(t *testing.T, path string, off int64, data []byte) {
 		t.Fatal(err)
 	}
 }
+
+// TestWarmReadWALRecords: the kernel's pages of a file, kept since this
+// mount last read it, are dropped at an open that applies another mount's
+// acknowledged WAL writes over the same checkpoint, even with the size and
+// the mtime as the kernel knows them (set back after the writes): only the
+// records applied tell the pages are stale.
+func TestWarmReadWALRecords(t *testing.T) {
+	need(t, "python3", "cat")
+	const n = 256 << 10
+	a, b := twoMountsWith(t, "ns_refresh=100ms", "wal=on,ns_refresh=100ms", bytes.Repeat([]byte("a"), n))
+	run(t, "", "cat", a.path("f")) // the pages, kept once a closed it
+	st, err := os.Stat(a.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	mtime := strconv.FormatInt(st.ModTime().UnixNano(), 10)
+	w := pythonPiped(t, b.dir, `
+import os, sys
+fd = os.open("f", os.O_WRONLY)
+os.pwrite(fd, b"b" * 65536, 0)
+os.pwrite(fd, b"c" * 65536, 131072)
+os.utime("f", ns=(int(sys.argv[1]), int(sys.argv[1])))
+print("written", flush=True)
+sys.stdin.read()
+os.close(fd)
+`, mtime)
+	w.waitLine("written")
+	got := run(t, "", "python3", "-c", `
+import os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY)
+print(os.pread(fd, 4, 0).decode() + os.pread(fd, 4, 131072).decode())
+`, a.path("f"))
+	if got = strings.TrimSpace(got); got != "bbbbcccc" {
+		t.Fatalf("an open on a after b's acknowledged writes read %q at 0 and 128 KiB, want bbbb and cccc", got)
+	}
+	w.finish()
+}

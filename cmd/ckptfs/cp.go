@@ -54,8 +54,10 @@ func newCpCmd() *cobra.Command {
 			"Inside one volume the copy is made by reference: it shares SRC's objects and\n" +
 			"costs a fixed number of requests whatever the size (SRC as of its latest\n" +
 			"checkpoint; changes to either file afterwards do not show in the other).\n" +
+			"SRC is read as a mount opens it: writes a dead writer left in its write-ahead\n" +
+			"log are published first, those of a live writer are copied as bytes.\n" +
 			"When that cannot be done (a copy of copies 16 deep, another writer in the\n" +
-			"way) the bytes are copied; -v says which. With --local SRC is a file of this\n" +
+			"way, a live writer's log) the bytes are copied; -v says which. With --local SRC is a file of this\n" +
 			"machine, imported; with --from STORE2 SRC is a file of the volume of STORE2:\n" +
 			"both copy the bytes. Only copies inside one volume are by reference.\n\n" +
 			"Prints nothing on success unless -v. Directories are not copied (no -r).",
@@ -253,7 +255,7 @@ func cpRun(ctx context.Context, req cpRequest, stdout io.Writer) (err error) {
 			err = fmt.Errorf("%w; and the temporary name %s is left: %v", err, tmp, uerr)
 		}
 	}()
-	how, err := req.copyData(ctx, src, node.FileID)
+	how, err := req.copyData(ctx, &src, node.FileID)
 	if err != nil {
 		return err
 	}
@@ -392,7 +394,14 @@ func (req cpRequest) replaceable(src cpSource, n namespace.Node, p string) error
 
 // copyData fills the new file id with SRC's bytes, by reference when it can,
 // and publishes it. It returns how, for -v.
-func (req cpRequest) copyData(ctx context.Context, src cpSource, id string) (string, error) {
+//
+// SRC is opened as a mount opens it, so that the copy holds what an open of
+// it reads: records a writer that is gone left in its write-ahead log are
+// replayed and published first (then the copy is by reference, of that
+// checkpoint), and those of a live writer are read without publishing them
+// (then the copy by reference is refused and the bytes are copied, records
+// included). src's mtime is taken from what was opened.
+func (req cpRequest) copyData(ctx context.Context, src *cpSource, id string) (string, error) {
 	dst := req.dst
 	if src.local != nil {
 		p, err := dst.params()
@@ -411,11 +420,18 @@ func (req cpRequest) copyData(ctx context.Context, src cpSource, id string) (str
 		// is (a file with no head reads as empty).
 		return "(0 bytes)", nil
 	}
-	sf, err := engine.Open(ctx, v.st, v.prefix(src.node.FileID), v.options(src.node.FileID, engine.Params{}, true))
+	sp, err := v.params()
+	if err != nil {
+		return "", err
+	}
+	sf, err := engine.Open(ctx, v.st, v.prefix(src.node.FileID), v.options(src.node.FileID, sp, false))
 	if err != nil {
 		return "", fmt.Errorf("open %s: %w", req.src, err)
 	}
 	defer sf.Close()
+	if m := sf.Stat().Mtime; m.UnixNano() > src.node.MtimeSetNs {
+		src.mtime = m
+	}
 	p, err := dst.params()
 	if err != nil {
 		return "", err

@@ -536,3 +536,90 @@ func TestCpS3(t *testing.T) {
 		}
 	}
 }
+
+// walWrite opens file p of v with the WAL on, as a mount with wal=on does,
+// and writes data at off: acknowledged once its record is stored, not
+// published. The file is returned open: its writer is alive.
+func walWrite(t *testing.T, v *cpVolume, p string, data []byte, off int64) *engine.File {
+	t.Helper()
+	ctx := context.Background()
+	n, err := v.resolve(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp, err := v.params()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wp.WAL = true
+	f, err := engine.Open(ctx, v.st, v.prefix(n.FileID), v.options(n.FileID, wp, false))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(ctx, data, off); err != nil {
+		f.Close()
+		t.Fatal(err)
+	}
+	return f
+}
+
+// TestCpIncludesWALRecords: a copy of a file whose live writer has
+// acknowledged writes in its WAL, not published, holds them: the bytes are
+// copied (a copy by reference would take the head without them), and the
+// writer's log and lease are left alone.
+func TestCpIncludesWALRecords(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	v := formatStore(t, st)
+	data := randBytes(7, 300<<10)
+	importFile(t, v, "/f", data)
+	tail := randBytes(8, 100<<10)
+	w := walWrite(t, v, "/f", tail, 250<<10)
+	defer w.Close()
+	want := append(append([]byte(nil), data[:250<<10]...), tail...)
+	var out bytes.Buffer
+	if err := cpRun(ctx, cpRequest{dst: v, src: "/f", dstPath: "/copy", verbose: true}, &out); err != nil {
+		t.Fatal(err)
+	}
+	if got := readVol(t, reopen(t, st), "/copy"); !bytes.Equal(got, want) {
+		t.Fatalf("the copy: %d bytes, want %d with the writer's acknowledged write (%s)", len(got), len(want), strings.TrimSpace(out.String()))
+	}
+	if strings.Contains(out.String(), "by reference") {
+		t.Errorf("copied %q, want the bytes", out.String())
+	}
+	// The writer goes on and publishes: its log was its own.
+	if err := w.Sync(ctx); err != nil {
+		t.Fatalf("the writer's publish after the copy: %v", err)
+	}
+}
+
+// TestCpAfterWALWriterGone: a copy of a file whose writer died with
+// acknowledged writes in its WAL (records after the head, no live lease)
+// holds them: cp replays and publishes them, as a mount's open does, and
+// copies that checkpoint by reference.
+func TestCpAfterWALWriterGone(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	v := formatStore(t, st)
+	data := randBytes(9, 300<<10)
+	importFile(t, v, "/f", data)
+	tail := randBytes(10, 100<<10)
+	// Closed without a flush: the record stays, the lease goes, as when a
+	// writer is killed and its lease found dead.
+	walWrite(t, v, "/f", tail, 250<<10).Close()
+	want := append(append([]byte(nil), data[:250<<10]...), tail...)
+	var out bytes.Buffer
+	if err := cpRun(ctx, cpRequest{dst: v, src: "/f", dstPath: "/copy", verbose: true}, &out); err != nil {
+		t.Fatal(err)
+	}
+	r := reopen(t, st)
+	if got := readVol(t, r, "/copy"); !bytes.Equal(got, want) {
+		t.Fatalf("the copy: %d bytes, want %d with the dead writer's acknowledged write (%s)", len(got), len(want), strings.TrimSpace(out.String()))
+	}
+	if got := readVol(t, r, "/f"); !bytes.Equal(got, want) {
+		t.Fatalf("the source at its head after cp: %d bytes, want its records published", len(got))
+	}
+	if !strings.Contains(out.String(), "by reference") {
+		t.Errorf("copied %q, want it by reference (of the replayed checkpoint)", out.String())
+	}
+}

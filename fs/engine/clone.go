@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // Copies by reference. CloneFrom makes an empty file a copy of another file
@@ -55,7 +56,7 @@ func (f *File) CloneFrom(ctx context.Context, src *File) error {
 	case !segment.ValidFileID(src.space.id) || !segment.ValidFileID(f.space.id):
 		return unsupported("file ids that cannot name objects")
 	}
-	sino, sblocks, err := src.publishedForCopy(ctx)
+	sino, sblocks, setag, err := src.publishedForCopy(ctx)
 	if err != nil {
 		return err
 	}
@@ -164,6 +165,16 @@ func (f *File) CloneFrom(ctx context.Context, src *File) error {
 		}
 		return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
 	}
+	// The markers are stored: from now on the cleaner keeps what the copy
+	// points at. Until now only the source's head did, so it must still be
+	// the one copied, and nothing newer than it (WAL records) may be what
+	// an open of the source reads.
+	var sc flushCounters
+	err = src.stillCurrent(ctx, setag, &sc)
+	f.s.requests.Add(sc.requests.Load())
+	if err != nil {
+		return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
+	}
 	hd := segment.Head{FileTag: f.tag, Inode: ino}
 	if sblocks.known {
 		hd.BlocksKnown, hd.Blocks = true, uint64(sblocks.n)
@@ -188,34 +199,75 @@ func (f *File) CloneFrom(ctx context.Context, src *File) error {
 }
 
 // publishedForCopy publishes what f holds (when anything changed) and
-// returns its checkpoint, stored whole: the state a copy by reference takes.
-func (f *File) publishedForCopy(ctx context.Context) (segment.Inode, blockCount, error) {
+// returns its checkpoint, stored whole, and its head's ETag: the state a
+// copy by reference takes. A File that shows WAL records over its head
+// (another writer's, applied as an overlay, or its own not yet published)
+// shows more than that checkpoint: refused, so that the caller copies the
+// bytes, records included.
+func (f *File) publishedForCopy(ctx context.Context) (segment.Inode, blockCount, string, error) {
 	unlock, err := f.lockAll(ctx)
 	if err != nil {
-		return segment.Inode{}, blockCount{}, fmt.Errorf("copy %s: %w", f.prefix, err)
+		return segment.Inode{}, blockCount{}, "", fmt.Errorf("copy %s: %w", f.prefix, err)
 	}
 	defer unlock()
 	if f.changed {
 		if f.walOn() {
-			return segment.Inode{}, blockCount{}, fmt.Errorf("copy %s: changes in its write-ahead log are not published yet: %w", f.prefix, ErrCloneUnsupported)
+			return segment.Inode{}, blockCount{}, "", fmt.Errorf("copy %s: changes in its write-ahead log are not published yet: %w", f.prefix, ErrCloneUnsupported)
 		}
 		if err := f.writable(); err != nil {
-			return segment.Inode{}, blockCount{}, fmt.Errorf("copy %s: %w", f.prefix, err)
+			return segment.Inode{}, blockCount{}, "", fmt.Errorf("copy %s: %w", f.prefix, err)
 		}
 		if _, err := f.flushLocked(ctx); err != nil {
-			return segment.Inode{}, blockCount{}, fmt.Errorf("copy %s: publish it first: %w", f.prefix, err)
+			return segment.Inode{}, blockCount{}, "", fmt.Errorf("copy %s: publish it first: %w", f.prefix, err)
 		}
+	}
+	if f.w.overlay || f.w.seq > f.w.applied {
+		return segment.Inode{}, blockCount{}, "", fmt.Errorf("copy %s: it shows write-ahead log records %d..%d over its checkpoint: %w",
+			f.prefix, f.w.applied+1, f.w.seq, ErrCloneUnsupported)
 	}
 	// A head that carries its part 0 may be all there is of it: a copy
 	// points into that object, so it must be stored.
 	var c flushCounters
 	if err := f.startEnsureLocked(ctx, &c)(); err != nil {
-		return segment.Inode{}, blockCount{}, fmt.Errorf("copy %s: %w", f.prefix, err)
+		return segment.Inode{}, blockCount{}, "", fmt.Errorf("copy %s: %w", f.prefix, err)
 	}
 	f.s.requests.Add(c.requests.Load())
 	count := f.headCount
 	count.known = count.known && count.cno == f.head.Cno
-	return f.head, count, nil
+	return f.head, count, f.headETag, nil
+}
+
+// stillCurrent checks, with no lock held, that the head of f as stored is
+// still the one with ETag etag, and that no WAL record after the last one it
+// holds is stored: that the checkpoint a copy by reference took is what an
+// open of f reads now. Otherwise the copy is refused (ErrCloneUnsupported):
+// its objects may no longer be protected by any head, and it would lack the
+// records. One HEAD, and one LIST for a file written with the WAL.
+func (f *File) stillCurrent(ctx context.Context, etag string, c *flushCounters) error {
+	c.requests.Add(1)
+	info, err := f.st.Head(ctx, f.prefix+HeadKey)
+	if errors.Is(err, staging.ErrNotFound) || (err == nil && info.ETag != etag) {
+		return fmt.Errorf("the source's head was replaced while it was copied: %w", ErrCloneUnsupported)
+	}
+	if err != nil {
+		return fmt.Errorf("read the source's head again: %w", err)
+	}
+	applied, tracked, err := parseWALMeta(info.Metadata)
+	if err != nil {
+		return fmt.Errorf("read the source's head again: %w", err)
+	}
+	if !tracked {
+		return nil
+	}
+	c.requests.Add(1)
+	pending, err := wal.After(ctx, f.st, f.prefix, applied)
+	if err != nil {
+		return fmt.Errorf("look for the source's write-ahead log records: %w", err)
+	}
+	if pending {
+		return fmt.Errorf("the source's write-ahead log holds records after its checkpoint: %w", ErrCloneUnsupported)
+	}
+	return nil
 }
 
 // IsCopyOf reports whether f is still exactly what CloneFrom made of src as

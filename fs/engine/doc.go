@@ -116,8 +116,9 @@
 // told apart by the CRC, and forgotten anyway at the rollback that brought
 // that map. A File never mixes two checkpoints in one read: a read holds mu
 // shared while it plans and copies, and the map changes only under mu
-// exclusive. The FUSE layer opens a file again after all its handles closed
-// (close-to-open), which is when a reader moves to a newer checkpoint.
+// exclusive. A reader moves to a newer checkpoint when it is opened again,
+// or when Refresh (refresh.go), which the FUSE layer calls at every open of
+// a file it holds open already (close-to-open), takes it.
 //
 // # Locking
 //

@@ -191,6 +191,9 @@ type Stat struct {
 	// recorded, not yet counted) it is the size's figure, ceil(Size/BlockSize).
 	Blocks      uint64
 	BlocksKnown bool
+	// Version names the content shown: the checkpoint and the last WAL
+	// record applied over it (refresh.go).
+	Version Version
 }
 
 // File is one checkpointed file. Its methods are safe for concurrent use.
@@ -228,6 +231,9 @@ type File struct {
 	// hold of mu. A flush holds mu across its uploads; a stat (the kernel's
 	// getattr of an open file) reads this instead of waiting for it.
 	stat atomic.Pointer[Stat]
+	// mark is what Refresh looks at first, published with stat, so that a
+	// refresh that finds nothing to do never waits for mu (refresh.go).
+	mark atomic.Pointer[refreshMark]
 
 	// GUARDED_BY(mu)
 	format   segment.Format
@@ -334,6 +340,7 @@ func (f *File) publishStatLocked() {
 		DirtyBytes: f.dirtyB,
 		Mtime:      f.mtime,
 		ReadOnly:   f.readOnly,
+		Version:    Version{Cno: f.head.Cno, WAL: f.w.seq},
 	}
 	if f.bs > 0 {
 		s.Blocks = uint64((f.size + int64(f.bs) - 1) / int64(f.bs))
@@ -342,6 +349,10 @@ func (f *File) publishStatLocked() {
 		if n, known := f.tree.Len(); known {
 			s.Blocks, s.BlocksKnown = uint64(max(n+f.dirtyUnmapped, 0)), true
 		}
+	}
+	m := f.refreshMarkLocked()
+	if old := f.mark.Load(); old == nil || *old != m {
+		f.mark.Store(&m)
 	}
 	if old := f.stat.Load(); old != nil && *old == s {
 		return

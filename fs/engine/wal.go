@@ -869,9 +869,10 @@ const overlayAttempts = 5
 // the file without writes durable in its log, and never publishes them on
 // the writer's behalf (the writer does, and may go on writing). What it
 // shows is the head and the records stored when it looked: a snapshot,
-// refreshed by opening the file again. A record gone by the time it is read
-// was published and deleted by its writer: the head is read again and the
-// overlay starts over from it. The caller owns the file alone (Open).
+// refreshed by opening the file again, or by Refresh (refresh.go). A record
+// gone by the time it is read was published and deleted by its writer: the
+// head is read again and the overlay starts over from it. The caller owns
+// the file alone (Open) or holds every block and mu (Refresh).
 func (f *File) overlayLocked(ctx context.Context, seqs []uint64) error {
 	for try := 1; ; try++ {
 		f.w.overlay = true

@@ -33,7 +33,11 @@
 // # Open files and flushing
 //
 // All handles of one file share one engine.File (a reference count in the
-// open-file table). A checkpoint is published on fsync, on close (the FUSE
+// open-file table). An open that finds the engine open already has it read
+// the head again (engine.File.Refresh), and every open has the kernel drop
+// its cached attributes of the file: an open that starts after a close or
+// fsync returned on any mount reads that version or a later one
+// (close-to-open; docs/design.md says what remains). A checkpoint is published on fsync, on close (the FUSE
 // Flush request, when flush_on_close is on), after every write of an O_SYNC or
 // O_DSYNC handle, every flush_interval, and at unmount. A file whose last
 // handle is closed while it is still dirty (flush_on_close off, or a failed

@@ -73,9 +73,9 @@ type FS struct {
 	files   map[string]*openFile // by file id; GUARDED_BY(mu)
 	orphans map[string]struct{}  // ids of files whose last name went here; GUARDED_BY(mu)
 	heads   *headCache           // last head seen of closed files; GUARDED_BY(mu)
-	// pageCnos: the checkpoint the kernel's pages of a closed file hold,
-	// by file id (pagecache.go); GUARDED_BY(mu).
-	pageCnos map[string]uint64
+	// pageVers: the version of the content the kernel's pages of a
+	// closed file hold, by file id (pagecache.go); GUARDED_BY(mu).
+	pageVers map[string]engine.Version
 
 	// tasks are the head reads and prefetches the mount's requests start;
 	// Close waits for them.
@@ -189,7 +189,7 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		budget: engine.NewBudget(budget), fsName: o.FsName,
 		ctx: fctx, cancel: cancel,
 		files: make(map[string]*openFile), orphans: make(map[string]struct{}), heads: newHeadCache(headCacheEntries),
-		pageCnos:    make(map[string]uint64),
+		pageVers:    make(map[string]engine.Version),
 		prefetchSem: make(chan struct{}, prefetchConcurrency), wake: make(chan struct{}, 1),
 		metrics: metrics,
 	}
@@ -747,6 +747,13 @@ func (fsys *FS) snapshotFiles() []*openFile {
 // creating its head if the namespace names a file whose head was never
 // written). Release it with release.
 func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
+	of, _, err := fsys.acquireFile(ctx, id)
+	return of, err
+}
+
+// acquireFile is acquire, and says whether the engine was opened by this
+// call (fresh: it read the head just now) rather than shared.
+func (fsys *FS) acquireFile(ctx context.Context, id string) (*openFile, bool, error) {
 	fsys.mu.Lock()
 	of := fsys.files[id]
 	for of != nil && of.closing != nil {
@@ -755,7 +762,7 @@ func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
 		select {
 		case <-ch:
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return nil, false, ctx.Err()
 		}
 		fsys.mu.Lock()
 		of = fsys.files[id]
@@ -768,9 +775,9 @@ func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
 			fsys.mu.Lock()
 			of.refs--
 			fsys.mu.Unlock()
-			return nil, of.err
+			return nil, false, of.err
 		}
-		return of, nil
+		return of, false, nil
 	}
 	of = &openFile{id: id, ready: make(chan struct{}), refs: 1}
 	fsys.files[id] = of
@@ -798,9 +805,9 @@ func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
 		fsys.mu.Lock()
 		delete(fsys.files, id)
 		fsys.mu.Unlock()
-		return nil, err
+		return nil, false, err
 	}
-	return of, nil
+	return of, true, nil
 }
 
 // adopt registers f, just created, as the open engine of file id with one

@@ -381,13 +381,22 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if nn.Kind != namespace.KindFile {
 		return nil, 0, syscall.EISDIR
 	}
-	of, err := n.fsys.acquire(ctx, nn.FileID)
+	of, fresh, err := n.fsys.acquireFile(ctx, nn.FileID)
 	if errors.Is(err, errReaped) {
 		n.dropEntry()
 	}
 	if err != nil {
 		return nil, 0, n.fsys.errnoOf("open "+n.where(""), err)
 	}
+	// Close-to-open: an engine shared with other handles reads the head
+	// again (a fresh one just did).
+	if !fresh {
+		if _, err := of.f.Refresh(ctx); err != nil {
+			n.fsys.release(ctx, of, false)
+			return nil, 0, n.fsys.errnoOf("open "+n.where(""), err)
+		}
+	}
+	n.fsys.dropCachedAttrs(of, n.EmbeddedInode())
 	h := newHandle(n.fsys, of, flags)
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		if err := of.f.Truncate(ctx, 0); err != nil {

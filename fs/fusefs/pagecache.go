@@ -25,11 +25,16 @@ import (
 //     if that count has not moved since the pages were last known exact (the
 //     last open, which otherwise had the kernel drop them).
 //   - When the engine closes clean with the count unmoved, the pages are the
-//     bytes of its last checkpoint: pageCnos remembers that checkpoint number
-//     by file id. The next open, on a new engine that read the head from the
-//     store again, keeps them only if the head is still that checkpoint and
+//     bytes of the version it showed last (engine.Version: its checkpoint
+//     and the last WAL record of another writer applied over it):
+//     pageVers remembers it by file id. The next open, on a new engine
+//     that read the head (and the records of a live writer's WAL) from the
+//     store again, keeps them only if it shows that same version and
 //     nothing is dirty (a WAL replayed at the open makes it dirty). A newer
-//     checkpoint written by another mount has another number: the pages go.
+//     checkpoint written by another mount has another number, and an
+//     acknowledged write in a live writer's WAL another record: the pages
+//     go. The checkpoint number alone would not do: records applied over
+//     an unmoved head change the bytes and not the number.
 //   - An O_TRUNC open never keeps them (the kernel empties them itself).
 //
 // A flush that merged another mount's checkpoint into this one's writes, or
@@ -37,13 +42,14 @@ import (
 // open: the mount then has the kernel drop the file's pages at once
 // (dropStalePages), so that reads on those handles see the merged file.
 //
-// A handle held open, read-only, across another mount's change keeps
-// reading the checkpoint it opened, pages and engine alike: the engine
-// reads the head again only at the next open.
+// An open of a file whose engine is open already has it read the head again
+// (engine.File.Refresh, close-to-open): when that takes another mount's
+// checkpoint or records, the count moves and the open drops the pages, for
+// every handle of the file here.
 
-// pageCnoEntries bounds pageCnos: about 80 bytes an entry. A file whose
-// entry was dropped is read again at its next open, nothing more.
-const pageCnoEntries = 1 << 16
+// pageVerEntries bounds pageVers: about 90 bytes an entry. A file
+// whose entry was dropped is read again at its next open, nothing more.
+const pageVerEntries = 1 << 16
 
 // pagesState is what an open file knows of the kernel's pages of its file;
 // GUARDED_BY(FS.mu).
@@ -66,8 +72,8 @@ func (fsys *FS) openFlags(of *openFile, in *fs.Inode, flags uint32) uint32 {
 	if of.pages.known {
 		keep = of.pages.foreign == foreign
 	} else {
-		cno, ok := fsys.pageCnos[of.id]
-		keep = ok && cno == st.Cno && st.Cno != 0 && !st.Dirty
+		ver, ok := fsys.pageVers[of.id]
+		keep = ok && ver == st.Version && st.Cno != 0 && !st.Dirty
 	}
 	// Kept or dropped, the pages are exact from here on.
 	of.pages.known, of.pages.foreign = true, foreign
@@ -78,21 +84,21 @@ func (fsys *FS) openFlags(of *openFile, in *fs.Inode, flags uint32) uint32 {
 	return fuse.FOPEN_KEEP_CACHE
 }
 
-// pagesClosedLocked records, as of's engine closes, which checkpoint the
-// kernel's pages of the file hold, if they are known exact. FS.mu held.
+// pagesClosedLocked records, as of's engine closes, which version of the
+// file the kernel's pages hold, if they are known exact. FS.mu held.
 func (fsys *FS) pagesClosedLocked(of *openFile, orphan bool) {
 	st := of.f.Stat()
 	if orphan || !of.pages.known || of.pages.foreign != of.f.ForeignChanges() || st.Dirty || st.Cno == 0 {
-		delete(fsys.pageCnos, of.id)
+		delete(fsys.pageVers, of.id)
 		return
 	}
-	if _, ok := fsys.pageCnos[of.id]; !ok && len(fsys.pageCnos) >= pageCnoEntries {
-		for id := range fsys.pageCnos { // any one
-			delete(fsys.pageCnos, id)
+	if _, ok := fsys.pageVers[of.id]; !ok && len(fsys.pageVers) >= pageVerEntries {
+		for id := range fsys.pageVers { // any one
+			delete(fsys.pageVers, id)
 			break
 		}
 	}
-	fsys.pageCnos[of.id] = st.Cno
+	fsys.pageVers[of.id] = st.Version
 }
 
 // noteLocked adds in to the inodes whose pages are dropped. FS.mu held.
@@ -122,5 +128,21 @@ func (fsys *FS) dropStalePages(of *openFile) {
 		if errno := in.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
 			fsys.log.Warn("dropping the kernel's stale pages of a file failed", zap.String("file", of.id), zap.Error(errno))
 		}
+	}
+}
+
+// dropCachedAttrs has the kernel forget the attributes it caches of in, an
+// inode of of's file being opened, so that the size and mtime it uses next
+// (a read past the size it knew is cut there, an fstat) are the engine's as
+// the open left it, not an answer up to attrTimeout old. Only attributes: an
+// invalidation without pages takes no lock of the inode in the kernel, so it
+// is safe inside the open, which the kernel may serve holding the inode
+// (O_TRUNC). ENOENT: the kernel forgot the inode already.
+func (fsys *FS) dropCachedAttrs(of *openFile, in *fs.Inode) {
+	if in == nil {
+		return
+	}
+	if errno := in.NotifyContent(-1, 0); errno != 0 && errno != syscall.ENOENT && errno != syscall.ENOSYS {
+		fsys.log.Debug("dropping the kernel's cached attributes of a file failed", zap.String("file", of.id), zap.Error(errno))
 	}
 }
