@@ -36,6 +36,7 @@ var errnoTable = []struct {
 	{namespace.ErrNameTooLong, syscall.ENAMETOOLONG},
 	{namespace.ErrNoAttr, syscall.ENODATA},
 	{namespace.ErrTooBig, syscall.E2BIG},
+	{namespace.ErrNoSpace, syscall.ENOSPC},
 	{engine.ErrReadOnly, syscall.EROFS},
 	{engine.ErrInvalid, syscall.EINVAL},
 	{engine.ErrNotExist, syscall.ENOENT},

@@ -33,6 +33,8 @@ var (
 	ErrNoAttr = errors.New("no such attribute")
 	// ErrTooBig: an extended attribute value over MaxXattrValueLen bytes.
 	ErrTooBig = errors.New("attribute value too large")
+	// ErrNoSpace: a node's extended attributes would pass MaxXattrsLen.
+	ErrNoSpace = errors.New("no space left for extended attributes")
 	// ErrCorrupt: an entry or a snapshot read from the store is malformed,
 	// fails its checksum, or does not apply to the state it follows. The
 	// error is a *CorruptError naming the object.

@@ -1467,9 +1467,36 @@ func (ns *Namespace) SetAttr(ctx context.Context, ino Ino, a SetAttr) (Node, err
 
 // SetXattr sets extended attribute name ("user." only) of node ino.
 func (ns *Namespace) SetXattr(ctx context.Context, ino Ino, name string, value []byte, flags XattrFlags) error {
+	if err := ns.xattrRoom(ino, name, len(value)); err != nil {
+		return fmt.Errorf("setxattr %q of %d: %w", name, ino, err)
+	}
 	if err := ns.change(ctx, op{Kind: opSetXattr, Ino: ino, Name: bname(name),
 		Value: append([]byte{}, value...), Flags: uint32(flags)}, nil); err != nil {
 		return fmt.Errorf("setxattr %q of %d: %w", name, ino, err)
+	}
+	return nil
+}
+
+// xattrRoom checks that setting name to a value of n bytes keeps node ino's
+// attributes within MaxXattrsLen, in this mount's view. It costs the node's
+// attributes, which the bound bounds. Two mounts adding at once can both
+// pass it: the bound is what a mount asks for, not a rule of the log, so that
+// an entry past it (or a volume written before it) still applies.
+func (ns *Namespace) xattrRoom(ino Ino, name string, n int) error {
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	nd, err := ns.st.get(ino)
+	if err != nil {
+		return nil // the change itself reports it
+	}
+	total := len(name) + n
+	for k, v := range nd.xattrs {
+		if k != name {
+			total += len(k) + len(v)
+		}
+	}
+	if total > MaxXattrsLen {
+		return fmt.Errorf("attributes of node %d would take %d bytes, over %d: %w", ino, total, MaxXattrsLen, ErrNoSpace)
 	}
 	return nil
 }

@@ -54,6 +54,13 @@ const (
 	MaxNameLen       = 255   // bytes of one name
 	MaxTargetLen     = 4095  // bytes of a symlink target
 	MaxXattrValueLen = 65536 // bytes of one extended attribute value
+	// MaxXattrsLen bounds one node's extended attributes, names and values
+	// together: a setxattr that would take them past it is ErrNoSpace
+	// (ENOSPC, as ext4 answers when an inode's attribute space is full).
+	// Without it a program that adds attributes until it is refused (as
+	// stress-ng's xattr stressor does) grows one node, every snapshot and
+	// every mount's memory without end.
+	MaxXattrsLen = 256 << 10
 	// ModeMask is the bits Mode may hold: permissions, setuid, setgid,
 	// sticky. The type is Kind.
 	ModeMask = 0o7777
