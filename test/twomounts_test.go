@@ -195,6 +195,11 @@ func TestMultiReapedFileStaysGone(t *testing.T) {
 	if err := os.Remove(a.path("x")); err != nil {
 		t.Fatal(err)
 	}
+	// The first run finds x orphaned; the second, past the grace and the
+	// namespace lag (a clock two hours on), deletes it.
+	if _, err := cleaner.CleanVolume(context.Background(), st, "", cleaner.Options{Grace: time.Hour}); err != nil {
+		t.Fatalf("cleaner: %v", err)
+	}
 	later := time.Now().Add(2 * time.Hour)
 	rep, err := cleaner.CleanVolume(context.Background(), st, "", cleaner.Options{Grace: time.Hour, Now: func() time.Time { return later }})
 	if err != nil {

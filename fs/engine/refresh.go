@@ -73,8 +73,14 @@ type refreshMark struct {
 // refreshMarkLocked is the refreshMark of f now; mu held exclusively (or f
 // owned alone).
 func (f *File) refreshMarkLocked() refreshMark {
-	return refreshMark{skip: f.closed || f.ownUnpublishedLocked(), etag: f.headETag, seq: f.w.seq,
-		readOnly: f.readOnly, leased: f.w.log != nil}
+	m := refreshMark{skip: f.closed || f.ownUnpublishedLocked(), etag: f.headETag, seq: f.w.seq,
+		readOnly: f.readOnly}
+	// Close clears the log under logMu alone, after it marked f closed
+	// under mu: a closed file's log is not read here.
+	if !f.closed {
+		m.leased = f.w.log != nil
+	}
+	return m
 }
 
 // refreshOnce is one attempt of Refresh; again says that f moved between
