@@ -274,7 +274,10 @@ func (fsys *FS) Mount(mountpoint string) error {
 			// the bytes.
 			DisableSplice:        true,
 			EnableSymlinkCaching: true,
-			Options:              kopts,
+			// FUSE_POSIX_ACL: the kernel enforces the ACLs this mount
+			// stores (acl.go).
+			EnableAcl: true,
+			Options:   kopts,
 		},
 		RootStableAttr: &fs.StableAttr{Ino: uint64(namespace.RootIno), Mode: syscall.S_IFDIR},
 		UID:            uint32(os.Getuid()),
