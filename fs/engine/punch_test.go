@@ -115,7 +115,9 @@ func TestWALZeroRange(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if n := len(after) - len(before); n != 2 {
+			// Records the publish covers are deleted in the background:
+			// count those after the last one before.
+			if n := len(newRecords(before, after)); n != 2 {
 				t.Fatalf("%d WAL records for two zeroed ranges, want 2 (%v, then %v)", n, before, after)
 			}
 			clear(want[2*bs+3 : 5*bs+3])
@@ -137,6 +139,21 @@ func TestWALZeroRange(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newRecords is the records of after numbered past every one of before.
+func newRecords(before, after []uint64) []uint64 {
+	var last uint64
+	for _, s := range before {
+		last = max(last, s)
+	}
+	var out []uint64
+	for _, s := range after {
+		if s > last {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // TestWALZeroRangeOneRecord: the two changes of a zeroed range that grows
@@ -161,7 +178,7 @@ func TestWALZeroRangeOneRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	after, err := walList(st, "a/")
-	if err != nil || len(after) != len(seqs)+1 {
+	if fresh := newRecords(seqs, after); err != nil || len(fresh) != 1 {
 		t.Fatalf("records %v then %v (%v), want one more", seqs, after, err)
 	}
 	seq := after[len(after)-1]
