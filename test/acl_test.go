@@ -9,7 +9,8 @@ import (
 // TestPOSIXACL: setfacl and getfacl work as on a local filesystem, the kernel
 // enforces what they set (a user the mode refuses reads through a named
 // entry, and is refused again once it is removed), a directory's default ACL
-// is inherited by the files and directories created in it, a chmod narrows
+// is inherited by the files and directories created in it (the umask
+// ignored there, as POSIX says, and applied elsewhere), a chmod narrows
 // the mask, old checkpoints carry the file's ACL without write, and all of it
 // survives a remount.
 func TestPOSIXACL(t *testing.T) {
@@ -106,6 +107,14 @@ func TestPOSIXACL(t *testing.T) {
 	}
 	inherited(m)
 	reads("inherited entry", m.path("d/new"), "inherited")
+	// The umask applies where there is no default ACL, and only there.
+	run(t, m.dir, "sh", "-c", "umask 077; echo masked > d/masked; echo plain > plain; mkdir plaindir")
+	reads("created with umask 077 under a default ACL", m.path("d/masked"), "masked\n")
+	for p, want := range map[string]os.FileMode{"d/masked": 0o640, "plain": 0o600, "plaindir": 0o700} {
+		if fi, err := os.Stat(m.path(p)); err != nil || fi.Mode().Perm() != want {
+			t.Fatalf("%s created with umask 077: mode %v %v, want %v", p, fi.Mode(), err, want)
+		}
+	}
 
 	// Old checkpoints: the file's ACL, read-only.
 	cno := getxattr(t, m.path("d/new"), "user.ckptfs.cno")

@@ -8,6 +8,7 @@ import (
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckptfs/ckptfs/fs/namespace"
 )
@@ -344,18 +345,16 @@ type inherited struct {
 }
 
 // inherit computes the mode and ACLs of a node created in directory dir
-// with permission bits mode (dir a directory or not: kind says what is
-// created). Without a default ACL on dir the mode is as given (the kernel
-// applied the umask) and nothing is inherited.
-//
-// The kernel applies the umask before it sends the mode (this mount does not
-// negotiate FUSE_DONT_MASK: go-fuse's node API does not pass the umask on),
-// so under a default ACL the umask still narrows the mode, and with it the
-// mask of the inherited ACL, where ext4 would ignore it.
+// with mode as the kernel sent it through umaskFS (permission bits, and the
+// caller's umask at umaskShift); kind says what is created. Without a default
+// ACL on dir the umask narrows the mode and nothing is inherited; with one
+// the umask is ignored and the default ACL narrowed by the mode decides.
 func (fsys *FS) inherit(dir namespace.Ino, kind namespace.Kind, mode uint32) (uint32, inherited, error) {
+	umask := mode >> umaskShift & 0o777
+	mode &= namespace.ModeMask
 	d, err := fsys.storedACL(dir, xattrACLDefault)
 	if err != nil || d == nil {
-		return mode, inherited{}, err
+		return mode &^ umask, inherited{}, err
 	}
 	access, perm := d.createMasq(mode)
 	in := inherited{}
@@ -481,4 +480,29 @@ func (l *ckptList) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 
 func (c *ckptFile) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	return c.fsys.ckptGetxattr(c.ino, attr, dest, ckptFileMode, keepR)
+}
+
+// The umask of a create. The mount negotiates FUSE_DONT_MASK, so that the
+// kernel sends the mode a program asked for, unmasked, with its umask beside
+// it: the umask applies only where the directory has no default ACL (POSIX;
+// ext4 does the same). go-fuse's node API passes the mode alone, so
+// umaskFS, around the node tree, carries the umask to Create and Mkdir in
+// bits of the mode that no mode uses (above S_IFMT), and inherit takes it
+// from there. A kernel that does not offer FUSE_DONT_MASK has masked the
+// mode already: masking again changes nothing.
+const umaskShift = 16
+
+// umaskFS passes the umask of Create and Mkdir on in the mode (umaskShift).
+type umaskFS struct {
+	fuse.RawFileSystem
+}
+
+func (u *umaskFS) Create(c <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
+	in.Mode = in.Mode&0o177777 | (in.Umask&0o777)<<umaskShift
+	return u.RawFileSystem.Create(c, in, name, out)
+}
+
+func (u *umaskFS) Mkdir(c <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
+	in.Mode = in.Mode&0o177777 | (in.Umask&0o777)<<umaskShift
+	return u.RawFileSystem.Mkdir(c, in, name, out)
 }

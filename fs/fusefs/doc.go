@@ -134,16 +134,16 @@
 // nodes of .checkpoints carry the ACL of what they mirror with the write bits
 // cleared (and, for a file's checkpoints, its read bits only).
 //
-// Limits: the kernel applies the umask before a create reaches this side
-// (go-fuse's node API does not pass the umask on, so the mount does not
-// negotiate FUSE_DONT_MASK), so under a default ACL the umask still narrows
-// the mode and the inherited mask, where ext4 ignores it (a file created
-// 0666 with umask 022 under a default ACL granting rw to all: ext4 0666 with
-// mask rw-, here 0644 with mask r--). Setting an access ACL does not clear
-// the setgid bit of a file whose group the caller is not in (the kernel's
-// flag for it is not passed on by go-fuse). The kernel caches an ACL it has
-// read and nothing tells it of a change made on another mount: there it may
-// be seen only once the kernel forgets the node (a remount at the latest).
+// The umask applies only where the directory has no default ACL, as on
+// ext4: the mount negotiates FUSE_DONT_MASK, so the kernel sends the mode
+// unmasked with the umask beside it, and umaskFS carries the umask past
+// go-fuse's node API (which drops it) to Create and Mkdir.
+//
+// Limits: setting an access ACL does not clear the setgid bit of a file
+// whose group the caller is not in (the kernel's flag for it is not passed
+// on by go-fuse). The kernel caches an ACL it has read and nothing tells it
+// of a change made on another mount: there it may be seen only once the
+// kernel forgets the node (a remount at the latest).
 //
 // # Mount options
 //

@@ -412,7 +412,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if n.reserved(name) {
 		return nil, nil, 0, syscall.EPERM
 	}
-	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindFile, mode&namespace.ModeMask)
+	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindFile, mode)
 	if err != nil {
 		return nil, nil, 0, n.fsys.errnoOf("create "+n.where(name), err)
 	}
@@ -468,7 +468,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if n.reserved(name) {
 		return nil, syscall.EPERM
 	}
-	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindDir, mode&namespace.ModeMask)
+	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindDir, mode)
 	if err != nil {
 		return nil, n.fsys.errnoOf("mkdir "+n.where(name), err)
 	}
