@@ -11,8 +11,8 @@ import (
 // entry, and is refused again once it is removed), a directory's default ACL
 // is inherited by the files and directories created in it (the umask
 // ignored there, as POSIX says, and applied elsewhere), a chmod narrows
-// the mask, old checkpoints carry the file's ACL without write, and all of it
-// survives a remount.
+// the mask, setting an ACL clears setgid as on ext4, old checkpoints carry
+// the file's ACL without write, and all of it survives a remount.
 func TestPOSIXACL(t *testing.T) {
 	need(t, "setfacl", "getfacl", "setpriv", "cat", "chmod")
 	v := newVolume(t)
@@ -84,6 +84,26 @@ func TestPOSIXACL(t *testing.T) {
 	run(t, m.dir, "chmod", "640", m.path("g"))
 	has("after chmod 640", acl(m, "g"), "user:nobody:rw-", "mask::r--")
 	reads("mask r by chmod", m.path("g"), "chmod")
+
+	// Setting an ACL clears setgid when its owner is not in its group, and
+	// keeps it for root.
+	write("sg", "setgid")
+	if err := os.Chown(m.path("sg"), 65534, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(m.path("sg"), 0o644|os.ModeSetgid); err != nil {
+		t.Fatal(err)
+	}
+	run(t, m.dir, "setfacl", "-m", "u:daemon:r", m.path("sg"))
+	if fi, err := os.Stat(m.path("sg")); err != nil || fi.Mode()&os.ModeSetgid == 0 {
+		t.Fatalf("root's setfacl on a setgid file: mode %v %v, want setgid kept", fi.Mode(), err)
+	}
+	if out, err := asNobody(m.dir, "setfacl", "-m", "u:daemon:rw", m.path("sg")); err != nil {
+		t.Fatalf("the owner's setfacl: %v\n%s", err, out)
+	}
+	if fi, err := os.Stat(m.path("sg")); err != nil || fi.Mode()&os.ModeSetgid != 0 || fi.Mode().Perm() != 0o664 {
+		t.Fatalf("setfacl by an owner outside the group: mode %v %v, want 0664 without setgid", fi.Mode(), err)
+	}
 
 	// A default ACL, inherited by a file and a directory created under it.
 	if err := os.Mkdir(m.path("d"), 0o700); err != nil {

@@ -307,8 +307,11 @@ func (fsys *FS) getACL(nn namespace.Node, name string) ([]byte, error) {
 // setACL sets ACL name of node nn from value (as the kernel sends it, after
 // its own checks and its own permission check: only the owner or a
 // privileged caller gets here). Setting the access ACL sets the mode's
-// permission bits from it; one the mode says all of is not stored.
+// permission bits from it (and clears setgid when flags hold aclKillSgid);
+// one the mode says all of is not stored.
 func (fsys *FS) setACL(ctx context.Context, nn namespace.Node, name string, value []byte, flags uint32) error {
+	killSgid := flags&aclKillSgid != 0
+	flags &^= aclKillSgid
 	a, err := parseACL(value)
 	if err != nil {
 		return fmt.Errorf("%s: %w: %w", name, err, namespace.ErrInvalid)
@@ -329,7 +332,11 @@ func (fsys *FS) setACL(ctx context.Context, nn namespace.Node, name string, valu
 	} else if err := fsys.ns.SetXattr(ctx, nn.Ino, stored, a.encode(), namespace.XattrFlags(flags)); err != nil {
 		return err
 	}
-	if m := nn.Mode&^0o777 | a.mode(); m != nn.Mode {
+	m := nn.Mode&^0o777 | a.mode()
+	if killSgid {
+		m &^= syscall.S_ISGID
+	}
+	if m != nn.Mode {
 		if _, err := fsys.ns.SetAttr(ctx, nn.Ino, namespace.SetAttr{Mode: &m}); err != nil {
 			return err
 		}
@@ -500,6 +507,22 @@ type umaskFS struct {
 func (u *umaskFS) Create(c <-chan struct{}, in *fuse.CreateIn, name string, out *fuse.CreateOut) fuse.Status {
 	in.Mode = in.Mode&0o177777 | (in.Umask&0o777)<<umaskShift
 	return u.RawFileSystem.Create(c, in, name, out)
+}
+
+// aclKillSgid, in the flags of a setxattr (above XATTR_CREATE and
+// XATTR_REPLACE), is the kernel's SETXATTR_ACL_KILL_SGID passed on by
+// umaskFS: the caller setting an access ACL is not in the file's group (nor
+// privileged), so the setgid bit goes, as on ext4.
+const aclKillSgid = 1 << 16
+
+// SetXAttr passes the kernel's SETXATTR_ACL_KILL_SGID on in the flags
+// (aclKillSgid); go-fuse's node API drops it.
+func (u *umaskFS) SetXAttr(c <-chan struct{}, in *fuse.SetXAttrIn, attr string, data []byte) fuse.Status {
+	in.Flags &^= aclKillSgid
+	if in.SetXAttrFlags&fuse.SETXATTR_ACL_KILL_SGID != 0 {
+		in.Flags |= aclKillSgid
+	}
+	return u.RawFileSystem.SetXAttr(c, in, attr, data)
 }
 
 func (u *umaskFS) Mkdir(c <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {

@@ -139,11 +139,13 @@
 // unmasked with the umask beside it, and umaskFS carries the umask past
 // go-fuse's node API (which drops it) to Create and Mkdir.
 //
-// Limits: setting an access ACL does not clear the setgid bit of a file
-// whose group the caller is not in (the kernel's flag for it is not passed
-// on by go-fuse). The kernel caches an ACL it has read and nothing tells it
-// of a change made on another mount: there it may be seen only once the
-// kernel forgets the node (a remount at the latest).
+// Setting an access ACL clears the setgid bit when the caller is outside the
+// file's group and unprivileged, as on ext4 (FUSE_SETXATTR_EXT: the kernel
+// says so in the request, and umaskFS passes it on in the flags).
+//
+// Limits: the kernel caches an ACL it has read and nothing tells it of a
+// change made on another mount: there it may be seen only once the kernel
+// forgets the node (a remount at the latest).
 //
 // # Mount options
 //

@@ -276,9 +276,11 @@ func (fsys *FS) Mount(mountpoint string) error {
 			EnableSymlinkCaching: true,
 			// FUSE_POSIX_ACL: the kernel enforces the ACLs this mount
 			// stores; FUSE_DONT_MASK: the umask is applied here, where
-			// the directory has no default ACL (acl.go, umaskFS).
+			// the directory has no default ACL; FUSE_SETXATTR_EXT: the
+			// kernel says when setting an ACL clears setgid (acl.go,
+			// umaskFS).
 			EnableAcl:         true,
-			ExtraCapabilities: fuse.CAP_DONT_MASK,
+			ExtraCapabilities: fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
 			Options:           kopts,
 		},
 		RootStableAttr: &fs.StableAttr{Ino: uint64(namespace.RootIno), Mode: syscall.S_IFDIR},

@@ -649,6 +649,7 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 	if isACLName(attr) {
 		return n.setACLXattr(ctx, attr, data, flags)
 	}
+	flags &^= aclKillSgid // meant for ACLs only
 	if err := n.fsys.ns.SetXattr(changeCtx(ctx), n.ino, attr, data, namespace.XattrFlags(flags)); err != nil {
 		return n.fsys.errnoOf("setxattr "+n.where(""), err)
 	}
