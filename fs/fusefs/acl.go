@@ -29,7 +29,7 @@ import (
 // The mode is the record of the entries it mirrors: USER_OBJ is the owner
 // bits, MASK (GROUP_OBJ when there is no mask) the group bits, OTHER the
 // other bits. An ACL read back has those three entries set from the mode as
-// stat shows it now (aclWithMode), so a chmod changes the ACL's mask as on
+// stat shows it now (acl.withMode), so a chmod changes the ACL's mask as on
 // ext4 with nothing more to write, and setting an ACL sets the mode from
 // it. An access ACL that says no more than a mode (the three entries alone)
 // is not stored: the mode is set and the stored ACL removed.
