@@ -128,9 +128,9 @@ func TestPOSIXACL(t *testing.T) {
 	inherited(m)
 	reads("inherited entry", m.path("d/new"), "inherited")
 	// The umask applies where there is no default ACL, and only there.
-	run(t, m.dir, "sh", "-c", "umask 077; echo masked > d/masked; echo plain > plain; mkdir plaindir")
+	run(t, m.dir, "sh", "-c", "umask 077; echo masked > d/masked; echo plain > plain; mkdir plaindir; mkfifo fifo d/fifo")
 	reads("created with umask 077 under a default ACL", m.path("d/masked"), "masked\n")
-	for p, want := range map[string]os.FileMode{"d/masked": 0o640, "plain": 0o600, "plaindir": 0o700} {
+	for p, want := range map[string]os.FileMode{"d/masked": 0o640, "plain": 0o600, "plaindir": 0o700, "fifo": 0o600, "d/fifo": 0o640} {
 		if fi, err := os.Stat(m.path(p)); err != nil || fi.Mode().Perm() != want {
 			t.Fatalf("%s created with umask 077: mode %v %v, want %v", p, fi.Mode(), err, want)
 		}

@@ -493,13 +493,14 @@ func (c *ckptFile) Getxattr(ctx context.Context, attr string, dest []byte) (uint
 // kernel sends the mode a program asked for, unmasked, with its umask beside
 // it: the umask applies only where the directory has no default ACL (POSIX;
 // ext4 does the same). go-fuse's node API passes the mode alone, so
-// umaskFS, around the node tree, carries the umask to Create and Mkdir in
-// bits of the mode that no mode uses (above S_IFMT), and inherit takes it
-// from there. A kernel that does not offer FUSE_DONT_MASK has masked the
+// umaskFS, around the node tree, carries the umask to Create, Mkdir and
+// Mknod in bits of the mode that no mode uses (above S_IFMT), and inherit
+// takes it from there. A kernel that does not offer FUSE_DONT_MASK has masked the
 // mode already: masking again changes nothing.
 const umaskShift = 16
 
-// umaskFS passes the umask of Create and Mkdir on in the mode (umaskShift).
+// umaskFS passes the umask of Create, Mkdir and Mknod on in the mode
+// (umaskShift).
 type umaskFS struct {
 	fuse.RawFileSystem
 }
@@ -523,6 +524,11 @@ func (u *umaskFS) SetXAttr(c <-chan struct{}, in *fuse.SetXAttrIn, attr string, 
 		in.Flags |= aclKillSgid
 	}
 	return u.RawFileSystem.SetXAttr(c, in, attr, data)
+}
+
+func (u *umaskFS) Mknod(c <-chan struct{}, in *fuse.MknodIn, name string, out *fuse.EntryOut) fuse.Status {
+	in.Mode = in.Mode&0o177777 | (in.Umask&0o777)<<umaskShift
+	return u.RawFileSystem.Mknod(c, in, name, out)
 }
 
 func (u *umaskFS) Mkdir(c <-chan struct{}, in *fuse.MkdirIn, name string, out *fuse.EntryOut) fuse.Status {
