@@ -128,16 +128,17 @@
 // from it (and one that says no more than a mode is not stored), and an ACL
 // read back takes those entries from the mode, so a chmod narrows the mask as
 // on ext4 (the kernel sends no setxattr after a chmod: this side keeps the
-// two in line). A file or directory created in a directory with a default
-// ACL takes it (its access ACL narrowed by the mode asked for; a directory
-// also takes the default ACL), as the kernel leaves to the filesystem. The
+// two in line). A node (file, directory, FIFO, socket) created in a
+// directory with a default ACL takes it (its access ACL narrowed by the mode
+// asked for; a directory also takes the default ACL), as the kernel leaves
+// to the filesystem. The
 // nodes of .checkpoints carry the ACL of what they mirror with the write bits
 // cleared (and, for a file's checkpoints, its read bits only).
 //
 // The umask applies only where the directory has no default ACL, as on
 // ext4: the mount negotiates FUSE_DONT_MASK, so the kernel sends the mode
 // unmasked with the umask beside it, and umaskFS carries the umask past
-// go-fuse's node API (which drops it) to Create and Mkdir.
+// go-fuse's node API (which drops it) to Create, Mkdir and Mknod.
 //
 // Setting an access ACL clears the setgid bit when the caller is outside the
 // file's group and unprivileged, as on ext4 (FUSE_SETXATTR_EXT: the kernel
