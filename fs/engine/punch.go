@@ -13,8 +13,8 @@ import (
 // not in the map. Whole blocks of the range leave the map (the next
 // checkpoint stores nothing for them, and its block count drops); a partial
 // block at either edge is zeroed in place, as a write of zeros would, and is
-// dirty. Both are one change of the WAL (OpZero, plus OpTruncate in the same
-// record when the size grows), and a merge under ConflictRetry replays them
+// dirty. Both are one change of the WAL (OpZero, after an OpTruncate in the
+// same record when the size grows), and a merge under ConflictRetry replays them
 // as it replays writes: the blocks made holes are deleted from the winner's
 // map (File.zeroed), the edge blocks are this writer's dirty blocks.
 
@@ -41,11 +41,14 @@ func (f *File) ZeroRange(ctx context.Context, off, n int64, keepSize bool) error
 	end := off + n
 	var ops []wal.Op
 	now := time.Now()
-	if off < f.size && n > 0 {
-		ops = append(ops, wal.Op{Kind: wal.OpZero, Off: off, Len: n, MtimeNs: now.UnixNano()})
-	}
+	// The size grows first, so that the whole range is zeroed inside the
+	// file: a merge then replays it as zeros written there, over whatever
+	// another writer put past this one's old end (the later writer wins).
 	if end > f.size {
 		ops = append(ops, wal.Op{Kind: wal.OpTruncate, Off: end, MtimeNs: now.UnixNano()})
+	}
+	if n > 0 && (off < f.size || len(ops) > 0) {
+		ops = append(ops, wal.Op{Kind: wal.OpZero, Off: off, Len: n, MtimeNs: now.UnixNano()})
 	}
 	if len(ops) == 0 {
 		return nil
@@ -59,7 +62,7 @@ func (f *File) ZeroRange(ctx context.Context, off, n int64, keepSize bool) error
 		if op.Kind == wal.OpZero {
 			err = f.zeroLocked(ctx, op.Off, op.Len)
 		} else {
-			err = f.truncateLocked(ctx, op.Off)
+			f.growLocked(op.Off)
 		}
 		if err != nil {
 			f.walApplyFailedLocked(err)
@@ -69,4 +72,14 @@ func (f *File) ZeroRange(ctx context.Context, off, n int64, keepSize bool) error
 	f.mtime = now
 	f.changed = true
 	return nil
+}
+
+// growLocked extends the file to size as a write ending there does: a merge
+// keeps the longer of the two files (writeEnd), where a truncate would cut
+// another writer's bytes past size. (A replay of the record applies its
+// OpTruncate, on the one writer the lease allows.)
+func (f *File) growLocked(size int64) {
+	f.size = size
+	f.writeEnd = max(f.writeEnd, size)
+	f.changed = true
 }

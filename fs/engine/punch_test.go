@@ -191,9 +191,9 @@ func TestWALZeroRangeOneRecord(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.Ops) != 2 || rec.Ops[0].Kind != wal.OpZero || rec.Ops[0].Off != 5 || rec.Ops[0].Len != 100 ||
-		rec.Ops[1].Kind != wal.OpTruncate || rec.Ops[1].Off != 105 {
-		t.Fatalf("record ops %+v, want a zero of [5, 105) then a truncate to 105", rec.Ops)
+	if len(rec.Ops) != 2 || rec.Ops[0].Kind != wal.OpTruncate || rec.Ops[0].Off != 105 ||
+		rec.Ops[1].Kind != wal.OpZero || rec.Ops[1].Off != 5 || rec.Ops[1].Len != 100 {
+		t.Fatalf("record ops %+v, want a truncate to 105 then a zero of [5, 105)", rec.Ops)
 	}
 }
 
@@ -246,5 +246,47 @@ func TestZeroRangeMerge(t *testing.T) {
 	}
 	if s := c.Stat(); s.Blocks != 14 {
 		t.Fatalf("merged: %d blocks stored, want 14", s.Blocks)
+	}
+}
+
+// TestZeroRangeGrowingMerge: a zeroed range that grows the file past its
+// end, where another writer wrote meanwhile, merges as zeros written there
+// (the later writer wins), not as a rollback.
+func TestZeroRangeGrowingMerge(t *testing.T) {
+	ctx := context.Background()
+	st := staging.NewMem()
+	p := smallParams(segment.FormatStream)
+	p.ConflictPolicy = ConflictRetry
+	bs := int64(p.DataBlockSize)
+	a := mustCreate(t, st, "g/", p)
+	defer a.Close()
+	base := pattern(int(16*bs), 8)
+	if _, err := a.WriteAt(ctx, base, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b := mustOpen(t, st, "g/", p)
+	defer b.Close()
+	more := pattern(int(4*bs), 9)
+	if _, err := b.WriteAt(ctx, more, 16*bs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.ZeroRange(ctx, 15*bs+100, 4*bs, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatalf("flush over the other writer's longer checkpoint: %v", err)
+	}
+	want := append(append([]byte(nil), base...), more...)
+	clear(want[15*bs+100 : 19*bs+100])
+	c := mustOpen(t, st, "g/", p)
+	defer c.Close()
+	if got := readAll(t, c); !bytes.Equal(got, want) {
+		t.Fatalf("merged: %d bytes, want %d (equal prefix %d)", len(got), len(want), commonPrefix(got, want))
 	}
 }
