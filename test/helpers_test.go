@@ -136,9 +136,19 @@ func run(t *testing.T, dir, name string, args ...string) string {
 	return out
 }
 
+// runErr runs a program in dir and returns its output. The directory is
+// entered by sh after the exec, not by the child between fork and exec: that
+// child shares this process's memory until it execs, and when the directory
+// is on a mount this process serves, a garbage collection that starts
+// meanwhile waits for the forking thread while the child waits for the
+// server's answer (a lookup, a getattr, and since the mount enforces ACLs
+// the getxattr of the directory's ACL): a deadlock.
 func runErr(dir, name string, args ...string) (string, error) {
+	if dir != "" {
+		args = append([]string{"-c", `cd "$0" && exec "$@"`, dir, name}, args...)
+		name = "sh"
+	}
 	cmd := exec.Command(name, args...)
-	cmd.Dir = dir
 	var b bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &b, &b
 	err := cmd.Run()

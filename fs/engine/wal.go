@@ -288,7 +288,7 @@ func (f *File) markHeadLocked(ctx context.Context) error {
 
 // logLocked makes ops durable, with File.mu held (truncate, zero, mtime:
 // rare, and they change state that every reader looks at).
-func (f *File) logLocked(ctx context.Context, op wal.Op) error {
+func (f *File) logLocked(ctx context.Context, ops ...wal.Op) error {
 	if !f.walOn() {
 		return nil
 	}
@@ -301,7 +301,7 @@ func (f *File) logLocked(ctx context.Context, op wal.Op) error {
 	if err := f.writable(); err != nil {
 		return err
 	}
-	seq, err := log.Append(ctx, []wal.Op{op})
+	seq, err := log.Append(ctx, ops) // one record: replayed whole or not at all
 	if err != nil {
 		return fmt.Errorf("append to the write-ahead log of %s: %w", f.prefix, err)
 	}

@@ -114,6 +114,40 @@
 // They are not listed (listxattr), so cp -a, rsync -X and tar --xattrs do not
 // copy them onto other files.
 //
+// # POSIX ACLs
+//
+// The mount negotiates FUSE_POSIX_ACL, so the kernel reads a node's access
+// ACL (getxattr of system.posix_acl_access), caches it and enforces it;
+// setfacl and getfacl work as on ext4, and listxattr lists the ACLs so that
+// cp -a, rsync -A and tar --acls copy them. An ACL is stored with the node's
+// extended attributes in the namespace, under user.ckptfs.acl_access and
+// user.ckptfs.acl_default (neither listed nor settable as such), in the
+// kernel's binary format (acl.go), and parsed and checked whenever it is read
+// back. The mode holds the entries it mirrors (owner: USER_OBJ; group: MASK,
+// or GROUP_OBJ without a mask; other: OTHER): setting an ACL sets the mode
+// from it (and one that says no more than a mode is not stored), and an ACL
+// read back takes those entries from the mode, so a chmod narrows the mask as
+// on ext4 (the kernel sends no setxattr after a chmod: this side keeps the
+// two in line). A node (file, directory, FIFO, socket) created in a
+// directory with a default ACL takes it (its access ACL narrowed by the mode
+// asked for; a directory also takes the default ACL), as the kernel leaves
+// to the filesystem. The
+// nodes of .checkpoints carry the ACL of what they mirror with the write bits
+// cleared (and, for a file's checkpoints, its read bits only).
+//
+// The umask applies only where the directory has no default ACL, as on
+// ext4: the mount negotiates FUSE_DONT_MASK, so the kernel sends the mode
+// unmasked with the umask beside it, and umaskFS carries the umask past
+// go-fuse's node API (which drops it) to Create, Mkdir and Mknod.
+//
+// Setting an access ACL clears the setgid bit when the caller is outside the
+// file's group and unprivileged, as on ext4 (FUSE_SETXATTR_EXT: the kernel
+// says so in the request, and umaskFS passes it on in the flags).
+//
+// Limits: the kernel caches an ACL it has read and nothing tells it of a
+// change made on another mount: there it may be seen only once the kernel
+// forgets the node (a remount at the latest).
+//
 // # Mount options
 //
 // uid, gid, file_mode, dir_mode and umask change what stat shows, and so

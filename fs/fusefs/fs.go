@@ -274,7 +274,14 @@ func (fsys *FS) Mount(mountpoint string) error {
 			// the bytes.
 			DisableSplice:        true,
 			EnableSymlinkCaching: true,
-			Options:              kopts,
+			// FUSE_POSIX_ACL: the kernel enforces the ACLs this mount
+			// stores; FUSE_DONT_MASK: the umask is applied here, where
+			// the directory has no default ACL; FUSE_SETXATTR_EXT: the
+			// kernel says when setting an ACL clears setgid (acl.go,
+			// umaskFS).
+			EnableAcl:         true,
+			ExtraCapabilities: fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
+			Options:           kopts,
 		},
 		RootStableAttr: &fs.StableAttr{Ino: uint64(namespace.RootIno), Mode: syscall.S_IFDIR},
 		UID:            uint32(os.Getuid()),
@@ -284,7 +291,7 @@ func (fsys *FS) Mount(mountpoint string) error {
 		opts.MountOptions.FsName = "ckptfs"
 	}
 	// Every request is timed into ckptfs_fuse_operation_seconds.
-	var raw fuse.RawFileSystem = newTimedFS(fs.NewNodeFS(&node{fsys: fsys, ino: namespace.RootIno}, opts), fsys.metrics.fuseSeconds)
+	var raw fuse.RawFileSystem = newTimedFS(&umaskFS{fs.NewNodeFS(&node{fsys: fsys, ino: namespace.RootIno}, opts)}, fsys.metrics.fuseSeconds)
 	if !c.Intr {
 		raw = newFatalOnly(raw) // interrupt.go
 	}

@@ -185,11 +185,16 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 const (
 	fallocKeepSize  = 0x01
 	fallocPunchHole = 0x02
+	fallocZeroRange = 0x10
 )
 
-// Allocate: mode 0 extends the file to off+size (holes cost nothing, so the
-// space is as allocated as it will ever be); PUNCH_HOLE|KEEP_SIZE zeroes the
-// range; other modes are not supported.
+// Allocate: holes cost nothing, so there is no space to reserve and every
+// range is as allocated as it will ever be. Mode 0 extends the file to
+// off+size; KEEP_SIZE alone changes nothing and succeeds; PUNCH_HOLE (the
+// kernel sends it only with KEEP_SIZE) and ZERO_RANGE make the range read as
+// zeros, its whole blocks holes (engine.File.ZeroRange), ZERO_RANGE without
+// KEEP_SIZE also extending the file to off+size. Collapsing, inserting and
+// unsharing ranges are not supported (EOPNOTSUPP).
 //
 // A range ending past the largest file size is EFBIG, as on ext4 (the
 // kernel refuses one past its own limit before it gets here).
@@ -197,20 +202,22 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 	if off > engine.MaxFileSize || size > engine.MaxFileSize-off {
 		return syscall.EFBIG
 	}
+	var err error
 	switch mode {
 	case 0:
-		end := int64(off + size)
-		if end > h.of.f.Size() {
-			if err := h.of.f.Truncate(ctx, end); err != nil {
-				return h.fsys.errnoOf("fallocate file "+h.of.id, err)
-			}
+		if end := int64(off + size); end > h.of.f.Size() {
+			err = h.of.f.Truncate(ctx, end)
 		}
-		return 0
-	case fallocPunchHole | fallocKeepSize:
-		if err := h.of.f.Zero(ctx, int64(off), int64(size)); err != nil {
-			return h.fsys.errnoOf("fallocate file "+h.of.id, err)
-		}
-		return 0
+	case fallocKeepSize:
+	case fallocPunchHole | fallocKeepSize, fallocZeroRange | fallocKeepSize:
+		err = h.of.f.ZeroRange(ctx, int64(off), int64(size), true)
+	case fallocZeroRange:
+		err = h.of.f.ZeroRange(ctx, int64(off), int64(size), false)
+	default:
+		return syscall.EOPNOTSUPP
 	}
-	return syscall.EOPNOTSUPP
+	if err != nil {
+		return h.fsys.errnoOf("fallocate file "+h.of.id, err)
+	}
+	return 0
 }

@@ -49,9 +49,17 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 	default:
 		return nil, syscall.EINVAL
 	}
-	nn, err := n.fsys.ns.Mknod(changeCtx(ctx), n.ino, name, kind, mode&namespace.ModeMask, owner(ctx))
+	// The umask, or the directory's default ACL (acl.go).
+	mode, acls, err := n.fsys.inherit(n.ino, kind, mode)
 	if err != nil {
 		return nil, n.fsys.errnoOf("mknod "+n.where(name), err)
+	}
+	nn, err := n.fsys.ns.Mknod(changeCtx(ctx), n.ino, name, kind, mode, owner(ctx))
+	if err != nil {
+		return nil, n.fsys.errnoOf("mknod "+n.where(name), err)
+	}
+	if err := n.fsys.applyInherited(context.WithoutCancel(ctx), nn.Ino, acls); err != nil {
+		return nil, n.fsys.errnoOf("mknod "+n.where(name)+": its inherited ACL", err)
 	}
 	return n.child(ctx, nn, out)
 }

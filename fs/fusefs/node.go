@@ -412,7 +412,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if n.reserved(name) {
 		return nil, nil, 0, syscall.EPERM
 	}
-	nn, err := n.fsys.ns.Create(changeCtx(ctx), n.ino, name, mode&namespace.ModeMask, owner(ctx))
+	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindFile, mode)
+	if err != nil {
+		return nil, nil, 0, n.fsys.errnoOf("create "+n.where(name), err)
+	}
+	nn, err := n.fsys.ns.Create(changeCtx(ctx), n.ino, name, mode, owner(ctx))
 	if errors.Is(err, namespace.ErrExist) && flags&syscall.O_EXCL == 0 {
 		// The kernel looked the name up and we had not seen it: another
 		// mount made it since our last read of the log, which the refused
@@ -430,7 +434,11 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	// finished with a context free of the caller's cancellation, bounded.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestBound(n.fsys.cfg))
 	defer cancel()
-	f, err := engineCreate(ctx, n.fsys, nn.FileID)
+	err = n.fsys.applyInherited(ctx, nn.Ino, acls)
+	var f *engine.File
+	if err == nil {
+		f, err = engineCreate(ctx, n.fsys, nn.FileID)
+	}
 	if errors.Is(err, engine.ErrExists) {
 		// Another mount opened the new name before its head landed, wrote
 		// and published it (acquire): the head is this file's.
@@ -460,9 +468,26 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if n.reserved(name) {
 		return nil, syscall.EPERM
 	}
-	nn, err := n.fsys.ns.Mkdir(changeCtx(ctx), n.ino, name, mode&namespace.ModeMask, owner(ctx))
+	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindDir, mode)
 	if err != nil {
 		return nil, n.fsys.errnoOf("mkdir "+n.where(name), err)
+	}
+	nn, err := n.fsys.ns.Mkdir(changeCtx(ctx), n.ino, name, mode, owner(ctx))
+	if err != nil {
+		return nil, n.fsys.errnoOf("mkdir "+n.where(name), err)
+	}
+	if acls.access != nil || acls.dflt != nil {
+		// As in Create: the name is in the log; its ACLs, or its undo,
+		// are finished whatever the caller's cancellation.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestBound(n.fsys.cfg))
+		defer cancel()
+		if err := n.fsys.applyInherited(ctx, nn.Ino, acls); err != nil {
+			if uerr := n.fsys.ns.Rmdir(ctx, n.ino, name); uerr != nil {
+				n.fsys.log.Warn("undo of a failed mkdir failed; the directory stays without its inherited ACL",
+					zap.String("path", n.where(name)), zap.Error(uerr))
+			}
+			return nil, n.fsys.errnoOf("mkdir "+n.where(name), err)
+		}
 	}
 	return n.child(ctx, nn, out)
 }
@@ -598,6 +623,9 @@ func (n *node) virtualXattr(ctx context.Context, name string) ([]byte, bool, sys
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	if isACLName(attr) || isStoredACLName(attr) {
+		return n.getACLXattr(attr, dest)
+	}
 	v, virtual, errno := n.virtualXattr(ctx, attr)
 	if errno != 0 {
 		return 0, errno
@@ -615,9 +643,13 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	if attr == xattrCno || attr == xattrFormat {
+	if attr == xattrCno || attr == xattrFormat || isStoredACLName(attr) {
 		return syscall.EPERM
 	}
+	if isACLName(attr) {
+		return n.setACLXattr(ctx, attr, data, flags)
+	}
+	flags &^= aclKillSgid // meant for ACLs only
 	if err := n.fsys.ns.SetXattr(changeCtx(ctx), n.ino, attr, data, namespace.XattrFlags(flags)); err != nil {
 		return n.fsys.errnoOf("setxattr "+n.where(""), err)
 	}
@@ -625,8 +657,11 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
-	if attr == xattrCno || attr == xattrFormat {
+	if attr == xattrCno || attr == xattrFormat || isStoredACLName(attr) {
 		return syscall.EPERM
+	}
+	if s, ok := aclStored[attr]; ok {
+		attr = s // the mode stays as it is, as on ext4
 	}
 	if err := n.fsys.ns.RemoveXattr(changeCtx(ctx), n.ino, attr); err != nil {
 		return n.fsys.errnoOf("removexattr "+n.where(""), err)
@@ -644,6 +679,9 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 	}
 	var b []byte
 	for _, s := range names {
+		if name, ok := aclName(s); ok {
+			s = name // an ACL, listed as itself (cp -a, rsync -A copy it)
+		}
 		b = append(append(b, s...), 0)
 	}
 	if len(dest) < len(b) {
