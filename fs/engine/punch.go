@@ -83,3 +83,30 @@ func (f *File) growLocked(size int64) {
 	f.writeEnd = max(f.writeEnd, size)
 	f.changed = true
 }
+
+// Extend grows the file to size when it is shorter (fallocate's mode 0),
+// the new part a hole; it never cuts. A merge treats it as a write ending at
+// size, which keeps the longer of the two files, where a truncate to size
+// would cut another writer's bytes past it. The WAL logs it as the truncate
+// it is on this writer.
+func (f *File) Extend(ctx context.Context, size int64) error {
+	if size < 0 || size > MaxFileSize {
+		return fmt.Errorf("extend %s to %d: %w", f.prefix, size, ErrInvalid)
+	}
+	defer f.ranges.lock(uint64(size/int64(f.bs)), allBlocks.hi, true)()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.writable(); err != nil {
+		return err
+	}
+	if size <= f.size {
+		return nil
+	}
+	now := time.Now()
+	if err := f.logLocked(ctx, wal.Op{Kind: wal.OpTruncate, Off: size, MtimeNs: now.UnixNano()}); err != nil {
+		return fmt.Errorf("extend %s to %d: %w", f.prefix, size, err)
+	}
+	f.growLocked(size)
+	f.mtime = now
+	return nil
+}

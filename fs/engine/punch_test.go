@@ -290,3 +290,54 @@ func TestZeroRangeGrowingMerge(t *testing.T) {
 		t.Fatalf("merged: %d bytes, want %d (equal prefix %d)", len(got), len(want), commonPrefix(got, want))
 	}
 }
+
+// TestExtendMerge: fallocate's mode 0 grows and never cuts: extending over
+// another writer's longer checkpoint keeps all of its bytes, and extending
+// past it gives the longer size, as "theirs, then our extend" does.
+func TestExtendMerge(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		extend int64 // blocks
+	}{{"inside theirs", 18}, {"past theirs", 24}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := staging.NewMem()
+			p := smallParams(segment.FormatStream)
+			p.ConflictPolicy = ConflictRetry
+			bs := int64(p.DataBlockSize)
+			a := mustCreate(t, st, "g/", p)
+			defer a.Close()
+			base := pattern(int(16*bs), 8)
+			if _, err := a.WriteAt(ctx, base, 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			b := mustOpen(t, st, "g/", p)
+			defer b.Close()
+			more := pattern(int(4*bs), 9)
+			if _, err := b.WriteAt(ctx, more, 16*bs); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if err := a.Extend(ctx, tc.extend*bs); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := a.Flush(ctx); err != nil {
+				t.Fatalf("flush over the other writer's longer checkpoint: %v", err)
+			}
+			want := append(append([]byte(nil), base...), more...)
+			if n := tc.extend * bs; n > int64(len(want)) {
+				want = append(want, make([]byte, n-int64(len(want)))...)
+			}
+			c := mustOpen(t, st, "g/", p)
+			defer c.Close()
+			if got := readAll(t, c); !bytes.Equal(got, want) {
+				t.Fatalf("merged: %d bytes, want %d (equal prefix %d)", len(got), len(want), commonPrefix(got, want))
+			}
+		})
+	}
+}

@@ -205,9 +205,7 @@ func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) sy
 	var err error
 	switch mode {
 	case 0:
-		if end := int64(off + size); end > h.of.f.Size() {
-			err = h.of.f.Truncate(ctx, end)
-		}
+		err = h.of.f.Extend(ctx, int64(off+size))
 	case fallocKeepSize:
 	case fallocPunchHole | fallocKeepSize, fallocZeroRange | fallocKeepSize:
 		err = h.of.f.ZeroRange(ctx, int64(off), int64(size), true)
