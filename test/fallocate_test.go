@@ -2,12 +2,15 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"math/rand/v2"
 	"os"
 	"strconv"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ckptfs/ckptfs/fs/inspect"
 )
 
 // TestFallocateModes drives fallocate(1) through every mode the mount
@@ -109,6 +112,18 @@ func TestFallocateModes(t *testing.T) {
 			p = m2.path("f")
 			check("after a remount")
 			waitBlocks("after a remount")
+			// ckptfs info says the same of the latest checkpoint.
+			iv, err := inspect.Open(context.Background(), v.store(), "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fi, err := iv.FileInfo(context.Background(), "/f")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !fi.MappedKnown || fi.MappedBytes != 11*bs {
+				t.Fatalf("info: mapped bytes %d (known %v), want %d", fi.MappedBytes, fi.MappedKnown, 11*bs)
+			}
 		})
 	}
 }

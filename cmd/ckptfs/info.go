@@ -41,6 +41,9 @@ func newInfoCmd() *cobra.Command {
 					tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
 					fmt.Fprintf(tw, "file\t%s\t(id %s)\nsize\t%d\ncheckpoint\t%d\nobjects\t%d\t%d bytes\nlive bytes\t%d\ndead bytes\t%d\ncold read\t%d GETs\t%d requests\n",
 						fi.Path, fi.FileID, fi.Size, fi.Cno, fi.Objects, fi.Bytes, fi.LiveBytes, fi.DeadBytes, fi.ColdReadGets, fi.ColdReadRequests)
+					if fi.MappedKnown {
+						fmt.Fprintf(tw, "mapped bytes\t%d\t(the latest checkpoint's blocks, holes excluded)\n", fi.MappedBytes)
+					}
 					for _, u := range fi.Uploads {
 						fmt.Fprintf(tw, "open upload\t%s\n", u)
 					}

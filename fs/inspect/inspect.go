@@ -223,6 +223,13 @@ type FileInfo struct {
 	Bytes       int64        `json:"bytes"`
 	LiveBytes   int64        `json:"live_bytes"`
 	DeadBytes   int64        `json:"dead_bytes"`
+	// MappedBytes is what the latest checkpoint maps: its data blocks times
+	// the block size, holes excluded (what stat's st_blocks counts), when
+	// the head records it (MappedKnown). A punched hole lowers it at the
+	// next checkpoint, while LiveBytes, which counts whole objects that
+	// older checkpoints may still name, does not move.
+	MappedBytes int64 `json:"mapped_bytes"`
+	MappedKnown bool  `json:"mapped_known"`
 	// ColdReadGets is how many ranged GETs a read of the whole file with
 	// nothing cached makes (from the read planner), and ColdReadRequests
 	// adds the index nodes it loads first.
@@ -257,6 +264,9 @@ func (v *Volume) fileInfo(ctx context.Context, p, id string) (FileInfo, error) {
 	}
 	if err != nil {
 		return fi, fmt.Errorf("info %s: %w", p, err)
+	}
+	if hd.BlocksKnown {
+		fi.MappedBytes, fi.MappedKnown = int64(hd.Blocks)*int64(hd.Inode.DataBlockSize), true
 	}
 	var chain []engine.Checkpoint
 	if hd.Inode.Cno != 0 || hd.Inode.Format != 0 {
