@@ -37,6 +37,10 @@ func knownNames() []string {
 	return slices.Compact(out)
 }
 
+// IsKnown reports whether the option parser knows name: an option, a word
+// of mount(8) it reads or ignores, or a store option.
+func IsKnown(name string) bool { return slices.Contains(knownNames(), name) }
+
 // Suggest is the known option name nearest to name, for "did you mean",
 // or "" when none is near enough: within an edit distance of 2, and of a
 // third of name's length but at least 1 (a short name has few letters to
