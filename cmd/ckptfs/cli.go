@@ -171,8 +171,9 @@ func durationFlag(f *pflag.FlagSet, p *time.Duration, name string, def time.Dura
 }
 
 // toolTunables are the tunables the offline tools take besides the store
-// options: what reaching the store needs, and the log level, so that the
-// -o string of a mount serves its tools too. The others shape a mount
+// options: what reaching the store needs, and the log level (the tools keep
+// no log: it changes nothing), so that the -o string of a mount serves its
+// tools too. The others shape a mount
 // (ns_refresh, wal, ...) and are refused as for mount only.
 var toolTunables = []string{"s3_connect_timeout", "s3_request_timeout", "s3_stall_timeout", "s3_retry_max_time", "log"}
 

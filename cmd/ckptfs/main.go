@@ -90,8 +90,9 @@ const storeOptsText = `Store options (-o), besides the tunables below:
                    then never mount this volume twice at once
 Every tool (ls, info, cat, cp, fsck, gc) takes these and the tunables that
 reach the store (s3_connect_timeout, s3_request_timeout, s3_stall_timeout,
-s3_retry_max_time, log), so that a mount's -o string serves its tools; the
-other tunables shape a mount and are refused there as for mount only.
+s3_retry_max_time, log), so that a mount's -o string serves its tools (they
+keep no log: log= changes nothing there); the other tunables shape a mount
+and are refused there as for mount only.
 Credentials come the AWS way: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
 a profile, SSO, or an instance role. They are never logged.`
 
