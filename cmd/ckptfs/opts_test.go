@@ -3,10 +3,12 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
@@ -148,6 +150,28 @@ func TestDurationFlags(t *testing.T) {
 		_, code, _, errOut := runStub(args, 0)
 		if code != exitUsage || !strings.Contains(errOut, "bad duration") {
 			t.Errorf("%q: exit %d, %q; want 2 and a bad duration", args, code, errOut)
+		}
+	}
+}
+
+// TestStoreOptionNamesAgree: the store options config suggests are those
+// takeStoreOpts takes and the help documents, so that a typo of a new one
+// is answered too.
+func TestStoreOptionNamesAgree(t *testing.T) {
+	known := config.StoreOptionNames()
+	for _, name := range known {
+		if _, rest, _ := takeStoreOpts([]string{name + "=x"}); len(rest) != 0 {
+			t.Errorf("config knows store option %s, which takeStoreOpts does not take", name)
+		}
+	}
+	for line := range strings.SplitSeq(storeOptsText, "\n") {
+		f := strings.Fields(line)
+		if !strings.HasPrefix(line, "  ") || strings.HasPrefix(line, "   ") || len(f) == 0 {
+			continue
+		}
+		name, _, _ := strings.Cut(f[0], "=")
+		if !slices.Contains(known, name) {
+			t.Errorf("the help documents store option %s, which config.StoreOptionNames lacks", name)
 		}
 	}
 }
