@@ -2,10 +2,12 @@ package config
 
 import (
 	"errors"
+	"math"
 	"path"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzParseSize: a size either reads, and then FormatSize writes it back to
@@ -110,6 +112,34 @@ func FuzzParseCgroupLimit(f *testing.F) {
 		case strings.TrimLeft(strings.TrimSuffix(s, "\n"), "0123456789") != "",
 			strconv.FormatUint(n, 10) != strings.TrimLeft(strings.TrimSuffix(s, "\n"), "0") && n != 0:
 			t.Fatalf("parseCgroupLimit(%q) = %d", s, n)
+		}
+	})
+}
+
+// FuzzParseDuration: a duration either reads, and then agrees with
+// time.ParseDuration wherever that reads it too and reads back from its
+// String, or fails with ErrSyntax.
+func FuzzParseDuration(f *testing.F) {
+	for _, s := range []string{"0", "1w2d3h", "1.5d", "-1d", "100ms", "1µs", "1", "d", "15251w", ".5d", "1..2h", "+0"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		d, err := ParseDuration(s)
+		goD, goErr := time.ParseDuration(s)
+		if err != nil {
+			if !errors.Is(err, ErrSyntax) {
+				t.Fatalf("ParseDuration(%q): %v is not ErrSyntax", s, err)
+			}
+			if goErr == nil && goD != math.MinInt64 {
+				t.Fatalf("ParseDuration(%q): %v, but time.ParseDuration reads %v", s, err, goD)
+			}
+			return
+		}
+		if goErr == nil && goD != d {
+			t.Fatalf("ParseDuration(%q) = %v, time.ParseDuration %v", s, d, goD)
+		}
+		if back, err := ParseDuration(d.String()); err != nil || back != d {
+			t.Fatalf("ParseDuration(%q) = %v, read back as %v, %v", s, d, back, err)
 		}
 	})
 }

@@ -107,7 +107,7 @@ func durationOpt(name, field, allowed, doc string, p func(*Config) *time.Duratio
 	return option{name: name, field: field, kind: kindDuration, allowed: allowed, doc: doc,
 		get: func(c *Config) string { return p(c).String() },
 		set: func(c *Config, s string) error {
-			d, err := parseDuration(s)
+			d, err := ParseDuration(s)
 			if err == nil {
 				*p(c) = d
 			}
@@ -362,7 +362,7 @@ func isGenericMountFlag(item string) bool {
 func (c *Config) Set(name, value string) error {
 	o := lookup(name)
 	if o == nil {
-		return &OptionError{Name: name, Value: value, Err: ErrUnknownOption}
+		return unknownOption(name, value)
 	}
 	if err := o.set(c, value); err != nil {
 		return &OptionError{Name: name, Value: value, Allowed: o.allowed, Err: err}
@@ -374,7 +374,7 @@ func (c *Config) Set(name, value string) error {
 func (c Config) Get(name string) (string, error) {
 	o := lookup(name)
 	if o == nil {
-		return "", &OptionError{Name: name, Err: ErrUnknownOption}
+		return "", unknownOption(name, "")
 	}
 	return o.get(&c), nil
 }
@@ -411,7 +411,7 @@ func Parse(base Config, opts string) (Config, error) {
 		o := lookup(name)
 		switch {
 		case o == nil:
-			errs = append(errs, &OptionError{Name: name, Value: value, Err: ErrUnknownOption})
+			errs = append(errs, unknownOption(name, value))
 			continue
 		case !hasValue && o.kind == kindBool:
 			value = "true"
@@ -533,7 +533,7 @@ func Markdown() string {
 			o.Name, o.Type, cell(def), cell(mount), cell(o.Allowed), cell(o.Doc))
 	}
 	b.WriteString("\nSizes are bytes, or a number with K, M or G (also KiB, MiB, GiB; any case), powers of 1024. ")
-	b.WriteString("Durations are Go durations (`100ms`, `1m30s`). ")
+	b.WriteString("Durations are Go durations (`100ms`, `1m30s`), whose units may also be `d` (24h) and `w` (7d): `7d`, `1w2d3h`. ")
 	b.WriteString("Booleans are `true`, `false`, `on`, `off`, `yes`, `no`, `1`, `0`, or the bare name for true.\n")
 	b.WriteString("\nThe dirty limit of a file is `min(max(data_cache_dirty_max_bytes_threshold, ")
 	b.WriteString("data_cache_dirty_max_blocks_threshold × data_block_size), segment_buffer_size)`: ")

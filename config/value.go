@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"strconv"
 	"strings"
@@ -28,11 +29,17 @@ type OptionError struct {
 	Name    string // option name as in -o name=value
 	Value   string // the value as given, or the current value for a rule Validate checks
 	Allowed string // the option's allowed values, as in Options
-	Err     error
+	// Suggestion is, for an unknown name, the nearest known one (see
+	// Suggest), or "".
+	Suggestion string
+	Err        error
 }
 
 func (e *OptionError) Error() string {
 	if errors.Is(e.Err, ErrUnknownOption) {
+		if e.Suggestion != "" {
+			return fmt.Sprintf("unknown option %q (did you mean %s?)", e.Name, e.Suggestion)
+		}
 		return fmt.Sprintf("unknown option %q (known: %s)", e.Name, strings.Join(names(), ", "))
 	}
 	if e.Value == "" {
@@ -127,13 +134,81 @@ func parseBool(s string) (bool, error) {
 
 func formatBool(b bool) string { return strconv.FormatBool(b) }
 
-// parseDuration reads a Go duration ("100ms", "1m30s"; "0" is zero).
-func parseDuration(s string) (time.Duration, error) {
-	d, err := time.ParseDuration(s)
-	if err != nil {
-		return 0, syntaxf("bad duration %q: want a Go duration such as 100ms, 1s or 1m30s", s)
+// ParseDuration reads a duration as a user writes one: a Go duration
+// ("100ms", "1m30s"; "0" is zero), whose units may also be d (24h) and w
+// (7d), in any mix ("1w2d3h", "1.5d"). Every duration the project reads from
+// a user, flag or -o option, goes through it. A bad unit, a missing one, or a
+// result past the range of time.Duration (about 290 years) is ErrSyntax.
+func ParseDuration(s string) (time.Duration, error) {
+	bad := func(why string) error {
+		return syntaxf("bad duration %q: %s; want a duration such as 100ms, 1m30s, 12h, 7d or 1w2d", s, why)
 	}
-	return d, nil
+	rest, neg := s, false
+	if r, ok := strings.CutPrefix(rest, "-"); ok {
+		rest, neg = r, true
+	} else {
+		rest = strings.TrimPrefix(rest, "+")
+	}
+	if rest == "0" {
+		return 0, nil
+	}
+	if rest == "" {
+		return 0, bad("empty")
+	}
+	var total time.Duration
+	for rest != "" {
+		// One term: a number (digits, maybe a fraction), then a unit.
+		i := 0
+		for i < len(rest) && (rest[i] >= '0' && rest[i] <= '9' || rest[i] == '.') {
+			i++
+		}
+		j := i
+		for j < len(rest) && !(rest[j] >= '0' && rest[j] <= '9' || rest[j] == '.') {
+			j++
+		}
+		num, unit := rest[:i], rest[i:j]
+		rest = rest[j:]
+		if num == "" || num == "." {
+			return 0, bad("a unit without a number")
+		}
+		if unit == "" {
+			return 0, bad("a number without a unit")
+		}
+		var term time.Duration
+		var err error
+		switch unit {
+		case "d", "w":
+			// In hours, which time.ParseDuration bounds; then scaled, checked.
+			mult := time.Duration(24)
+			if unit == "w" {
+				mult = 7 * 24
+			}
+			term, err = time.ParseDuration(num + "h")
+			if err == nil && term > math.MaxInt64/mult {
+				return 0, bad("too large")
+			}
+			term *= mult
+		default:
+			term, err = time.ParseDuration(num + unit)
+		}
+		if err != nil {
+			if strings.Contains(err.Error(), "unknown unit") {
+				return 0, bad(fmt.Sprintf("unknown unit %q", unit))
+			}
+			if strings.Count(num, ".") > 1 {
+				return 0, bad(fmt.Sprintf("bad number %q", num))
+			}
+			return 0, bad("too large")
+		}
+		if total > math.MaxInt64-term {
+			return 0, bad("too large")
+		}
+		total += term
+	}
+	if neg {
+		total = -total
+	}
+	return total, nil
 }
 
 // parseInt reads a plain decimal count.

@@ -80,7 +80,7 @@ func newBenchCmd() *cobra.Command {
 	f.StringVar(&ratesText, "rates", "100,400,0", "writer paces of the buys table in MB/s; 0 is unpaced")
 	f.StringVar(&hotText, "hot", defHot, "working sets of the amp table in MiB")
 	f.IntVar(&repeats, "repeats", 3, "runs per row of the writer table (the least time is kept)")
-	f.DurationVar(&duration, "duration", 3*time.Second, "how long the writers of each row of the wal table write")
+	durationFlag(f, &duration, "duration", 3*time.Second, "how long the writers of each row of the wal table write")
 	f.StringVar(&writersText, "writers", "1,8,64", "concurrent writers of the rows of the wal table")
 	return c
 }

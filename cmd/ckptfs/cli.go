@@ -3,10 +3,14 @@ package main
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/ckptfs/ckptfs/config"
 )
 
 // Exit statuses of every command (documented in the root help and README).
@@ -137,4 +141,95 @@ func storeCompletion(_ *cobra.Command, args []string, _ string) ([]cobra.Complet
 		return []cobra.Completion{"s3://", "file:///", "mem://"}, cobra.ShellCompDirectiveNoSpace
 	}
 	return nil, cobra.ShellCompDirectiveNoFileComp
+}
+
+// durationValue is a duration flag read by config.ParseDuration, so that
+// flags take what -o options take: 7d, 2w, 1w2d3h besides Go's units.
+type durationValue struct{ d *time.Duration }
+
+func (v durationValue) String() string {
+	if v.d == nil {
+		return "0s"
+	}
+	return v.d.String()
+}
+func (v durationValue) Type() string { return "duration" }
+func (v durationValue) Set(s string) error {
+	d, err := config.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*v.d = d
+	return nil
+}
+
+// durationFlag registers a duration flag (see durationValue) with its
+// default.
+func durationFlag(f *pflag.FlagSet, p *time.Duration, name string, def time.Duration, usage string) {
+	*p = def
+	f.Var(durationValue{p}, name, usage)
+}
+
+// toolTunables are the tunables the offline tools take besides the store
+// options: what reaching the store needs, and the log level (the tools keep
+// no log: it changes nothing), so that the -o string of a mount serves its
+// tools too. The others shape a mount
+// (ns_refresh, wal, ...) and are refused as for mount only.
+var toolTunables = []string{"s3_connect_timeout", "s3_request_timeout", "s3_stall_timeout", "s3_retry_max_time", "log"}
+
+// parseToolOpts reads the -o items of an offline tool: the store options,
+// then toolTunables. Every problem is a usage error, and every unknown or
+// mount-only option is named in it, an unknown one with the nearest known
+// name.
+func parseToolOpts(items []string) (storeOpts, config.Config, error) {
+	so, rest, err := takeStoreOpts(items)
+	if err != nil {
+		return so, config.Config{}, &usageError{err}
+	}
+	var take, unknown, mountOnly []string
+	for _, item := range rest {
+		name, _, _ := strings.Cut(item, "=")
+		switch {
+		case slices.Contains(toolTunables, name):
+			take = append(take, item)
+		case config.IsKnown(name):
+			mountOnly = append(mountOnly, item)
+		default:
+			if s := config.Suggest(name); s != "" {
+				item += " (did you mean " + s + "?)"
+			}
+			unknown = append(unknown, item)
+		}
+	}
+	var problems []string
+	if len(unknown) > 0 {
+		problems = append(problems, "unknown options: "+strings.Join(unknown, ", "))
+	}
+	if len(mountOnly) > 0 {
+		problems = append(problems, "options for mount only: "+strings.Join(mountOnly, ", "))
+	}
+	if len(problems) > 0 {
+		return so, config.Config{}, usagef("%s", strings.Join(problems, "; "))
+	}
+	cfg, err := config.Parse(config.Default(), strings.Join(take, ","))
+	if err != nil {
+		return so, cfg, &usageError{fmt.Errorf("options: %w", err)}
+	}
+	so.timeouts = cfg.S3Timeouts()
+	return so, cfg, nil
+}
+
+// parseMountOpts reads the -o items of mount and format: the store options,
+// then every tunable. Every problem is a usage error.
+func parseMountOpts(items []string) (storeOpts, config.Config, error) {
+	so, rest, err := takeStoreOpts(items)
+	if err != nil {
+		return so, config.Config{}, &usageError{err}
+	}
+	cfg, err := config.ParseMount(config.TotalRAM(), strings.Join(rest, ","))
+	if err != nil {
+		return so, cfg, &usageError{fmt.Errorf("options: %w", err)}
+	}
+	so.timeouts = cfg.S3Timeouts()
+	return so, cfg, nil
 }

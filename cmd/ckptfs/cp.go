@@ -67,12 +67,9 @@ func newCpCmd() *cobra.Command {
 			if local && from != "" {
 				return usagef("--local and --from exclude each other")
 			}
-			so, rest, err := takeStoreOpts(tf.opts)
+			so, _, err := parseToolOpts(tf.opts)
 			if err != nil {
 				return err
-			}
-			if len(rest) > 0 {
-				return fmt.Errorf("unknown option %q", rest[0])
 			}
 			ctx, cancel := toolContext()
 			defer cancel()

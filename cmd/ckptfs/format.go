@@ -4,11 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
-	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -46,15 +44,10 @@ func newFormatCmd() *cobra.Command {
 }
 
 func formatRun(spec string, opts []string) (fusefs.Volume, error) {
-	so, rest, err := takeStoreOpts(opts)
+	so, cfg, err := parseMountOpts(opts)
 	if err != nil {
 		return fusefs.Volume{}, err
 	}
-	cfg, err := config.ParseMount(config.TotalRAM(), strings.Join(rest, ","))
-	if err != nil {
-		return fusefs.Volume{}, fmt.Errorf("options: %w", err)
-	}
-	so.timeouts = cfg.S3Timeouts()
 	ctx, cancel := context.WithTimeout(context.Background(), so.startBound())
 	defer cancel()
 	st, root, err := openStore(ctx, spec, so)

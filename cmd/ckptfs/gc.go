@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -60,23 +59,20 @@ func newGcCmd() *cobra.Command {
 			if o.Keep < 0 {
 				return usagef("--keep %d: want a number >= 0", o.Keep)
 			}
-			so, rest, err := takeStoreOpts(opts)
+			so, _, err := parseToolOpts(opts)
 			if err != nil {
-				return &usageError{err}
-			}
-			if len(rest) > 0 {
-				return usagef("unknown options: %s", strings.Join(rest, ","))
+				return err
 			}
 			return gcRun(args[0], so, o, c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
-	addOptsFlag(c, &opts, "store options, as for mount: endpoint=URL,region=NAME,path_style,profile=NAME,... (repeatable)")
+	addOptsFlag(c, &opts, "store options, as for mount: endpoint=URL,region=NAME,path_style,profile=NAME,s3_request_timeout=D,... (repeatable)")
 	f := c.Flags()
 	f.IntVar(&o.Keep, "keep", 0, "retain the newest `N` checkpoints of each file (0: all)")
-	f.DurationVar(&o.KeepFor, "keep-for", 0, "also retain checkpoints younger than this (e.g. 24h)")
-	f.DurationVar(&o.Grace, "grace", o.Grace, "age before unfinished work no live writer covers counts as abandoned")
-	f.DurationVar(&o.MinAge, "min-age", o.MinAge, "how long a finished object must have been unreferenced before it is deleted")
-	f.DurationVar(&o.NSLag, "ns-lag", o.NSLag, "how long a file must have had no name before it is deleted, for mounts whose namespace view lags")
+	durationFlag(f, &o.KeepFor, "keep-for", 0, "also retain checkpoints younger than this (e.g. 24h, 7d)")
+	durationFlag(f, &o.Grace, "grace", o.Grace, "age before unfinished work no live writer covers counts as abandoned")
+	durationFlag(f, &o.MinAge, "min-age", o.MinAge, "how long a finished object must have been unreferenced before it is deleted")
+	durationFlag(f, &o.NSLag, "ns-lag", o.NSLag, "how long a file must have had no name before it is deleted, for mounts whose namespace view lags")
 	f.BoolVarP(&o.DryRun, "dry-run", "n", false, "delete and record nothing; print the plan")
 	return c
 }

@@ -19,17 +19,14 @@ type toolFlags struct {
 }
 
 func (t *toolFlags) register(c *cobra.Command) {
-	addOptsFlag(c, &t.opts, "store options, as for mount: endpoint=URL,region=NAME,path_style,profile=NAME,... (repeatable)")
+	addOptsFlag(c, &t.opts, "store options, as for mount: endpoint=URL,region=NAME,path_style,profile=NAME,s3_request_timeout=D,... (repeatable)")
 }
 
 // openVolume opens STORE read-only for an offline command.
 func (t *toolFlags) openVolume(ctx context.Context, spec string) (*inspect.Volume, error) {
-	so, rest, err := takeStoreOpts(t.opts)
+	so, _, err := parseToolOpts(t.opts)
 	if err != nil {
 		return nil, err
-	}
-	if len(rest) > 0 {
-		return nil, fmt.Errorf("unknown option %q", rest[0])
 	}
 	st, root, err := openStore(ctx, spec, so)
 	if err != nil {

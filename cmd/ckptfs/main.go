@@ -49,8 +49,8 @@ a new, empty volume. mem:// is always new and needs neither.`
 
 // mountText is how a mount runs, detaches and ends.
 const mountText = `ckptfs mount detaches once the volume is mounted, unless -f is given; a mount
-that fails (bad option, unreachable store, a volume written by a newer version,
-a missing or non-empty mount point) is reported before that and exits 1.
+that fails (unreachable store, a volume written by a newer version, a missing
+or non-empty mount point) is reported before that and exits 1; a bad option, 2.
 SIGINT and SIGTERM unmount after flushing every file, as does
 "fusermount3 -u MOUNTPOINT" (or umount).
 
@@ -88,6 +88,11 @@ const storeOptsText = `Store options (-o), besides the tunables below:
                    mount (default 2m)
   single_writer    mount even if the store ignores If-None-Match/If-Match;
                    then never mount this volume twice at once
+Every tool (ls, info, cat, cp, fsck, gc) takes these and the tunables that
+reach the store (s3_connect_timeout, s3_request_timeout, s3_stall_timeout,
+s3_retry_max_time, log), so that a mount's -o string serves its tools (they
+keep no log: log= changes nothing there); the other tunables shape a mount
+and are refused there as for mount only.
 Credentials come the AWS way: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
 a profile, SSO, or an instance role. They are never logged.`
 
@@ -95,7 +100,8 @@ a profile, SSO, or an instance role. They are never logged.`
 const exitText = `Exit status (every command):
   0  success
   1  the operation failed (fsck: problems found)
-  2  usage error: unknown command, unknown flag, wrong number of arguments
+  2  usage error: unknown command, unknown flag, wrong number of arguments,
+     a bad flag value or -o option
 Errors are printed as one line on stderr: "ckptfs COMMAND: what went wrong".`
 
 // tunablesText is the list of tunables, shown after the flags of the root's

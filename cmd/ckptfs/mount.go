@@ -69,6 +69,11 @@ func newMountCmd(mount mountFunc) *cobra.Command {
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			m.store, m.mountpoint = args[0], args[1]
+			// Before detaching, so that a bad option is a usage error
+			// (exit 2) as with every command; the mount reads them again.
+			if _, _, err := parseMountOpts(m.opts); err != nil {
+				return err
+			}
 			if code := mount(m, c.OutOrStdout(), c.ErrOrStderr()); code != exitOK {
 				return exitStatus(code)
 			}
@@ -147,9 +152,9 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 			}
 			so.caBundle = value
 		case "mount_timeout":
-			d, err := time.ParseDuration(value)
+			d, err := config.ParseDuration(value)
 			if err != nil || d <= 0 {
-				return so, nil, fmt.Errorf("option mount_timeout=%q: want a positive duration such as 2m", value)
+				return so, nil, fmt.Errorf("option mount_timeout=%q: want a positive duration such as 2m or 1h", value)
 			}
 			so.mountTimeout = d
 		case "path_style", "create", "single_writer", "requester_pays":
@@ -405,13 +410,9 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	// before it detaches (a failed mount says only why it failed).
 	var warnings []string
 	warn := func(msg string) { warnings = append(warnings, strings.ReplaceAll(msg, "\n", "; ")) }
-	so, rest, err := takeStoreOpts(m.opts)
+	so, cfg, err := parseMountOpts(m.opts)
 	if err != nil {
 		return fail(err)
-	}
-	cfg, err := config.ParseMount(config.TotalRAM(), strings.Join(rest, ","))
-	if err != nil {
-		return fail(fmt.Errorf("options: %w", err))
 	}
 	var log *zap.Logger
 	var logFile *reopenFile
