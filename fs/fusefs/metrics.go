@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,9 +32,16 @@ import (
 // name, every store request by operation, and every flush that published a
 // checkpoint, with the bytes it had sent ahead; and the process and Go
 // runtime collectors.
+//
+// Every series carries the label volume, the mount's store URL without user
+// information or query (metricsVolume): one Prometheus scraping several
+// mounts tells them apart, and nothing secret reaches the scrape. The label
+// is added by the registerer every collector is registered through
+// (Registerer), so one registered later gets it too.
 type Metrics struct {
-	reg  *prometheus.Registry
-	fsys *FS // set by New before the listener starts
+	reg  *prometheus.Registry  // what is gathered
+	regr prometheus.Registerer // reg, adding the volume label
+	fsys *FS                   // set by New before the listener starts
 
 	flushes       atomic.Int64
 	flushFailures atomic.Int64
@@ -55,15 +64,64 @@ type Metrics struct {
 }
 
 // Latency buckets: from a memory hit (10 µs) to a request that waited on a
-// slow link (about 100 s), by factors of about 3.
-var latencyBuckets = prometheus.ExponentialBucketsRange(10e-6, 100, 15)
+// slow link (100 s), in 1-2.5-5 steps. Written as decimal literals so that the
+// exposition prints them as they read (le="0.00025", not the
+// 0.00024999999999999995 a computed series gives): dashboards and alert
+// rules name a bucket by its le.
+var latencyBuckets = []float64{
+	0.00001, 0.000025, 0.00005,
+	0.0001, 0.00025, 0.0005,
+	0.001, 0.0025, 0.005,
+	0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5,
+	1, 2.5, 5,
+	10, 25, 50,
+	100,
+}
+
+// BuildInfo names the build in ckptfs_build_info; the command fills it from
+// its own build information (ckptfs version).
+type BuildInfo struct {
+	Version string // module version, "(devel)" when unknown
+	Commit  string // VCS revision, "-modified" appended for a changed tree
+	Go      string // Go version; "" is runtime.Version()
+}
+
+// metricsVolume is the volume label of a store URL: without its query and
+// fragment (s3:// options, which may carry keys) and without user
+// information. Anything up to the last '@' after the scheme goes, even in
+// the path: a password holding '/' must not leak, and a prefix holding '@'
+// only loses its start in the label.
+func metricsVolume(u string) string {
+	if i := strings.IndexAny(u, "?#"); i >= 0 {
+		u = u[:i]
+	}
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok {
+		scheme, rest = "", u
+	} else {
+		scheme += "://"
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		rest = rest[at+1:]
+	}
+	return scheme + rest
+}
 
 // newMetrics wraps st in the counting wrappers the metrics read; the mount
 // uses the returned store. The FS, once made, sets Metrics.fsys: the gauges
-// read at each scrape.
-func newMetrics(st staging.Store) (*Metrics, staging.Store) {
+// read at each scrape. volume is the volume label (metricsVolume's).
+func newMetrics(st staging.Store, build BuildInfo, volume string) (*Metrics, staging.Store) {
 	c := staging.NewCounting(st)
-	m := &Metrics{reg: prometheus.NewRegistry(), counting: c}
+	reg := prometheus.NewRegistry()
+	m := &Metrics{reg: reg, regr: prometheus.WrapRegistererWith(prometheus.Labels{"volume": volume}, reg), counting: c}
+	if build.Go == "" {
+		build.Go = runtime.Version()
+	}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ckptfs_build_info", Help: "Always 1; its labels name the build: version, commit, go.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "commit": build.Commit, "go": build.Go}})
+	buildInfo.Set(1)
 	m.flushSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "ckptfs_flush_seconds", Help: "Time of the flushes that published a checkpoint.", Buckets: latencyBuckets})
 	m.flushSentAhead = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -82,12 +140,16 @@ func newMetrics(st staging.Store) (*Metrics, staging.Store) {
 		in.seconds[op] = storeSeconds.WithLabelValues(op.String())
 	}
 	m.inflight = in
-	m.reg.MustRegister(m.flushSeconds, m.flushSentAhead, m.fuseSeconds, storeSeconds, m.copies,
+	m.regr.MustRegister(buildInfo, m.flushSeconds, m.flushSentAhead, m.fuseSeconds, storeSeconds, m.copies,
 		&mountCollector{m: m},
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewGoCollector())
 	return m, in
 }
+
+// MetricsRegisterer registers collectors in the mount's registry, with the
+// volume label on their series as on the mount's own.
+func (fsys *FS) MetricsRegisterer() prometheus.Registerer { return fsys.metrics.regr }
 
 // recordFlush adds what one flush did.
 func (m *Metrics) recordFlush(t engine.FlushTiming, err error) {
@@ -258,7 +320,7 @@ func (fsys *FS) startMetrics(addr string) error {
 	fsys.log.Info("metrics listening", zap.String("addr", ln.Addr().String()))
 	if !loopback(ln.Addr()) {
 		// The counters name no file, but they tell anyone who can reach the
-		// port how busy the mount is; ":9100" means every interface.
+		// port how busy the mount is; ":9567" means every interface.
 		fsys.log.Warn("metrics listener reachable from other hosts; give a loopback address (127.0.0.1:port) to keep it local",
 			zap.String("addr", ln.Addr().String()))
 	}

@@ -1,8 +1,19 @@
 package fusefs
 
 import (
+	"bytes"
 	"context"
+	"math"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -39,5 +50,143 @@ func TestMetricsListenerWarnsWhenNotLoopback(t *testing.T) {
 				t.Fatalf("metrics=%s (listening on %s): warned %v, want %v", c.addr, fsys.MetricsAddr(), warned, c.warn)
 			}
 		})
+	}
+}
+
+// scrape is the mount's metrics in the text exposition format, parsed.
+func scrape(t *testing.T, fsys *FS) (string, map[string]*dto.MetricFamily) {
+	t.Helper()
+	var b bytes.Buffer
+	if err := fsys.WriteMetrics(&b); err != nil {
+		t.Fatal(err)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(bytes.NewReader(b.Bytes()))
+	if err != nil {
+		t.Fatalf("parse scrape: %v\n%s", err, b.String())
+	}
+	return b.String(), mfs
+}
+
+// ckptfs_build_info names the build it is given, and every series, the
+// mount's own and one registered later through MetricsRegisterer, carries
+// the volume label: the URL without the keys its user information and
+// query held.
+func TestMetricsBuildInfoAndVolumeLabel(t *testing.T) {
+	cfg := config.MountDefault(1 << 30)
+	fsys, err := New(context.Background(), staging.NewMem(), Options{Config: cfg, FsName: "s3://bucket/pre",
+		VolumeURL: "s3://AKIDUSER:s3cr3tpass@bucket/pre/?endpoint=http://127.0.0.1:1&secret_key=qwertyzz#frag",
+		Build:     BuildInfo{Version: "v1.2.3", Commit: "abc123-modified", Go: "go1.99"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	extra := prometheus.NewCounter(prometheus.CounterOpts{Name: "ckptfs_test_extra_total", Help: "A collector registered by someone else."})
+	fsys.MetricsRegisterer().MustRegister(extra)
+	text, mfs := scrape(t, fsys)
+	for _, secret := range []string{"AKIDUSER", "s3cr3tpass", "qwertyzz", "endpoint", "frag"} {
+		if strings.Contains(text, secret) {
+			t.Errorf("scrape holds %q", secret)
+		}
+	}
+	const want = "s3://bucket/pre/"
+	for name, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			got := ""
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "volume" {
+					got = l.GetValue()
+				}
+			}
+			if got != want {
+				t.Errorf("%s %v: volume=%q, want %q", name, m.GetLabel(), got, want)
+			}
+		}
+	}
+	if _, ok := mfs["ckptfs_test_extra_total"]; !ok {
+		t.Error("the collector registered later is not scraped")
+	}
+	bi := mfs["ckptfs_build_info"]
+	if bi == nil || len(bi.GetMetric()) != 1 {
+		t.Fatalf("ckptfs_build_info: %v", bi)
+	}
+	m := bi.GetMetric()[0]
+	labels := map[string]string{}
+	for _, l := range m.GetLabel() {
+		labels[l.GetName()] = l.GetValue()
+	}
+	wantLabels := map[string]string{"version": "v1.2.3", "commit": "abc123-modified", "go": "go1.99", "volume": want}
+	if !reflect.DeepEqual(labels, wantLabels) || m.GetGauge().GetValue() != 1 {
+		t.Errorf("ckptfs_build_info %v = %v, want %v = 1", labels, m.GetGauge().GetValue(), wantLabels)
+	}
+}
+
+// The volume label keeps the scheme, bucket and path, and nothing of user
+// information, query or fragment.
+func TestMetricsVolume(t *testing.T) {
+	for in, want := range map[string]string{
+		"s3://bucket/prefix":                        "s3://bucket/prefix",
+		"s3://bucket/prefix/?region=x&secret_key=y": "s3://bucket/prefix/",
+		"s3://key:secret@bucket/p":                  "s3://bucket/p",
+		"s3://key:sec/ret@bucket/p":                 "s3://bucket/p",
+		"s3://key:sec?ret@bucket/p":                 "s3://key:sec",
+		"file:///var/lib/vol":                       "file:///var/lib/vol",
+		"file:///var/lib/vol#x":                     "file:///var/lib/vol",
+		"user:pass@bucket/p":                        "bucket/p",
+		"mem://":                                    "mem://",
+		"":                                          "",
+	} {
+		if got := metricsVolume(in); got != want {
+			t.Errorf("metricsVolume(%q) = %q, want %q", in, got, want)
+		}
+		if strings.Contains(metricsVolume(in), "secret") || strings.Contains(metricsVolume(in), "pass") {
+			t.Errorf("metricsVolume(%q) = %q: a secret is left", in, metricsVolume(in))
+		}
+	}
+}
+
+// Every histogram bucket is printed as the decimal it was written as: its
+// le parses back and has at most 3 significant digits (the latencies) or is
+// a whole number of bytes, never 9.999999999999999e-05.
+func TestMetricsBucketsExactDecimals(t *testing.T) {
+	cfg := config.MountDefault(1 << 30)
+	fsys, err := New(context.Background(), staging.NewMem(), Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	fsys.metrics.fuseSeconds.WithLabelValues("lookup").Observe(0.001)
+	text, _ := scrape(t, fsys)
+	re := regexp.MustCompile(`^(\w+)_bucket\{.*le="([^"]+)"`)
+	n := 0
+	for _, line := range strings.Split(text, "\n") {
+		sm := re.FindStringSubmatch(line)
+		if sm == nil {
+			continue
+		}
+		name, le := sm[1], sm[2]
+		n++
+		if le == "+Inf" {
+			continue
+		}
+		f, err := strconv.ParseFloat(le, 64)
+		if err != nil {
+			t.Errorf("%s: le=%q does not parse: %v", name, le, err)
+			continue
+		}
+		if strings.HasSuffix(name, "_bytes") {
+			if f != math.Trunc(f) {
+				t.Errorf("%s: le=%q is not a whole number of bytes", name, le)
+			}
+			continue
+		}
+		mant, _, _ := strings.Cut(strings.ToLower(le), "e")
+		digits := strings.TrimLeft(strings.ReplaceAll(mant, ".", ""), "0")
+		if len(digits) > 3 {
+			t.Errorf("%s: le=%q has %d significant digits", name, le, len(digits))
+		}
+	}
+	if n == 0 {
+		t.Fatal("no bucket in the scrape")
 	}
 }
