@@ -222,6 +222,7 @@ var (
 	descInFlight     = newDesc("ckptfs_store_requests_in_flight", "Store requests started and not returned, by operation.", prometheus.GaugeValue, "op")
 	descPieces       = newDesc("ckptfs_pieces_in_flight", "Object data (puts and parts) being uploaded now.", prometheus.GaugeValue)
 	descErrors       = newDesc("ckptfs_errors_total", "Errors by kind: failed flushes, failed store requests (not counting expected answers such as not found).", prometheus.CounterValue, "kind")
+	descTimeouts     = newDesc("ckptfs_store_timeouts_total", "Store requests that failed because the store did not answer in time (staging.ErrTimeout; counted in ckptfs_store_errors_total too), by operation.", prometheus.CounterValue, "op")
 	descStoreErrors  = newDesc("ckptfs_store_errors_total", "Failed store requests by operation (not counting expected answers such as not found).", prometheus.CounterValue, "op")
 	descWALRecords   = newDesc("ckptfs_wal_records_total", "Write-ahead log records stored (each one PUT; concurrent writes share one).", prometheus.CounterValue)
 	descWALWrites    = newDesc("ckptfs_wal_writes_total", "Changes (writes, truncates, hole punches, mtimes) made durable in write-ahead log records.", prometheus.CounterValue)
@@ -232,7 +233,7 @@ var (
 	descMemoryLimit  = newDesc("ckptfs_memory_limit_bytes", "Size of the mount's memory budget.", prometheus.GaugeValue)
 	descOpenFiles    = newDesc("ckptfs_open_files", "Files whose engine is open (held by a handle or still dirty).", prometheus.GaugeValue)
 	mountCollectorDs = []metricDesc{descFlushes, descConflicts, descSent, descDead, descFlushed, descMeta, descRequests, descRefused,
-		descBytesSent, descBytesRecv, descInFlight, descPieces, descErrors, descStoreErrors, descWALRecords, descWALWrites,
+		descBytesSent, descBytesRecv, descInFlight, descPieces, descErrors, descStoreErrors, descTimeouts, descWALRecords, descWALWrites,
 		descWALBytes, descWALFailures, descDirty, descReadHeld, descMemoryLimit, descOpenFiles}
 )
 
@@ -260,6 +261,7 @@ func (c *mountCollector) Collect(ch chan<- prometheus.Metric) {
 		emit(descRefused, o.Refused, op.String())
 		emit(descStoreErrors, o.Errors, op.String())
 		emit(descInFlight, m.inflight.n[op].Load(), op.String())
+		emit(descTimeouts, m.inflight.timeouts[op].Load(), op.String())
 	}
 	emit(descBytesSent, counts.Total().BytesSent)
 	emit(descBytesRecv, counts.Total().BytesReceived)
@@ -356,73 +358,79 @@ func (fsys *FS) MetricsAddr() string {
 // inflightStore counts the requests in progress to the store it wraps, by
 // operation: the uploads in flight of every file of the mount.
 type inflightStore struct {
-	inner   staging.Store
-	n       [staging.OpListUploads + 1]atomic.Int64
-	seconds [staging.OpListUploads + 1]prometheus.Observer // request latency
+	inner staging.Store
+	n     [staging.OpListUploads + 1]atomic.Int64
+	// timeouts: requests that failed with staging.ErrTimeout, the store
+	// not answering (not the caller's own deadline)
+	timeouts [staging.OpListUploads + 1]atomic.Int64
+	seconds  [staging.OpListUploads + 1]prometheus.Observer // request latency
 }
 
 var _ staging.Store = (*inflightStore)(nil)
 
-// begin counts a request of op in progress; call what it returns when the
-// request returns.
-func (s *inflightStore) begin(op staging.Op) func() {
+// begin counts a request of op in progress; call what it returns with the
+// request's error when the request returns.
+func (s *inflightStore) begin(op staging.Op) func(*error) {
 	s.n[op].Add(1)
 	start := time.Now()
-	return func() {
+	return func(err *error) {
 		s.n[op].Add(-1)
 		if o := s.seconds[op]; o != nil {
 			o.Observe(time.Since(start).Seconds())
 		}
+		if errors.Is(*err, staging.ErrTimeout) {
+			s.timeouts[op].Add(1)
+		}
 	}
 }
 
-func (s *inflightStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
-	defer s.begin(staging.OpPut)()
+func (s *inflightStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (_ staging.ObjectInfo, err error) {
+	defer s.begin(staging.OpPut)(&err)
 	return s.inner.Put(ctx, key, data, opts)
 }
 
-func (s *inflightStore) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
-	defer s.begin(staging.OpGet)()
+func (s *inflightStore) Get(ctx context.Context, key string, r staging.Range) (_ []byte, _ staging.ObjectInfo, err error) {
+	defer s.begin(staging.OpGet)(&err)
 	return s.inner.Get(ctx, key, r)
 }
 
-func (s *inflightStore) Head(ctx context.Context, key string) (staging.ObjectInfo, error) {
-	defer s.begin(staging.OpHead)()
+func (s *inflightStore) Head(ctx context.Context, key string) (_ staging.ObjectInfo, err error) {
+	defer s.begin(staging.OpHead)(&err)
 	return s.inner.Head(ctx, key)
 }
 
-func (s *inflightStore) List(ctx context.Context, prefix, startAfter string, max int) (staging.ListPage, error) {
-	defer s.begin(staging.OpList)()
+func (s *inflightStore) List(ctx context.Context, prefix, startAfter string, max int) (_ staging.ListPage, err error) {
+	defer s.begin(staging.OpList)(&err)
 	return s.inner.List(ctx, prefix, startAfter, max)
 }
 
-func (s *inflightStore) Delete(ctx context.Context, key string) error {
-	defer s.begin(staging.OpDelete)()
+func (s *inflightStore) Delete(ctx context.Context, key string) (err error) {
+	defer s.begin(staging.OpDelete)(&err)
 	return s.inner.Delete(ctx, key)
 }
 
-func (s *inflightStore) CreateMultipart(ctx context.Context, key string, opts staging.PutOptions) (string, error) {
-	defer s.begin(staging.OpCreateMultipart)()
+func (s *inflightStore) CreateMultipart(ctx context.Context, key string, opts staging.PutOptions) (_ string, err error) {
+	defer s.begin(staging.OpCreateMultipart)(&err)
 	return s.inner.CreateMultipart(ctx, key, opts)
 }
 
-func (s *inflightStore) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
-	defer s.begin(staging.OpUploadPart)()
+func (s *inflightStore) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (_ string, err error) {
+	defer s.begin(staging.OpUploadPart)(&err)
 	return s.inner.UploadPart(ctx, key, uploadID, n, data)
 }
 
-func (s *inflightStore) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
-	defer s.begin(staging.OpCompleteMultipart)()
+func (s *inflightStore) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (_ staging.ObjectInfo, err error) {
+	defer s.begin(staging.OpCompleteMultipart)(&err)
 	return s.inner.CompleteMultipart(ctx, key, uploadID, parts, cond)
 }
 
-func (s *inflightStore) AbortMultipart(ctx context.Context, key, uploadID string) error {
-	defer s.begin(staging.OpAbortMultipart)()
+func (s *inflightStore) AbortMultipart(ctx context.Context, key, uploadID string) (err error) {
+	defer s.begin(staging.OpAbortMultipart)(&err)
 	return s.inner.AbortMultipart(ctx, key, uploadID)
 }
 
-func (s *inflightStore) ListMultipartUploads(ctx context.Context, prefix string) ([]staging.Upload, error) {
-	defer s.begin(staging.OpListUploads)()
+func (s *inflightStore) ListMultipartUploads(ctx context.Context, prefix string) (_ []staging.Upload, err error) {
+	defer s.begin(staging.OpListUploads)(&err)
 	return s.inner.ListMultipartUploads(ctx, prefix)
 }
 

@@ -3,6 +3,8 @@ package fusefs
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"reflect"
 	"regexp"
@@ -188,5 +190,53 @@ func TestMetricsBucketsExactDecimals(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no bucket in the scrape")
+	}
+}
+
+// timeoutStore answers Head with the store's time-out and fails Get with
+// the caller's own deadline.
+type timeoutStore struct{ staging.Store }
+
+func (timeoutStore) Head(context.Context, string) (staging.ObjectInfo, error) {
+	return staging.ObjectInfo{}, fmt.Errorf("s3 head k: %w", staging.ErrTimeout)
+}
+
+func (timeoutStore) Get(context.Context, string, staging.Range) ([]byte, staging.ObjectInfo, error) {
+	return nil, staging.ObjectInfo{}, fmt.Errorf("s3 get k: %w", context.DeadlineExceeded)
+}
+
+// A request the store did not answer in time counts in
+// ckptfs_store_timeouts_total by operation; one cut by the caller's own
+// deadline does not.
+func TestMetricsStoreTimeouts(t *testing.T) {
+	m, st := newMetrics(timeoutStore{staging.NewMem()}, BuildInfo{}, "mem://")
+	ctx := context.Background()
+	for i := 0; i < 2; i++ {
+		if _, err := st.Head(ctx, "k"); !errors.Is(err, staging.ErrTimeout) {
+			t.Fatalf("head: %v", err)
+		}
+		if _, _, err := st.Get(ctx, "k", staging.Range{}); err == nil {
+			t.Fatal("get: no error")
+		}
+	}
+	got := map[string]float64{}
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() != "ckptfs_store_timeouts_total" {
+			continue
+		}
+		for _, s := range mf.GetMetric() {
+			for _, l := range s.GetLabel() {
+				if l.GetName() == "op" {
+					got[l.GetValue()] = s.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	if got[staging.OpHead.String()] != 2 || got[staging.OpGet.String()] != 0 {
+		t.Errorf("ckptfs_store_timeouts_total = %v, want 2 for %s and 0 for %s", got, staging.OpHead, staging.OpGet)
 	}
 }
