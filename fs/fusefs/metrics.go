@@ -135,12 +135,14 @@ func newMetrics(st staging.Store, build BuildInfo, volume string) (*Metrics, sta
 		[]string{"how"})
 	storeSeconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "ckptfs_store_request_seconds", Help: "Time of store requests, by operation.", Buckets: latencyBuckets}, []string{"op"})
-	in := &inflightStore{inner: c}
+	in := &inflightStore{inner: c, walSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "ckptfs_wal_append_seconds", Help: "Time of the PUTs storing write-ahead log records: what a write waiting to be durable waits on.",
+		Buckets: latencyBuckets})}
 	for op := staging.OpPut; op <= staging.OpListUploads; op++ {
 		in.seconds[op] = storeSeconds.WithLabelValues(op.String())
 	}
 	m.inflight = in
-	m.regr.MustRegister(buildInfo, m.flushSeconds, m.flushSentAhead, m.fuseSeconds, storeSeconds, m.copies,
+	m.regr.MustRegister(buildInfo, m.flushSeconds, m.flushSentAhead, m.fuseSeconds, storeSeconds, in.walSeconds, m.copies,
 		&mountCollector{m: m},
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewGoCollector())
@@ -364,6 +366,9 @@ type inflightStore struct {
 	// not answering (not the caller's own deadline)
 	timeouts [staging.OpListUploads + 1]atomic.Int64
 	seconds  [staging.OpListUploads + 1]prometheus.Observer // request latency
+	// walSeconds: the latency of the PUTs of WAL records alone, told by
+	// their key (walRecordKey)
+	walSeconds prometheus.Histogram
 }
 
 var _ staging.Store = (*inflightStore)(nil)
@@ -386,7 +391,21 @@ func (s *inflightStore) begin(op staging.Op) func(*error) {
 
 func (s *inflightStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (_ staging.ObjectInfo, err error) {
 	defer s.begin(staging.OpPut)(&err)
+	if s.walSeconds != nil && walRecordKey(key) {
+		defer func(start time.Time) { s.walSeconds.Observe(time.Since(start).Seconds()) }(time.Now())
+	}
 	return s.inner.Put(ctx, key, data, opts)
+}
+
+// walRecordKey says whether key is a file's write-ahead log record
+// (wal.RecordKey's form: ...<wal.Dir><digits>).
+func walRecordKey(key string) bool {
+	i := strings.LastIndex(key, wal.Dir)
+	if i < 0 {
+		return false
+	}
+	_, ok := wal.ParseRecordName(key[i+len(wal.Dir):])
+	return ok
 }
 
 func (s *inflightStore) Get(ctx context.Context, key string, r staging.Range) (_ []byte, _ staging.ObjectInfo, err error) {

@@ -23,6 +23,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // A metrics listener on every interface (":port") is reachable from other
@@ -238,5 +239,30 @@ func TestMetricsStoreTimeouts(t *testing.T) {
 	}
 	if got[staging.OpHead.String()] != 2 || got[staging.OpGet.String()] != 0 {
 		t.Errorf("ckptfs_store_timeouts_total = %v, want 2 for %s and 0 for %s", got, staging.OpHead, staging.OpGet)
+	}
+}
+
+// The PUT of a WAL record counts in ckptfs_wal_append_seconds; another
+// object's does not.
+func TestMetricsWALAppendSeconds(t *testing.T) {
+	m, st := newMetrics(staging.NewMem(), BuildInfo{}, "mem://")
+	ctx := context.Background()
+	for _, key := range []string{wal.RecordKey("files/ab/", 1), wal.RecordKey("files/ab/", 2), "files/ab/" + wal.Dir + "owner", "files/ab/head"} {
+		if _, err := st.Put(ctx, key, []byte("x"), staging.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mfs, err := m.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n uint64
+	for _, mf := range mfs {
+		if mf.GetName() == "ckptfs_wal_append_seconds" {
+			n = mf.GetMetric()[0].GetHistogram().GetSampleCount()
+		}
+	}
+	if n != 2 {
+		t.Errorf("ckptfs_wal_append_seconds counted %d PUTs, want the 2 records'", n)
 	}
 }
