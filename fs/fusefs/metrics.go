@@ -82,8 +82,8 @@ var latencyBuckets = []float64{
 // BuildInfo names the build in ckptfs_build_info; the command fills it from
 // its own build information (ckptfs version).
 type BuildInfo struct {
-	Version string // module version, "(devel)" when unknown
-	Commit  string // VCS revision, "-modified" appended for a changed tree
+	Version string // module version; "" is "(devel)"
+	Commit  string // VCS revision, "-modified" appended for a changed tree; "" is "(devel)"
 	Go      string // Go version; "" is runtime.Version()
 }
 
@@ -97,7 +97,7 @@ func metricsVolume(u string) string {
 		u = u[:i]
 	}
 	scheme, rest, ok := strings.Cut(u, "://")
-	if !ok {
+	if !ok || strings.ContainsRune(scheme, '@') {
 		scheme, rest = "", u
 	} else {
 		scheme += "://"
@@ -117,6 +117,12 @@ func newMetrics(st staging.Store, build BuildInfo, volume string) (*Metrics, sta
 	m := &Metrics{reg: reg, regr: prometheus.WrapRegistererWith(prometheus.Labels{"volume": volume}, reg), counting: c}
 	if build.Go == "" {
 		build.Go = runtime.Version()
+	}
+	if build.Version == "" {
+		build.Version = "(devel)"
+	}
+	if build.Commit == "" {
+		build.Commit = "(devel)"
 	}
 	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "ckptfs_build_info", Help: "Always 1; its labels name the build: version, commit, go.",

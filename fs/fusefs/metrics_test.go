@@ -266,3 +266,20 @@ func TestMetricsWALAppendSeconds(t *testing.T) {
 		t.Errorf("ckptfs_wal_append_seconds counted %d PUTs, want the 2 records'", n)
 	}
 }
+
+// Whatever the URL, the volume label keeps no user information, query or
+// fragment: nothing of it is left past an '@', a '?' or a '#'.
+func FuzzMetricsVolume(f *testing.F) {
+	for _, s := range []string{"s3://k:s@b/p?x=y#z", "file:///a@b/c", "u:p@h", "s3://b/p", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, u string) {
+		v := metricsVolume(u)
+		if strings.ContainsAny(v, "@?#") {
+			t.Fatalf("metricsVolume(%q) = %q", u, v)
+		}
+		if len(v) > len(u) {
+			t.Fatalf("metricsVolume(%q) = %q: longer", u, v)
+		}
+	})
+}
