@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,6 +52,11 @@ func parseProm(text string) (map[string]float64, error) {
 		for _, m := range mf.GetMetric() {
 			var labels []string
 			for _, l := range m.GetLabel() {
+				// volume is the same on every series of a mount
+				// (checkScrapeVolume): keys leave it out.
+				if l.GetName() == "volume" {
+					continue
+				}
 				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
 			}
 			key := func(suffix string, extra ...string) string {
@@ -301,6 +307,53 @@ func TestMetricsListenerBusy(t *testing.T) {
 	}
 }
 
+// checkScrapeVolume scrapes addr: every series carries volume=want, the
+// build is named by ckptfs_build_info{version,commit,go} = 1, and no secret
+// is in the text.
+func checkScrapeVolume(t *testing.T, addr, want string, secrets []string) {
+	t.Helper()
+	c := http.Client{Timeout: 10 * time.Second}
+	resp, err := c.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	for _, secret := range secrets {
+		if secret != "" && strings.Contains(text, secret) {
+			t.Errorf("the scrape holds a secret (%.6s...)", secret)
+		}
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(strings.NewReader(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			labels := map[string]string{}
+			for _, l := range m.GetLabel() {
+				labels[l.GetName()] = l.GetValue()
+			}
+			if labels["volume"] != want {
+				t.Fatalf("%s %v: volume=%q, want %q", name, labels, labels["volume"], want)
+			}
+			if name == "ckptfs_build_info" {
+				if labels["version"] == "" || labels["commit"] == "" || labels["go"] != runtime.Version() || m.GetGauge().GetValue() != 1 {
+					t.Errorf("ckptfs_build_info %v = %v, want a version, a commit and go=%s, = 1", labels, m.GetGauge().GetValue(), runtime.Version())
+				}
+			}
+		}
+	}
+	if mfs["ckptfs_build_info"] == nil {
+		t.Error("no ckptfs_build_info")
+	}
+}
+
 // freeAddr returns a loopback address with a port nothing listens on now.
 func freeAddr(t *testing.T) string {
 	t.Helper()
@@ -371,6 +424,7 @@ func TestMountLogLevel(t *testing.T) {
 				_, err := scrape(addr)
 				return err
 			})
+			checkScrapeVolume(t, addr, strings.Replace(store, canary+"@", "", 1), []string{"canary", e.SecretKey, e.AccessKey})
 			mounts, err := os.ReadFile("/proc/self/mountinfo")
 			if err != nil {
 				t.Fatal(err)

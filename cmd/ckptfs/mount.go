@@ -358,7 +358,8 @@ func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger
 	// mem:// is new at every mount: there is nothing to mistype.
 	isMem := strings.HasPrefix(spec, "mem:")
 	fsys, err := fusefs.New(ctx, st, fusefs.Options{Config: cfg, Root: root, Logger: log,
-		FsName: redactStore(spec), RequireVolume: cfg.ReadOnly || (!so.create && !isMem)})
+		FsName: redactStore(spec), RequireVolume: cfg.ReadOnly || (!so.create && !isMem),
+		Build: buildInfo(), VolumeURL: spec})
 	if cfg.ReadOnly && errors.Is(err, fusefs.ErrNoVolume) {
 		return nil, &userError{fmt.Sprintf("no ckptfs volume at %s (no %s there), and a read-only mount creates none; create it with \"ckptfs format %s\"",
 			redactStore(spec), fusefs.VolumeKey, redactStore(spec)), err}

@@ -3,9 +3,10 @@ package main
 import (
 	"fmt"
 	"runtime/debug"
-	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ckptfs/ckptfs/fs/fusefs"
 )
 
 // newVersionCmd is "ckptfs version", the line "ckptfs --version" prints.
@@ -33,9 +34,27 @@ func version() string {
 }
 
 func versionOf(bi *debug.BuildInfo) string {
-	v := bi.Main.Version
-	if v == "" {
-		v = "(devel)"
+	b := buildOf(bi)
+	return "ckptfs " + b.Version + " commit " + b.Commit + " " + b.Go
+}
+
+// buildInfo is this build as the mount's metrics name it
+// (ckptfs_build_info): what version prints.
+func buildInfo() fusefs.BuildInfo {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return fusefs.BuildInfo{Version: "(devel)", Commit: "(devel)"}
+	}
+	return buildOf(bi)
+}
+
+// buildOf reads the module version, the VCS commit ("-modified" when the
+// tree had changes) and the Go version of bi; "(devel)" for what it does
+// not know.
+func buildOf(bi *debug.BuildInfo) fusefs.BuildInfo {
+	b := fusefs.BuildInfo{Version: bi.Main.Version, Commit: "(devel)", Go: bi.GoVersion}
+	if b.Version == "" {
+		b.Version = "(devel)"
 	}
 	rev, modified := "", false
 	for _, s := range bi.Settings {
@@ -46,16 +65,11 @@ func versionOf(bi *debug.BuildInfo) string {
 			modified = s.Value == "true"
 		}
 	}
-	var b strings.Builder
-	b.WriteString("ckptfs " + v)
 	if rev != "" {
-		b.WriteString(" commit " + rev)
+		b.Commit = rev
 		if modified {
-			b.WriteString("-modified")
+			b.Commit += "-modified"
 		}
-	} else {
-		b.WriteString(" commit (devel)")
 	}
-	b.WriteString(" " + bi.GoVersion)
-	return b.String()
+	return b
 }

@@ -175,9 +175,14 @@
 // # Metrics
 //
 // -o metrics=host:port serves Prometheus counters at /metrics, unauthenticated.
-// An empty host (":9100") or 0.0.0.0 listens on every interface; the mount
-// then warns in its log. Give a loopback address (127.0.0.1:9100) to keep the
+// An empty host (":9567") or 0.0.0.0 listens on every interface; the mount
+// then warns in its log. Give a loopback address (127.0.0.1:9567) to keep the
 // counters local.
+//
+// Every series carries the label volume, the store URL without user
+// information or query (metricsVolume), and ckptfs_build_info names the
+// build (Options.Build). docs/operations.md lists the metrics;
+// docs/monitoring has a dashboard and alert rules that name them.
 //
 // # Several mounts of one root
 //

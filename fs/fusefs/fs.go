@@ -50,6 +50,11 @@ type Options struct {
 	// RequireVolume refuses a root without a volume descriptor (the error
 	// is ErrNoVolume) instead of creating one there.
 	RequireVolume bool
+	// Build names the build in the metrics (ckptfs_build_info).
+	Build BuildInfo
+	// VolumeURL is the volume's store URL, the metrics' volume label once
+	// stripped of user information and query; "" uses FsName.
+	VolumeURL string
 }
 
 // FS is one mounted (or mountable) volume.
@@ -167,7 +172,11 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 	if log == nil {
 		log = zap.NewNop()
 	}
-	metrics, st := newMetrics(st)
+	volURL := o.VolumeURL
+	if volURL == "" {
+		volURL = o.FsName
+	}
+	metrics, st := newMetrics(st, o.Build, metricsVolume(volURL))
 	vol, err := openVolume(ctx, st, o.Root, o.Config, o.RequireVolume)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,8 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,9 +32,16 @@ import (
 // name, every store request by operation, and every flush that published a
 // checkpoint, with the bytes it had sent ahead; and the process and Go
 // runtime collectors.
+//
+// Every series carries the label volume, the mount's store URL without user
+// information or query (metricsVolume): one Prometheus scraping several
+// mounts tells them apart, and nothing secret reaches the scrape. The label
+// is added by the registerer every collector is registered through
+// (Registerer), so one registered later gets it too.
 type Metrics struct {
-	reg  *prometheus.Registry
-	fsys *FS // set by New before the listener starts
+	reg  *prometheus.Registry  // what is gathered
+	regr prometheus.Registerer // reg, adding the volume label
+	fsys *FS                   // set by New before the listener starts
 
 	flushes       atomic.Int64
 	flushFailures atomic.Int64
@@ -55,15 +64,70 @@ type Metrics struct {
 }
 
 // Latency buckets: from a memory hit (10 µs) to a request that waited on a
-// slow link (about 100 s), by factors of about 3.
-var latencyBuckets = prometheus.ExponentialBucketsRange(10e-6, 100, 15)
+// slow link (100 s), in 1-2.5-5 steps. Written as decimal literals so that the
+// exposition prints them as they read (le="0.00025", not the
+// 0.00024999999999999995 a computed series gives): dashboards and alert
+// rules name a bucket by its le.
+var latencyBuckets = []float64{
+	0.00001, 0.000025, 0.00005,
+	0.0001, 0.00025, 0.0005,
+	0.001, 0.0025, 0.005,
+	0.01, 0.025, 0.05,
+	0.1, 0.25, 0.5,
+	1, 2.5, 5,
+	10, 25, 50,
+	100,
+}
+
+// BuildInfo names the build in ckptfs_build_info; the command fills it from
+// its own build information (ckptfs version).
+type BuildInfo struct {
+	Version string // module version; "" is "(devel)"
+	Commit  string // VCS revision, "-modified" appended for a changed tree; "" is "(devel)"
+	Go      string // Go version; "" is runtime.Version()
+}
+
+// metricsVolume is the volume label of a store URL: without its query and
+// fragment (s3:// options, which may carry keys) and without user
+// information. Anything up to the last '@' after the scheme goes, even in
+// the path: a password holding '/' must not leak, and a prefix holding '@'
+// only loses its start in the label.
+func metricsVolume(u string) string {
+	if i := strings.IndexAny(u, "?#"); i >= 0 {
+		u = u[:i]
+	}
+	scheme, rest, ok := strings.Cut(u, "://")
+	if !ok || strings.ContainsRune(scheme, '@') {
+		scheme, rest = "", u
+	} else {
+		scheme += "://"
+	}
+	if at := strings.LastIndexByte(rest, '@'); at >= 0 {
+		rest = rest[at+1:]
+	}
+	return scheme + rest
+}
 
 // newMetrics wraps st in the counting wrappers the metrics read; the mount
 // uses the returned store. The FS, once made, sets Metrics.fsys: the gauges
-// read at each scrape.
-func newMetrics(st staging.Store) (*Metrics, staging.Store) {
+// read at each scrape. volume is the volume label (metricsVolume's).
+func newMetrics(st staging.Store, build BuildInfo, volume string) (*Metrics, staging.Store) {
 	c := staging.NewCounting(st)
-	m := &Metrics{reg: prometheus.NewRegistry(), counting: c}
+	reg := prometheus.NewRegistry()
+	m := &Metrics{reg: reg, regr: prometheus.WrapRegistererWith(prometheus.Labels{"volume": volume}, reg), counting: c}
+	if build.Go == "" {
+		build.Go = runtime.Version()
+	}
+	if build.Version == "" {
+		build.Version = "(devel)"
+	}
+	if build.Commit == "" {
+		build.Commit = "(devel)"
+	}
+	buildInfo := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "ckptfs_build_info", Help: "Always 1; its labels name the build: version, commit, go.",
+		ConstLabels: prometheus.Labels{"version": build.Version, "commit": build.Commit, "go": build.Go}})
+	buildInfo.Set(1)
 	m.flushSeconds = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "ckptfs_flush_seconds", Help: "Time of the flushes that published a checkpoint.", Buckets: latencyBuckets})
 	m.flushSentAhead = prometheus.NewHistogram(prometheus.HistogramOpts{
@@ -77,17 +141,23 @@ func newMetrics(st staging.Store) (*Metrics, staging.Store) {
 		[]string{"how"})
 	storeSeconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "ckptfs_store_request_seconds", Help: "Time of store requests, by operation.", Buckets: latencyBuckets}, []string{"op"})
-	in := &inflightStore{inner: c}
+	in := &inflightStore{inner: c, walSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "ckptfs_wal_append_seconds", Help: "Time of the PUTs storing write-ahead log records: what a write waiting to be durable waits on.",
+		Buckets: latencyBuckets})}
 	for op := staging.OpPut; op <= staging.OpListUploads; op++ {
 		in.seconds[op] = storeSeconds.WithLabelValues(op.String())
 	}
 	m.inflight = in
-	m.reg.MustRegister(m.flushSeconds, m.flushSentAhead, m.fuseSeconds, storeSeconds, m.copies,
+	m.regr.MustRegister(buildInfo, m.flushSeconds, m.flushSentAhead, m.fuseSeconds, storeSeconds, in.walSeconds, m.copies,
 		&mountCollector{m: m},
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		collectors.NewGoCollector())
 	return m, in
 }
+
+// MetricsRegisterer registers collectors in the mount's registry, with the
+// volume label on their series as on the mount's own.
+func (fsys *FS) MetricsRegisterer() prometheus.Registerer { return fsys.metrics.regr }
 
 // recordFlush adds what one flush did.
 func (m *Metrics) recordFlush(t engine.FlushTiming, err error) {
@@ -160,6 +230,7 @@ var (
 	descInFlight     = newDesc("ckptfs_store_requests_in_flight", "Store requests started and not returned, by operation.", prometheus.GaugeValue, "op")
 	descPieces       = newDesc("ckptfs_pieces_in_flight", "Object data (puts and parts) being uploaded now.", prometheus.GaugeValue)
 	descErrors       = newDesc("ckptfs_errors_total", "Errors by kind: failed flushes, failed store requests (not counting expected answers such as not found).", prometheus.CounterValue, "kind")
+	descTimeouts     = newDesc("ckptfs_store_timeouts_total", "Store requests that failed because the store did not answer in time (staging.ErrTimeout; counted in ckptfs_store_errors_total too), by operation.", prometheus.CounterValue, "op")
 	descStoreErrors  = newDesc("ckptfs_store_errors_total", "Failed store requests by operation (not counting expected answers such as not found).", prometheus.CounterValue, "op")
 	descWALRecords   = newDesc("ckptfs_wal_records_total", "Write-ahead log records stored (each one PUT; concurrent writes share one).", prometheus.CounterValue)
 	descWALWrites    = newDesc("ckptfs_wal_writes_total", "Changes (writes, truncates, hole punches, mtimes) made durable in write-ahead log records.", prometheus.CounterValue)
@@ -170,7 +241,7 @@ var (
 	descMemoryLimit  = newDesc("ckptfs_memory_limit_bytes", "Size of the mount's memory budget.", prometheus.GaugeValue)
 	descOpenFiles    = newDesc("ckptfs_open_files", "Files whose engine is open (held by a handle or still dirty).", prometheus.GaugeValue)
 	mountCollectorDs = []metricDesc{descFlushes, descConflicts, descSent, descDead, descFlushed, descMeta, descRequests, descRefused,
-		descBytesSent, descBytesRecv, descInFlight, descPieces, descErrors, descStoreErrors, descWALRecords, descWALWrites,
+		descBytesSent, descBytesRecv, descInFlight, descPieces, descErrors, descStoreErrors, descTimeouts, descWALRecords, descWALWrites,
 		descWALBytes, descWALFailures, descDirty, descReadHeld, descMemoryLimit, descOpenFiles}
 )
 
@@ -198,6 +269,7 @@ func (c *mountCollector) Collect(ch chan<- prometheus.Metric) {
 		emit(descRefused, o.Refused, op.String())
 		emit(descStoreErrors, o.Errors, op.String())
 		emit(descInFlight, m.inflight.n[op].Load(), op.String())
+		emit(descTimeouts, m.inflight.timeouts[op].Load(), op.String())
 	}
 	emit(descBytesSent, counts.Total().BytesSent)
 	emit(descBytesRecv, counts.Total().BytesReceived)
@@ -258,7 +330,7 @@ func (fsys *FS) startMetrics(addr string) error {
 	fsys.log.Info("metrics listening", zap.String("addr", ln.Addr().String()))
 	if !loopback(ln.Addr()) {
 		// The counters name no file, but they tell anyone who can reach the
-		// port how busy the mount is; ":9100" means every interface.
+		// port how busy the mount is; ":9567" means every interface.
 		fsys.log.Warn("metrics listener reachable from other hosts; give a loopback address (127.0.0.1:port) to keep it local",
 			zap.String("addr", ln.Addr().String()))
 	}
@@ -294,73 +366,96 @@ func (fsys *FS) MetricsAddr() string {
 // inflightStore counts the requests in progress to the store it wraps, by
 // operation: the uploads in flight of every file of the mount.
 type inflightStore struct {
-	inner   staging.Store
-	n       [staging.OpListUploads + 1]atomic.Int64
-	seconds [staging.OpListUploads + 1]prometheus.Observer // request latency
+	inner staging.Store
+	n     [staging.OpListUploads + 1]atomic.Int64
+	// timeouts: requests that failed with staging.ErrTimeout, the store
+	// not answering (not the caller's own deadline)
+	timeouts [staging.OpListUploads + 1]atomic.Int64
+	seconds  [staging.OpListUploads + 1]prometheus.Observer // request latency
+	// walSeconds: the latency of the PUTs of WAL records alone, told by
+	// their key (walRecordKey)
+	walSeconds prometheus.Histogram
 }
 
 var _ staging.Store = (*inflightStore)(nil)
 
-// begin counts a request of op in progress; call what it returns when the
-// request returns.
-func (s *inflightStore) begin(op staging.Op) func() {
+// begin counts a request of op in progress; call what it returns with the
+// request's error when the request returns.
+func (s *inflightStore) begin(op staging.Op) func(*error) {
 	s.n[op].Add(1)
 	start := time.Now()
-	return func() {
+	return func(err *error) {
 		s.n[op].Add(-1)
 		if o := s.seconds[op]; o != nil {
 			o.Observe(time.Since(start).Seconds())
 		}
+		if errors.Is(*err, staging.ErrTimeout) {
+			s.timeouts[op].Add(1)
+		}
 	}
 }
 
-func (s *inflightStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
-	defer s.begin(staging.OpPut)()
+func (s *inflightStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (_ staging.ObjectInfo, err error) {
+	defer s.begin(staging.OpPut)(&err)
+	if s.walSeconds != nil && walRecordKey(key) {
+		defer func(start time.Time) { s.walSeconds.Observe(time.Since(start).Seconds()) }(time.Now())
+	}
 	return s.inner.Put(ctx, key, data, opts)
 }
 
-func (s *inflightStore) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
-	defer s.begin(staging.OpGet)()
+// walRecordKey says whether key is a file's write-ahead log record
+// (wal.RecordKey's form: ...<wal.Dir><digits>).
+func walRecordKey(key string) bool {
+	i := strings.LastIndex(key, wal.Dir)
+	if i < 0 {
+		return false
+	}
+	_, ok := wal.ParseRecordName(key[i+len(wal.Dir):])
+	return ok
+}
+
+func (s *inflightStore) Get(ctx context.Context, key string, r staging.Range) (_ []byte, _ staging.ObjectInfo, err error) {
+	defer s.begin(staging.OpGet)(&err)
 	return s.inner.Get(ctx, key, r)
 }
 
-func (s *inflightStore) Head(ctx context.Context, key string) (staging.ObjectInfo, error) {
-	defer s.begin(staging.OpHead)()
+func (s *inflightStore) Head(ctx context.Context, key string) (_ staging.ObjectInfo, err error) {
+	defer s.begin(staging.OpHead)(&err)
 	return s.inner.Head(ctx, key)
 }
 
-func (s *inflightStore) List(ctx context.Context, prefix, startAfter string, max int) (staging.ListPage, error) {
-	defer s.begin(staging.OpList)()
+func (s *inflightStore) List(ctx context.Context, prefix, startAfter string, max int) (_ staging.ListPage, err error) {
+	defer s.begin(staging.OpList)(&err)
 	return s.inner.List(ctx, prefix, startAfter, max)
 }
 
-func (s *inflightStore) Delete(ctx context.Context, key string) error {
-	defer s.begin(staging.OpDelete)()
+func (s *inflightStore) Delete(ctx context.Context, key string) (err error) {
+	defer s.begin(staging.OpDelete)(&err)
 	return s.inner.Delete(ctx, key)
 }
 
-func (s *inflightStore) CreateMultipart(ctx context.Context, key string, opts staging.PutOptions) (string, error) {
-	defer s.begin(staging.OpCreateMultipart)()
+func (s *inflightStore) CreateMultipart(ctx context.Context, key string, opts staging.PutOptions) (_ string, err error) {
+	defer s.begin(staging.OpCreateMultipart)(&err)
 	return s.inner.CreateMultipart(ctx, key, opts)
 }
 
-func (s *inflightStore) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
-	defer s.begin(staging.OpUploadPart)()
+func (s *inflightStore) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (_ string, err error) {
+	defer s.begin(staging.OpUploadPart)(&err)
 	return s.inner.UploadPart(ctx, key, uploadID, n, data)
 }
 
-func (s *inflightStore) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
-	defer s.begin(staging.OpCompleteMultipart)()
+func (s *inflightStore) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (_ staging.ObjectInfo, err error) {
+	defer s.begin(staging.OpCompleteMultipart)(&err)
 	return s.inner.CompleteMultipart(ctx, key, uploadID, parts, cond)
 }
 
-func (s *inflightStore) AbortMultipart(ctx context.Context, key, uploadID string) error {
-	defer s.begin(staging.OpAbortMultipart)()
+func (s *inflightStore) AbortMultipart(ctx context.Context, key, uploadID string) (err error) {
+	defer s.begin(staging.OpAbortMultipart)(&err)
 	return s.inner.AbortMultipart(ctx, key, uploadID)
 }
 
-func (s *inflightStore) ListMultipartUploads(ctx context.Context, prefix string) ([]staging.Upload, error) {
-	defer s.begin(staging.OpListUploads)()
+func (s *inflightStore) ListMultipartUploads(ctx context.Context, prefix string) (_ []staging.Upload, err error) {
+	defer s.begin(staging.OpListUploads)(&err)
 	return s.inner.ListMultipartUploads(ctx, prefix)
 }
 
