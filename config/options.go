@@ -257,7 +257,7 @@ var options = []option{
 		[]LinkProfile{LinkNone, LinkDirectory, LinkGeneral},
 		func(c *Config) *LinkProfile { return &c.EmulateLink }),
 	{name: "metrics", field: "Metrics", kind: kindAddr, allowed: "empty (off) or host:port",
-		doc: "address of the Prometheus listener (unauthenticated); an empty host, as in :9100, is every interface: use 127.0.0.1:port to keep it local",
+		doc: "address of the Prometheus listener (unauthenticated); an empty host, as in :9567, is every interface: use 127.0.0.1:port to keep it local",
 		get: func(c *Config) string { return c.Metrics },
 		set: func(c *Config, s string) error { c.Metrics = s; return nil }},
 	durationOpt("ns_refresh", "NSRefresh", "10ms or more",
