@@ -413,6 +413,11 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(fmt.Errorf("options: %w", err))
 	}
+	// Before the store is reached: a mount here would stack on the one
+	// already there.
+	if err := checkMountPoint(m.mountpoint); err != nil {
+		return fail(err)
+	}
 	var log *zap.Logger
 	var logFile *reopenFile
 	switch {
