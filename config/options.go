@@ -284,7 +284,7 @@ var options = []option{
 		func(c *Config) *bool { return &c.ReadOnly }),
 	boolOpt("allow_root", "AllowRoot", "let root access the mount besides the mounting user, and no one else (not with allow_other); refused in the filesystem, as libfuse does",
 		func(c *Config) *bool { return &c.AllowRoot }),
-	boolOpt("auto_unmount", "AutoUnmount", "unmount when the mount process ends, even when killed (kill -9): fusermount3 holds the mount and unmounts it when the process is gone; without it a killed mount leaves 'Transport endpoint is not connected' until fusermount3 -u",
+	boolOpt("auto_unmount", "AutoUnmount", "unmount when the mount process ends, even when killed (kill -9): fusermount3 (or fusermount) holds the mount and unmounts it when the process is gone; without it a killed mount leaves 'Transport endpoint is not connected' until fusermount3 -u (or fusermount -u)",
 		func(c *Config) *bool { return &c.AutoUnmount }),
 	idOpt("uid", "UID", "the owner every file and directory shows, and that the kernel checks permissions against; files are still created as the caller, and chown still records an owner, shown by mounts without uid",
 		func(c *Config) *int64 { return &c.UID }),

@@ -415,6 +415,11 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	// Before the store is reached: a mount here would stack on the one
+	// already there.
+	if err := checkMountPoint(m.mountpoint); err != nil {
+		return fail(err)
+	}
 	var log *zap.Logger
 	var logFile *reopenFile
 	switch {

@@ -309,15 +309,30 @@ type autoUnmount struct {
 	close sync.Once
 }
 
-// errFusermount: fusermount3 refused the mount; its message follows.
-var errFusermount = errors.New("fusermount3 failed")
+// errFusermount: fusermount3 (or fusermount) refused the mount; its message
+// follows.
+var errFusermount = errors.New("fusermount failed")
+
+// fusermountBinary finds fusermount3 on PATH, else fusermount (the name on
+// systems that ship only it), as go-fuse does for its own mounts, so
+// auto_unmount works wherever a plain mount does.
+func fusermountBinary() (string, error) {
+	if bin, err := exec.LookPath("fusermount3"); err == nil {
+		return bin, nil
+	}
+	bin, err := exec.LookPath("fusermount")
+	if err != nil {
+		return "", fmt.Errorf("neither fusermount3 nor fusermount on PATH: %w", err)
+	}
+	return bin, nil
+}
 
 // mountAutoUnmount has fusermount3 mount dir with opts (already escaped
 // words) and auto_unmount.
 func mountAutoUnmount(dir string, opts []string) (*autoUnmount, error) {
-	bin, err := exec.LookPath("fusermount3")
+	bin, err := fusermountBinary()
 	if err != nil {
-		return nil, fmt.Errorf("auto_unmount needs fusermount3: %w", err)
+		return nil, fmt.Errorf("auto_unmount: %w", err)
 	}
 	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -387,9 +402,9 @@ func (a *autoUnmount) unmount() error {
 		}
 		return nil
 	}
-	out, err := exec.Command("fusermount3", "-u", a.dir).CombinedOutput()
+	out, err := exec.Command(a.cmd.Path, "-u", a.dir).CombinedOutput()
 	if err != nil {
-		return fmt.Errorf("fusermount3 -u %s: %w: %s", a.dir, err, bytes.TrimSpace(out))
+		return fmt.Errorf("%s -u %s: %w: %s", a.cmd.Path, a.dir, err, bytes.TrimSpace(out))
 	}
 	return nil
 }

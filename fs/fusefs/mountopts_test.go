@@ -1,6 +1,8 @@
 package fusefs
 
 import (
+	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"syscall"
@@ -164,5 +166,30 @@ func TestAllowRootEveryRequest(t *testing.T) {
 				t.Errorf("%s from another user: %v, want EACCES", m.Name, out[len(out)-1])
 			}
 		}()
+	}
+}
+
+// TestFusermountFallback: with only fusermount on PATH (systems that ship
+// fuse 2's name), auto_unmount finds it; fusermount3 wins when both are.
+func TestFusermountFallback(t *testing.T) {
+	dir := t.TempDir()
+	fake := func(name string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte("#!/bin/sh\nexit 0\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	t.Setenv("PATH", dir)
+	if _, err := fusermountBinary(); err == nil {
+		t.Fatal("found a fusermount in an empty PATH")
+	}
+	old := fake("fusermount")
+	if got, err := fusermountBinary(); err != nil || got != old {
+		t.Fatalf("fusermountBinary() = %q, %v; want %q", got, err, old)
+	}
+	cur := fake("fusermount3")
+	if got, err := fusermountBinary(); err != nil || got != cur {
+		t.Fatalf("fusermountBinary() = %q, %v; want %q", got, err, cur)
 	}
 }
