@@ -51,8 +51,17 @@ func TestCopyByReference(t *testing.T) {
 	if bigCost.BytesSent > 1<<20 || bigCost.BytesReceived > 1<<20 {
 		t.Fatalf("a copy of %d bytes sent %d and received %d bytes", n, bigCost.BytesSent, bigCost.BytesReceived)
 	}
-	if bigCost.Requests != smallCost.Requests {
-		t.Fatalf("a copy of %d bytes made %d requests, of %d bytes %d", n, bigCost.Requests, n/16, smallCost.Requests)
+	// The cost does not grow with the size: a byte copy of either would
+	// move its bytes (checked above) in many more requests. The two counts
+	// may differ by a request or two under load: the open of a source whose
+	// own close has just published reads the head once more when that
+	// publish lands between its mark and the open's HEAD, and a marker's
+	// clean-up DELETE can fall inside either window.
+	const copyRequests = 12
+	if bigCost.Requests > copyRequests || smallCost.Requests > copyRequests ||
+		bigCost.Requests > smallCost.Requests+2 || smallCost.Requests > bigCost.Requests+2 {
+		t.Fatalf("a copy of %d bytes made %d requests, of %d bytes %d (want at most %d each, within 2 of each other)",
+			n, bigCost.Requests, n/16, smallCost.Requests, copyRequests)
 	}
 	run(t, m.dir, "cmp", "big", "big.copy")
 	run(t, m.dir, "cmp", "small", "small.copy")
