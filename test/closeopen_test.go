@@ -313,3 +313,52 @@ func TestMultiCloseToOpenWALUnmovedHead(t *testing.T) {
 	wr.finish()
 	held.finish()
 }
+
+// TestMultiCopyAfterOtherMountsClose: copy_file_range right after an open,
+// without a stat (as Go's io.Copy between two files does), on a mount whose
+// kernel cached the file's old size: the kernel cuts a copy at the size it
+// holds without asking the mount, so the open must leave it the new one.
+// Before the fix the copy held the first 64 KiB only (or nothing, for a
+// file the kernel knew empty), and the source read whole.
+func TestMultiCopyAfterOtherMountsClose(t *testing.T) {
+	for _, oldLen := range []int{0, 64 << 10} {
+		t.Run(fmt.Sprintf("old %d bytes", oldLen), func(t *testing.T) {
+			old := bytes.Repeat([]byte("a"), oldLen)
+			a, b := twoMountsWith(t, "ns_refresh=100ms", "ns_refresh=100ms", old)
+			if _, err := os.Stat(a.path("f")); err != nil { // the old size, cached
+				t.Fatal(err)
+			}
+			upd := bytes.Repeat([]byte("b"), 256<<10)
+			if err := os.WriteFile(b.path("f"), upd, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			in, err := os.Open(a.path("f"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer in.Close()
+			out, err := os.OpenFile(a.path("copy"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var total int
+			for {
+				n, err := unix.CopyFileRange(int(in.Fd()), nil, int(out.Fd()), nil, 1<<30, 0)
+				if err != nil {
+					t.Fatalf("copy_file_range: %v", err)
+				}
+				if n == 0 {
+					break
+				}
+				total += n
+			}
+			if err := out.Close(); err != nil {
+				t.Fatal(err)
+			}
+			got, err := os.ReadFile(a.path("copy"))
+			if err != nil || total != len(upd) || !bytes.Equal(got, upd) {
+				t.Fatalf("copy_file_range after an open on a copied %d bytes and the copy holds %d (%v), want b's %d", total, len(got), err, len(upd))
+			}
+		})
+	}
+}

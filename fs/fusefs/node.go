@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -21,7 +22,24 @@ type node struct {
 	fs.Inode
 	fsys *FS
 	ino  namespace.Ino
+	// shownSize is the size (plus one; 0: none yet) the kernel was last
+	// answered for this file, and staleAt (unix ns) when an open last
+	// answered ESTALE for it (see Open).
+	shownSize atomic.Int64
+	staleAt   atomic.Int64
 }
+
+// noteShown records the size a reply of attributes gave the kernel.
+func (n *node) noteShown(a *fuse.Attr) {
+	if a.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		n.shownSize.Store(int64(a.Size) + 1)
+	}
+}
+
+// staleSizeRetry: an open met a file whose size is not the one the kernel
+// holds, and has the kernel look the name up again (ESTALE), at most once a
+// second per file so that the kernel's one retry never meets it again.
+const staleSizeRetry = time.Second
 
 var (
 	_ = (fs.NodeLookuper)((*node)(nil))
@@ -137,6 +155,9 @@ func (n *node) child(ctx context.Context, nn namespace.Node, out *fuse.EntryOut)
 	}
 	out.NodeId = 0
 	ch := n.NewInode(ctx, &node{fsys: n.fsys, ino: nn.Ino}, fs.StableAttr{Mode: kindMode(nn.Kind), Ino: uint64(nn.Ino)})
+	if cn, ok := ch.Operations().(*node); ok {
+		cn.noteShown(&out.Attr)
+	}
 	return ch, 0
 }
 
@@ -186,6 +207,9 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	errno = n.fsys.fillAttr(ctx, nn, &out.Attr)
 	if errno == syscall.ENOENT && nn.Kind == namespace.KindFile {
 		n.dropEntry() // removed on another mount (missingHead)
+	}
+	if errno == 0 {
+		n.noteShown(&out.Attr)
 	}
 	return errno
 }
@@ -261,7 +285,11 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 			}
 		}
 	}
-	return n.fsys.fillAttr(ctx, nn, &out.Attr)
+	errno = n.fsys.fillAttr(ctx, nn, &out.Attr)
+	if errno == 0 {
+		n.noteShown(&out.Attr)
+	}
+	return errno
 }
 
 // setAttrLater changes the times of a file open on this mount without
@@ -397,6 +425,18 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		}
 	}
 	n.fsys.dropCachedAttrs(of, n.EmbeddedInode())
+	// The kernel cuts copy_file_range (and splice) at the size it holds,
+	// without asking again as a read does: a size another mount changed
+	// since the kernel was last answered would copy a part, or nothing, as
+	// if at the end of the file. ESTALE has the kernel walk the path again,
+	// looking the name up (the answer carries the size this engine shows
+	// now), and open once more.
+	if shown := n.shownSize.Load(); shown != 0 && shown-1 != of.f.Stat().Size &&
+		time.Since(time.Unix(0, n.staleAt.Load())) > staleSizeRetry {
+		n.staleAt.Store(time.Now().UnixNano())
+		n.fsys.release(ctx, of, false)
+		return nil, 0, syscall.ESTALE
+	}
 	h := newHandle(n.fsys, of, flags)
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		if err := of.f.Truncate(ctx, 0); err != nil {
