@@ -240,6 +240,7 @@ type File struct {
 	bs       int // data block size
 	mbs      int // meta block size
 	readOnly bool
+	pinned   bool // opened at a checkpoint (OpenAt): never moves
 	closed   bool
 	size     int64
 	mtime    time.Time
@@ -484,8 +485,10 @@ type Options struct {
 	// clock.
 	Clock Clock
 	// ReadOnly opens the file at its head for reading only: nothing is
-	// written, and WAL records a crashed writer left are not replayed (tools
-	// that inspect a volume must not change it).
+	// written, and WAL records after the head, a live writer's or those a
+	// crashed one left, are shown (applied in memory) but never replayed
+	// into a checkpoint (a read-only mount, or a tool that inspects a
+	// volume, must not change it, and must show every acknowledged write).
 	ReadOnly bool
 	// StoreHead has Create store the new file's empty head at once, with
 	// If-None-Match, as with the WAL: a file id is then created once, and a
@@ -613,6 +616,10 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Fil
 	f.w.seq = f.w.applied
 	if o.ReadOnly {
 		f.readOnly = true
+		if err := f.openOverlay(ctx); err != nil {
+			f.Close()
+			return nil, err
+		}
 		f.publishStatLocked()
 		return f, nil
 	}
@@ -647,7 +654,7 @@ func OpenAt(ctx context.Context, st staging.Store, prefix string, cno uint64, o 
 	if cno == head.Cno {
 		// The head's checkpoint, read from its embedded part 0 if it has one.
 		f.adoptHead(hd, "")
-		f.readOnly = true
+		f.readOnly, f.pinned = true, true
 		f.publishStatLocked()
 		return f, nil
 	}
@@ -660,7 +667,7 @@ func OpenAt(ctx context.Context, st staging.Store, prefix string, cno uint64, o 
 		return nil, fmt.Errorf("open %s at checkpoint %d: %w", prefix, cno, err)
 	}
 	f.adopt(h.Inode, "")
-	f.readOnly = true
+	f.readOnly, f.pinned = true, true
 	f.publishStatLocked()
 	return f, nil
 }

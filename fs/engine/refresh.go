@@ -63,18 +63,16 @@ func (f *File) Refresh(ctx context.Context) (bool, error) {
 // refreshMark is what Refresh needs of f before it reads the store: the
 // state the last exclusive hold of mu left (publishStatLocked).
 type refreshMark struct {
-	skip     bool   // closed, or changes of its own not yet published
-	etag     string // of the head f shows
-	seq      uint64 // the last WAL record f shows
-	readOnly bool
-	leased   bool // f holds the WAL's lease: the records are its own
+	skip   bool   // closed, opened at a checkpoint, or changes of its own not yet published
+	etag   string // of the head f shows
+	seq    uint64 // the last WAL record f shows
+	leased bool   // f holds the WAL's lease: the records are its own
 }
 
 // refreshMarkLocked is the refreshMark of f now; mu held exclusively (or f
 // owned alone).
 func (f *File) refreshMarkLocked() refreshMark {
-	m := refreshMark{skip: f.closed || f.ownUnpublishedLocked(), etag: f.headETag, seq: f.w.seq,
-		readOnly: f.readOnly}
+	m := refreshMark{skip: f.closed || f.pinned || f.ownUnpublishedLocked(), etag: f.headETag, seq: f.w.seq}
 	// Close clears the log under logMu alone, after it marked f closed
 	// under mu: a closed file's log is not read here.
 	if !f.closed {
@@ -89,7 +87,7 @@ func (f *File) refreshMarkLocked() refreshMark {
 // flushed (which holds mu across its uploads) does not wait for the flush.
 func (f *File) refreshOnce(ctx context.Context) (changed, again bool, err error) {
 	m := *f.mark.Load()
-	etag, seq, readOnly, leased := m.etag, m.seq, m.readOnly, m.leased
+	etag, seq, leased := m.etag, m.seq, m.leased
 	if m.skip {
 		return false, false, nil
 	}
@@ -118,7 +116,9 @@ func (f *File) refreshOnce(ctx context.Context) (changed, again bool, err error)
 		return false, false, fmt.Errorf("refresh %s: %w", f.prefix, err)
 	}
 	var seqs []uint64
-	if tracked && !readOnly && !leased {
+	// A read-only file shows the records too (an overlay): it never holds
+	// the lease.
+	if tracked && !leased {
 		from := max(seq, applied)
 		if hd != nil {
 			from = applied // the new head replaces what f shows

@@ -856,6 +856,28 @@ func (f *File) openReplay(ctx context.Context) error {
 	return nil
 }
 
+// openOverlay runs at a read-only Open: the records after the head are
+// applied in memory, read-only, as a reader beside a live writer shows them
+// (overlayLocked), whoever wrote them: a read-only open shows every
+// acknowledged write and publishes none. A crashed writer's records are
+// replayed by the next writable open.
+func (f *File) openOverlay(ctx context.Context) error {
+	if !f.w.tracked {
+		return nil
+	}
+	seqs, err := wal.List(ctx, f.st, f.prefix)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", f.prefix, err)
+	}
+	if len(seqs) == 0 || seqs[len(seqs)-1] <= f.w.applied {
+		return nil
+	}
+	if err := f.overlayLocked(ctx, seqs); err != nil {
+		return fmt.Errorf("open %s: %w", f.prefix, err)
+	}
+	return nil
+}
+
 // ErrOverlayTooLarge: the records of a live writer hold more than a reader
 // may keep in memory.
 var ErrOverlayTooLarge = errors.New("write-ahead log too large to read without its lease")

@@ -946,9 +946,7 @@ func (fsys *FS) pruneOrphans() {
 // (after a store outage stopped its renewals) and publish under it.
 func (fsys *FS) replayedHead(ctx context.Context, id string, info staging.ObjectInfo) (headInfo, bool, error) {
 	applied, tracked, err := engine.HeadWAL(info)
-	if err != nil || !tracked || fsys.cfg.ReadOnly {
-		// A read-only mount opens files at their heads (engine.Options
-		// ReadOnly), and reports what it reads.
+	if err != nil || !tracked {
 		return headInfo{}, false, nil
 	}
 	prefix := fsys.prefix(id)
@@ -959,9 +957,13 @@ func (fsys *FS) replayedHead(ctx context.Context, id string, info staging.Object
 	if !pending {
 		return headInfo{}, false, nil
 	}
-	held, err := wal.Held(ctx, fsys.st, prefix)
-	if err != nil {
-		return headInfo{}, false, err
+	// A read-only mount never replays: it shows the records as a reader
+	// beside a live writer does (engine.Options.ReadOnly).
+	held := fsys.cfg.ReadOnly
+	if !held {
+		if held, err = wal.Held(ctx, fsys.st, prefix); err != nil {
+			return headInfo{}, false, err
+		}
 	}
 	if !held {
 		of, err := fsys.acquire(ctx, id)
