@@ -6,9 +6,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,10 +18,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/test/campaign"
 	"github.com/ckptfs/ckptfs/test/faultproxy"
 )
@@ -76,12 +79,30 @@ const (
 	// hang: a flush of a few MiB that meets several delays and retries
 	// takes seconds, not a minute.
 	campaignOpTimeout = 60 * time.Second
-	// The cleaner's ages: short, so that a killed mount's leftovers become
-	// old enough within the campaign, and a live writer's work above its
-	// head is exposed to the cleaner as soon as it is a few seconds old.
-	campaignGrace  = "5s"
-	campaignMinAge = "2s"
+	// The cleaner keeps one checkpoint of a file and deletes what is
+	// unreferenced at once (--min-age 0), after a grace counted from when a
+	// run first found it so: longer than a reader on the other mount holds a
+	// descriptor (the driver's holdFor), so that the version it reads stays.
+	// Its namespace lag is shorter than the read-only mount's view lags
+	// (campaignThirdOpts), so that mount meets names of reaped files.
+	campaignKeep   = "1"
+	campaignGrace  = "10s"
+	campaignMinAge = "0s"
+	campaignNSLag  = "1s"
+	// campaignWALLease: with wal=on, a killed mount's lease that the next
+	// mounts cannot judge (it was taken in another PID namespace) keeps
+	// them out this long; an iteration starts no sooner after the kills.
+	campaignWALLease = 3 * time.Second
 )
+
+// campaignThirdCatchUp bounds how long C may lag behind the others: its
+// ns_refresh_max, the kernel's one-second caches, and the reads of the log
+// under the proxy's faults.
+const campaignThirdCatchUp = 20 * time.Second
+
+// campaignThirdOpts: the read-only mount C, whose view of the namespace
+// lags (it re-reads the log every 2 s while in use, up to 4 s when idle).
+const campaignThirdOpts = "ro,ns_refresh=2s,ns_refresh_max=4s,log=info"
 
 // campaignMountOpts: small blocks and objects sent ahead early, so that
 // a flush has objects above the head and a kill lands between them.
@@ -145,20 +166,36 @@ type campaignStats struct {
 	writes       int64
 	bytesWritten int64
 	fsyncs       int64 // fsyncs and closes that succeeded
-	copies       int64 // copies (copy_file_range) that succeeded
-	kills        int
-	eio          int64 // operations failed with EIO under faults (tolerated)
-	eintr        int64 // operations interrupted by a signal (tolerated)
-	bytesChecked int64
-	filesChecked int64
-	gcRuns       int64
-	gcFailed     int64
-	proxy        faultproxy.Counters
+	copies       int64 // copies (copy_file_range, ckptfs cp) that succeeded
+	// Where features meet: reads through the other mount (close-to-open),
+	// through a descriptor it held across the home mount's closes, of a
+	// name another mount had just unlinked or a lagging read-only mount
+	// showed, of .checkpoints; O_CREAT opens through the other mount, mode
+	// changes, and changes through the other mount that a merge met.
+	crossReads, heldReads, staleReads, ckptReads int64
+	crossCreates, chmods, foreign                int64
+	thirdWrites                                  int64 // write requests of the read-only mount (none allowed)
+	fsckFiles                                    int64 // files fsck counted at the end of the run
+	kills                                        int
+	eio                                          int64 // operations failed with EIO under faults (tolerated)
+	eintr                                        int64 // operations interrupted by a signal (tolerated)
+	bytesChecked                                 int64
+	filesChecked                                 int64
+	gcRuns                                       int64
+	gcFailed                                     int64
+	proxy                                        faultproxy.Counters
 }
 
 func (s campaignStats) String() string {
-	return fmt.Sprintf("%d iterations, %d operations (%d succeeded: %d writes of %d bytes, %d fsyncs and closes, %d copies), %d SIGKILLs, %d operations failed with EIO under faults and %d with EINTR, %d files and %d bytes checked after the kills, %d gc runs (%d failed), faults: %d of %v",
-		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fsyncs, s.copies, s.kills, s.eio, s.eintr, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed, s.proxy.Faults(), s.proxy)
+	return fmt.Sprintf("%d iterations, %d operations (%d succeeded: %d writes of %d bytes, %d fsyncs and closes, %d copies; "+
+		"%d reads through the other mount, %d through a held descriptor, %d of names just unlinked or on the lagging read-only mount, %d of .checkpoints, "+
+		"%d O_CREAT opens through the other mount, %d chmods, %d changes through the other mount met by a merge or after it), "+
+		"%d SIGKILLs, %d operations failed with EIO under faults and %d with EINTR, %d files and %d bytes checked after the kills, %d gc runs (%d failed), "+
+		"%d write requests from the read-only mount, %d files counted by fsck at the end, faults: %d of %v",
+		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fsyncs, s.copies,
+		s.crossReads, s.heldReads, s.staleReads, s.ckptReads, s.crossCreates, s.chmods, s.foreign,
+		s.kills, s.eio, s.eintr, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed,
+		s.thirdWrites, s.fsckFiles, s.proxy.Faults(), s.proxy)
 }
 
 func (s *campaignStats) add(o campaignStats) {
@@ -169,6 +206,15 @@ func (s *campaignStats) add(o campaignStats) {
 	s.bytesWritten += o.bytesWritten
 	s.fsyncs += o.fsyncs
 	s.copies += o.copies
+	s.crossReads += o.crossReads
+	s.heldReads += o.heldReads
+	s.staleReads += o.staleReads
+	s.ckptReads += o.ckptReads
+	s.crossCreates += o.crossCreates
+	s.chmods += o.chmods
+	s.foreign += o.foreign
+	s.thirdWrites += o.thirdWrites
+	s.fsckFiles += o.fsckFiles
 	s.kills += o.kills
 	s.eio += o.eio
 	s.eintr += o.eintr
@@ -211,31 +257,65 @@ func TestCampaign(t *testing.T) {
 	t.Logf("campaign: seed %d, %v in %v", seed, total, time.Since(start).Round(time.Second))
 }
 
-// mountProc is one mount: the built binary in the foreground.
+// mountProc is one mount: the built binary in the foreground (mount B in a
+// PID namespace of its own: under unshare, whose child it is).
 type mountProc struct {
 	idx    int
 	dir    string
 	log    string
 	cmd    *exec.Cmd
+	pidns  bool
 	exited chan struct{}
 	err    error // after exited
 }
 
+// process is the mount's own process: under unshare, its child.
+func (m *mountProc) process() *os.Process {
+	if !m.pidns {
+		return m.cmd.Process
+	}
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", m.cmd.Process.Pid, m.cmd.Process.Pid))
+	if err != nil {
+		return m.cmd.Process
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return m.cmd.Process
+	}
+	pid, err := strconv.Atoi(f[0])
+	if err != nil {
+		return m.cmd.Process
+	}
+	p, err := os.FindProcess(pid)
+	if err != nil {
+		return m.cmd.Process
+	}
+	return p
+}
+
 type campaignRun struct {
-	t      *testing.T
-	seed   uint64
-	rngMu  sync.Mutex // the gc loop draws too
-	rng    *rand.Rand // GUARDED_BY(rngMu)
-	wal    bool
-	bin    string
-	drv    string
-	store  string
-	opts   string // store options, through the proxy
-	env    []string
-	proxy  *faultproxy.Proxy
-	dirs   [2]string
-	mounts [2]*mountProc
-	killed []*mountProc // killed, not yet detached
+	t     *testing.T
+	seed  uint64
+	rngMu sync.Mutex // the gc loop draws too
+	rng   *rand.Rand // GUARDED_BY(rngMu)
+	wal   bool
+	vol   *volume
+	bin   string
+	drv   string
+	store string
+	opts  string // store options, through the proxy
+	env   []string
+	proxy *faultproxy.Proxy
+	// Mounts A and B (B in a PID namespace of its own), killed and started
+	// again every iteration, and C (index 2), read-only, lagging, through
+	// a proxy of its own that counts its write requests, for the whole
+	// run.
+	dirs        [3]string
+	mounts      [3]*mountProc
+	thirdOpts   string
+	thirdWrites atomic.Int64
+	createMode  uint32       // a new file's mode: 0644 less the umask
+	killed      []*mountProc // killed, not yet detached
 	// drivers and killedAt (unix ns, 0: alive) of the iteration running.
 	drivers  []*driverProc
 	killedAt [2]int64
@@ -244,8 +324,12 @@ type campaignRun struct {
 
 	// base is what the last check read: per driver, name -> content. A
 	// driver's directory exists once it is in base.
-	base  []map[string][]byte
-	stats campaignStats
+	base      []map[string][]byte
+	baseModes []map[string]uint32
+	stats     campaignStats
+	// flushes: mount idx flushes every second (no -foreign for its
+	// drivers: what it had published would not be known).
+	flushes [2]bool
 	// curDriver is the driver whose log check is following.
 	curDriver int
 
@@ -271,9 +355,12 @@ func newCampaign(t *testing.T, seed uint64, wal bool) *campaignRun {
 	}
 	c := &campaignRun{
 		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0xca)), wal: wal,
-		bin: bin, drv: drv, store: store, env: env, logs: logs,
-		base: make([]map[string][]byte, campaignDrivers),
+		bin: bin, drv: drv, store: store, env: env, logs: logs, vol: v,
+		base: make([]map[string][]byte, campaignDrivers), baseModes: make([]map[string]uint32, campaignDrivers),
 	}
+	um := syscall.Umask(0)
+	syscall.Umask(um)
+	c.createMode = 0o644 &^ uint32(um)
 	rule := campaignRule(seed)
 	rule.OnFault = func(e faultproxy.Event) {
 		c.faultMu.Lock()
@@ -291,6 +378,23 @@ func newCampaign(t *testing.T, seed uint64, wal bool) *campaignRun {
 	})
 	c.proxy = proxy
 	c.opts = "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region
+	thirdRule := campaignRule(seed ^ 0x3)
+	thirdRule.Match = func(r *http.Request) bool {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			c.thirdWrites.Add(1)
+		}
+		return true
+	}
+	thirdProxy, err := faultproxy.Start(v.cfg.Endpoint, thirdRule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := thirdProxy.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	c.thirdOpts = "endpoint=" + thirdProxy.URL() + ",path_style,region=" + v.cfg.Region
 	for i := range c.dirs {
 		c.dirs[i] = mountpoint(t)
 	}
@@ -328,9 +432,18 @@ func (c *campaignRun) startMount(idx int, extra string) *mountProc {
 	}
 	opts := c.opts + "," + campaignMountOpts + extra
 	if c.wal {
-		opts += ",wal=on"
+		opts += fmt.Sprintf(",wal=on,wal_lease=%v", campaignWALLease)
+	}
+	if idx == 2 {
+		opts = c.thirdOpts + "," + campaignThirdOpts
 	}
 	m.cmd = exec.Command(c.bin, "mount", "-f", "-o", opts, c.store, m.dir)
+	if idx == 1 {
+		// B runs in a PID namespace of its own, as in a container: the pid
+		// its leases and markers carry means nothing outside it.
+		m.pidns = true
+		m.cmd = exec.Command("unshare", append([]string{"-p", "-f", "--kill-child"}, m.cmd.Args...)...)
+	}
 	// GOTRACEBACK=all: a SIGQUIT (see hang) writes every goroutine's stack.
 	m.cmd.Env = append(slices.Clone(c.env), "GOTRACEBACK=all")
 	m.cmd.Stdout, m.cmd.Stderr = lf, lf
@@ -368,6 +481,9 @@ func (c *campaignRun) kill(m *mountProc) {
 	select {
 	case <-m.exited:
 	default:
+		if m.pidns {
+			_ = m.process().Kill()
+		}
 		_ = m.cmd.Process.Kill()
 		<-m.exited
 	}
@@ -401,7 +517,7 @@ func (c *campaignRun) hang(what string) {
 		select {
 		case <-m.exited:
 		default:
-			_ = m.cmd.Process.Signal(syscall.SIGQUIT)
+			_ = m.process().Signal(syscall.SIGQUIT)
 			select {
 			case <-m.exited:
 			case <-time.After(10 * time.Second):
@@ -450,7 +566,7 @@ func (c *campaignRun) runGC() {
 			default:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*campaignOpTimeout)
-			cmd := exec.CommandContext(ctx, c.bin, "gc", "--keep", "2", "--grace", campaignGrace, "--min-age", campaignMinAge, "-o", c.opts, c.store)
+			cmd := exec.CommandContext(ctx, c.bin, "gc", "--keep", campaignKeep, "--grace", campaignGrace, "--min-age", campaignMinAge, "--ns-lag", campaignNSLag, "-o", c.opts, c.store)
 			cmd.Env = c.env
 			cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 			cmd.WaitDelay = 10 * time.Second
@@ -524,12 +640,19 @@ func (c *campaignRun) startDriver(id, home int, iter int) *driverProc {
 	d := &driverProc{id: id, home: home, done: make(chan struct{})}
 	d.cmd = exec.Command(c.drv, "-id", strconv.Itoa(id), "-seed", strconv.FormatUint(c.seed*1000+uint64(iter), 10),
 		"-dir", fmt.Sprintf("d%d", id), "-home", c.dirs[home], "-other", c.dirs[1-home],
-		"-seq-base", strconv.Itoa(iter*10_000_000))
+		"-seq-base", strconv.Itoa(iter*10_000_000),
+		"-third", c.dirs[2], "-copies", "-cross",
+		"-ckptfs", c.bin, "-store", c.store, "-store-opts", c.opts)
+	d.cmd.Env = c.env // ckptfs cp reaches the store
 	if !c.wal {
-		// With the WAL a copy is not by reference: the kernel copies the
-		// bytes, and a copy cut short by a kill holds a part of them, which
-		// the model does not follow.
-		d.cmd.Args = append(d.cmd.Args, "-copies")
+		// Checkpoint numbers name what an fsync or close acknowledged
+		// (with the WAL the checkpoint is published later).
+		d.cmd.Args = append(d.cmd.Args, "-cno")
+		if !c.flushes[home] {
+			// Changes through the other mount that the home mount's next
+			// fsync merges (with the WAL the other mount may not write).
+			d.cmd.Args = append(d.cmd.Args, "-foreign")
+		}
 	}
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {
@@ -591,8 +714,9 @@ func (c *campaignRun) run(iterations int) campaignStats {
 	t := c.t
 	start := time.Now()
 	for i := range 2 {
-		c.startMount(i, c.mountExtra())
+		c.startMount(i, c.mountExtra(i))
 	}
+	c.startMount(2, "")
 	t.Logf("mounted in %v", time.Since(start).Round(time.Millisecond))
 	c.runGC()
 	// A failure of the check does not stop the campaign: what the mount
@@ -609,13 +733,93 @@ func (c *campaignRun) run(iterations int) campaignStats {
 		t.Logf("a gc run failed: %s", e)
 	}
 	c.gcMu.Unlock()
+	c.finalClean()
+	c.stats.thirdWrites = c.thirdWrites.Load()
+	if n := c.stats.thirdWrites; n != 0 {
+		t.Errorf("the read-only mount C sent %d write requests", n)
+	}
 	c.stats.proxy = c.proxy.Counters()
 	return c.stats
 }
 
+// finalClean: with the drivers gone and the mounts idle, the cleaner with
+// no grace leaves exactly the files that have names: no orphan stays
+// (unlinked files, with or without objects, and copies' sources), and
+// fsck finds no problem and no leftover upload.
+func (c *campaignRun) finalClean() {
+	t := c.t
+	named := 0
+	for _, b := range c.base {
+		named += len(b)
+	}
+	pinned := 0
+	var gcOut string
+	for range 2 {
+		// The grace counts from the first run that found a thing
+		// unreferenced: the second deletes what the first recorded.
+		out, err := c.tool(2*campaignOpTimeout, "gc", "--keep", campaignKeep, "--grace", "0s", "--min-age", "0s", "--ns-lag", "0s", "-o", c.opts, c.store)
+		if err != nil {
+			t.Errorf("the last gc: %v\n%s", err, out)
+			return
+		}
+		gcOut = out
+	}
+	// An orphan stays while a retained checkpoint of a copy by reference
+	// points into it (the gc says so).
+	for _, l := range strings.Split(gcOut, "\n") {
+		if strings.HasPrefix(l, "kept orphaned file ") {
+			pinned++
+		}
+	}
+	out, err := c.tool(2*campaignOpTimeout, "fsck", "-o", c.opts, c.store)
+	if err != nil {
+		t.Errorf("fsck after the last gc: %v\n%s", err, out)
+		return
+	}
+	var files, objects, problems, leftovers int
+	for _, l := range strings.Split(out, "\n") {
+		if n, _ := fmt.Sscanf(l, "%d files, %d objects, %d problems, %d leftovers", &files, &objects, &problems, &leftovers); n == 4 {
+			break
+		}
+	}
+	c.stats.fsckFiles = int64(files)
+	// The mounts killed last left writer markers, live for their TTL: an
+	// orphan one covers waits (the cleaner cannot tell a killed writer from
+	// a slow one). Every other orphan must be gone.
+	marked := map[string]bool{}
+	objs, err := staging.ListAll(context.Background(), c.vol.store(), "f/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		id, rest, _ := strings.Cut(strings.TrimPrefix(o.Key, "f/"), "/")
+		if strings.HasPrefix(rest, engine.WritersDir) {
+			marked[id] = true
+		}
+	}
+	if problems != 0 || leftovers != 0 || files < named+pinned || files > named+pinned+len(marked) {
+		t.Errorf("fsck after the last gc: %d files (the drivers' directories name %d, copies keep %d orphans, %d files have writer markers), %d objects, %d problems, %d leftover uploads:\n%s\nthe last gc:\n%s", files, named, pinned, len(marked), objects, problems, leftovers, out, gcOut)
+	}
+}
+
+// tool runs a ckptfs command through the proxy, within d.
+func (c *campaignRun) tool(d time.Duration, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	cmd.Env = c.env
+	cmd.WaitDelay = 10 * time.Second
+	b, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		c.hang(fmt.Sprintf("ckptfs %s ran longer than %v", strings.Join(args[:1], " "), d))
+	}
+	return string(b), err
+}
+
 // mountExtra: some mounts flush every second, some only on fsync and close.
-func (c *campaignRun) mountExtra() string {
-	if c.rngN(2) == 0 {
+func (c *campaignRun) mountExtra(idx int) string {
+	c.flushes[idx] = c.rngN(2) == 0
+	if c.flushes[idx] {
 		return ",flush_interval=1s"
 	}
 	return ""
@@ -623,6 +827,15 @@ func (c *campaignRun) mountExtra() string {
 
 func (c *campaignRun) iteration(iter int) {
 	t := c.t
+	if c.wal {
+		// A lease of a killed mount in another PID namespace cannot be
+		// judged: it keeps writers out until it expires.
+		for _, k := range c.killedAt {
+			if wait := time.Until(time.Unix(0, k).Add(campaignWALLease + time.Second)); k != 0 && wait > 0 {
+				time.Sleep(wait)
+			}
+		}
+	}
 	start := time.Now()
 	drivers := make([]*driverProc, campaignDrivers)
 	for id := range drivers {
@@ -693,7 +906,7 @@ func (c *campaignRun) iteration(iter int) {
 
 	// New mounts, and the check.
 	for i := range 2 {
-		c.startMount(i, c.mountExtra())
+		c.startMount(i, c.mountExtra(i))
 	}
 	mounted := time.Now()
 	for _, d := range drivers {
@@ -705,40 +918,6 @@ func (c *campaignRun) iteration(iter int) {
 		mounted.Sub(stopped).Round(time.Millisecond), time.Since(mounted).Round(time.Millisecond))
 }
 
-// mfile is the model of one file of a driver.
-type mfile struct {
-	states [][]byte // content after each change
-	by     []*campaign.Op
-	acked  int // index in states of the acknowledged state
-	// uncertain: the op in flight at the end changed this file: its state
-	// is the last one and may or may not have happened.
-	uncertain bool
-}
-
-func (f *mfile) cur() []byte { return f.states[len(f.states)-1] }
-
-func (f *mfile) push(b []byte, op *campaign.Op) {
-	f.states = append(f.states, b)
-	f.by = append(f.by, op)
-}
-
-// nsView is a driver's directory: whether it exists and its names.
-type nsView struct {
-	dir   bool
-	names map[string]*mfile
-}
-
-func (v nsView) clone() nsView {
-	n := nsView{dir: v.dir, names: make(map[string]*mfile, len(v.names))}
-	for k, f := range v.names {
-		n.names[k] = f
-	}
-	return n
-}
-
-// check checks driver d's files after the kill against the model its log
-// gives, through mount A, compares with mount B, and makes what it read the
-// next iteration's base.
 func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 	t := c.t
 	c.curDriver = d.id
@@ -751,6 +930,17 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 		_ = os.WriteFile(logPath, []byte(strings.Join(lines, "\n")+"\n"), 0o644)
 		t.Errorf("iteration %d, driver %d (dir d%d, home mount %c, seed %d): %s\n(the driver's log: %s)", iter, d.id, d.id, 'A'+d.home, c.seed, fmt.Sprintf(format, a...), logPath)
 	}
+	// Whatever this check finds, the next iteration starts from what mount
+	// A shows (a failure that stops the check early too).
+	adopted := false
+	defer func() {
+		if adopted {
+			return
+		}
+		if got, ok := c.readDirOn(0, d, func(string, ...any) {}); ok {
+			c.adopt(d, got)
+		}
+	}()
 	if derr != nil {
 		fail("the driver exited with %v: %s", derr, stderr)
 		return
@@ -762,9 +952,9 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 	}
 
 	// The view before the iteration.
-	view := nsView{dir: c.base[d.id] != nil, names: map[string]*mfile{}}
+	view := nsView{dir: c.base[d.id] != nil, names: map[string]*mfile{}, past: map[string][]holder{}}
 	for name, b := range c.base[d.id] {
-		view.names[name] = &mfile{states: [][]byte{b}, by: []*campaign.Op{nil}}
+		view.names[name] = newMfile(b, nil, c.baseModes[d.id][name])
 	}
 	var alt *nsView // the view if the last op, in flight, happened
 	for i, op := range ops {
@@ -779,8 +969,8 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 			if op.Mount == 1 {
 				abs = 1 - d.home
 			}
-			killed := killedAt[abs] != 0 && (!op.Ended || killedAt[abs] <= op.End)
-			if op.Kind == "see" { // it reads both mounts
+			killed := op.Mount < 2 && killedAt[abs] != 0 && (!op.Ended || killedAt[abs] <= op.End)
+			if op.Kind == "see" || op.Kind == "toolcp" || op.Kind == "ocreat" { // it uses both mounts
 				for _, k := range killedAt {
 					killed = killed || k != 0 && (!op.Ended || k <= op.End)
 				}
@@ -800,7 +990,7 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 			// A change of names may or may not have happened: an
 			// alternative view; a change of content is the file's last,
 			// unacknowledged state.
-			if op.Kind == "mkdir" || op.Kind == "rename" || op.Kind == "unlink" || op.Kind == "copy" || op.Kind == "open" && op.Int(1) == 1 {
+			if op.Kind == "mkdir" || op.Kind == "rename" || op.Kind == "unlink" || isCopy(op.Kind) || op.Kind == "open" && op.Int(1) == 1 {
 				a := view.clone()
 				alt = &a
 				c.apply(op, alt, true, fail)
@@ -819,6 +1009,18 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 	got, ok := c.readDir(d, fail)
 	if !ok {
 		return
+	}
+	if lo := ops[len(ops)-1:]; len(lo) == 1 && lo[0].Kind == "toolcp" && !(lo[0].Ended && lo[0].OK) {
+		// ckptfs cp builds the copy under a temporary name; one that
+		// failed or was cut short may leave it (it says so).
+		for name, b := range got.files {
+			if strings.HasPrefix(name, ".ckptfs-cp-") {
+				view.names[name] = newMfile(b, nil, 0)
+				if alt != nil {
+					alt.names[name] = view.names[name]
+				}
+			}
+		}
 	}
 	views := []nsView{view}
 	if alt != nil {
@@ -846,6 +1048,9 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 		if msg := c.matches(f, content); msg != "" {
 			fail("file %s: %s", name, msg)
 		}
+		if perm := got.modes[name]; !f.modeOK(perm) {
+			fail("file %s: after the kill its mode is %o, want %o (or %o, if a chmod in flight happened)", name, perm, f.mode, f.modeAlt)
+		}
 	}
 	// Mount B must show the same.
 	gotB, ok := c.readDirOn(1, d, fail)
@@ -859,12 +1064,55 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 			if !bytes.Equal(b, gotB.files[name]) {
 				fail("file %s: mount A reads %d bytes (crc %08x), mount B %d bytes (crc %08x)", name, len(b), crc(b), len(gotB.files[name]), crc(gotB.files[name]))
 			}
+			if got.modes[name] != gotB.modes[name] {
+				fail("file %s: mount A shows mode %o, mount B %o", name, got.modes[name], gotB.modes[name])
+			}
 		}
 	}
+	c.checkThird(d, got, fail)
+	c.adopt(d, got)
+	adopted = true
+}
+
+// adopt makes got the starting point of driver d's next iteration.
+func (c *campaignRun) adopt(d *driverProc, got gotDir) {
 	if got.dir {
-		c.base[d.id] = got.files
+		c.base[d.id], c.baseModes[d.id] = got.files, got.modes
 	} else {
-		c.base[d.id] = nil
+		c.base[d.id], c.baseModes[d.id] = nil, nil
+	}
+}
+
+// checkThird: the read-only mount C, whose view lags, shows what mount A
+// shows once it has caught up (within campaignThirdCatchUp).
+func (c *campaignRun) checkThird(d *driverProc, got gotDir, fail func(string, ...any)) {
+	deadline := time.Now().Add(campaignThirdCatchUp)
+	for {
+		// While it catches up a name it shows may be gone on the others.
+		var why string
+		gotC, ok := c.readDirOn(2, d, func(f string, a ...any) { why = fmt.Sprintf(f, a...) })
+		if !ok {
+			if time.Now().After(deadline) {
+				fail("the read-only mount C, %v after A was checked: %s", campaignThirdCatchUp, why)
+				return
+			}
+			time.Sleep(200 * time.Millisecond)
+			continue
+		}
+		// The same files, not only the same bytes: a lagging name may lead
+		// to another file that holds the same (an empty one, say).
+		same := sameNamesGot(got, gotC)
+		for name, b := range got.files {
+			same = same && bytes.Equal(b, gotC.files[name]) && got.modes[name] == gotC.modes[name] && got.inos[name] == gotC.inos[name]
+		}
+		if same {
+			return
+		}
+		if time.Now().After(deadline) {
+			fail("the read-only mount C shows %s %v, mount A %s %v, %v after A was checked", describeGot(gotC), gotC.modes, describeGot(got), got.modes, campaignThirdCatchUp)
+			return
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -895,231 +1143,12 @@ func lastOp(ops []*campaign.Op) string {
 	return ops[len(ops)-1].String()
 }
 
-func crc(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
-
-// apply applies op to the view. uncertain: the op is the one in flight at
-// the end (it may or may not have happened). It reports false when the log
-// cannot be followed (a failure is reported).
-func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail func(string, ...any)) bool {
-	name := ""
-	if len(op.Args) > 0 {
-		name = op.Args[0]
-	}
-	f := v.names[name]
-	needFile := func() bool {
-		if f == nil {
-			fail("%v: the model has no file %s", op, name)
-			return false
-		}
-		return true
-	}
-	change := func(b []byte) {
-		// A change in flight at the end is the file's last state, never
-		// acknowledged: the file may hold it or the one before.
-		f.push(b, op)
-		f.uncertain = uncertain
-		if c.wal && !uncertain {
-			f.acked = len(f.states) - 1
-		}
-	}
-	switch op.Kind {
-	case "mkdir":
-		v.dir = true
-	case "open":
-		create, trunc := op.Int(1) == 1, op.Int(2) == 1
-		if create {
-			if f != nil {
-				fail("%v: created over an existing file of the model", op)
-				return false
-			}
-			f = &mfile{states: [][]byte{nil}, by: []*campaign.Op{op}}
-			v.names[name] = f
-		} else if !needFile() {
-			return false
-		}
-		if trunc && len(f.cur()) > 0 {
-			change(nil)
-		}
-	case "write":
-		if !needFile() {
-			return false
-		}
-		off, n := op.Int(1), op.Int(2)
-		old := f.cur()
-		b := make([]byte, max(int64(len(old)), off+n))
-		copy(b, old)
-		copy(b[off:], campaign.Pattern(c.curDriver, op.Seq, off, int(n)))
-		change(b)
-		if !uncertain {
-			c.stats.writes++
-			c.stats.bytesWritten += n
-		}
-	case "trunc":
-		if !needFile() {
-			return false
-		}
-		size := op.Int(1)
-		old := f.cur()
-		b := make([]byte, size)
-		copy(b, old)
-		change(b)
-	case "fsync", "close":
-		if !needFile() {
-			return false
-		}
-		if !uncertain {
-			f.acked = len(f.states) - 1
-			c.stats.fsyncs++
-		}
-	case "read":
-		if uncertain {
-			return true
-		}
-		if !needFile() {
-			return false
-		}
-		n, sum := op.Result[0], op.Result[1]
-		want := f.cur()
-		if n != strconv.Itoa(len(want)) || sum != strconv.FormatUint(uint64(crc(want)), 10) {
-			fail("%v: read %s bytes with crc32c %s through the open file, want %d bytes with crc %d: a read gave bytes the file does not hold (%s)",
-				op, n, sum, len(want), crc(want), f.history())
-			return false
-		}
-	case "rename":
-		if !needFile() {
-			return false
-		}
-		dst := op.Args[1]
-		delete(v.names, name)
-		v.names[dst] = f
-	case "unlink":
-		if !needFile() {
-			return false
-		}
-		delete(v.names, name)
-	case "copy":
-		// A new file with what the source holds now; the copy is fsynced
-		// and closed before the op ends.
-		if !needFile() {
-			return false
-		}
-		dst := op.Args[1]
-		if v.names[dst] != nil {
-			fail("%v: copied over an existing file of the model", op)
-			return false
-		}
-		g := &mfile{states: [][]byte{nil}, by: []*campaign.Op{op}}
-		g.push(f.cur(), op)
-		g.uncertain = uncertain
-		if !uncertain {
-			g.acked = 1
-			c.stats.copies++
-		}
-		v.names[dst] = g
-	case "see":
-	default:
-		fail("%v: unknown operation", op)
-		return false
-	}
-	return true
-}
-
-// matches says why content is none of the states f may be in, or "".
-func (c *campaignRun) matches(f *mfile, content []byte) string {
-	last := len(f.states) - 1
-	for k := f.acked; k <= last; k++ {
-		if bytes.Equal(content, f.states[k]) {
-			return ""
-		}
-		op := f.by[k]
-		// A write after the acknowledged state may be there in part
-		// (without the WAL; with it only the one in flight).
-		partialOK := k > f.acked && op != nil && op.Kind == "write" && (!c.wal || (f.uncertain && k == last))
-		if partialOK && partialMatch(content, f.states[k-1], f.states[k], op.Int(1), op.Int(2)) {
-			return ""
-		}
-	}
-	// Say how it differs from the acknowledged state.
-	ack := f.states[f.acked]
-	i := 0
-	for i < len(ack) && i < len(content) && ack[i] == content[i] {
-		i++
-	}
-	var where string
-	switch {
-	case len(content) < len(ack) && i == len(content):
-		where = fmt.Sprintf("it is %d bytes, the acknowledged state %d: acknowledged bytes from %d on are lost", len(content), len(ack), len(content))
-	case i < len(content) && i < len(ack):
-		where = fmt.Sprintf("byte %d is %#02x, the acknowledged state has %#02x (%s)", i, content[i], ack[i], c.whoWrote(f, content, int64(i)))
-	default:
-		where = fmt.Sprintf("it is %d bytes, the acknowledged state %d", len(content), len(ack))
-	}
-	return fmt.Sprintf("after the kill it holds %d bytes (crc %08x), none of the states from the acknowledged one (%d of %d) on: %s; %s",
-		len(content), crc(content), f.acked, last, where, f.history())
-}
-
-// whoWrote names the write of the model whose bytes content has at off.
-func (c *campaignRun) whoWrote(f *mfile, content []byte, off int64) string {
-	for k := len(f.by) - 1; k >= 1; k-- {
-		op := f.by[k]
-		if op == nil || op.Kind != "write" {
-			continue
-		}
-		wo, wn := op.Int(1), op.Int(2)
-		if off < wo || off >= wo+wn {
-			continue
-		}
-		end := min(wo+wn, int64(len(content)))
-		if bytes.Equal(content[off:end], campaign.Pattern(c.curDriver, op.Seq, off, int(end-off))) {
-			return fmt.Sprintf("the byte of write #%d, state %d", op.Seq, k)
-		}
-	}
-	allZero := true
-	for _, b := range content[off:min(int64(len(content)), off+64)] {
-		allZero = allZero && b == 0
-	}
-	if allZero {
-		return "zeros: a hole or a block never written"
-	}
-	return "written by no write of this file in this iteration"
-}
-
-// partialMatch: content is prev with a prefix of the write [off, off+n) that
-// made next applied.
-func partialMatch(content, prev, next []byte, off, n int64) bool {
-	p := 0
-	for p < len(content) && p < len(next) && content[p] == next[p] {
-		p++
-	}
-	if int64(p) < off || int64(p) > off+n {
-		return false
-	}
-	want := make([]byte, max(len(prev), p))
-	copy(want, prev)
-	copy(want[:p], next[:p])
-	return bytes.Equal(content, want)
-}
-
-func (f *mfile) history() string {
-	var parts []string
-	for k, op := range f.by {
-		s := "base"
-		if op != nil {
-			s = op.String()
-		}
-		mark := ""
-		if k == f.acked {
-			mark = " [acknowledged]"
-		}
-		parts = append(parts, fmt.Sprintf("state %d: %d bytes crc %08x by %s%s", k, len(f.states[k]), crc(f.states[k]), s, mark))
-	}
-	return "history: " + strings.Join(parts, "; ")
-}
-
 // gotDir is a driver's directory as a mount shows it.
 type gotDir struct {
 	dir   bool
 	files map[string][]byte
+	modes map[string]uint32 // permission bits
+	inos  map[string]uint64 // inode numbers: every mount derives them from the namespace alike
 }
 
 func (c *campaignRun) readDir(d *driverProc, fail func(string, ...any)) (gotDir, bool) {
@@ -1138,7 +1167,7 @@ func (c *campaignRun) readDirOn(idx int, d *driverProc, fail func(string, ...any
 	var mu sync.Mutex
 	doing := "list " + dir
 	go func() {
-		g := gotDir{files: map[string][]byte{}}
+		g := gotDir{files: map[string][]byte{}, modes: map[string]uint32{}, inos: map[string]uint64{}}
 		ents, err := os.ReadDir(dir)
 		if errors.Is(err, os.ErrNotExist) {
 			res <- result{g: g}
@@ -1169,6 +1198,10 @@ func (c *campaignRun) readDirOn(idx int, d *driverProc, fail func(string, ...any
 				return
 			}
 			g.files[e.Name()] = b
+			g.modes[e.Name()] = uint32(fi.Mode().Perm())
+			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+				g.inos[e.Name()] = st.Ino
+			}
 		}
 		res <- result{g: g}
 	}()

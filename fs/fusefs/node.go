@@ -37,8 +37,10 @@ func (n *node) noteShown(a *fuse.Attr) {
 }
 
 // staleSizeRetry: an open met a file whose size is not the one the kernel
-// holds, and has the kernel look the name up again (ESTALE), at most once a
-// second per file so that the kernel's one retry never meets it again.
+// holds and had the kernel look the name up again (ESTALE); the kernel
+// retries once, at once, and an open that comes within this while after
+// takes the size as it is (the kernel would return a second ESTALE to the
+// caller).
 const staleSizeRetry = time.Second
 
 var (
@@ -431,11 +433,14 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// if at the end of the file. ESTALE has the kernel walk the path again,
 	// looking the name up (the answer carries the size this engine shows
 	// now), and open once more.
-	if shown := n.shownSize.Load(); shown != 0 && shown-1 != of.f.Stat().Size &&
-		time.Since(time.Unix(0, n.staleAt.Load())) > staleSizeRetry {
-		n.staleAt.Store(time.Now().UnixNano())
-		n.fsys.release(ctx, of, false)
-		return nil, 0, syscall.ESTALE
+	if shown := n.shownSize.Load(); shown != 0 && shown-1 != of.f.Stat().Size {
+		at := n.staleAt.Load()
+		retry := at != 0 && time.Since(time.Unix(0, at)) < staleSizeRetry && n.staleAt.CompareAndSwap(at, 0)
+		if !retry {
+			n.staleAt.Store(time.Now().UnixNano())
+			n.fsys.release(ctx, of, false)
+			return nil, 0, syscall.ESTALE
+		}
 	}
 	h := newHandle(n.fsys, of, flags)
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {

@@ -13,8 +13,8 @@
 //	E <seq> <unix ns> err <errno>                it returned an error
 //
 // <seq> numbers the driver's operations from 1 and is also the write's
-// identity in Pattern; <mount> is 0 for the driver's home mount and 1 for
-// the other one. Kinds and their arguments:
+// identity in Pattern; <mount> is 0 for the driver's home mount, 1 for the
+// other one and 2 for the read-only one. Kinds and their arguments:
 //
 //	mkdir   0 <dir>
 //	open    0 <name> <create 0|1> <trunc 0|1>     O_RDWR on the home mount
@@ -25,7 +25,29 @@
 //	read    0 <name>                              results: <len> <crc32c>
 //	rename  m <src> <dst>
 //	unlink  m <name>
-//	see     m                                     wait until mount m shows the directory as the other does
+//	see     m [dir]                               wait until mount m shows the directory as the other does
+//	                                              (dir: until mount m has the directory)
+//	cno     0 <name>                              results: <checkpoint number> (user.ckptfs.cno)
+//	copy    m <src> <dst>                         copy_file_range whole into a new file through mount m,
+//	                                              fsync, close, read back; results: <copied> <len> <crc32c>
+//	pcopy   m <src> <dst> <off> <len> <dstoff>    the same for a part; results as copy
+//	toolcp  0 <src> <dst>                         ckptfs cp (no mount), then both mounts show dst;
+//	                                              results: <len> <crc32c> read back through the home mount
+//	oread   1 <name> <hold 0|1>                   open, fstat, read through the other mount; results:
+//	                                              <len> <crc32c> <st_size>; hold: the descriptor stays open
+//	hread   1 <name>                              read through the held descriptor; results: <len> <crc32c>
+//	hclose  1 <name>                              close the held descriptor
+//	ocreat  1 <name>                              open(O_CREAT) without O_EXCL through the other mount right
+//	                                              after the home mount created name; results: <ino> <home ino>
+//	ostale  1 <name>                              open and read through the other mount right after the home
+//	                                              mount unlinked name; results: noent | <len> <crc32c>
+//	cread   2 <name>                              the same through the read-only mount that lags
+//	chmod   m <name> <octal mode>
+//	ckpt    m <name> <cno>                        read .checkpoints/<dir>/<name>/<cno> (cno -1: the newest
+//	                                              listed); results: noent | <len> <crc32c>
+//	                                              (cno -1: noent | <cno> <len> <crc32c>)
+//	owrite  1 <name> <off> <len>                  open, pwrite of Pattern, close through the other mount
+//	otrunc  1 <name> <size>                       open, ftruncate, close through the other mount
 //
 // Names are file names inside the driver's directory. After its first error
 // a driver stops: the operation that failed is the only one whose outcome is

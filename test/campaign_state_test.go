@@ -1,0 +1,740 @@
+package test
+
+import (
+	"bytes"
+	"fmt"
+	"hash/crc32"
+	"strconv"
+	"strings"
+
+	"github.com/ckptfs/ckptfs/test/campaign"
+)
+
+// The campaign's model of a driver's directory (docs/campaign.md, "The
+// model"): what each file may hold, built from the driver's log, and the
+// checks of what the driver read while it ran.
+
+// mfile is the model of one file of a driver.
+type mfile struct {
+	states [][]byte // content after each change
+	by     []*campaign.Op
+	acked  int // index in states of the acknowledged state
+	// uncertain: the op in flight at the end changed this file: its state
+	// is the last one and may or may not have happened.
+	uncertain bool
+	// open: the home mount has it open (between an open and a close).
+	open bool
+	// mode is its permission bits (0: not known); modeAlt the ones a chmod
+	// in flight at the end would have set.
+	mode, modeAlt uint32
+	// The other mount's engine of the file shows the version its last open
+	// there showed: otherSeen when known, else one of states
+	// otherFrom..otherTo (a held descriptor reads it).
+	otherKnown         bool
+	otherSeen          []byte
+	otherFrom, otherTo int
+	// cnos maps a checkpoint number logged after an fsync or close to the
+	// state it holds; stale: the states were rewritten by a merge since.
+	cnos  map[int64]int
+	stale bool
+	// copying: a copy in flight at the end made it; it may hold a prefix
+	// of one of prefixOf (the kernel copies bytes in pieces).
+	copying  bool
+	prefixOf [][]byte
+	// alt is the file's history if the other mount's change in flight at
+	// the end happened (a merge rewrites the states after it).
+	alt *mfile
+}
+
+func newMfile(first []byte, op *campaign.Op, mode uint32) *mfile {
+	return &mfile{states: [][]byte{first}, by: []*campaign.Op{op}, mode: mode, cnos: map[int64]int{}}
+}
+
+func (f *mfile) cur() []byte { return f.states[len(f.states)-1] }
+
+func (f *mfile) last() int { return len(f.states) - 1 }
+
+func (f *mfile) push(b []byte, op *campaign.Op) {
+	f.states = append(f.states, b)
+	f.by = append(f.by, op)
+}
+
+// holder is a file that had a name, and the first state it may have shown
+// under it (the acknowledged one when it lost the name).
+type holder struct {
+	f    *mfile
+	from int
+}
+
+// nsView is a driver's directory: whether it exists and its names.
+type nsView struct {
+	dir   bool
+	names map[string]*mfile
+	// past lists, per name, the files that had it before (a mount whose
+	// view lags may still lead there).
+	past map[string][]holder
+}
+
+func (v nsView) clone() nsView {
+	n := nsView{dir: v.dir, names: make(map[string]*mfile, len(v.names)), past: make(map[string][]holder, len(v.past))}
+	for k, f := range v.names {
+		n.names[k] = f
+	}
+	for k, h := range v.past {
+		n.past[k] = append([]holder(nil), h...)
+	}
+	return n
+}
+
+// drop removes name, remembering its file.
+func (v *nsView) drop(name string) {
+	if f := v.names[name]; f != nil {
+		if v.past == nil {
+			v.past = map[string][]holder{}
+		}
+		v.past[name] = append(v.past[name], holder{f, f.acked})
+		delete(v.names, name)
+	}
+}
+
+func crc(b []byte) uint32 { return crc32.Checksum(b, crc32.MakeTable(crc32.Castagnoli)) }
+
+// cands calls yield with each content file f may show from state from to
+// state to: those states and, when partial, a write among them applied in
+// part (cut at a page boundary: the kernel hands a write to the mount in
+// pieces of whole pages, and a periodic flush may fall between two).
+func cands(f *mfile, from, to int, partial bool, wantLen int64, yield func([]byte) bool) {
+	for k := from; k <= to; k++ {
+		if wantLen >= 0 && int64(len(f.states[k])) != wantLen {
+			continue
+		}
+		if !yield(f.states[k]) {
+			return
+		}
+	}
+	if !partial {
+		return
+	}
+	for k := from + 1; k <= to; k++ {
+		op := f.by[k]
+		if op == nil || op.Kind != "write" && op.Kind != "owrite" {
+			continue
+		}
+		prev, next := f.states[k-1], f.states[k]
+		off, n := op.Int(1), op.Int(2)
+		for p := (off/4096 + 1) * 4096; p < off+n; p += 4096 {
+			if wantLen >= 0 && max(int64(len(prev)), p) != wantLen {
+				continue
+			}
+			b := make([]byte, max(int64(len(prev)), p))
+			copy(b, prev)
+			copy(b[:p], next[:p])
+			if !yield(b) {
+				return
+			}
+		}
+	}
+}
+
+// find returns the content among cands(f, from, to, partial) for which
+// want(content) is true; wantLen, when not negative, is the length it must
+// have.
+func find(f *mfile, from, to int, partial bool, wantLen int64, want func([]byte) bool) ([]byte, bool) {
+	var got []byte
+	ok := false
+	cands(f, from, to, partial, wantLen, func(b []byte) bool {
+		if want(b) {
+			got, ok = b, true
+			return false
+		}
+		return true
+	})
+	return got, ok
+}
+
+// sumIs reports whether b has length n and CRC-32C sum, as logged.
+func sumIs(b []byte, n, sum string) bool {
+	return strconv.Itoa(len(b)) == n && strconv.FormatUint(uint64(crc(b)), 10) == sum
+}
+
+// window is what a copy of n bytes from off of src to dstOff of a new file
+// holds, and how many bytes it copied.
+func window(src []byte, off, n, dstOff int64) ([]byte, int64) {
+	if off >= int64(len(src)) {
+		return nil, 0
+	}
+	k := min(n, int64(len(src))-off)
+	b := make([]byte, dstOff+k)
+	copy(b[dstOff:], src[off:off+k])
+	return b, k
+}
+
+// applyChange returns b with the change op made (a write or a truncate,
+// through either mount, or an open with O_TRUNC).
+func (c *campaignRun) applyChange(b []byte, op *campaign.Op) []byte {
+	switch op.Kind {
+	case "write", "owrite":
+		off, n := op.Int(1), op.Int(2)
+		nb := make([]byte, max(int64(len(b)), off+n))
+		copy(nb, b)
+		copy(nb[off:], campaign.Pattern(c.curDriver, op.Seq, off, int(n)))
+		return nb
+	case "trunc", "otrunc":
+		nb := make([]byte, op.Int(1))
+		copy(nb, b)
+		return nb
+	case "open":
+		return nil
+	}
+	return b
+}
+
+// rebased is f's history after the other mount's change op: the home mount
+// had published the acknowledged state, the other mount changed that and
+// published, and the home mount's changes since its acknowledged state
+// follow in order at its next flush (a merge is serial: their checkpoint,
+// then this writer's changes; docs/design.md, "What a merge gives").
+func (c *campaignRun) rebased(f *mfile, op *campaign.Op) *mfile {
+	a := f.acked
+	g := *f
+	g.states = append([][]byte(nil), f.states[:a+1]...)
+	g.by = append([]*campaign.Op(nil), f.by[:a+1]...)
+	g.push(c.applyChange(f.states[a], op), op)
+	for k := a + 1; k <= f.last(); k++ {
+		g.push(c.applyChange(g.cur(), f.by[k]), f.by[k])
+	}
+	g.acked = a + 1
+	g.otherKnown, g.otherSeen = true, g.states[a+1]
+	g.stale = true
+	g.alt = nil
+	return &g
+}
+
+// c2o is the range of states an open that starts now on another mount may
+// show (close-to-open): from the acknowledged state on, with a write after
+// it in part (a periodic flush); with the WAL, every change is
+// acknowledged and its records are read: the current state.
+func (c *campaignRun) c2o(f *mfile) (from, to int, partial bool) {
+	if c.wal {
+		return f.last(), f.last(), false
+	}
+	return f.acked, f.last(), true
+}
+
+// apply applies op to the view. uncertain: the op is the one in flight at
+// the end (it may or may not have happened). It reports false when the log
+// cannot be followed (a failure is reported).
+func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail func(string, ...any)) bool {
+	name := ""
+	if len(op.Args) > 0 {
+		name = op.Args[0]
+	}
+	f := v.names[name]
+	needFile := func() bool {
+		if f == nil {
+			fail("%v: the model has no file %s", op, name)
+			return false
+		}
+		return true
+	}
+	change := func(b []byte) {
+		// A change in flight at the end is the file's last state, never
+		// acknowledged: the file may hold it or the one before.
+		f.push(b, op)
+		f.uncertain = uncertain
+		if c.wal && !uncertain {
+			f.acked = f.last()
+		}
+	}
+	// result checks a logged <len> <crc32c> at result index i against the
+	// contents in range; it returns the content matched.
+	result := func(g *mfile, i int, from, to int, partial bool, what string) ([]byte, bool) {
+		n, sum := op.Result[i], op.Result[i+1]
+		b, ok := find(g, from, to, partial, parseInt(n), func(b []byte) bool { return sumIs(b, n, sum) })
+		if !ok {
+			fail("%v: %s gave %s bytes with crc32c %s, none of the states %d..%d (%s)", op, what, n, sum, from, to, g.history())
+		}
+		return b, ok
+	}
+	switch op.Kind {
+	case "mkdir":
+		v.dir = true
+	case "open":
+		create, trunc := op.Int(1) == 1, op.Int(2) == 1
+		if create {
+			if f != nil {
+				fail("%v: created over an existing file of the model", op)
+				return false
+			}
+			f = newMfile(nil, op, c.createMode)
+			v.names[name] = f
+		} else if !needFile() {
+			return false
+		}
+		f.open = true
+		if trunc {
+			// A state even when the file was empty: a merge replays the
+			// truncate over the other writer's checkpoint, cutting its bytes.
+			change(nil)
+		}
+	case "write":
+		if !needFile() {
+			return false
+		}
+		change(c.applyChange(f.cur(), op))
+		if !uncertain {
+			c.stats.writes++
+			c.stats.bytesWritten += op.Int(2)
+		}
+	case "trunc":
+		if !needFile() {
+			return false
+		}
+		change(c.applyChange(f.cur(), op))
+	case "fsync", "close":
+		if !needFile() {
+			return false
+		}
+		if op.Kind == "close" && !uncertain {
+			f.open = false
+		}
+		if !uncertain {
+			f.acked = f.last()
+			c.stats.fsyncs++
+		}
+	case "cno":
+		if uncertain {
+			return true
+		}
+		if !needFile() {
+			return false
+		}
+		cno := parseInt(op.Result[0])
+		if cno == 0 {
+			return true // never published: not listed
+		}
+		if k, ok := f.cnos[cno]; ok && !bytes.Equal(f.states[k], f.cur()) {
+			fail("%v: checkpoint %d was logged before for another state (%d, now %d): a checkpoint changed (%s)", op, cno, k, f.last(), f.history())
+			return false
+		}
+		f.cnos[cno] = f.last()
+	case "read":
+		if uncertain {
+			return true
+		}
+		if !needFile() {
+			return false
+		}
+		n, sum := op.Result[0], op.Result[1]
+		want := f.cur()
+		if !sumIs(want, n, sum) {
+			fail("%v: read %s bytes with crc32c %s through the open file, want %d bytes with crc %d: a read gave bytes the file does not hold (%s)",
+				op, n, sum, len(want), crc(want), f.history())
+			return false
+		}
+	case "oread":
+		if uncertain {
+			return true
+		}
+		if !needFile() {
+			return false
+		}
+		from, to, partial := c2o(c, f)
+		b, ok := result(f, 0, from, to, partial, "an open through the other mount (close-to-open)")
+		if !ok {
+			f.otherKnown, f.otherFrom, f.otherTo = false, from, to
+			return false
+		}
+		if op.Result[2] != op.Result[0] {
+			fail("%v: fstat of the new descriptor says %s bytes, its read gave %s", op, op.Result[2], op.Result[0])
+			return false
+		}
+		f.otherKnown, f.otherSeen = true, b
+		c.stats.crossReads++
+	case "hread":
+		if uncertain {
+			return true
+		}
+		if !needFile() {
+			return false
+		}
+		if f.otherKnown {
+			if !sumIs(f.otherSeen, op.Result[0], op.Result[1]) {
+				fail("%v: a descriptor held on the other mount read %s bytes with crc32c %s, not the version its mount's last open showed (%d bytes, crc %d): %s",
+					op, op.Result[0], op.Result[1], len(f.otherSeen), crc(f.otherSeen), f.history())
+				return false
+			}
+		} else if _, ok := result(f, 0, f.otherFrom, f.otherTo, !c.wal, "a descriptor held on the other mount"); !ok {
+			return false
+		}
+		c.stats.heldReads++
+	case "hclose":
+	case "ocreat":
+		if uncertain {
+			return true
+		}
+		if !needFile() {
+			return false
+		}
+		if op.Result[0] != op.Result[1] {
+			fail("%v: open(O_CREAT) without O_EXCL through the other mount opened inode %s, the home mount's file is inode %s", op, op.Result[0], op.Result[1])
+			return false
+		}
+		f.otherKnown, f.otherFrom, f.otherTo = false, f.acked, f.last()
+		if c.wal {
+			f.otherFrom = f.last()
+		}
+		c.stats.crossCreates++
+	case "ostale", "cread":
+		if uncertain || op.Result[0] == "noent" {
+			return true
+		}
+		// The name may still lead to the file that has it now or to one
+		// that had it: a lagging view. Never to bytes none of them held.
+		var hs []holder
+		if f != nil {
+			from, _, _ := c2o(c, f)
+			hs = append(hs, holder{f, from})
+		}
+		hs = append(hs, v.past[name]...)
+		for _, h := range hs {
+			if _, ok := find(h.f, h.from, h.f.last(), true, parseInt(op.Result[0]), func(b []byte) bool { return sumIs(b, op.Result[0], op.Result[1]) }); ok {
+				if op.Kind == "ostale" && h.f == f {
+					f.otherKnown, f.otherFrom, f.otherTo = false, h.from, f.last()
+				}
+				c.stats.staleReads++
+				return true
+			}
+		}
+		fail("%v: gave %s bytes with crc32c %s, a state of no file that had the name %s since the iteration began", op, op.Result[0], op.Result[1], name)
+		return false
+	case "ckpt":
+		if uncertain {
+			return true
+		}
+		if !needFile() {
+			return false
+		}
+		return c.checkCheckpoint(op, f, fail)
+	case "chmod":
+		if !needFile() {
+			return false
+		}
+		m, err := strconv.ParseUint(op.Args[1], 8, 32)
+		if err != nil {
+			fail("%v: bad mode", op)
+			return false
+		}
+		if uncertain {
+			f.modeAlt = uint32(m)
+		} else {
+			f.mode = uint32(m)
+			c.stats.chmods++
+		}
+	case "owrite", "otrunc":
+		if !needFile() {
+			return false
+		}
+		if !f.open || f.acked == f.last() {
+			// Nothing of the home mount's is pending: a change after the
+			// current state, acknowledged by the other mount's close.
+			change(c.applyChange(f.cur(), op))
+			if !uncertain {
+				f.acked = f.last()
+				f.otherKnown, f.otherSeen = true, f.cur()
+			}
+		} else {
+			g := c.rebased(f, op)
+			if uncertain {
+				f.alt = g
+			} else {
+				*f = *g
+			}
+		}
+		if !uncertain {
+			c.stats.foreign++
+		}
+	case "rename":
+		if !needFile() {
+			return false
+		}
+		dst := op.Args[1]
+		v.drop(dst)
+		v.drop(name)
+		v.names[dst] = f
+	case "unlink":
+		if !needFile() {
+			return false
+		}
+		v.drop(name)
+	case "copy", "pcopy", "toolcp":
+		return c.applyCopy(op, v, f, uncertain, fail)
+	case "see":
+	default:
+		fail("%v: unknown operation", op)
+		return false
+	}
+	return true
+}
+
+func c2o(c *campaignRun, f *mfile) (int, int, bool) { return c.c2o(f) }
+
+func parseInt(s string) int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// applyCopy follows a copy (copy_file_range whole or in part, through
+// either mount, or ckptfs cp) of f to a new name: the copy holds what an
+// open of the source would read (docs/design.md, "A copy copies what an
+// open would read"): through the home mount the state it shows; through
+// the other mount or the tool, what close-to-open allows.
+func (c *campaignRun) applyCopy(op *campaign.Op, v *nsView, f *mfile, uncertain bool, fail func(string, ...any)) bool {
+	if f == nil {
+		fail("%v: the model has no file %s", op, op.Args[0])
+		return false
+	}
+	dst := op.Args[1]
+	if v.names[dst] != nil {
+		fail("%v: copied over an existing file of the model", op)
+		return false
+	}
+	from, to, partial := f.last(), f.last(), false
+	if op.Mount == 1 || op.Kind == "toolcp" {
+		from, to, partial = c.c2o(f)
+	}
+	off, n, dstOff := int64(0), int64(1)<<62, int64(0)
+	if op.Kind == "pcopy" {
+		off, n, dstOff = op.Int(2), op.Int(3), op.Int(4)
+	}
+	mode := c.createMode
+	if op.Kind == "toolcp" {
+		mode = f.mode // the copy has the source's mode
+	}
+	g := newMfile(nil, op, mode)
+	v.names[dst] = g
+	if uncertain {
+		// Not there, there and empty, or holding a prefix of what it
+		// would have held (the kernel copies bytes in pieces).
+		g.uncertain, g.copying = true, true
+		cands(f, from, to, partial, -1, func(b []byte) bool {
+			w, _ := window(b, off, n, dstOff)
+			g.prefixOf = append(g.prefixOf, w)
+			return len(g.prefixOf) < 64
+		})
+		return true
+	}
+	var lenAt int
+	var total string
+	switch op.Kind {
+	case "toolcp":
+		lenAt = 0
+	default:
+		total, lenAt = op.Result[0], 1
+	}
+	var got []byte
+	src, ok := find(f, from, to, partial, -1, func(b []byte) bool {
+		w, k := window(b, off, n, dstOff)
+		if total != "" && strconv.FormatInt(k, 10) != total {
+			return false
+		}
+		if !sumIs(w, op.Result[lenAt], op.Result[lenAt+1]) {
+			return false
+		}
+		got = w
+		return true
+	})
+	if !ok {
+		fail("%v: the copy holds %s bytes with crc32c %s (%s bytes copied), a copy of none of the source's states %d..%d (%s)",
+			op, op.Result[lenAt], op.Result[lenAt+1], total, from, to, f.history())
+		return false
+	}
+	if op.Mount == 1 {
+		f.otherKnown, f.otherSeen = true, src
+	}
+	g.push(got, op)
+	g.acked = 1
+	c.stats.copies++
+	return true
+}
+
+// checkCheckpoint checks a read of .checkpoints/<name>/<cno>: a checkpoint
+// logged after an fsync or close holds exactly the state it was logged
+// with, or is gone (ENOENT) once a newer one exists (the cleaner keeps one
+// here); the newest listed is not older than one logged, and holds a
+// state from there on.
+func (c *campaignRun) checkCheckpoint(op *campaign.Op, f *mfile, fail func(string, ...any)) bool {
+	cno := op.Int(1)
+	res := op.Result
+	newest := int64(-1)
+	for n := range f.cnos {
+		newest = max(newest, n)
+	}
+	if cno >= 0 {
+		k, ok := f.cnos[cno]
+		if !ok {
+			fail("%v: the model logged no checkpoint %d of this file", op, cno)
+			return false
+		}
+		if res[0] == "noent" {
+			if cno == newest && k == f.last() && !f.stale {
+				fail("%v: the file's current checkpoint %d is not listed under .checkpoints (%s)", op, cno, f.history())
+				return false
+			}
+			return true
+		}
+		if f.stale {
+			return true // a merge rewrote the states this one was logged with
+		}
+		if !sumIs(f.states[k], res[0], res[1]) {
+			fail("%v: checkpoint %d reads %s bytes with crc32c %s; it was logged holding state %d (%d bytes, crc %d): %s",
+				op, cno, res[0], res[1], k, len(f.states[k]), crc(f.states[k]), f.history())
+			return false
+		}
+		c.stats.ckptReads++
+		return true
+	}
+	if res[0] == "noent" {
+		if newest >= 0 {
+			fail("%v: no checkpoint listed, though %d was logged", op, newest)
+			return false
+		}
+		return true
+	}
+	got := parseInt(res[0])
+	from := 0
+	if newest >= 0 {
+		if got < newest {
+			fail("%v: the newest checkpoint listed is %d, older than %d, logged after an fsync or close", op, got, newest)
+			return false
+		}
+		from = f.cnos[newest]
+	}
+	if f.stale {
+		return true
+	}
+	if _, ok := find(f, from, f.last(), true, parseInt(res[1]), func(b []byte) bool { return sumIs(b, res[1], res[2]) }); !ok {
+		fail("%v: the newest checkpoint %d reads %s bytes with crc32c %s, none of the states %d..%d (%s)", op, got, res[1], res[2], from, f.last(), f.history())
+		return false
+	}
+	c.stats.ckptReads++
+	return true
+}
+
+// matches says why content is none of the states f may be in, or "".
+func (c *campaignRun) matches(f *mfile, content []byte) string {
+	if f.alt != nil && c.matches(f.alt, content) == "" {
+		return ""
+	}
+	if f.copying {
+		// A copy in flight at the end.
+		if len(content) == 0 {
+			return ""
+		}
+		for _, p := range f.prefixOf {
+			if len(content) <= len(p) && bytes.Equal(content, p[:len(content)]) {
+				return ""
+			}
+		}
+		return fmt.Sprintf("a copy in flight at the kill holds %d bytes (crc %08x), a prefix of none of the %d contents it could copy", len(content), crc(content), len(f.prefixOf))
+	}
+	last := f.last()
+	for k := f.acked; k <= last; k++ {
+		if bytes.Equal(content, f.states[k]) {
+			return ""
+		}
+		op := f.by[k]
+		// A write after the acknowledged state may be there in part
+		// (without the WAL; with it only the one in flight).
+		partialOK := k > f.acked && op != nil && op.Kind == "write" && (!c.wal || (f.uncertain && k == last))
+		if partialOK && partialMatch(content, f.states[k-1], f.states[k], op.Int(1), op.Int(2)) {
+			return ""
+		}
+	}
+	// Say how it differs from the acknowledged state.
+	ack := f.states[f.acked]
+	i := 0
+	for i < len(ack) && i < len(content) && ack[i] == content[i] {
+		i++
+	}
+	var where string
+	switch {
+	case len(content) < len(ack) && i == len(content):
+		where = fmt.Sprintf("it is %d bytes, the acknowledged state %d: acknowledged bytes from %d on are lost", len(content), len(ack), len(content))
+	case i < len(content) && i < len(ack):
+		where = fmt.Sprintf("byte %d is %#02x, the acknowledged state has %#02x (%s)", i, content[i], ack[i], c.whoWrote(f, content, int64(i)))
+	default:
+		where = fmt.Sprintf("it is %d bytes, the acknowledged state %d", len(content), len(ack))
+	}
+	return fmt.Sprintf("after the kill it holds %d bytes (crc %08x), none of the states from the acknowledged one (%d of %d) on: %s; %s",
+		len(content), crc(content), f.acked, last, where, f.history())
+}
+
+func isCopy(kind string) bool { return kind == "copy" || kind == "pcopy" || kind == "toolcp" }
+
+// modeOK reports whether perm is a mode f may have after the kill.
+func (f *mfile) modeOK(perm uint32) bool {
+	return f.mode == 0 || perm == f.mode || f.modeAlt != 0 && perm == f.modeAlt ||
+		f.alt != nil && f.alt.modeOK(perm)
+}
+
+// whoWrote names the write of the model whose bytes content has at off.
+func (c *campaignRun) whoWrote(f *mfile, content []byte, off int64) string {
+	for k := len(f.by) - 1; k >= 1; k-- {
+		op := f.by[k]
+		if op == nil || op.Kind != "write" && op.Kind != "owrite" {
+			continue
+		}
+		wo, wn := op.Int(1), op.Int(2)
+		if off < wo || off >= wo+wn {
+			continue
+		}
+		end := min(wo+wn, int64(len(content)))
+		if bytes.Equal(content[off:end], campaign.Pattern(c.curDriver, op.Seq, off, int(end-off))) {
+			return fmt.Sprintf("the byte of write #%d, state %d", op.Seq, k)
+		}
+	}
+	allZero := true
+	for _, b := range content[off:min(int64(len(content)), off+64)] {
+		allZero = allZero && b == 0
+	}
+	if allZero {
+		return "zeros: a hole or a block never written"
+	}
+	return "written by no write of this file in this iteration"
+}
+
+// partialMatch: content is prev with a prefix of the write [off, off+n) that
+// made next applied.
+func partialMatch(content, prev, next []byte, off, n int64) bool {
+	p := 0
+	for p < len(content) && p < len(next) && content[p] == next[p] {
+		p++
+	}
+	if int64(p) < off || int64(p) > off+n {
+		return false
+	}
+	want := make([]byte, max(len(prev), p))
+	copy(want, prev)
+	copy(want[:p], next[:p])
+	return bytes.Equal(content, want)
+}
+
+func (f *mfile) history() string {
+	var parts []string
+	for k, op := range f.by {
+		s := "base"
+		if op != nil {
+			s = op.String()
+		}
+		mark := ""
+		if k == f.acked {
+			mark = " [acknowledged]"
+		}
+		parts = append(parts, fmt.Sprintf("state %d: %d bytes crc %08x by %s%s", k, len(f.states[k]), crc(f.states[k]), s, mark))
+	}
+	return "history: " + strings.Join(parts, "; ")
+}
