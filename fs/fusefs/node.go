@@ -23,6 +23,11 @@ type node struct {
 	ino  namespace.Ino
 }
 
+// Every go-fuse operation a node or handle type answers is checked here, in
+// one block next to the type (as for the other types of this package): a
+// method whose signature drifts from go-fuse's would otherwise compile and
+// leave the operation ENOSYS. TestFuseInterfaces checks that no method
+// named as an operation is missing from these blocks.
 var (
 	_ = (fs.NodeLookuper)((*node)(nil))
 	_ = (fs.NodeGetattrer)((*node)(nil))
@@ -42,6 +47,8 @@ var (
 	_ = (fs.NodeSetxattrer)((*node)(nil))
 	_ = (fs.NodeListxattrer)((*node)(nil))
 	_ = (fs.NodeRemovexattrer)((*node)(nil))
+	_ = (fs.NodeMknoder)((*node)(nil))
+	_ = (fs.NodeCopyFileRanger)((*node)(nil))
 )
 
 // Virtual extended attributes of every file; read-only.
