@@ -13,9 +13,9 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
-	"github.com/ckptfs/ckptfs/wal"
 )
 
 // Plan is what a run will do: made by PlanVolume or PlanFile from one
@@ -122,17 +122,12 @@ func CleanFile(ctx context.Context, st staging.Store, prefix, id string, o Optio
 	return p.Execute(ctx)
 }
 
-// volumeRoot returns the root of the volume whose files prefix files is.
-func volumeRoot(files string) (string, bool) {
-	return strings.CutSuffix(files, "f/")
-}
-
 // PlanVolume lists the volume at root once and decides what a run deletes,
 // records and leaves. It writes nothing. The plan must be closed; on an
 // error it may be nil, or hold what was found so far (close it too).
 func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (*Plan, error) {
-	p := &Plan{st: st, root: root, o: o, view: newWriterView(st), orphKey: PendingOrphansKey(root)}
-	fp := FilesPrefix(root)
+	p := &Plan{st: st, root: root, o: o, view: newWriterView(st), orphKey: volume.PendingOrphansKey(root)}
+	fp := volume.FilesPrefix(root)
 	p.refs = newReferrers(st, fp, o)
 	objs, err := staging.ListAll(ctx, st, fp)
 	if err != nil {
@@ -141,7 +136,7 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 	byFile := map[string][]staging.ObjectInfo{}
 	var ids []string
 	for _, obj := range objs {
-		id, _, ok := strings.Cut(strings.TrimPrefix(obj.Key, fp), "/")
+		id, _, ok := volume.SplitFileKey(fp, obj.Key)
 		if !ok || id == "" {
 			p.rep.Skipped = append(p.rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: "not under a file"})
 			continue
@@ -151,13 +146,13 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 		}
 		byFile[id] = append(byFile[id], obj)
 	}
-	recs, err := staging.ListAll(ctx, st, PendingFilesDir(root))
+	recs, err := staging.ListAll(ctx, st, volume.PendingFilesPrefix(root))
 	if err != nil {
 		return nil, fmt.Errorf("list pending records: %w", err)
 	}
 	hasRec := map[string]bool{}
 	for _, r := range recs {
-		id := strings.TrimPrefix(r.Key, PendingFilesDir(root))
+		id := strings.TrimPrefix(r.Key, volume.PendingFilesPrefix(root))
 		if _, ok := byFile[id]; ok {
 			hasRec[id] = true
 		} else {
@@ -179,7 +174,7 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 		if orphans[id] {
 			continue
 		}
-		if err := p.planFile(ctx, fp+id+"/", id, byFile[id], hasRec[id]); err != nil {
+		if err := p.planFile(ctx, volume.FilePrefixIn(fp, id), id, byFile[id], hasRec[id]); err != nil {
 			return p, err
 		}
 	}
@@ -196,15 +191,15 @@ func PlanFile(ctx context.Context, st staging.Store, prefix, id string, o Option
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", prefix, err)
 	}
-	files, ok := strings.CutSuffix(prefix, id+"/")
+	files, ok := volume.FilesOfPrefix(prefix, id)
 	if !ok {
 		files = ""
 	}
 	p := &Plan{st: st, o: o, view: newWriterView(st), refs: newReferrers(st, files, o)}
 	hasRec := false
-	if root, ok := volumeRoot(files); ok && files != "" {
+	if root, ok := volume.RootOfFiles(files); ok && files != "" {
 		p.root = root
-		if _, err := st.Head(ctx, PendingFilesDir(root)+id); err == nil {
+		if _, err := st.Head(ctx, volume.PendingFilesPrefix(root)+id); err == nil {
 			hasRec = true
 		} else if !errors.Is(err, staging.ErrNotFound) {
 			return nil, fmt.Errorf("read the pending record of %s: %w", id, err)
@@ -228,7 +223,7 @@ func PlanFile(ctx context.Context, st staging.Store, prefix, id string, o Option
 // orphans that only other orphans going in the same run point into go
 // together, so two that hold each other are reaped.
 func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile map[string][]staging.ObjectInfo, hasRec map[string]bool) error {
-	o, fp := p.o, FilesPrefix(p.root)
+	o, fp := p.o, volume.FilesPrefix(p.root)
 	now := o.now()
 	old, bad, err := readPending(ctx, p.st, p.orphKey)
 	if err != nil {
@@ -248,7 +243,7 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 	ids := slices.Sorted(maps.Keys(orphans))
 	for _, id := range ids {
 		p.rep.Files++
-		prefix := fp + id + "/"
+		prefix := volume.FilePrefixIn(fp, id)
 		since := old.since(id, now)
 		p.orphRec[id] = since
 		ws, err := p.view.read(ctx, prefix, byFile[id])
@@ -268,9 +263,9 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 	}
 	holders := map[string][]hold{}
 	for _, id := range ids {
-		prefix := fp + id + "/"
+		prefix := volume.FilePrefixIn(fp, id)
 		for _, obj := range byFile[id] {
-			copyID, ok := engine.IsRefKey(strings.TrimPrefix(obj.Key, prefix))
+			copyID, ok := volume.IsRefKey(strings.TrimPrefix(obj.Key, prefix))
 			if !ok || copyID == id {
 				continue
 			}
@@ -320,9 +315,9 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 			head := fp + id + "/inode"
 			order := slices.Clone(objs)
 			sort.SliceStable(order, func(i, j int) bool { return order[j].Key == head && order[i].Key != head })
-			op := &orphanPlan{id: id, prefix: fp + id + "/", objs: order}
+			op := &orphanPlan{id: id, prefix: volume.FilePrefixIn(fp, id), objs: order}
 			if hasRec[id] {
-				op.recKey = PendingFilesDir(p.root) + id
+				op.recKey = volume.PendingFilesPrefix(p.root) + id
 			}
 			p.orphans = append(p.orphans, op)
 			continue
@@ -390,8 +385,8 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 	st, o, rep, view, refs := p.st, p.o, &p.rep, p.view, p.refs
 	rep.Files++
 	fpl := &filePlan{id: id, prefix: prefix, rec: pending{}, refs: map[string]time.Time{}}
-	if root, ok := volumeRoot(refs.files); ok && refs.files != "" {
-		fpl.recKey = PendingFilesDir(root) + id
+	if root, ok := volume.RootOfFiles(refs.files); ok && refs.files != "" {
+		fpl.recKey = volume.PendingFilesPrefix(root) + id
 	}
 	old := pending{}
 	if hasRec && fpl.recKey != "" {
@@ -459,7 +454,7 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 	forCopies := map[segment.ObjectName]string{} // name -> a copy pointing at it
 	staleRefs := map[string]bool{}
 	for _, obj := range objs {
-		copyID, ok := engine.IsRefKey(strings.TrimPrefix(obj.Key, prefix))
+		copyID, ok := volume.IsRefKey(strings.TrimPrefix(obj.Key, prefix))
 		if !ok {
 			continue
 		}
@@ -540,11 +535,11 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 		}
 		rel := strings.TrimPrefix(obj.Key, prefix)
 		age := now.Sub(obj.LastModified)
-		if rel == "inode" {
+		if rel == volume.HeadName {
 			keep(obj)
 			continue
 		}
-		if engine.IsWriterKey(rel) {
+		if volume.IsWriterKey(rel) {
 			w, ok := byKey[obj.Key]
 			switch {
 			case !ok: // let go since the listing
@@ -559,7 +554,7 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 			keep(obj)
 			continue
 		}
-		if strings.HasPrefix(rel, wal.Dir) {
+		if strings.HasPrefix(rel, volume.WALDir) {
 			if walCovered(rel, walApplied, age >= o.MinAge) {
 				doomed = append(doomed, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size, Reason: "write-ahead log record the head's checkpoint holds"}})
 			} else {
@@ -567,7 +562,7 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 			}
 			continue
 		}
-		if _, ok := engine.IsRefKey(rel); ok {
+		if _, ok := volume.IsRefKey(rel); ok {
 			// A young marker may be a copy in progress (its head not yet
 			// published): only an old one that keeps nothing goes.
 			if staleRefs[obj.Key] && age > o.Grace {
@@ -578,7 +573,7 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 			}
 			continue
 		}
-		if lcno, ok := engine.IsLineageKey(rel); ok {
+		if lcno, ok := volume.IsLineageKey(rel); ok {
 			reason := ""
 			if !liveLineage[lcno] {
 				reason = checkpointRule(obj, rel, lcno, age)
@@ -929,7 +924,7 @@ func (p *Plan) replan(ctx context.Context, f *filePlan) (*filePlan, error) {
 // name objects the plan judged abandoned (a part 0 above the old head); a
 // copy made since may point at a checkpoint the plan dropped.
 func (p *Plan) unchanged(ctx context.Context, f *filePlan) (bool, error) {
-	info, err := p.st.Head(ctx, f.prefix+"inode")
+	info, err := p.st.Head(ctx, volume.HeadKey(f.prefix))
 	if errors.Is(err, staging.ErrNotFound) {
 		return f.head.ETag == "", nil
 	}
@@ -939,7 +934,7 @@ func (p *Plan) unchanged(ctx context.Context, f *filePlan) (bool, error) {
 	if info.ETag != f.head.ETag || !info.LastModified.Equal(f.head.LastModified) {
 		return false, nil
 	}
-	refs, err := staging.ListAll(ctx, p.st, f.prefix+engine.RefsDir)
+	refs, err := staging.ListAll(ctx, p.st, f.prefix+volume.RefsDir)
 	if err != nil {
 		return false, fmt.Errorf("clean %s: list reference markers again: %w", f.prefix, err)
 	}
