@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
@@ -80,7 +81,7 @@ func TestGCCopyWrittenOverLetsSourceGo(t *testing.T) {
 	if len(or) != 1 {
 		t.Fatalf("orphans %v; want X", or)
 	}
-	x := cleaner.FilesPrefix("") + or[0].FileID + "/"
+	x := ckvolume.FilePrefix("", or[0].FileID)
 	if countObjects(t, st, x) == 0 {
 		t.Fatal("X has no objects: the test proves nothing")
 	}
@@ -187,7 +188,7 @@ func TestGCBinaryWaitsNamespaceLag(t *testing.T) {
 	if or := nsOrphans(t, st); len(or) != 0 {
 		t.Fatalf("orphans left with --ns-lag 0: %v", or)
 	}
-	if n := countObjects(t, st, cleaner.FilesPrefix("")); n != 0 {
+	if n := countObjects(t, st, ckvolume.FilesPrefix("")); n != 0 {
 		t.Fatalf("%d objects left", n)
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/engine"
+	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
@@ -30,12 +31,12 @@ const gcMountOpts = "data_block_size=4K,segment_max_object_bytes=8M,segment_mpu_
 // fileOf finds the one file of a volume: its id and prefix.
 func fileOf(t *testing.T, st staging.Store) (id, prefix string) {
 	t.Helper()
-	objs, err := staging.ListAll(context.Background(), st, cleaner.FilesPrefix(""))
+	objs, err := staging.ListAll(context.Background(), st, ckvolume.FilesPrefix(""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range objs {
-		rest := strings.TrimPrefix(o.Key, cleaner.FilesPrefix(""))
+		rest := strings.TrimPrefix(o.Key, ckvolume.FilesPrefix(""))
 		if i, _, ok := strings.Cut(rest, "/"); ok {
 			if id != "" && id != i {
 				t.Fatalf("more than one file: %s and %s", id, i)
@@ -46,7 +47,7 @@ func fileOf(t *testing.T, st staging.Store) (id, prefix string) {
 	if id == "" {
 		t.Fatal("no file in the volume")
 	}
-	return id, cleaner.FilesPrefix("") + id + "/"
+	return id, ckvolume.FilePrefix("", id)
 }
 
 // readCheckpoint reads checkpoint cno of a file from the store.

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ckptfs/ckptfs/fs/fusefs"
+	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
 )
 
 // TestOpsVolumeCreation: without create a mount of a store that holds no
@@ -54,7 +54,7 @@ func TestOpsVolumeCreation(t *testing.T) {
 	if out, code := ckptfs("format", "-o", opts, store); code != 1 || !strings.Contains(out, "already a volume") {
 		t.Fatalf("second format: exit %d: %s", code, out)
 	}
-	vol, err := fusefs.ReadVolume(context.Background(), v.store(), "")
+	vol, err := ckvolume.ReadDescriptor(context.Background(), v.store(), "")
 	if err != nil || vol.Format != "parted" {
 		t.Fatalf("descriptor after format: %+v, %v", vol, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
@@ -118,7 +119,7 @@ func TestRenameOverFileOpenOnAnotherMount(t *testing.T) {
 	st := v.store()
 	id := oneOrphan(t, st)
 	reapOrphans(t, st)
-	if left := countObjects(t, st, cleaner.FilesPrefix("")+id+"/"); left != 0 {
+	if left := countObjects(t, st, ckvolume.FilePrefix("", id)); left != 0 {
 		t.Fatalf("%d objects of the replaced version left after the cleaner", left)
 	}
 }
@@ -139,7 +140,7 @@ func TestUnlinkedFileLeftToCleaner(t *testing.T) {
 	}
 	m.unmount()
 	id := oneOrphan(t, st)
-	if countObjects(t, st, cleaner.FilesPrefix("")+id+"/") == 0 {
+	if countObjects(t, st, ckvolume.FilePrefix("", id)) == 0 {
 		t.Fatal("the mount deleted the data of an unlinked file; it is the cleaner's")
 	}
 	// Within the grace period the cleaner keeps it.
@@ -147,7 +148,7 @@ func TestUnlinkedFileLeftToCleaner(t *testing.T) {
 		t.Fatalf("cleaner within the grace period: orphans %v, %v", rep.Orphans, err)
 	}
 	reapOrphans(t, st)
-	if left := countObjects(t, st, cleaner.FilesPrefix("")+id+"/"); left != 0 {
+	if left := countObjects(t, st, ckvolume.FilePrefix("", id)); left != 0 {
 		t.Fatalf("%d objects of the unlinked file left after the cleaner", left)
 	}
 	m = v.mount("")

@@ -15,10 +15,10 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/ckptfs/ckptfs/cmd/ckptfs/internal/seedbench"
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/staging"
-	"github.com/ckptfs/ckptfs/test/seedbench"
 )
 
 const benchLong = `ckptfs bench: reproduces the seed's tables on memory staging behind an emulated

@@ -13,11 +13,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ckptfs/ckptfs/cmd/ckptfs/internal/seedbench"
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/staging"
-	"github.com/ckptfs/ckptfs/test/seedbench"
 	"github.com/ckptfs/ckptfs/wal"
 )
 

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/cmd/ckptfs/internal/seedbench"
 	"github.com/ckptfs/ckptfs/staging"
-	"github.com/ckptfs/ckptfs/test/seedbench"
 )
 
 // A tiny cell without a link: the row must add up, never be fast.

@@ -20,6 +20,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -102,7 +103,7 @@ type cpVolume struct {
 	root string // "" or ends in "/"
 	spec string // the store as the user named it, redacted
 	ns   *namespace.Namespace
-	desc fusefs.Volume
+	desc volume.Descriptor
 }
 
 // openCpVolume opens the store named spec and the volume in it; a store
@@ -124,11 +125,8 @@ func openCpVolume(ctx context.Context, spec string, so storeOpts) (*cpVolume, er
 
 // newCpVolume opens the volume at root of st: its descriptor and namespace.
 func newCpVolume(ctx context.Context, st staging.Store, root, spec string) (*cpVolume, error) {
-	root = strings.Trim(root, "/")
-	if root != "" {
-		root += "/"
-	}
-	desc, err := fusefs.ReadVolume(ctx, st, root)
+	root = volume.CleanRoot(root)
+	desc, err := volume.ReadDescriptor(ctx, st, root)
 	if err != nil {
 		return nil, err
 	}
@@ -143,12 +141,12 @@ func newCpVolume(ctx context.Context, st staging.Store, root, spec string) (*cpV
 func (v *cpVolume) Close() error { return v.ns.Close() }
 
 // prefix is where file id keeps its objects.
-func (v *cpVolume) prefix(id string) string { return v.root + "f/" + id + "/" }
+func (v *cpVolume) prefix(id string) string { return volume.FilePrefix(v.root, id) }
 
 // options are the engine options of file id, as a mount gives them: the
 // volume's files prefix, so that copies by reference resolve each other.
 func (v *cpVolume) options(id string, p engine.Params, readOnly bool) engine.Options {
-	return engine.Options{Params: p, FileID: id, FilesPrefix: v.root + "f/", ReadOnly: readOnly}
+	return engine.Options{Params: p, FileID: id, FilesPrefix: volume.FilesPrefix(v.root), ReadOnly: readOnly}
 }
 
 // params are the engine parameters of a new file of the volume: a mount's
@@ -169,27 +167,20 @@ func (v *cpVolume) params() (engine.Params, error) {
 	return p, nil
 }
 
-// resolve looks p up from the root ("/" or "" is the root).
+// resolve looks p up from the root ("/" or "" is the root; volume.Resolve).
+// A missing name or one under a file is said as of p alone ("p: no such
+// file or directory", "p: not a directory"), as cp's messages go.
 func (v *cpVolume) resolve(p string) (namespace.Node, error) {
-	n, err := v.ns.GetNode(namespace.RootIno)
-	if err != nil {
-		return n, err
+	n, err := volume.Resolve(v.ns, p)
+	switch {
+	case err == nil:
+		return n, nil
+	case errors.Is(err, namespace.ErrNotExist):
+		return n, fmt.Errorf("%s: %w", p, namespace.ErrNotExist)
+	case errors.Is(err, namespace.ErrNotDir):
+		return n, fmt.Errorf("%s: %w", p, namespace.ErrNotDir)
 	}
-	for name := range strings.SplitSeq(strings.Trim(path.Clean("/"+p), "/"), "/") {
-		if name == "" {
-			continue
-		}
-		if n.Kind != namespace.KindDir {
-			return n, fmt.Errorf("%s: %w", p, namespace.ErrNotDir)
-		}
-		if n, err = v.ns.Lookup(n.Ino, name); err != nil {
-			if errors.Is(err, namespace.ErrNotExist) {
-				return n, fmt.Errorf("%s: %w", p, namespace.ErrNotExist)
-			}
-			return n, fmt.Errorf("%s: %w", p, err)
-		}
-	}
-	return n, nil
+	return n, fmt.Errorf("%s: %w", p, err)
 }
 
 // cpRequest is one copy: SRC (in dst, in from, or local) to dstPath in dst.
@@ -318,7 +309,7 @@ func (req cpRequest) source(ctx context.Context) (cpSource, error) {
 	s := cpSource{name: path.Base(path.Clean("/" + req.src)), mode: n.Mode, owner: namespace.Owner{Uid: n.Uid, Gid: n.Gid}, node: n}
 	// The file's mtime is its head's unless utimens set a later one.
 	s.mtime = time.Unix(0, n.MtimeNs)
-	hd, _, err := segment.ReadHead(ctx, v.st, v.prefix(n.FileID)+engine.HeadKey, segment.FileTag(n.FileID))
+	hd, _, err := segment.ReadHead(ctx, v.st, volume.HeadKey(v.prefix(n.FileID)), segment.FileTag(n.FileID))
 	switch {
 	case errors.Is(err, staging.ErrNotFound): // named, never written
 	case err != nil:

@@ -16,8 +16,8 @@ import (
 
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/engine"
-	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/s3test"
 )
@@ -35,7 +35,7 @@ func randBytes(seed uint64, n int) []byte {
 // formatStore creates a volume in st (as ckptfs format does) and opens it.
 func formatStore(t *testing.T, st staging.Store) *cpVolume {
 	t.Helper()
-	if _, err := fusefs.CreateVolume(context.Background(), st, "", config.MountDefault(config.TotalRAM())); err != nil {
+	if _, err := volume.CreateDescriptor(context.Background(), st, "", config.MountDefault(config.TotalRAM())); err != nil {
 		t.Fatal(err)
 	}
 	return reopen(t, st)
@@ -453,6 +453,8 @@ func TestCpErrors(t *testing.T) {
 		{"missing local SRC", []string{"cp", "--local", s, local + ".nope", "/x"}, 1, "no such file or directory"},
 		{"missing DST directory", []string{"cp", s, "/f", "/no/x"}, 1, "no such file or directory"},
 		{"DST under a file", []string{"cp", s, "/f", "/g/x"}, 1, "not a directory"},
+		{"SRC under a file", []string{"cp", s, "/f/x", "/y"}, 1, "/f/x: not a directory"},
+		{"DST under a file, deeper", []string{"cp", s, "/f", "/g/x/y"}, 1, "/g/x/y: not a directory"},
 		{"same file", []string{"cp", s, "/f", "/f"}, 1, "are the same file"},
 		{"DST a directory's name", []string{"cp", s, "/f", "/"}, 1, "are the same file"},
 		{"no volume", []string{"cp", "file://" + t.TempDir(), "/f", "/x"}, 1, "no ckptfs volume"},
@@ -480,7 +482,7 @@ func TestCpFailureLeavesNoTemp(t *testing.T) {
 	importFile(t, v, "/dst", old)
 	importFile(t, v, "/src", randBytes(7, 100<<10))
 	for _, local := range []bool{false, true} {
-		id := fs.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "/" + engine.HeadKey})
+		id := fs.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "/" + volume.HeadName})
 		req := cpRequest{dst: v, src: "/src", dstPath: "/dst"}
 		if local {
 			req = cpRequest{dst: v, local: true, src: localFile(t, "l", []byte("local")), dstPath: "/dst"}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ckptfs/ckptfs/fs/fusefs"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
@@ -28,8 +28,8 @@ func newFormatCmd() *cobra.Command {
 		RunE: func(c *cobra.Command, args []string) error {
 			spec := args[0]
 			v, err := formatRun(spec, opts)
-			if errors.Is(err, fusefs.ErrVolumeExists) {
-				return &userError{fmt.Sprintf("%s is already a volume (its %s is there); nothing written", redactStore(spec), fusefs.VolumeKey), err}
+			if errors.Is(err, volume.ErrExists) {
+				return &userError{fmt.Sprintf("%s is already a volume (its %s is there); nothing written", redactStore(spec), volume.DescriptorKey), err}
 			}
 			if err != nil {
 				return err
@@ -43,19 +43,19 @@ func newFormatCmd() *cobra.Command {
 	return c
 }
 
-func formatRun(spec string, opts []string) (fusefs.Volume, error) {
+func formatRun(spec string, opts []string) (volume.Descriptor, error) {
 	so, cfg, err := parseMountOpts(opts)
 	if err != nil {
-		return fusefs.Volume{}, err
+		return volume.Descriptor{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), so.startBound())
 	defer cancel()
 	st, root, err := openStore(ctx, spec, so)
 	if err != nil {
-		return fusefs.Volume{}, explainStart(ctx, err, nil, spec, so)
+		return volume.Descriptor{}, explainStart(ctx, err, nil, spec, so)
 	}
-	v, err := fusefs.CreateVolume(ctx, st, root, cfg)
-	if err != nil && !errors.Is(err, fusefs.ErrVolumeExists) {
+	v, err := volume.CreateDescriptor(ctx, st, root, cfg)
+	if err != nil && !errors.Is(err, volume.ErrExists) {
 		return v, explainStart(ctx, err, st, spec, so)
 	}
 	return v, err
@@ -65,9 +65,9 @@ func formatRun(spec string, opts []string) (fusefs.Volume, error) {
 // volume: the offline tools would otherwise show a mistyped prefix as an
 // empty filesystem.
 func checkVolume(ctx context.Context, st staging.Store, root, spec string, so storeOpts) error {
-	if _, err := fusefs.ReadVolume(ctx, st, root); err != nil {
-		if errors.Is(err, fusefs.ErrNoVolume) {
-			return &userError{fmt.Sprintf("no ckptfs volume at %s (no %s there)", redactStore(spec), fusefs.VolumeKey), err}
+	if _, err := volume.ReadDescriptor(ctx, st, root); err != nil {
+		if errors.Is(err, volume.ErrNoVolume) {
+			return &userError{fmt.Sprintf("no ckptfs volume at %s (no %s there)", redactStore(spec), volume.DescriptorKey), err}
 		}
 		return explainStart(ctx, err, st, spec, so)
 	}

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/config"
-	"github.com/ckptfs/ckptfs/fs/fusefs"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/s3test"
 )
@@ -82,7 +82,7 @@ func TestFormat(t *testing.T) {
 		t.Fatal("a mount of an empty store succeeded without create")
 	}
 	want := `no ckptfs volume at ` + store + ` (no ckptfs.json there); create one with "ckptfs format ` + store + `" or mount with -o create`
-	if err.Error() != want || !errors.Is(err, fusefs.ErrNoVolume) {
+	if err.Error() != want || !errors.Is(err, volume.ErrNoVolume) {
 		t.Fatalf("mount of an empty store: %q, want %q", err, want)
 	}
 	d, err := staging.NewDir(dir)
@@ -108,7 +108,7 @@ func TestFormat(t *testing.T) {
 	if code := run([]string{"ckptfs", "format", "-o", "format=parted,data_block_size=128K", store}, &out, &errOut); code != 0 {
 		t.Fatalf("format exited %d: %s", code, errOut.String())
 	}
-	v, err := fusefs.ReadVolume(context.Background(), d, "")
+	v, err := volume.ReadDescriptor(context.Background(), d, "")
 	if err != nil || v.Format != "parted" || v.DataBlockSize != 128<<10 {
 		t.Fatalf("descriptor after format: %+v (%v)", v, err)
 	}
@@ -117,7 +117,7 @@ func TestFormat(t *testing.T) {
 	if code := run([]string{"ckptfs", "format", store}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "already a volume") {
 		t.Fatalf("second format: exit %d, %q", code, errOut.String())
 	}
-	if v2, err := fusefs.ReadVolume(context.Background(), d, ""); err != nil || v2 != v {
+	if v2, err := volume.ReadDescriptor(context.Background(), d, ""); err != nil || v2 != v {
 		t.Fatalf("the second format changed the descriptor: %+v (%v)", v2, err)
 	}
 	fsys, err = openFS(store, storeOpts{}, cfg, nopLog(), func(string) {})

@@ -7,17 +7,12 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
 // errNoConditions: the store ignores If-None-Match or If-Match.
 var errNoConditions = errors.New("the store does not honour conditional writes")
-
-// probePrefix is where the conditional-write check writes, under the volume
-// root: "<root>probe/<32 hex digits>", a few bytes, deleted at once. Nothing
-// lists it: the namespace reads "<root>ns/", the cleaner and fsck
-// "<root>f/". One left behind by a mount killed mid-check is harmless.
-const probePrefix = "probe/"
 
 // probeConditions checks that st honours the conditions two mounts of one
 // volume rely on: a create with If-None-Match succeeds once and then fails
@@ -27,7 +22,11 @@ const probePrefix = "probe/"
 func probeConditions(ctx context.Context, st staging.Store, root string) (err error) {
 	var r [16]byte
 	rand.Read(r[:])
-	key := root + probePrefix + hex.EncodeToString(r[:])
+	// "<root>probe/<32 hex digits>" (volume.ProbePrefix), a few bytes,
+	// deleted at once. Nothing lists it: the namespace reads "<root>ns/",
+	// the cleaner and fsck "<root>f/". One left behind by a mount killed
+	// mid-check is harmless.
+	key := volume.ProbePrefix(root) + hex.EncodeToString(r[:])
 	body := []byte("ckptfs conditional-write check\n")
 	// The key is random: if the create is refused, the object is there
 	// because an attempt of this very create landed and its answer was
@@ -36,7 +35,7 @@ func probeConditions(ctx context.Context, st staging.Store, root string) (err er
 	if err != nil && !errors.Is(err, staging.ErrPrecondition) {
 		return fmt.Errorf("conditional-write check: create %s with If-None-Match: %w", key, err)
 	}
-	// A probe left behind is harmless (see probePrefix): a failed delete
+	// A probe left behind is harmless (see above): a failed delete
 	// does not fail the mount.
 	defer func() { _ = st.Delete(ctx, key) }()
 	checks := []struct {

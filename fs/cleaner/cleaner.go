@@ -96,7 +96,7 @@
 // (segment.Lineage) that says, by cno, which file owns each name; D's own
 // objects are numbered above the lineage's entries. A copy stores, in this
 // order, a reference marker "refs/<D>" under the prefix of every file the
-// new lineage names (engine.RefKey), the lineage object, then its part 0 and
+// new lineage names (volume.RefKey), the lineage object, then its part 0 and
 // head.
 //
 // Cleaning a file, the map of a retained checkpoint whose inode has Lineage
@@ -162,6 +162,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/blockmap"
 	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -261,9 +262,6 @@ func (o *Options) now() time.Time {
 // ErrNoHead is reported (in Report.Skipped) for a file without a head.
 var ErrNoHead = errors.New("file has no head")
 
-// FilesPrefix is where a volume at root keeps its files (fs/fusefs).
-func FilesPrefix(root string) string { return root + "f/" }
-
 // CleanVolume cleans every file of the volume at root and aborts multipart
 type checkpoint struct {
 	ino  segment.Inode
@@ -310,7 +308,7 @@ func (m *fileMaps) loader(ino segment.Inode) *blockmap.ObjectLoader {
 // earlier run dropped it) after the first. The error is ErrNoHead when the
 // file has no head.
 func (m *fileMaps) readChain(ctx context.Context, tag uint64, listed map[segment.ObjectName]staging.ObjectInfo) (segment.Head, staging.ObjectInfo, []checkpoint, error) {
-	hd, hinfo, err := segment.ReadHead(ctx, m.st, m.prefix+"inode", tag)
+	hd, hinfo, err := segment.ReadHead(ctx, m.st, volume.HeadKey(m.prefix), tag)
 	if errors.Is(err, staging.ErrNotFound) {
 		return hd, hinfo, nil, ErrNoHead
 	}
@@ -459,7 +457,7 @@ func (v *writerView) read(ctx context.Context, prefix string, objs []staging.Obj
 	at := time.Now()
 	var ws []engine.Writer
 	for _, obj := range objs {
-		if !engine.IsWriterKey(strings.TrimPrefix(obj.Key, prefix)) {
+		if !volume.IsWriterKey(strings.TrimPrefix(obj.Key, prefix)) {
 			continue
 		}
 		w, err := engine.ReadWriter(ctx, v.st, obj.Key)
@@ -496,6 +494,6 @@ func (v *writerView) forget(prefix string) { delete(v.files, prefix) }
 // walCovered says whether the WAL object rel (under the file's prefix) is a
 // record the head's checkpoint holds, old enough to delete.
 func walCovered(rel string, applied uint64, oldEnough bool) bool {
-	seq, ok := wal.ParseRecordName(strings.TrimPrefix(rel, wal.Dir))
+	seq, ok := wal.ParseRecordName(strings.TrimPrefix(rel, volume.WALDir))
 	return ok && seq <= applied && oldEnough
 }

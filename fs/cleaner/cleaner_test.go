@@ -16,6 +16,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/engine/fakeclock"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -62,7 +63,7 @@ type history struct {
 func writeHistory(t *testing.T, st staging.Store, id string, p engine.Params, n int, seed uint64) *history {
 	t.Helper()
 	ctx := context.Background()
-	h := &history{id: id, prefix: cleaner.FilesPrefix("") + id + "/", p: p, contents: map[uint64][]byte{}}
+	h := &history{id: id, prefix: volume.FilePrefix("", id), p: p, contents: map[uint64][]byte{}}
 	f, err := engine.Create(ctx, st, h.prefix, engine.Options{Params: p, FileID: id})
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +258,7 @@ func TestFailedFlushLeftover(t *testing.T) {
 	faults := staging.NewFaults(mem, 1)
 	p := params(segment.FormatStream, false)
 	const id = "ff"
-	prefix := cleaner.FilesPrefix("") + id + "/"
+	prefix := volume.FilePrefix("", id)
 	f, err := engine.Create(ctx, faults, prefix, engine.Options{Params: p, FileID: id})
 	if err != nil {
 		t.Fatal(err)
@@ -334,7 +335,7 @@ func TestSentAheadSurvives(t *testing.T) {
 	st := staging.NewMem()
 	p := params(segment.FormatStream, true)
 	const id = "sa"
-	prefix := cleaner.FilesPrefix("") + id + "/"
+	prefix := volume.FilePrefix("", id)
 	f, err := engine.Create(ctx, st, prefix, engine.Options{Params: p, FileID: id})
 	if err != nil {
 		t.Fatal(err)
@@ -384,7 +385,7 @@ func TestSentAheadSurvives(t *testing.T) {
 		t.Fatal("abandoned objects past the grace period were kept")
 	}
 	for _, d := range rep.Deleted {
-		if !strings.Contains(d.Reason, "abandoned") && !strings.Contains(d.Key, "/"+engine.WritersDir) {
+		if !strings.Contains(d.Reason, "abandoned") && !strings.Contains(d.Key, "/"+volume.WritersDir) {
 			t.Fatalf("deleted %s: %s; want only abandoned work", d.Key, d.Reason)
 		}
 	}
@@ -393,7 +394,7 @@ func TestSentAheadSurvives(t *testing.T) {
 func TestAbandonedUploads(t *testing.T) {
 	ctx := context.Background()
 	st := staging.NewMem()
-	key := cleaner.FilesPrefix("") + "u/0000000003.1"
+	key := volume.FilesPrefix("") + "u/0000000003.1"
 	if _, err := st.CreateMultipart(ctx, key, staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -430,7 +431,7 @@ func TestUnknownObjectsLeftAlone(t *testing.T) {
 	ctx := context.Background()
 	st := staging.NewMem()
 	h := writeHistory(t, st, "k", params(segment.FormatStream, false), 3, 4)
-	odd := []string{h.prefix + "notes.txt", cleaner.FilesPrefix("") + "headless/0000000001.0", cleaner.FilesPrefix("") + "stray"}
+	odd := []string{h.prefix + "notes.txt", volume.FilesPrefix("") + "headless/0000000001.0", volume.FilesPrefix("") + "stray"}
 	for _, k := range odd {
 		if _, err := st.Put(ctx, k, []byte("x"), staging.PutOptions{}); err != nil {
 			t.Fatal(err)
@@ -546,7 +547,7 @@ func TestWALRecords(t *testing.T) {
 	st := staging.NewMem()
 	p := params(segment.FormatStream, false)
 	p.WAL = true
-	prefix := cleaner.FilesPrefix("") + "w/"
+	prefix := volume.FilesPrefix("") + "w/"
 	o := engine.Options{Params: p, FileID: "w"}
 	f, err := engine.Create(ctx, st, prefix, o)
 	if err != nil {
@@ -627,7 +628,7 @@ func (s *clockStore) Put(ctx context.Context, key string, data []byte, o staging
 	info, err := s.Store.Put(ctx, key, data, o)
 	if err == nil {
 		s.stamp(key)
-		if strings.Contains(key, "/"+engine.WritersDir) {
+		if strings.Contains(key, "/"+volume.WritersDir) {
 			s.markers <- key
 		}
 	}
@@ -698,7 +699,7 @@ func TestLiveWriterPastGrace(t *testing.T) {
 	st := newClockStore(clk)
 	p := params(segment.FormatStream, true)
 	const id = "lw"
-	prefix := cleaner.FilesPrefix("") + id + "/"
+	prefix := volume.FilePrefix("", id)
 	f, err := engine.Create(ctx, st, prefix, engine.Options{Params: p, FileID: id, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
@@ -736,7 +737,7 @@ func TestLiveWriterPastGrace(t *testing.T) {
 	}
 	// Closed, the writer leaves nothing a cleaner must keep.
 	f.Close()
-	if ks := keys(t, st, prefix+engine.WritersDir); len(ks) != 0 {
+	if ks := keys(t, st, prefix+volume.WritersDir); len(ks) != 0 {
 		t.Fatalf("markers left after close: %v", ks)
 	}
 }
@@ -752,7 +753,7 @@ func TestRebasedWriterKeepsObjects(t *testing.T) {
 	st := newClockStore(clk)
 	p := params(segment.FormatStream, true)
 	const id = "two"
-	prefix := cleaner.FilesPrefix("") + id + "/"
+	prefix := volume.FilePrefix("", id)
 	o := engine.Options{Params: p, FileID: id, Clock: clk}
 	a, err := engine.Create(ctx, st, prefix, o)
 	if err != nil {
@@ -823,7 +824,7 @@ func TestWriterMarkers(t *testing.T) {
 		}
 	}
 	head := live.cnos[len(live.cnos)-1]
-	marker := live.prefix + engine.WritersDir + "w1"
+	marker := live.prefix + volume.WritersDir + "w1"
 	put(marker, engine.EncodeWriterMarker(engine.WriterMarker{Lo: head, TTL: time.Hour}))
 	below := live.prefix + segment.ObjectName{Cno: head, Part: 7}.String() // rebased onto, say
 	above := live.prefix + segment.ObjectName{Cno: head + 1, Part: 1}.String()
@@ -833,7 +834,7 @@ func TestWriterMarkers(t *testing.T) {
 	if _, err := st.CreateMultipart(ctx, upload, staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	badMarker := bad.prefix + engine.WritersDir + "w2"
+	badMarker := bad.prefix + volume.WritersDir + "w2"
 	put(badMarker, []byte("not a marker"))
 	badAbove := bad.prefix + segment.ObjectName{Cno: bad.cnos[len(bad.cnos)-1] + 1, Part: 1}.String()
 	put(badAbove, []byte("x"))
@@ -905,7 +906,7 @@ func TestOrphanWithLiveWriter(t *testing.T) {
 	if _, err := ns.Unlink(ctx, namespace.RootIno, "open"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Put(ctx, h.prefix+engine.WritersDir+"w", engine.EncodeWriterMarker(engine.WriterMarker{Lo: 1, TTL: 2 * time.Hour}), staging.PutOptions{}); err != nil {
+	if _, err := st.Put(ctx, h.prefix+volume.WritersDir+"w", engine.EncodeWriterMarker(engine.WriterMarker{Lo: 1, TTL: 2 * time.Hour}), staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {
@@ -932,7 +933,7 @@ func TestEmbeddedHeadPart0Missing(t *testing.T) {
 	mem := staging.NewMem()
 	faults := staging.NewFaults(mem, 1)
 	p := params(segment.FormatStream, false)
-	h := &history{id: "e", prefix: cleaner.FilesPrefix("") + "e/", p: p, contents: map[uint64][]byte{}}
+	h := &history{id: "e", prefix: volume.FilesPrefix("") + "e/", p: p, contents: map[uint64][]byte{}}
 	f, err := engine.Create(ctx, faults, h.prefix, engine.Options{Params: p, FileID: h.id})
 	if err != nil {
 		t.Fatal(err)

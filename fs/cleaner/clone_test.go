@@ -14,6 +14,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -23,8 +24,8 @@ import (
 func volFile(t *testing.T, st staging.Store, p engine.Params, id string, create bool) *engine.File {
 	t.Helper()
 	ctx := context.Background()
-	o := engine.Options{Params: p, FileID: id, FilesPrefix: cleaner.FilesPrefix("")}
-	prefix := cleaner.FilesPrefix("") + id + "/"
+	o := engine.Options{Params: p, FileID: id, FilesPrefix: volume.FilesPrefix("")}
+	prefix := volume.FilePrefix("", id)
 	open := engine.Open
 	if create {
 		open = engine.Create
@@ -115,7 +116,7 @@ func cnosUnder(t *testing.T, st staging.Store, prefix string) map[uint64][]strin
 	return out
 }
 
-func filePrefix(id string) string { return cleaner.FilesPrefix("") + id + "/" }
+func filePrefix(id string) string { return volume.FilePrefix("", id) }
 
 // A copy by reference D of X keeps, when X is cleaned, the objects of X it
 // points at, while X's other objects that no retained checkpoint of X needs
@@ -332,7 +333,7 @@ func TestUnreadableCopyKeepsFileWhole(t *testing.T) {
 func contentsAt(t *testing.T, st staging.Store, p engine.Params, id string, cno uint64) []byte {
 	t.Helper()
 	ctx := context.Background()
-	f, err := engine.OpenAt(ctx, st, filePrefix(id), cno, engine.Options{Params: p, FileID: id, FilesPrefix: cleaner.FilesPrefix("")})
+	f, err := engine.OpenAt(ctx, st, filePrefix(id), cno, engine.Options{Params: p, FileID: id, FilesPrefix: volume.FilesPrefix("")})
 	if err != nil {
 		t.Fatalf("open %s at checkpoint %d: %v", id, cno, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -65,21 +66,21 @@ func TestLineageObjectsAndStaleMarkers(t *testing.T) {
 			h := writeHistory(t, st, "lin", params(segment.FormatStream, false), 3, 5)
 			below := putLineage(t, st, h.prefix, h.id, 2, "other", 1)
 			above := putLineage(t, st, h.prefix, h.id, 9, "other", 3)
-			marker := engine.RefKey(h.prefix, "ghost")
+			marker := volume.RefKey(h.prefix, "ghost")
 			if _, err := st.Put(ctx, marker, nil, staging.PutOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			// A file with a head but no lineage naming this one: its
 			// marker is as stale.
 			writeHistory(t, st, "plain", params(segment.FormatStream, false), 1, 6)
-			plain := engine.RefKey(h.prefix, "plain")
+			plain := volume.RefKey(h.prefix, "plain")
 			if _, err := st.Put(ctx, plain, nil, staging.PutOptions{}); err != nil {
 				t.Fatal(err)
 			}
 			at := time.Now().Add(tc.elapsed)
 			if tc.writer {
 				// TTL beyond the elapsed time: live at the run's clock.
-				if _, err := st.Put(ctx, h.prefix+engine.WritersDir+"w", engine.EncodeWriterMarker(engine.WriterMarker{Lo: 9, TTL: 3 * time.Hour}), staging.PutOptions{}); err != nil {
+				if _, err := st.Put(ctx, h.prefix+volume.WritersDir+"w", engine.EncodeWriterMarker(engine.WriterMarker{Lo: 9, TTL: 3 * time.Hour}), staging.PutOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -136,7 +137,7 @@ func testUnreadableCopy(t *testing.T, copyFn func(t *testing.T, st staging.Store
 	if _, err := ns.Unlink(ctx, namespace.RootIno, "d"); err != nil {
 		t.Fatal(err)
 	}
-	dPrefix := cleaner.FilesPrefix("") + n.FileID + "/"
+	dPrefix := volume.FilePrefix("", n.FileID)
 	lins := keys(t, st, dPrefix+segment.LineageDir)
 	if len(lins) != 1 {
 		t.Fatalf("copy's lineage objects %v, want one", lins)
@@ -165,7 +166,7 @@ func testUnreadableCopy(t *testing.T, copyFn func(t *testing.T, st staging.Store
 	if after := keys(t, st, x.prefix); !slices.Equal(before, after) {
 		t.Fatalf("file a copy points into lost objects while the copy could not be read: %v -> %v", before, after)
 	}
-	marker := engine.RefKey(x.prefix, n.FileID)
+	marker := volume.RefKey(x.prefix, n.FileID)
 	if len(rep.Skipped) != 1 || rep.Skipped[0].Key != marker {
 		t.Fatalf("skipped %v, want the marker %s", rep.Skipped, marker)
 	}
@@ -201,7 +202,7 @@ func TestStaleMarkerStoredAgainStays(t *testing.T) {
 	ctx := context.Background()
 	mem := staging.NewMem()
 	h := writeHistory(t, mem, "s", params(segment.FormatStream, false), 2, 3)
-	marker := engine.RefKey(h.prefix, "ghost")
+	marker := volume.RefKey(h.prefix, "ghost")
 	for _, tc := range []struct {
 		name    string
 		again   bool

@@ -54,15 +54,6 @@ var ErrBadPending = errors.New("bad pending record")
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// GCDir is where the cleaner keeps its pending records under a volume root.
-func GCDir(root string) string { return root + "gc/" }
-
-// PendingFilesDir holds one pending record per file.
-func PendingFilesDir(root string) string { return GCDir(root) + "files/" }
-
-// PendingOrphansKey is the pending record of orphaned files.
-func PendingOrphansKey(root string) string { return GCDir(root) + "orphans" }
-
 // pending maps a name to when a run first found it unreferenced.
 type pending map[string]time.Time
 

@@ -13,9 +13,9 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
-	"github.com/ckptfs/ckptfs/wal"
 )
 
 // Plan is what a run will do: made by PlanVolume or PlanFile from one
@@ -122,17 +122,12 @@ func CleanFile(ctx context.Context, st staging.Store, prefix, id string, o Optio
 	return p.Execute(ctx)
 }
 
-// volumeRoot returns the root of the volume whose files prefix files is.
-func volumeRoot(files string) (string, bool) {
-	return strings.CutSuffix(files, "f/")
-}
-
 // PlanVolume lists the volume at root once and decides what a run deletes,
 // records and leaves. It writes nothing. The plan must be closed; on an
 // error it may be nil, or hold what was found so far (close it too).
 func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (*Plan, error) {
-	p := &Plan{st: st, root: root, o: o, view: newWriterView(st), orphKey: PendingOrphansKey(root)}
-	fp := FilesPrefix(root)
+	p := &Plan{st: st, root: root, o: o, view: newWriterView(st), orphKey: volume.PendingOrphansKey(root)}
+	fp := volume.FilesPrefix(root)
 	p.refs = newReferrers(st, fp, o)
 	objs, err := staging.ListAll(ctx, st, fp)
 	if err != nil {
@@ -141,7 +136,7 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 	byFile := map[string][]staging.ObjectInfo{}
 	var ids []string
 	for _, obj := range objs {
-		id, _, ok := strings.Cut(strings.TrimPrefix(obj.Key, fp), "/")
+		id, _, ok := volume.SplitFileKey(fp, obj.Key)
 		if !ok || id == "" {
 			p.rep.Skipped = append(p.rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: "not under a file"})
 			continue
@@ -151,13 +146,13 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 		}
 		byFile[id] = append(byFile[id], obj)
 	}
-	recs, err := staging.ListAll(ctx, st, PendingFilesDir(root))
+	recs, err := staging.ListAll(ctx, st, volume.PendingFilesPrefix(root))
 	if err != nil {
 		return nil, fmt.Errorf("list pending records: %w", err)
 	}
 	hasRec := map[string]bool{}
 	for _, r := range recs {
-		id := strings.TrimPrefix(r.Key, PendingFilesDir(root))
+		id := strings.TrimPrefix(r.Key, volume.PendingFilesPrefix(root))
 		if _, ok := byFile[id]; ok {
 			hasRec[id] = true
 		} else {
@@ -179,7 +174,7 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 		if orphans[id] {
 			continue
 		}
-		if err := p.planFile(ctx, fp+id+"/", id, byFile[id], hasRec[id]); err != nil {
+		if err := p.planFile(ctx, volume.FilePrefixIn(fp, id), id, byFile[id], hasRec[id]); err != nil {
 			return p, err
 		}
 	}
@@ -196,15 +191,15 @@ func PlanFile(ctx context.Context, st staging.Store, prefix, id string, o Option
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", prefix, err)
 	}
-	files, ok := strings.CutSuffix(prefix, id+"/")
+	files, ok := volume.FilesOfPrefix(prefix, id)
 	if !ok {
 		files = ""
 	}
 	p := &Plan{st: st, o: o, view: newWriterView(st), refs: newReferrers(st, files, o)}
 	hasRec := false
-	if root, ok := volumeRoot(files); ok && files != "" {
+	if root, ok := volume.RootOfFiles(files); ok && files != "" {
 		p.root = root
-		if _, err := st.Head(ctx, PendingFilesDir(root)+id); err == nil {
+		if _, err := st.Head(ctx, volume.PendingFilesPrefix(root)+id); err == nil {
 			hasRec = true
 		} else if !errors.Is(err, staging.ErrNotFound) {
 			return nil, fmt.Errorf("read the pending record of %s: %w", id, err)
@@ -228,7 +223,7 @@ func PlanFile(ctx context.Context, st staging.Store, prefix, id string, o Option
 // orphans that only other orphans going in the same run point into go
 // together, so two that hold each other are reaped.
 func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile map[string][]staging.ObjectInfo, hasRec map[string]bool) error {
-	o, fp := p.o, FilesPrefix(p.root)
+	o, fp := p.o, volume.FilesPrefix(p.root)
 	now := o.now()
 	old, bad, err := readPending(ctx, p.st, p.orphKey)
 	if err != nil {
@@ -248,7 +243,7 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 	ids := slices.Sorted(maps.Keys(orphans))
 	for _, id := range ids {
 		p.rep.Files++
-		prefix := fp + id + "/"
+		prefix := volume.FilePrefixIn(fp, id)
 		since := old.since(id, now)
 		p.orphRec[id] = since
 		ws, err := p.view.read(ctx, prefix, byFile[id])
@@ -268,9 +263,9 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 	}
 	holders := map[string][]hold{}
 	for _, id := range ids {
-		prefix := fp + id + "/"
+		prefix := volume.FilePrefixIn(fp, id)
 		for _, obj := range byFile[id] {
-			copyID, ok := engine.IsRefKey(strings.TrimPrefix(obj.Key, prefix))
+			copyID, ok := volume.IsRefKey(strings.TrimPrefix(obj.Key, prefix))
 			if !ok || copyID == id {
 				continue
 			}
@@ -320,9 +315,9 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 			head := fp + id + "/inode"
 			order := slices.Clone(objs)
 			sort.SliceStable(order, func(i, j int) bool { return order[j].Key == head && order[i].Key != head })
-			op := &orphanPlan{id: id, prefix: fp + id + "/", objs: order}
+			op := &orphanPlan{id: id, prefix: volume.FilePrefixIn(fp, id), objs: order}
 			if hasRec[id] {
-				op.recKey = PendingFilesDir(p.root) + id
+				op.recKey = volume.PendingFilesPrefix(p.root) + id
 			}
 			p.orphans = append(p.orphans, op)
 			continue
@@ -385,39 +380,26 @@ func (p *Plan) uploadFree(ctx context.Context, u staging.Upload, now time.Time) 
 }
 
 // planFile plans the cleaning of one file given its objects as listed
-// (before the head is read: see the package doc).
+// (before the head is read: see the package doc): it reads the file's
+// pending record, its head and chain, its writers, what its retained
+// checkpoints and the copies pointing into it keep, then decides object by
+// object (fileDecision).
 func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.ObjectInfo, hasRec bool) error {
-	st, o, rep, view, refs := p.st, p.o, &p.rep, p.view, p.refs
+	o, rep := p.o, &p.rep
 	rep.Files++
 	fpl := &filePlan{id: id, prefix: prefix, rec: pending{}, refs: map[string]time.Time{}}
-	if root, ok := volumeRoot(refs.files); ok && refs.files != "" {
-		fpl.recKey = PendingFilesDir(root) + id
+	old, err := p.readFileRecord(ctx, fpl, hasRec)
+	if err != nil {
+		return fmt.Errorf("clean %s: %w", prefix, err)
 	}
-	old := pending{}
-	if hasRec && fpl.recKey != "" {
-		rec, bad, err := readPending(ctx, st, fpl.recKey)
-		if err != nil {
-			return fmt.Errorf("clean %s: %w", prefix, err)
-		}
-		if bad != nil {
-			rep.Skipped = append(rep.Skipped, Object{Key: fpl.recKey, Reason: bad.Error()})
-		}
-		old = rec
-		fpl.recOld = rec
-		fpl.recHad = true
-		if bad != nil {
-			fpl.recOld = nil // rewritten
-		}
-	}
-	tag := segment.FileTag(id)
 	listed := make(map[segment.ObjectName]staging.ObjectInfo, len(objs))
 	for _, obj := range objs {
 		if n, _, err := segment.ParseObjectName(strings.TrimPrefix(obj.Key, prefix)); err == nil {
 			listed[n] = obj
 		}
 	}
-	maps := newFileMaps(st, refs.files, id, prefix)
-	hd, hinfo, chain, err := maps.readChain(ctx, tag, listed)
+	maps := newFileMaps(p.st, p.refs.files, id, prefix)
+	hd, hinfo, chain, err := maps.readChain(ctx, segment.FileTag(id), listed)
 	if errors.Is(err, ErrNoHead) {
 		for _, obj := range objs {
 			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: ErrNoHead.Error()})
@@ -431,42 +413,92 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 		return fmt.Errorf("clean %s: %w", prefix, err)
 	}
 	fpl.head = hinfo
-	walApplied, _, err := engine.HeadWAL(hinfo)
-	if err != nil {
+	d := &fileDecision{o: o, rep: rep, fpl: fpl, headCno: hd.Inode.Cno, old: old}
+	if d.walApplied, _, err = engine.HeadWAL(hinfo); err != nil {
 		return fmt.Errorf("clean %s: %w", prefix, err)
 	}
 	rep.Checkpoints += len(chain)
 
-	now := o.now()
-	writers, err := view.read(ctx, prefix, objs)
-	if err != nil {
+	d.now = o.now()
+	if d.writers, err = p.view.read(ctx, prefix, objs); err != nil {
 		return fmt.Errorf("clean %s: %w", prefix, err)
 	}
-	byKey := map[string]engine.Writer{}
-	for _, w := range writers {
-		byKey[w.Key] = w
-		if w.Live(now) {
+	d.byKey = map[string]engine.Writer{}
+	for _, w := range d.writers {
+		d.byKey[w.Key] = w
+		if w.Live(d.now) {
 			rep.Writers++
 		}
 	}
-	live, liveLineage, dropped, err := retained(ctx, maps, chain, o, now, func() { rep.Retained++ })
+	live, liveLineage, dropped, err := retained(ctx, maps, chain, o, d.now, func() { rep.Retained++ })
 	if err != nil {
 		return fmt.Errorf("clean %s: %w", prefix, err)
 	}
+	d.live, d.liveLineage = live, liveLineage
+	d.dropped = map[string]bool{}
+	for _, n := range dropped {
+		d.dropped[prefix+n.String()] = true
+	}
+	whole, err := p.copyReferences(ctx, d, objs)
+	if err != nil {
+		return fmt.Errorf("clean %s: %w", prefix, err)
+	}
+	if whole {
+		fpl.rec = old
+		fpl.del = nil
+		p.files = append(p.files, fpl)
+		return nil
+	}
+	fpl.del = d.decide(objs)
+	p.files = append(p.files, fpl)
+	return nil
+}
 
-	// What copies by reference point at: each marker refs/<copy> names a
-	// file whose checkpoints may point into this one.
-	forCopies := map[segment.ObjectName]string{} // name -> a copy pointing at it
-	staleRefs := map[string]bool{}
+// readFileRecord finds the key of the pending record of fpl's file (none
+// when the volume is not known) and reads the record when the listing had
+// one (hasRec). It returns what was pending; a record that does not decode
+// is reported, read as empty and rewritten.
+func (p *Plan) readFileRecord(ctx context.Context, fpl *filePlan, hasRec bool) (pending, error) {
+	if root, ok := volume.RootOfFiles(p.refs.files); ok && p.refs.files != "" {
+		fpl.recKey = volume.PendingFilesPrefix(root) + fpl.id
+	}
+	old := pending{}
+	if !hasRec || fpl.recKey == "" {
+		return old, nil
+	}
+	rec, bad, err := readPending(ctx, p.st, fpl.recKey)
+	if err != nil {
+		return old, err
+	}
+	if bad != nil {
+		p.rep.Skipped = append(p.rep.Skipped, Object{Key: fpl.recKey, Reason: bad.Error()})
+	}
+	fpl.recOld = rec
+	fpl.recHad = true
+	if bad != nil {
+		fpl.recOld = nil // rewritten
+	}
+	return rec, nil
+}
+
+// copyReferences reads what copies by reference point at: each marker
+// refs/<copy> among objs names a file whose checkpoints may point into this
+// one. It fills d.forCopies and d.staleRefs and the markers of d.fpl. When
+// what a copy points at cannot be read, nothing of the file goes this run:
+// whole is true and the file's objects are counted as kept.
+func (p *Plan) copyReferences(ctx context.Context, d *fileDecision, objs []staging.ObjectInfo) (whole bool, err error) {
+	rep, fpl := &p.rep, d.fpl
+	d.forCopies = map[segment.ObjectName]string{}
+	d.staleRefs = map[string]bool{}
 	for _, obj := range objs {
-		copyID, ok := engine.IsRefKey(strings.TrimPrefix(obj.Key, prefix))
+		copyID, ok := volume.IsRefKey(strings.TrimPrefix(obj.Key, fpl.prefix))
 		if !ok {
 			continue
 		}
 		fpl.refs[obj.Key] = obj.LastModified
-		r, err := refs.get(ctx, copyID)
+		r, err := p.refs.get(ctx, copyID)
 		if err != nil && ctx.Err() != nil {
-			return fmt.Errorf("clean %s: %w", prefix, err)
+			return false, err
 		}
 		if err != nil {
 			// What the copy points at is not known: nothing of this file
@@ -481,71 +513,94 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 					rep.KeptBytes += o.Size
 				}
 			}
-			fpl.rec = old
-			fpl.del = nil
-			p.files = append(p.files, fpl)
-			return nil
+			return true, nil
 		}
-		if r.stale(id) {
-			staleRefs[obj.Key] = true
+		if r.stale(fpl.id) {
+			d.staleRefs[obj.Key] = true
 			continue
 		}
-		for n := range r.names[id] {
-			if _, ok := forCopies[n]; !ok {
-				forCopies[n] = copyID
+		for n := range r.names[fpl.id] {
+			if _, ok := d.forCopies[n]; !ok {
+				d.forCopies[n] = copyID
 			}
 		}
 	}
+	return false, nil
+}
 
-	// Decide.
-	var doomed []doomedObject
-	droppedSet := map[string]bool{}
-	for _, n := range dropped {
-		droppedSet[prefix+n.String()] = true
-	}
-	var first []doomedObject // dropped part 0s, deleted first
-	keep := func(obj staging.ObjectInfo) {
-		rep.Kept++
-		rep.KeptBytes += obj.Size
-	}
-	// checkpointRule is what becomes of an unreferenced object that a
-	// checkpoint of cno made: "" keeps it. One at or below the head's cno
-	// goes once MinAge has passed since a run first found it unreferenced.
-	checkpointRule := func(obj staging.ObjectInfo, rel string, cno uint64, age time.Duration) string {
-		switch {
-		case covered(writers, now, cno):
-		case cno > hd.Inode.Cno:
-			if age > o.Grace {
-				return "abandoned: above the head's checkpoint and older than the grace period"
-			}
-		default:
-			since := old.since(rel, now)
-			if fpl.recKey == "" {
-				// No place for a record (the volume is not known): the
-				// object's age stands for it.
-				since = obj.LastModified
-			}
-			fpl.rec[rel] = since
-			if now.Sub(since) >= o.MinAge {
-				return "referenced by no retained checkpoint for the minimum age"
-			}
-			rep.Pending = append(rep.Pending, Object{Key: obj.Key, Size: obj.Size,
-				Reason: "unreferenced since " + since.UTC().Format(time.RFC3339)})
+// fileDecision is what planFile learnt of one file, from which it decides
+// what becomes of each of its objects.
+type fileDecision struct {
+	o       Options
+	rep     *Report
+	fpl     *filePlan
+	headCno uint64  // the cno of the file's head
+	old     pending // the file's pending record as read
+	now     time.Time
+
+	walApplied  uint64 // the last WAL record the head's checkpoint holds
+	writers     []engine.Writer
+	byKey       map[string]engine.Writer      // writers by marker key
+	live        map[segment.ObjectName]bool   // the retained checkpoints point into
+	liveLineage map[uint64]bool               // the retained checkpoints name
+	dropped     map[string]bool               // keys of the dropped checkpoints' part 0s
+	forCopies   map[segment.ObjectName]string // name -> a copy pointing at it
+	staleRefs   map[string]bool               // markers of copies that no longer point here
+}
+
+// keep counts obj as kept.
+func (d *fileDecision) keep(obj staging.ObjectInfo) {
+	d.rep.Kept++
+	d.rep.KeptBytes += obj.Size
+}
+
+// checkpointRule is what becomes of an unreferenced object that a
+// checkpoint of cno made: "" keeps it. One at or below the head's cno goes
+// once MinAge has passed since a run first found it unreferenced.
+func (d *fileDecision) checkpointRule(obj staging.ObjectInfo, rel string, cno uint64, age time.Duration) string {
+	o, now := d.o, d.now
+	switch {
+	case covered(d.writers, now, cno):
+	case cno > d.headCno:
+		if age > o.Grace {
+			return "abandoned: above the head's checkpoint and older than the grace period"
 		}
-		return ""
+	default:
+		since := d.old.since(rel, now)
+		if d.fpl.recKey == "" {
+			// No place for a record (the volume is not known): the
+			// object's age stands for it.
+			since = obj.LastModified
+		}
+		d.fpl.rec[rel] = since
+		if now.Sub(since) >= o.MinAge {
+			return "referenced by no retained checkpoint for the minimum age"
+		}
+		d.rep.Pending = append(d.rep.Pending, Object{Key: obj.Key, Size: obj.Size,
+			Reason: "unreferenced since " + since.UTC().Format(time.RFC3339)})
 	}
+	return ""
+}
+
+// decide goes through the file's objects and returns those to delete, in
+// order: the dropped checkpoints' part 0s first, newest first (the chain is
+// cut at the retained end), then the rest.
+func (d *fileDecision) decide(objs []staging.ObjectInfo) []doomedObject {
+	o, rep, now, prefix := d.o, d.rep, d.now, d.fpl.prefix
+	var doomed []doomedObject
+	var first []doomedObject // dropped part 0s, deleted first
 	for _, obj := range objs {
 		if o.Progress != nil {
 			o.Progress(1)
 		}
 		rel := strings.TrimPrefix(obj.Key, prefix)
 		age := now.Sub(obj.LastModified)
-		if rel == "inode" {
-			keep(obj)
+		if rel == volume.HeadName {
+			d.keep(obj)
 			continue
 		}
-		if engine.IsWriterKey(rel) {
-			w, ok := byKey[obj.Key]
+		if volume.IsWriterKey(rel) {
+			w, ok := d.byKey[obj.Key]
 			switch {
 			case !ok: // let go since the listing
 			case w.Err != nil:
@@ -556,35 +611,35 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 					Reason: "writer marker dead for longer than the grace period"}, marker: true})
 				continue
 			}
-			keep(obj)
+			d.keep(obj)
 			continue
 		}
-		if strings.HasPrefix(rel, wal.Dir) {
-			if walCovered(rel, walApplied, age >= o.MinAge) {
+		if strings.HasPrefix(rel, volume.WALDir) {
+			if walCovered(rel, d.walApplied, age >= o.MinAge) {
 				doomed = append(doomed, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size, Reason: "write-ahead log record the head's checkpoint holds"}})
 			} else {
-				keep(obj)
+				d.keep(obj)
 			}
 			continue
 		}
-		if _, ok := engine.IsRefKey(rel); ok {
+		if _, ok := volume.IsRefKey(rel); ok {
 			// A young marker may be a copy in progress (its head not yet
 			// published): only an old one that keeps nothing goes.
-			if staleRefs[obj.Key] && age > o.Grace {
+			if d.staleRefs[obj.Key] && age > o.Grace {
 				doomed = append(doomed, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size,
 					Reason: "reference marker of a copy that no longer points here, older than the grace period"}, ref: obj.LastModified})
 			} else {
-				keep(obj)
+				d.keep(obj)
 			}
 			continue
 		}
-		if lcno, ok := engine.IsLineageKey(rel); ok {
+		if lcno, ok := volume.IsLineageKey(rel); ok {
 			reason := ""
-			if !liveLineage[lcno] {
-				reason = checkpointRule(obj, rel, lcno, age)
+			if !d.liveLineage[lcno] {
+				reason = d.checkpointRule(obj, rel, lcno, age)
 			}
 			if reason == "" {
-				keep(obj)
+				d.keep(obj)
 				continue
 			}
 			doomed = append(doomed, doomedObject{Object{Key: obj.Key, Size: obj.Size, Reason: "lineage " + reason}, lcno, true, false, time.Time{}, rel})
@@ -595,21 +650,21 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: "not a checkpoint object name"})
 			continue
 		}
-		if live[n] {
-			keep(obj)
+		if d.live[n] {
+			d.keep(obj)
 			continue
 		}
-		if copyID, ok := forCopies[n]; ok {
-			keep(obj)
+		if copyID, ok := d.forCopies[n]; ok {
+			d.keep(obj)
 			rep.ForCopies = append(rep.ForCopies, Object{Key: obj.Key, Size: obj.Size, Reason: "kept for a copy: file " + copyID + " points at it"})
 			continue
 		}
-		reason := checkpointRule(obj, rel, n.Cno, age)
+		reason := d.checkpointRule(obj, rel, n.Cno, age)
 		if reason == "" {
-			keep(obj)
+			d.keep(obj)
 			continue
 		}
-		if droppedSet[obj.Key] && n.Cno <= hd.Inode.Cno {
+		if d.dropped[obj.Key] && n.Cno <= d.headCno {
 			first = append(first, doomedObject{Object{Key: obj.Key, Size: obj.Size, Reason: "part 0 of a dropped checkpoint"}, n.Cno, true, false, time.Time{}, rel})
 			continue
 		}
@@ -617,9 +672,7 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 	}
 	// Newest dropped checkpoint first: the chain is cut at the retained end.
 	sort.SliceStable(first, func(i, j int) bool { return first[i].Key > first[j].Key })
-	fpl.del = slices.Concat(first, doomed)
-	p.files = append(p.files, fpl)
-	return nil
+	return slices.Concat(first, doomed)
 }
 
 // retained walks the chain (newest first) and returns the names of the
@@ -929,7 +982,7 @@ func (p *Plan) replan(ctx context.Context, f *filePlan) (*filePlan, error) {
 // name objects the plan judged abandoned (a part 0 above the old head); a
 // copy made since may point at a checkpoint the plan dropped.
 func (p *Plan) unchanged(ctx context.Context, f *filePlan) (bool, error) {
-	info, err := p.st.Head(ctx, f.prefix+"inode")
+	info, err := p.st.Head(ctx, volume.HeadKey(f.prefix))
 	if errors.Is(err, staging.ErrNotFound) {
 		return f.head.ETag == "", nil
 	}
@@ -939,7 +992,7 @@ func (p *Plan) unchanged(ctx context.Context, f *filePlan) (bool, error) {
 	if info.ETag != f.head.ETag || !info.LastModified.Equal(f.head.LastModified) {
 		return false, nil
 	}
-	refs, err := staging.ListAll(ctx, p.st, f.prefix+engine.RefsDir)
+	refs, err := staging.ListAll(ctx, p.st, f.prefix+volume.RefsDir)
 	if err != nil {
 		return false, fmt.Errorf("clean %s: list reference markers again: %w", f.prefix, err)
 	}

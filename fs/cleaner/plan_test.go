@@ -16,6 +16,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/engine/fakeclock"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -30,7 +31,7 @@ type listHook struct {
 
 func (h listHook) List(ctx context.Context, prefix, startAfter string, max int) (staging.ListPage, error) {
 	pg, err := h.Store.List(ctx, prefix, startAfter, max)
-	if prefix == cleaner.FilesPrefix("") {
+	if prefix == volume.FilesPrefix("") {
 		h.once.Do(h.after)
 	}
 	return pg, err
@@ -135,7 +136,7 @@ func TestDroppedCheckpointReadableForMinAge(t *testing.T) {
 		t.Fatalf("checkpoints with objects left after the minimum age: %v (deleted %v)", left, deletedKeys(rep))
 	}
 	checkContents(t, st, p, "h", hist[slices.Max(slices.Collect(maps.Keys(hist)))])
-	if left := keys(t, st, cleaner.GCDir("")); len(left) != 0 {
+	if left := keys(t, st, volume.GCPrefix("")); len(left) != 0 {
 		t.Fatalf("pending records left once nothing is pending: %v", left)
 	}
 }
@@ -171,7 +172,7 @@ func TestDryRunRecordsNothing(t *testing.T) {
 	if got := contentsAt(t, st, p, "h", first); !bytes.Equal(got, hist[first]) {
 		t.Fatal("the dropped checkpoint does not read back")
 	}
-	if recs := keys(t, st, cleaner.GCDir("")); len(recs) != 1 {
+	if recs := keys(t, st, volume.GCPrefix("")); len(recs) != 1 {
 		t.Fatalf("pending records %v; want the file's", recs)
 	}
 	clk.Advance(11 * time.Minute)
@@ -384,7 +385,7 @@ func TestForgetRefusedLeaksNothing(t *testing.T) {
 	if or := orphansOf(t, st); len(or) != 0 {
 		t.Fatalf("orphans left: %v", or)
 	}
-	if left := keys(t, st, cleaner.GCDir("")); len(left) != 0 {
+	if left := keys(t, st, volume.GCPrefix("")); len(left) != 0 {
 		t.Fatalf("pending records left: %v", left)
 	}
 }
@@ -431,7 +432,7 @@ type countPuts struct {
 }
 
 func (c *countPuts) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
-	if strings.HasPrefix(key, cleaner.GCDir("")) {
+	if strings.HasPrefix(key, volume.GCPrefix("")) {
 		c.mu.Lock()
 		c.puts++
 		c.mu.Unlock()
@@ -466,7 +467,7 @@ func TestPendingRecordStoredOnChange(t *testing.T) {
 	if st.puts != 1 {
 		t.Fatalf("%d records stored by two runs; want 1", st.puts)
 	}
-	key := cleaner.PendingFilesDir("") + "h"
+	key := volume.PendingFilesPrefix("") + "h"
 	if _, err := cs.Put(ctx, key, []byte("not a record"), staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -482,7 +483,7 @@ func TestPendingRecordStoredOnChange(t *testing.T) {
 	if rep = run(); len(rep.Deleted) == 0 {
 		t.Fatal("nothing deleted once the grace passed again")
 	}
-	if left := keys(t, cs, cleaner.GCDir("")); len(left) != 0 {
+	if left := keys(t, cs, volume.GCPrefix("")); len(left) != 0 {
 		t.Fatalf("records left: %v", left)
 	}
 }

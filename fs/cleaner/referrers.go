@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -66,7 +67,7 @@ type referrerRead struct {
 
 func (rs *referrers) read(ctx context.Context, copyID string) (*referrer, error) {
 	r := &referrer{names: map[string]map[segment.ObjectName]bool{}}
-	prefix := rs.files + copyID + "/"
+	prefix := volume.FilePrefixIn(rs.files, copyID)
 	maps := newFileMaps(rs.st, rs.files, copyID, prefix)
 	_, _, chain, err := maps.readChain(ctx, segment.FileTag(copyID), nil)
 	if errors.Is(err, ErrNoHead) {

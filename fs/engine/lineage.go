@@ -30,30 +30,6 @@ const RefsDir = "refs/"
 // says the file with id copyID does.
 func RefKey(prefix, copyID string) string { return prefix + RefsDir + copyID }
 
-// IsRefKey reports whether rel (a key under a file's prefix) is a reference
-// marker, and whose.
-func IsRefKey(rel string) (copyID string, ok bool) {
-	id, ok := strings.CutPrefix(rel, RefsDir)
-	return id, ok && segment.ValidFileID(id)
-}
-
-// IsLineageKey reports whether rel (a key under a file's prefix) is a
-// lineage object, and the cno that made it.
-func IsLineageKey(rel string) (uint64, bool) {
-	s, ok := strings.CutPrefix(rel, segment.LineageDir)
-	if !ok || len(s) != 10 {
-		return 0, false
-	}
-	var cno uint64
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, false
-		}
-		cno = cno*10 + uint64(s[i]-'0')
-	}
-	return cno, cno != 0
-}
-
 // ObjectSpace resolves the object names of one file's block maps to keys:
 // its own, or, through a lineage, another file's. Lineage objects are read
 // once and kept (they never change). Safe for concurrent use.

@@ -56,7 +56,6 @@ import (
 	"fmt"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -562,11 +561,4 @@ func (f *File) verifyWritersLocked(ctx context.Context, objs []*plannedObject) e
 		}
 		f.wm.checked(lapses)
 	}
-}
-
-// IsWriterKey says whether rel (a key under a file's prefix) is a writer
-// marker's.
-func IsWriterKey(rel string) bool {
-	id, ok := strings.CutPrefix(rel, WritersDir)
-	return ok && id != "" && !strings.Contains(id, "/")
 }

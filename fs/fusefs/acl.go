@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"syscall"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckptfs/ckptfs/fs/namespace"
@@ -448,12 +447,6 @@ func (n *node) setACLXattr(ctx context.Context, attr string, data []byte, flags 
 	}
 	return 0
 }
-
-var (
-	_ = (fs.NodeGetxattrer)((*ckptDir)(nil))
-	_ = (fs.NodeGetxattrer)((*ckptList)(nil))
-	_ = (fs.NodeGetxattrer)((*ckptFile)(nil))
-)
 
 // ckptGetxattr answers getxattr on a node of .checkpoints mirroring node ino
 // with the mode perm(nn) and the narrowing keep: the access ACL only (the

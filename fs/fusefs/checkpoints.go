@@ -61,6 +61,8 @@ var (
 	_ = (fs.NodeLookuper)((*ckptDir)(nil))
 	_ = (fs.NodeReaddirer)((*ckptDir)(nil))
 	_ = (fs.NodeGetattrer)((*ckptDir)(nil))
+	_ = (fs.NodeFsyncer)((*ckptDir)(nil))
+	_ = (fs.NodeGetxattrer)((*ckptDir)(nil))
 )
 
 func (d *ckptDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -120,6 +122,8 @@ var (
 	_ = (fs.NodeLookuper)((*ckptList)(nil))
 	_ = (fs.NodeReaddirer)((*ckptList)(nil))
 	_ = (fs.NodeGetattrer)((*ckptList)(nil))
+	_ = (fs.NodeFsyncer)((*ckptList)(nil))
+	_ = (fs.NodeGetxattrer)((*ckptList)(nil))
 )
 
 func (l *ckptList) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
@@ -183,6 +187,7 @@ type ckptFile struct {
 var (
 	_ = (fs.NodeOpener)((*ckptFile)(nil))
 	_ = (fs.NodeGetattrer)((*ckptFile)(nil))
+	_ = (fs.NodeGetxattrer)((*ckptFile)(nil))
 )
 
 // fill fills out with the checkpoint's size and time and the owner and read

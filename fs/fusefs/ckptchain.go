@@ -8,7 +8,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -149,7 +149,7 @@ func (fsys *FS) readCkptHead(id string) (chainEntry, error) {
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
 	defer cancel()
-	hd, _, err := segment.ReadHead(ctx, fsys.st, fsys.prefix(id)+engine.HeadKey, segment.FileTag(id))
+	hd, _, err := segment.ReadHead(ctx, fsys.st, volume.HeadKey(fsys.prefix(id)), segment.FileTag(id))
 	e := chainEntry{id: id, read: start}
 	switch {
 	case errors.Is(err, staging.ErrNotFound):

@@ -12,8 +12,6 @@ import (
 	"github.com/ckptfs/ckptfs/fs/engine"
 )
 
-var _ fs.NodeCopyFileRanger = (*node)(nil)
-
 // copyChunk is the most one copy_file_range answer can say was copied (the
 // reply counts in 32 bits; the kernel asks for at most this much at once).
 const copyChunk = math.MaxUint32 &^ 4095

@@ -1,28 +1,16 @@
 // Package fusefs is the filesystem users run: it bridges the kernel's FUSE
 // requests (through go-fuse's fs package) to the namespace (package
 // fs/namespace) and to one per-file engine (package fs/engine) per open file.
-// It owns the volume descriptor, the mapping of typed errors to errno values,
-// the table of open files, the background loops of a mount (namespace refresh,
-// periodic flush) and the read-only view of old checkpoints.
+// It owns the mapping of typed errors to errno values, the table of open
+// files, the background loops of a mount (namespace refresh, periodic flush)
+// and the read-only view of old checkpoints.
 //
 // # Objects of a volume
 //
-//	<root>ckptfs.json        the volume descriptor (below); created once with
-//	                         If-None-Match: *
-//	<root>ns/...             the namespace log and snapshots (fs/namespace)
-//	<root>f/<file-id>/...    one file's head and checkpoint objects (fs/engine)
-//	<root>probe/<32 hex>     the conditional-write check of ckptfs mount
-//	                         (cmd/ckptfs/probe.go): written and deleted at
-//	                         start, listed by nothing
-//
-// The volume descriptor is JSON. These fields are part of the format:
-//
-//	{
-//	  "layout_version": 1,          // a mount refuses a larger number
-//	  "format": "stream",           // block-pointer format of new files
-//	  "data_block_size": 65536,     // of new files, when created
-//	  "meta_block_size": 4096
-//	}
+// The layout of a volume in its bucket (the descriptor, the namespace, one
+// prefix per file) and the volume descriptor are package fs/volume's; a
+// mount opens the descriptor, or creates it (volume.OpenDescriptor), before
+// its namespace.
 //
 // Files are addressed by id, never by path: rename and hard links move no
 // data, and a lookup or open goes by inode number, so a reader that looked a

@@ -23,6 +23,7 @@ import (
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -65,7 +66,7 @@ type FS struct {
 	params engine.Params
 	log    *zap.Logger
 	ns     *namespace.Namespace
-	vol    Volume
+	vol    volume.Descriptor
 	budget *engine.Budget
 	fsName string
 
@@ -177,7 +178,7 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		volURL = o.FsName
 	}
 	metrics, st := newMetrics(st, o.Build, metricsVolume(volURL))
-	vol, err := openVolume(ctx, st, o.Root, o.Config, o.RequireVolume)
+	vol, err := volume.OpenDescriptor(ctx, st, o.Root, o.Config, o.RequireVolume)
 	if err != nil {
 		return nil, err
 	}
@@ -241,15 +242,16 @@ func Params(c config.Config) engine.Params {
 func (fsys *FS) Namespace() *namespace.Namespace { return fsys.ns }
 
 // Volume is the volume descriptor.
-func (fsys *FS) Volume() Volume { return fsys.vol }
+func (fsys *FS) Volume() volume.Descriptor { return fsys.vol }
 
 // Budget is the memory budget shared by every file of the mount.
 func (fsys *FS) Budget() *engine.Budget { return fsys.budget }
 
-func (fsys *FS) prefix(id string) string { return fsys.root + "f/" + id + "/" }
+// prefix is where file id keeps its objects.
+func (fsys *FS) prefix(id string) string { return volume.FilePrefix(fsys.root, id) }
 
 func (fsys *FS) engineOptions(id string) engine.Options {
-	return engine.Options{Params: fsys.params, FileID: id, FilesPrefix: fsys.root + "f/", Logger: fsys.log.With(zap.String("file", id)), Budget: fsys.budget,
+	return engine.Options{Params: fsys.params, FileID: id, FilesPrefix: volume.FilesPrefix(fsys.root), Logger: fsys.log.With(zap.String("file", id)), Budget: fsys.budget,
 		WALCounters: &fsys.metrics.wal, ReadOnly: fsys.cfg.ReadOnly}
 }
 
@@ -1018,7 +1020,7 @@ func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
 func (fsys *FS) readHead(ctx context.Context, id string) (headInfo, error) {
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, requestBound(fsys.cfg))
-	hd, info, err := segment.ReadHead(rctx, fsys.st, fsys.prefix(id)+engine.HeadKey, segment.FileTag(id))
+	hd, info, err := segment.ReadHead(rctx, fsys.st, volume.HeadKey(fsys.prefix(id)), segment.FileTag(id))
 	cancel()
 	if errors.Is(err, staging.ErrNotFound) {
 		if err := fsys.missingHead(ctx, id, start); err != nil {

@@ -56,6 +56,7 @@ var (
 	_ = (fs.FileFsyncer)((*handle)(nil))
 	_ = (fs.FileReleaser)((*handle)(nil))
 	_ = (fs.FileAllocater)((*handle)(nil))
+	_ = (fs.FileLseeker)((*handle)(nil))
 )
 
 // engineCreate creates a new file and stores its empty head (If-None-Match,
@@ -74,8 +75,6 @@ const (
 	seekData = 3 // SEEK_DATA
 	seekHole = 4 // SEEK_HOLE
 )
-
-var _ fs.FileLseeker = (*handle)(nil)
 
 // Lseek answers SEEK_DATA and SEEK_HOLE from the file's block map. Other
 // whence values never reach it; EINVAL, not ENOSYS (which the kernel takes

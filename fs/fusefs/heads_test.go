@@ -12,8 +12,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckptfs/ckptfs/config"
-	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
@@ -31,7 +31,7 @@ type slowHeads struct {
 }
 
 func (s *slowHeads) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
-	if !strings.HasSuffix(key, "/"+engine.HeadKey) {
+	if !strings.HasSuffix(key, "/"+volume.HeadName) {
 		return s.Store.Get(ctx, key, r)
 	}
 	s.mu.Lock()

@@ -10,8 +10,6 @@ import (
 	"github.com/ckptfs/ckptfs/fs/namespace"
 )
 
-var _ fs.NodeMknoder = (*node)(nil)
-
 // Mknod makes FIFOs (mkfifo) and Unix socket files (bind of an AF_UNIX
 // socket): namespace entries with their mode and owner and no data object,
 // seen by every mount of the volume. What passes through them stays in the

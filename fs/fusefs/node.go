@@ -29,20 +29,11 @@ type node struct {
 	staleAt   atomic.Int64
 }
 
-// noteShown records the size a reply of attributes gave the kernel.
-func (n *node) noteShown(a *fuse.Attr) {
-	if a.Mode&syscall.S_IFMT == syscall.S_IFREG {
-		n.shownSize.Store(int64(a.Size) + 1)
-	}
-}
-
-// staleSizeRetry: an open met a file whose size is not the one the kernel
-// holds and had the kernel look the name up again (ESTALE); the kernel
-// retries once, at once, and an open that comes within this while after
-// takes the size as it is (the kernel would return a second ESTALE to the
-// caller).
-const staleSizeRetry = time.Second
-
+// Every go-fuse operation a node or handle type answers is checked here, in
+// one block next to the type (as for the other types of this package): a
+// method whose signature drifts from go-fuse's would otherwise compile and
+// leave the operation ENOSYS. TestFuseInterfaces checks that no method
+// named as an operation is missing from these blocks.
 var (
 	_ = (fs.NodeLookuper)((*node)(nil))
 	_ = (fs.NodeGetattrer)((*node)(nil))
@@ -62,7 +53,23 @@ var (
 	_ = (fs.NodeSetxattrer)((*node)(nil))
 	_ = (fs.NodeListxattrer)((*node)(nil))
 	_ = (fs.NodeRemovexattrer)((*node)(nil))
+	_ = (fs.NodeMknoder)((*node)(nil))
+	_ = (fs.NodeCopyFileRanger)((*node)(nil))
 )
+
+// noteShown records the size a reply of attributes gave the kernel.
+func (n *node) noteShown(a *fuse.Attr) {
+	if a.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		n.shownSize.Store(int64(a.Size) + 1)
+	}
+}
+
+// staleSizeRetry: an open met a file whose size is not the one the kernel
+// holds and had the kernel look the name up again (ESTALE); the kernel
+// retries once, at once, and an open that comes within this while after
+// takes the size as it is (the kernel would return a second ESTALE to the
+// caller).
+const staleSizeRetry = time.Second
 
 // Virtual extended attributes of every file; read-only.
 const (

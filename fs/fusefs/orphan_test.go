@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/config"
-	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
@@ -49,7 +49,7 @@ func TestOrphanLeftToCleaner(t *testing.T) {
 	if err := fsys.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Head(ctx, fsys.prefix(n.FileID)+engine.HeadKey); err != nil {
+	if _, err := st.Head(ctx, volume.HeadKey(fsys.prefix(n.FileID))); err != nil {
 		t.Fatalf("the head of the unlinked file after unmount: %v (the mount must leave it to the cleaner)", err)
 	}
 	if err := fsys.ns.Forget(ctx, n.FileID); err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
@@ -35,7 +36,7 @@ func TestCreatedFileStoresItsHead(t *testing.T) {
 	}
 	f.Close()
 	objs, err := staging.ListAll(ctx, st, fsys.prefix(n.FileID))
-	if err != nil || len(objs) != 1 || objs[0].Key != fsys.prefix(n.FileID)+engine.HeadKey {
+	if err != nil || len(objs) != 1 || objs[0].Key != volume.HeadKey(fsys.prefix(n.FileID)) {
 		t.Fatalf("objects of a file closed unwritten: %v, %v; want its head alone", objs, err)
 	}
 	h, err := fsys.fileHead(ctx, n.FileID)
@@ -112,7 +113,7 @@ func TestUnwrittenFileIsEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	if _, err := st.Head(ctx, fsys.prefix(n.FileID)+engine.HeadKey); !errors.Is(err, staging.ErrNotFound) {
+	if _, err := st.Head(ctx, volume.HeadKey(fsys.prefix(n.FileID))); !errors.Is(err, staging.ErrNotFound) {
 		t.Fatalf("head of a file closed unwritten: %v, want none stored", err)
 	}
 	h, err := fsys.fileHead(ctx, n.FileID)

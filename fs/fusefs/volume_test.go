@@ -3,7 +3,6 @@ package fusefs
 import (
 	"context"
 	"errors"
-	"sync"
 	"syscall"
 	"testing"
 
@@ -12,86 +11,30 @@ import (
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
-func TestParseVolume(t *testing.T) {
-	cases := []struct {
-		name string
-		in   string
-		want error
-	}{
-		{"current", `{"layout_version":1,"format":"stream","data_block_size":65536,"meta_block_size":4096}`, nil},
-		{"parted", `{"layout_version":1,"format":"parted"}`, nil},
-		{"newer", `{"layout_version":2,"format":"stream"}`, ErrNewerLayout},
-		{"zero version", `{"format":"stream"}`, ErrBadVolume},
-		{"bad format", `{"layout_version":1,"format":"zip"}`, ErrBadVolume},
-		{"not json", `layout_version=1`, ErrBadVolume},
-		{"empty", ``, ErrBadVolume},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			_, err := parseVolume("ckptfs.json", []byte(c.in))
-			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
-				t.Fatalf("parseVolume(%s) = %v, want %v", c.in, err, c.want)
-			}
-		})
-	}
-}
-
-func FuzzParseVolume(f *testing.F) {
-	f.Add([]byte(`{"layout_version":1,"format":"stream","data_block_size":65536,"meta_block_size":4096}`))
-	f.Add([]byte(`{"layout_version":99}`))
-	f.Add([]byte(`[]`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		v, err := parseVolume("k", b)
-		if err != nil {
-			if !errors.Is(err, ErrBadVolume) && !errors.Is(err, ErrNewerLayout) {
-				t.Fatalf("error of an unknown class: %v", err)
-			}
-			return
-		}
-		if v.LayoutVersion < 1 || v.LayoutVersion > LayoutVersion {
-			t.Fatalf("accepted layout version %d", v.LayoutVersion)
-		}
-	})
-}
-
-// TestOpenVolume: the descriptor is created once, concurrent creators agree,
-// and a newer one is refused by New.
-func TestOpenVolume(t *testing.T) {
+// TestNewVolume: New creates the descriptor of a new volume, refuses a newer
+// one, and a root without a trailing slash.
+func TestNewVolume(t *testing.T) {
 	ctx := context.Background()
 	st := staging.NewMem()
 	cfg := config.MountDefault(1 << 30)
-	var wg sync.WaitGroup
-	vols := make([]Volume, 8)
-	errs := make([]error, 8)
-	for i := range vols {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c := cfg
-			if i%2 == 1 {
-				c.Format = segment.FormatParted
-			}
-			vols[i], errs[i] = openVolume(ctx, st, "vol/", c, false)
-		}()
+	fsys, err := New(ctx, st, Options{Config: cfg, Root: "vol/"})
+	if err != nil {
+		t.Fatal(err)
 	}
-	wg.Wait()
-	for i := range vols {
-		if errs[i] != nil {
-			t.Fatal(errs[i])
-		}
-		if vols[i] != vols[0] {
-			t.Fatalf("mount %d sees %+v, mount 0 %+v", i, vols[i], vols[0])
-		}
+	fsys.Close()
+	if v, err := volume.ReadDescriptor(ctx, st, "vol/"); err != nil || v != fsys.Volume() {
+		t.Fatalf("descriptor after New = %+v, %v; the mount has %+v", v, err, fsys.Volume())
 	}
 	if _, err := st.Put(ctx, "new/"+VolumeKey, []byte(`{"layout_version":7,"format":"stream"}`), staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := New(ctx, st, Options{Config: cfg, Root: "new/"})
-	if !errors.Is(err, ErrNewerLayout) {
+	_, err = New(ctx, st, Options{Config: cfg, Root: "new/"})
+	if !errors.Is(err, volume.ErrNewerLayout) {
 		t.Fatalf("New on a newer volume: %v, want ErrNewerLayout", err)
 	}
 	if _, err := New(ctx, st, Options{Config: cfg, Root: "no-slash"}); err == nil {
@@ -100,8 +43,8 @@ func TestOpenVolume(t *testing.T) {
 }
 
 // TestRequireVolume: with RequireVolume a root without a descriptor is
-// ErrNoVolume and nothing is written; CreateVolume writes one once, with the
-// configuration's format, and refuses a second time; New then opens it.
+// ErrNoVolume and nothing is written; once a descriptor is created, New
+// opens it.
 func TestRequireVolume(t *testing.T) {
 	ctx := context.Background()
 	st := staging.NewMem()
@@ -114,26 +57,18 @@ func TestRequireVolume(t *testing.T) {
 	if objs, err := staging.ListAll(ctx, st, ""); err != nil || len(objs) != 0 {
 		t.Fatalf("a refused mount wrote %d objects (%v)", len(objs), err)
 	}
-	if _, err := ReadVolume(ctx, st, "tpyo/"); !errors.Is(err, ErrNoVolume) {
-		t.Fatalf("ReadVolume of an empty root: %v, want ErrNoVolume", err)
-	}
-	v, err := CreateVolume(ctx, st, "tpyo/", cfg)
-	if err != nil || v.Format != "parted" || v.DataBlockSize != cfg.DataBlockSize {
-		t.Fatalf("CreateVolume = %+v, %v", v, err)
-	}
-	cfg2 := cfg
-	cfg2.Format = segment.FormatStream
-	if _, err := CreateVolume(ctx, st, "tpyo/", cfg2); !errors.Is(err, ErrVolumeExists) {
-		t.Fatalf("second CreateVolume: %v, want ErrVolumeExists", err)
-	}
-	if got, err := ReadVolume(ctx, st, "tpyo/"); err != nil || got != v {
-		t.Fatalf("ReadVolume after a refused second create = %+v, %v; want %+v", got, err, v)
+	v, err := volume.CreateDescriptor(ctx, st, "tpyo/", cfg)
+	if err != nil {
+		t.Fatal(err)
 	}
 	fsys, err := New(ctx, st, Options{Config: cfg, Root: "tpyo/", RequireVolume: true})
 	if err != nil {
 		t.Fatalf("New with RequireVolume on a created volume: %v", err)
 	}
-	fsys.Close()
+	defer fsys.Close()
+	if fsys.Volume() != v {
+		t.Fatalf("the mount has descriptor %+v, want %+v", fsys.Volume(), v)
+	}
 }
 
 func TestErrnoOf(t *testing.T) {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -78,7 +79,7 @@ func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, erro
 			return r, err
 		}
 	}
-	scope := v.root + "f/"
+	scope := volume.FilesPrefix(v.root)
 	if p != "" && p != "/" {
 		scope = v.Prefix(ids[0])
 	} else {
@@ -87,7 +88,7 @@ func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, erro
 			return r, fmt.Errorf("fsck: list %s: %w", scope, err)
 		}
 		for _, o := range all {
-			id, _, _ := strings.Cut(strings.TrimPrefix(o.Key, scope), "/")
+			id, _, _ := volume.SplitFileKey(scope, o.Key)
 			if _, ok := files[id]; !ok {
 				r.Problems = append(r.Problems, Problem{o.Key, errors.New("not reachable: no name in the namespace refers to its file")})
 			}
@@ -124,17 +125,17 @@ func (v *Volume) fsckFile(ctx context.Context, id string, r *Report, done func()
 			done()
 		}
 	}
-	if !have[prefix+engine.HeadKey] {
+	if !have[volume.HeadKey(prefix)] {
 		// A file named and never written has no objects at all: the mount
 		// reads it as empty. Objects without a head are a problem.
 		if len(objs) > 0 {
-			r.Problems = append(r.Problems, Problem{prefix + engine.HeadKey, errors.New("missing: the file has no head")})
+			r.Problems = append(r.Problems, Problem{volume.HeadKey(prefix), errors.New("missing: the file has no head")})
 		}
 		return nil
 	}
 	// A head may carry its checkpoint's part 0, which may not be stored.
 	var inHead string
-	if hd, _, err := segment.ReadHead(ctx, v.st, prefix+engine.HeadKey, tag); err == nil && len(hd.Embed) > 0 {
+	if hd, _, err := segment.ReadHead(ctx, v.st, volume.HeadKey(prefix), tag); err == nil && len(hd.Embed) > 0 {
 		inHead = prefix + segment.ObjectName{Cno: hd.Inode.Cno}.String()
 		if !have[inHead] {
 			r.Notes = append(r.Notes, Problem{inHead, errors.New("not stored yet: the head carries this part 0, and its writer stores it before its next checkpoint")})
@@ -201,11 +202,11 @@ func keyOf(err error, def string) string {
 // read whole (header, summary, and the CRC of every data block).
 func (v *Volume) checkObject(ctx context.Context, prefix string, tag uint64, o staging.ObjectInfo) error {
 	rel := strings.TrimPrefix(o.Key, prefix)
-	if rel == engine.HeadKey {
+	if rel == volume.HeadName {
 		_, _, err := segment.ReadHead(ctx, v.st, o.Key, tag)
 		return err
 	}
-	if engine.IsWriterKey(rel) {
+	if volume.IsWriterKey(rel) {
 		// A writer marker (fs/engine/writers.go): it must decode.
 		w, err := engine.ReadWriter(ctx, v.st, o.Key)
 		if err != nil {
@@ -213,7 +214,7 @@ func (v *Volume) checkObject(ctx context.Context, prefix string, tag uint64, o s
 		}
 		return w.Err
 	}
-	if w, ok := strings.CutPrefix(rel, wal.Dir); ok {
+	if w, ok := strings.CutPrefix(rel, volume.WALDir); ok {
 		// The write-ahead log: each record is read whole and checked; the
 		// lease is the writer's business.
 		if w == wal.OwnerName {
@@ -226,12 +227,12 @@ func (v *Volume) checkObject(ctx context.Context, prefix string, tag uint64, o s
 		_, err := wal.ReadRecord(ctx, v.st, prefix, tag, seq)
 		return err
 	}
-	if cno, ok := engine.IsLineageKey(rel); ok {
+	if cno, ok := volume.IsLineageKey(rel); ok {
 		// Whose objects a copy by reference points into.
 		_, err := segment.ReadLineage(ctx, v.st, prefix, tag, cno)
 		return err
 	}
-	if _, ok := engine.IsRefKey(rel); ok {
+	if _, ok := volume.IsRefKey(rel); ok {
 		return nil // a reference marker: its name is all it says
 	}
 	name, _, err := segment.ParseObjectName(rel)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -34,10 +35,7 @@ type Volume struct {
 
 // Open reads the namespace of the volume at root.
 func Open(ctx context.Context, st staging.Store, root string) (*Volume, error) {
-	root = strings.Trim(root, "/")
-	if root != "" {
-		root += "/"
-	}
+	root = volume.CleanRoot(root)
 	ns, err := namespace.Open(ctx, st, root, namespace.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("open namespace of %q: %w", root, err)
@@ -46,21 +44,13 @@ func Open(ctx context.Context, st staging.Store, root string) (*Volume, error) {
 }
 
 // Prefix is the key prefix of a file's objects.
-func (v *Volume) Prefix(fileID string) string { return v.root + "f/" + fileID + "/" }
+func (v *Volume) Prefix(fileID string) string { return volume.FilePrefix(v.root, fileID) }
 
-// Resolve looks a path up ("/" or "" is the root directory).
+// Resolve looks a path up ("/" or "" is the root directory; volume.Resolve).
 func (v *Volume) Resolve(p string) (namespace.Node, error) {
-	n, err := v.ns.GetNode(namespace.RootIno)
+	n, err := volume.Resolve(v.ns, p)
 	if err != nil {
-		return n, fmt.Errorf("resolve /: %w", err)
-	}
-	for _, name := range strings.Split(strings.Trim(path.Clean("/"+p), "/"), "/") {
-		if name == "" {
-			continue
-		}
-		if n, err = v.ns.Lookup(n.Ino, name); err != nil {
-			return n, fmt.Errorf("resolve %s: %w", p, err)
-		}
+		return n, fmt.Errorf("resolve %s: %w", p, err)
 	}
 	return n, nil
 }
@@ -109,7 +99,7 @@ func (v *Volume) List(ctx context.Context, p string) ([]Entry, error) {
 func (v *Volume) entry(ctx context.Context, name string, n namespace.Node) (Entry, error) {
 	e := Entry{Name: name, Kind: n.Kind.String(), Ino: uint64(n.Ino), FileID: n.FileID, Target: n.Target}
 	if n.Kind == namespace.KindFile {
-		hd, _, err := segment.ReadHead(ctx, v.st, v.Prefix(n.FileID)+engine.HeadKey, segment.FileTag(n.FileID))
+		hd, _, err := segment.ReadHead(ctx, v.st, volume.HeadKey(v.Prefix(n.FileID)), segment.FileTag(n.FileID))
 		if errors.Is(err, staging.ErrNotFound) {
 			return e, nil // named, never written: empty
 		}
@@ -152,7 +142,7 @@ func (v *Volume) Cat(ctx context.Context, w io.Writer, p string, cno uint64, off
 	if cno == 0 {
 		f, err = engine.Open(ctx, v.st, v.Prefix(node.FileID), v.opts(node.FileID))
 		if errors.Is(err, engine.ErrNotExist) {
-			if _, herr := v.st.Head(ctx, v.Prefix(node.FileID)+engine.HeadKey); errors.Is(herr, staging.ErrNotFound) {
+			if _, herr := v.st.Head(ctx, volume.HeadKey(v.Prefix(node.FileID))); errors.Is(herr, staging.ErrNotFound) {
 				return nil // named, never written: empty
 			}
 		}
@@ -256,7 +246,7 @@ func (v *Volume) fileInfo(ctx context.Context, p, id string) (FileInfo, error) {
 	fi := FileInfo{Path: p, FileID: id}
 	prefix := v.Prefix(id)
 	counting := staging.NewCounting(v.st)
-	hd, _, err := segment.ReadHead(ctx, v.st, prefix+engine.HeadKey, segment.FileTag(id))
+	hd, _, err := segment.ReadHead(ctx, v.st, volume.HeadKey(prefix), segment.FileTag(id))
 	if errors.Is(err, staging.ErrNotFound) {
 		// Named, never written: an empty file; its objects, if any, are
 		// listed below.
@@ -303,7 +293,7 @@ func (v *Volume) fileInfo(ctx context.Context, p, id string) (FileInfo, error) {
 	tag := segment.FileTag(id)
 	for _, o := range objs {
 		rel := strings.TrimPrefix(o.Key, prefix)
-		if _, ok := wal.ParseRecordName(strings.TrimPrefix(rel, wal.Dir)); ok && strings.HasPrefix(rel, wal.Dir) {
+		if _, ok := wal.ParseRecordName(strings.TrimPrefix(rel, volume.WALDir)); ok && strings.HasPrefix(rel, volume.WALDir) {
 			fi.WALRecords++
 			fi.WALBytes += o.Size
 			continue

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -115,7 +116,7 @@ func TestFsck(t *testing.T) {
 	}{
 		{"clean", func(*testing.T, staging.Store, string) string { return "" }, ""},
 		{"head flipped", func(t *testing.T, st staging.Store, id string) string {
-			return flip(t, st, "f/"+id+"/"+engine.HeadKey, 30)
+			return flip(t, st, "f/"+id+"/"+volume.HeadName, 30)
 		}, "checksum"},
 		{"header flipped", func(t *testing.T, st staging.Store, id string) string {
 			k := objectKeys(t, st, id)[0]
@@ -355,4 +356,31 @@ func keysUnder(t *testing.T, st staging.Store, prefix string) []string {
 		out = append(out, o.Key)
 	}
 	return out
+}
+
+// TestResolveErrors: a path through a file is ErrNotDir and a missing name
+// ErrNotExist, each said as "resolve <path>: ...".
+func TestResolveErrors(t *testing.T) {
+	st, _, _, _ := makeVolume(t)
+	v, err := Open(context.Background(), st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		path string
+		want error
+	}{
+		{"/x/y", namespace.ErrNotDir},
+		{"/x/y/z", namespace.ErrNotDir},
+		{"/nope", namespace.ErrNotExist},
+		{"/d/nope", namespace.ErrNotExist},
+	} {
+		_, err := v.Resolve(c.path)
+		if !errors.Is(err, c.want) || !strings.HasPrefix(err.Error(), "resolve "+c.path+": ") {
+			t.Errorf("Resolve(%s) = %v, want \"resolve %s: ...\" and %v", c.path, err, c.path, c.want)
+		}
+		if _, err := v.List(context.Background(), c.path); !errors.Is(err, c.want) {
+			t.Errorf("List(%s) = %v, want %v", c.path, err, c.want)
+		}
+	}
 }

@@ -16,7 +16,7 @@ import (
 // every run (default 512M); BENCH_HOT_MIB lists the working sets of
 // BenchmarkAmp in MiB (default 512,64,16). Select cells with -bench, e.g.
 //
-//	go test ./test/seedbench/ -run '^$' -bench 'Buys/general/100MBps' -benchtime 1x
+//	go test ./cmd/ckptfs/internal/seedbench/ -run '^$' -bench 'Buys/general/100MBps' -benchtime 1x
 func benchSize(b *testing.B) int64 {
 	s := os.Getenv("BENCH_SIZE")
 	if s == "" {

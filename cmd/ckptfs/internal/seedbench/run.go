@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -303,7 +304,7 @@ func RunOne(ctx context.Context, r Run) (Result, error) {
 		return Result{}, fmt.Errorf("bench run: list objects: %w", err)
 	}
 	for _, o := range objs {
-		if !strings.HasSuffix(o.Key, "/"+engine.HeadKey) {
+		if !strings.HasSuffix(o.Key, "/"+volume.HeadName) {
 			res.Objects++
 		}
 	}

@@ -1,0 +1,68 @@
+// Package volume owns the layout of a ckptfs volume in its bucket: where
+// each kind of object lives under the volume root, the helpers that make and
+// recognise those keys, the volume descriptor, and the resolution of a path
+// through the namespace. The mount (fs/fusefs), the offline tools
+// (fs/inspect, ckptfs cp) and the cleaner (fs/cleaner) take every key from
+// here; the byte layout of each object stays next to the code that writes
+// it, named below.
+//
+// # Objects in the bucket
+//
+// A volume is a root prefix in a store: "" or a path ending in "/"
+// (CleanRoot). Under it:
+//
+//	<root>ckptfs.json                the volume descriptor (DescriptorKey; this
+//	                                 package): created once with If-None-Match: *
+//	<root>ns/                        the namespace (NamespaceDir; fs/namespace)
+//	    log/<seq, 20 digits>         one change, created with If-None-Match: *
+//	    snap/<seq, 20 digits>        the whole namespace as of log entry <seq>
+//	<root>f/                         the files (FilesDir), by id, never by path
+//	    <file-id>/                   one file's prefix (FilePrefix)
+//	        inode                    its head: the latest checkpoint's inode
+//	                                 (HeadName; segment, "Head object"), created
+//	                                 with If-None-Match, replaced only with
+//	                                 If-Match on the ETag last seen
+//	        <cno, 10 digits>.<part>  checkpoint objects; part 0 carries the
+//	                                 checkpoint's inode (segment.ObjectName)
+//	        lineage/<cno, 10 digits> a copy by reference: whose objects its map's
+//	                                 names are (LineageDir; segment.Lineage)
+//	        refs/<copy-id>           the file copy-id points into this file's
+//	                                 objects (RefsDir; fs/engine/lineage.go)
+//	        writers/<writer-id>      a live writer's marker (WritersDir;
+//	                                 engine.WriterMarker, fs/engine/writers.go)
+//	        wal/<seq, 20 digits>     a write-ahead log record (WALDir; package wal)
+//	        wal/owner                the lease of the log's one writer (wal.OwnerName)
+//	<root>gc/                        the cleaner's pending records (GCDir;
+//	                                 fs/cleaner/pending.go)
+//	    files/<file-id>              what a run found unreferenced in one file
+//	    orphans                      orphaned files a run found
+//	<root>probe/<32 hex digits>      the conditional-write check of ckptfs mount
+//	                                 (ProbeDir; cmd/ckptfs/probe.go): written and
+//	                                 deleted at start, listed by nothing
+//
+// These names are part of the format. A key under a file's prefix that is
+// none of the names above is no object of ckptfs: the cleaner leaves it and
+// reports it, fsck reports it.
+//
+// Two packages below this one spell their own names under the prefix this
+// package gives them, as their formats are theirs: fs/namespace (log/,
+// snap/ under NamespaceDir) and fs/engine, which writes a file's head,
+// writer markers and reference markers under the prefix it is opened at
+// (engine.HeadKey, engine.WritersDir, engine.RefsDir; the tests of this
+// package hold them to HeadName, WritersDir and RefsDir).
+//
+// # The volume descriptor
+//
+// The descriptor is JSON. These fields are part of the format:
+//
+//	{
+//	  "layout_version": 1,          // a build refuses a larger number (LayoutVersion)
+//	  "format": "stream",           // block-pointer format of new files
+//	  "data_block_size": 65536,     // of new files, when created
+//	  "meta_block_size": 4096
+//	}
+//
+// A mount creates it when absent (OpenDescriptor); the offline tools and a
+// mount asked to require it refuse a root without one (ErrNoVolume), so a
+// mistyped bucket or prefix is not taken for an empty filesystem.
+package volume
