@@ -258,7 +258,7 @@ func (d *Dir) path(key string) (objPath, error) {
 		segs[i] = escapeSeg(s)
 		if len(segs[i]) > maxEscapedSeg {
 			return objPath{}, fmt.Errorf("key %q: segment of %d bytes, more than a directory store's %d: %w",
-				truncKey(key), len(segs[i]), maxEscapedSeg, ErrInvalidKey)
+				TruncKey(key), len(segs[i]), maxEscapedSeg, ErrInvalidKey)
 		}
 	}
 	n := len(segs) - 1
@@ -275,16 +275,27 @@ type dirMeta struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
-// parseMeta parses and checks a commit record.
-func parseMeta(b []byte) (dirMeta, error) {
-	var m dirMeta
+// decodeStrict decodes b, one record of the store's own (what, in errors),
+// as a T: a field T does not have, or anything after the record, makes it
+// ErrCorrupt, as does JSON that does not parse.
+func decodeStrict[T any](b []byte, what string) (T, error) {
+	var v T
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return dirMeta{}, fmt.Errorf("commit record: %v: %w", err, ErrCorrupt)
+	if err := dec.Decode(&v); err != nil {
+		return v, fmt.Errorf("%s: %v: %w", what, err, ErrCorrupt)
 	}
 	if dec.More() {
-		return dirMeta{}, fmt.Errorf("commit record: data after the record: %w", ErrCorrupt)
+		return v, fmt.Errorf("%s: data after the record: %w", what, ErrCorrupt)
+	}
+	return v, nil
+}
+
+// parseMeta parses and checks a commit record.
+func parseMeta(b []byte) (dirMeta, error) {
+	m, err := decodeStrict[dirMeta](b, "commit record")
+	if err != nil {
+		return dirMeta{}, err
 	}
 	switch {
 	case m.Version != dirFormatVersion && m.Version != dirInlineVersion:
@@ -537,7 +548,7 @@ func (d *Dir) commit(p objPath, meta dirMeta, inline []byte, cond Conditions) (_
 	if err != nil && !errors.Is(err, ErrNotFound) {
 		return ObjectInfo{}, err
 	}
-	if err := checkConditions(cond, exists, func() string { return old.ETag }); err != nil {
+	if err := CheckConditions(cond, exists, func() string { return old.ETag }); err != nil {
 		return ObjectInfo{}, err
 	}
 	// Data and record are in one folder: the renames need no file-system-wide
@@ -562,7 +573,7 @@ func (d *Dir) commit(p objPath, meta dirMeta, inline []byte, cond Conditions) (_
 }
 
 func (d *Dir) Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
-	if err := checkWrite(ctx, "put", key, opts.Metadata); err != nil {
+	if err := CheckWrite(ctx, "put", key, opts.Metadata); err != nil {
 		return ObjectInfo{}, err
 	}
 	p, err := d.path(key)
@@ -627,7 +638,7 @@ func (d *Dir) open(p objPath) (dirMeta, []byte, *os.File, error) {
 }
 
 func (d *Dir) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
-	if err := checkRead(ctx, "get", key); err != nil {
+	if err := CheckRead(ctx, "get", key); err != nil {
 		return nil, ObjectInfo{}, err
 	}
 	p, err := d.path(key)
@@ -638,7 +649,7 @@ func (d *Dir) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo,
 	if err != nil {
 		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
 	}
-	off, n, err := r.resolve(m.Size)
+	off, n, err := r.Resolve(m.Size)
 	if err != nil {
 		if f != nil {
 			f.Close()
@@ -657,7 +668,7 @@ func (d *Dir) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo,
 }
 
 func (d *Dir) Head(ctx context.Context, key string) (ObjectInfo, error) {
-	if err := checkRead(ctx, "head", key); err != nil {
+	if err := CheckRead(ctx, "head", key); err != nil {
 		return ObjectInfo{}, err
 	}
 	p, err := d.path(key)
@@ -672,7 +683,7 @@ func (d *Dir) Head(ctx context.Context, key string) (ObjectInfo, error) {
 }
 
 func (d *Dir) Delete(ctx context.Context, key string) error {
-	if err := checkWrite(ctx, "delete", key, nil); err != nil {
+	if err := CheckWrite(ctx, "delete", key, nil); err != nil {
 		return err
 	}
 	p, err := d.path(key)
@@ -714,14 +725,9 @@ func (d *Dir) Delete(ctx context.Context, key string) error {
 // keys are in, whatever the number of keys before or after them; only a
 // single folder of many entries is read (names only) and sorted whole.
 func (d *Dir) List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error) {
-	if err := ctx.Err(); err != nil {
-		return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
-	}
-	if err := ValidatePrefix(prefix); err != nil {
-		return ListPage{}, fmt.Errorf("list: %w", err)
-	}
-	if max <= 0 || max > 1000 {
-		max = 1000
+	max, err := CheckList(ctx, "list", prefix, max)
+	if err != nil {
+		return ListPage{}, err
 	}
 	// The folder of the prefix's whole segments, and the key prefix it holds.
 	start, startKey := d.root, ""
@@ -860,14 +866,9 @@ type dirUpload struct {
 }
 
 func parseUpload(b []byte) (dirUpload, error) {
-	var u dirUpload
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&u); err != nil {
-		return dirUpload{}, fmt.Errorf("upload record: %v: %w", err, ErrCorrupt)
-	}
-	if dec.More() {
-		return dirUpload{}, fmt.Errorf("upload record: data after the record: %w", ErrCorrupt)
+	u, err := decodeStrict[dirUpload](b, "upload record")
+	if err != nil {
+		return dirUpload{}, err
 	}
 	if u.Version != dirFormatVersion {
 		return dirUpload{}, fmt.Errorf("upload record: version %d, want %d: %w", u.Version, dirFormatVersion, ErrCorrupt)
@@ -897,7 +898,7 @@ func isID(s string) bool {
 func (d *Dir) uploadDir(id string) string { return filepath.Join(d.sys, "uploads", id) }
 
 func (d *Dir) CreateMultipart(ctx context.Context, key string, opts PutOptions) (string, error) {
-	if err := checkWrite(ctx, "create multipart upload", key, opts.Metadata); err != nil {
+	if err := CheckWrite(ctx, "create multipart upload", key, opts.Metadata); err != nil {
 		return "", err
 	}
 	if _, err := d.path(key); err != nil {
@@ -972,10 +973,10 @@ func (d *Dir) openUpload(key, id string) (dirUpload, func(), error) {
 }
 
 func (d *Dir) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
-	if err := checkWrite(ctx, "upload part", key, nil); err != nil {
+	if err := CheckWrite(ctx, "upload part", key, nil); err != nil {
 		return "", err
 	}
-	if err := checkPartNumber(n); err != nil {
+	if err := CheckPartNumber(n); err != nil {
 		return "", fmt.Errorf("upload part of %s: %w", key, err)
 	}
 	partID := newID()
@@ -1033,14 +1034,14 @@ func (d *Dir) partFiles(dir string) (map[int32]dirPart, error) {
 }
 
 func (d *Dir) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
-	if err := checkWrite(ctx, "complete multipart upload", key, nil); err != nil {
+	if err := CheckWrite(ctx, "complete multipart upload", key, nil); err != nil {
 		return ObjectInfo{}, err
 	}
 	p, err := d.path(key)
 	if err != nil {
 		return ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
 	}
-	if err := checkCompletedParts(parts); err != nil {
+	if err := CheckCompletedParts(parts); err != nil {
 		return ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
 	}
 	u, release, err := d.openUpload(key, uploadID)
@@ -1122,7 +1123,7 @@ func (d *Dir) complete(ctx context.Context, p objPath, id string, u dirUpload, p
 }
 
 func (d *Dir) AbortMultipart(ctx context.Context, key, uploadID string) error {
-	if err := checkWrite(ctx, "abort multipart upload", key, nil); err != nil {
+	if err := CheckWrite(ctx, "abort multipart upload", key, nil); err != nil {
 		return err
 	}
 	_, release, err := d.openUpload(key, uploadID)
@@ -1137,11 +1138,8 @@ func (d *Dir) AbortMultipart(ctx context.Context, key, uploadID string) error {
 }
 
 func (d *Dir) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list multipart uploads %s: %w", prefix, err)
-	}
-	if err := ValidatePrefix(prefix); err != nil {
-		return nil, fmt.Errorf("list multipart uploads: %w", err)
+	if err := CheckPrefix(ctx, "list multipart uploads", prefix); err != nil {
+		return nil, err
 	}
 	ents, err := os.ReadDir(filepath.Join(d.sys, "uploads"))
 	if err != nil {
@@ -1167,6 +1165,6 @@ func (d *Dir) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload
 			out = append(out, Upload{Key: u.Key, UploadID: e.Name(), Initiated: u.Initiated})
 		}
 	}
-	sortUploads(out)
+	SortUploads(out)
 	return out, nil
 }

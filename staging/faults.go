@@ -90,7 +90,7 @@ type InjectedError struct {
 }
 
 func (e *InjectedError) Error() string {
-	s := fmt.Sprintf("%s %s: injected %s", e.Op, truncKey(e.Key), e.Kind)
+	s := fmt.Sprintf("%s %s: injected %s", e.Op, TruncKey(e.Key), e.Kind)
 	if e.cause != nil {
 		s += ": " + e.cause.Error()
 	}

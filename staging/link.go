@@ -122,7 +122,7 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 // delay pays the latency of one request and moves n payload bytes.
 func (l *Link) delay(ctx context.Context, op Op, key string, n int) error {
 	if err := l.wait(ctx, n); err != nil {
-		return fmt.Errorf("link %s: %s %s: %w", l.p.Name, op, truncKey(key), err)
+		return fmt.Errorf("link %s: %s %s: %w", l.p.Name, op, TruncKey(key), err)
 	}
 	return nil
 }

@@ -95,7 +95,7 @@ func (m *Mem) nextTag() string {
 }
 
 func (m *Mem) Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
-	if err := checkWrite(ctx, "put", key, opts.Metadata); err != nil {
+	if err := CheckWrite(ctx, "put", key, opts.Metadata); err != nil {
 		return ObjectInfo{}, err
 	}
 	obj := &memObject{data: slices.Clone(data), size: int64(len(data)), md: maps.Clone(opts.Metadata), mod: time.Now()}
@@ -113,7 +113,7 @@ func (m *Mem) Put(ctx context.Context, key string, data []byte, opts PutOptions)
 // publish stores obj under key if cond holds. Called with mu held for writing.
 func (m *Mem) publish(key string, obj *memObject, cond Conditions) error {
 	old := m.objects[key]
-	if err := checkConditions(cond, old != nil, func() string { return old.etag }); err != nil {
+	if err := CheckConditions(cond, old != nil, func() string { return old.etag }); err != nil {
 		return err
 	}
 	obj.etag = `"` + m.nextTag() + `"`
@@ -126,42 +126,6 @@ func (m *Mem) publish(key string, obj *memObject, cond Conditions) error {
 		m.keys = slices.Insert(m.keys, i, key)
 	}
 	return nil
-}
-
-// checkConditions decides a conditional write given whether the key exists
-// and (lazily) its current ETag.
-func checkConditions(cond Conditions, exists bool, etag func() string) error {
-	if cond.IfNoneMatch && exists {
-		return fmt.Errorf("If-None-Match: the key exists: %w", ErrPrecondition)
-	}
-	if cond.IfMatch != "" {
-		if !exists {
-			return fmt.Errorf("If-Match %s: no such key: %w", cond.IfMatch, ErrPrecondition)
-		}
-		if cur := etag(); cur != cond.IfMatch {
-			return fmt.Errorf("If-Match %s: the ETag is %s: %w", cond.IfMatch, cur, ErrPrecondition)
-		}
-	}
-	return nil
-}
-
-// checkWrite is the validation common to every write of every backend.
-func checkWrite(ctx context.Context, op, key string, md map[string]string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s %s: %w", op, truncKey(key), err)
-	}
-	if err := ValidateKey(key); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if err := ValidateMetadata(md); err != nil {
-		return fmt.Errorf("%s %s: %w", op, key, err)
-	}
-	return nil
-}
-
-// checkRead is the validation common to every read of every backend.
-func checkRead(ctx context.Context, op, key string) error {
-	return checkWrite(ctx, op, key, nil)
 }
 
 // read returns n bytes at off (inside the object). The full slice
@@ -209,14 +173,14 @@ func (m *Mem) lookup(key string) *memObject {
 }
 
 func (m *Mem) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
-	if err := checkRead(ctx, "get", key); err != nil {
+	if err := CheckRead(ctx, "get", key); err != nil {
 		return nil, ObjectInfo{}, err
 	}
 	obj := m.lookup(key)
 	if obj == nil {
 		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, ErrNotFound)
 	}
-	off, n, err := r.resolve(obj.size)
+	off, n, err := r.Resolve(obj.size)
 	if err != nil {
 		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
 	}
@@ -224,7 +188,7 @@ func (m *Mem) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo,
 }
 
 func (m *Mem) Head(ctx context.Context, key string) (ObjectInfo, error) {
-	if err := checkRead(ctx, "head", key); err != nil {
+	if err := CheckRead(ctx, "head", key); err != nil {
 		return ObjectInfo{}, err
 	}
 	obj := m.lookup(key)
@@ -235,14 +199,9 @@ func (m *Mem) Head(ctx context.Context, key string) (ObjectInfo, error) {
 }
 
 func (m *Mem) List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error) {
-	if err := ctx.Err(); err != nil {
-		return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
-	}
-	if err := ValidatePrefix(prefix); err != nil {
-		return ListPage{}, fmt.Errorf("list: %w", err)
-	}
-	if max <= 0 || max > 1000 {
-		max = 1000
+	max, err := CheckList(ctx, "list", prefix, max)
+	if err != nil {
+		return ListPage{}, err
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -268,7 +227,7 @@ func (m *Mem) List(ctx context.Context, prefix, startAfter string, max int) (Lis
 }
 
 func (m *Mem) Delete(ctx context.Context, key string) error {
-	if err := checkWrite(ctx, "delete", key, nil); err != nil {
+	if err := CheckWrite(ctx, "delete", key, nil); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -286,7 +245,7 @@ func (m *Mem) Delete(ctx context.Context, key string) error {
 }
 
 func (m *Mem) CreateMultipart(ctx context.Context, key string, opts PutOptions) (string, error) {
-	if err := checkWrite(ctx, "create multipart upload", key, opts.Metadata); err != nil {
+	if err := CheckWrite(ctx, "create multipart upload", key, opts.Metadata); err != nil {
 		return "", err
 	}
 	m.mu.Lock()
@@ -306,10 +265,10 @@ func (m *Mem) upload(key, uploadID string) (*memUpload, error) {
 }
 
 func (m *Mem) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
-	if err := checkWrite(ctx, "upload part", key, nil); err != nil {
+	if err := CheckWrite(ctx, "upload part", key, nil); err != nil {
 		return "", err
 	}
-	if err := checkPartNumber(n); err != nil {
+	if err := CheckPartNumber(n); err != nil {
 		return "", fmt.Errorf("upload part of %s: %w", key, err)
 	}
 	p := memPart{data: slices.Clone(data)}
@@ -325,10 +284,10 @@ func (m *Mem) UploadPart(ctx context.Context, key, uploadID string, n int32, dat
 }
 
 func (m *Mem) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
-	if err := checkWrite(ctx, "complete multipart upload", key, nil); err != nil {
+	if err := CheckWrite(ctx, "complete multipart upload", key, nil); err != nil {
 		return ObjectInfo{}, err
 	}
-	if err := checkCompletedParts(parts); err != nil {
+	if err := CheckCompletedParts(parts); err != nil {
 		return ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
 	}
 	// Check under the read lock and concatenate outside any lock: parts are
@@ -387,7 +346,7 @@ func pickParts(u *memUpload, parts []CompletedPart) ([]memPart, error) {
 }
 
 func (m *Mem) AbortMultipart(ctx context.Context, key, uploadID string) error {
-	if err := checkWrite(ctx, "abort multipart upload", key, nil); err != nil {
+	if err := CheckWrite(ctx, "abort multipart upload", key, nil); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -400,11 +359,8 @@ func (m *Mem) AbortMultipart(ctx context.Context, key, uploadID string) error {
 }
 
 func (m *Mem) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list multipart uploads %s: %w", prefix, err)
-	}
-	if err := ValidatePrefix(prefix); err != nil {
-		return nil, fmt.Errorf("list multipart uploads: %w", err)
+	if err := CheckPrefix(ctx, "list multipart uploads", prefix); err != nil {
+		return nil, err
 	}
 	m.mu.RLock()
 	var out []Upload
@@ -414,28 +370,6 @@ func (m *Mem) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload
 		}
 	}
 	m.mu.RUnlock()
-	sortUploads(out)
+	SortUploads(out)
 	return out, nil
-}
-
-// sortUploads orders uploads as S3 lists them: by key, then by initiation.
-func sortUploads(us []Upload) {
-	slices.SortFunc(us, func(a, b Upload) int {
-		if a.Key != b.Key {
-			if a.Key < b.Key {
-				return -1
-			}
-			return 1
-		}
-		if c := a.Initiated.Compare(b.Initiated); c != 0 {
-			return c
-		}
-		if a.UploadID < b.UploadID {
-			return -1
-		}
-		if a.UploadID > b.UploadID {
-			return 1
-		}
-		return 0
-	})
 }

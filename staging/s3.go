@@ -518,7 +518,7 @@ func (s *S3) full(key string) (*string, error) {
 	k := s.prefix + key
 	if len(k) > MaxKeyLen {
 		return nil, fmt.Errorf("key %q with prefix %q is %d bytes, more than %d: %w",
-			truncKey(key), s.prefix, len(k), MaxKeyLen, ErrInvalidKey)
+			TruncKey(key), s.prefix, len(k), MaxKeyLen, ErrInvalidKey)
 	}
 	return aws.String(k), nil
 }
@@ -526,7 +526,7 @@ func (s *S3) full(key string) (*string, error) {
 // strip is the store key of a bucket key the server listed.
 func (s *S3) strip(k string) (string, error) {
 	if !strings.HasPrefix(k, s.prefix) {
-		return "", fmt.Errorf("server listed key %q outside prefix %q", truncKey(k), s.prefix)
+		return "", fmt.Errorf("server listed key %q outside prefix %q", TruncKey(k), s.prefix)
 	}
 	return k[len(s.prefix):], nil
 }
@@ -586,9 +586,9 @@ func fail(op, key string, err error, ifMatch bool) error {
 		}
 	}
 	if sentinel == nil {
-		return fmt.Errorf("s3 %s %s: %w", op, truncKey(key), err)
+		return fmt.Errorf("s3 %s %s: %w", op, TruncKey(key), err)
 	}
-	return fmt.Errorf("s3 %s %s: %w: %w", op, truncKey(key), sentinel, err)
+	return fmt.Errorf("s3 %s %s: %w: %w", op, TruncKey(key), sentinel, err)
 }
 
 // answeredAt is the server's Date of an answer, or the local time if it
@@ -610,7 +610,7 @@ func meta(md map[string]string) map[string]string {
 }
 
 func (s *S3) Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
-	if err := checkWrite(ctx, "s3 put", key, opts.Metadata); err != nil {
+	if err := CheckWrite(ctx, "s3 put", key, opts.Metadata); err != nil {
 		return ObjectInfo{}, err
 	}
 	k, err := s.full(key)
@@ -672,7 +672,7 @@ func rangeHeader(r Range) (*string, error) {
 // "bytes first-last/size" (RFC 9110, 14.4), as sent by the server.
 func parseContentRange(s string) (first, last, size int64, err error) {
 	bad := func() (int64, int64, int64, error) {
-		return 0, 0, 0, fmt.Errorf("malformed Content-Range %q", truncKey(s))
+		return 0, 0, 0, fmt.Errorf("malformed Content-Range %q", TruncKey(s))
 	}
 	rest, ok := strings.CutPrefix(s, "bytes ")
 	if !ok {
@@ -703,7 +703,7 @@ func parseContentRange(s string) (first, last, size int64, err error) {
 }
 
 func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
-	if err := checkRead(ctx, "s3 get", key); err != nil {
+	if err := CheckRead(ctx, "s3 get", key); err != nil {
 		return nil, ObjectInfo{}, err
 	}
 	k, err := s.full(key)
@@ -750,7 +750,7 @@ func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, 
 	if err != nil {
 		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: %w", key, err)
 	}
-	wantFirst, wantN, err := r.resolve(size)
+	wantFirst, wantN, err := r.Resolve(size)
 	if err != nil || first != wantFirst || last-first+1 != wantN ||
 		out.ContentLength != nil && *out.ContentLength >= 0 && *out.ContentLength != wantN {
 		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: asked %s, server sent %d bytes as %q", key, *hdr, aws.ToInt64(out.ContentLength), *out.ContentRange)
@@ -767,9 +767,9 @@ func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, 
 // the body was cut or stalled.
 func bodyFail(op, key string, err error) error {
 	if isTimeout(err) {
-		return fmt.Errorf("s3 %s %s: read body: %w: %w", op, truncKey(key), ErrTimeout, err)
+		return fmt.Errorf("s3 %s %s: read body: %w: %w", op, TruncKey(key), ErrTimeout, err)
 	}
-	return fmt.Errorf("s3 %s %s: read body: %w", op, truncKey(key), err)
+	return fmt.Errorf("s3 %s %s: read body: %w", op, TruncKey(key), err)
 }
 
 // readBody reads a response body of contentLength bytes (nil or negative:
@@ -804,7 +804,7 @@ func readBody(body io.Reader, contentLength *int64, limit int64) ([]byte, error)
 func cutWhole(body io.Reader, contentLength *int64, r Range) ([]byte, int64, error) {
 	if contentLength != nil && *contentLength >= 0 {
 		size := *contentLength
-		off, n, err := r.resolve(size)
+		off, n, err := r.Resolve(size)
 		if err != nil {
 			return nil, 0, err
 		}
@@ -820,7 +820,7 @@ func cutWhole(body io.Reader, contentLength *int64, r Range) ([]byte, int64, err
 		if err != nil {
 			return nil, 0, err
 		}
-		off, n, err := r.resolve(int64(len(data)))
+		off, n, err := r.Resolve(int64(len(data)))
 		if err != nil {
 			return nil, 0, err
 		}
@@ -839,7 +839,7 @@ func cutWhole(body io.Reader, contentLength *int64, r Range) ([]byte, int64, err
 		return nil, 0, err
 	}
 	size := skipped + int64(len(data)) + rest
-	off, n, err := r.resolve(size)
+	off, n, err := r.Resolve(size)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -850,7 +850,7 @@ func cutWhole(body io.Reader, contentLength *int64, r Range) ([]byte, int64, err
 }
 
 func (s *S3) Head(ctx context.Context, key string) (ObjectInfo, error) {
-	if err := checkRead(ctx, "s3 head", key); err != nil {
+	if err := CheckRead(ctx, "s3 head", key); err != nil {
 		return ObjectInfo{}, err
 	}
 	k, err := s.full(key)
@@ -871,14 +871,9 @@ func (s *S3) Head(ctx context.Context, key string) (ObjectInfo, error) {
 }
 
 func (s *S3) List(ctx context.Context, prefix, startAfter string, limit int) (ListPage, error) {
-	if err := ctx.Err(); err != nil {
-		return ListPage{}, fmt.Errorf("s3 list %s: %w", prefix, err)
-	}
-	if err := ValidatePrefix(prefix); err != nil {
-		return ListPage{}, fmt.Errorf("s3 list: %w", err)
-	}
-	if limit <= 0 || limit > 1000 {
-		limit = 1000
+	limit, err := CheckList(ctx, "s3 list", prefix, limit)
+	if err != nil {
+		return ListPage{}, err
 	}
 	if s.directory {
 		return s.listDirectory(ctx, prefix, startAfter, limit)
@@ -935,7 +930,7 @@ func decodeKey(k string, enc types.EncodingType) (string, error) {
 	}
 	d, err := url.QueryUnescape(k)
 	if err != nil {
-		return "", fmt.Errorf("listed key %q: %w", truncKey(k), err)
+		return "", fmt.Errorf("listed key %q: %w", TruncKey(k), err)
 	}
 	return d, nil
 }
@@ -976,7 +971,7 @@ func (s *S3) listDirectory(ctx context.Context, prefix, startAfter string, limit
 }
 
 func (s *S3) Delete(ctx context.Context, key string) error {
-	if err := checkWrite(ctx, "s3 delete", key, nil); err != nil {
+	if err := CheckWrite(ctx, "s3 delete", key, nil); err != nil {
 		return err
 	}
 	k, err := s.full(key)
@@ -993,7 +988,7 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 }
 
 func (s *S3) CreateMultipart(ctx context.Context, key string, opts PutOptions) (string, error) {
-	if err := checkWrite(ctx, "s3 create multipart upload", key, opts.Metadata); err != nil {
+	if err := CheckWrite(ctx, "s3 create multipart upload", key, opts.Metadata); err != nil {
 		return "", err
 	}
 	k, err := s.full(key)
@@ -1031,10 +1026,10 @@ func (s *S3) CreateMultipart(ctx context.Context, key string, opts PutOptions) (
 }
 
 func (s *S3) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
-	if err := checkWrite(ctx, "s3 upload part", key, nil); err != nil {
+	if err := CheckWrite(ctx, "s3 upload part", key, nil); err != nil {
 		return "", err
 	}
-	if err := checkPartNumber(n); err != nil {
+	if err := CheckPartNumber(n); err != nil {
 		return "", fmt.Errorf("s3 upload part of %s: %w", key, err)
 	}
 	k, err := s.full(key)
@@ -1150,10 +1145,10 @@ func (s *S3) forget(uploadID string) {
 // one started elsewhere it asks (Head of the new ETag), and if the object has
 // been replaced already by then, Size is -1 and Metadata nil.
 func (s *S3) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
-	if err := checkWrite(ctx, "s3 complete multipart upload", key, nil); err != nil {
+	if err := CheckWrite(ctx, "s3 complete multipart upload", key, nil); err != nil {
 		return ObjectInfo{}, err
 	}
-	if err := checkCompletedParts(parts); err != nil {
+	if err := CheckCompletedParts(parts); err != nil {
 		return ObjectInfo{}, fmt.Errorf("s3 complete multipart upload %s of %s: %w", uploadID, key, err)
 	}
 	k, err := s.full(key)
@@ -1212,7 +1207,7 @@ func (s *S3) CompleteMultipart(ctx context.Context, key, uploadID string, parts 
 }
 
 func (s *S3) AbortMultipart(ctx context.Context, key, uploadID string) error {
-	if err := checkWrite(ctx, "s3 abort multipart upload", key, nil); err != nil {
+	if err := CheckWrite(ctx, "s3 abort multipart upload", key, nil); err != nil {
 		return err
 	}
 	k, err := s.full(key)
@@ -1229,11 +1224,8 @@ func (s *S3) AbortMultipart(ctx context.Context, key, uploadID string) error {
 }
 
 func (s *S3) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("s3 list multipart uploads %s: %w", prefix, err)
-	}
-	if err := ValidatePrefix(prefix); err != nil {
-		return nil, fmt.Errorf("s3 list multipart uploads: %w", err)
+	if err := CheckPrefix(ctx, "s3 list multipart uploads", prefix); err != nil {
+		return nil, err
 	}
 	full := s.prefix + prefix
 	in := &s3.ListMultipartUploadsInput{Bucket: &s.bucket, Prefix: aws.String(full), EncodingType: types.EncodingTypeUrl, RequestPayer: s.payer}
@@ -1278,7 +1270,7 @@ func (s *S3) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload,
 		}
 		in = next
 	}
-	sortUploads(ups)
+	SortUploads(ups)
 	return ups, nil
 }
 
@@ -1305,7 +1297,7 @@ func bucketRegion(ctx context.Context, hc aws.HTTPClient, base, bucket string) (
 	case region == "":
 		return "", fmt.Errorf("find the bucket's region: the answer (%s) names none", resp.Status)
 	case !validRegion(region):
-		return "", fmt.Errorf("find the bucket's region: the answer names %q, not a region", truncKey(region))
+		return "", fmt.Errorf("find the bucket's region: the answer names %q, not a region", TruncKey(region))
 	}
 	return region, nil
 }

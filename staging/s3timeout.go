@@ -14,18 +14,6 @@ import (
 	"github.com/aws/smithy-go/middleware"
 )
 
-// ErrTimeout: a request to the store got no answer, or its body stopped
-// moving, within the bounds of S3Timeouts (or ctx's deadline passed). The
-// request may be retried; whether a write was applied is unknown. An error
-// that matches it matches context.DeadlineExceeded too, as the net
-// package's timeouts do, so that every timeout is treated alike.
-var ErrTimeout error = timeoutSentinel{}
-
-type timeoutSentinel struct{}
-
-func (timeoutSentinel) Error() string        { return "request timed out" }
-func (timeoutSentinel) Is(target error) bool { return target == context.DeadlineExceeded }
-
 // S3Timeouts bound every request of an S3 store, so that a store that stops
 // answering fails requests instead of hanging them. A zero field takes its
 // default.

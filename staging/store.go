@@ -54,6 +54,18 @@ var (
 	ErrPartTooSmall = errors.New("multipart part too small")
 )
 
+// ErrTimeout: a request to the store got no answer, or its body stopped
+// moving, within the bounds of S3Timeouts (or ctx's deadline passed). The
+// request may be retried; whether a write was applied is unknown. An error
+// that matches it matches context.DeadlineExceeded too, as the net
+// package's timeouts do, so that every timeout is treated alike.
+var ErrTimeout error = timeoutSentinel{}
+
+type timeoutSentinel struct{}
+
+func (timeoutSentinel) Error() string        { return "request timed out" }
+func (timeoutSentinel) Is(target error) bool { return target == context.DeadlineExceeded }
+
 // MinPartSize is S3's minimum size of every part but the last of a multipart
 // upload; every backend enforces it so that tests on memory catch violations.
 const MinPartSize = 5 << 20
@@ -138,19 +150,18 @@ type Store interface {
 	Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error)
 	// Head returns the object's info without its bytes.
 	Head(ctx context.Context, key string) (ObjectInfo, error)
-	// List returns up to max keys (max <= 0 or > 1000: 1000) that start with
-	// prefix and sort after startAfter, in key order. What every store
-	// guarantees: every object stored before List was called and not
-	// deleted before it returned is in its page (up to max). Objects
-	// created or deleted while it runs may be in it or not, each on its
-	// own: a listing may show a key without one created just before it
-	// (S3 promises no more). So a reader must not take a key missing
-	// between two listed ones as proof that it is absent: it reads the
-	// key by name (the namespace does so before believing a gap in its
-	// log). The directory store reads each folder in one step (one
-	// getdents64 call): within a folder its listing is one instant's
-	// view, so a key listed comes with every key of that folder stored
-	// before it.
+	// List returns up to max keys (max <= 0 or > MaxListKeys: MaxListKeys)
+	// that start with prefix and sort after startAfter, in key order. What
+	// every store guarantees: every object stored before List was called and
+	// not deleted before it returned is in its page (up to max). Objects
+	// created or deleted while it runs may be in it or not, each on its own: a
+	// listing may show a key without one created just before it (S3 promises
+	// no more). So a reader must not take a key missing between two listed
+	// ones as proof that it is absent: it reads the key by name (the namespace
+	// does so before believing a gap in its log). The directory store reads
+	// each folder in one step (one getdents64 call): within a folder its
+	// listing is one instant's view, so a key listed comes with every key of
+	// that folder stored before it.
 	List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error)
 	// Delete removes key; a missing key is not an error.
 	Delete(ctx context.Context, key string) error
@@ -175,7 +186,7 @@ func ListAll(ctx context.Context, s Store, prefix string) ([]ObjectInfo, error) 
 	var out []ObjectInfo
 	after := ""
 	for {
-		page, err := s.List(ctx, prefix, after, 1000)
+		page, err := s.List(ctx, prefix, after, MaxListKeys)
 		if err != nil {
 			return out, err
 		}
