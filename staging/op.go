@@ -19,13 +19,15 @@ const (
 	OpCompleteMultipart
 	OpAbortMultipart
 	OpListUploads
-	numOps
+	// NumOps is one past the last operation: the length of an array
+	// indexed by Op.
+	NumOps
 )
 
-var opNames = [numOps]string{"any", "put", "get", "head", "list", "delete", "create-multipart", "upload-part", "complete-multipart", "abort-multipart", "list-uploads"}
+var opNames = [NumOps]string{"any", "put", "get", "head", "list", "delete", "create-multipart", "upload-part", "complete-multipart", "abort-multipart", "list-uploads"}
 
 func (o Op) String() string {
-	if o < numOps {
+	if o < NumOps {
 		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))

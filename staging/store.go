@@ -1,7 +1,23 @@
 // Package staging is the only door to object storage. Everything ckptfs keeps
-// lives behind the Store interface: the S3 backend for real buckets, a local
-// directory (the embedded default), and memory (benchmarks and unit tests), plus
-// wrappers that emulate a network link, inject faults and count requests.
+// lives behind the Store interface. This package holds the interface, the
+// errors and checks every backend shares (check.go, key.go), GetLimited, and
+// RedactURL; each backend and each wrapper is a package of its own, as
+// restic lays out its backends:
+//
+//   - staging/s3: the S3 backend, for real buckets (general purpose and
+//     directory buckets, AWS and S3-compatible servers).
+//   - staging/dir: a local directory, the embedded default store.
+//   - staging/mem: memory, for benchmarks and unit tests.
+//   - staging/link: a wrapper that emulates a network link (latency,
+//     bandwidth).
+//   - staging/faulty: a wrapper that injects faults by rules.
+//   - staging/counting: a wrapper that counts requests by operation (Op).
+//   - staging/storetest: the contract every backend passes; staging/s3test:
+//     a real S3 bucket (or a local versitygw) for tests.
+//
+// A backend imports staging, never the other way round: the code that opens
+// a store from a URL (the ckptfs command's openStore) imports the backends
+// it offers.
 //
 // # Semantics every backend honours
 //
@@ -30,7 +46,7 @@
 // What is read from a store is untrusted: an object read whole goes through
 // GetLimited, which refuses one over its reader's limit (ErrTooLarge) before
 // allocating it. A store that stops answering fails requests with ErrTimeout
-// (S3Timeouts) rather than hanging them.
+// (the S3 store's s3.Timeouts) rather than hanging them.
 package staging
 
 import (
@@ -55,7 +71,7 @@ var (
 )
 
 // ErrTimeout: a request to the store got no answer, or its body stopped
-// moving, within the bounds of S3Timeouts (or ctx's deadline passed). The
+// moving, within the bounds of s3.Timeouts (or ctx's deadline passed). The
 // request may be retried; whether a write was applied is unknown. An error
 // that matches it matches context.DeadlineExceeded too, as the net
 // package's timeouts do, so that every timeout is treated alike.

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/link"
 	"github.com/ckptfs/ckptfs/test/seedbench"
 )
 
@@ -16,7 +16,7 @@ import (
 func TestWALRunOne(t *testing.T) {
 	for _, ws := range walWriteSizes {
 		t.Run(walSizeName(int64(ws)), func(t *testing.T) {
-			c := walCell{Profile: staging.ProfileNone, WriteSize: ws, Writers: 8, Duration: 200 * time.Millisecond,
+			c := walCell{Profile: link.ProfileNone, WriteSize: ws, Writers: 8, Duration: 200 * time.Millisecond,
 				Cap: 4 * seedbench.MiB, Params: walBenchParams()}
 			r, err := walRunOne(context.Background(), c)
 			if err != nil {

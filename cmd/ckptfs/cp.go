@@ -22,6 +22,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 )
 
 // cpTempPrefix starts the name a copy is built under, in DST's directory,
@@ -116,7 +117,7 @@ func openCpVolume(ctx context.Context, spec string, so storeOpts) (*cpVolume, er
 		return nil, err
 	}
 	v, err := newCpVolume(ctx, st, root, spec)
-	if s3, ok := st.(*staging.S3); ok {
+	if s3, ok := st.(*s3.Store); ok {
 		err = s3.Explain(err)
 	}
 	return v, err

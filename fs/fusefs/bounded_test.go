@@ -9,12 +9,13 @@ import (
 
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // A volume descriptor larger than any descriptor is refused with
 // ErrTooLarge naming its key, without reading it whole.
 func TestOpenVolumeOversized(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	key := "vol/" + VolumeKey
 	if _, err := mem.Put(context.Background(), key, bytes.Repeat([]byte{' '}, 64<<10+1), staging.PutOptions{}); err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 func TestParseVolume(t *testing.T) {
@@ -62,7 +63,7 @@ func FuzzParseVolume(f *testing.F) {
 // and a newer one is refused by New.
 func TestOpenVolume(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	cfg := config.MountDefault(1 << 30)
 	var wg sync.WaitGroup
 	vols := make([]Volume, 8)
@@ -104,7 +105,7 @@ func TestOpenVolume(t *testing.T) {
 // configuration's format, and refuses a second time; New then opens it.
 func TestRequireVolume(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	cfg := config.MountDefault(1 << 30)
 	cfg.Format = segment.FormatParted
 	_, err := New(ctx, st, Options{Config: cfg, Root: "tpyo/", RequireVolume: true})

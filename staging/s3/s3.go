@@ -1,4 +1,8 @@
-package staging
+// Package s3 is the S3 backend of staging (aws-sdk-go-v2): general purpose
+// and directory buckets of AWS S3 and S3-compatible servers. Config says
+// which bucket and how; Timeouts bound every request; Explain and Diagnose
+// turn a failed request into one line a user can act on.
+package s3
 
 import (
 	"bytes"
@@ -33,15 +37,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
 	"github.com/aws/smithy-go/middleware"
+
+	"github.com/ckptfs/ckptfs/staging"
 )
 
-// S3Config says which bucket an S3 store uses and how to reach it.
+// Config says which bucket an S3 store uses and how to reach it.
 //
 // Credentials come from the SDK's standard chain (environment, shared config
 // and credentials files, SSO, web identity, container and instance roles)
 // unless AccessKey and SecretKey are given. String redacts the secrets, so a
 // configuration may be printed.
-type S3Config struct {
+type Config struct {
 	// Bucket is the bucket name. A name ending in "--x-s3" is a directory
 	// bucket (S3 Express One Zone).
 	Bucket string
@@ -52,7 +58,7 @@ type S3Config struct {
 	Endpoint string
 	// Region; empty means the SDK's chain (AWS_REGION, the profile), and
 	// when the chain has none, us-east-1 if Endpoint is set, else (AWS) the
-	// bucket's own, which NewS3 asks S3 for.
+	// bucket's own, which New asks S3 for.
 	Region string
 	// PathStyle addresses the bucket in the path (http://host/bucket/key)
 	// instead of the host name; most S3-compatible servers need it.
@@ -74,7 +80,7 @@ type S3Config struct {
 	// for reuse; 0 means 64 (the SDK's 10 makes parallel transfers reconnect).
 	MaxIdleConns int
 	// Timeouts bound every request; zero fields take their defaults.
-	Timeouts S3Timeouts
+	Timeouts Timeouts
 
 	// SSE is the server-side encryption asked for every object written:
 	// "" (the bucket's default encryption), "AES256" (SSE-S3), "aws:kms"
@@ -110,14 +116,14 @@ type s3Hooks struct {
 	wrapHTTP func(aws.HTTPClient) aws.HTTPClient
 }
 
-// Values of S3Config.SSE.
+// Values of Config.SSE.
 const (
 	SSES3      = "AES256"
 	SSEKMS     = "aws:kms"
 	SSEKMSDSSE = "aws:kms:dsse"
 )
 
-// Values of S3Config.Checksum.
+// Values of Config.Checksum.
 const (
 	ChecksumCRC32C    = "crc32c"
 	ChecksumCRC32     = "crc32"
@@ -125,11 +131,11 @@ const (
 	ChecksumOff       = "off"
 )
 
-// DefaultChecksum is the checksum of uploads when S3Config.Checksum is "".
+// DefaultChecksum is the checksum of uploads when Config.Checksum is "".
 const DefaultChecksum = ChecksumCRC32C
 
 // String describes c without its secrets.
-func (c S3Config) String() string {
+func (c Config) String() string {
 	redact := func(s string) string {
 		if s == "" {
 			return ""
@@ -137,20 +143,20 @@ func (c S3Config) String() string {
 		return "<redacted>"
 	}
 	return fmt.Sprintf("{Bucket:%s Prefix:%s Endpoint:%s Region:%s PathStyle:%t AccessKey:%s SecretKey:%s SessionToken:%s Profile:%s DirectoryBucket:%t SignPayload:%t MaxIdleConns:%d Timeouts:%+v SSE:%s SSEKMSKeyID:%s StorageClass:%s RequesterPays:%t CABundle:%s Checksum:%s}",
-		c.Bucket, c.Prefix, RedactURL(c.Endpoint), c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns, c.Timeouts,
+		c.Bucket, c.Prefix, staging.RedactURL(c.Endpoint), c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns, c.Timeouts,
 		c.SSE, c.SSEKMSKeyID, c.StorageClass, c.RequesterPays, c.CABundle, c.Checksum)
 }
 
 // GoString keeps %#v from printing the secrets too.
-func (c S3Config) GoString() string { return "staging.S3Config" + c.String() }
+func (c Config) GoString() string { return "s3.Config" + c.String() }
 
 // IsDirectoryBucket reports whether c names a directory bucket.
-func (c S3Config) IsDirectoryBucket() bool {
+func (c Config) IsDirectoryBucket() bool {
 	return c.DirectoryBucket || strings.HasSuffix(c.Bucket, "--x-s3")
 }
 
 // validate reports every problem of c at once.
-func (c S3Config) validate() error {
+func (c Config) validate() error {
 	var errs []error
 	if c.Bucket == "" {
 		errs = append(errs, errors.New("bucket is empty"))
@@ -158,13 +164,13 @@ func (c S3Config) validate() error {
 	if c.Prefix != "" {
 		if !strings.HasSuffix(c.Prefix, "/") {
 			errs = append(errs, fmt.Errorf("prefix %q does not end with '/'", c.Prefix))
-		} else if err := ValidateKey(c.Prefix + "x"); err != nil {
+		} else if err := staging.ValidateKey(c.Prefix + "x"); err != nil {
 			errs = append(errs, fmt.Errorf("prefix %q: %w", c.Prefix, err))
 		}
 	}
 	if c.Endpoint != "" {
 		// Never print the endpoint as given: it may hold a secret.
-		shown := RedactURL(c.Endpoint)
+		shown := staging.RedactURL(c.Endpoint)
 		u, err := url.Parse(c.Endpoint)
 		switch {
 		case err != nil:
@@ -223,7 +229,7 @@ func validStorageClass(c string) bool {
 
 // checksums are the algorithms of single PUTs and of multipart uploads
 // ("" for none).
-func (c S3Config) checksums() (put, part types.ChecksumAlgorithm, err error) {
+func (c Config) checksums() (put, part types.ChecksumAlgorithm, err error) {
 	switch c.Checksum {
 	case "", ChecksumCRC32C:
 		return types.ChecksumAlgorithmCrc32c, types.ChecksumAlgorithmCrc32c, nil
@@ -240,12 +246,12 @@ func (c S3Config) checksums() (put, part types.ChecksumAlgorithm, err error) {
 	return "", "", fmt.Errorf("checksum %q: want crc32c, crc32, crc64nvme or off", c.Checksum)
 }
 
-// S3 is a Store in one bucket (general purpose or directory) of AWS S3 or an
+// Store is a staging.Store in one bucket (general purpose or directory) of AWS S3 or an
 // S3-compatible server, under an optional key prefix.
 //
 // # Checksums and signing
 //
-// Every upload carries a checksum of its body (S3Config.Checksum, CRC32C
+// Every upload carries a checksum of its body (Config.Checksum, CRC32C
 // unless set otherwise) that the server checks before it stores anything:
 // a body changed between this process and the disks of the server (a proxy,
 // a NIC, memory) is refused, where the CRCs of ckptfs's own objects would
@@ -272,13 +278,13 @@ func (c S3Config) checksums() (put, part types.ChecksumAlgorithm, err error) {
 //
 // # Timeouts and retries
 //
-// Every request is bounded (S3Timeouts): a connect, the wait for an
+// Every request is bounded (Timeouts): a connect, the wait for an
 // answer's headers, and each body, sent or received, that stops moving. A
 // request that fails by one of them is an error for which errors.Is(err,
 // ErrTimeout) holds, naming the operation and key. The SDK's standard
 // retryer retries what it deems transient (timeouts, 5xx, throttling), with
-// jittered exponential backoff, up to S3MaxAttempts attempts, and decides no
-// retry once S3Timeouts.RetryMax has passed; the last attempt's error is
+// jittered exponential backoff, up to MaxAttempts attempts, and decides no
+// retry once Timeouts.RetryMax has passed; the last attempt's error is
 // returned. docs/outages.md lists what a program sees. A conditional
 // write (If-None-Match, If-Match) whose first attempt succeeded but whose
 // answer was lost is retried and then fails with ErrPrecondition although the
@@ -295,7 +301,7 @@ func (c S3Config) checksums() (put, part types.ChecksumAlgorithm, err error) {
 // listing of that folder per page: keep listings of directory buckets rare
 // or narrow. The SDK does the CreateSession authentication of directory
 // buckets itself.
-type S3 struct {
+type Store struct {
 	c         *s3.Client
 	bucket    string
 	prefix    string
@@ -332,13 +338,13 @@ type s3Upload struct {
 // entry holds at most MaxParts sizes and checksums.
 const maxKnownUploads = 4096
 
-var _ Store = (*S3)(nil)
+var _ staging.Store = (*Store)(nil)
 
-// NewS3 returns a store in the bucket c names. It loads credentials but
+// New returns a store in the bucket c names. It loads credentials but
 // does not contact the bucket (the first request does), except on AWS with
 // no region configured: then it asks S3's global endpoint for the bucket's
 // region, within ctx and the request timeout.
-func NewS3(ctx context.Context, c S3Config) (*S3, error) {
+func New(ctx context.Context, c Config) (*Store, error) {
 	if err := c.validate(); err != nil {
 		return nil, err
 	}
@@ -372,7 +378,7 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 		config.WithRetryer(func() aws.Retryer {
 			return &boundedRetryer{
 				RetryerV2: retry.NewStandard(func(o *retry.StandardOptions) {
-					o.MaxAttempts, o.MaxBackoff = S3MaxAttempts, S3MaxBackoff
+					o.MaxAttempts, o.MaxBackoff = MaxAttempts, MaxBackoff
 				}),
 				max: tm.RetryMax,
 			}
@@ -434,7 +440,7 @@ func NewS3(ctx context.Context, c S3Config) (*S3, error) {
 		o.APIOptions = append(o.APIOptions, addOpStart)
 	})
 	putSum, partSum, _ := c.checksums() // validated
-	s := &S3{
+	s := &Store{
 		c:         client,
 		bucket:    c.Bucket,
 		prefix:    c.Prefix,
@@ -505,28 +511,28 @@ func loadCABundle(path string) (*x509.CertPool, error) {
 
 // Region is the region requests are signed for: the configured one, or the
 // bucket's as the lookup found it.
-func (s *S3) Region() string { return s.region }
+func (s *Store) Region() string { return s.region }
 
 // Bucket is the bucket name.
-func (s *S3) Bucket() string { return s.bucket }
+func (s *Store) Bucket() string { return s.bucket }
 
 // Prefix is the prefix of every key in the bucket.
-func (s *S3) Prefix() string { return s.prefix }
+func (s *Store) Prefix() string { return s.prefix }
 
 // full is the bucket key of key.
-func (s *S3) full(key string) (*string, error) {
+func (s *Store) full(key string) (*string, error) {
 	k := s.prefix + key
-	if len(k) > MaxKeyLen {
+	if len(k) > staging.MaxKeyLen {
 		return nil, fmt.Errorf("key %q with prefix %q is %d bytes, more than %d: %w",
-			TruncKey(key), s.prefix, len(k), MaxKeyLen, ErrInvalidKey)
+			staging.TruncKey(key), s.prefix, len(k), staging.MaxKeyLen, staging.ErrInvalidKey)
 	}
 	return aws.String(k), nil
 }
 
 // strip is the store key of a bucket key the server listed.
-func (s *S3) strip(k string) (string, error) {
+func (s *Store) strip(k string) (string, error) {
 	if !strings.HasPrefix(k, s.prefix) {
-		return "", fmt.Errorf("server listed key %q outside prefix %q", TruncKey(k), s.prefix)
+		return "", fmt.Errorf("server listed key %q outside prefix %q", staging.TruncKey(k), s.prefix)
 	}
 	return k[len(s.prefix):], nil
 }
@@ -554,18 +560,18 @@ func sentinelOf(err error) error {
 		// missing object either.
 		return nil
 	case code == "NoSuchKey" || code == "NotFound" || code == "NoSuchUpload" || status == http.StatusNotFound:
-		return ErrNotFound
+		return staging.ErrNotFound
 	case code == "PreconditionFailed" || status == http.StatusPreconditionFailed:
-		return ErrPrecondition
+		return staging.ErrPrecondition
 	case code == "ConditionalRequestConflict":
 		// A concurrent conditional write to the same key won (409).
-		return ErrPrecondition
+		return staging.ErrPrecondition
 	case code == "EntityTooSmall":
-		return ErrPartTooSmall
+		return staging.ErrPartTooSmall
 	case code == "InvalidRange" || status == http.StatusRequestedRangeNotSatisfiable:
-		return ErrInvalidRange
+		return staging.ErrInvalidRange
 	case code == "KeyTooLongError":
-		return ErrInvalidKey
+		return staging.ErrInvalidKey
 	}
 	return nil
 }
@@ -577,18 +583,18 @@ func sentinelOf(err error) error {
 func fail(op, key string, err error, ifMatch bool) error {
 	sentinel := sentinelOf(err)
 	if sentinel == nil && isTimeout(err) {
-		sentinel = ErrTimeout
+		sentinel = staging.ErrTimeout
 	}
-	if ifMatch && sentinel == ErrNotFound {
+	if ifMatch && sentinel == staging.ErrNotFound {
 		var ae smithy.APIError
 		if !errors.As(err, &ae) || ae.ErrorCode() != "NoSuchUpload" {
-			sentinel = ErrPrecondition
+			sentinel = staging.ErrPrecondition
 		}
 	}
 	if sentinel == nil {
-		return fmt.Errorf("s3 %s %s: %w", op, TruncKey(key), err)
+		return fmt.Errorf("s3 %s %s: %w", op, staging.TruncKey(key), err)
 	}
-	return fmt.Errorf("s3 %s %s: %w: %w", op, TruncKey(key), sentinel, err)
+	return fmt.Errorf("s3 %s %s: %w: %w", op, staging.TruncKey(key), sentinel, err)
 }
 
 // answeredAt is the server's Date of an answer, or the local time if it
@@ -609,13 +615,13 @@ func meta(md map[string]string) map[string]string {
 	return md
 }
 
-func (s *S3) Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
-	if err := CheckWrite(ctx, "s3 put", key, opts.Metadata); err != nil {
-		return ObjectInfo{}, err
+func (s *Store) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
+	if err := staging.CheckWrite(ctx, "s3 put", key, opts.Metadata); err != nil {
+		return staging.ObjectInfo{}, err
 	}
 	k, err := s.full(key)
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("s3 put: %w", err)
+		return staging.ObjectInfo{}, fmt.Errorf("s3 put: %w", err)
 	}
 	in := &s3.PutObjectInput{
 		Bucket:        &s.bucket,
@@ -633,9 +639,9 @@ func (s *S3) Put(ctx context.Context, key string, data []byte, opts PutOptions) 
 	setConditions(&in.IfNoneMatch, &in.IfMatch, opts.Conditions)
 	out, err := s.c.PutObject(ctx, in, s.putOpts...)
 	if err != nil {
-		return ObjectInfo{}, fail("put", key, err, opts.IfMatch != "")
+		return staging.ObjectInfo{}, fail("put", key, err, opts.IfMatch != "")
 	}
-	return ObjectInfo{
+	return staging.ObjectInfo{
 		Key:          key,
 		Size:         int64(len(data)),
 		ETag:         aws.ToString(out.ETag),
@@ -644,7 +650,7 @@ func (s *S3) Put(ctx context.Context, key string, data []byte, opts PutOptions) 
 	}, nil
 }
 
-func setConditions(ifNoneMatch, ifMatch **string, c Conditions) {
+func setConditions(ifNoneMatch, ifMatch **string, c staging.Conditions) {
 	if c.IfNoneMatch {
 		*ifNoneMatch = aws.String("*")
 	}
@@ -654,10 +660,10 @@ func setConditions(ifNoneMatch, ifMatch **string, c Conditions) {
 }
 
 // rangeHeader is the HTTP Range of r; nil for the whole object.
-func rangeHeader(r Range) (*string, error) {
+func rangeHeader(r staging.Range) (*string, error) {
 	switch {
 	case r.Off < 0 || r.Len < 0 || r.Suffix < 0:
-		return nil, fmt.Errorf("range %+v has a negative field: %w", r, ErrInvalidRange)
+		return nil, fmt.Errorf("range %+v has a negative field: %w", r, staging.ErrInvalidRange)
 	case r.Suffix > 0:
 		return aws.String("bytes=-" + strconv.FormatInt(r.Suffix, 10)), nil
 	case r.Off == 0 && r.Len == 0:
@@ -672,7 +678,7 @@ func rangeHeader(r Range) (*string, error) {
 // "bytes first-last/size" (RFC 9110, 14.4), as sent by the server.
 func parseContentRange(s string) (first, last, size int64, err error) {
 	bad := func() (int64, int64, int64, error) {
-		return 0, 0, 0, fmt.Errorf("malformed Content-Range %q", TruncKey(s))
+		return 0, 0, 0, fmt.Errorf("malformed Content-Range %q", staging.TruncKey(s))
 	}
 	rest, ok := strings.CutPrefix(s, "bytes ")
 	if !ok {
@@ -702,24 +708,24 @@ func parseContentRange(s string) (first, last, size int64, err error) {
 	return first, last, size, nil
 }
 
-func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
-	if err := CheckRead(ctx, "s3 get", key); err != nil {
-		return nil, ObjectInfo{}, err
+func (s *Store) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
+	if err := staging.CheckRead(ctx, "s3 get", key); err != nil {
+		return nil, staging.ObjectInfo{}, err
 	}
 	k, err := s.full(key)
 	if err != nil {
-		return nil, ObjectInfo{}, fmt.Errorf("s3 get: %w", err)
+		return nil, staging.ObjectInfo{}, fmt.Errorf("s3 get: %w", err)
 	}
 	hdr, err := rangeHeader(r)
 	if err != nil {
-		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: %w", key, err)
+		return nil, staging.ObjectInfo{}, fmt.Errorf("s3 get %s: %w", key, err)
 	}
 	out, err := s.c.GetObject(ctx, &s3.GetObjectInput{Bucket: &s.bucket, Key: k, Range: hdr, RequestPayer: s.payer})
 	if err != nil {
-		return nil, ObjectInfo{}, fail("get", key, err, false)
+		return nil, staging.ObjectInfo{}, fail("get", key, err, false)
 	}
 	defer out.Body.Close()
-	info := ObjectInfo{
+	info := staging.ObjectInfo{
 		Key:          key,
 		ETag:         aws.ToString(out.ETag),
 		LastModified: aws.ToTime(out.LastModified),
@@ -731,7 +737,7 @@ func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, 
 	case hdr == nil:
 		data, err := readBody(out.Body, out.ContentLength, -1)
 		if err != nil {
-			return nil, ObjectInfo{}, bodyFail("get", key, err)
+			return nil, staging.ObjectInfo{}, bodyFail("get", key, err)
 		}
 		info.Size = int64(len(data))
 		return data, info, nil
@@ -741,23 +747,23 @@ func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, 
 		// the range here, by the rules every backend follows.
 		data, size, err := cutWhole(out.Body, out.ContentLength, r)
 		if err != nil {
-			return nil, ObjectInfo{}, bodyFail("get", key, err)
+			return nil, staging.ObjectInfo{}, bodyFail("get", key, err)
 		}
 		info.Size = size
 		return data, info, nil
 	}
 	first, last, size, err := parseContentRange(*out.ContentRange)
 	if err != nil {
-		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: %w", key, err)
+		return nil, staging.ObjectInfo{}, fmt.Errorf("s3 get %s: %w", key, err)
 	}
 	wantFirst, wantN, err := r.Resolve(size)
 	if err != nil || first != wantFirst || last-first+1 != wantN ||
 		out.ContentLength != nil && *out.ContentLength >= 0 && *out.ContentLength != wantN {
-		return nil, ObjectInfo{}, fmt.Errorf("s3 get %s: asked %s, server sent %d bytes as %q", key, *hdr, aws.ToInt64(out.ContentLength), *out.ContentRange)
+		return nil, staging.ObjectInfo{}, fmt.Errorf("s3 get %s: asked %s, server sent %d bytes as %q", key, *hdr, aws.ToInt64(out.ContentLength), *out.ContentRange)
 	}
 	data, err := readBody(out.Body, &wantN, wantN)
 	if err != nil {
-		return nil, ObjectInfo{}, bodyFail("get", key, err)
+		return nil, staging.ObjectInfo{}, bodyFail("get", key, err)
 	}
 	info.Size = size
 	return data, info, nil
@@ -767,9 +773,9 @@ func (s *S3) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, 
 // the body was cut or stalled.
 func bodyFail(op, key string, err error) error {
 	if isTimeout(err) {
-		return fmt.Errorf("s3 %s %s: read body: %w: %w", op, TruncKey(key), ErrTimeout, err)
+		return fmt.Errorf("s3 %s %s: read body: %w: %w", op, staging.TruncKey(key), staging.ErrTimeout, err)
 	}
-	return fmt.Errorf("s3 %s %s: read body: %w", op, TruncKey(key), err)
+	return fmt.Errorf("s3 %s %s: read body: %w", op, staging.TruncKey(key), err)
 }
 
 // readBody reads a response body of contentLength bytes (nil or negative:
@@ -801,7 +807,7 @@ func readBody(body io.Reader, contentLength *int64, limit int64) ([]byte, error)
 // cutWhole returns range r of a whole object sent as body, and the object's
 // size, holding in memory no more than the range: the bytes before it are
 // skipped, those after it counted.
-func cutWhole(body io.Reader, contentLength *int64, r Range) ([]byte, int64, error) {
+func cutWhole(body io.Reader, contentLength *int64, r staging.Range) ([]byte, int64, error) {
 	if contentLength != nil && *contentLength >= 0 {
 		size := *contentLength
 		off, n, err := r.Resolve(size)
@@ -849,19 +855,19 @@ func cutWhole(body io.Reader, contentLength *int64, r Range) ([]byte, int64, err
 	return data, size, nil
 }
 
-func (s *S3) Head(ctx context.Context, key string) (ObjectInfo, error) {
-	if err := CheckRead(ctx, "s3 head", key); err != nil {
-		return ObjectInfo{}, err
+func (s *Store) Head(ctx context.Context, key string) (staging.ObjectInfo, error) {
+	if err := staging.CheckRead(ctx, "s3 head", key); err != nil {
+		return staging.ObjectInfo{}, err
 	}
 	k, err := s.full(key)
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("s3 head: %w", err)
+		return staging.ObjectInfo{}, fmt.Errorf("s3 head: %w", err)
 	}
 	out, err := s.c.HeadObject(ctx, &s3.HeadObjectInput{Bucket: &s.bucket, Key: k, RequestPayer: s.payer})
 	if err != nil {
-		return ObjectInfo{}, fail("head", key, err, false)
+		return staging.ObjectInfo{}, fail("head", key, err, false)
 	}
-	return ObjectInfo{
+	return staging.ObjectInfo{
 		Key:          key,
 		Size:         aws.ToInt64(out.ContentLength),
 		ETag:         aws.ToString(out.ETag),
@@ -870,10 +876,10 @@ func (s *S3) Head(ctx context.Context, key string) (ObjectInfo, error) {
 	}, nil
 }
 
-func (s *S3) List(ctx context.Context, prefix, startAfter string, limit int) (ListPage, error) {
-	limit, err := CheckList(ctx, "s3 list", prefix, limit)
+func (s *Store) List(ctx context.Context, prefix, startAfter string, limit int) (staging.ListPage, error) {
+	limit, err := staging.CheckList(ctx, "s3 list", prefix, limit)
 	if err != nil {
-		return ListPage{}, err
+		return staging.ListPage{}, err
 	}
 	if s.directory {
 		return s.listDirectory(ctx, prefix, startAfter, limit)
@@ -890,13 +896,13 @@ func (s *S3) List(ctx context.Context, prefix, startAfter string, limit int) (Li
 	}
 	out, err := s.c.ListObjectsV2(ctx, in)
 	if err != nil {
-		return ListPage{}, fail("list", prefix, err, false)
+		return staging.ListPage{}, fail("list", prefix, err, false)
 	}
-	page := ListPage{Truncated: aws.ToBool(out.IsTruncated)}
+	page := staging.ListPage{Truncated: aws.ToBool(out.IsTruncated)}
 	for _, o := range out.Contents {
 		info, err := s.listed(o, out.EncodingType)
 		if err != nil {
-			return ListPage{}, fmt.Errorf("s3 list %s: %w", prefix, err)
+			return staging.ListPage{}, fmt.Errorf("s3 list %s: %w", prefix, err)
 		}
 		page.Objects = append(page.Objects, info)
 	}
@@ -904,16 +910,16 @@ func (s *S3) List(ctx context.Context, prefix, startAfter string, limit int) (Li
 }
 
 // listed is the info of o as a listing encoded with enc returned it.
-func (s *S3) listed(o types.Object, enc types.EncodingType) (ObjectInfo, error) {
+func (s *Store) listed(o types.Object, enc types.EncodingType) (staging.ObjectInfo, error) {
 	k, err := decodeKey(aws.ToString(o.Key), enc)
 	if err != nil {
-		return ObjectInfo{}, err
+		return staging.ObjectInfo{}, err
 	}
 	key, err := s.strip(k)
 	if err != nil {
-		return ObjectInfo{}, err
+		return staging.ObjectInfo{}, err
 	}
-	return ObjectInfo{
+	return staging.ObjectInfo{
 		Key:          key,
 		Size:         aws.ToInt64(o.Size),
 		ETag:         aws.ToString(o.ETag),
@@ -930,7 +936,7 @@ func decodeKey(k string, enc types.EncodingType) (string, error) {
 	}
 	d, err := url.QueryUnescape(k)
 	if err != nil {
-		return "", fmt.Errorf("listed key %q: %w", TruncKey(k), err)
+		return "", fmt.Errorf("listed key %q: %w", staging.TruncKey(k), err)
 	}
 	return d, nil
 }
@@ -943,35 +949,35 @@ func folder(p string) string {
 
 // listDirectory is List for directory buckets, which list in no order and
 // ignore StartAfter: read the whole folder, then sort and cut.
-func (s *S3) listDirectory(ctx context.Context, prefix, startAfter string, limit int) (ListPage, error) {
+func (s *Store) listDirectory(ctx context.Context, prefix, startAfter string, limit int) (staging.ListPage, error) {
 	full := s.prefix + prefix
 	in := &s3.ListObjectsV2Input{Bucket: &s.bucket, Prefix: aws.String(folder(full)), EncodingType: types.EncodingTypeUrl, RequestPayer: s.payer}
-	var all []ObjectInfo
+	var all []staging.ObjectInfo
 	for p := s3.NewListObjectsV2Paginator(s.c, in); p.HasMorePages(); {
 		out, err := p.NextPage(ctx)
 		if err != nil {
-			return ListPage{}, fail("list", prefix, err, false)
+			return staging.ListPage{}, fail("list", prefix, err, false)
 		}
 		for _, o := range out.Contents {
 			info, err := s.listed(o, out.EncodingType)
 			if err != nil {
-				return ListPage{}, fmt.Errorf("s3 list %s: %w", prefix, err)
+				return staging.ListPage{}, fmt.Errorf("s3 list %s: %w", prefix, err)
 			}
 			if strings.HasPrefix(info.Key, prefix) && info.Key > startAfter {
 				all = append(all, info)
 			}
 		}
 	}
-	slices.SortFunc(all, func(a, b ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
-	page := ListPage{Objects: all}
+	slices.SortFunc(all, func(a, b staging.ObjectInfo) int { return strings.Compare(a.Key, b.Key) })
+	page := staging.ListPage{Objects: all}
 	if len(all) > limit {
 		page.Objects, page.Truncated = all[:limit:limit], true
 	}
 	return page, nil
 }
 
-func (s *S3) Delete(ctx context.Context, key string) error {
-	if err := CheckWrite(ctx, "s3 delete", key, nil); err != nil {
+func (s *Store) Delete(ctx context.Context, key string) error {
+	if err := staging.CheckWrite(ctx, "s3 delete", key, nil); err != nil {
 		return err
 	}
 	k, err := s.full(key)
@@ -979,7 +985,7 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("s3 delete: %w", err)
 	}
 	if _, err := s.c.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: &s.bucket, Key: k, RequestPayer: s.payer}); err != nil {
-		if sentinelOf(err) == ErrNotFound {
+		if sentinelOf(err) == staging.ErrNotFound {
 			return nil // S3 answers 204; some compatible servers 404
 		}
 		return fail("delete", key, err, false)
@@ -987,8 +993,8 @@ func (s *S3) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-func (s *S3) CreateMultipart(ctx context.Context, key string, opts PutOptions) (string, error) {
-	if err := CheckWrite(ctx, "s3 create multipart upload", key, opts.Metadata); err != nil {
+func (s *Store) CreateMultipart(ctx context.Context, key string, opts staging.PutOptions) (string, error) {
+	if err := staging.CheckWrite(ctx, "s3 create multipart upload", key, opts.Metadata); err != nil {
 		return "", err
 	}
 	k, err := s.full(key)
@@ -1025,11 +1031,11 @@ func (s *S3) CreateMultipart(ctx context.Context, key string, opts PutOptions) (
 	return id, nil
 }
 
-func (s *S3) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
-	if err := CheckWrite(ctx, "s3 upload part", key, nil); err != nil {
+func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
+	if err := staging.CheckWrite(ctx, "s3 upload part", key, nil); err != nil {
 		return "", err
 	}
-	if err := CheckPartNumber(n); err != nil {
+	if err := staging.CheckPartNumber(n); err != nil {
 		return "", fmt.Errorf("s3 upload part of %s: %w", key, err)
 	}
 	k, err := s.full(key)
@@ -1074,7 +1080,7 @@ func (s *S3) UploadPart(ctx context.Context, key, uploadID string, n int32, data
 
 // known returns the size and metadata of the object that parts of an upload
 // started through s make.
-func (s *S3) known(uploadID string, parts []CompletedPart) (size int64, md map[string]string, ok bool) {
+func (s *Store) known(uploadID string, parts []staging.CompletedPart) (size int64, md map[string]string, ok bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	u := s.uploads[uploadID]
@@ -1094,7 +1100,7 @@ func (s *S3) known(uploadID string, parts []CompletedPart) (size int64, md map[s
 // partSums are the checksums of parts by number, as CompleteMultipart must
 // name them: those this S3 sent, or, for an upload it does not know, those
 // the server lists. Nil when uploads carry no checksum.
-func (s *S3) partSums(ctx context.Context, k *string, uploadID string, parts []CompletedPart) (map[int32]string, error) {
+func (s *Store) partSums(ctx context.Context, k *string, uploadID string, parts []staging.CompletedPart) (map[int32]string, error) {
 	if s.partSum == "" {
 		return nil, nil
 	}
@@ -1126,7 +1132,7 @@ func (s *S3) partSums(ctx context.Context, k *string, uploadID string, parts []C
 				sum = aws.ToString(p.ChecksumCRC32)
 			}
 			// Read from the server: a CRC32 in base64 is 8 bytes.
-			if sum != "" && len(sum) <= 16 && len(sums) < MaxParts {
+			if sum != "" && len(sum) <= 16 && len(sums) < staging.MaxParts {
 				sums[aws.ToInt32(p.PartNumber)] = sum
 			}
 		}
@@ -1134,7 +1140,7 @@ func (s *S3) partSums(ctx context.Context, k *string, uploadID string, parts []C
 	return sums, nil
 }
 
-func (s *S3) forget(uploadID string) {
+func (s *Store) forget(uploadID string) {
 	s.mu.Lock()
 	delete(s.uploads, uploadID)
 	s.mu.Unlock()
@@ -1144,16 +1150,16 @@ func (s *S3) forget(uploadID string) {
 // the size and metadata it returns are known without asking the server; for
 // one started elsewhere it asks (Head of the new ETag), and if the object has
 // been replaced already by then, Size is -1 and Metadata nil.
-func (s *S3) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
-	if err := CheckWrite(ctx, "s3 complete multipart upload", key, nil); err != nil {
-		return ObjectInfo{}, err
+func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
+	if err := staging.CheckWrite(ctx, "s3 complete multipart upload", key, nil); err != nil {
+		return staging.ObjectInfo{}, err
 	}
-	if err := CheckCompletedParts(parts); err != nil {
-		return ObjectInfo{}, fmt.Errorf("s3 complete multipart upload %s of %s: %w", uploadID, key, err)
+	if err := staging.CheckCompletedParts(parts); err != nil {
+		return staging.ObjectInfo{}, fmt.Errorf("s3 complete multipart upload %s of %s: %w", uploadID, key, err)
 	}
 	k, err := s.full(key)
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("s3 complete multipart upload: %w", err)
+		return staging.ObjectInfo{}, fmt.Errorf("s3 complete multipart upload: %w", err)
 	}
 	// Without the parts' checksums (ListParts failed) the completion is
 	// still tried: its answer says best what is wrong with the upload.
@@ -1182,9 +1188,9 @@ func (s *S3) CompleteMultipart(ctx context.Context, key, uploadID string, parts 
 		// Whether the upload is still there is unknown (a lost answer
 		// may hide a completion): a retry reads the parts back.
 		s.forget(uploadID)
-		return ObjectInfo{}, fail("complete multipart upload "+uploadID+" of", key, err, cond.IfMatch != "")
+		return staging.ObjectInfo{}, fail("complete multipart upload "+uploadID+" of", key, err, cond.IfMatch != "")
 	}
-	info := ObjectInfo{
+	info := staging.ObjectInfo{
 		Key:          key,
 		ETag:         aws.ToString(out.ETag),
 		LastModified: answeredAt(awsmiddleware.GetServerTime(out.ResultMetadata)),
@@ -1206,8 +1212,8 @@ func (s *S3) CompleteMultipart(ctx context.Context, key, uploadID string, parts 
 	return info, nil
 }
 
-func (s *S3) AbortMultipart(ctx context.Context, key, uploadID string) error {
-	if err := CheckWrite(ctx, "s3 abort multipart upload", key, nil); err != nil {
+func (s *Store) AbortMultipart(ctx context.Context, key, uploadID string) error {
+	if err := staging.CheckWrite(ctx, "s3 abort multipart upload", key, nil); err != nil {
 		return err
 	}
 	k, err := s.full(key)
@@ -1223,8 +1229,8 @@ func (s *S3) AbortMultipart(ctx context.Context, key, uploadID string) error {
 	return nil
 }
 
-func (s *S3) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error) {
-	if err := CheckPrefix(ctx, "s3 list multipart uploads", prefix); err != nil {
+func (s *Store) ListMultipartUploads(ctx context.Context, prefix string) ([]staging.Upload, error) {
+	if err := staging.CheckPrefix(ctx, "s3 list multipart uploads", prefix); err != nil {
 		return nil, err
 	}
 	full := s.prefix + prefix
@@ -1232,7 +1238,7 @@ func (s *S3) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload,
 	if s.directory {
 		in.Prefix = aws.String(folder(full))
 	}
-	var ups []Upload
+	var ups []staging.Upload
 	for {
 		out, err := s.c.ListMultipartUploads(ctx, in)
 		if err != nil {
@@ -1250,7 +1256,7 @@ func (s *S3) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload,
 			if err != nil {
 				return nil, fmt.Errorf("s3 list multipart uploads %s: %w", prefix, err)
 			}
-			ups = append(ups, Upload{Key: key, UploadID: aws.ToString(u.UploadId), Initiated: aws.ToTime(u.Initiated)})
+			ups = append(ups, staging.Upload{Key: key, UploadID: aws.ToString(u.UploadId), Initiated: aws.ToTime(u.Initiated)})
 		}
 		if !aws.ToBool(out.IsTruncated) {
 			break
@@ -1270,7 +1276,7 @@ func (s *S3) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload,
 		}
 		in = next
 	}
-	SortUploads(ups)
+	staging.SortUploads(ups)
 	return ups, nil
 }
 
@@ -1297,7 +1303,7 @@ func bucketRegion(ctx context.Context, hc aws.HTTPClient, base, bucket string) (
 	case region == "":
 		return "", fmt.Errorf("find the bucket's region: the answer (%s) names none", resp.Status)
 	case !validRegion(region):
-		return "", fmt.Errorf("find the bucket's region: the answer names %q, not a region", TruncKey(region))
+		return "", fmt.Errorf("find the bucket's region: the answer names %q, not a region", staging.TruncKey(region))
 	}
 	return region, nil
 }
