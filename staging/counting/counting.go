@@ -92,8 +92,8 @@ func (c Counts) String() string {
 }
 
 // Store is a staging.Store that counts the requests it passes to another, and
-// their payload bytes, by operation. Requests are counted when they return;
-// a failed Put counts its bytes as sent (they were, before the failure).
+// their payload bytes, by operation. Requests are counted when they return; a
+// failed Put counts its bytes as sent (they were, before the failure).
 type Store struct {
 	inner staging.Store
 

@@ -110,9 +110,9 @@ func (e *InjectedError) Unwrap() []error {
 	return []error{ErrInjected}
 }
 
-// Store is a staging.Store that fails chosen requests to another, by rules added and
-// removed while it runs. With a given seed and the same sequence of requests,
-// the same requests fail.
+// Store is a staging.Store that fails chosen requests to another, by rules
+// added and removed while it runs. With a given seed and the same sequence of
+// requests, the same requests fail.
 type Store struct {
 	inner staging.Store
 

@@ -46,10 +46,10 @@ func ProfileByName(name string) (Profile, error) {
 	return Profile{}, fmt.Errorf("unknown link profile %q (known: directory, general, none)", name)
 }
 
-// Store is a staging.Store that delays requests to another as a network link would.
-// Each request pays the latency once; its payload (the bytes sent by Put and
-// UploadPart, the bytes returned by Get) then moves at the lesser of the
-// per-request bandwidth and its share of the total bandwidth.
+// Store is a staging.Store that delays requests to another as a network link
+// would. Each request pays the latency once; its payload (the bytes sent by
+// Put and UploadPart, the bytes returned by Get) then moves at the lesser of
+// the per-request bandwidth and its share of the total bandwidth.
 //
 // The total is shared fairly by a virtual clock: the link is free again at
 // next; each request moves its payload in chunks, reserving for each chunk
