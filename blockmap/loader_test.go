@@ -12,13 +12,15 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // countingStore counts the Get requests made of each key, by kind, in front
-// of a staging.Counting (totals by operation) over a memory store.
+// of a counting.Store (totals by operation) over a memory store.
 type countingStore struct {
 	staging.Store
-	totals  *staging.Counting
+	totals  *counting.Store
 	mu      sync.Mutex
 	suffix  map[string]int // GUARDED_BY(mu)
 	ranged  map[string]int // GUARDED_BY(mu)
@@ -27,7 +29,7 @@ type countingStore struct {
 }
 
 func newCountingStore() *countingStore {
-	totals := staging.NewCounting(staging.NewMem())
+	totals := counting.New(mem.New())
 	return &countingStore{Store: totals, totals: totals, suffix: map[string]int{}, ranged: map[string]int{}}
 }
 

@@ -36,7 +36,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/ckptfs/ckptfs/segment"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 )
 
 const (
@@ -200,10 +200,10 @@ func Default() Config {
 		Metrics:                          "",
 		NSRefresh:                        time.Second,
 		NSRefreshMax:                     0,
-		S3ConnectTimeout:                 staging.DefaultConnectTimeout,
-		S3RequestTimeout:                 staging.DefaultRequestTimeout,
-		S3StallTimeout:                   staging.DefaultStallTimeout,
-		S3RetryMaxTime:                   staging.DefaultRetryMaxTime,
+		S3ConnectTimeout:                 s3.DefaultConnectTimeout,
+		S3RequestTimeout:                 s3.DefaultRequestTimeout,
+		S3StallTimeout:                   s3.DefaultStallTimeout,
+		S3RetryMaxTime:                   s3.DefaultRetryMaxTime,
 		AllowOther:                       false,
 		ReadOnly:                         false,
 		AllowRoot:                        false,
@@ -299,8 +299,8 @@ func (c Config) EffectiveStreamSegmentBytes() int64 {
 }
 
 // S3Timeouts are the bounds of every request to an S3 store.
-func (c Config) S3Timeouts() staging.S3Timeouts {
-	return staging.S3Timeouts{Connect: c.S3ConnectTimeout, Request: c.S3RequestTimeout, Stall: c.S3StallTimeout, RetryMax: c.S3RetryMaxTime}
+func (c Config) S3Timeouts() s3.Timeouts {
+	return s3.Timeouts{Connect: c.S3ConnectTimeout, Request: c.S3RequestTimeout, Stall: c.S3StallTimeout, RetryMax: c.S3RetryMaxTime}
 }
 
 // mulSat multiplies non-negative a and b, saturating instead of overflowing,

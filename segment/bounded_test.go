@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/dir"
 	"github.com/ckptfs/ckptfs/staging/storetest"
 )
 
@@ -14,7 +15,7 @@ import (
 // key, before it is read: here a sparse file of 64 GiB in a directory store.
 func TestReadHeadOversized(t *testing.T) {
 	root := t.TempDir()
-	d, err := staging.NewDir(root)
+	d, err := dir.New(root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // embedInode is the inode of a one-object checkpoint cno.
@@ -165,7 +166,7 @@ func TestHeadV2Refusals(t *testing.T) {
 // the cap without reading more than the cap.
 func TestReadHeadV2OneRequest(t *testing.T) {
 	ctx := context.Background()
-	st := &countingStore{Store: staging.NewMem()}
+	st := &countingStore{Store: mem.New()}
 	hd, enc := embedHead(t, FormatStream)
 	put(t, st, prefix+"inode", enc)
 	got, _, err := ReadHead(ctx, st, prefix+"inode", testTag)

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 func sampleLineage() Lineage {
@@ -95,7 +96,7 @@ func TestLineageRefused(t *testing.T) {
 
 func TestReadLineage(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	l := sampleLineage()
 	b, _ := EncodeLineage(l)
 	if _, err := st.Put(ctx, LineageKey("f/dst/", 9), b, staging.PutOptions{}); err != nil {

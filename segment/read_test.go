@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 const prefix = "f/x/"
@@ -15,7 +17,7 @@ func keyOf(n ObjectName) string { return prefix + n.String() }
 
 func TestReadStreamObject(t *testing.T) {
 	ctx := context.Background()
-	st := &countingStore{Store: staging.NewMem()}
+	st := &countingStore{Store: mem.New()}
 	in := testInode(7, FormatStream)
 	base := testInode(6, FormatStream)
 	tests := []struct {
@@ -108,7 +110,7 @@ func TestReadStreamObject(t *testing.T) {
 
 func TestReadPartedObject(t *testing.T) {
 	ctx := context.Background()
-	st := &countingStore{Store: staging.NewMem()}
+	st := &countingStore{Store: mem.New()}
 	in := testInode(4, FormatParted)
 	base := testInode(2, FormatParted)
 	tests := []struct {
@@ -194,7 +196,7 @@ func TestReadPartedObject(t *testing.T) {
 
 func TestReadHead(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	hd := Head{FileTag: testTag, Inode: testInode(9, FormatStream)}
 	b, err := EncodeHead(hd)
 	if err != nil {
@@ -229,7 +231,7 @@ func TestReadHead(t *testing.T) {
 // asserting its sentinel and that the message names the key.
 func TestRefusals(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	name := ObjectName{Cno: 3}
 	in := testInode(3, FormatStream)
 	stream, _ := streamObject(t, name, []uint64{1, 2}, nil, 1, nil, &in)
@@ -323,7 +325,7 @@ func TestRefusals(t *testing.T) {
 
 func TestUnsupportedOverStore(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	in := testInode(3, FormatStream)
 	obj, _ := streamObject(t, ObjectName{Cno: 3}, []uint64{1}, nil, 0, nil, &in)
 	obj[len(obj)-HeaderSize+8] = 7
@@ -347,7 +349,7 @@ func TestUnsupportedOverStore(t *testing.T) {
 
 func TestStoreErrorsPassThrough(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	key := "f/x/0000000009.0"
 	for _, f := range []Format{FormatStream, FormatParted} {
 		_, err := ReadHeader(ctx, st, key, ObjectName{Cno: 9}, testTag, f)
@@ -376,7 +378,7 @@ func TestStoreErrorsPassThrough(t *testing.T) {
 // and the summary one ranged Get each of exactly their bytes.
 func TestRequestCounts(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewCounting(staging.NewMem())
+	st := counting.New(mem.New())
 	in := testInode(5, FormatStream)
 	name := ObjectName{Cno: 5}
 	obj, _ := streamObject(t, name, []uint64{1, 2, 3, 4}, []uint32{2}, 3, nil, &in)

@@ -24,7 +24,7 @@ const ReservedPrefix = ".ckptfs-staging/"
 // segment, a NUL byte, or starts with ReservedPrefix.
 func ValidateKey(key string) error {
 	if err := validateKey(key); err != nil {
-		return fmt.Errorf("key %q: %s: %w", truncKey(key), err.Error(), ErrInvalidKey)
+		return fmt.Errorf("key %q: %s: %w", TruncKey(key), err.Error(), ErrInvalidKey)
 	}
 	return nil
 }
@@ -73,10 +73,10 @@ func ValidatePrefix(prefix string) error {
 		// "a/." and "a/.." are prefixes of valid keys ("a/.b").
 		last := probe[strings.LastIndexByte(probe, '/')+1:]
 		if last != "." && last != ".." {
-			return fmt.Errorf("prefix %q: %s: %w", truncKey(prefix), err.Error(), ErrInvalidKey)
+			return fmt.Errorf("prefix %q: %s: %w", TruncKey(prefix), err.Error(), ErrInvalidKey)
 		}
 		if err := validateKey(probe + "x"); err != nil {
-			return fmt.Errorf("prefix %q: %s: %w", truncKey(prefix), err.Error(), ErrInvalidKey)
+			return fmt.Errorf("prefix %q: %s: %w", TruncKey(prefix), err.Error(), ErrInvalidKey)
 		}
 	}
 	return nil
@@ -86,8 +86,8 @@ type errorString string
 
 func (e errorString) Error() string { return string(e) }
 
-// truncKey keeps error messages short when a key is huge.
-func truncKey(key string) string {
+// TruncKey keeps error messages short when a key is huge.
+func TruncKey(key string) string {
 	if len(key) <= 80 {
 		return key
 	}
@@ -113,12 +113,12 @@ func ValidateMetadata(md map[string]string) error {
 		for i := 0; i < len(k); i++ {
 			c := k[i]
 			if !(c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-') {
-				return fmt.Errorf("metadata key %q: byte %q is not a lower-case letter, digit or '-': %w", truncKey(k), c, ErrInvalidKey)
+				return fmt.Errorf("metadata key %q: byte %q is not a lower-case letter, digit or '-': %w", TruncKey(k), c, ErrInvalidKey)
 			}
 		}
 		for i := 0; i < len(v); i++ {
 			if c := v[i]; c < 0x20 || c > 0x7e {
-				return fmt.Errorf("metadata %q: value has byte 0x%02x, not printable ASCII: %w", truncKey(k), c, ErrInvalidKey)
+				return fmt.Errorf("metadata %q: value has byte 0x%02x, not printable ASCII: %w", TruncKey(k), c, ErrInvalidKey)
 			}
 		}
 	}
@@ -128,9 +128,9 @@ func ValidateMetadata(md map[string]string) error {
 	return nil
 }
 
-// resolve returns the offset and length r selects in an object of size bytes,
+// Resolve returns the offset and length r selects in an object of size bytes,
 // following the rules documented on Range.
-func (r Range) resolve(size int64) (off, n int64, err error) {
+func (r Range) Resolve(size int64) (off, n int64, err error) {
 	switch {
 	case r.Off < 0 || r.Len < 0 || r.Suffix < 0:
 		return 0, 0, fmt.Errorf("range %+v has a negative field: %w", r, ErrInvalidRange)
@@ -151,8 +151,8 @@ func (r Range) resolve(size int64) (off, n int64, err error) {
 	return r.Off, r.Len, nil
 }
 
-// checkPartNumber refuses part numbers S3 refuses.
-func checkPartNumber(n int32) error {
+// CheckPartNumber refuses part numbers S3 refuses.
+func CheckPartNumber(n int32) error {
 	if n < 1 || n > MaxParts {
 		return fmt.Errorf("part number %d outside 1..%d", n, MaxParts)
 	}
@@ -162,14 +162,14 @@ func checkPartNumber(n int32) error {
 // MaxParts is the most parts one multipart upload may have (S3's limit).
 const MaxParts = 10000
 
-// checkCompletedParts checks what CompleteMultipart is given before it looks
+// CheckCompletedParts checks what CompleteMultipart is given before it looks
 // at the stored parts: at least one part, numbers valid and ascending.
-func checkCompletedParts(parts []CompletedPart) error {
+func CheckCompletedParts(parts []CompletedPart) error {
 	if len(parts) == 0 {
 		return errorString("no parts")
 	}
 	for i, p := range parts {
-		if err := checkPartNumber(p.Number); err != nil {
+		if err := CheckPartNumber(p.Number); err != nil {
 			return err
 		}
 		if i > 0 && p.Number <= parts[i-1].Number {

@@ -110,7 +110,7 @@ func TestRangeResolve(t *testing.T) {
 		{Range{Off: -1}, 10, 0, 0, true},
 		{Range{Len: -1}, 10, 0, 0, true},
 	} {
-		off, n, err := tc.r.resolve(tc.size)
+		off, n, err := tc.r.Resolve(tc.size)
 		if tc.err {
 			if !errors.Is(err, ErrInvalidRange) {
 				t.Errorf("%+v of %d: %v, want ErrInvalidRange", tc.r, tc.size, err)

@@ -19,7 +19,7 @@ type TooLargeError struct {
 }
 
 func (e *TooLargeError) Error() string {
-	return fmt.Sprintf("%s is %d bytes, more than the %d its reader accepts: %v", truncKey(e.Key), e.Size, e.Limit, ErrTooLarge)
+	return fmt.Sprintf("%s is %d bytes, more than the %d its reader accepts: %v", TruncKey(e.Key), e.Size, e.Limit, ErrTooLarge)
 }
 
 func (e *TooLargeError) Is(target error) bool { return target == ErrTooLarge }
@@ -40,7 +40,7 @@ const getLimitedAttempts = 3
 // read starts over. The info is the object's, as Get returns it.
 func GetLimited(ctx context.Context, st Store, key string, limit int64) ([]byte, ObjectInfo, error) {
 	if limit < 0 {
-		return nil, ObjectInfo{}, fmt.Errorf("get %s: negative limit %d", truncKey(key), limit)
+		return nil, ObjectInfo{}, fmt.Errorf("get %s: negative limit %d", TruncKey(key), limit)
 	}
 	for range getLimitedAttempts {
 		// One byte over the limit is enough to tell it is over, even from a
@@ -75,11 +75,11 @@ func GetLimited(ctx context.Context, st Store, key string, limit int64) ([]byte,
 			continue // replaced (or shortened) between the two reads
 		}
 		if int64(len(b)+len(rest)) != size {
-			return nil, ObjectInfo{}, fmt.Errorf("get %s: read %d bytes of a %d-byte object", truncKey(key), len(b)+len(rest), size)
+			return nil, ObjectInfo{}, fmt.Errorf("get %s: read %d bytes of a %d-byte object", TruncKey(key), len(b)+len(rest), size)
 		}
 		whole := make([]byte, size)
 		copy(whole[copy(whole, b):], rest)
 		return whole, info2, nil
 	}
-	return nil, ObjectInfo{}, fmt.Errorf("get %s: replaced %d times while being read", truncKey(key), getLimitedAttempts)
+	return nil, ObjectInfo{}, fmt.Errorf("get %s: replaced %d times while being read", TruncKey(key), getLimitedAttempts)
 }

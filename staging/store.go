@@ -1,7 +1,23 @@
 // Package staging is the only door to object storage. Everything ckptfs keeps
-// lives behind the Store interface: the S3 backend for real buckets, a local
-// directory (the embedded default), and memory (benchmarks and unit tests), plus
-// wrappers that emulate a network link, inject faults and count requests.
+// lives behind the Store interface. This package holds the interface, the
+// errors and checks every backend shares (check.go, key.go), GetLimited, and
+// RedactURL; each backend and each wrapper is a package of its own, as
+// restic lays out its backends:
+//
+//   - staging/s3: the S3 backend, for real buckets (general purpose and
+//     directory buckets, AWS and S3-compatible servers).
+//   - staging/dir: a local directory, the embedded default store.
+//   - staging/mem: memory, for benchmarks and unit tests.
+//   - staging/link: a wrapper that emulates a network link (latency,
+//     bandwidth).
+//   - staging/faulty: a wrapper that injects faults by rules.
+//   - staging/counting: a wrapper that counts requests by operation (Op).
+//   - staging/storetest: the contract every backend passes; staging/s3test:
+//     a real S3 bucket (or a local versitygw) for tests.
+//
+// A backend imports staging, never the other way round: the code that opens
+// a store from a URL (the ckptfs command's openStore) imports the backends
+// it offers.
 //
 // # Semantics every backend honours
 //
@@ -30,7 +46,7 @@
 // What is read from a store is untrusted: an object read whole goes through
 // GetLimited, which refuses one over its reader's limit (ErrTooLarge) before
 // allocating it. A store that stops answering fails requests with ErrTimeout
-// (S3Timeouts) rather than hanging them.
+// (the S3 store's s3.Timeouts) rather than hanging them.
 package staging
 
 import (
@@ -53,6 +69,18 @@ var (
 	// ErrPartTooSmall: a multipart upload had a non-last part under MinPartSize.
 	ErrPartTooSmall = errors.New("multipart part too small")
 )
+
+// ErrTimeout: a request to the store got no answer, or its body stopped
+// moving, within the bounds of s3.Timeouts (or ctx's deadline passed). The
+// request may be retried; whether a write was applied is unknown. An error
+// that matches it matches context.DeadlineExceeded too, as the net
+// package's timeouts do, so that every timeout is treated alike.
+var ErrTimeout error = timeoutSentinel{}
+
+type timeoutSentinel struct{}
+
+func (timeoutSentinel) Error() string        { return "request timed out" }
+func (timeoutSentinel) Is(target error) bool { return target == context.DeadlineExceeded }
 
 // MinPartSize is S3's minimum size of every part but the last of a multipart
 // upload; every backend enforces it so that tests on memory catch violations.
@@ -138,19 +166,18 @@ type Store interface {
 	Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error)
 	// Head returns the object's info without its bytes.
 	Head(ctx context.Context, key string) (ObjectInfo, error)
-	// List returns up to max keys (max <= 0 or > 1000: 1000) that start with
-	// prefix and sort after startAfter, in key order. What every store
-	// guarantees: every object stored before List was called and not
-	// deleted before it returned is in its page (up to max). Objects
-	// created or deleted while it runs may be in it or not, each on its
-	// own: a listing may show a key without one created just before it
-	// (S3 promises no more). So a reader must not take a key missing
-	// between two listed ones as proof that it is absent: it reads the
-	// key by name (the namespace does so before believing a gap in its
-	// log). The directory store reads each folder in one step (one
-	// getdents64 call): within a folder its listing is one instant's
-	// view, so a key listed comes with every key of that folder stored
-	// before it.
+	// List returns up to max keys (max <= 0 or > MaxListKeys: MaxListKeys)
+	// that start with prefix and sort after startAfter, in key order. What
+	// every store guarantees: every object stored before List was called and
+	// not deleted before it returned is in its page (up to max). Objects
+	// created or deleted while it runs may be in it or not, each on its own: a
+	// listing may show a key without one created just before it (S3 promises
+	// no more). So a reader must not take a key missing between two listed
+	// ones as proof that it is absent: it reads the key by name (the namespace
+	// does so before believing a gap in its log). The directory store reads
+	// each folder in one step (one getdents64 call): within a folder its
+	// listing is one instant's view, so a key listed comes with every key of
+	// that folder stored before it.
 	List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error)
 	// Delete removes key; a missing key is not an error.
 	Delete(ctx context.Context, key string) error
@@ -175,7 +202,7 @@ func ListAll(ctx context.Context, s Store, prefix string) ([]ObjectInfo, error) 
 	var out []ObjectInfo
 	after := ""
 	for {
-		page, err := s.List(ctx, prefix, after, 1000)
+		page, err := s.List(ctx, prefix, after, MaxListKeys)
 		if err != nil {
 			return out, err
 		}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
 )
 
 // attrScript creates a file, writes it, then on each line of stdin sets
@@ -120,15 +121,15 @@ func TestAttrsOfOpenFileLandByClose(t *testing.T) {
 func TestAttrsOfOpenFileFailureFailsClose(t *testing.T) {
 	need(t, "python3")
 	v := newVolume(t)
-	var faults *staging.Faults
+	var faults *faulty.Store
 	m := v.mountWrapped("s3_request_timeout=1s,s3_retry_max_time=1s", func(st staging.Store) staging.Store {
-		faults = staging.NewFaults(st, 1)
+		faults = faulty.New(st, 1)
 		return faults
 	})
 	out := attrRun(t, m.path("f"), func() bool {
 		// The namespace log refuses every entry from now on: the file is
 		// created, its attribute changes cannot land.
-		faults.Add(staging.Rule{Op: staging.OpPut, Match: func(key string) bool { return strings.Contains(key, "/ns/log/") || strings.HasPrefix(key, "ns/log/") }, Kind: staging.FaultError})
+		faults.Add(faulty.Rule{Op: staging.OpPut, Match: func(key string) bool { return strings.Contains(key, "/ns/log/") || strings.HasPrefix(key, "ns/log/") }, Kind: faulty.Error})
 		return true
 	})
 	faults.Clear()

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 	"github.com/ckptfs/ckptfs/test/faultproxy"
 )
 
@@ -24,7 +24,7 @@ func mountVia(t *testing.T, v *volume, endpoint, opts string) *mount {
 	defer cancel()
 	sc := v.cfg
 	sc.Endpoint = endpoint
-	st, err := staging.NewS3(ctx, sc)
+	st, err := s3.New(ctx, sc)
 	if err != nil {
 		t.Fatal(err)
 	}

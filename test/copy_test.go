@@ -16,6 +16,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/inspect"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
 )
 
 // TestCopyByReference: coreutils cp of a flushed file inside one mount on
@@ -28,8 +29,8 @@ import (
 func TestCopyByReference(t *testing.T) {
 	need(t, "cp", "cmp", "dd", "sync")
 	v := newVolume(t)
-	var cs *staging.Counting
-	m := v.mountWrapped("metrics=127.0.0.1:0", func(st staging.Store) staging.Store { cs = staging.NewCounting(st); return cs })
+	var cs *counting.Store
+	m := v.mountWrapped("metrics=127.0.0.1:0", func(st staging.Store) staging.Store { cs = counting.New(st); return cs })
 	tmp := t.TempDir()
 	n := size(256<<20, 64<<20)
 	big, small := filepath.Join(tmp, "big"), filepath.Join(tmp, "small")
@@ -38,7 +39,7 @@ func TestCopyByReference(t *testing.T) {
 	run(t, tmp, "cp", big, m.path("big"))
 	run(t, tmp, "cp", small, m.path("small"))
 
-	copyCost := func(from, to string) staging.OpCounts {
+	copyCost := func(from, to string) counting.OpCounts {
 		t.Helper()
 		before := cs.Snapshot()
 		run(t, m.dir, "cp", from, to)
@@ -138,8 +139,8 @@ func TestCopyByReference(t *testing.T) {
 func TestCopyByReferenceInPieces(t *testing.T) {
 	need(t, "python3")
 	v := newVolume(t)
-	var cs *staging.Counting
-	m := v.mountWrapped("", func(st staging.Store) staging.Store { cs = staging.NewCounting(st); return cs })
+	var cs *counting.Store
+	m := v.mountWrapped("", func(st staging.Store) staging.Store { cs = counting.New(st); return cs })
 	const size = 5 << 30
 	script := `
 import os, sys

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
 )
 
 // TestCopyFileRangeLongPrefix: a copy_file_range of the first 6 GiB of a
@@ -15,8 +16,8 @@ import (
 func TestCopyFileRangeLongPrefix(t *testing.T) {
 	need(t, "python3")
 	v := newVolume(t)
-	var cs *staging.Counting
-	m := v.mountWrapped("", func(st staging.Store) staging.Store { cs = staging.NewCounting(st); return cs })
+	var cs *counting.Store
+	m := v.mountWrapped("", func(st staging.Store) staging.Store { cs = counting.New(st); return cs })
 	const size, want = 12 << 30, 6 << 30
 	script := `
 import os, sys

@@ -23,6 +23,7 @@ import (
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
@@ -32,7 +33,7 @@ func TestMain(m *testing.M) { s3test.Main(m) }
 // mounts of it.
 type volume struct {
 	t   *testing.T
-	cfg staging.S3Config
+	cfg s3.Config
 }
 
 func newVolume(t *testing.T) *volume {
@@ -43,7 +44,7 @@ func newVolume(t *testing.T) *volume {
 // store opens the volume's folder as a store, for looking at objects.
 func (v *volume) store() staging.Store {
 	v.t.Helper()
-	s, err := staging.NewS3(context.Background(), v.cfg)
+	s, err := s3.New(context.Background(), v.cfg)
 	if err != nil {
 		v.t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func (v *volume) mountWrapped(opts string, wrap func(staging.Store) staging.Stor
 	v.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s3, err := staging.NewS3(ctx, v.cfg)
+	s3, err := s3.New(ctx, v.cfg)
 	if err != nil {
 		v.t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/dir"
+	"github.com/ckptfs/ckptfs/staging/s3"
 	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
@@ -30,9 +32,9 @@ var manyFilesStores = []struct {
 	open func(t *testing.T) func() staging.Store
 }{
 	{"file", func(t *testing.T) func() staging.Store {
-		dir := t.TempDir()
+		root := t.TempDir()
 		return func() staging.Store {
-			d, err := staging.NewDir(dir)
+			d, err := dir.New(root)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +46,7 @@ var manyFilesStores = []struct {
 		return func() staging.Store {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			defer cancel()
-			s, err := staging.NewS3(ctx, cfg)
+			s, err := s3.New(ctx, cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

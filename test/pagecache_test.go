@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
 )
 
 // TestWarmReadFromPages: a file read again in the same mount is read from
@@ -20,8 +21,8 @@ import (
 func TestWarmReadFromPages(t *testing.T) {
 	need(t, "cp", "cmp", "dd", "python3")
 	v := newVolume(t)
-	var cs *staging.Counting
-	a := v.mountWrapped("ns_refresh=100ms", func(st staging.Store) staging.Store { cs = staging.NewCounting(st); return cs })
+	var cs *counting.Store
+	a := v.mountWrapped("ns_refresh=100ms", func(st staging.Store) staging.Store { cs = counting.New(st); return cs })
 	b := v.mount("ns_refresh=100ms")
 	tmp := t.TempDir()
 	n := size(64<<20, 16<<20)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
 )
 
 // modeOf is the permission bits stat shows for path.
@@ -28,9 +29,9 @@ func modeOf(path string) (os.FileMode, error) {
 // this mount and on another one, after the store recovers too.
 func TestMultiChmodOfOpenFileIsStored(t *testing.T) {
 	v := newVolume(t)
-	var faults *staging.Faults
+	var faults *faulty.Store
 	a := v.mountWrapped("ns_refresh=100ms", func(st staging.Store) staging.Store {
-		faults = staging.NewFaults(st, 1)
+		faults = faulty.New(st, 1)
 		return faults
 	})
 	b := v.mount("ns_refresh=100ms")
@@ -46,7 +47,7 @@ func TestMultiChmodOfOpenFileIsStored(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	refuse := faults.Add(staging.Rule{Op: staging.OpPut, KeyPrefix: "ns/log/"})
+	refuse := faults.Add(faulty.Rule{Op: staging.OpPut, KeyPrefix: "ns/log/"})
 	if err := os.Chmod(a.path("secret"), 0o600); err == nil {
 		t.Error("chmod 600 of an open file returned success with the namespace log refusing appends")
 	}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
 )
 
 // walWriter is the program TestWALCrashSIGKILL runs through the mount:
@@ -834,11 +835,11 @@ func commonLen(a, b []byte) int {
 }
 
 // mountFaults is volume.mount with the mount's store behind fault injection.
-func (v *volume) mountFaults(opts string) (*mount, *staging.Faults) {
+func (v *volume) mountFaults(opts string) (*mount, *faulty.Store) {
 	v.t.Helper()
-	var faults *staging.Faults
+	var faults *faulty.Store
 	m := v.mountWrapped(opts, func(st staging.Store) staging.Store {
-		faults = staging.NewFaults(st, 1)
+		faults = faulty.New(st, 1)
 		return faults
 	})
 	return m, faults
@@ -888,7 +889,7 @@ func TestWALStatKeepsWritersLease(t *testing.T) {
 	if !ok {
 		t.Fatal("no lease while the file is written")
 	}
-	outage := faults.Add(staging.Rule{Op: staging.OpAny, Match: func(key string) bool { return strings.HasSuffix(key, "/wal/owner") }, Kind: staging.FaultError})
+	outage := faults.Add(faulty.Rule{Op: staging.OpAny, Match: func(key string) bool { return strings.HasSuffix(key, "/wal/owner") }, Kind: faulty.Error})
 	waitFor(t, 30*time.Second, func() error {
 		if o, ok := walOwner(t, st); ok && time.Now().Before(o.Expires) {
 			return fmt.Errorf("the lease holds until %v", o.Expires)

@@ -10,12 +10,13 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // An owner object larger than any owner is refused with ErrTooLarge naming
 // its key, without reading it whole.
 func TestLeaseOversizedOwner(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	putOwner(t, mem, bytes.Repeat([]byte{' '}, maxOwnerBytes+1))
 	_, err := Open(context.Background(), mem, testPrefix, Options{})
 	if !errors.Is(err, staging.ErrTooLarge) || !strings.Contains(err.Error(), ownerKey) {
@@ -78,17 +79,17 @@ func TestOversizedObjectsBounded(t *testing.T) {
 		}
 	}
 	t.Run("record", func(t *testing.T) {
-		h := &hugeStore{Store: staging.NewMem(), key: RecordKey(testPrefix, 2), size: size}
+		h := &hugeStore{Store: mem.New(), key: RecordKey(testPrefix, 2), size: size}
 		_, err := ReadRecord(context.Background(), h, testPrefix, testTag, 2)
 		check(t, h, err)
 	})
 	t.Run("held", func(t *testing.T) {
-		h := &hugeStore{Store: staging.NewMem(), key: ownerKey, size: size}
+		h := &hugeStore{Store: mem.New(), key: ownerKey, size: size}
 		_, err := Held(context.Background(), h, testPrefix)
 		check(t, h, err)
 	})
 	t.Run("retake", func(t *testing.T) {
-		h := &hugeStore{Store: staging.NewMem(), key: testPrefix + "unused", size: size}
+		h := &hugeStore{Store: mem.New(), key: testPrefix + "unused", size: size}
 		l := openLog(t, h, Options{})
 		h.key = ownerKey // the owner object turns huge after Open took it
 		_, err := l.retake(context.Background())
@@ -102,13 +103,13 @@ func TestOversizedObjectsBounded(t *testing.T) {
 // Ops that would make a record over MaxRecordSize are refused at Append,
 // and nothing is stored; BatchBytes over it is refused at Open.
 func TestAppendOverMaxRecordSize(t *testing.T) {
-	mem := staging.NewMem()
-	l := openLog(t, mem, Options{})
+	st := mem.New()
+	l := openLog(t, st, Options{})
 	big := Op{Kind: OpWrite, Data: make([]byte, MaxRecordSize-emptyRecord-OpHeaderSize+1)}
 	if _, err := l.Append(context.Background(), []Op{big}); !errors.Is(err, ErrRecordTooLarge) {
 		t.Fatalf("append of a record of %d bytes: %v, want ErrRecordTooLarge", EncodedSize([]Op{big}), err)
 	}
-	if seqs := mustList(t, mem); len(seqs) != 0 {
+	if seqs := mustList(t, st); len(seqs) != 0 {
 		t.Fatalf("records %v stored after a refused append", seqs)
 	}
 	big.Data = big.Data[:len(big.Data)-1] // exactly MaxRecordSize: stored and read back
@@ -116,7 +117,7 @@ func TestAppendOverMaxRecordSize(t *testing.T) {
 	if r, err := l.Read(context.Background(), seq); err != nil || len(r.Ops) != 1 || len(r.Ops[0].Data) != len(big.Data) {
 		t.Fatalf("read back a record of MaxRecordSize: %v", err)
 	}
-	if _, err := Open(context.Background(), staging.NewMem(), testPrefix, Options{BatchBytes: MaxRecordSize + 1}); err == nil {
+	if _, err := Open(context.Background(), mem.New(), testPrefix, Options{BatchBytes: MaxRecordSize + 1}); err == nil {
 		t.Fatal("open with BatchBytes over MaxRecordSize succeeded")
 	}
 }

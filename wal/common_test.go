@@ -11,6 +11,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
 )
 
 const testPrefix = "vol/f/abc/"
@@ -143,7 +144,7 @@ func (r *retryStore) Put(ctx context.Context, key string, data []byte, opts stag
 	for range r.attempts {
 		var info staging.ObjectInfo
 		info, err = r.Store.Put(ctx, key, data, opts)
-		if !errors.Is(err, staging.ErrInjected) {
+		if !errors.Is(err, faulty.ErrInjected) {
 			return info, err
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 const ownerKey = testPrefix + Dir + OwnerName
@@ -64,7 +66,7 @@ func zombiePID(t *testing.T) int {
 }
 
 func TestLeaseBusy(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	l1 := openLog(t, mem, Options{})
 	_, err := Open(context.Background(), mem, testPrefix, Options{})
 	var be *BusyError
@@ -144,7 +146,7 @@ func TestLeaseTakeOver(t *testing.T) {
 			if tc.needBoot && !needBoot {
 				t.Skip("the kernel boot id or the hostname cannot be read here")
 			}
-			mem := staging.NewMem()
+			mem := mem.New()
 			putOwner(t, mem, tc.body(t))
 			time.Sleep(tc.age)
 			l, err := Open(context.Background(), mem, testPrefix, Options{LeaseTTL: tc.ttl})
@@ -168,9 +170,9 @@ func TestLeaseTakeOver(t *testing.T) {
 func TestLeaseRaces(t *testing.T) {
 	t.Run("create lost", func(t *testing.T) {
 		// Another writer creates the owner between our Get and our create.
-		mem := staging.NewMem()
-		f := staging.NewFaults(mem, 1)
-		f.Add(staging.Rule{Op: staging.OpGet, KeyPrefix: ownerKey, Nth: 1, Kind: staging.FaultError})
+		mem := mem.New()
+		f := faulty.New(mem, 1)
+		f.Add(faulty.Rule{Op: staging.OpGet, KeyPrefix: ownerKey, Nth: 1, Kind: faulty.Error})
 		st := &raceStore{Store: f, mem: mem, body: encodeOwner(OwnerInfo{Writer: "racer", Host: "h", PID: 1, Expires: time.Now().Add(time.Hour)})}
 		_, err := Open(context.Background(), st, testPrefix, Options{})
 		var be *BusyError
@@ -179,7 +181,7 @@ func TestLeaseRaces(t *testing.T) {
 		}
 	})
 	t.Run("take-over lost", func(t *testing.T) {
-		mem := staging.NewMem()
+		mem := mem.New()
 		putOwner(t, mem, encodeOwner(OwnerInfo{Writer: "old", Host: "h", PID: 1, Expires: time.Now().Add(-time.Hour)}))
 		st := &raceStore{Store: mem, mem: mem, body: encodeOwner(OwnerInfo{Writer: "racer", Host: "h", PID: 1, Expires: time.Now().Add(time.Hour)})}
 		_, err := Open(context.Background(), st, testPrefix, Options{})
@@ -194,14 +196,14 @@ func TestLeaseRaces(t *testing.T) {
 // of the owner: another writer got there first.
 type raceStore struct {
 	staging.Store
-	mem  *staging.Mem
+	mem  *mem.Store
 	body []byte
 	done bool
 }
 
 func (r *raceStore) Get(ctx context.Context, key string, rg staging.Range) ([]byte, staging.ObjectInfo, error) {
 	b, info, err := r.Store.Get(ctx, key, rg)
-	if errors.Is(err, staging.ErrInjected) {
+	if errors.Is(err, faulty.ErrInjected) {
 		err = staging.ErrNotFound // the first Get sees no owner
 	}
 	return b, info, err
@@ -219,13 +221,13 @@ func (r *raceStore) Put(ctx context.Context, key string, data []byte, opts stagi
 
 func TestLeaseRenewal(t *testing.T) {
 	const ttl = 150 * time.Millisecond
-	mem := staging.NewMem()
-	f := staging.NewFaults(mem, 1)
+	mem := mem.New()
+	f := faulty.New(mem, 1)
 	// One renewal lands with its answer lost; the next one must still find
 	// the lease ours.
-	f.Add(staging.Rule{Op: staging.OpPut, KeyPrefix: ownerKey, Nth: 2, Kind: staging.FaultLostAnswer})
+	f.Add(faulty.Rule{Op: staging.OpPut, KeyPrefix: ownerKey, Nth: 2, Kind: faulty.LostAnswer})
 	// And one fails outright: retried at the next tick.
-	f.Add(staging.Rule{Op: staging.OpPut, KeyPrefix: ownerKey, Nth: 4, Kind: staging.FaultError})
+	f.Add(faulty.Rule{Op: staging.OpPut, KeyPrefix: ownerKey, Nth: 4, Kind: faulty.Error})
 	l := openLog(t, f, Options{LeaseTTL: ttl})
 	first := readOwner(t, mem).Expires
 	time.Sleep(4 * ttl)
@@ -242,7 +244,7 @@ func TestLeaseRenewal(t *testing.T) {
 }
 
 func TestLeaseLost(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	l := openLog(t, mem, Options{LeaseTTL: 60 * time.Millisecond})
 	mustAppend(t, l, writeOp(0, "before"))
 	other := OwnerInfo{Writer: "usurper", Host: "elsewhere", PID: 1, Expires: time.Now().Add(time.Hour)}
@@ -271,14 +273,14 @@ func TestLeaseTakenBack(t *testing.T) {
 	const ttl = 60 * time.Millisecond
 	for _, tc := range []struct {
 		name   string
-		change func(t *testing.T, mem *staging.Mem)
+		change func(t *testing.T, mem *mem.Store)
 	}{
-		{name: "deleted", change: func(t *testing.T, mem *staging.Mem) {
+		{name: "deleted", change: func(t *testing.T, mem *mem.Store) {
 			if err := mem.Delete(context.Background(), ownerKey); err != nil {
 				t.Fatal(err)
 			}
 		}},
-		{name: "taken and released", change: func(t *testing.T, mem *staging.Mem) {
+		{name: "taken and released", change: func(t *testing.T, mem *mem.Store) {
 			// The lease expires during an outage of this log's store; another
 			// opener takes it, reads the records and lets it go.
 			waitFor(t, "the lease to expire", func() bool { return time.Now().After(readOwner(t, mem).Expires) })
@@ -290,20 +292,20 @@ func TestLeaseTakenBack(t *testing.T) {
 				t.Fatal(err)
 			}
 		}},
-		{name: "taken, held a while, released", change: func(t *testing.T, mem *staging.Mem) {
+		{name: "taken, held a while, released", change: func(t *testing.T, mem *mem.Store) {
 			putOwner(t, mem, encodeOwner(OwnerInfo{Writer: "reader", Host: "elsewhere", PID: 1, Expires: time.Now().Add(time.Hour)}))
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := staging.NewMem()
-			f := staging.NewFaults(mem, 1)
+			mem := mem.New()
+			f := faulty.New(mem, 1)
 			var asked []uint64
 			l := openLog(t, f, Options{LeaseTTL: ttl, Retake: func(_ context.Context, through uint64) (bool, error) {
 				asked = append(asked, through)
 				return true, nil
 			}})
 			mustAppend(t, l, writeOp(0, "before"))
-			outage := f.Add(staging.Rule{Op: staging.OpAny, KeyPrefix: ownerKey, Kind: staging.FaultError})
+			outage := f.Add(faulty.Rule{Op: staging.OpAny, KeyPrefix: ownerKey, Kind: faulty.Error})
 			tc.change(t, mem)
 			f.Remove(outage)
 			if tc.name == "taken, held a while, released" {
@@ -349,7 +351,7 @@ func TestLeaseNotTakenBack(t *testing.T) {
 		{name: "the file changed", appended: false, fileOK: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := staging.NewMem()
+			mem := mem.New()
 			l := openLog(t, mem, Options{LeaseTTL: ttl, Retake: func(context.Context, uint64) (bool, error) { return tc.fileOK, nil }})
 			mustAppend(t, l, writeOp(0, "before"))
 			if err := mem.Delete(context.Background(), ownerKey); err != nil {
@@ -457,7 +459,7 @@ func TestHeld(t *testing.T) {
 		{name: "garbage", body: func(*testing.T) []byte { return []byte("not json") }, held: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := staging.NewMem()
+			mem := mem.New()
 			if tc.body != nil {
 				putOwner(t, mem, tc.body(t))
 			}
@@ -498,7 +500,7 @@ func TestLeaseAnswerLost(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := staging.NewMem()
+			mem := mem.New()
 			tc.setup(t, mem)
 			l, err := Open(context.Background(), resendOwnerStore{mem}, testPrefix, Options{})
 			if err != nil {

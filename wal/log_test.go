@@ -11,11 +11,15 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/link"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 func TestGroupCommit(t *testing.T) {
 	const n = 64
-	cnt := staging.NewCounting(staging.NewLink(staging.NewMem(), staging.LinkProfile{Name: "test", Latency: 20 * time.Millisecond}))
+	cnt := counting.New(link.New(mem.New(), link.Profile{Name: "test", Latency: 20 * time.Millisecond}))
 	l := openLog(t, cnt, Options{})
 	cnt.Reset()
 
@@ -98,7 +102,7 @@ func TestBatching(t *testing.T) {
 		{"large op first", small, []Op{op("a", 1), op("e", 1000), op("b", 100)}, []string{"e", "b"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			g := newGate(staging.NewMem())
+			g := newGate(mem.New())
 			l := openLog(t, g, Options{BatchBytes: tc.batch, MaxInFlight: 1})
 			var wg sync.WaitGroup
 			got := make([]uint64, len(tc.ops))
@@ -135,7 +139,7 @@ func TestBatching(t *testing.T) {
 // TestAppendCancelledLeader: the leader's cancel does not fail the record it
 // sends for others.
 func TestAppendCancelledLeader(t *testing.T) {
-	g := newGate(staging.NewMem())
+	g := newGate(mem.New())
 	l := openLog(t, g, Options{MaxInFlight: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -162,7 +166,7 @@ func TestAppendFailures(t *testing.T) {
 	rec1 := RecordKey(testPrefix, 1)
 	for _, tc := range []struct {
 		name   string
-		rule   staging.Rule
+		rule   faulty.Rule
 		retry  bool        // the store retries server errors, as the S3 client does
 		tear   bool        // the first PUT of record 1 stores half of it and fails
 		first  error       // what the first Append returns (nil: success)
@@ -172,37 +176,37 @@ func TestAppendFailures(t *testing.T) {
 	}{
 		{
 			name:   "put fails",
-			rule:   staging.Rule{Op: staging.OpPut, KeyPrefix: rec1, Kind: staging.FaultError},
-			first:  staging.ErrInjected,
+			rule:   faulty.Rule{Op: staging.OpPut, KeyPrefix: rec1, Kind: faulty.Error},
+			first:  faulty.ErrInjected,
 			stored: []uint64{2},
 			stats:  Stats{Records: 1, Failed: 1},
 		},
 		{
 			name:   "answer lost",
-			rule:   staging.Rule{Op: staging.OpPut, KeyPrefix: rec1, Nth: 1, Kind: staging.FaultLostAnswer},
-			first:  staging.ErrInjected,
+			rule:   faulty.Rule{Op: staging.OpPut, KeyPrefix: rec1, Nth: 1, Kind: faulty.LostAnswer},
+			first:  faulty.ErrInjected,
 			stored: []uint64{2}, // the record landed, and went: its write failed
 			stats:  Stats{Records: 1, Failed: 1},
 		},
 		{
 			name:   "answer lost, retried",
-			rule:   staging.Rule{Op: staging.OpPut, KeyPrefix: rec1, Nth: 1, Kind: staging.FaultLostAnswer},
+			rule:   faulty.Rule{Op: staging.OpPut, KeyPrefix: rec1, Nth: 1, Kind: faulty.LostAnswer},
 			retry:  true,
 			stored: []uint64{1, 2},
 			stats:  Stats{Records: 2},
 		},
 		{
 			name:   "put fails, retried",
-			rule:   staging.Rule{Op: staging.OpPut, KeyPrefix: rec1, Nth: 1, Kind: staging.FaultError},
+			rule:   faulty.Rule{Op: staging.OpPut, KeyPrefix: rec1, Nth: 1, Kind: faulty.Error},
 			retry:  true,
 			stored: []uint64{1, 2},
 			stats:  Stats{Records: 2},
 		},
 		{
 			name:   "head fails after a lost answer",
-			rule:   staging.Rule{Op: staging.OpHead, KeyPrefix: rec1, Kind: staging.FaultError},
+			rule:   faulty.Rule{Op: staging.OpHead, KeyPrefix: rec1, Kind: faulty.Error},
 			retry:  true,
-			first:  staging.ErrInjected,
+			first:  faulty.ErrInjected,
 			stored: []uint64{2},
 			stats:  Stats{Records: 1, Failed: 1},
 		},
@@ -215,8 +219,8 @@ func TestAppendFailures(t *testing.T) {
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := staging.NewMem()
-			f := staging.NewFaults(mem, 1)
+			mem := mem.New()
+			f := faulty.New(mem, 1)
 			var st staging.Store = f
 			if tc.tear {
 				st = &tearStore{Store: f, key: rec1}
@@ -225,7 +229,7 @@ func TestAppendFailures(t *testing.T) {
 				st = &retryStore{Store: st, attempts: 3}
 			}
 			if tc.name == "head fails after a lost answer" {
-				f.Add(staging.Rule{Op: staging.OpPut, KeyPrefix: rec1, Nth: 1, Kind: staging.FaultLostAnswer})
+				f.Add(faulty.Rule{Op: staging.OpPut, KeyPrefix: rec1, Nth: 1, Kind: faulty.LostAnswer})
 			}
 			l := openLog(t, st, Options{})
 			if !tc.tear {
@@ -271,8 +275,8 @@ func TestAppendFailures(t *testing.T) {
 }
 
 func TestAppendTaken(t *testing.T) {
-	mem := staging.NewMem()
-	cnt := staging.NewCounting(mem)
+	mem := mem.New()
+	cnt := counting.New(mem)
 	l := openLog(t, cnt, Options{})
 	mustAppend(t, l, writeOp(0, "one")) // seq 1
 	// Another writer, unaware of this one, creates the next record.
@@ -302,7 +306,7 @@ func TestAppendTaken(t *testing.T) {
 }
 
 func TestAppendRefusesBadOps(t *testing.T) {
-	cnt := staging.NewCounting(staging.NewMem())
+	cnt := counting.New(mem.New())
 	l := openLog(t, cnt, Options{})
 	cnt.Reset()
 	for _, tc := range []struct {
@@ -334,16 +338,16 @@ func TestAppendRefusesBadOps(t *testing.T) {
 
 func TestOptions(t *testing.T) {
 	for _, o := range []Options{{BatchBytes: -1}, {BatchBytes: 6 << 30}, {MaxInFlight: -1}, {LeaseTTL: -time.Second}, {LeaseTTL: time.Millisecond}} {
-		if _, err := Open(context.Background(), staging.NewMem(), testPrefix, o); err == nil {
+		if _, err := Open(context.Background(), mem.New(), testPrefix, o); err == nil {
 			t.Errorf("Open with %+v succeeded", o)
 		}
 	}
-	if _, err := Open(context.Background(), staging.NewMem(), "/abs/", Options{}); !errors.Is(err, staging.ErrInvalidKey) {
+	if _, err := Open(context.Background(), mem.New(), "/abs/", Options{}); !errors.Is(err, staging.ErrInvalidKey) {
 		t.Errorf("Open of an absolute prefix: %v", err)
 	}
 	// Next is kept when past every record, and 0 is 1.
 	for _, tc := range []struct{ next, want uint64 }{{0, 1}, {1, 1}, {40, 40}} {
-		mem := staging.NewMem()
+		mem := mem.New()
 		l := openLog(t, mem, Options{Next: tc.next})
 		if seq := mustAppend(t, l, writeOp(0, "x")); seq != tc.want {
 			t.Errorf("Next %d: first seq %d, want %d", tc.next, seq, tc.want)
@@ -369,8 +373,8 @@ func TestCovered(t *testing.T) {
 		{name: "nothing covered", previous: 1, appends: 1, found: []uint64{1}, after: []uint64{1, 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := staging.NewMem()
-			f := staging.NewFaults(mem, 1)
+			mem := mem.New()
+			f := faulty.New(mem, 1)
 			if tc.previous > 0 {
 				prev := openLog(t, mem, Options{})
 				for i := range tc.previous {
@@ -381,7 +385,7 @@ func TestCovered(t *testing.T) {
 				}
 			}
 			if tc.failDel != 0 {
-				f.Add(staging.Rule{Op: staging.OpDelete, KeyPrefix: RecordKey(testPrefix, tc.failDel), Kind: staging.FaultError})
+				f.Add(faulty.Rule{Op: staging.OpDelete, KeyPrefix: RecordKey(testPrefix, tc.failDel), Kind: faulty.Error})
 			}
 			l := openLog(t, f, Options{})
 			if got := l.Found(); !slices.Equal(got, tc.found) {
@@ -414,7 +418,7 @@ func TestCovered(t *testing.T) {
 
 func TestClose(t *testing.T) {
 	t.Run("waits for appends in flight", func(t *testing.T) {
-		mem := staging.NewMem()
+		mem := mem.New()
 		g := newGate(mem)
 		l := openLog(t, g, Options{})
 		var wg sync.WaitGroup
@@ -451,7 +455,7 @@ func TestClose(t *testing.T) {
 		}
 	})
 	t.Run("ctx ends first", func(t *testing.T) {
-		mem := staging.NewMem()
+		mem := mem.New()
 		g := newGate(mem)
 		l := openLog(t, g, Options{})
 		var wg sync.WaitGroup
@@ -496,11 +500,11 @@ func TestExistsList(t *testing.T) {
 		}, true, []uint64{3, 12}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := staging.NewMem()
+			mem := mem.New()
 			for _, k := range tc.keys {
 				put(mem, k)
 			}
-			cnt := staging.NewCounting(mem)
+			cnt := counting.New(mem)
 			ok, err := Exists(context.Background(), cnt, testPrefix)
 			if err != nil || ok != tc.exists {
 				t.Fatalf("Exists: %v, %v; want %v", ok, err, tc.exists)
@@ -517,7 +521,7 @@ func TestExistsList(t *testing.T) {
 				for _, s := range tc.seqs {
 					want = want || s > seq
 				}
-				cnt := staging.NewCounting(mem)
+				cnt := counting.New(mem)
 				got, err := After(context.Background(), cnt, testPrefix, seq)
 				if err != nil || got != want || cnt.Snapshot().Total().Requests != 1 {
 					t.Fatalf("After(%d): %v, %v (%s); want %v in one request", seq, got, err, cnt.Snapshot(), want)
@@ -525,18 +529,18 @@ func TestExistsList(t *testing.T) {
 			}
 		})
 	}
-	f := staging.NewFaults(staging.NewMem(), 1)
-	f.Add(staging.Rule{Op: staging.OpList, Kind: staging.FaultError})
-	if _, err := Exists(context.Background(), f, testPrefix); !errors.Is(err, staging.ErrInjected) {
+	f := faulty.New(mem.New(), 1)
+	f.Add(faulty.Rule{Op: staging.OpList, Kind: faulty.Error})
+	if _, err := Exists(context.Background(), f, testPrefix); !errors.Is(err, faulty.ErrInjected) {
 		t.Fatalf("Exists on a failing store: %v", err)
 	}
-	if _, err := List(context.Background(), f, testPrefix); !errors.Is(err, staging.ErrInjected) {
+	if _, err := List(context.Background(), f, testPrefix); !errors.Is(err, faulty.ErrInjected) {
 		t.Fatalf("List on a failing store: %v", err)
 	}
 }
 
 func TestReadRecord(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	l := openLog(t, mem, Options{})
 	ops := []Op{writeOp(10, "data"), {Kind: OpTruncate, Off: 12, MtimeNs: 5}}
 	seq := mustAppend(t, l, ops...)
@@ -563,8 +567,8 @@ func TestReadRecord(t *testing.T) {
 // TestTakenFailsQueued: batches queued behind the record that found its name
 // taken fail with it, without a PUT.
 func TestTakenFailsQueued(t *testing.T) {
-	mem := staging.NewMem()
-	cnt := staging.NewCounting(mem)
+	mem := mem.New()
+	cnt := counting.New(mem)
 	g := newGate(cnt)
 	l := openLog(t, g, Options{MaxInFlight: 1, BatchBytes: EncodedSize([]Op{writeOp(0, "x")})})
 	if _, err := mem.Put(context.Background(), RecordKey(testPrefix, 2), []byte("theirs"), staging.PutOptions{}); err != nil {
@@ -608,7 +612,7 @@ func (s *tearStore) Put(ctx context.Context, key string, data []byte, opts stagi
 		if _, err := s.Store.Put(ctx, key, data[:len(data)/2], opts); err != nil {
 			return staging.ObjectInfo{}, err
 		}
-		return staging.ObjectInfo{}, fmt.Errorf("upload cut short: %w", staging.ErrInjected)
+		return staging.ObjectInfo{}, fmt.Errorf("upload cut short: %w", faulty.ErrInjected)
 	}
 	return s.Store.Put(ctx, key, data, opts)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
 	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
@@ -105,7 +106,7 @@ func TestS3(t *testing.T) {
 func TestS3TakeBack(t *testing.T) {
 	ctx := context.Background()
 	raw := s3test.NewStore(t)
-	faults := staging.NewFaults(raw, 1)
+	faults := faulty.New(raw, 1)
 	const ttl = 300 * time.Millisecond
 	a, err := Open(ctx, faults, testPrefix, Options{Tag: 5, LeaseTTL: ttl})
 	if err != nil {
@@ -123,7 +124,7 @@ func TestS3TakeBack(t *testing.T) {
 	}
 
 	// 1. An outage; another opener takes the expired lease and lets it go.
-	outage := faults.Add(staging.Rule{Op: staging.OpAny, KeyPrefix: ownerKey, Kind: staging.FaultError})
+	outage := faults.Add(faulty.Rule{Op: staging.OpAny, KeyPrefix: ownerKey, Kind: faulty.Error})
 	waitFor(t, "the lease to expire", func() bool { return time.Now().After(readOwner(t, raw).Expires) })
 	b, err := Open(ctx, raw, testPrefix, Options{Tag: 5, LeaseTTL: ttl})
 	if err != nil {

@@ -18,7 +18,7 @@ import (
 	"github.com/ckptfs/ckptfs/cmd/ckptfs/internal/seedbench"
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/link"
 )
 
 const benchLong = `ckptfs bench: reproduces the seed's tables on memory staging behind an emulated
@@ -98,7 +98,7 @@ func benchArgv(c *cobra.Command) []string {
 type benchConfig struct {
 	tables   []string
 	size     int64
-	profiles []staging.LinkProfile
+	profiles []link.Profile
 	rates    []float64
 	hots     []int64
 	repeats  int
@@ -131,11 +131,11 @@ func parseBenchFlags(table, size, profile, rates, hot string, repeats int) (benc
 	case "all":
 		c.profiles = seedbench.Profiles()
 	default:
-		p, err := staging.LinkProfileByName(profile)
+		p, err := link.ProfileByName(profile)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("--profile: %w", err))
 		}
-		c.profiles = []staging.LinkProfile{p}
+		c.profiles = []link.Profile{p}
 	}
 	for _, f := range strings.Split(rates, ",") {
 		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)

@@ -18,6 +18,8 @@ import (
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/link"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -60,7 +62,7 @@ func walBenchParams() engine.Params {
 
 // walCell is one measured run of the WAL table.
 type walCell struct {
-	Profile   staging.LinkProfile
+	Profile   link.Profile
 	WriteSize int
 	Writers   int
 	Duration  time.Duration
@@ -144,7 +146,7 @@ func (r walRow) LinkFloor() time.Duration {
 	return walPutFloor(r.Profile, wal.EncodedSize([]wal.Op{{Kind: wal.OpWrite, Data: make([]byte, r.WriteSize)}}))
 }
 
-func walPutFloor(p staging.LinkProfile, n int) time.Duration {
+func walPutFloor(p link.Profile, n int) time.Duration {
 	d := p.Latency
 	if p.PerRequestBps > 0 {
 		d += time.Duration(float64(n) / p.PerRequestBps * float64(time.Second))
@@ -203,10 +205,10 @@ func walRunOne(ctx context.Context, c walCell) (walRow, error) {
 	runtime.GC()
 	debug.FreeOSMemory()
 
-	mem := staging.NewMem()
+	mem := mem.New()
 	var linked staging.Store = mem
 	if c.Profile.Latency > 0 || c.Profile.PerRequestBps > 0 || c.Profile.TotalBps > 0 {
-		linked = staging.NewLink(mem, c.Profile)
+		linked = link.New(mem, c.Profile)
 	}
 	rc := &walRecordCounter{Store: linked, dir: walBenchPrefix + wal.Dir}
 	f, err := engine.Create(ctx, rc, walBenchPrefix, engine.Options{Params: c.Params, FileID: "bench"})
@@ -308,7 +310,7 @@ func walRunOne(ctx context.Context, c walCell) (walRow, error) {
 }
 
 // walTable measures every cell: each profile × write size × writers.
-func walTable(ctx context.Context, profiles []staging.LinkProfile, writers []int, d time.Duration, capBytes int64, progress func(walRow)) ([]walRow, error) {
+func walTable(ctx context.Context, profiles []link.Profile, writers []int, d time.Duration, capBytes int64, progress func(walRow)) ([]walRow, error) {
 	params := walBenchParams()
 	var rows []walRow
 	for _, p := range profiles {

@@ -9,14 +9,14 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/cmd/ckptfs/internal/seedbench"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/link"
 )
 
 // A tiny cell without a link: the row must add up, never be fast.
 func TestWALRunOne(t *testing.T) {
 	for _, ws := range walWriteSizes {
 		t.Run(walSizeName(int64(ws)), func(t *testing.T) {
-			c := walCell{Profile: staging.ProfileNone, WriteSize: ws, Writers: 8, Duration: 200 * time.Millisecond,
+			c := walCell{Profile: link.ProfileNone, WriteSize: ws, Writers: 8, Duration: 200 * time.Millisecond,
 				Cap: 4 * seedbench.MiB, Params: walBenchParams()}
 			r, err := walRunOne(context.Background(), c)
 			if err != nil {

@@ -23,6 +23,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 )
 
 // cpTempPrefix starts the name a copy is built under, in DST's directory,
@@ -117,7 +118,7 @@ func openCpVolume(ctx context.Context, spec string, so storeOpts) (*cpVolume, er
 		return nil, err
 	}
 	v, err := newCpVolume(ctx, st, root, spec)
-	if s3, ok := st.(*staging.S3); ok {
+	if s3, ok := st.(*s3.Store); ok {
 		err = s3.Explain(err)
 	}
 	return v, err

@@ -19,6 +19,10 @@ import (
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/dir"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
@@ -139,9 +143,9 @@ func runCp(args ...string) (int, string, string) {
 func TestCpByReference(t *testing.T) {
 	ctx := context.Background()
 	sizes := []int{64 << 10, 1 << 20, 8 << 20}
-	counts := map[int]staging.Counts{}
+	counts := map[int]counting.Counts{}
 	for i, size := range sizes {
-		cs := staging.NewCounting(staging.NewMem())
+		cs := counting.New(mem.New())
 		v := formatStore(t, cs)
 		data := randBytes(uint64(i), size)
 		importFile(t, v, "/src", data)
@@ -186,7 +190,7 @@ func TestCpByReference(t *testing.T) {
 // not change the copy, nor writing the copy the source.
 func TestCpSourceChangedAfter(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	v := formatStore(t, st)
 	data := randBytes(1, 1<<20+123)
 	importFile(t, v, "/src", data)
@@ -263,7 +267,7 @@ func (s *swapWatch) watch(check func(st staging.Store)) {
 // that is a directory receives DST/basename(SRC).
 func TestCpReplacesAtomically(t *testing.T) {
 	ctx := context.Background()
-	w := &swapWatch{Store: staging.NewMem()}
+	w := &swapWatch{Store: mem.New()}
 	v := formatStore(t, w)
 	oldData, newData := randBytes(2, 300<<10), randBytes(3, 700<<10)
 	importFile(t, v, "/dst", oldData)
@@ -350,7 +354,7 @@ func TestCpReplacesAtomically(t *testing.T) {
 // copies segment.MaxLineage deep) copies the bytes instead, and says so.
 func TestCpFallsBackToBytes(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	v := formatStore(t, st)
 	data := randBytes(4, 200<<10)
 	importFile(t, v, "/f0", data)
@@ -407,7 +411,7 @@ func TestCpLocalAndFrom(t *testing.T) {
 		if code != 0 || out != string(data) {
 			t.Fatalf("cat %s %s: exit %d, %d bytes (%s)", c.store, c.path, code, len(out), errOut)
 		}
-		d, err := staging.NewDir(strings.TrimPrefix(c.store, "file://"))
+		d, err := dir.New(strings.TrimPrefix(c.store, "file://"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -476,20 +480,20 @@ func TestCpErrors(t *testing.T) {
 // removes its temporary name and leaves DST as it was.
 func TestCpFailureLeavesNoTemp(t *testing.T) {
 	ctx := context.Background()
-	fs := staging.NewFaults(staging.NewMem(), 1)
+	fs := faulty.New(mem.New(), 1)
 	v := formatStore(t, fs)
 	old := randBytes(6, 100<<10)
 	importFile(t, v, "/dst", old)
 	importFile(t, v, "/src", randBytes(7, 100<<10))
 	for _, local := range []bool{false, true} {
-		id := fs.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "/" + volume.HeadName})
+		id := fs.Add(faulty.Rule{Op: staging.OpPut, KeySuffix: "/" + volume.HeadName})
 		req := cpRequest{dst: v, src: "/src", dstPath: "/dst"}
 		if local {
 			req = cpRequest{dst: v, local: true, src: localFile(t, "l", []byte("local")), dstPath: "/dst"}
 		}
 		err := cpRun(ctx, req, io.Discard)
 		fs.Remove(id)
-		if !errors.Is(err, staging.ErrInjected) {
+		if !errors.Is(err, faulty.ErrInjected) {
 			t.Fatalf("local %v: cp with the head refused: %v", local, err)
 		}
 		r := reopen(t, fs)
@@ -571,7 +575,7 @@ func walWrite(t *testing.T, v *cpVolume, p string, data []byte, off int64) *engi
 // writer's log and lease are left alone.
 func TestCpIncludesWALRecords(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	v := formatStore(t, st)
 	data := randBytes(7, 300<<10)
 	importFile(t, v, "/f", data)
@@ -601,7 +605,7 @@ func TestCpIncludesWALRecords(t *testing.T) {
 // copies that checkpoint by reference.
 func TestCpAfterWALWriterGone(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	v := formatStore(t, st)
 	data := randBytes(9, 300<<10)
 	importFile(t, v, "/f", data)

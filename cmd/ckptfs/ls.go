@@ -10,7 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ckptfs/ckptfs/fs/inspect"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 )
 
 // toolFlags are the flags every offline command shares: -o store options.
@@ -36,7 +36,7 @@ func (t *toolFlags) openVolume(ctx context.Context, spec string) (*inspect.Volum
 		return nil, err
 	}
 	v, err := inspect.Open(ctx, st, root)
-	if s3, ok := st.(*staging.S3); ok {
+	if s3, ok := st.(*s3.Store); ok {
 		err = s3.Explain(err)
 	}
 	return v, err

@@ -22,6 +22,10 @@ import (
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/dir"
+	"github.com/ckptfs/ckptfs/staging/link"
+	"github.com/ckptfs/ckptfs/staging/mem"
+	"github.com/ckptfs/ckptfs/staging/s3"
 )
 
 // daemonEnv marks the detached child of a mount; its value is the number of
@@ -98,15 +102,15 @@ func newMountCmd(mount mountFunc) *cobra.Command {
 type storeOpts struct {
 	endpoint, region, profile string
 	pathStyle                 bool
-	// S3 only (staging.S3Config checks them)
+	// S3 only (s3.Config checks them)
 	sse, sseKMSKeyID, storageClass, checksum string
 	caBundle                                 string // absolute
 	requesterPays                            bool
-	logFile                                  string             // not a store option: where a detached mount logs
-	timeouts                                 staging.S3Timeouts // from the mount's configuration; zero: defaults
-	create                                   bool               // create the volume if there is none
-	singleWriter                             bool               // mount even if the store ignores conditions
-	mountTimeout                             time.Duration      // bound on the start; zero: defaultMountTimeout
+	logFile                                  string        // not a store option: where a detached mount logs
+	timeouts                                 s3.Timeouts   // from the mount's configuration; zero: defaults
+	create                                   bool          // create the volume if there is none
+	singleWriter                             bool          // mount even if the store ignores conditions
+	mountTimeout                             time.Duration // bound on the start; zero: defaultMountTimeout
 }
 
 // startBound is the bound on reaching the store and opening the volume.
@@ -227,12 +231,12 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 	}
 	switch u.Scheme {
 	case "mem":
-		return staging.NewMem(), "", nil
+		return mem.New(), "", nil
 	case "file":
 		if u.Host != "" || u.User != nil || !filepath.IsAbs(u.Path) {
 			return nil, "", fmt.Errorf("store %q: want file:///absolute/dir", spec)
 		}
-		d, err := staging.NewDir(u.Path)
+		d, err := dir.New(u.Path)
 		if err != nil {
 			return nil, "", fmt.Errorf("store %s: %w", spec, err)
 		}
@@ -245,7 +249,7 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 		if prefix != "" {
 			prefix += "/"
 		}
-		s, err := staging.NewS3(ctx, staging.S3Config{
+		s, err := s3.New(ctx, s3.Config{
 			Bucket: u.Host, Prefix: prefix, Endpoint: so.endpoint, Region: so.region,
 			PathStyle: so.pathStyle, Profile: so.profile, Timeouts: so.timeouts,
 			SSE: so.sse, SSEKMSKeyID: so.sseKMSKeyID, StorageClass: so.storageClass,
@@ -294,16 +298,16 @@ func explainStart(ctx context.Context, err error, st staging.Store, spec string,
 			shown, fusefs.VolumeKey, shown), err}
 	}
 	where := shown
-	if s3, ok := st.(*staging.S3); ok {
+	if s3, ok := st.(*s3.Store); ok {
 		err = s3.Explain(err)
 		where = s3.ShownEndpoint()
 	}
 	if ctx.Err() == context.DeadlineExceeded {
 		// What the last attempt met says more than "deadline exceeded".
 		what := err.Error()
-		var p *staging.S3Problem
+		var p *s3.Problem
 		if !errors.As(err, &p) {
-			if s3, ok := st.(*staging.S3); ok {
+			if s3, ok := st.(*s3.Store); ok {
 				// The deadline hides what the attempts met: see whether
 				// the endpoint takes connections at all.
 				dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -349,11 +353,11 @@ func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger
 		st = wrap(st)
 	}
 	if cfg.EmulateLink != config.LinkNone {
-		p, err := staging.LinkProfileByName(cfg.EmulateLink.String())
+		p, err := link.ProfileByName(cfg.EmulateLink.String())
 		if err != nil {
 			return nil, fmt.Errorf("option emulate_link: %w", err)
 		}
-		st = staging.NewLink(st, p)
+		st = link.New(st, p)
 	}
 	// mem:// is new at every mount: there is nothing to mistype.
 	isMem := strings.HasPrefix(spec, "mem:")

@@ -12,6 +12,8 @@ import (
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/dir"
+	"github.com/ckptfs/ckptfs/staging/s3"
 	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
@@ -72,8 +74,8 @@ func TestTakeStoreOptsOps(t *testing.T) {
 // mount (without create) of a store without one fails with the line that
 // says how to create it, writing nothing.
 func TestFormat(t *testing.T) {
-	dir := t.TempDir()
-	store := "file://" + dir
+	root := t.TempDir()
+	store := "file://" + root
 	cfg := config.MountDefault(config.TotalRAM())
 
 	fsys, err := openFS(store, storeOpts{}, cfg, nopLog(), func(string) {})
@@ -85,7 +87,7 @@ func TestFormat(t *testing.T) {
 	if err.Error() != want || !errors.Is(err, volume.ErrNoVolume) {
 		t.Fatalf("mount of an empty store: %q, want %q", err, want)
 	}
-	d, err := staging.NewDir(dir)
+	d, err := dir.New(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,12 +169,12 @@ func TestMountErrorsS3(t *testing.T) {
 		kind  error
 	}{
 		{"missing bucket", "s3://no-such-bucket-ckptfs/vol", func(so storeOpts) storeOpts { return so }, nil,
-			`no bucket "no-such-bucket-ckptfs" at ` + c.Endpoint + `: check the bucket name in the store URL (and endpoint=)`, staging.ErrNoSuchBucket},
+			`no bucket "no-such-bucket-ckptfs" at ` + c.Endpoint + `: check the bucket name in the store URL (and endpoint=)`, s3.ErrNoSuchBucket},
 		{"bad secret", store, func(so storeOpts) storeOpts { return so },
 			func(t *testing.T) { t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong"+c.SecretKey) },
-			`bucket "` + c.Bucket + `" at ` + c.Endpoint + ` refused the credentials (the secret key does not match the access key): check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the profile)`, staging.ErrBadCredentials},
+			`bucket "` + c.Bucket + `" at ` + c.Endpoint + ` refused the credentials (the secret key does not match the access key): check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the profile)`, s3.ErrBadCredentials},
 		{"closed port", store, func(so storeOpts) storeOpts { so.endpoint = closed; so.mountTimeout = 2 * time.Second; return so }, nil,
-			`gave up after mount_timeout=2s reaching ` + closed + `: cannot reach ` + closed + ` for bucket "` + c.Bucket + `" (connection refused): check endpoint= and that the server is up`, staging.ErrUnreachable},
+			`gave up after mount_timeout=2s reaching ` + closed + `: cannot reach ` + closed + ` for bucket "` + c.Bucket + `" (connection refused): check endpoint= and that the server is up`, s3.ErrUnreachable},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

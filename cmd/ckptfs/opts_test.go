@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/config"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 )
 
 // TestBadOptionExitsUsage: a bad -o, an unknown name or a store option
@@ -119,7 +119,7 @@ func TestToolsTakeStoreTunables(t *testing.T) {
 		t.Errorf("mount with %s: exit %d, %q", opts, code, errOut)
 	}
 	so, _, err := parseToolOpts(strings.Split(opts, ","))
-	want := staging.S3Timeouts{Connect: 5 * time.Second, Request: time.Hour, Stall: 2 * time.Minute, RetryMax: 864 * time.Second}
+	want := s3.Timeouts{Connect: 5 * time.Second, Request: time.Hour, Stall: 2 * time.Minute, RetryMax: 864 * time.Second}
 	if err != nil || so.timeouts != want || so.mountTimeout != 24*time.Hour {
 		t.Errorf("parseToolOpts(%s) = %+v, %v; want timeouts %+v", opts, so, err, want)
 	}

@@ -13,6 +13,8 @@ import (
 
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 func nopLog() *zap.Logger { return zap.NewNop() }
@@ -44,7 +46,7 @@ func TestProbeConditions(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			mem := staging.NewMem()
+			mem := mem.New()
 			err := probeConditions(ctx, ignoring{mem, c.drop}, "vol/")
 			if !errors.Is(err, c.want) || (c.want == nil) != (err == nil) {
 				t.Fatalf("probeConditions = %v, want %v", err, c.want)
@@ -84,7 +86,7 @@ type retrying struct{ staging.Store }
 
 func (s retrying) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
 	info, err := s.Store.Put(ctx, key, data, o)
-	if errors.Is(err, staging.ErrInjected) {
+	if errors.Is(err, faulty.ErrInjected) {
 		return s.Store.Put(ctx, key, data, o)
 	}
 	return info, err
@@ -95,16 +97,16 @@ func (s retrying) Put(ctx context.Context, key string, data []byte, o staging.Pu
 // very create can have made it); nor is a delete of the probe that fails.
 func TestProbeLostAnswerAndFailedDelete(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 1)
-	faults.Add(staging.Rule{Op: staging.OpPut, Nth: 1, Kind: staging.FaultLostAnswer})
+	mem := mem.New()
+	faults := faulty.New(mem, 1)
+	faults.Add(faulty.Rule{Op: staging.OpPut, Nth: 1, Kind: faulty.LostAnswer})
 	if err := probeConditions(ctx, retrying{faults}, "vol/"); err != nil {
 		t.Fatalf("probe with the first answer lost: %v", err)
 	}
 	if objs, _ := staging.ListAll(ctx, mem, ""); len(objs) != 0 {
 		t.Fatalf("the probe left %v", objs)
 	}
-	faults.Add(staging.Rule{Op: staging.OpDelete, Kind: staging.FaultError})
+	faults.Add(faulty.Rule{Op: staging.OpDelete, Kind: faulty.Error})
 	if err := probeConditions(ctx, retrying{faults}, "vol/"); err != nil {
 		t.Fatalf("probe whose delete failed: %v", err)
 	}

@@ -19,6 +19,8 @@ import (
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -166,7 +168,7 @@ func TestKeepRetainsNewestAndTheyReadBack(t *testing.T) {
 		{"stream no send-ahead keep 3", segment.FormatStream, false, 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := staging.NewMem()
+			st := mem.New()
 			h := writeHistory(t, st, "file1", params(tc.format, tc.sendAhead), n, 7)
 			other := writeHistory(t, st, "file2", params(tc.format, tc.sendAhead), 3, 8)
 			before := keys(t, st, "")
@@ -223,7 +225,7 @@ func reversed(s []uint64) []uint64 {
 }
 
 func TestDryRunDeletesNothing(t *testing.T) {
-	st := staging.NewMem()
+	st := mem.New()
 	h := writeHistory(t, st, "f", params(segment.FormatStream, true), 5, 3)
 	if _, err := st.CreateMultipart(context.Background(), h.prefix+"0000000099.1", staging.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -254,8 +256,8 @@ func TestDryRunDeletesNothing(t *testing.T) {
 // period, deleted once a later checkpoint passes it.
 func TestFailedFlushLeftover(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 1)
+	mem := mem.New()
+	faults := faulty.New(mem, 1)
 	p := params(segment.FormatStream, false)
 	const id = "ff"
 	prefix := volume.FilePrefix("", id)
@@ -276,7 +278,7 @@ func TestFailedFlushLeftover(t *testing.T) {
 	if _, err := f.WriteAt(ctx, []byte("second"), 100); err != nil {
 		t.Fatal(err)
 	}
-	faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "/inode", Times: 1})
+	faults.Add(faulty.Rule{Op: staging.OpPut, KeySuffix: "/inode", Times: 1})
 	if _, err := f.Flush(ctx); err == nil {
 		t.Fatal("flush with a failing head write succeeded")
 	}
@@ -332,7 +334,7 @@ func TestFailedFlushLeftover(t *testing.T) {
 // still works.
 func TestSentAheadSurvives(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := params(segment.FormatStream, true)
 	const id = "sa"
 	prefix := volume.FilePrefix("", id)
@@ -393,7 +395,7 @@ func TestSentAheadSurvives(t *testing.T) {
 
 func TestAbandonedUploads(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	key := volume.FilesPrefix("") + "u/0000000003.1"
 	if _, err := st.CreateMultipart(ctx, key, staging.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -429,7 +431,7 @@ func TestAbandonedUploads(t *testing.T) {
 
 func TestUnknownObjectsLeftAlone(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	h := writeHistory(t, st, "k", params(segment.FormatStream, false), 3, 4)
 	odd := []string{h.prefix + "notes.txt", volume.FilesPrefix("") + "headless/0000000001.0", volume.FilesPrefix("") + "stray"}
 	for _, k := range odd {
@@ -461,7 +463,7 @@ func TestUnknownObjectsLeftAlone(t *testing.T) {
 // naming it, and deletes nothing of that file.
 func TestCorruptCheckpointDeletesNothing(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	h := writeHistory(t, st, "c", params(segment.FormatStream, false), 4, 6)
 	key := h.prefix + segment.ObjectName{Cno: h.cnos[1]}.String()
 	b, _, err := st.Get(ctx, key, staging.Whole())
@@ -487,7 +489,7 @@ func TestCorruptCheckpointDeletesNothing(t *testing.T) {
 // file beside it is untouched.
 func TestOrphanedFile(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -544,7 +546,7 @@ func TestOrphanedFile(t *testing.T) {
 // acknowledged and not yet published) and the lease are kept.
 func TestWALRecords(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := params(segment.FormatStream, false)
 	p.WAL = true
 	prefix := volume.FilesPrefix("") + "w/"
@@ -606,7 +608,7 @@ type clockStore struct {
 }
 
 func newClockStore(clk *fakeclock.Clock) *clockStore {
-	return &clockStore{Store: staging.NewMem(), clk: clk, mod: map[string]time.Time{}, markers: make(chan string, 1000)}
+	return &clockStore{Store: mem.New(), clk: clk, mod: map[string]time.Time{}, markers: make(chan string, 1000)}
 }
 
 func (s *clockStore) stamp(key string) {
@@ -813,7 +815,7 @@ func TestRebasedWriterKeepsObjects(t *testing.T) {
 // does not decode is reported and keeps its file's objects.
 func TestWriterMarkers(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := params(segment.FormatStream, false)
 	live := writeHistory(t, st, "live", p, 2, 1)
 	bad := writeHistory(t, st, "bad", p, 2, 2)
@@ -893,7 +895,7 @@ func TestWriterMarkers(t *testing.T) {
 // is dead it is.
 func TestOrphanWithLiveWriter(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -930,8 +932,8 @@ func TestOrphanWithLiveWriter(t *testing.T) {
 // back; after the next flush stores the object, the same holds.
 func TestEmbeddedHeadPart0Missing(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 1)
+	mem := mem.New()
+	faults := faulty.New(mem, 1)
 	p := params(segment.FormatStream, false)
 	h := &history{id: "e", prefix: volume.FilesPrefix("") + "e/", p: p, contents: map[uint64][]byte{}}
 	f, err := engine.Create(ctx, faults, h.prefix, engine.Options{Params: p, FileID: h.id})
@@ -944,9 +946,9 @@ func TestEmbeddedHeadPart0Missing(t *testing.T) {
 		if _, err := f.WriteAt(ctx, data, int64(off)); err != nil {
 			t.Fatal(err)
 		}
-		var id staging.RuleID
+		var id faulty.RuleID
 		if lose {
-			id = faults.Add(staging.Rule{Op: staging.OpPut, Match: func(k string) bool { return strings.HasSuffix(k, ".0") }})
+			id = faults.Add(faulty.Rule{Op: staging.OpPut, Match: func(k string) bool { return strings.HasSuffix(k, ".0") }})
 		}
 		ft, err := f.Flush(ctx)
 		if lose {

@@ -17,6 +17,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // volFile opens (or creates) file id of the volume at the root "", able to
@@ -133,7 +134,7 @@ func TestCopyKeepsWhatItPointsAt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			st := staging.NewMem()
+			st := mem.New()
 			p := params(tc.format, tc.sendAhead)
 			r := rand.New(rand.NewPCG(1, 2))
 			const size = 20 << 10
@@ -221,7 +222,7 @@ func maxKey(m map[uint64][]string) uint64 {
 // before the copy.
 func TestOrphanACopyPointsInto(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := params(segment.FormatStream, false)
 	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
 	if err != nil {
@@ -289,7 +290,7 @@ func TestOrphanACopyPointsInto(t *testing.T) {
 // and cleaned, E still reads back, and so do D and X.
 func TestCopyOfACopy(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := params(segment.FormatStream, false)
 	r := rand.New(rand.NewPCG(5, 6))
 	const size = 16 << 10
@@ -351,7 +352,7 @@ func contentsAt(t *testing.T, st staging.Store, p engine.Params, id string, cno 
 // checkpoint of the copy reads back.
 func TestCopysOlderCheckpointKeeps(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := params(segment.FormatStream, false)
 	r := rand.New(rand.NewPCG(7, 8))
 	const size = 16 << 10
@@ -384,7 +385,7 @@ func TestCopysOlderCheckpointKeeps(t *testing.T) {
 // checkpoint of its own needs them they go.
 func TestCopyIntoAFileWithAHistory(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := params(segment.FormatStream, false)
 	r := rand.New(rand.NewPCG(9, 10))
 	const size = 12 << 10

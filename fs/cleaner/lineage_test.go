@@ -13,6 +13,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // putLineage stores a lineage object of the file at prefix made by cno,
@@ -62,7 +63,7 @@ func TestLineageObjectsAndStaleMarkers(t *testing.T) {
 		{"past grace, live writer", 2 * time.Hour, true, false, true, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			st := staging.NewMem()
+			st := mem.New()
 			h := writeHistory(t, st, "lin", params(segment.FormatStream, false), 3, 5)
 			below := putLineage(t, st, h.prefix, h.id, 2, "other", 1)
 			above := putLineage(t, st, h.prefix, h.id, 9, "other", 3)
@@ -120,7 +121,7 @@ func deletedKeys(rep *cleaner.Report) []string {
 // file dst a copy by reference of src.
 func testUnreadableCopy(t *testing.T, copyFn func(t *testing.T, st staging.Store, p engine.Params, dst, src string)) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := params(segment.FormatStream, false)
 	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
 	if err != nil {
@@ -200,7 +201,7 @@ func (h headHook) Head(ctx context.Context, key string) (staging.ObjectInfo, err
 // starting again) is not the marker judged stale: it stays.
 func TestStaleMarkerStoredAgainStays(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	h := writeHistory(t, mem, "s", params(segment.FormatStream, false), 2, 3)
 	marker := volume.RefKey(h.prefix, "ghost")
 	for _, tc := range []struct {

@@ -9,6 +9,9 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 const cloneFiles = "vol/f/"
@@ -65,7 +68,7 @@ func TestCloneReadsAndDiverges(t *testing.T) {
 	for _, fm := range []segment.Format{segment.FormatStream, segment.FormatParted} {
 		t.Run(fm.String(), func(t *testing.T) {
 			ctx := context.Background()
-			st := staging.NewMem()
+			st := mem.New()
 			p := smallParams(fm)
 			x := createIn(t, st, "x", p)
 			want := pattern(200<<10+77, 1)
@@ -132,7 +135,7 @@ func TestCloneRequestsIndependentOfSize(t *testing.T) {
 	ctx := context.Background()
 	var counts []int64
 	for _, n := range []int{64 << 10, 4 << 20} {
-		cs := staging.NewCounting(staging.NewMem())
+		cs := counting.New(mem.New())
 		p := smallParams(segment.FormatStream)
 		p.MaxObjectBytes = 256 << 10
 		x := createIn(t, cs, "x", p)
@@ -161,7 +164,7 @@ func TestCloneRequestsIndependentOfSize(t *testing.T) {
 // Unflushed writes of the source are in the copy: it is published first.
 func TestCloneSourceWithUnflushedWrites(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	x := createIn(t, st, "x", p)
 	want := pattern(30000, 1)
@@ -184,7 +187,7 @@ func TestCloneSourceWithUnflushedWrites(t *testing.T) {
 // What cannot be copied by reference says so, and changes nothing.
 func TestCloneUnsupported(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	x := createIn(t, st, "x", p)
 	writeFlush(t, x, pattern(3000, 1), 0)
@@ -230,7 +233,7 @@ func TestCloneUnsupported(t *testing.T) {
 // A copy MaxLineage deep is refused; one less is made.
 func TestCloneDepthBounded(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	prev := createIn(t, st, "c0", p)
 	want := pattern(2000, 1)
@@ -256,7 +259,7 @@ func TestCloneDepthBounded(t *testing.T) {
 // followed.
 func TestCloneForeignLineageRefused(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	x := createIn(t, st, "x", p)
 	writeFlush(t, x, pattern(3000, 1), 0)
@@ -293,20 +296,20 @@ func TestCloneForeignLineageRefused(t *testing.T) {
 // the source; one that fails leaves the file empty and writable, and what a
 // later write publishes reads back; the source never changes.
 func TestCloneUnderFaults(t *testing.T) {
-	for _, r := range []staging.Rule{
-		{Op: staging.OpPut, KeyPrefix: cloneFiles + "x/" + RefsDir, Nth: 1, Kind: staging.FaultError},
-		{Op: staging.OpPut, KeyPrefix: cloneFiles + "x/" + RefsDir, Nth: 1, Kind: staging.FaultLostAnswer},
-		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/" + segment.LineageDir, Nth: 1, Kind: staging.FaultError},
-		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/" + segment.LineageDir, Nth: 1, Kind: staging.FaultLostAnswer},
-		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: ".0", Nth: 1, Kind: staging.FaultError},
-		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: ".0", Nth: 1, Kind: staging.FaultLostAnswer},
-		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: "/inode", Nth: 1, Kind: staging.FaultError},
-		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: "/inode", Nth: 1, Kind: staging.FaultLostAnswer},
+	for _, r := range []faulty.Rule{
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "x/" + RefsDir, Nth: 1, Kind: faulty.Error},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "x/" + RefsDir, Nth: 1, Kind: faulty.LostAnswer},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/" + segment.LineageDir, Nth: 1, Kind: faulty.Error},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/" + segment.LineageDir, Nth: 1, Kind: faulty.LostAnswer},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: ".0", Nth: 1, Kind: faulty.Error},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: ".0", Nth: 1, Kind: faulty.LostAnswer},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: "/inode", Nth: 1, Kind: faulty.Error},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: "/inode", Nth: 1, Kind: faulty.LostAnswer},
 	} {
 		t.Run(fmt.Sprintf("%s %s%s %s", r.Op, r.KeyPrefix, r.KeySuffix, r.Kind), func(t *testing.T) {
 			ctx := context.Background()
-			mem := staging.NewMem()
-			faults := staging.NewFaults(mem, 1)
+			mem := mem.New()
+			faults := faulty.New(mem, 1)
 			p := smallParams(segment.FormatStream)
 			x := createIn(t, faults, "x", p)
 			want := pattern(40000, 1)
@@ -335,7 +338,7 @@ func TestCloneUnderFaults(t *testing.T) {
 // again by the next one: a failure is not kept.
 func TestCloneLineageReadFailsOnce(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := smallParams(segment.FormatStream)
 	x := createIn(t, mem, "x", p)
 	want := pattern(40000, 1)
@@ -344,11 +347,11 @@ func TestCloneLineageReadFailsOnce(t *testing.T) {
 	if err := d.CloneFrom(ctx, x); err != nil {
 		t.Fatal(err)
 	}
-	faults := staging.NewFaults(mem, 1)
-	faults.Add(staging.Rule{Op: staging.OpGet, KeyPrefix: cloneFiles + "d/" + segment.LineageDir, Nth: 1, Kind: staging.FaultError})
+	faults := faulty.New(mem, 1)
+	faults.Add(faulty.Rule{Op: staging.OpGet, KeyPrefix: cloneFiles + "d/" + segment.LineageDir, Nth: 1, Kind: faulty.Error})
 	d2 := openIn(t, faults, "d", p)
 	buf := make([]byte, len(want))
-	if _, err := d2.ReadAt(ctx, buf, 0); !errors.Is(err, staging.ErrInjected) {
+	if _, err := d2.ReadAt(ctx, buf, 0); !errors.Is(err, faulty.ErrInjected) {
 		t.Fatalf("first read: %v, want the injected error", err)
 	}
 	mustEqual(t, "second read", readAll(t, d2), want)

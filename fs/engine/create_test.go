@@ -8,6 +8,8 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // A create whose head's answer was lost and resent finds its own head: the
@@ -15,7 +17,7 @@ import (
 // publish, so the resend meets that PUT.
 func TestCreateHeadAnswerLost(t *testing.T) {
 	for _, wal := range []bool{false, true} {
-		mem := staging.NewMem()
+		mem := mem.New()
 		p := smallParams(segment.FormatStream)
 		p.WAL = wal
 		f, err := Create(context.Background(), newResendStore(mem, true), "a/", Options{Params: p, FileID: "a/"})
@@ -43,7 +45,7 @@ func TestCreateHeadAnswerLost(t *testing.T) {
 func TestCreateRequests(t *testing.T) {
 	for _, wal := range []bool{false, true} {
 		ctx := context.Background()
-		cs := staging.NewCounting(staging.NewMem())
+		cs := counting.New(mem.New())
 		p := smallParams(segment.FormatStream)
 		p.WAL = wal
 		f, err := Create(ctx, cs, "a/", Options{Params: p, FileID: "a/"})
@@ -84,7 +86,7 @@ func TestCreateRequests(t *testing.T) {
 func TestCreateOverAnotherHeadConflicts(t *testing.T) {
 	for _, policy := range []ConflictPolicy{ConflictFailFast, ConflictRetry} {
 		ctx := context.Background()
-		mem := staging.NewMem()
+		mem := mem.New()
 		p := smallParams(segment.FormatStream)
 		p.ConflictPolicy = policy
 		a := mustCreate(t, mem, "a/", p)

@@ -12,6 +12,9 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // pairStore holds the first PUT until a second one arrives: two PUTs that
@@ -66,9 +69,9 @@ func TestSmallFileOneRoundTrip(t *testing.T) {
 		fm := c.fm
 		t.Run(fmt.Sprintf("%v-%d", fm, c.bs), func(t *testing.T) {
 			ctx := context.Background()
-			mem := staging.NewMem()
+			mem := mem.New()
 			ps := newPairStore(mem)
-			cs := staging.NewCounting(ps)
+			cs := counting.New(ps)
 			p := smallFileParams()
 			p.Format = fm
 			p.DataBlockSize = c.bs // 64 KiB: the mount's, a part 0 over 64 KiB
@@ -164,8 +167,8 @@ func TestEmbeddedPart0Lost(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			mem := staging.NewMem()
-			faults := staging.NewFaults(mem, 1)
+			mem := mem.New()
+			faults := faulty.New(mem, 1)
 			p := smallFileParams()
 			f, err := Create(ctx, faults, "l/", Options{Params: p, FileID: "l/"})
 			if err != nil {
@@ -175,7 +178,7 @@ func TestEmbeddedPart0Lost(t *testing.T) {
 			if _, err := f.WriteAt(ctx, v1, 0); err != nil {
 				t.Fatal(err)
 			}
-			id := faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "0000000001.0", Kind: staging.FaultError})
+			id := faults.Add(faulty.Rule{Op: staging.OpPut, KeySuffix: "0000000001.0", Kind: faulty.Error})
 			if _, err := f.Flush(ctx); err != nil {
 				t.Fatalf("flush whose part 0 fails: %v (the head decides)", err)
 			}
@@ -236,8 +239,8 @@ func TestEmbeddedPart0Lost(t *testing.T) {
 // publish replaces it with its copy, and everything reads back.
 func TestEmbeddedPart0TakenByLoser(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 1)
+	mem := mem.New()
+	faults := faulty.New(mem, 1)
 	p := smallFileParams()
 	f, err := Create(ctx, faults, "r/", Options{Params: p, FileID: "r/"})
 	if err != nil {
@@ -247,7 +250,7 @@ func TestEmbeddedPart0TakenByLoser(t *testing.T) {
 	if _, err := f.WriteAt(ctx, v1, 0); err != nil {
 		t.Fatal(err)
 	}
-	id := faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "0000000001.0", Kind: staging.FaultError})
+	id := faults.Add(faulty.Rule{Op: staging.OpPut, KeySuffix: "0000000001.0", Kind: faulty.Error})
 	if _, err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -280,7 +283,7 @@ func TestEmbeddedPart0TakenByLoser(t *testing.T) {
 // stored as before: part 0, then the head, which carries no copy.
 func TestLargeCheckpointNotEmbedded(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := smallFileParams()
 	f, err := Create(ctx, mem, "b/", Options{Params: p, FileID: "b/"})
 	if err != nil {
@@ -307,7 +310,7 @@ func TestLargeCheckpointNotEmbedded(t *testing.T) {
 // punched or a truncate removes blocks, and the head records the count.
 func TestStatBlocks(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := smallParams(segment.FormatStream) // 512-byte blocks
 	f, err := Create(ctx, mem, "k/", Options{Params: p, FileID: "k/"})
 	if err != nil {
@@ -368,7 +371,7 @@ func TestStatBlocks(t *testing.T) {
 // first flush counts the map, and the head written then records it.
 func TestStatBlocksFromVersion1Head(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := smallParams(segment.FormatStream)
 	p.EmbedMaxBytes = -1
 	f, err := Create(ctx, mem, "v/", Options{Params: p, FileID: "v/"})
@@ -422,8 +425,8 @@ func TestStatBlocksFromVersion1Head(t *testing.T) {
 // the next flush publishes everything.
 func TestEmbeddedPart0EnsureFails(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 1)
+	mem := mem.New()
+	faults := faulty.New(mem, 1)
 	p := smallFileParams()
 	f, err := Create(ctx, faults, "n/", Options{Params: p, FileID: "n/"})
 	if err != nil {
@@ -434,7 +437,7 @@ func TestEmbeddedPart0EnsureFails(t *testing.T) {
 	if _, err := f.WriteAt(ctx, v1, 0); err != nil {
 		t.Fatal(err)
 	}
-	id := faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "0000000001.0"})
+	id := faults.Add(faulty.Rule{Op: staging.OpPut, KeySuffix: "0000000001.0"})
 	if _, err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // mustCreate creates a file and stores its empty head at once, as a
@@ -76,13 +77,13 @@ func readAll(t *testing.T, f *File) []byte {
 }
 
 func TestOpenMissingIsErrNotExist(t *testing.T) {
-	if _, err := Open(context.Background(), staging.NewMem(), "b/", Options{FileID: "b/"}); !errors.Is(err, ErrNotExist) {
+	if _, err := Open(context.Background(), mem.New(), "b/", Options{FileID: "b/"}); !errors.Is(err, ErrNotExist) {
 		t.Fatalf("open missing: %v, want ErrNotExist", err)
 	}
 }
 
 func TestOpenRefusesAnotherFilesHead(t *testing.T) {
-	st := staging.NewMem()
+	st := mem.New()
 	mustCreate(t, st, "a/", smallParams(segment.FormatStream))
 	_, err := Open(context.Background(), st, "a/", Options{FileID: "not-a"})
 	if !errors.Is(err, segment.ErrWrongObject) {
@@ -97,7 +98,7 @@ func TestDirtyLimitHolds(t *testing.T) {
 	for _, fm := range []segment.Format{segment.FormatStream, segment.FormatParted} {
 		t.Run(fm.String(), func(t *testing.T) {
 			ctx := context.Background()
-			st := staging.NewMem()
+			st := mem.New()
 			p := smallParams(fm)
 			f := mustCreate(t, st, "d/", p)
 			data := pattern(int(4*p.DirtyLimit)+777, 1)
@@ -135,7 +136,7 @@ func TestTwoWriters(t *testing.T) {
 	for _, policy := range []ConflictPolicy{ConflictFailFast, ConflictRetry} {
 		t.Run(fmt.Sprint(policy), func(t *testing.T) {
 			ctx := context.Background()
-			st := staging.NewMem()
+			st := mem.New()
 			p := smallParams(segment.FormatStream)
 			p.ConflictPolicy = policy
 			a := mustCreate(t, st, "w/", p)
@@ -192,7 +193,7 @@ func TestTwoWriters(t *testing.T) {
 // not count as foreign changes; a rollback and a copy by reference do.
 func TestForeignChangesOwnWork(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	f := createIn(t, st, "o", p)
 	storeEmptyHead(t, f)
@@ -234,7 +235,7 @@ func TestForeignChangesOwnWork(t *testing.T) {
 
 func TestCorruptObjectRefused(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	p.EmbedMaxBytes = -1 // the stored object is damaged: read it, not the head's copy
 	f := mustCreate(t, st, "c/", p)
@@ -278,7 +279,7 @@ func TestCorruptObjectRefused(t *testing.T) {
 // writer owns a stripe and checks it reads back its own bytes.
 func TestConcurrentReadWrite(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	f := mustCreate(t, st, "r/", p)
 	const stripe = 9000
@@ -331,7 +332,7 @@ func TestConcurrentReadWrite(t *testing.T) {
 // writers wrote reads back, before and after a flush.
 func TestDisjointWritesInParallel(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := piecesParams(12 << 20)
 	p.DirtyLimit = 1 << 30
 	f := mustCreate(t, st, "pw/", p)

@@ -12,6 +12,9 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // Faults during flushes: every flush succeeds or fails with the data still
@@ -21,21 +24,21 @@ func TestFlushUnderFaults(t *testing.T) {
 	for _, fm := range []segment.Format{segment.FormatParted, segment.FormatStream} {
 		t.Run(fm.String(), func(t *testing.T) {
 			ctx := context.Background()
-			mem := staging.NewMem()
-			faults := staging.NewFaults(mem, 1)
+			mem := mem.New()
+			faults := faulty.New(mem, 1)
 			p := smallParams(fm)
 			p.DirtyLimit = 1 << 20 // faults only at the flush
 			f := mustCreate(t, faults, "ff/", p)
 			isPart0 := func(k string) bool { return strings.HasSuffix(k, ".0") }
 			isData := func(k string) bool { return !isPart0(k) && !strings.HasSuffix(k, "/inode") }
-			rules := []staging.Rule{
-				{Op: staging.OpPut, Match: isData, Nth: 1, Kind: staging.FaultError},
-				{Op: staging.OpPut, Match: isData, Nth: 1, Kind: staging.FaultLostAnswer},
-				{Op: staging.OpPut, Match: isPart0, Nth: 1, Kind: staging.FaultError},
-				{Op: staging.OpPut, Match: isPart0, Nth: 1, Kind: staging.FaultLostAnswer},
-				{Op: staging.OpPut, KeySuffix: "/inode", Nth: 1, Kind: staging.FaultError},
-				{Op: staging.OpPut, KeySuffix: "/inode", Nth: 1, Kind: staging.FaultLostAnswer},
-				{Op: staging.OpHead, Nth: 1, Kind: staging.FaultError},
+			rules := []faulty.Rule{
+				{Op: staging.OpPut, Match: isData, Nth: 1, Kind: faulty.Error},
+				{Op: staging.OpPut, Match: isData, Nth: 1, Kind: faulty.LostAnswer},
+				{Op: staging.OpPut, Match: isPart0, Nth: 1, Kind: faulty.Error},
+				{Op: staging.OpPut, Match: isPart0, Nth: 1, Kind: faulty.LostAnswer},
+				{Op: staging.OpPut, KeySuffix: "/inode", Nth: 1, Kind: faulty.Error},
+				{Op: staging.OpPut, KeySuffix: "/inode", Nth: 1, Kind: faulty.LostAnswer},
+				{Op: staging.OpHead, Nth: 1, Kind: faulty.Error},
 			}
 			var mu sync.Mutex
 			saved := map[uint64][]byte{0: {}}
@@ -142,12 +145,12 @@ func TestLostHeadAnswer(t *testing.T) {
 	for _, kind := range []string{"lost", "resent"} {
 		t.Run(kind, func(t *testing.T) {
 			ctx := context.Background()
-			mem := staging.NewMem()
+			mem := mem.New()
 			var st staging.Store
-			faults := staging.NewFaults(mem, 1)
+			faults := faulty.New(mem, 1)
 			rs := newResendStore(mem, false)
 			if kind == "lost" {
-				faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "/inode", Nth: 2, Kind: staging.FaultLostAnswer})
+				faults.Add(faulty.Rule{Op: staging.OpPut, KeySuffix: "/inode", Nth: 2, Kind: faulty.LostAnswer})
 				st = faults
 			} else {
 				st = rs
@@ -194,7 +197,7 @@ func TestReadPlanMatchesGets(t *testing.T) {
 	for _, fm := range []segment.Format{segment.FormatParted, segment.FormatStream} {
 		t.Run(fm.String(), func(t *testing.T) {
 			ctx := context.Background()
-			mem := staging.NewMem()
+			mem := mem.New()
 			p := smallParams(fm)
 			p.ReadGetMaxBytes = 4 * int64(p.DataBlockSize) // the cap splits stretches
 			p.DirtyLimit = 16 * int64(p.DataBlockSize)     // partial segments
@@ -221,7 +224,7 @@ func TestReadPlanMatchesGets(t *testing.T) {
 			if _, err := f.WriteAt(ctx, pattern(3*bs, 4), int64(20*bs)); err != nil { // still dirty
 				t.Fatal(err)
 			}
-			cnt := staging.NewCounting(mem)
+			cnt := counting.New(mem)
 			g := mustOpen(t, cnt, "rp/", p)
 			for _, r := range []struct{ off, n int64 }{{0, int64(100 * bs)}, {int64(35 * bs), int64(20 * bs)}, {int64(70*bs + 100), int64(17 * bs)}} {
 				plan, err := g.Plan(ctx, r.off, r.n)
@@ -258,7 +261,7 @@ func TestReadPlanMatchesGets(t *testing.T) {
 
 func TestFailFastRollbackReadsWinner(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatParted)
 	p.ConflictPolicy = ConflictFailFast
 	a := mustCreate(t, st, "ro/", p)
@@ -309,7 +312,7 @@ func (s *tearingStore) Put(ctx context.Context, key string, data []byte, o stagi
 // for a write whose answer was lost: the flush moves to new names.
 func TestTornObjectIsNotLanded(t *testing.T) {
 	ctx := context.Background()
-	st := &tearingStore{Store: staging.NewMem(), suffix: ".0"}
+	st := &tearingStore{Store: mem.New(), suffix: ".0"}
 	p := smallParams(segment.FormatStream)
 	p.EmbedMaxBytes = -1 // part 0 and the head one after the other
 	f, err := Create(ctx, st, "t/", Options{Params: p, FileID: "t"})

@@ -12,6 +12,8 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -20,7 +22,7 @@ import (
 // overhead above the budget, and it never spins with the file held.
 func TestSettleWithFullBudget(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	budget := NewBudget(16 << 20)
 	p := piecesParams(12 << 20)
 	a, err := Create(ctx, mem, "ba/", Options{Params: p, FileID: "ba/", Budget: budget})
@@ -97,7 +99,7 @@ func (s *failingSource) set(failAt int) {
 // publishes a file that reads back whole, by value and by reference.
 func TestRefFailsInLastPiece(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := piecesParams(12 << 20)
 	f := mustCreate(t, mem, "rl/", p)
 	data := pattern(8<<20, 92)
@@ -119,8 +121,8 @@ func TestRefFailsInLastPiece(t *testing.T) {
 // never shows that buffer's bytes, to a read or to the next publish.
 func TestWALFailedAppendLeavesFileAsItWas(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 4)
+	mem := mem.New()
+	faults := faulty.New(mem, 4)
 	p := walParams(segment.FormatStream)
 	f, err := Create(ctx, faults, "wa/", Options{Params: p, FileID: "wa/"})
 	if err != nil {
@@ -140,7 +142,7 @@ func TestWALFailedAppendLeavesFileAsItWas(t *testing.T) {
 	for range 64 {
 		putBlockBuf(bytes.Repeat([]byte{0xEE}, bs))
 	}
-	id := faults.Add(staging.Rule{Op: staging.OpPut, KeyPrefix: "wa/" + wal.Dir, Kind: staging.FaultError})
+	id := faults.Add(faulty.Rule{Op: staging.OpPut, KeyPrefix: "wa/" + wal.Dir, Kind: faulty.Error})
 	if _, err := f.WriteAt(ctx, pattern(bs, 94), int64(bs)); err == nil { // block 1, whole
 		t.Fatalf("a write whose log append failed succeeded")
 	}
@@ -187,9 +189,9 @@ func liveObjects(t *testing.T, f *File) map[string]bool {
 // flush resolves its own writes: the object landed, its data counts as sent,
 // and it is the one the checkpoint uses (nothing is left behind).
 func TestSendAheadLostCompleteAnswer(t *testing.T) {
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 5)
-	faults.Add(staging.Rule{Op: staging.OpCompleteMultipart, Nth: 1, Kind: staging.FaultLostAnswer})
+	mem := mem.New()
+	faults := faulty.New(mem, 5)
+	faults.Add(faulty.Rule{Op: staging.OpCompleteMultipart, Nth: 1, Kind: faulty.LostAnswer})
 	p := piecesParams(12 << 20)
 	f := mustCreate(t, faults, "lc/", p)
 	data := pattern(30<<20, 96)
@@ -215,7 +217,7 @@ func TestSendAheadNamesAfterRollback(t *testing.T) {
 	for _, target := range []int64{1 << 20, 12 << 20} {
 		t.Run(fmt.Sprint(target), func(t *testing.T) {
 			ctx := context.Background()
-			mem := staging.NewMem()
+			mem := mem.New()
 			p := piecesParams(target)
 			f := mustCreate(t, mem, "rn/", p)
 			writeSeq(t, f, pattern(16<<20, 97), 0, 1<<20)
@@ -247,7 +249,7 @@ func TestSendAheadNamesAfterRollback(t *testing.T) {
 // by the cleaner, and another writer created that name again).
 func TestCacheNeverServesAReusedName(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := piecesParams(1 << 20)
 	p.ConflictPolicy = ConflictFailFast
 	a := mustCreate(t, mem, "cn/", p)
@@ -348,7 +350,7 @@ func (s *inflightStore) AbortMultipart(ctx context.Context, key, id string) erro
 func TestConcurrencyCapEveryRequest(t *testing.T) {
 	for _, target := range []int64{1 << 20, 12 << 20, 0} {
 		t.Run(fmt.Sprint(target), func(t *testing.T) {
-			mem := staging.NewMem()
+			mem := mem.New()
 			st := &inflightStore{Store: mem}
 			p := piecesParams(target)
 			p.Concurrency = 2
@@ -371,7 +373,7 @@ func TestPart0ObeysMaxObjectBytes(t *testing.T) {
 	for _, withWAL := range []bool{false, true} {
 		t.Run(fmt.Sprint("wal=", withWAL), func(t *testing.T) {
 			ctx := context.Background()
-			mem := staging.NewMem()
+			mem := mem.New()
 			p := smallParams(segment.FormatStream)
 			if withWAL {
 				p = walParams(segment.FormatStream)
@@ -413,7 +415,7 @@ func TestPart0ObeysMaxObjectBytes(t *testing.T) {
 // description); a rollback that drops nothing does not.
 func TestFailFastRollbackCountsLoss(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	p.ConflictPolicy = ConflictFailFast
 	a := mustCreate(t, st, "lo/", p)

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/segment"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // mergeOp is one change of a two-writer test: a write of n bytes of val at
@@ -111,7 +111,7 @@ func TestMergeIsSerial(t *testing.T) {
 		for _, v := range variants {
 			t.Run(c.name+"/"+v.name, func(t *testing.T) {
 				ctx := context.Background()
-				st := staging.NewMem()
+				st := mem.New()
 				p := v.p()
 				p.ConflictPolicy = ConflictRetry
 				model := bytes.Repeat([]byte{'X'}, int(base))
@@ -160,7 +160,7 @@ func TestMergeIsSerial(t *testing.T) {
 // reads the winner.
 func TestMergeZeroPastEndGivesWay(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	w := mustCreate(t, st, "z/", p)
 	writeFlush(t, w, bytes.Repeat([]byte{'X'}, 1000), 0)

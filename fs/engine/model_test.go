@@ -15,6 +15,8 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // smallParams make every mechanism fire often on little data: small blocks
@@ -395,7 +397,7 @@ func TestModelMem(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			runModel(t, staging.NewMem(), c.p, c.ops, c.maxOff, c.bigW)
+			runModel(t, mem.New(), c.p, c.ops, c.maxOff, c.bigW)
 		})
 	}
 }
@@ -418,14 +420,14 @@ func TestModelFaultsInFlight(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			mem := staging.NewMem()
-			faults := staging.NewFaults(mem, int64(modelSeed(t)))
+			mem := mem.New()
+			faults := faulty.New(mem, int64(modelSeed(t)))
 			isData := func(k string) bool { return !strings.HasSuffix(k, "/inode") }
 			for _, op := range []staging.Op{staging.OpPut, staging.OpUploadPart, staging.OpCompleteMultipart} {
-				faults.Add(staging.Rule{Op: op, Match: isData, Fraction: 0.05, Kind: staging.FaultError})
+				faults.Add(faulty.Rule{Op: op, Match: isData, Fraction: 0.05, Kind: faulty.Error})
 				// Short runs upload few objects: the first of each kind
 				// fails for certain.
-				faults.Add(staging.Rule{Op: op, Match: isData, Nth: 1, Kind: staging.FaultError})
+				faults.Add(faulty.Rule{Op: op, Match: isData, Nth: 1, Kind: faulty.Error})
 			}
 			n := ops
 			if c.name == "send-pieces" {
@@ -579,7 +581,7 @@ func TestModelTwoWriters(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			seed := modelSeed(t)
-			m := &twoWriters{t: t, ctx: context.Background(), st: staging.NewMem(), p: c.p,
+			m := &twoWriters{t: t, ctx: context.Background(), st: mem.New(), p: c.p,
 				rng: rand.New(rand.NewPCG(seed, 11)), seed: seed, maxOff: 60_000}
 			m.p.ConflictPolicy = ConflictRetry
 			w := mustCreate(t, m.st, "two/", m.p)

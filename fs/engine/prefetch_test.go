@@ -13,6 +13,9 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/link"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // getGauge counts the data GETs in flight at once and what the budget's
@@ -50,7 +53,7 @@ func (s *getGauge) maxInFlight() (int, int64) {
 
 // testLink is a link with a little latency and no bandwidth limit, so that
 // GETs overlap; no test asserts a time.
-var testLink = staging.LinkProfile{Name: "test", Latency: 2 * time.Millisecond}
+var testLink = link.Profile{Name: "test", Latency: 2 * time.Millisecond}
 
 func restoreParams() Params {
 	p := DefaultParams()
@@ -102,10 +105,10 @@ func streamRead(t *testing.T, f *File, off int64, chunk int) []byte {
 
 // openCounted opens prefix through a link, a gauge and a counting store, and
 // loads its whole block map, so that what is counted after is data.
-func openCounted(t *testing.T, mem staging.Store, prefix string, p Params, b *Budget) (*File, *getGauge, *staging.Counting) {
+func openCounted(t *testing.T, mem staging.Store, prefix string, p Params, b *Budget) (*File, *getGauge, *counting.Store) {
 	t.Helper()
-	g := &getGauge{Store: staging.NewLink(mem, testLink), budget: b}
-	c := staging.NewCounting(g)
+	g := &getGauge{Store: link.New(mem, testLink), budget: b}
+	c := counting.New(g)
 	f, err := Open(context.Background(), c, prefix, Options{Params: p, FileID: prefix, Budget: b})
 	if err != nil {
 		t.Fatal(err)
@@ -118,7 +121,7 @@ func openCounted(t *testing.T, mem staging.Store, prefix string, p Params, b *Bu
 }
 
 func TestSequentialReadFetchesAhead(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	const size = 40 << 20
 	want := storedFile(t, mem, "s/", p, size, 1)
@@ -147,7 +150,7 @@ func TestSequentialReadFetchesAhead(t *testing.T) {
 }
 
 func TestRandomReadsFetchOnlyTheirBlocks(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	const size = 64 << 20
 	want := storedFile(t, mem, "r/", p, size, 2)
@@ -180,7 +183,7 @@ func TestRandomReadsFetchOnlyTheirBlocks(t *testing.T) {
 }
 
 func TestReadAheadHoldsToBudgetShare(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	const size = 48 << 20
 	want := storedFile(t, mem, "b/", p, size, 3)
@@ -220,7 +223,7 @@ func TestReadAheadHoldsToBudgetShare(t *testing.T) {
 }
 
 func TestReadAheadYieldsToWriters(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	want := storedFile(t, mem, "y/", p, 16<<20, 4)
 	b := NewBudget(32 << 20)
@@ -244,15 +247,15 @@ func TestReadAheadYieldsToWriters(t *testing.T) {
 }
 
 func TestConcurrentReadersShareGets(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	p.CacheBytes = 64 << 20
 	const size = 8 << 20
 	want := storedFile(t, mem, "c/", p, size, 5)
 	// Reads planned at once: a slow link keeps the first read's GETs in
 	// flight while the others plan.
-	slow := staging.LinkProfile{Name: "slow", Latency: 20 * time.Millisecond}
-	c := staging.NewCounting(staging.NewLink(mem, slow))
+	slow := link.Profile{Name: "slow", Latency: 20 * time.Millisecond}
+	c := counting.New(link.New(mem, slow))
 	f, err := Open(context.Background(), c, "c/", Options{Params: p, FileID: "c/"})
 	if err != nil {
 		t.Fatal(err)
@@ -295,7 +298,7 @@ func TestConcurrentReadersShareGets(t *testing.T) {
 // one: nothing fetched ahead of the old map is served to the new one.
 func TestRewriteDuringReadNeverMixes(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	p.ConflictPolicy = ConflictFailFast
 	const size = 24 << 20
@@ -364,12 +367,12 @@ func TestRewriteDuringReadNeverMixes(t *testing.T) {
 
 // Reads ahead end at Close, and their goroutines with it.
 func TestCloseStopsReadAhead(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	storedFile(t, mem, "x/", p, 32<<20, 8)
 	b := NewBudget(256 << 20)
 	// A link slow enough that flights are still out when Close comes.
-	g := &getGauge{Store: staging.NewLink(mem, staging.LinkProfile{Name: "slow", Latency: 50 * time.Millisecond})}
+	g := &getGauge{Store: link.New(mem, link.Profile{Name: "slow", Latency: 50 * time.Millisecond})}
 	f, err := Open(context.Background(), g, "x/", Options{Params: p, FileID: "x/", Budget: b})
 	if err != nil {
 		t.Fatal(err)
@@ -404,20 +407,20 @@ func TestCloseStopsReadAhead(t *testing.T) {
 // kernel asks) over the emulated links (and none: the engine's own ceiling):
 // the engine's side of a restore, without FUSE.
 func BenchmarkRestore(b *testing.B) {
-	for _, prof := range []staging.LinkProfile{staging.ProfileGeneral, staging.ProfileDirectory, staging.ProfileNone} {
+	for _, prof := range []link.Profile{link.ProfileGeneral, link.ProfileDirectory, link.ProfileNone} {
 		b.Run(prof.Name, func(b *testing.B) { benchRestore(b, prof) })
 	}
 }
 
-func benchRestore(b *testing.B, prof staging.LinkProfile) {
-	mem := staging.NewMem()
+func benchRestore(b *testing.B, prof link.Profile) {
+	mem := mem.New()
 	p := restoreParams()
 	p.ReadGetMaxBytes = 16 << 20
 	p.MaxObjectBytes = 64 << 20
 	const size = 256 << 20
 	t := &testing.T{}
 	storedFile(t, mem, "bench/", p, size, 9)
-	link := staging.NewLink(mem, prof)
+	link := link.New(mem, prof)
 	buf := make([]byte, 128<<10)
 	b.SetBytes(size)
 	for b.Loop() {
@@ -438,7 +441,7 @@ func benchRestore(b *testing.B, prof staging.LinkProfile) {
 // written, streams dropped take what they fetched with them, and Close
 // returns the whole budget.
 func TestManyStreamsAtOnce(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	const size = 40 << 20
 	want := storedFile(t, mem, "many/", p, size, 10)
@@ -496,13 +499,13 @@ func TestManyStreamsAtOnce(t *testing.T) {
 // (Two planning one stretch at once split it between them block by block, in
 // many small GETs.)
 func TestConcurrentReadsOfOneStreamFetchWholePieces(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	const size = 40 << 20
 	want := storedFile(t, mem, "c/", p, size, 11)
-	slow := staging.LinkProfile{Name: "slow", Latency: 10 * time.Millisecond}
-	open := func() (*File, *staging.Counting) {
-		c := staging.NewCounting(staging.NewLink(mem, slow))
+	slow := link.Profile{Name: "slow", Latency: 10 * time.Millisecond}
+	open := func() (*File, *counting.Store) {
+		c := counting.New(link.New(mem, slow))
 		f, err := Open(context.Background(), c, "c/", Options{Params: p, FileID: "c/"})
 		if err != nil {
 			t.Fatal(err)
@@ -564,7 +567,7 @@ func TestConcurrentReadsOfOneStreamFetchWholePieces(t *testing.T) {
 // parallel): a stream's window stops where the next part's reader began, so
 // that no part is fetched twice.
 func TestReadersOfPartsFetchEachOnce(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	const size = 40 << 20
 	const parts = 4

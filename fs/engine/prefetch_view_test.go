@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // viewRead reads f from off to its end with ReadStreamView in reads of chunk
@@ -35,7 +35,7 @@ func viewRead(t *testing.T, f *File, off int64, chunk int) (out []byte, views in
 // A sequential reader's reads inside a piece fetched ahead are answered with
 // the piece's bytes (no copy), and they are the file's bytes.
 func TestStreamViewReadsFlightBytes(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	const size = 24 << 20
 	want := storedFile(t, mem, "v/", p, size, 11)
@@ -61,7 +61,7 @@ func TestStreamViewReadsFlightBytes(t *testing.T) {
 // copied, and a read past the end stops there.
 func TestStreamViewServesDirtyBlocks(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	const size = 16 << 20
 	want := storedFile(t, mem, "d/", p, size, 12)
@@ -118,7 +118,7 @@ func TestStreamViewServesDirtyBlocks(t *testing.T) {
 // The map ahead of a sequential reader's window is loaded before the window
 // gets there, so that planning never waits for an object's index.
 func TestReadAheadLoadsMapAhead(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := restoreParams()
 	const size = 64 << 20
 	storedFile(t, mem, "w/", p, size, 13)

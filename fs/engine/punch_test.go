@@ -7,6 +7,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -15,7 +16,7 @@ import (
 // checkpoint stores fewer blocks.
 func TestZeroRange(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	bs := int64(p.DataBlockSize)
 	f := mustCreate(t, st, "z/", p)
@@ -86,7 +87,7 @@ func TestWALZeroRange(t *testing.T) {
 	ctx := context.Background()
 	for _, fm := range []segment.Format{segment.FormatStream, segment.FormatParted} {
 		t.Run(fm.String(), func(t *testing.T) {
-			st := staging.NewMem()
+			st := mem.New()
 			o := Options{Params: walParams(fm), FileID: "a/"}
 			bs := int64(o.Params.DataBlockSize)
 			f, err := Create(ctx, st, "a/", o)
@@ -160,7 +161,7 @@ func newRecords(before, after []uint64) []uint64 {
 // the file decode from one record.
 func TestWALZeroRangeOneRecord(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	o := Options{Params: walParams(segment.FormatStream), FileID: "a/"}
 	f, err := Create(ctx, st, "a/", o)
 	if err != nil {
@@ -202,7 +203,7 @@ func TestWALZeroRangeOneRecord(t *testing.T) {
 // block by block, the other writer's blocks elsewhere stay.
 func TestZeroRangeMerge(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	p.ConflictPolicy = ConflictRetry
 	bs := int64(p.DataBlockSize)
@@ -254,7 +255,7 @@ func TestZeroRangeMerge(t *testing.T) {
 // (the later writer wins), not as a rollback.
 func TestZeroRangeGrowingMerge(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	p.ConflictPolicy = ConflictRetry
 	bs := int64(p.DataBlockSize)
@@ -301,7 +302,7 @@ func TestExtendMerge(t *testing.T) {
 	}{{"inside theirs", 18}, {"past theirs", 24}} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			st := staging.NewMem()
+			st := mem.New()
 			p := smallParams(segment.FormatStream)
 			p.ConflictPolicy = ConflictRetry
 			bs := int64(p.DataBlockSize)

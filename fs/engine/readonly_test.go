@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/segment"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // TestReadOnlyShowsWALRecords: a read-only open (a ro mount, the tools)
@@ -20,7 +20,7 @@ func TestReadOnlyShowsWALRecords(t *testing.T) {
 	ctx := context.Background()
 	for _, crashed := range []bool{false, true} {
 		t.Run(map[bool]string{false: "live writer", true: "crashed writer"}[crashed], func(t *testing.T) {
-			st := staging.NewMem()
+			st := mem.New()
 			o := Options{Params: walParams(segment.FormatStream), FileID: "ro"}
 			a, err := Create(ctx, st, "ro/", o)
 			if err != nil {

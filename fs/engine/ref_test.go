@@ -8,6 +8,9 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // countingSource counts reads and can be closed: a closed source fails, as
@@ -45,8 +48,8 @@ func (s *countingSource) close() {
 // reference is still sent ahead: references hold no memory.
 func TestWriteRefSentAheadWithDefaultLimits(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	cnt := staging.NewCounting(mem)
+	mem := mem.New()
+	cnt := counting.New(mem)
 	p := DefaultParams()
 	p.ChunkSize = 5 << 20
 	f := mustCreate(t, cnt, "wr/", p)
@@ -84,7 +87,7 @@ func TestWriteRefSentAheadWithDefaultLimits(t *testing.T) {
 // go by value.
 func TestWriteRefRewrites(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := piecesParams(12 << 20)
 	f := mustCreate(t, mem, "rw/", p)
 	src := &countingSource{data: pattern(20<<20, 22)}
@@ -113,9 +116,9 @@ func TestWriteRefRewrites(t *testing.T) {
 // the source, and nothing is lost.
 func TestWriteRefObjectFailed(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 4)
-	faults.Add(staging.Rule{Op: staging.OpUploadPart, Nth: 1, Kind: staging.FaultError})
+	mem := mem.New()
+	faults := faulty.New(mem, 4)
+	faults.Add(faulty.Rule{Op: staging.OpUploadPart, Nth: 1, Kind: faulty.Error})
 	p := piecesParams(12 << 20)
 	f := mustCreate(t, faults, "of/", p)
 	src := &countingSource{data: pattern(16<<20, 25)}

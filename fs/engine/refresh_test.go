@@ -10,6 +10,8 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // TestOpenSeesAnotherMountsClose: a File kept open (a mount's engine shared
@@ -17,7 +19,7 @@ import (
 // new open on that mount does; one holding changes of its own keeps them.
 func TestOpenSeesAnotherMountsClose(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewCounting(staging.NewMem())
+	st := counting.New(mem.New())
 	o := Options{Params: smallParams(segment.FormatStream), FileID: "c"}
 	w, err := Create(ctx, st, "c/", o)
 	if err != nil {
@@ -73,7 +75,7 @@ func TestOpenSeesAnotherMountsClose(t *testing.T) {
 // it publishes nothing.
 func TestRefreshAppliesLiveWritersRecords(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	o := Options{Params: walParams(segment.FormatStream), FileID: "lw"}
 	w, err := Create(ctx, st, "lw/", o)
 	if err != nil {
@@ -153,7 +155,7 @@ func TestRefreshAppliesLiveWritersRecords(t *testing.T) {
 // is left empty, with no head: the caller copies the bytes.
 func TestCloneRefusesOverlay(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	p := smallParams(segment.FormatStream)
 	wp := p
 	wp.WAL, wp.WALLeaseTTL = true, walParams(segment.FormatStream).WALLeaseTTL
@@ -214,7 +216,7 @@ func (s *replaceOnRef) Put(ctx context.Context, key string, data []byte, o stagi
 // by reference; the copy names nothing.
 func TestCloneSourceReplacedWhileCopied(t *testing.T) {
 	ctx := context.Background()
-	st := &replaceOnRef{Store: staging.NewMem()}
+	st := &replaceOnRef{Store: mem.New()}
 	p := smallParams(segment.FormatStream)
 	x := createIn(t, st, "x", p)
 	defer x.Close()
@@ -248,7 +250,7 @@ func TestCloneSourceReplacedWhileCopied(t *testing.T) {
 // writer created with the WAL and the records it logged after it.
 func TestRefreshCreatedHere(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	o := Options{Params: smallParams(segment.FormatStream), FileID: "ch"}
 	r, err := Create(ctx, st, "ch/", o)
 	if err != nil {

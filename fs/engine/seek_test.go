@@ -6,7 +6,8 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/segment"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 func TestSeekDataHole(t *testing.T) {
@@ -57,7 +58,7 @@ func TestSeekDataHole(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			ctx := context.Background()
-			f, err := Create(ctx, staging.NewMem(), "s/", Options{Params: p, FileID: "s/"})
+			f, err := Create(ctx, mem.New(), "s/", Options{Params: p, FileID: "s/"})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -104,8 +105,8 @@ func TestSeekDataHole(t *testing.T) {
 // million blocks) answers with a handful of node loads.
 func TestSeekSparseHugeFile(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	cs := staging.NewCounting(mem)
+	mem := mem.New()
+	cs := counting.New(mem)
 	p := smallParams(segment.FormatStream)
 	f := mustCreate(t, cs, "h/", p)
 	const size = 5 << 30

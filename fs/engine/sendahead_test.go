@@ -11,6 +11,9 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // piecesParams send ahead in pieces of 5 MiB (the store's minimum part).
@@ -82,8 +85,8 @@ func TestSendAheadRegimes(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			mem := staging.NewMem()
-			cnt := staging.NewCounting(mem)
+			mem := mem.New()
+			cnt := counting.New(mem)
 			p := piecesParams(c.target)
 			f := mustCreate(t, cnt, "sa/", p)
 			writeSeq(t, f, data, 0, 1<<20)
@@ -213,7 +216,7 @@ func (g *gate) UploadPart(ctx context.Context, key, id string, n int32, data []b
 // At most segment_mpu_max_concurrency objects in flight; the writer waits
 // for room.
 func TestSendAheadConcurrencyCap(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	g := newGate(mem)
 	p := piecesParams(1 << 20)
 	p.Concurrency = 2
@@ -244,7 +247,7 @@ func TestSendAheadConcurrencyCap(t *testing.T) {
 // A block written again while its object is open leaves a dead slot, and the
 // flush writes its last bytes.
 func TestSendAheadDeadSlot(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := piecesParams(12 << 20)
 	f := mustCreate(t, mem, "ds/", p)
 	ctx := context.Background()
@@ -291,7 +294,7 @@ func TestSendAheadDeadSlot(t *testing.T) {
 // fails the hash check when the object completes: it stays dirty and the
 // flush writes it.
 func TestSendAheadHashCheck(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	g := newGate(mem)
 	p := piecesParams(1 << 20) // whole objects
 	f := mustCreate(t, g, "hc/", p)
@@ -317,7 +320,7 @@ func TestSendAheadHashCheck(t *testing.T) {
 
 // Leaves sent with their data are not written again by the flush.
 func TestSendAheadCleanLeaves(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := piecesParams(12 << 20)
 	f := mustCreate(t, mem, "cl/", p)
 	data := pattern(40<<20, 17)
@@ -338,10 +341,10 @@ func TestSendAheadCleanLeaves(t *testing.T) {
 func TestSendAheadAbortIsNotAnError(t *testing.T) {
 	for _, target := range []int64{1 << 20, 12 << 20} {
 		t.Run(fmt.Sprint(target), func(t *testing.T) {
-			mem := staging.NewMem()
-			faults := staging.NewFaults(mem, 3)
-			faults.Add(staging.Rule{Op: staging.OpUploadPart, Nth: 2, Kind: staging.FaultError})
-			faults.Add(staging.Rule{Op: staging.OpPut, Match: func(k string) bool { return !strings.HasSuffix(k, "/inode") && !strings.HasSuffix(k, ".0") }, Nth: 3, Kind: staging.FaultError})
+			mem := mem.New()
+			faults := faulty.New(mem, 3)
+			faults.Add(faulty.Rule{Op: staging.OpUploadPart, Nth: 2, Kind: faulty.Error})
+			faults.Add(faulty.Rule{Op: staging.OpPut, Match: func(k string) bool { return !strings.HasSuffix(k, "/inode") && !strings.HasSuffix(k, ".0") }, Nth: 3, Kind: faulty.Error})
 			p := piecesParams(target)
 			f := mustCreate(t, faults, "ab/", p)
 			data := pattern(30<<20, 18)
@@ -364,7 +367,7 @@ func TestSendAheadAbortIsNotAnError(t *testing.T) {
 // A panic in an upload task is raised again in the call that next takes the
 // object in.
 func TestSendAheadPanicReraised(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	g := newGate(mem)
 	close(g.open)
 	g.panicOn = 1
@@ -386,7 +389,7 @@ func TestSendAheadPanicReraised(t *testing.T) {
 // An object whose leaves split past the spare before it closes is given up:
 // aborted, its blocks still dirty, counted dead.
 func TestSendAheadGiveUp(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	p := piecesParams(0)
 	p.MetaBlockSize = 256 // 7 entries a leaf: leaves split fast
 	const n = 1280        // blocks of one 5 MiB piece
@@ -423,7 +426,7 @@ func TestSendAheadGiveUp(t *testing.T) {
 func TestIsolation(t *testing.T) {
 	for _, target := range []int64{0, 1 << 20, 12 << 20} {
 		t.Run(fmt.Sprint(target), func(t *testing.T) {
-			mem := staging.NewMem()
+			mem := mem.New()
 			p := piecesParams(target)
 			f := mustCreate(t, mem, "is/", p)
 			ctx := context.Background()

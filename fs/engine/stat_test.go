@@ -9,6 +9,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -71,7 +72,7 @@ func watchdog(t *testing.T, what string, done <-chan struct{}) {
 // shows the new checkpoint, clean.
 func TestStatDuringStalledFlush(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	st := newStallStore(mem)
 	f := mustCreate(t, st, "f/", DefaultParams())
 	defer f.Close()
@@ -129,7 +130,7 @@ func TestStatDuringStalledFlush(t *testing.T) {
 // what was written replays at the next open.
 func TestCloseStalledPublish(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	st := newStallStore(mem)
 	o := Options{Params: walParams(segment.FormatStream), FileID: "cp"}
 	o.Params.WALLeaseTTL = 300 * time.Millisecond

@@ -14,6 +14,8 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -55,7 +57,7 @@ func TestWALCrashKeepsAcknowledged(t *testing.T) {
 	ctx := context.Background()
 	for _, fm := range []segment.Format{segment.FormatStream, segment.FormatParted} {
 		t.Run(fm.String(), func(t *testing.T) {
-			st := staging.NewMem()
+			st := mem.New()
 			o := Options{Params: walParams(fm), FileID: "a"}
 			f, err := Create(ctx, st, "a/", o)
 			if err != nil {
@@ -126,7 +128,7 @@ func commonPrefix(a, b []byte) int {
 // its records (and a checkpoint of its own later is not overwritten by them).
 func TestWALCrossReadable(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	on := Options{Params: walParams(segment.FormatStream), FileID: "x"}
 	off := on
 	off.Params.WAL = false
@@ -203,7 +205,7 @@ func (g *gateStore) Put(ctx context.Context, key string, data []byte, o staging.
 // block that it does not cover: they are read from the pinned part 0.
 func TestWALPartialWriteDuringPublish(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	gate := &gateStore{Store: mem, suffix: ".0", arrived: make(chan struct{}), release: make(chan struct{})}
 	o := Options{Params: walParams(segment.FormatStream), FileID: "p"}
 	f, err := Create(ctx, gate, "p/", o)
@@ -256,7 +258,7 @@ func TestWALPartialWriteDuringPublish(t *testing.T) {
 // clear error on its first change; once the first closes it may write.
 func TestWALOneWriter(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	o := Options{Params: walParams(segment.FormatStream), FileID: "w"}
 	a, err := Create(ctx, st, "w/", o)
 	if err != nil {
@@ -294,7 +296,7 @@ func TestWALOneWriter(t *testing.T) {
 
 func TestWALCreateRefusesLeftovers(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	if _, err := st.Put(ctx, "l/"+wal.Dir+"00000000000000000007", []byte("x"), staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -309,8 +311,8 @@ func TestWALCreateRefusesLeftovers(t *testing.T) {
 // among the last ones (an upload a crash cut short) is skipped.
 func TestWALReplayInterruptedTornAndCorrupt(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 1)
+	mem := mem.New()
+	faults := faulty.New(mem, 1)
 	o := Options{Params: walParams(segment.FormatParted), FileID: "r"}
 	f, err := Create(ctx, faults, "r/", o)
 	if err != nil {
@@ -328,7 +330,7 @@ func TestWALReplayInterruptedTornAndCorrupt(t *testing.T) {
 		copy(want[i*500:], p)
 	}
 	crash(t, f)
-	faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: "/inode", Times: 1, Kind: staging.FaultError})
+	faults.Add(faulty.Rule{Op: staging.OpPut, KeySuffix: "/inode", Times: 1, Kind: faulty.Error})
 	if _, err := Open(ctx, faults, "r/", o); err == nil {
 		t.Fatalf("open with the replay's head failing: no error")
 	}
@@ -415,7 +417,7 @@ func (l *latencyStore) Put(ctx context.Context, key string, data []byte, o stagi
 
 func TestWALGroupCommit(t *testing.T) {
 	ctx := context.Background()
-	st := &latencyStore{Store: staging.NewMem(), d: 5 * time.Millisecond}
+	st := &latencyStore{Store: mem.New(), d: 5 * time.Millisecond}
 	o := Options{Params: walParams(segment.FormatStream), FileID: "g"}
 	o.Params.DataBlockSize = 4096
 	o.Params.DirtyLimit = 64 << 20 // no partial segments: they hold the file
@@ -462,7 +464,7 @@ func TestWALGroupCommit(t *testing.T) {
 // the direct way, in parts.
 func TestWALLargeCheckpointDirect(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	o := Options{Params: walParams(segment.FormatStream), FileID: "big"}
 	o.Params.DirtyLimit = 1 << 20
 	f, err := Create(ctx, st, "big/", o)
@@ -498,8 +500,8 @@ func TestWALLargeCheckpointDirect(t *testing.T) {
 // the next Flush: nothing acknowledged is lost.
 func TestWALPublishFailsThenRecovers(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 3)
+	mem := mem.New()
+	faults := faulty.New(mem, 3)
 	o := Options{Params: walParams(segment.FormatStream), FileID: "f"}
 	f, err := Create(ctx, faults, "f/", o)
 	if err != nil {
@@ -509,7 +511,7 @@ func TestWALPublishFailsThenRecovers(t *testing.T) {
 	if _, err := f.WriteAt(ctx, []byte("first"), 0); err != nil {
 		t.Fatal(err)
 	}
-	faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: ".0", Times: publishAttempts, Kind: staging.FaultError})
+	faults.Add(faulty.Rule{Op: staging.OpPut, KeySuffix: ".0", Times: publishAttempts, Kind: faulty.Error})
 	if _, err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -550,14 +552,14 @@ func TestModelWAL(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			var st staging.Store = staging.NewMem()
-			var faults *staging.Faults
+			var st staging.Store = mem.New()
+			var faults *faulty.Store
 			if c.flaky {
-				faults = staging.NewFaults(st, int64(modelSeed(t)))
+				faults = faulty.New(st, int64(modelSeed(t)))
 				// Checkpoint objects fail, WAL records never: a write is
 				// acknowledged or refused, and publishes fail and recover.
 				isObject := func(k string) bool { return !strings.Contains(k, "/"+wal.Dir) }
-				faults.Add(staging.Rule{Op: staging.OpPut, Match: isObject, Fraction: 0.05, Kind: staging.FaultError})
+				faults.Add(faulty.Rule{Op: staging.OpPut, Match: isObject, Fraction: 0.05, Kind: faulty.Error})
 				st = faults
 			}
 			runModelFlaky(t, st, walParams(c.fm), ops, 200_000, 40_000, c.flaky)
@@ -572,7 +574,7 @@ func TestModelWAL(t *testing.T) {
 // the log); Sync waits for it, publishes the rest and waits for that too.
 func TestWALFlushDuringPublishAndSync(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	gate := &gateStore{Store: mem, suffix: ".0", arrived: make(chan struct{}), release: make(chan struct{})}
 	o := Options{Params: walParams(segment.FormatStream), FileID: "s"}
 	f, err := Create(ctx, gate, "s/", o)
@@ -622,7 +624,7 @@ func TestWALFlushDuringPublishAndSync(t *testing.T) {
 func TestWALSendsNothingAhead(t *testing.T) {
 	ctx := context.Background()
 	for _, wal := range []bool{false, true} {
-		st := staging.NewMem()
+		st := mem.New()
 		p := sendWholeParams()
 		p.WAL = wal
 		f, err := Create(ctx, st, "n/", Options{Params: p, FileID: "n"})
@@ -656,7 +658,7 @@ func TestWALSendsNothingAhead(t *testing.T) {
 // isolation does not split it off the WAL path.
 func TestWALPublishMixedIsOneObject(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	o := Options{Params: walParams(segment.FormatStream), FileID: "m"}
 	o.Params.MaxObjectBytes = 1 << 20
 	o.Params.DirtyLimit = 1 << 20
@@ -689,7 +691,7 @@ func TestWALPublishMixedIsOneObject(t *testing.T) {
 // what it had acknowledged is in the log for the next writer.
 func TestWALLeaseLost(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	o := Options{Params: walParams(segment.FormatStream), FileID: "ll"}
 	o.Params.WALLeaseTTL = 60 * time.Millisecond
 	f, err := Create(ctx, st, "ll/", o)
@@ -751,7 +753,7 @@ func TestWALReaderOverlaysLiveWriter(t *testing.T) {
 	ctx := context.Background()
 	for _, withWAL := range []bool{true, false} {
 		t.Run(map[bool]string{true: "reader with the WAL", false: "reader without the WAL"}[withWAL], func(t *testing.T) {
-			st := staging.NewMem()
+			st := mem.New()
 			o := Options{Params: walParams(segment.FormatStream), FileID: "ov"}
 			a, err := Create(ctx, st, "ov/", o)
 			if err != nil {
@@ -879,7 +881,7 @@ func walList(st staging.Store, prefix string) ([]uint64, error) {
 // them.
 func TestWALOverlayTooLarge(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	o := Options{Params: walParams(segment.FormatStream), FileID: "big"}
 	a, err := Create(ctx, st, "big/", o)
 	if err != nil {
@@ -907,8 +909,8 @@ func TestWALOverlayTooLarge(t *testing.T) {
 // conflicts with the replay's checkpoint and recovers, keeping everything.
 func TestWALLeaseTakenBackAfterReplay(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 5)
+	mem := mem.New()
+	faults := faulty.New(mem, 5)
 	o := Options{Params: walParams(segment.FormatStream), FileID: "tb"}
 	o.Params.WALLeaseTTL = 60 * time.Millisecond
 	a, err := Create(ctx, faults, "tb/", o)
@@ -920,7 +922,7 @@ func TestWALLeaseTakenBackAfterReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	owner := "tb/" + wal.Dir + wal.OwnerName
-	outage := faults.Add(staging.Rule{Op: staging.OpAny, KeyPrefix: owner, Kind: staging.FaultError})
+	outage := faults.Add(faulty.Rule{Op: staging.OpAny, KeyPrefix: owner, Kind: faulty.Error})
 	expired := func() bool {
 		b, _, err := mem.Get(ctx, owner, staging.Whole())
 		var o struct{ Expires time.Time }
@@ -985,7 +987,7 @@ func (s *getHookStore) Get(ctx context.Context, key string, r staging.Range) ([]
 // again and shows the writer's checkpoint, and so does ViewWAL.
 func TestWALOverlayWriterPublishesMeanwhile(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	o := Options{Params: walParams(segment.FormatStream), FileID: "pm"}
 	a, err := Create(ctx, mem, "pm/", o)
 	if err != nil {

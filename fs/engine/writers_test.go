@@ -12,6 +12,8 @@ import (
 	"github.com/ckptfs/ckptfs/fs/engine/fakeclock"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // markerParams send small objects ahead, whole.
@@ -85,7 +87,7 @@ func sentObjects(t *testing.T, f *File) []staging.ObjectInfo {
 // Close.
 func TestWriterMarkerLifecycle(t *testing.T) {
 	ctx := context.Background()
-	st := &countingPuts{Store: staging.NewMem()}
+	st := &countingPuts{Store: mem.New()}
 	clk := fakeclock.New()
 	f, err := Create(ctx, st, "wm/", Options{Params: markerParams(), FileID: "wm/", Clock: clk})
 	if err != nil {
@@ -136,11 +138,11 @@ func TestWriterMarkerLifecycle(t *testing.T) {
 
 // lapse sends data ahead, then lets the marker lapse: its renewals fail for
 // longer than its TTL.
-func lapse(t *testing.T, deleteOne bool) (*File, *staging.Faults, []byte) {
+func lapse(t *testing.T, deleteOne bool) (*File, *faulty.Store, []byte) {
 	t.Helper()
 	ctx := context.Background()
-	mem := staging.NewMem()
-	faults := staging.NewFaults(mem, 1)
+	mem := mem.New()
+	faults := faulty.New(mem, 1)
 	clk := fakeclock.New()
 	f, err := Create(ctx, faults, "lm/", Options{Params: markerParams(), FileID: "lm/", Clock: clk})
 	if err != nil {
@@ -153,7 +155,7 @@ func lapse(t *testing.T, deleteOne bool) (*File, *staging.Faults, []byte) {
 	if len(sent) == 0 {
 		t.Fatal("nothing was sent ahead")
 	}
-	id := faults.Add(staging.Rule{Op: staging.OpPut, KeyPrefix: "lm/" + WritersDir})
+	id := faults.Add(faulty.Rule{Op: staging.OpPut, KeyPrefix: "lm/" + WritersDir})
 	for range 6 {
 		clk.Advance(DefaultWriterTTL / 3)
 	}

@@ -8,7 +8,8 @@ import (
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/segment"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // The chain read for .checkpoints is engine.File.Checkpoints' chain, read
@@ -18,7 +19,7 @@ import (
 // alone.
 func TestCheckpointChain(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewCounting(staging.NewMem())
+	st := counting.New(mem.New())
 	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
 	if err != nil {
 		t.Fatal(err)

@@ -8,7 +8,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckptfs/ckptfs/fs/namespace"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/link"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // BenchmarkColdListing is ls -l of a directory of 500 files on a mount just
@@ -18,7 +19,7 @@ import (
 func BenchmarkColdListing(b *testing.B) {
 	const n = 500
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	setup, err := New(ctx, mem, Options{Config: headTestConfig()})
 	if err != nil {
 		b.Fatal(err)
@@ -37,7 +38,7 @@ func BenchmarkColdListing(b *testing.B) {
 	if err := setup.Close(); err != nil {
 		b.Fatal(err)
 	}
-	link := staging.NewLink(mem, staging.ProfileGeneral)
+	link := link.New(mem, link.ProfileGeneral)
 	for b.Loop() {
 		b.StopTimer()
 		fsys, err := New(ctx, link, Options{Config: headTestConfig()})

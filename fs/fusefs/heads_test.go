@@ -15,6 +15,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // slowHeads is a store whose reads of head objects take delay each and that
@@ -78,7 +79,7 @@ func headTestConfig() config.Config {
 func newHeadFS(t *testing.T, n int, delay time.Duration) (*FS, *slowHeads, []namespace.Node) {
 	t.Helper()
 	ctx := context.Background()
-	st := &slowHeads{Store: staging.NewMem(), delay: delay}
+	st := &slowHeads{Store: mem.New(), delay: delay}
 	fsys, err := New(ctx, st, Options{Config: headTestConfig()})
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -58,7 +59,7 @@ type Metrics struct {
 	// reference, or declined (the kernel copies the bytes).
 	copies *prometheus.CounterVec
 
-	counting *staging.Counting
+	counting *counting.Store
 	inflight *inflightStore
 	wal      wal.Counters // the records of every file's write-ahead log
 }
@@ -112,7 +113,7 @@ func metricsVolume(u string) string {
 // uses the returned store. The FS, once made, sets Metrics.fsys: the gauges
 // read at each scrape. volume is the volume label (metricsVolume's).
 func newMetrics(st staging.Store, build BuildInfo, volume string) (*Metrics, staging.Store) {
-	c := staging.NewCounting(st)
+	c := counting.New(st)
 	reg := prometheus.NewRegistry()
 	m := &Metrics{reg: reg, regr: prometheus.WrapRegistererWith(prometheus.Labels{"volume": volume}, reg), counting: c}
 	if build.Go == "" {

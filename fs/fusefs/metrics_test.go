@@ -23,6 +23,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -43,7 +44,7 @@ func TestMetricsListenerWarnsWhenNotLoopback(t *testing.T) {
 			core, logs := observer.New(zapcore.WarnLevel)
 			cfg := config.MountDefault(1 << 30)
 			cfg.Metrics = c.addr
-			fsys, err := New(context.Background(), staging.NewMem(), Options{Config: cfg, Logger: zap.New(core)})
+			fsys, err := New(context.Background(), mem.New(), Options{Config: cfg, Logger: zap.New(core)})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -77,7 +78,7 @@ func scrape(t *testing.T, fsys *FS) (string, map[string]*dto.MetricFamily) {
 // query held.
 func TestMetricsBuildInfoAndVolumeLabel(t *testing.T) {
 	cfg := config.MountDefault(1 << 30)
-	fsys, err := New(context.Background(), staging.NewMem(), Options{Config: cfg, FsName: "s3://bucket/pre",
+	fsys, err := New(context.Background(), mem.New(), Options{Config: cfg, FsName: "s3://bucket/pre",
 		VolumeURL: "s3://AKIDUSER:s3cr3tpass@bucket/pre/?endpoint=http://127.0.0.1:1&secret_key=qwertyzz#frag",
 		Build:     BuildInfo{Version: "v1.2.3", Commit: "abc123-modified", Go: "go1.99"}})
 	if err != nil {
@@ -153,7 +154,7 @@ func TestMetricsVolume(t *testing.T) {
 // a whole number of bytes, never 9.999999999999999e-05.
 func TestMetricsBucketsExactDecimals(t *testing.T) {
 	cfg := config.MountDefault(1 << 30)
-	fsys, err := New(context.Background(), staging.NewMem(), Options{Config: cfg})
+	fsys, err := New(context.Background(), mem.New(), Options{Config: cfg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -210,7 +211,7 @@ func (timeoutStore) Get(context.Context, string, staging.Range) ([]byte, staging
 // ckptfs_store_timeouts_total by operation; one cut by the caller's own
 // deadline does not.
 func TestMetricsStoreTimeouts(t *testing.T) {
-	m, st := newMetrics(timeoutStore{staging.NewMem()}, BuildInfo{}, "mem://")
+	m, st := newMetrics(timeoutStore{mem.New()}, BuildInfo{}, "mem://")
 	ctx := context.Background()
 	for i := 0; i < 2; i++ {
 		if _, err := st.Head(ctx, "k"); !errors.Is(err, staging.ErrTimeout) {
@@ -245,7 +246,7 @@ func TestMetricsStoreTimeouts(t *testing.T) {
 // The PUT of a WAL record counts in ckptfs_wal_append_seconds; another
 // object's does not.
 func TestMetricsWALAppendSeconds(t *testing.T) {
-	m, st := newMetrics(staging.NewMem(), BuildInfo{}, "mem://")
+	m, st := newMetrics(mem.New(), BuildInfo{}, "mem://")
 	ctx := context.Background()
 	for _, key := range []string{wal.RecordKey("files/ab/", 1), wal.RecordKey("files/ab/", 2), "files/ab/" + wal.Dir + "owner", "files/ab/head"} {
 		if _, err := st.Put(ctx, key, []byte("x"), staging.PutOptions{}); err != nil {

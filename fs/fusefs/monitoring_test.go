@@ -13,7 +13,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/ckptfs/ckptfs/config"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // The dashboard and alert rules shipped in docs/monitoring.
@@ -47,7 +47,7 @@ var metricNameRE = regexp.MustCompile(`\bckptfs_[a-z0-9_]*[a-z0-9]\b`)
 // Every metric the alert rules and the dashboard name is one a mount
 // serves: a histogram by its _bucket, _sum and _count series too.
 func TestMonitoringMetricNames(t *testing.T) {
-	fsys, err := New(context.Background(), staging.NewMem(), Options{Config: config.MountDefault(1 << 30)})
+	fsys, err := New(context.Background(), mem.New(), Options{Config: config.MountDefault(1 << 30)})
 	if err != nil {
 		t.Fatal(err)
 	}

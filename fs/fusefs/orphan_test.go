@@ -7,7 +7,7 @@ import (
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // A file unlinked here is remembered as unlinked (no flush, no new head)
@@ -15,7 +15,7 @@ import (
 // has made the namespace forget it. Its data is never deleted by the mount.
 func TestOrphanLeftToCleaner(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
 	if err != nil {
 		t.Fatal(err)

@@ -11,14 +11,15 @@ import (
 
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/namespace"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // newIdleFS makes a volume on a counting memory store whose namespace refresh
 // starts at every and backs off up to most.
-func newIdleFS(t *testing.T, every, most time.Duration) (*FS, *staging.Counting) {
+func newIdleFS(t *testing.T, every, most time.Duration) (*FS, *counting.Store) {
 	t.Helper()
-	st := staging.NewCounting(staging.NewMem())
+	st := counting.New(mem.New())
 	c := config.MountDefault(1 << 30)
 	c.NSRefresh, c.NSRefreshMax = every, most
 	fsys, err := New(context.Background(), st, Options{Config: c})

@@ -11,13 +11,14 @@ import (
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // A file created and closed without writes stores its empty head and
 // nothing else: its attributes are an empty file's (no blocks).
 func TestCreatedFileStoresItsHead(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +55,7 @@ func TestCreatedFileStoresItsHead(t *testing.T) {
 // with ENOENT and nothing is made again.
 func TestReapedFileIsNotMadeAgain(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
 	if err != nil {
 		t.Fatal(err)
@@ -95,7 +96,7 @@ func TestReapedFileIsNotMadeAgain(t *testing.T) {
 // afresh, and a write through that publishes it.
 func TestUnwrittenFileIsEmpty(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
 	if err != nil {
 		t.Fatal(err)

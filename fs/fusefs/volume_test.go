@@ -14,13 +14,14 @@ import (
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // TestNewVolume: New creates the descriptor of a new volume, refuses a newer
 // one, and a root without a trailing slash.
 func TestNewVolume(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	cfg := config.MountDefault(1 << 30)
 	fsys, err := New(ctx, st, Options{Config: cfg, Root: "vol/"})
 	if err != nil {
@@ -47,7 +48,7 @@ func TestNewVolume(t *testing.T) {
 // opens it.
 func TestRequireVolume(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	cfg := config.MountDefault(1 << 30)
 	cfg.Format = segment.FormatParted
 	_, err := New(ctx, st, Options{Config: cfg, Root: "tpyo/", RequireVolume: true})

@@ -19,6 +19,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -245,7 +246,7 @@ func (v *Volume) FileInfo(ctx context.Context, p string) (FileInfo, error) {
 func (v *Volume) fileInfo(ctx context.Context, p, id string) (FileInfo, error) {
 	fi := FileInfo{Path: p, FileID: id}
 	prefix := v.Prefix(id)
-	counting := staging.NewCounting(v.st)
+	counting := counting.New(v.st)
 	hd, _, err := segment.ReadHead(ctx, v.st, volume.HeadKey(prefix), segment.FileTag(id))
 	if errors.Is(err, staging.ErrNotFound) {
 		// Named, never written: an empty file; its objects, if any, are

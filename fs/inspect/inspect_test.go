@@ -12,6 +12,8 @@ import (
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -20,7 +22,7 @@ import (
 func makeVolume(t *testing.T) (staging.Store, string, []byte, []byte) {
 	t.Helper()
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -271,7 +273,7 @@ func TestInfoWALRecords(t *testing.T) {
 // note to fsck, not a problem, and info and cat read it from the head.
 func TestUnwrittenAndInHeadFiles(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	ns, err := namespace.Open(ctx, mem, "", namespace.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -293,8 +295,8 @@ func TestUnwrittenAndInHeadFiles(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = e.Close()
-	faults := staging.NewFaults(mem, 1)
-	faults.Add(staging.Rule{Op: staging.OpPut, KeySuffix: ".0"})
+	faults := faulty.New(mem, 1)
+	faults.Add(faulty.Rule{Op: staging.OpPut, KeySuffix: ".0"})
 	s, err := engine.Create(ctx, faults, "f/"+small.FileID+"/", engine.Options{Params: p, FileID: small.FileID})
 	if err != nil {
 		t.Fatal(err)

@@ -8,14 +8,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // TestOneMountManyGoroutines: changes, reads and refreshes from several
 // goroutines of one mount; run with -race.
 func TestOneMountManyGoroutines(t *testing.T) {
 	ctx := context.Background()
-	ns := openNS(t, staging.NewMem(), Options{CompactEvery: 50})
+	ns := openNS(t, mem.New(), Options{CompactEvery: 50})
 	const writers, each = 4, 50
 	var wg sync.WaitGroup
 	errc := make(chan error, writers+1)
@@ -89,7 +89,7 @@ func TestOneMountManyGoroutines(t *testing.T) {
 
 func BenchmarkCreate(b *testing.B) {
 	ctx := context.Background()
-	ns := openNS(b, staging.NewMem(), Options{})
+	ns := openNS(b, mem.New(), Options{})
 	d, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{})
 	if err != nil {
 		b.Fatal(err)
@@ -106,7 +106,7 @@ func BenchmarkCreate(b *testing.B) {
 // a millisecond of latency per entry, where group commit shares entries.
 func BenchmarkCreateParallel(b *testing.B) {
 	ctx := context.Background()
-	ns := openNS(b, &slowLog{Store: staging.NewMem(), delay: time.Millisecond}, Options{})
+	ns := openNS(b, &slowLog{Store: mem.New(), delay: time.Millisecond}, Options{})
 	d, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{})
 	if err != nil {
 		b.Fatal(err)
@@ -131,7 +131,7 @@ func BenchmarkOpen(b *testing.B) {
 	ctx := context.Background()
 	for _, snap := range []bool{false, true} {
 		b.Run(fmt.Sprintf("snapshot=%v", snap), func(b *testing.B) {
-			store := staging.NewMem()
+			store := mem.New()
 			ns := openNS(b, store, Options{CompactEvery: 1 << 40})
 			for i := range 10000 {
 				if _, err := ns.Create(ctx, RootIno, fmt.Sprint(i), 0o644, Owner{}); err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/dir"
 	"github.com/ckptfs/ckptfs/staging/storetest"
 )
 
@@ -17,7 +18,7 @@ func TestOversizedObjectsRefused(t *testing.T) {
 	const huge = envHeaderLen + maxObjectBody + 1
 	t.Run("snapshot", func(t *testing.T) {
 		root := t.TempDir()
-		d, err := staging.NewDir(root)
+		d, err := dir.New(root)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -30,7 +31,7 @@ func TestOversizedObjectsRefused(t *testing.T) {
 	})
 	t.Run("entry", func(t *testing.T) {
 		root := t.TempDir()
-		d, err := staging.NewDir(root)
+		d, err := dir.New(root)
 		if err != nil {
 			t.Fatal(err)
 		}

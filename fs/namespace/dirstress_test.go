@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/dir"
 )
 
 // Two mounts of one directory store: eight writers create files on A while
@@ -20,7 +20,7 @@ import (
 // for a trimmed gap: "log entries N..N missing".
 func TestTwoMountsDirStoreStress(t *testing.T) {
 	ctx := context.Background()
-	d, err := staging.NewDirWith(t.TempDir(), staging.DirOptions{NoSync: true})
+	d, err := dir.NewWith(t.TempDir(), dir.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

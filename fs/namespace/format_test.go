@@ -12,13 +12,14 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // corruptRoot builds a root with three entries and a snapshot as of entry 3.
-func corruptRoot(t *testing.T) *staging.Mem {
+func corruptRoot(t *testing.T) *mem.Store {
 	t.Helper()
 	ctx := context.Background()
-	store := staging.NewMem()
+	store := mem.New()
 	ns := openNS(t, store, Options{CompactEvery: 3})
 	d, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{})
 	if err != nil {
@@ -57,70 +58,70 @@ func TestCorruptObjectsRefused(t *testing.T) {
 	cases := []struct {
 		name string
 		key  string
-		edit func(t *testing.T, s *staging.Mem, data []byte) []byte
+		edit func(t *testing.T, s *mem.Store, data []byte) []byte
 	}{
-		{"entry body byte flipped", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"entry body byte flipped", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			d[len(d)-3] ^= 0x20
 			return d
 		}},
-		{"entry kind byte flipped", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"entry kind byte flipped", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			d[5] = kindSnapshot
 			return d
 		}},
-		{"entry truncated", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte { return d[:len(d)-1] }},
-		{"entry header only", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte { return d[:10] }},
-		{"entry empty", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte { return nil }},
-		{"entry trailing byte", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte { return append(d, 0) }},
-		{"entry bad magic", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"entry truncated", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte { return d[:len(d)-1] }},
+		{"entry header only", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte { return d[:10] }},
+		{"entry empty", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte { return nil }},
+		{"entry trailing byte", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte { return append(d, 0) }},
+		{"entry bad magic", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			copy(d, "XXXX")
 			return d
 		}},
-		{"entry future version", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"entry future version", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			d[4] = 2
 			crc := crc32.Update(crc32.Checksum(d[:12], castagnoli), castagnoli, d[envHeaderLen:])
 			binary.LittleEndian.PutUint32(d[12:], crc)
 			return d
 		}},
-		{"entry length lies", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"entry length lies", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			binary.LittleEndian.PutUint32(d[8:], uint32(len(d)))
 			return d
 		}},
-		{"entry of another seq", entry2, func(t *testing.T, s *staging.Mem, _ []byte) []byte {
+		{"entry of another seq", entry2, func(t *testing.T, s *mem.Store, _ []byte) []byte {
 			return get(t, s, LogKey(testRoot, 3))
 		}},
-		{"entry unknown field", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"entry unknown field", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			return reseal(d, func(b []byte) []byte { return append([]byte(`{"zz":1,`), b[1:]...) })
 		}},
-		{"entry unknown op", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"entry unknown op", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			return reseal(d, func(b []byte) []byte { return bytes.Replace(b, []byte(`"k":"create"`), []byte(`"k":"chmod"`), 1) })
 		}},
-		{"entry that does not apply", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"entry that does not apply", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			// Create in a directory that does not exist.
 			return reseal(d, func(b []byte) []byte { return bytes.Replace(b, []byte(`"p":65536`), []byte(`"p":131073`), 1) })
 		}},
-		{"entry with a bad name", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"entry with a bad name", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			return reseal(d, func(b []byte) []byte { return bytes.Replace(b, []byte(`"n":"f"`), []byte(`"n":"a/b"`), 1) })
 		}},
-		{"entry with a bad id", entry2, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"entry with a bad id", entry2, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			return reseal(d, func(b []byte) []byte { return bytes.Replace(b, []byte(`"id":"`), []byte(`"id":"Z`), 1) })
 		}},
-		{"foreign key in the log", prefix(testRoot) + logDir + "readme", func(_ *testing.T, _ *staging.Mem, _ []byte) []byte {
+		{"foreign key in the log", prefix(testRoot) + logDir + "readme", func(_ *testing.T, _ *mem.Store, _ []byte) []byte {
 			return []byte("hello")
 		}},
-		{"snapshot byte flipped", snap3, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"snapshot byte flipped", snap3, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			d[envHeaderLen+5] ^= 1
 			return d
 		}},
-		{"snapshot of another seq", snap3, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"snapshot of another seq", snap3, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			return reseal(d, func(b []byte) []byte { return bytes.Replace(b, []byte(`"seq":3`), []byte(`"seq":2`), 1) })
 		}},
-		{"snapshot names a missing node", snap3, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"snapshot names a missing node", snap3, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			return reseal(d, func(b []byte) []byte { return bytes.Replace(b, []byte(`"i":131072,"c"`), []byte(`"i":131074,"c"`), 1) })
 		}},
-		{"snapshot without root", snap3, func(_ *testing.T, _ *staging.Mem, d []byte) []byte {
+		{"snapshot without root", snap3, func(_ *testing.T, _ *mem.Store, d []byte) []byte {
 			return reseal(d, func(b []byte) []byte { return bytes.Replace(b, []byte(`{"i":1,`), []byte(`{"i":9,`), 1) })
 		}},
-		{"snapshot as an entry", snap3, func(t *testing.T, s *staging.Mem, _ []byte) []byte {
+		{"snapshot as an entry", snap3, func(t *testing.T, s *mem.Store, _ []byte) []byte {
 			return get(t, s, LogKey(testRoot, 3))
 		}},
 	}

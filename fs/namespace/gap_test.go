@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // hidingStore leaves key out of the next hides listings that would show
@@ -59,7 +60,7 @@ func TestLogGapRechecked(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mem := staging.NewMem()
+			mem := mem.New()
 			w := openNS(t, mem, Options{})
 			mkdir := func(name string) {
 				t.Helper()
@@ -92,7 +93,7 @@ func TestLogGapRechecked(t *testing.T) {
 		})
 	}
 	t.Run("missing for good", func(t *testing.T) {
-		mem := staging.NewMem()
+		mem := mem.New()
 		w := openNS(t, mem, Options{})
 		ns := openNS(t, mem, Options{TailTrust: time.Nanosecond, Clock: testClock()})
 		for i := range 3 {

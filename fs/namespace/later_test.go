@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // gatedLog holds every Put of a log entry until gate is closed.
@@ -28,7 +29,7 @@ func (s *gatedLog) Put(ctx context.Context, key string, data []byte, opts stagin
 
 func TestSetAttrLaterShownAtOnceLandsInOrder(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	a := openNS(t, mem, Options{})
 	f, err := a.Create(ctx, RootIno, "f", 0o600, Owner{})
 	if err != nil {
@@ -119,7 +120,7 @@ func TestSetAttrLaterShownAtOnceLandsInOrder(t *testing.T) {
 
 func TestSetAttrLaterFailureReportedAndUnshown(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	fl := &flakyStore{Store: mem}
 	a := openNS(t, fl, Options{PutAttempts: 2})
 	f, err := a.Create(ctx, RootIno, "f", 0o600, Owner{})
@@ -149,7 +150,7 @@ func TestSetAttrLaterFailureReportedAndUnshown(t *testing.T) {
 
 func TestSetAttrLaterOfNodeRemovedMeanwhile(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	a := openNS(t, mem, Options{})
 	b := openNS(t, mem, Options{})
 	f, err := a.Create(ctx, RootIno, "f", 0o600, Owner{})
@@ -183,7 +184,7 @@ func TestSetAttrLaterOfNodeRemovedMeanwhile(t *testing.T) {
 // company: the three of tar go in one entry, sent at Kick (the close).
 func TestSetAttrLaterShareOneEntry(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	a := openNS(t, mem, Options{})
 	f, err := a.Create(ctx, RootIno, "f", 0o600, Owner{})
 	if err != nil {

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // TestChangeCostsNoList: a change at a trusted tail is one PUT, without
@@ -17,8 +19,8 @@ import (
 // are the snapshots and the trimming passes after them, accounted here.
 func TestChangeCostsNoList(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	c := staging.NewCounting(mem)
+	mem := mem.New()
+	c := counting.New(mem)
 	ns := openNS(t, c, Options{CompactEvery: 100})
 	d, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{})
 	if err != nil {
@@ -26,7 +28,7 @@ func TestChangeCostsNoList(t *testing.T) {
 	}
 	c.Reset()
 	const creates = 1000
-	per := map[int]staging.Counts{}
+	per := map[int]counting.Counts{}
 	for i := 1; i <= creates; i++ {
 		before := c.Snapshot()
 		if _, err := ns.Create(ctx, d.Ino, fmt.Sprint(i), 0o644, Owner{}); err != nil {
@@ -72,8 +74,8 @@ func TestChangeCostsNoList(t *testing.T) {
 // tail no longer trusted it is one LIST, which trusts it again.
 func TestIdleRefreshOneGet(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	c := staging.NewCounting(mem)
+	mem := mem.New()
+	c := counting.New(mem)
 	clock := newFakeClock()
 	ns := openNS(t, c, Options{Clock: clock.Now})
 	other := openNS(t, mem, Options{})
@@ -82,7 +84,7 @@ func TestIdleRefreshOneGet(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	refresh := func() staging.Counts {
+	refresh := func() counting.Counts {
 		t.Helper()
 		before := c.Snapshot()
 		if err := ns.Refresh(ctx); err != nil {
@@ -90,7 +92,7 @@ func TestIdleRefreshOneGet(t *testing.T) {
 		}
 		return c.Snapshot().Sub(before)
 	}
-	want := func(what string, got staging.Counts, gets, lists int64) {
+	want := func(what string, got counting.Counts, gets, lists int64) {
 		t.Helper()
 		if got.Op(staging.OpGet).Requests != gets || got.Op(staging.OpList).Requests != lists || got.Total().Requests != gets+lists {
 			t.Errorf("%s: %v, want %d GET and %d LIST", what, got, gets, lists)
@@ -135,7 +137,7 @@ func (s *slowLog) Put(ctx context.Context, key string, data []byte, opts staging
 // one wins; a mount replaying the log holds the same state.
 func TestGroupCommit(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	ns := openNS(t, &slowLog{Store: mem, delay: 5 * time.Millisecond}, Options{})
 	d, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{})
 	if err != nil {
@@ -228,7 +230,7 @@ func countRefusals(s staging.Store, n *atomic.Int64) *flakyStore {
 // end identical.
 func TestTwoMountsOptimistic(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	var refused atomic.Int64
 	a := openNS(t, countRefusals(mem, &refused), Options{})
 	b := openNS(t, countRefusals(mem, &refused), Options{})
@@ -276,7 +278,7 @@ func TestTwoMountsOptimistic(t *testing.T) {
 // refreshes does the same.
 func TestTrimSafety(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	clock := newFakeClock()
 	a := openNS(t, mem, Options{CompactEvery: 10, Clock: clock.Now})
 	b := openNS(t, mem, Options{Clock: clock.Now})
@@ -365,7 +367,7 @@ func (s *holdFirstLog) Put(ctx context.Context, key string, data []byte, opts st
 func TestQueuedChangeCancelled(t *testing.T) {
 	for _, gone := range []bool{false, true} {
 		t.Run(fmt.Sprintf("gone=%v", gone), func(t *testing.T) {
-			mem := staging.NewMem()
+			mem := mem.New()
 			st := &holdFirstLog{Store: mem, entered: make(chan struct{}), release: make(chan struct{})}
 			ns := openNS(t, st, Options{})
 			first := make(chan error, 1)
@@ -423,7 +425,7 @@ func TestQueuedChangeCancelled(t *testing.T) {
 
 func TestOrphaned(t *testing.T) {
 	ctx := context.Background()
-	ns := openNS(t, staging.NewMem(), Options{})
+	ns := openNS(t, mem.New(), Options{})
 	n, err := ns.Create(ctx, RootIno, "f", 0o644, Owner{})
 	if err != nil {
 		t.Fatal(err)
@@ -463,7 +465,7 @@ func TestTailTrustBound(t *testing.T) {
 		{5 * time.Minute, 0, false}, // over a quarter of the default 10 minutes
 	}
 	for _, tc := range cases {
-		_, err := Open(context.Background(), staging.NewMem(), testRoot, Options{TailTrust: tc.trust, TrimGrace: tc.grace})
+		_, err := Open(context.Background(), mem.New(), testRoot, Options{TailTrust: tc.trust, TrimGrace: tc.grace})
 		if (err == nil) != tc.ok {
 			t.Errorf("TailTrust %v, TrimGrace %v: %v, want ok=%v", tc.trust, tc.grace, err, tc.ok)
 		}
@@ -551,7 +553,7 @@ func TestMemoryPerNode(t *testing.T) {
 // and what follows only.
 func TestTrimPages(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	clock := newFakeClock()
 	ns := openNS(t, mem, Options{CompactEvery: 1 << 40, Clock: clock.Now})
 	const n = 2500
@@ -561,7 +563,7 @@ func TestTrimPages(t *testing.T) {
 		}
 	}
 	clock.Advance(pastTrimGrace)
-	c := staging.NewCounting(mem)
+	c := counting.New(mem)
 	ns.store = c // the trimmer's requests, counted
 	if err := ns.Compact(ctx); err != nil {
 		t.Fatal(err)
@@ -577,7 +579,7 @@ func TestTrimPages(t *testing.T) {
 	if len(entries) != 1 || entries[0].Seq != n {
 		t.Fatalf("%d entries left, want the snapshot's (%d) only", len(entries), n)
 	}
-	counted := staging.NewCounting(mem)
+	counted := counting.New(mem)
 	fresh := openNS(t, counted, Options{})
 	if dump(t, fresh) != dump(t, ns) {
 		t.Fatal("a mount opened after trimming differs")
@@ -592,8 +594,8 @@ func TestTrimPages(t *testing.T) {
 // mount changed the log meanwhile, the change is checked against that.
 func TestRefusedChangeVerified(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
-	c := staging.NewCounting(mem)
+	mem := mem.New()
+	c := counting.New(mem)
 	ns := openNS(t, c, Options{})
 	other := openNS(t, mem, Options{})
 	if _, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{}); err != nil {
@@ -623,7 +625,7 @@ func TestRefusedChangeVerified(t *testing.T) {
 // was chosen on, whatever PutAttempts and FinishTimeout allow.
 func TestNoResendPastTrimGrace(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	clock := newFakeClock()
 	store := &flakyStore{Store: mem}
 	ns := openNS(t, store, Options{PutAttempts: 10, Clock: clock.Now})

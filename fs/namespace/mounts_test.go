@@ -11,11 +11,12 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 func TestTwoMountsSeeEachOther(t *testing.T) {
 	ctx := context.Background()
-	store := staging.NewMem()
+	store := mem.New()
 	a := openNS(t, store, Options{})
 	b := openNS(t, store, Options{})
 	d, err := a.Mkdir(ctx, RootIno, "d", 0o755, Owner{})
@@ -58,7 +59,7 @@ func TestTwoMountsSeeEachOther(t *testing.T) {
 // knows what must exist) and both race for shared names (exactly one wins).
 func TestConcurrentMountsConverge(t *testing.T) {
 	ctx := context.Background()
-	store := staging.NewMem()
+	store := mem.New()
 	setup := openNS(t, store, Options{})
 	var dirs []Ino
 	for i := range 3 {
@@ -248,7 +249,7 @@ func TestAppendAppliedOnce(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
-			mem := staging.NewMem()
+			mem := mem.New()
 			store := &flakyStore{Store: mem}
 			ns := openNS(t, store, Options{PutAttempts: tc.attempts})
 			other := openNS(t, mem, Options{})
@@ -306,7 +307,7 @@ func TestAppendAppliedOnce(t *testing.T) {
 // seq, once, and is checked against the other's change.
 func TestLostAnswerThenConflict(t *testing.T) {
 	ctx := context.Background()
-	mem := staging.NewMem()
+	mem := mem.New()
 	store := &flakyStore{Store: mem}
 	ns := openNS(t, store, Options{})
 	other := openNS(t, mem, Options{})
@@ -348,7 +349,7 @@ func TestLostAnswerThenConflict(t *testing.T) {
 
 func TestCompaction(t *testing.T) {
 	ctx := context.Background()
-	store := staging.NewMem()
+	store := mem.New()
 	// Entries may only go once older than TrimGrace: the lagging mounts'
 	// clock moves past it before they look at the cleaned log, else they
 	// would (rightly) trust their tail.
@@ -454,7 +455,7 @@ func TestCompaction(t *testing.T) {
 
 func TestLogGapIsCorrupt(t *testing.T) {
 	ctx := context.Background()
-	store := staging.NewMem()
+	store := mem.New()
 	ns := openNS(t, store, Options{})
 	for i := range 3 {
 		if _, err := ns.Mkdir(ctx, RootIno, fmt.Sprint(i), 0o755, Owner{}); err != nil {

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // fixture holds a namespace with:
@@ -29,7 +29,7 @@ type fixture struct {
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx := context.Background()
-	fx := &fixture{ns: openNS(t, staging.NewMem(), Options{})}
+	fx := &fixture{ns: openNS(t, mem.New(), Options{})}
 	ns := fx.ns
 	must := func(n Node, err error) Node {
 		t.Helper()
@@ -296,7 +296,7 @@ func TestErrors(t *testing.T) {
 
 func TestCreateAndTimes(t *testing.T) {
 	ctx := context.Background()
-	ns := openNS(t, staging.NewMem(), Options{})
+	ns := openNS(t, mem.New(), Options{})
 	n, err := ns.Create(ctx, RootIno, "a", 0o640, Owner{Uid: 5, Gid: 6})
 	if err != nil {
 		t.Fatal(err)
@@ -617,7 +617,7 @@ func TestSetAttrAndXattr(t *testing.T) {
 
 func TestReadDirCookies(t *testing.T) {
 	ctx := context.Background()
-	ns := openNS(t, staging.NewMem(), Options{})
+	ns := openNS(t, mem.New(), Options{})
 	names := []string{"m", "c", "x", "a", "q", "b"}
 	for _, n := range names {
 		if _, err := ns.Create(ctx, RootIno, n, 0o644, Owner{}); err != nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // hangGuard is how long a test waits for something that must not hang
@@ -44,7 +45,7 @@ func (s *landThenInterrupt) Put(ctx context.Context, key string, data []byte, op
 // TestChangeInterruptedAfterSendIsFinished: a caller interrupted once its
 // entry was sent gets the change's real outcome (it landed), not EINTR.
 func TestChangeInterruptedAfterSendIsFinished(t *testing.T) {
-	st := &landThenInterrupt{Store: staging.NewMem(), sent: make(chan struct{}), release: make(chan struct{})}
+	st := &landThenInterrupt{Store: mem.New(), sent: make(chan struct{}), release: make(chan struct{})}
 	ns := openNS(t, st, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	type result struct {
@@ -79,7 +80,7 @@ func TestChangeInterruptedAfterSendIsFinished(t *testing.T) {
 // TestChangeCancelledBeforeSendChangesNothing: a caller interrupted before
 // anything was sent gets context.Canceled (EINTR), and nothing changed.
 func TestChangeCancelledBeforeSendChangesNothing(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	ns := openNS(t, mem, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
@@ -140,7 +141,7 @@ func (s *stuckList) Get(ctx context.Context, key string, r staging.Range) ([]byt
 // TestRefreshStuckDelaysNoChange: a refresh waiting on the store holds no
 // lock a change or a read needs.
 func TestRefreshStuckDelaysNoChange(t *testing.T) {
-	st := &stuckList{Store: staging.NewMem(), entered: make(chan struct{}), release: make(chan struct{})}
+	st := &stuckList{Store: mem.New(), entered: make(chan struct{}), release: make(chan struct{})}
 	ns := openNS(t, st, Options{})
 	st.mu.Lock()
 	st.stuck = true
@@ -178,7 +179,7 @@ func TestRefreshStuckDelaysNoChange(t *testing.T) {
 // (killed) is answered at once, and its change, already sent, finishes
 // without it.
 func TestChangeOfGoneCallerReturnsAndFinishes(t *testing.T) {
-	st := &landThenInterrupt{Store: staging.NewMem(), sent: make(chan struct{}), release: make(chan struct{})}
+	st := &landThenInterrupt{Store: mem.New(), sent: make(chan struct{}), release: make(chan struct{})}
 	ns := openNS(t, st, Options{})
 	ctx, cancel := context.WithCancel(context.Background())
 	ctx = WithGone(ctx, func() bool { return true })

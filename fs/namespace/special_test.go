@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // objectVersions returns the envelope version of every log entry and
@@ -32,7 +33,7 @@ func objectVersions(t *testing.T, s staging.Store) map[string]byte {
 // those builds (they know versions 1 and 2 only).
 func TestSpecialNodes(t *testing.T) {
 	ctx := context.Background()
-	store := staging.NewMem()
+	store := mem.New()
 	ns := openNS(t, store, Options{CompactEvery: 4})
 	if _, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{}); err != nil {
 		t.Fatal(err)

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // TestXattrsBounded: a node's attributes stop at MaxXattrsLen with
@@ -14,7 +14,7 @@ import (
 // still work, and what was refused is not there on another mount.
 func TestXattrsBounded(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	ns := openNS(t, st, Options{})
 	f, err := ns.Create(ctx, RootIno, "f", 0o644, Owner{})
 	if err != nil {

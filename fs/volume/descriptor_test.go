@@ -11,6 +11,7 @@ import (
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 func TestParseDescriptor(t *testing.T) {
@@ -59,7 +60,7 @@ func FuzzParseDescriptor(f *testing.F) {
 // creators agree on it.
 func TestOpenDescriptor(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	cfg := config.MountDefault(1 << 30)
 	var wg sync.WaitGroup
 	vols := make([]Descriptor, 8)
@@ -94,7 +95,7 @@ func TestOpenDescriptor(t *testing.T) {
 // the configuration's format, and refuses a second time.
 func TestRequireDescriptor(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	cfg := config.MountDefault(1 << 30)
 	cfg.Format = segment.FormatParted
 	_, err := OpenDescriptor(ctx, st, "tpyo/", cfg, true)
@@ -126,7 +127,7 @@ func TestRequireDescriptor(t *testing.T) {
 // A volume descriptor larger than any descriptor is refused with
 // ErrTooLarge naming its key, without reading it whole.
 func TestOpenDescriptorOversized(t *testing.T) {
-	mem := staging.NewMem()
+	mem := mem.New()
 	key := "vol/" + DescriptorKey
 	if _, err := mem.Put(context.Background(), key, bytes.Repeat([]byte{' '}, maxDescriptorBytes+1), staging.PutOptions{}); err != nil {
 		t.Fatal(err)

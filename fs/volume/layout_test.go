@@ -12,6 +12,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -35,7 +36,7 @@ func TestEngineNames(t *testing.T) {
 // root.
 func TestLayout(t *testing.T) {
 	ctx := context.Background()
-	st := staging.NewMem()
+	st := mem.New()
 	const root = "vol/"
 	cfg := config.MountDefault(1 << 30)
 	if _, err := volume.OpenDescriptor(ctx, st, root, cfg, false); err != nil {

@@ -7,14 +7,14 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
-	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // TestResolve: paths are cleaned and looked up from the root; a name under
 // a file is ErrNotDir, a missing name ErrNotExist, whatever the path's form.
 func TestResolve(t *testing.T) {
 	ctx := context.Background()
-	ns, err := namespace.Open(ctx, staging.NewMem(), "vol/", namespace.Options{})
+	ns, err := namespace.Open(ctx, mem.New(), "vol/", namespace.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -70,6 +70,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 )
 
 // Env is where a bucket is and how to reach it.
@@ -87,8 +88,8 @@ type Env struct {
 
 // Config is the store configuration of e, with prefix (a folder, "" or
 // ending in '/') appended to e's prefix.
-func (e Env) Config(prefix string) staging.S3Config {
-	return staging.S3Config{
+func (e Env) Config(prefix string) s3.Config {
+	return s3.Config{
 		Bucket:    e.Bucket,
 		Prefix:    e.Prefix + prefix,
 		Endpoint:  e.Endpoint,
@@ -159,7 +160,7 @@ func Main(m *testing.M) {
 // Config returns the configuration of a folder of the shared bucket that is
 // t's alone, and deletes what t left in it when t ends. It fails t if there
 // is no bucket.
-func Config(t testing.TB) staging.S3Config {
+func Config(t testing.TB) s3.Config {
 	t.Helper()
 	e, err := Shared()
 	if err != nil {
@@ -172,9 +173,9 @@ func Config(t testing.TB) staging.S3Config {
 
 // NewS3 returns an S3 store in a folder of the shared bucket that is t's
 // alone (see Config).
-func NewS3(t testing.TB) *staging.S3 {
+func NewS3(t testing.TB) *s3.Store {
 	t.Helper()
-	s, err := staging.NewS3(context.Background(), Config(t))
+	s, err := s3.New(context.Background(), Config(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,12 +200,12 @@ func UniquePrefix(t testing.TB) string {
 }
 
 // empty deletes every object and upload under c's prefix.
-func empty(t testing.TB, c staging.S3Config) {
+func empty(t testing.TB, c s3.Config) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	root := c
 	root.Prefix = ""
-	s, err := staging.NewS3(ctx, root)
+	s, err := s3.New(ctx, root)
 	if err != nil {
 		t.Errorf("cleanup: %v", err)
 		return

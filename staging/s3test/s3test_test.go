@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 )
 
 func TestFromEnviron(t *testing.T) {
@@ -57,7 +58,7 @@ func TestServer(t *testing.T) {
 			_ = srv.Stop()
 		}
 	})
-	s, err := staging.NewS3(t.Context(), srv.Config("t/"))
+	s, err := s3.New(t.Context(), srv.Config("t/"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,9 +10,9 @@ import (
 )
 
 // HugeObject makes key an object of size bytes in the directory store at
-// root (staging.NewDir(root)), without writing them: its data file is
+// root (dir.New(root)), without writing them: its data file is
 // sparse, so a test can offer a reader an object of gigabytes for free. It
-// writes the store's layout as the staging.Dir doc describes it. Keys with
+// writes the store's layout as the dir.Store doc describes it. Keys with
 // '%' or '~' (which the layout escapes) are not supported.
 func HugeObject(t testing.TB, root, key string, size int64) {
 	t.Helper()

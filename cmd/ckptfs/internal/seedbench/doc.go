@@ -1,7 +1,7 @@
 // Package seedbench reproduces the measured tables of the stream-segment
 // design (seed 002, "Stream segments") against the per-file engine
 // (package fs/engine) on memory staging, behind the project's emulated links
-// (staging.ProfileDirectory and staging.ProfileGeneral).
+// (link.ProfileDirectory and link.ProfileGeneral).
 //
 // It owns the reference workloads, not the engine: one function per table
 // (Buys, Writer, Amp, Limits) returns rows, so that `go test -bench` in this
@@ -20,7 +20,7 @@
 //     reference (WriteRef).
 //   - Amp: write amplification when a working set is written over and over:
 //     bytes uploaded (Put and UploadPart payloads, counted by
-//     staging.Counting) over bytes kept (the file's size).
+//     counting.Store) over bytes kept (the file's size).
 //   - Limits: Buys' workload with the seed's default dirty-data limit
 //     (8 MiB): nothing is sent ahead and the writer waits for partial
 //     segments.

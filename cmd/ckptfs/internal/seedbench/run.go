@@ -15,6 +15,9 @@ import (
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/link"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // Sizes of the seed's workloads.
@@ -88,8 +91,8 @@ func BenchParams(v Variant) engine.Params {
 // WriteSize writes at Rate, then flushes once.
 type Run struct {
 	// Profile is the emulated link in front of memory staging; the zero
-	// profile (or staging.ProfileNone) adds no delay.
-	Profile staging.LinkProfile
+	// profile (or link.ProfileNone) adds no delay.
+	Profile link.Profile
 	Params  engine.Params
 	// Size is the number of bytes written in all.
 	Size int64
@@ -230,12 +233,12 @@ func RunOne(ctx context.Context, r Run) (Result, error) {
 	runtime.GC()
 	debug.FreeOSMemory()
 
-	mem := staging.NewMem()
+	mem := mem.New()
 	var linked staging.Store = mem
 	if r.Profile.Latency > 0 || r.Profile.PerRequestBps > 0 || r.Profile.TotalBps > 0 {
-		linked = staging.NewLink(mem, r.Profile)
+		linked = link.New(mem, r.Profile)
 	}
-	counting := staging.NewCounting(linked)
+	counting := counting.New(linked)
 	starts := &startCounter{Store: counting, link: r.Profile, live: make(map[*liveReq]struct{})}
 	f, err := engine.Create(ctx, starts, benchPrefix, engine.Options{Params: r.Params, FileID: "bench"})
 	if err != nil {
@@ -343,7 +346,7 @@ func seqRequests(started map[staging.Op]int) int {
 // bandwidth, or at what Concurrency requests carry if that is less, and no
 // faster than one request's bandwidth moves the biggest; each request in the
 // chain pays the latency once.
-func flushLimit(p staging.LinkProfile, params engine.Params, bytes, biggest int64, seq int) time.Duration {
+func flushLimit(p link.Profile, params engine.Params, bytes, biggest int64, seq int) time.Duration {
 	secs := float64(seq) * p.Latency.Seconds()
 	if bytes > 0 {
 		agg := p.TotalBps
@@ -381,7 +384,7 @@ type startCounter struct {
 	inflightBytes int64 // GUARDED_BY(mu)
 	// live are the requests in flight, for the earliest time the link lets
 	// the last of them end.
-	link staging.LinkProfile
+	link link.Profile
 	live map[*liveReq]struct{} // GUARDED_BY(mu)
 	// longest is the longest request of each operation, started armed.
 	longest map[staging.Op]time.Duration // GUARDED_BY(mu)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/link"
 )
 
 // The smoke tests run every table at a tiny size without a link and check
@@ -18,7 +19,7 @@ const tinySize = 24 * MiB
 func TestBuysRowsSane(t *testing.T) {
 	ctx := context.Background()
 	variants := []Variant{Parted, Stream(4 * MiB), Stream(GiB)}
-	rows, err := Buys(ctx, BuysConfig{Size: tinySize, Rates: []float64{0}, Profiles: []staging.LinkProfile{staging.ProfileNone}, Variants: variants})
+	rows, err := Buys(ctx, BuysConfig{Size: tinySize, Rates: []float64{0}, Profiles: []link.Profile{link.ProfileNone}, Variants: variants})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,18 +69,18 @@ func TestFlushLimit(t *testing.T) {
 	p := BenchParams(Parted)
 	tests := []struct {
 		name    string
-		profile staging.LinkProfile
+		profile link.Profile
 		bytes   int64
 		biggest int64
 		seq     int
 		wantMs  float64
 	}{
-		{"nothing to send", staging.ProfileGeneral, 0, 0, 2, 60},
-		{"one piece, one request's bandwidth", staging.ProfileGeneral, 9e6, 9e6, 2, 60 + 100},
-		{"two requests in parallel", staging.ProfileGeneral, 18e6, 9e6, 2, 60 + 100},
-		{"many pieces, total bandwidth", staging.ProfileGeneral, 450e6, 16 << 20, 4, 120 + 1000},
-		{"directory, per-request cap of 8 in flight", staging.ProfileDirectory, 800e6, 16 << 20, 4, 12 + 1000},
-		{"no link", staging.ProfileNone, 1 << 30, 16 << 20, 4, 0},
+		{"nothing to send", link.ProfileGeneral, 0, 0, 2, 60},
+		{"one piece, one request's bandwidth", link.ProfileGeneral, 9e6, 9e6, 2, 60 + 100},
+		{"two requests in parallel", link.ProfileGeneral, 18e6, 9e6, 2, 60 + 100},
+		{"many pieces, total bandwidth", link.ProfileGeneral, 450e6, 16 << 20, 4, 120 + 1000},
+		{"directory, per-request cap of 8 in flight", link.ProfileDirectory, 800e6, 16 << 20, 4, 12 + 1000},
+		{"no link", link.ProfileNone, 1 << 30, 16 << 20, 4, 0},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -146,7 +147,7 @@ func TestWriterRowsSane(t *testing.T) {
 func TestAmpRowsSane(t *testing.T) {
 	const hot = 8 * MiB
 	rows, err := Amp(context.Background(), AmpConfig{Size: tinySize, Rate: 1e12, Hots: []int64{64 * MiB, hot},
-		Variants: []Variant{Parted, Stream(4 * MiB)}, Profile: staging.ProfileNone})
+		Variants: []Variant{Parted, Stream(4 * MiB)}, Profile: link.ProfileNone})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +174,7 @@ func TestAmpRowsSane(t *testing.T) {
 }
 
 func TestLimitsRowsSane(t *testing.T) {
-	rows, err := Limits(context.Background(), LimitsConfig{Size: tinySize, Profiles: []staging.LinkProfile{staging.ProfileNone},
+	rows, err := Limits(context.Background(), LimitsConfig{Size: tinySize, Profiles: []link.Profile{link.ProfileNone},
 		Variants: []Variant{Parted, Stream(GiB)}})
 	if err != nil {
 		t.Fatal(err)

@@ -9,11 +9,12 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/link"
 )
 
 // Profiles are the project's reference links, in the seed's order.
-func Profiles() []staging.LinkProfile {
-	return []staging.LinkProfile{staging.ProfileDirectory, staging.ProfileGeneral}
+func Profiles() []link.Profile {
+	return []link.Profile{link.ProfileDirectory, link.ProfileGeneral}
 }
 
 // rateName writes a writer's pace: "100 MB/s" or "unpaced".
@@ -35,10 +36,10 @@ func mib(n int64) string { return fmt.Sprintf("%.1f", float64(n)/MiB) }
 // BuysConfig is the "What it buys" workload. Zero fields take the seed's
 // values.
 type BuysConfig struct {
-	Size     int64                 // SeedSize
-	Rates    []float64             // 100 MB/s, 400 MB/s, unpaced (0)
-	Profiles []staging.LinkProfile // directory, general
-	Variants []Variant             // BuysVariants()
+	Size     int64          // SeedSize
+	Rates    []float64      // 100 MB/s, 400 MB/s, unpaced (0)
+	Profiles []link.Profile // directory, general
+	Variants []Variant      // BuysVariants()
 	// Progress, when set, is called with each row as it is measured.
 	Progress func(BuysRow)
 }
@@ -275,11 +276,11 @@ func WriterMarkdown(w io.Writer, rows []WriterRow, size int64) {
 // AmpConfig is the write-amplification workload. Zero fields take the seed's
 // values.
 type AmpConfig struct {
-	Size     int64               // SeedSize
-	Rate     float64             // 200 MB/s
-	Hots     []int64             // 512, 64, 16 MiB (BENCH_HOT_MIB)
-	Variants []Variant           // Parted, Stream 4 MiB, 16 MiB, 1 GiB
-	Profile  staging.LinkProfile // the general purpose link
+	Size     int64        // SeedSize
+	Rate     float64      // 200 MB/s
+	Hots     []int64      // 512, 64, 16 MiB (BENCH_HOT_MIB)
+	Variants []Variant    // Parted, Stream 4 MiB, 16 MiB, 1 GiB
+	Profile  link.Profile // the general purpose link
 	Progress func(AmpRow)
 }
 
@@ -304,7 +305,7 @@ func (c AmpConfig) withDefaults() AmpConfig {
 		c.Variants = []Variant{Parted, Stream(4 * MiB), Stream(16 * MiB), Stream(GiB)}
 	}
 	if c.Profile.Name == "" {
-		c.Profile = staging.ProfileGeneral
+		c.Profile = link.ProfileGeneral
 	}
 	return c
 }
@@ -384,10 +385,10 @@ func AmpMarkdown(w io.Writer, rows []AmpRow) {
 // LimitsConfig is the "dirty-data limits come first" workload. Zero fields
 // take the seed's values.
 type LimitsConfig struct {
-	Size     int64                 // SeedSize
-	Rate     float64               // unpaced (0)
-	Profiles []staging.LinkProfile // directory, general
-	Variants []Variant             // Parted, Stream 16 MiB, Stream 1 GiB, Stream 4 MiB
+	Size     int64          // SeedSize
+	Rate     float64        // unpaced (0)
+	Profiles []link.Profile // directory, general
+	Variants []Variant      // Parted, Stream 16 MiB, Stream 1 GiB, Stream 4 MiB
 	Progress func(LimitsRow)
 }
 

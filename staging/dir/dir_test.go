@@ -1,4 +1,4 @@
-package staging_test
+package dir_test
 
 import (
 	"bytes"
@@ -14,12 +14,14 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/dir"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/staging/storetest"
 )
 
-func newDir(t *testing.T) *staging.Dir {
+func newDir(t *testing.T) *dir.Store {
 	t.Helper()
-	d, err := staging.NewDir(t.TempDir())
+	d, err := dir.New(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -31,7 +33,7 @@ func newDir(t *testing.T) *staging.Dir {
 // covered by the other tests of Dir.
 func TestDirContract(t *testing.T) {
 	storetest.Run(t, func(t *testing.T) staging.Store {
-		d, err := staging.NewDirWith(t.TempDir(), staging.DirOptions{NoSync: true})
+		d, err := dir.NewWith(t.TempDir(), dir.Options{NoSync: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +157,7 @@ func TestDirInlineCorrupt(t *testing.T) {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if _, _, err := d.Get(ctx, "k", staging.Whole()); !errors.Is(err, staging.ErrCorrupt) {
+		if _, _, err := d.Get(ctx, "k", staging.Whole()); !errors.Is(err, dir.ErrCorrupt) {
 			t.Errorf("%s: get: %v, want ErrCorrupt", name, err)
 		}
 	}
@@ -171,7 +173,7 @@ func TestDirCorruptRecord(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(d.Root(), "k~meta"), []byte(`{"v":1,"etag":"\"e\"","size":1,"data":"../../etc~x"}`), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := d.Get(ctx, "k", staging.Whole()); !errors.Is(err, staging.ErrCorrupt) {
+	if _, _, err := d.Get(ctx, "k", staging.Whole()); !errors.Is(err, dir.ErrCorrupt) {
 		t.Fatalf("get: %v, want ErrCorrupt", err)
 	}
 }
@@ -202,7 +204,7 @@ func TestDirTwoProcesses(t *testing.T) {
 	}
 	work := t.TempDir()
 	root := filepath.Join(work, "store")
-	d, err := staging.NewDir(root)
+	d, err := dir.New(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,7 +277,7 @@ func TestDirTwoProcesses(t *testing.T) {
 }
 
 func raceChild(t *testing.T, role, work string) {
-	d, err := staging.NewDir(filepath.Join(work, "store"))
+	d, err := dir.New(filepath.Join(work, "store"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -320,7 +322,7 @@ func raceChild(t *testing.T, role, work string) {
 // "x" and "x/y" are both objects, as in S3 general purpose buckets (some
 // S3-compatible servers refuse this, so it is not part of the contract).
 func TestKeyAndFolder(t *testing.T) {
-	for name, s := range map[string]staging.Store{"mem": staging.NewMem(), "dir": newDir(t)} {
+	for name, s := range map[string]staging.Store{"mem": mem.New(), "dir": newDir(t)} {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			keys := []string{"x", "x/y", "x/y/z"}
@@ -356,7 +358,7 @@ func TestKeyAndFolder(t *testing.T) {
 // Readers racing a writer see one whole version or another, never a mix and
 // never an error.
 func TestReadersDuringOverwrite(t *testing.T) {
-	for name, s := range map[string]staging.Store{"mem": staging.NewMem(), "dir": newDir(t)} {
+	for name, s := range map[string]staging.Store{"mem": mem.New(), "dir": newDir(t)} {
 		t.Run(name, func(t *testing.T) {
 			ctx := t.Context()
 			const size = 64 << 10
@@ -411,9 +413,9 @@ func TestDirSyncFailsAfterCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	errSync := errors.New("folder sync failed")
-	staging.SetDirSyncHook(d, func(string) error { return errSync })
+	dir.SetSyncHook(d, func(string) error { return errSync })
 	_, err := d.Put(ctx, "vol/k", []byte(newBytes), staging.PutOptions{})
-	staging.SetDirSyncHook(d, nil)
+	dir.SetSyncHook(d, nil)
 	if !errors.Is(err, errSync) {
 		t.Fatalf("put with a failing folder sync: %v, want the sync's error", err)
 	}
@@ -441,7 +443,7 @@ func TestDirSyncFailsAfterCommit(t *testing.T) {
 // user running it: objects are the contents of files.
 func TestDirPrivate(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "store")
-	d, err := staging.NewDir(root)
+	d, err := dir.New(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -486,13 +488,13 @@ func TestDirPrivate(t *testing.T) {
 // A root that others can write is refused, with a message naming it.
 func TestDirRefusesRootOthersCanWrite(t *testing.T) {
 	root := filepath.Join(t.TempDir(), "store")
-	if _, err := staging.NewDir(root); err != nil {
+	if _, err := dir.New(root); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.Chmod(root, 0o777); err != nil {
 		t.Fatal(err)
 	}
-	_, err := staging.NewDir(root)
+	_, err := dir.New(root)
 	if err == nil {
 		t.Fatalf("a root of mode 0777 was accepted")
 	}
@@ -505,7 +507,7 @@ func TestDirRefusesRootOthersCanWrite(t *testing.T) {
 // object is sparse, so a whole read would allocate all of it.
 func TestGetLimitedHugeObject(t *testing.T) {
 	root := t.TempDir()
-	d, err := staging.NewDir(root)
+	d, err := dir.New(root)
 	if err != nil {
 		t.Fatal(err)
 	}

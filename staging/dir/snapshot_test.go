@@ -1,4 +1,4 @@
-package staging_test
+package dir_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/dir"
 )
 
 // A listing of the directory store is one instant's view of a folder: while
@@ -20,7 +21,7 @@ import (
 // key before it. Listing the folder in several reads misses, on a folder
 // hashed by name, a key renamed in while it runs and shows the next.
 func TestDirListPointInTime(t *testing.T) {
-	d, err := staging.NewDirWith(t.TempDir(), staging.DirOptions{NoSync: true})
+	d, err := dir.NewWith(t.TempDir(), dir.Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}

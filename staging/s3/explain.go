@@ -1,4 +1,4 @@
-package staging
+package s3
 
 import (
 	"context"
@@ -14,10 +14,12 @@ import (
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/smithy-go"
+
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // What a failed S3 request means to the person who configured the store:
-// the Kind of an S3Problem, for errors.Is.
+// the Kind of an Problem, for errors.Is.
 var (
 	// ErrNoSuchBucket: the server has no bucket of that name.
 	ErrNoSuchBucket = errors.New("no such bucket")
@@ -40,11 +42,11 @@ var (
 	ErrUntrustedCert = errors.New("certificate not trusted")
 )
 
-// S3Problem is a failed S3 request explained in one line: which bucket, at
+// Problem is a failed S3 request explained in one line: which bucket, at
 // which endpoint, and what to check. Err is the error as the store returned
 // it; errors.Is and errors.As reach both it and Kind. Error() leaves out
 // what only the SDK cares about (request ids, retry counts).
-type S3Problem struct {
+type Problem struct {
 	Kind     error  // one of ErrNoSuchBucket, ErrAccessDenied, ...
 	Bucket   string // the bucket name
 	Endpoint string // where it was asked, as shown: redacted URL or "AWS S3 (region R)"
@@ -52,7 +54,7 @@ type S3Problem struct {
 	Err      error
 }
 
-func (p *S3Problem) Error() string {
+func (p *Problem) Error() string {
 	switch p.Kind {
 	case ErrNoSuchBucket:
 		return fmt.Sprintf("no bucket %q at %s: check the bucket name in the store URL (and endpoint=)", p.Bucket, p.Endpoint)
@@ -72,25 +74,25 @@ func (p *S3Problem) Error() string {
 	return fmt.Sprintf("bucket %q at %s: %v", p.Bucket, p.Endpoint, p.Err)
 }
 
-func (p *S3Problem) Unwrap() []error { return []error{p.Kind, p.Err} }
+func (p *Problem) Unwrap() []error { return []error{p.Kind, p.Err} }
 
 // ShownEndpoint is where s sends its requests, for messages: the endpoint
 // URL without user information, or AWS and the region.
-func (s *S3) ShownEndpoint() string {
+func (s *Store) ShownEndpoint() string {
 	if s.endpoint != "" {
-		return RedactURL(s.endpoint)
+		return staging.RedactURL(s.endpoint)
 	}
 	return "AWS S3 (region " + s.region + ")"
 }
 
-// Explain returns err as an *S3Problem when it is one of the failures a
+// Explain returns err as an *Problem when it is one of the failures a
 // user fixes in the configuration (a wrong bucket, credentials, endpoint or
 // region), and err unchanged otherwise (nil stays nil).
-func (s *S3) Explain(err error) error {
+func (s *Store) Explain(err error) error {
 	if err == nil {
 		return nil
 	}
-	var p *S3Problem
+	var p *Problem
 	if errors.As(err, &p) {
 		return err
 	}
@@ -98,7 +100,7 @@ func (s *S3) Explain(err error) error {
 	if kind == nil {
 		return err
 	}
-	return &S3Problem{Kind: kind, Bucket: s.bucket, Endpoint: s.ShownEndpoint(), Detail: detail, Err: err}
+	return &Problem{Kind: kind, Bucket: s.bucket, Endpoint: s.ShownEndpoint(), Detail: detail, Err: err}
 }
 
 // classifyS3 is the Kind of err and a short detail, or nil.
@@ -197,10 +199,10 @@ func classifyCert(err error) (error, string) {
 }
 
 // Diagnose tries a TCP connection to the endpoint, within ctx and the
-// connect timeout, and returns an *S3Problem of kind ErrUnreachable when
+// connect timeout, and returns an *Problem of kind ErrUnreachable when
 // there is none, or nil. A caller whose requests ran out of time calls it to
 // say why: the SDK's last error is then only the deadline.
-func (s *S3) Diagnose(ctx context.Context) error {
+func (s *Store) Diagnose(ctx context.Context) error {
 	host := ""
 	if s.endpoint != "" {
 		u, err := url.Parse(s.endpoint)
@@ -230,5 +232,5 @@ func (s *S3) Diagnose(ctx context.Context) error {
 	if kind == nil {
 		kind, detail = ErrUnreachable, err.Error()
 	}
-	return &S3Problem{Kind: kind, Bucket: s.bucket, Endpoint: s.ShownEndpoint(), Detail: detail, Err: err}
+	return &Problem{Kind: kind, Bucket: s.bucket, Endpoint: s.ShownEndpoint(), Detail: detail, Err: err}
 }

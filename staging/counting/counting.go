@@ -1,40 +1,16 @@
-package staging
+// Package counting wraps a staging.Store to count its requests and their
+// payload bytes by operation (staging.Op): the request costs that tests
+// and benchmarks assert.
+package counting
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"sync"
+
+	"github.com/ckptfs/ckptfs/staging"
 )
-
-// Op names a Store operation, for the wrappers that count, delay or fail
-// requests by operation.
-type Op uint8
-
-// Operations. OpAny (the zero Op) matches every operation in a fault Rule.
-const (
-	OpAny Op = iota
-	OpPut
-	OpGet
-	OpHead
-	OpList
-	OpDelete
-	OpCreateMultipart
-	OpUploadPart
-	OpCompleteMultipart
-	OpAbortMultipart
-	OpListUploads
-	numOps
-)
-
-var opNames = [numOps]string{"any", "put", "get", "head", "list", "delete", "create-multipart", "upload-part", "complete-multipart", "abort-multipart", "list-uploads"}
-
-func (o Op) String() string {
-	if o < numOps {
-		return opNames[o]
-	}
-	return fmt.Sprintf("op(%d)", uint8(o))
-}
 
 // OpCounts are the requests of one operation (or of all).
 type OpCounts struct {
@@ -59,9 +35,9 @@ func (c *OpCounts) add(o OpCounts) {
 	c.BytesReceived += o.BytesReceived
 }
 
-// Counts is a snapshot of a Counting store.
+// Counts is a snapshot of a Store's counts.
 type Counts struct {
-	ops [numOps]OpCounts
+	ops [staging.NumOps]OpCounts
 	// GetSuffix counts the Gets of a suffix range (Range.Suffix > 0): reading
 	// a header is exactly one of them.
 	GetSuffix int64
@@ -71,11 +47,11 @@ type Counts struct {
 }
 
 // Op returns the counts of one operation; Op(OpAny) is Total().
-func (c Counts) Op(op Op) OpCounts {
-	if op == OpAny {
+func (c Counts) Op(op staging.Op) OpCounts {
+	if op == staging.OpAny {
 		return c.Total()
 	}
-	if op >= numOps {
+	if op >= staging.NumOps {
 		return OpCounts{}
 	}
 	return c.ops[op]
@@ -107,7 +83,7 @@ func (c Counts) Sub(before Counts) Counts {
 func (c Counts) String() string {
 	t := c.Total()
 	s := fmt.Sprintf("%d requests (%d errors), %d bytes sent, %d received:", t.Requests, t.Errors, t.BytesSent, t.BytesReceived)
-	for op := OpPut; op < numOps; op++ {
+	for op := staging.OpPut; op < staging.NumOps; op++ {
 		if o := c.ops[op]; o.Requests > 0 {
 			s += fmt.Sprintf(" %s=%d", op, o.Requests)
 		}
@@ -115,44 +91,44 @@ func (c Counts) String() string {
 	return s
 }
 
-// Counting is a Store that counts the requests it passes to another, and
-// their payload bytes, by operation. Requests are counted when they return;
-// a failed Put counts its bytes as sent (they were, before the failure).
-type Counting struct {
-	inner Store
+// Store is a staging.Store that counts the requests it passes to another, and
+// their payload bytes, by operation. Requests are counted when they return; a
+// failed Put counts its bytes as sent (they were, before the failure).
+type Store struct {
+	inner staging.Store
 
 	mu sync.Mutex
 	c  Counts // GUARDED_BY(mu)
 }
 
-var _ Store = (*Counting)(nil)
+var _ staging.Store = (*Store)(nil)
 
-// NewCounting wraps inner.
-func NewCounting(inner Store) *Counting { return &Counting{inner: inner} }
+// New wraps inner.
+func New(inner staging.Store) *Store { return &Store{inner: inner} }
 
 // Snapshot returns the counts so far.
-func (c *Counting) Snapshot() Counts {
+func (c *Store) Snapshot() Counts {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.c
 }
 
 // Reset sets every count to zero.
-func (c *Counting) Reset() {
+func (c *Store) Reset() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.c = Counts{}
 }
 
-func (c *Counting) count(op Op, sent, received int, err error) {
-	c.countGet(op, Range{}, sent, received, err)
+func (c *Store) count(op staging.Op, sent, received int, err error) {
+	c.countGet(op, staging.Range{}, sent, received, err)
 }
 
 // countGet counts a request; r is the range of a Get.
-func (c *Counting) countGet(op Op, r Range, sent, received int, err error) {
+func (c *Store) countGet(op staging.Op, r staging.Range, sent, received int, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if op == OpGet {
+	if op == staging.OpGet {
 		switch {
 		case r.Suffix > 0:
 			c.c.GetSuffix++
@@ -164,7 +140,7 @@ func (c *Counting) countGet(op Op, r Range, sent, received int, err error) {
 	o.Requests++
 	switch {
 	case err == nil:
-	case errors.Is(err, ErrNotFound) || errors.Is(err, ErrPrecondition):
+	case errors.Is(err, staging.ErrNotFound) || errors.Is(err, staging.ErrPrecondition):
 		o.Refused++
 	default:
 		o.Errors++
@@ -173,62 +149,62 @@ func (c *Counting) countGet(op Op, r Range, sent, received int, err error) {
 	o.BytesReceived += int64(received)
 }
 
-func (c *Counting) Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
+func (c *Store) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
 	info, err := c.inner.Put(ctx, key, data, opts)
-	c.count(OpPut, len(data), 0, err)
+	c.count(staging.OpPut, len(data), 0, err)
 	return info, err
 }
 
-func (c *Counting) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
+func (c *Store) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
 	data, info, err := c.inner.Get(ctx, key, r)
-	c.countGet(OpGet, r, 0, len(data), err)
+	c.countGet(staging.OpGet, r, 0, len(data), err)
 	return data, info, err
 }
 
-func (c *Counting) Head(ctx context.Context, key string) (ObjectInfo, error) {
+func (c *Store) Head(ctx context.Context, key string) (staging.ObjectInfo, error) {
 	info, err := c.inner.Head(ctx, key)
-	c.count(OpHead, 0, 0, err)
+	c.count(staging.OpHead, 0, 0, err)
 	return info, err
 }
 
-func (c *Counting) List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error) {
+func (c *Store) List(ctx context.Context, prefix, startAfter string, max int) (staging.ListPage, error) {
 	page, err := c.inner.List(ctx, prefix, startAfter, max)
-	c.count(OpList, 0, 0, err)
+	c.count(staging.OpList, 0, 0, err)
 	return page, err
 }
 
-func (c *Counting) Delete(ctx context.Context, key string) error {
+func (c *Store) Delete(ctx context.Context, key string) error {
 	err := c.inner.Delete(ctx, key)
-	c.count(OpDelete, 0, 0, err)
+	c.count(staging.OpDelete, 0, 0, err)
 	return err
 }
 
-func (c *Counting) CreateMultipart(ctx context.Context, key string, opts PutOptions) (string, error) {
+func (c *Store) CreateMultipart(ctx context.Context, key string, opts staging.PutOptions) (string, error) {
 	id, err := c.inner.CreateMultipart(ctx, key, opts)
-	c.count(OpCreateMultipart, 0, 0, err)
+	c.count(staging.OpCreateMultipart, 0, 0, err)
 	return id, err
 }
 
-func (c *Counting) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
+func (c *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
 	etag, err := c.inner.UploadPart(ctx, key, uploadID, n, data)
-	c.count(OpUploadPart, len(data), 0, err)
+	c.count(staging.OpUploadPart, len(data), 0, err)
 	return etag, err
 }
 
-func (c *Counting) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
+func (c *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
 	info, err := c.inner.CompleteMultipart(ctx, key, uploadID, parts, cond)
-	c.count(OpCompleteMultipart, 0, 0, err)
+	c.count(staging.OpCompleteMultipart, 0, 0, err)
 	return info, err
 }
 
-func (c *Counting) AbortMultipart(ctx context.Context, key, uploadID string) error {
+func (c *Store) AbortMultipart(ctx context.Context, key, uploadID string) error {
 	err := c.inner.AbortMultipart(ctx, key, uploadID)
-	c.count(OpAbortMultipart, 0, 0, err)
+	c.count(staging.OpAbortMultipart, 0, 0, err)
 	return err
 }
 
-func (c *Counting) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error) {
+func (c *Store) ListMultipartUploads(ctx context.Context, prefix string) ([]staging.Upload, error) {
 	ups, err := c.inner.ListMultipartUploads(ctx, prefix)
-	c.count(OpListUploads, 0, 0, err)
+	c.count(staging.OpListUploads, 0, 0, err)
 	return ups, err
 }

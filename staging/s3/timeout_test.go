@@ -1,4 +1,4 @@
-package staging_test
+package s3_test
 
 import (
 	"bufio"
@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 )
 
 // blackHole is a TCP server on loopback that accepts connections and never
@@ -90,10 +91,10 @@ func stallingServer(t *testing.T) string {
 
 // outageStore is a store on endpoint with short bounds, so that the tests
 // end soon; the assertions are on the errors, not on the time taken.
-func outageStore(t *testing.T, endpoint string) *staging.S3 {
-	return newS3(t, staging.S3Config{
+func outageStore(t *testing.T, endpoint string) *s3.Store {
+	return newS3(t, s3.Config{
 		Bucket: "b", Endpoint: endpoint, PathStyle: true, AccessKey: "a", SecretKey: "s",
-		Timeouts: staging.S3Timeouts{
+		Timeouts: s3.Timeouts{
 			Connect: time.Second, Request: 200 * time.Millisecond,
 			Stall: 200 * time.Millisecond, RetryMax: 500 * time.Millisecond,
 		},

@@ -1,4 +1,4 @@
-package staging_test
+package link_test
 
 import (
 	"context"
@@ -10,30 +10,32 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/link"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 func TestLinkProfileByName(t *testing.T) {
 	for _, name := range []string{"directory", "general", "none"} {
-		p, err := staging.LinkProfileByName(name)
+		p, err := link.ProfileByName(name)
 		if err != nil || p.Name != name {
 			t.Errorf("%s: %+v, %v", name, p, err)
 		}
 	}
-	if p, _ := staging.LinkProfileByName("directory"); p.Latency != 3*time.Millisecond || p.PerRequestBps != 200e6 || p.TotalBps != 800e6 {
+	if p, _ := link.ProfileByName("directory"); p.Latency != 3*time.Millisecond || p.PerRequestBps != 200e6 || p.TotalBps != 800e6 {
 		t.Errorf("directory profile %+v", p)
 	}
-	if p, _ := staging.LinkProfileByName("general"); p.Latency != 30*time.Millisecond || p.PerRequestBps != 90e6 || p.TotalBps != 450e6 {
+	if p, _ := link.ProfileByName("general"); p.Latency != 30*time.Millisecond || p.PerRequestBps != 90e6 || p.TotalBps != 450e6 {
 		t.Errorf("general profile %+v", p)
 	}
-	if _, err := staging.LinkProfileByName("fast"); err == nil {
+	if _, err := link.ProfileByName("fast"); err == nil {
 		t.Errorf("unknown profile accepted")
 	}
 }
 
 // Lower bounds only: a loaded machine may be slower, never faster.
 func TestLinkSingleTransfer(t *testing.T) {
-	p := staging.LinkProfile{Name: "test", Latency: 20 * time.Millisecond, PerRequestBps: 100e6, TotalBps: 1e9}
-	l := staging.NewLink(staging.NewMem(), p)
+	p := link.Profile{Name: "test", Latency: 20 * time.Millisecond, PerRequestBps: 100e6, TotalBps: 1e9}
+	l := link.New(mem.New(), p)
 	const n = 4 << 20
 	data := make([]byte, n)
 	min := p.Latency + time.Duration(float64(n)/p.PerRequestBps*float64(time.Second))
@@ -63,8 +65,8 @@ func TestLinkSingleTransfer(t *testing.T) {
 
 // Four transfers in parallel share the total bandwidth.
 func TestLinkSharedTotal(t *testing.T) {
-	p := staging.LinkProfile{Name: "test", Latency: time.Millisecond, PerRequestBps: 400e6, TotalBps: 200e6}
-	l := staging.NewLink(staging.NewMem(), p)
+	p := link.Profile{Name: "test", Latency: time.Millisecond, PerRequestBps: 400e6, TotalBps: 200e6}
+	l := link.New(mem.New(), p)
 	const n = 2 << 20
 	data := make([]byte, n)
 	start := time.Now()
@@ -88,8 +90,8 @@ func TestLinkSharedTotal(t *testing.T) {
 }
 
 func TestLinkCancel(t *testing.T) {
-	m := staging.NewMem()
-	l := staging.NewLink(m, staging.LinkProfile{Name: "slow", Latency: time.Millisecond, PerRequestBps: 1e6})
+	m := mem.New()
+	l := link.New(m, link.Profile{Name: "slow", Latency: time.Millisecond, PerRequestBps: 1e6})
 	ctx, cancel := context.WithCancel(t.Context())
 	time.AfterFunc(20*time.Millisecond, cancel)
 	// 10 MB at 1 MB/s: only a cancel ends this within the test's life.
@@ -108,7 +110,7 @@ func TestLinkCancel(t *testing.T) {
 }
 
 func BenchmarkLinkDirectory(b *testing.B) {
-	l := staging.NewLink(staging.NewMem(), staging.ProfileDirectory)
+	l := link.New(mem.New(), link.ProfileDirectory)
 	data := make([]byte, 16<<20)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
@@ -124,7 +126,7 @@ func BenchmarkLinkDirectory(b *testing.B) {
 // flight to fill it (TotalBps/PerRequestBps of them, five on general), and not
 // cap below it.
 func BenchmarkLinkGets(b *testing.B) {
-	for _, p := range []staging.LinkProfile{staging.ProfileGeneral, staging.ProfileDirectory} {
+	for _, p := range []link.Profile{link.ProfileGeneral, link.ProfileDirectory} {
 		for _, inflight := range []int{1, 5, 8, 16} {
 			for _, size := range []int{4 << 20, 8 << 20, 16 << 20} {
 				b.Run(fmt.Sprintf("%s/inflight=%d/size=%dMiB", p.Name, inflight, size>>20), func(b *testing.B) {
@@ -135,13 +137,13 @@ func BenchmarkLinkGets(b *testing.B) {
 	}
 }
 
-func benchLinkGets(b *testing.B, p staging.LinkProfile, inflight, size int) {
-	m := staging.NewMem()
+func benchLinkGets(b *testing.B, p link.Profile, inflight, size int) {
+	m := mem.New()
 	const obj = 64 << 20
 	if _, err := m.Put(b.Context(), "k", make([]byte, obj), staging.PutOptions{}); err != nil {
 		b.Fatal(err)
 	}
-	l := staging.NewLink(m, p)
+	l := link.New(m, p)
 	// Enough GETs that the ramp (the first latency) is a small part of the
 	// whole: at least 32 per request slot, and at least one second of link.
 	gets := max(32*inflight, int(p.TotalBps/float64(size))+1)

@@ -1,4 +1,7 @@
-package staging
+// Package dir is the directory backend of staging: objects kept as files
+// under a local root, the store of a volume used without any bucket. Its
+// on-disk layout is documented on Store.
+package dir
 
 import (
 	"bytes"
@@ -13,22 +16,22 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/zeebo/xxh3"
 	"golang.org/x/sys/unix"
+
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // ErrCorrupt: a file of a directory store is not what the store writes (a
 // commit record that does not parse, a data file of the wrong size).
 var ErrCorrupt = errors.New("corrupt store file")
 
-// Dir is a Store of files under a root directory: the embedded default store,
-// used without any bucket. Several processes may share one root; conditional
-// writes hold across them.
+// Store is a staging.Store of files under a root directory: the embedded
+// default store, used without any bucket. Several processes may share one
+// root; conditional writes hold across them.
 //
 // # Layout
 //
@@ -88,9 +91,9 @@ var ErrCorrupt = errors.New("corrupt store file")
 // Limits beyond ValidateKey: an escaped segment is at most 200 bytes (file
 // names are at most 255). A crash during a write can leave an unreferenced
 // data file beside the object, which no operation sees or removes; a crash
-// while writing a part leaves a file in tmp/, removed by NewDir after a day.
+// while writing a part leaves a file in tmp/, removed by New after a day.
 // Folders emptied by Delete stay (removing them would race with writers).
-type Dir struct {
+type Store struct {
 	root   string // absolute
 	sys    string // root/.ckptfs-staging
 	noSync bool
@@ -101,8 +104,8 @@ type Dir struct {
 	listHook func(dir string)
 }
 
-// DirOptions are the options of a directory store.
-type DirOptions struct {
+// Options are the options of a directory store.
+type Options struct {
 	// NoSync skips fsync(2): faster, for tests and scratch volumes. Writes
 	// stay atomic while the machine runs; a machine crash may lose recent
 	// writes or leave a commit record naming a short data file, which Get
@@ -110,7 +113,7 @@ type DirOptions struct {
 	NoSync bool
 }
 
-var _ Store = (*Dir)(nil)
+var _ staging.Store = (*Store)(nil)
 
 const (
 	dirFormatVersion = 1 // a record naming a data file
@@ -135,20 +138,20 @@ const (
 	filePerm = 0o600
 )
 
-// NewDir opens (creating it if needed) a directory store at root; every
+// New opens (creating it if needed) a directory store at root; every
 // acknowledged write is synced to disk. What the store creates, the root
 // included, is private to the user running it (folders 0700, files 0600); a
 // root others can write is refused. The mode of an existing root is left as
 // it is.
-func NewDir(root string) (*Dir, error) { return NewDirWith(root, DirOptions{}) }
+func New(root string) (*Store, error) { return NewWith(root, Options{}) }
 
-// NewDirWith is NewDir with options.
-func NewDirWith(root string, o DirOptions) (*Dir, error) {
+// NewWith is New with options.
+func NewWith(root string, o Options) (*Store, error) {
 	abs, err := filepath.Abs(root)
 	if err != nil {
 		return nil, fmt.Errorf("directory store %s: %w", root, err)
 	}
-	d := &Dir{root: abs, sys: filepath.Join(abs, strings.TrimSuffix(ReservedPrefix, "/")), noSync: o.NoSync}
+	d := &Store{root: abs, sys: filepath.Join(abs, strings.TrimSuffix(staging.ReservedPrefix, "/")), noSync: o.NoSync}
 	if err := os.MkdirAll(abs, dirPerm); err != nil {
 		return nil, fmt.Errorf("directory store %s: %w", abs, err)
 	}
@@ -175,11 +178,11 @@ func NewDirWith(root string, o DirOptions) (*Dir, error) {
 }
 
 // Root is the directory the store keeps its files under.
-func (d *Dir) Root() string { return d.root }
+func (d *Store) Root() string { return d.root }
 
 // removeStaleTmp removes what crashed writers left in tmp/. A live writer
 // keeps a temporary file for seconds, never a day.
-func (d *Dir) removeStaleTmp() {
+func (d *Store) removeStaleTmp() {
 	dir := filepath.Join(d.sys, "tmp")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -249,8 +252,8 @@ type objPath struct {
 func (p objPath) meta() string              { return filepath.Join(p.dir, p.base+metaSuffix) }
 func (p objPath) dataName(id string) string { return p.base + "~" + id }
 
-func (d *Dir) path(key string) (objPath, error) {
-	if err := ValidateKey(key); err != nil {
+func (d *Store) path(key string) (objPath, error) {
+	if err := staging.ValidateKey(key); err != nil {
 		return objPath{}, err
 	}
 	segs := strings.Split(key, "/")
@@ -258,14 +261,14 @@ func (d *Dir) path(key string) (objPath, error) {
 		segs[i] = escapeSeg(s)
 		if len(segs[i]) > maxEscapedSeg {
 			return objPath{}, fmt.Errorf("key %q: segment of %d bytes, more than a directory store's %d: %w",
-				truncKey(key), len(segs[i]), maxEscapedSeg, ErrInvalidKey)
+				staging.TruncKey(key), len(segs[i]), maxEscapedSeg, staging.ErrInvalidKey)
 		}
 	}
 	n := len(segs) - 1
 	return objPath{key: key, dir: filepath.Join(append([]string{d.root}, segs[:n]...)...), base: segs[n]}, nil
 }
 
-// dirMeta is the commit record of an object (format in the Dir doc).
+// dirMeta is the commit record of an object (format in the Store doc).
 type dirMeta struct {
 	Version  int               `json:"v"`
 	ETag     string            `json:"etag"`
@@ -275,16 +278,27 @@ type dirMeta struct {
 	Metadata map[string]string `json:"metadata,omitempty"`
 }
 
-// parseMeta parses and checks a commit record.
-func parseMeta(b []byte) (dirMeta, error) {
-	var m dirMeta
+// decodeStrict decodes b, one record of the store's own (what, in errors),
+// as a T: a field T does not have, or anything after the record, makes it
+// ErrCorrupt, as does JSON that does not parse.
+func decodeStrict[T any](b []byte, what string) (T, error) {
+	var v T
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return dirMeta{}, fmt.Errorf("commit record: %v: %w", err, ErrCorrupt)
+	if err := dec.Decode(&v); err != nil {
+		return v, fmt.Errorf("%s: %v: %w", what, err, ErrCorrupt)
 	}
 	if dec.More() {
-		return dirMeta{}, fmt.Errorf("commit record: data after the record: %w", ErrCorrupt)
+		return v, fmt.Errorf("%s: data after the record: %w", what, ErrCorrupt)
+	}
+	return v, nil
+}
+
+// parseMeta parses and checks a commit record.
+func parseMeta(b []byte) (dirMeta, error) {
+	m, err := decodeStrict[dirMeta](b, "commit record")
+	if err != nil {
+		return dirMeta{}, err
 	}
 	switch {
 	case m.Version != dirFormatVersion && m.Version != dirInlineVersion:
@@ -301,14 +315,14 @@ func parseMeta(b []byte) (dirMeta, error) {
 		strings.HasSuffix(m.Data, metaSuffix) || m.Data == "." || m.Data == ".."):
 		return dirMeta{}, fmt.Errorf("commit record: data file %q: %w", m.Data, ErrCorrupt)
 	}
-	if err := ValidateMetadata(m.Metadata); err != nil {
+	if err := staging.ValidateMetadata(m.Metadata); err != nil {
 		return dirMeta{}, fmt.Errorf("commit record: %v: %w", err, ErrCorrupt)
 	}
 	return m, nil
 }
 
 // readMeta reads the commit record of p; ErrNotFound if there is none.
-func (d *Dir) readMeta(p objPath) (dirMeta, error) {
+func (d *Store) readMeta(p objPath) (dirMeta, error) {
 	m, _, err := d.readRecord(p, false)
 	return m, err
 }
@@ -316,11 +330,11 @@ func (d *Dir) readMeta(p objPath) (dirMeta, error) {
 // readRecord reads the commit record of p and, when withData, the bytes of
 // an object held in it (nil for one in a data file); ErrNotFound if there is
 // none. Only the record's JSON is read without withData.
-func (d *Dir) readRecord(p objPath, withData bool) (dirMeta, []byte, error) {
+func (d *Store) readRecord(p objPath, withData bool) (dirMeta, []byte, error) {
 	f, err := os.Open(p.meta())
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-			return dirMeta{}, nil, ErrNotFound
+			return dirMeta{}, nil, staging.ErrNotFound
 		}
 		return dirMeta{}, nil, err
 	}
@@ -384,8 +398,8 @@ func parseRecord(b []byte, size int64) (dirMeta, []byte, error) {
 	return m, b[i+1:], nil
 }
 
-func (m dirMeta) info(key string) ObjectInfo {
-	return ObjectInfo{Key: key, Size: m.Size, ETag: m.ETag, LastModified: m.Modified, Metadata: maps.Clone(m.Metadata)}
+func (m dirMeta) info(key string) staging.ObjectInfo {
+	return staging.ObjectInfo{Key: key, Size: m.Size, ETag: m.ETag, LastModified: m.Modified, Metadata: maps.Clone(m.Metadata)}
 }
 
 func newID() string {
@@ -414,20 +428,20 @@ func lock(name string) (func(), error) {
 	return func() { f.Close() }, nil // closing the file releases the lock
 }
 
-func (d *Dir) lockKey(key string) (func(), error) {
+func (d *Store) lockKey(key string) (func(), error) {
 	stripe := xxh3.HashString(key) % lockStripes
 	return lock(filepath.Join(d.sys, "locks", fmt.Sprintf("%02x", stripe)))
 }
 
 // writeTmp writes data to a new file in tmp/ and syncs it.
-func (d *Dir) writeTmp(name string, data []byte) (string, error) {
+func (d *Store) writeTmp(name string, data []byte) (string, error) {
 	path := filepath.Join(d.sys, "tmp", name)
 	return path, d.writeNew(path, data)
 }
 
 // writeNew writes data to a new file at path and syncs it; on failure the
 // file is removed.
-func (d *Dir) writeNew(path string, data []byte) error {
+func (d *Store) writeNew(path string, data []byte) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
 	if err != nil {
 		return err
@@ -447,7 +461,7 @@ func (d *Dir) writeNew(path string, data []byte) error {
 
 // mkdirs creates dir and its missing parents under root, syncing the parent
 // of each folder it creates so that the folder survives a crash.
-func (d *Dir) mkdirs(dir string) error {
+func (d *Store) mkdirs(dir string) error {
 	if dir == d.root {
 		return nil
 	}
@@ -467,7 +481,7 @@ func (d *Dir) mkdirs(dir string) error {
 	return d.syncDir(parent)
 }
 
-func (d *Dir) syncDir(dir string) error {
+func (d *Store) syncDir(dir string) error {
 	if d.syncHook != nil {
 		if err := d.syncHook(dir); err != nil {
 			return err
@@ -489,13 +503,13 @@ func (d *Dir) syncDir(dir string) error {
 
 // publish makes the synced data file p.dataName(id), written in place
 // (unreferenced, so invisible), the object p if cond holds.
-func (d *Dir) publish(p objPath, id string, size int64, md map[string]string, cond Conditions) (ObjectInfo, error) {
+func (d *Store) publish(p objPath, id string, size int64, md map[string]string, cond staging.Conditions) (staging.ObjectInfo, error) {
 	meta := dirMeta{Version: dirFormatVersion, ETag: `"` + id + `"`, Size: size, Modified: time.Now().UTC(), Data: p.dataName(id), Metadata: md}
 	return d.commit(p, meta, nil, cond)
 }
 
 // publishInline makes data, held in the record, the object p if cond holds.
-func (d *Dir) publishInline(p objPath, data []byte, md map[string]string, cond Conditions) (ObjectInfo, error) {
+func (d *Store) publishInline(p objPath, data []byte, md map[string]string, cond staging.Conditions) (staging.ObjectInfo, error) {
 	meta := dirMeta{Version: dirInlineVersion, ETag: `"` + newID() + `"`, Size: int64(len(data)), Modified: time.Now().UTC(), Metadata: md}
 	return d.commit(p, meta, data, cond)
 }
@@ -505,7 +519,7 @@ func (d *Dir) publishInline(p objPath, data []byte, md map[string]string, cond C
 // failure before the rename the record and the data file it names are
 // removed; after it (the folder's sync failed) the data file stays, since
 // the record names it.
-func (d *Dir) commit(p objPath, meta dirMeta, inline []byte, cond Conditions) (_ ObjectInfo, err error) {
+func (d *Store) commit(p objPath, meta dirMeta, inline []byte, cond staging.Conditions) (_ staging.ObjectInfo, err error) {
 	// No "~meta" suffix: never listed.
 	tmpMeta := filepath.Join(p.dir, p.dataName(strings.Trim(meta.ETag, `"`))+".meta-tmp")
 	committed := false // the record naming the data is in place
@@ -519,31 +533,31 @@ func (d *Dir) commit(p objPath, meta dirMeta, inline []byte, cond Conditions) (_
 	}()
 	rec, err := json.Marshal(meta)
 	if err != nil {
-		return ObjectInfo{}, err
+		return staging.ObjectInfo{}, err
 	}
 	if meta.Version == dirInlineVersion {
 		rec = append(append(rec, '\n'), inline...)
 	}
 	if err := d.writeNew(tmpMeta, rec); err != nil {
-		return ObjectInfo{}, err
+		return staging.ObjectInfo{}, err
 	}
 	unlock, err := d.lockKey(p.key)
 	if err != nil {
-		return ObjectInfo{}, err
+		return staging.ObjectInfo{}, err
 	}
 	defer unlock()
 	old, err := d.readMeta(p)
 	exists := err == nil
-	if err != nil && !errors.Is(err, ErrNotFound) {
-		return ObjectInfo{}, err
+	if err != nil && !errors.Is(err, staging.ErrNotFound) {
+		return staging.ObjectInfo{}, err
 	}
-	if err := checkConditions(cond, exists, func() string { return old.ETag }); err != nil {
-		return ObjectInfo{}, err
+	if err := staging.CheckConditions(cond, exists, func() string { return old.ETag }); err != nil {
+		return staging.ObjectInfo{}, err
 	}
 	// Data and record are in one folder: the renames need no file-system-wide
 	// lock, and one sync of the folder makes both durable.
 	if err := os.Rename(tmpMeta, p.meta()); err != nil {
-		return ObjectInfo{}, err
+		return staging.ObjectInfo{}, err
 	}
 	// From here the record names the new data file: it must never be
 	// removed, whatever fails next.
@@ -553,7 +567,7 @@ func (d *Dir) commit(p objPath, meta dirMeta, inline []byte, cond Conditions) (_
 		// back, so its data file stays too (unreferenced if no crash comes,
 		// as after a crash during a write). The caller cannot tell whether
 		// the write will last: like a lost answer.
-		return ObjectInfo{}, fmt.Errorf("committed, but syncing folder %s failed, so the write may not survive a crash: %w", p.dir, err)
+		return staging.ObjectInfo{}, fmt.Errorf("committed, but syncing folder %s failed, so the write may not survive a crash: %w", p.dir, err)
 	}
 	if exists && old.Data != "" && old.Data != meta.Data {
 		_ = os.Remove(filepath.Join(p.dir, old.Data)) // readers holding it open keep reading
@@ -561,42 +575,42 @@ func (d *Dir) commit(p objPath, meta dirMeta, inline []byte, cond Conditions) (_
 	return meta.info(p.key), nil
 }
 
-func (d *Dir) Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
-	if err := checkWrite(ctx, "put", key, opts.Metadata); err != nil {
-		return ObjectInfo{}, err
+func (d *Store) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
+	if err := staging.CheckWrite(ctx, "put", key, opts.Metadata); err != nil {
+		return staging.ObjectInfo{}, err
 	}
 	p, err := d.path(key)
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("put: %w", err)
+		return staging.ObjectInfo{}, fmt.Errorf("put: %w", err)
 	}
 	if err := d.mkdirs(p.dir); err != nil {
-		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+		return staging.ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
 	if len(data) <= inlineMax {
 		info, err := d.publishInline(p, data, maps.Clone(opts.Metadata), opts.Conditions)
 		if err != nil {
-			return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+			return staging.ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 		}
 		return info, nil
 	}
 	id := newID()
 	if err := d.writeNew(filepath.Join(p.dir, p.dataName(id)), data); err != nil {
-		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+		return staging.ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
 	if err := ctx.Err(); err != nil {
 		os.Remove(filepath.Join(p.dir, p.dataName(id)))
-		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+		return staging.ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
 	info, err := d.publish(p, id, int64(len(data)), maps.Clone(opts.Metadata), opts.Conditions)
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+		return staging.ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
 	return info, nil
 }
 
 // open returns the commit record of p and either the object's bytes held
 // in it or its data file, opened.
-func (d *Dir) open(p objPath) (dirMeta, []byte, *os.File, error) {
+func (d *Store) open(p objPath) (dirMeta, []byte, *os.File, error) {
 	for range readRetries {
 		m, inline, err := d.readRecord(p, true)
 		if err != nil {
@@ -626,24 +640,24 @@ func (d *Dir) open(p objPath) (dirMeta, []byte, *os.File, error) {
 	return dirMeta{}, nil, nil, fmt.Errorf("replaced %d times while being read", readRetries)
 }
 
-func (d *Dir) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
-	if err := checkRead(ctx, "get", key); err != nil {
-		return nil, ObjectInfo{}, err
+func (d *Store) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
+	if err := staging.CheckRead(ctx, "get", key); err != nil {
+		return nil, staging.ObjectInfo{}, err
 	}
 	p, err := d.path(key)
 	if err != nil {
-		return nil, ObjectInfo{}, fmt.Errorf("get: %w", err)
+		return nil, staging.ObjectInfo{}, fmt.Errorf("get: %w", err)
 	}
 	m, inline, f, err := d.open(p)
 	if err != nil {
-		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
+		return nil, staging.ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
 	}
-	off, n, err := r.resolve(m.Size)
+	off, n, err := r.Resolve(m.Size)
 	if err != nil {
 		if f != nil {
 			f.Close()
 		}
-		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
+		return nil, staging.ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
 	}
 	if f == nil {
 		return append([]byte(nil), inline[off:off+n]...), m.info(key), nil
@@ -651,28 +665,28 @@ func (d *Dir) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo,
 	defer f.Close()
 	buf := make([]byte, n)
 	if _, err := f.ReadAt(buf, off); err != nil && !(err == io.EOF && n == 0) {
-		return nil, ObjectInfo{}, fmt.Errorf("get %s: read %s: %w", key, m.Data, err)
+		return nil, staging.ObjectInfo{}, fmt.Errorf("get %s: read %s: %w", key, m.Data, err)
 	}
 	return buf, m.info(key), nil
 }
 
-func (d *Dir) Head(ctx context.Context, key string) (ObjectInfo, error) {
-	if err := checkRead(ctx, "head", key); err != nil {
-		return ObjectInfo{}, err
+func (d *Store) Head(ctx context.Context, key string) (staging.ObjectInfo, error) {
+	if err := staging.CheckRead(ctx, "head", key); err != nil {
+		return staging.ObjectInfo{}, err
 	}
 	p, err := d.path(key)
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("head: %w", err)
+		return staging.ObjectInfo{}, fmt.Errorf("head: %w", err)
 	}
 	m, err := d.readMeta(p)
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("head %s: %w", key, err)
+		return staging.ObjectInfo{}, fmt.Errorf("head %s: %w", key, err)
 	}
 	return m.info(key), nil
 }
 
-func (d *Dir) Delete(ctx context.Context, key string) error {
-	if err := checkWrite(ctx, "delete", key, nil); err != nil {
+func (d *Store) Delete(ctx context.Context, key string) error {
+	if err := staging.CheckWrite(ctx, "delete", key, nil); err != nil {
 		return err
 	}
 	p, err := d.path(key)
@@ -685,7 +699,7 @@ func (d *Dir) Delete(ctx context.Context, key string) error {
 	}
 	defer unlock()
 	m, err := d.readMeta(p)
-	if errors.Is(err, ErrNotFound) {
+	if errors.Is(err, staging.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
@@ -701,472 +715,4 @@ func (d *Dir) Delete(ctx context.Context, key string) error {
 		return fmt.Errorf("delete %s: %w", key, err)
 	}
 	return nil
-}
-
-// List returns the objects under prefix after startAfter in key order,
-// walking the folders lazily: each folder is read once, its entries are
-// sorted by the keys they hold (an object "<name>~meta" holds one key, a
-// folder <name> every key starting with "<name>/": sorting objects by key and
-// folders by that prefix is the order of the keys themselves), folders whose
-// every key is at or before startAfter, or outside prefix, are skipped
-// unread, and the walk stops at the first key past a full page. A page
-// thus costs the folders on the path to startAfter and those the page's
-// keys are in, whatever the number of keys before or after them; only a
-// single folder of many entries is read (names only) and sorted whole.
-func (d *Dir) List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error) {
-	if err := ctx.Err(); err != nil {
-		return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
-	}
-	if err := ValidatePrefix(prefix); err != nil {
-		return ListPage{}, fmt.Errorf("list: %w", err)
-	}
-	if max <= 0 || max > 1000 {
-		max = 1000
-	}
-	// The folder of the prefix's whole segments, and the key prefix it holds.
-	start, startKey := d.root, ""
-	if i := strings.LastIndexByte(prefix, '/'); i >= 0 {
-		segs := strings.Split(prefix[:i], "/")
-		for j, s := range segs {
-			segs[j] = escapeSeg(s)
-		}
-		start = filepath.Join(append([]string{d.root}, segs...)...)
-		startKey = prefix[:i+1]
-	}
-	l := dirLister{d: d, ctx: ctx, prefix: prefix, startAfter: startAfter, max: max}
-	if err := l.walk(start, startKey); err != nil && !errors.Is(err, errPageFull) {
-		return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
-	}
-	return l.page, nil
-}
-
-// errPageFull stops a listing's walk once a key past a full page is found.
-var errPageFull = errors.New("page full")
-
-// dirLister is the state of one List.
-type dirLister struct {
-	d          *Dir
-	ctx        context.Context
-	prefix     string
-	startAfter string
-	max        int
-	page       ListPage
-}
-
-// dirItem is one entry of a folder that a listing may need.
-type dirItem struct {
-	key    string // an object's key, or the prefix (ending in '/') of a folder's keys
-	name   string // the file (commit record) or folder name
-	folder bool
-}
-
-// walk lists, in key order, the objects of folder dir, whose keys start with
-// keyPrefix. It returns errPageFull when the page is full and another key
-// follows.
-func (l *dirLister) walk(dir, keyPrefix string) error {
-	items, err := l.d.readFolder(dir, keyPrefix, l.prefix, l.startAfter)
-	if err != nil {
-		return err
-	}
-	for _, it := range items {
-		if err := l.ctx.Err(); err != nil {
-			return err
-		}
-		if it.folder {
-			if err := l.walk(filepath.Join(dir, it.name), it.key); err != nil {
-				return err
-			}
-			continue
-		}
-		if len(l.page.Objects) == l.max {
-			l.page.Truncated = true
-			return errPageFull
-		}
-		m, err := l.d.readMeta(objPath{key: it.key, dir: dir, base: strings.TrimSuffix(it.name, metaSuffix)})
-		if errors.Is(err, ErrNotFound) {
-			continue // deleted since the folder was read
-		}
-		if err != nil {
-			return err
-		}
-		info := m.info(it.key)
-		info.Metadata = nil
-		l.page.Objects = append(l.page.Objects, info)
-	}
-	return nil
-}
-
-// readFolder reads folder dir, whose keys start with keyPrefix, and returns
-// the objects and folders in it that may hold keys under prefix after
-// startAfter, sorted by key. A missing folder (or a file where a folder
-// would be) holds nothing. The store's own folder, names escapeSeg cannot
-// make (data files, records being written, someone else's files) and keys
-// ValidateKey refuses are left out.
-func (d *Dir) readFolder(dir, keyPrefix, prefix, startAfter string) ([]dirItem, error) {
-	// One instant's view of the folder (see readFolderOnce), unsorted: the
-	// names are sorted below by the keys they hold, which escaping orders
-	// differently.
-	ents, err := readFolderOnce(dir)
-	if d.listHook != nil && err == nil {
-		d.listHook(dir)
-	}
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
-			return nil, nil // missing, a file, or removed meanwhile: holds nothing
-		}
-		return nil, err
-	}
-	var items []dirItem
-	for _, e := range ents {
-		name := e.name
-		if e.dir {
-			seg, ok := unescapeSeg(name)
-			if !ok || filepath.Join(dir, name) == d.sys {
-				continue
-			}
-			k := keyPrefix + seg + "/"
-			if !strings.HasPrefix(k, prefix) && !strings.HasPrefix(prefix, k) {
-				continue // no key of it is under prefix
-			}
-			if k <= startAfter && !strings.HasPrefix(startAfter, k) {
-				continue // every key of it sorts before startAfter
-			}
-			items = append(items, dirItem{key: k, name: name, folder: true})
-			continue
-		}
-		base, ok := strings.CutSuffix(name, metaSuffix)
-		if !ok {
-			continue
-		}
-		seg, ok := unescapeSeg(base)
-		if !ok {
-			continue
-		}
-		k := keyPrefix + seg
-		if k > startAfter && strings.HasPrefix(k, prefix) && ValidateKey(k) == nil {
-			items = append(items, dirItem{key: k, name: name})
-		}
-	}
-	slices.SortFunc(items, func(a, b dirItem) int { return strings.Compare(a.key, b.key) })
-	return items, nil
-}
-
-// dirUpload is the record of an open upload (format in the Dir doc).
-type dirUpload struct {
-	Version   int               `json:"v"`
-	Key       string            `json:"key"`
-	Metadata  map[string]string `json:"metadata,omitempty"`
-	Initiated time.Time         `json:"initiated"`
-}
-
-func parseUpload(b []byte) (dirUpload, error) {
-	var u dirUpload
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&u); err != nil {
-		return dirUpload{}, fmt.Errorf("upload record: %v: %w", err, ErrCorrupt)
-	}
-	if dec.More() {
-		return dirUpload{}, fmt.Errorf("upload record: data after the record: %w", ErrCorrupt)
-	}
-	if u.Version != dirFormatVersion {
-		return dirUpload{}, fmt.Errorf("upload record: version %d, want %d: %w", u.Version, dirFormatVersion, ErrCorrupt)
-	}
-	if err := ValidateKey(u.Key); err != nil {
-		return dirUpload{}, fmt.Errorf("upload record: %v: %w", err, ErrCorrupt)
-	}
-	if err := ValidateMetadata(u.Metadata); err != nil {
-		return dirUpload{}, fmt.Errorf("upload record: %v: %w", err, ErrCorrupt)
-	}
-	return u, nil
-}
-
-// isID reports whether s is an id newID makes: no path tricks in upload ids.
-func isID(s string) bool {
-	if len(s) != 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
-			return false
-		}
-	}
-	return true
-}
-
-func (d *Dir) uploadDir(id string) string { return filepath.Join(d.sys, "uploads", id) }
-
-func (d *Dir) CreateMultipart(ctx context.Context, key string, opts PutOptions) (string, error) {
-	if err := checkWrite(ctx, "create multipart upload", key, opts.Metadata); err != nil {
-		return "", err
-	}
-	if _, err := d.path(key); err != nil {
-		return "", fmt.Errorf("create multipart upload: %w", err)
-	}
-	id := newID()
-	rec, err := json.Marshal(dirUpload{Version: dirFormatVersion, Key: key, Metadata: opts.Metadata, Initiated: time.Now().UTC()})
-	if err == nil {
-		err = os.Mkdir(d.uploadDir(id), dirPerm)
-	}
-	var tmp string
-	if err == nil {
-		tmp, err = d.writeTmp(id+"~upload", rec)
-	}
-	if err == nil {
-		// The record appears whole or not at all: ListMultipartUploads skips
-		// folders without one.
-		err = os.Rename(tmp, filepath.Join(d.uploadDir(id), uploadRecord))
-	}
-	if err != nil {
-		os.RemoveAll(d.uploadDir(id))
-		return "", fmt.Errorf("create multipart upload of %s: %w", key, err)
-	}
-	return id, nil
-}
-
-// openUpload locks upload id of key and returns its record and the release
-// of the lock; ErrNotFound if the upload is not open (or is another key's).
-func (d *Dir) openUpload(key, id string) (dirUpload, func(), error) {
-	if !isID(id) {
-		return dirUpload{}, nil, fmt.Errorf("upload %q of %s: %w", id, key, ErrNotFound)
-	}
-	recPath := filepath.Join(d.uploadDir(id), uploadRecord)
-	f, err := os.Open(recPath)
-	if errors.Is(err, fs.ErrNotExist) {
-		return dirUpload{}, nil, fmt.Errorf("upload %s of %s: %w", id, key, ErrNotFound)
-	}
-	if err != nil {
-		return dirUpload{}, nil, err
-	}
-	for {
-		err = unix.Flock(int(f.Fd()), unix.LOCK_EX)
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		f.Close()
-		return dirUpload{}, nil, fmt.Errorf("lock %s: %w", recPath, err)
-	}
-	release := func() { f.Close() }
-	// An abort or complete that held the lock before us removed the upload.
-	if _, err := os.Stat(recPath); err != nil {
-		release()
-		return dirUpload{}, nil, fmt.Errorf("upload %s of %s: %w", id, key, ErrNotFound)
-	}
-	b, err := io.ReadAll(f)
-	if err != nil {
-		release()
-		return dirUpload{}, nil, err
-	}
-	u, err := parseUpload(b)
-	if err != nil {
-		release()
-		return dirUpload{}, nil, fmt.Errorf("%s: %w", recPath, err)
-	}
-	if u.Key != key {
-		release()
-		return dirUpload{}, nil, fmt.Errorf("upload %s is of %s, not %s: %w", id, u.Key, key, ErrNotFound)
-	}
-	return u, release, nil
-}
-
-func (d *Dir) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
-	if err := checkWrite(ctx, "upload part", key, nil); err != nil {
-		return "", err
-	}
-	if err := checkPartNumber(n); err != nil {
-		return "", fmt.Errorf("upload part of %s: %w", key, err)
-	}
-	partID := newID()
-	tmp, err := d.writeTmp(partID, data)
-	if err != nil {
-		return "", fmt.Errorf("upload part %d of %s: %w", n, key, err)
-	}
-	defer os.Remove(tmp) // a no-op once renamed
-	_, release, err := d.openUpload(key, uploadID)
-	if err != nil {
-		return "", fmt.Errorf("upload part %d: %w", n, err)
-	}
-	defer release()
-	dir := d.uploadDir(uploadID)
-	old, _ := d.partFiles(dir)
-	if err := os.Rename(tmp, filepath.Join(dir, partName(n, partID))); err != nil {
-		return "", fmt.Errorf("upload part %d of %s: %w", n, key, err)
-	}
-	if p, ok := old[n]; ok {
-		_ = os.Remove(filepath.Join(dir, partName(n, p.id)))
-	}
-	return `"` + partID + `"`, nil
-}
-
-func partName(n int32, id string) string { return fmt.Sprintf("%05d-%s", n, id) }
-
-type dirPart struct {
-	id   string
-	size int64
-}
-
-// partFiles returns the parts stored in an upload folder by number.
-func (d *Dir) partFiles(dir string) (map[int32]dirPart, error) {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	parts := make(map[int32]dirPart)
-	for _, e := range ents {
-		num, id, ok := strings.Cut(e.Name(), "-")
-		if !ok || !isID(id) {
-			continue
-		}
-		n, err := strconv.ParseInt(num, 10, 32)
-		if err != nil {
-			continue
-		}
-		info, err := e.Info()
-		if err != nil {
-			return nil, err
-		}
-		parts[int32(n)] = dirPart{id: id, size: info.Size()}
-	}
-	return parts, nil
-}
-
-func (d *Dir) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
-	if err := checkWrite(ctx, "complete multipart upload", key, nil); err != nil {
-		return ObjectInfo{}, err
-	}
-	p, err := d.path(key)
-	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
-	}
-	if err := checkCompletedParts(parts); err != nil {
-		return ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
-	}
-	u, release, err := d.openUpload(key, uploadID)
-	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
-	}
-	defer release()
-	info, err := d.complete(ctx, p, uploadID, u, parts, cond)
-	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
-	}
-	return info, nil
-}
-
-// complete concatenates the parts into a new data file and publishes it.
-// Called with the upload locked.
-func (d *Dir) complete(ctx context.Context, p objPath, id string, u dirUpload, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
-	dir := d.uploadDir(id)
-	stored, err := d.partFiles(dir)
-	if err != nil {
-		return ObjectInfo{}, err
-	}
-	for i, cp := range parts {
-		sp, ok := stored[cp.Number]
-		switch {
-		case !ok:
-			return ObjectInfo{}, fmt.Errorf("part %d was not uploaded", cp.Number)
-		case `"`+sp.id+`"` != cp.ETag:
-			return ObjectInfo{}, fmt.Errorf("part %d has ETag \"%s\", not %s", cp.Number, sp.id, cp.ETag)
-		case i < len(parts)-1 && sp.size < MinPartSize:
-			return ObjectInfo{}, fmt.Errorf("part %d is %d bytes: %w", cp.Number, sp.size, ErrPartTooSmall)
-		}
-	}
-	dataID := newID()
-	if err := d.mkdirs(p.dir); err != nil {
-		return ObjectInfo{}, err
-	}
-	tmp := filepath.Join(p.dir, p.dataName(dataID))
-	out, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, filePerm)
-	if err != nil {
-		return ObjectInfo{}, err
-	}
-	var size int64
-	for _, cp := range parts {
-		if err = ctx.Err(); err != nil {
-			break
-		}
-		var in *os.File
-		in, err = os.Open(filepath.Join(dir, partName(cp.Number, stored[cp.Number].id)))
-		if err != nil {
-			break
-		}
-		var n int64
-		n, err = io.Copy(out, in) // copy_file_range(2) where the file system has it
-		in.Close()
-		size += n
-		if err != nil {
-			break
-		}
-	}
-	if err == nil && !d.noSync {
-		err = out.Sync()
-	}
-	if cerr := out.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return ObjectInfo{}, err
-	}
-	info, err := d.publish(p, dataID, size, u.Metadata, cond)
-	if err != nil {
-		return ObjectInfo{}, err
-	}
-	if err := os.RemoveAll(dir); err != nil {
-		return ObjectInfo{}, fmt.Errorf("published, but removing the upload: %w", err)
-	}
-	return info, nil
-}
-
-func (d *Dir) AbortMultipart(ctx context.Context, key, uploadID string) error {
-	if err := checkWrite(ctx, "abort multipart upload", key, nil); err != nil {
-		return err
-	}
-	_, release, err := d.openUpload(key, uploadID)
-	if err != nil {
-		return fmt.Errorf("abort multipart upload: %w", err)
-	}
-	defer release()
-	if err := os.RemoveAll(d.uploadDir(uploadID)); err != nil {
-		return fmt.Errorf("abort multipart upload %s of %s: %w", uploadID, key, err)
-	}
-	return nil
-}
-
-func (d *Dir) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list multipart uploads %s: %w", prefix, err)
-	}
-	if err := ValidatePrefix(prefix); err != nil {
-		return nil, fmt.Errorf("list multipart uploads: %w", err)
-	}
-	ents, err := os.ReadDir(filepath.Join(d.sys, "uploads"))
-	if err != nil {
-		return nil, fmt.Errorf("list multipart uploads %s: %w", prefix, err)
-	}
-	var out []Upload
-	for _, e := range ents {
-		if !isID(e.Name()) {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join(d.uploadDir(e.Name()), uploadRecord))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue // being created or removed
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list multipart uploads %s: %w", prefix, err)
-		}
-		u, err := parseUpload(b)
-		if err != nil {
-			return nil, fmt.Errorf("list multipart uploads: upload %s: %w", e.Name(), err)
-		}
-		if strings.HasPrefix(u.Key, prefix) {
-			out = append(out, Upload{Key: u.Key, UploadID: e.Name(), Initiated: u.Initiated})
-		}
-	}
-	sortUploads(out)
-	return out, nil
 }

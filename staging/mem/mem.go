@@ -1,4 +1,6 @@
-package staging
+// Package mem is the memory backend of staging: objects kept in the
+// process, for unit tests and benchmarks.
+package mem
 
 import (
 	"context"
@@ -10,9 +12,12 @@ import (
 	"sort"
 	"sync"
 	"time"
+
+	"github.com/ckptfs/ckptfs/staging"
 )
 
-// Mem is a Store in memory with the semantics of S3 documented on Store. It
+// Store is a staging.Store in memory with the semantics of S3 documented on
+// staging.Store. It
 // backs unit tests and benchmarks that move GiBs, so it copies only where a
 // caller could otherwise change stored bytes:
 //
@@ -21,9 +26,9 @@ import (
 //     must not modify the bytes Get returns (objects are immutable; a later
 //     Put of the key stores a new slice and leaves old readers' bytes alone).
 //
-// ETags are opaque quoted strings, unique per write within one Mem.
-type Mem struct {
-	tag string // random per Mem, so ETags of two stores never compare equal
+// ETags are opaque quoted strings, unique per write within one Store.
+type Store struct {
+	tag string // random per Store, so ETags of two stores never compare equal
 
 	mu      sync.RWMutex
 	seq     uint64                // GUARDED_BY(mu); numbers ETags and upload ids
@@ -60,13 +65,13 @@ type memPart struct {
 	etag string
 }
 
-var _ Store = (*Mem)(nil)
+var _ staging.Store = (*Store)(nil)
 
-// NewMem returns an empty memory store.
-func NewMem() *Mem {
+// New returns an empty memory store.
+func New() *Store {
 	var b [4]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
-	return &Mem{
+	return &Store{
 		tag:     hex.EncodeToString(b[:]),
 		objects: make(map[string]*memObject),
 		uploads: make(map[string]*memUpload),
@@ -74,7 +79,7 @@ func NewMem() *Mem {
 }
 
 // Len is the number of objects stored.
-func (m *Mem) Len() int {
+func (m *Store) Len() int {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return len(m.objects)
@@ -82,21 +87,21 @@ func (m *Mem) Len() int {
 
 // Bytes is the total size of the objects stored (open uploads' parts are not
 // counted: they are not objects yet).
-func (m *Mem) Bytes() int64 {
+func (m *Store) Bytes() int64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.bytes
 }
 
 // nextTag returns a fresh ETag-like string. Called with mu held for writing.
-func (m *Mem) nextTag() string {
+func (m *Store) nextTag() string {
 	m.seq++
 	return fmt.Sprintf("%s-%x", m.tag, m.seq)
 }
 
-func (m *Mem) Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
-	if err := checkWrite(ctx, "put", key, opts.Metadata); err != nil {
-		return ObjectInfo{}, err
+func (m *Store) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
+	if err := staging.CheckWrite(ctx, "put", key, opts.Metadata); err != nil {
+		return staging.ObjectInfo{}, err
 	}
 	obj := &memObject{data: slices.Clone(data), size: int64(len(data)), md: maps.Clone(opts.Metadata), mod: time.Now()}
 	if obj.data == nil {
@@ -105,15 +110,15 @@ func (m *Mem) Put(ctx context.Context, key string, data []byte, opts PutOptions)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.publish(key, obj, opts.Conditions); err != nil {
-		return ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+		return staging.ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
 	}
 	return obj.info(key), nil
 }
 
 // publish stores obj under key if cond holds. Called with mu held for writing.
-func (m *Mem) publish(key string, obj *memObject, cond Conditions) error {
+func (m *Store) publish(key string, obj *memObject, cond staging.Conditions) error {
 	old := m.objects[key]
-	if err := checkConditions(cond, old != nil, func() string { return old.etag }); err != nil {
+	if err := staging.CheckConditions(cond, old != nil, func() string { return old.etag }); err != nil {
 		return err
 	}
 	obj.etag = `"` + m.nextTag() + `"`
@@ -126,42 +131,6 @@ func (m *Mem) publish(key string, obj *memObject, cond Conditions) error {
 		m.keys = slices.Insert(m.keys, i, key)
 	}
 	return nil
-}
-
-// checkConditions decides a conditional write given whether the key exists
-// and (lazily) its current ETag.
-func checkConditions(cond Conditions, exists bool, etag func() string) error {
-	if cond.IfNoneMatch && exists {
-		return fmt.Errorf("If-None-Match: the key exists: %w", ErrPrecondition)
-	}
-	if cond.IfMatch != "" {
-		if !exists {
-			return fmt.Errorf("If-Match %s: no such key: %w", cond.IfMatch, ErrPrecondition)
-		}
-		if cur := etag(); cur != cond.IfMatch {
-			return fmt.Errorf("If-Match %s: the ETag is %s: %w", cond.IfMatch, cur, ErrPrecondition)
-		}
-	}
-	return nil
-}
-
-// checkWrite is the validation common to every write of every backend.
-func checkWrite(ctx context.Context, op, key string, md map[string]string) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("%s %s: %w", op, truncKey(key), err)
-	}
-	if err := ValidateKey(key); err != nil {
-		return fmt.Errorf("%s: %w", op, err)
-	}
-	if err := ValidateMetadata(md); err != nil {
-		return fmt.Errorf("%s %s: %w", op, key, err)
-	}
-	return nil
-}
-
-// checkRead is the validation common to every read of every backend.
-func checkRead(ctx context.Context, op, key string) error {
-	return checkWrite(ctx, op, key, nil)
 }
 
 // read returns n bytes at off (inside the object). The full slice
@@ -198,51 +167,46 @@ func (o *memObject) read(off, n int64) []byte {
 	return out
 }
 
-func (o *memObject) info(key string) ObjectInfo {
-	return ObjectInfo{Key: key, Size: o.size, ETag: o.etag, LastModified: o.mod, Metadata: maps.Clone(o.md)}
+func (o *memObject) info(key string) staging.ObjectInfo {
+	return staging.ObjectInfo{Key: key, Size: o.size, ETag: o.etag, LastModified: o.mod, Metadata: maps.Clone(o.md)}
 }
 
-func (m *Mem) lookup(key string) *memObject {
+func (m *Store) lookup(key string) *memObject {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.objects[key]
 }
 
-func (m *Mem) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
-	if err := checkRead(ctx, "get", key); err != nil {
-		return nil, ObjectInfo{}, err
+func (m *Store) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
+	if err := staging.CheckRead(ctx, "get", key); err != nil {
+		return nil, staging.ObjectInfo{}, err
 	}
 	obj := m.lookup(key)
 	if obj == nil {
-		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, ErrNotFound)
+		return nil, staging.ObjectInfo{}, fmt.Errorf("get %s: %w", key, staging.ErrNotFound)
 	}
-	off, n, err := r.resolve(obj.size)
+	off, n, err := r.Resolve(obj.size)
 	if err != nil {
-		return nil, ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
+		return nil, staging.ObjectInfo{}, fmt.Errorf("get %s: %w", key, err)
 	}
 	return obj.read(off, n), obj.info(key), nil
 }
 
-func (m *Mem) Head(ctx context.Context, key string) (ObjectInfo, error) {
-	if err := checkRead(ctx, "head", key); err != nil {
-		return ObjectInfo{}, err
+func (m *Store) Head(ctx context.Context, key string) (staging.ObjectInfo, error) {
+	if err := staging.CheckRead(ctx, "head", key); err != nil {
+		return staging.ObjectInfo{}, err
 	}
 	obj := m.lookup(key)
 	if obj == nil {
-		return ObjectInfo{}, fmt.Errorf("head %s: %w", key, ErrNotFound)
+		return staging.ObjectInfo{}, fmt.Errorf("head %s: %w", key, staging.ErrNotFound)
 	}
 	return obj.info(key), nil
 }
 
-func (m *Mem) List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error) {
-	if err := ctx.Err(); err != nil {
-		return ListPage{}, fmt.Errorf("list %s: %w", prefix, err)
-	}
-	if err := ValidatePrefix(prefix); err != nil {
-		return ListPage{}, fmt.Errorf("list: %w", err)
-	}
-	if max <= 0 || max > 1000 {
-		max = 1000
+func (m *Store) List(ctx context.Context, prefix, startAfter string, max int) (staging.ListPage, error) {
+	max, err := staging.CheckList(ctx, "list", prefix, max)
+	if err != nil {
+		return staging.ListPage{}, err
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -251,7 +215,7 @@ func (m *Mem) List(ctx context.Context, prefix, startAfter string, max int) (Lis
 		from = startAfter + "\x00" // the first string after startAfter
 	}
 	i := sort.SearchStrings(m.keys, from)
-	var page ListPage
+	var page staging.ListPage
 	for ; i < len(m.keys); i++ {
 		k := m.keys[i]
 		if len(k) < len(prefix) || k[:len(prefix)] != prefix {
@@ -262,13 +226,13 @@ func (m *Mem) List(ctx context.Context, prefix, startAfter string, max int) (Lis
 			break
 		}
 		o := m.objects[k]
-		page.Objects = append(page.Objects, ObjectInfo{Key: k, Size: o.size, ETag: o.etag, LastModified: o.mod})
+		page.Objects = append(page.Objects, staging.ObjectInfo{Key: k, Size: o.size, ETag: o.etag, LastModified: o.mod})
 	}
 	return page, nil
 }
 
-func (m *Mem) Delete(ctx context.Context, key string) error {
-	if err := checkWrite(ctx, "delete", key, nil); err != nil {
+func (m *Store) Delete(ctx context.Context, key string) error {
+	if err := staging.CheckWrite(ctx, "delete", key, nil); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -285,8 +249,8 @@ func (m *Mem) Delete(ctx context.Context, key string) error {
 	return nil
 }
 
-func (m *Mem) CreateMultipart(ctx context.Context, key string, opts PutOptions) (string, error) {
-	if err := checkWrite(ctx, "create multipart upload", key, opts.Metadata); err != nil {
+func (m *Store) CreateMultipart(ctx context.Context, key string, opts staging.PutOptions) (string, error) {
+	if err := staging.CheckWrite(ctx, "create multipart upload", key, opts.Metadata); err != nil {
 		return "", err
 	}
 	m.mu.Lock()
@@ -297,19 +261,19 @@ func (m *Mem) CreateMultipart(ctx context.Context, key string, opts PutOptions) 
 }
 
 // upload returns the open upload id of key. Called with mu held.
-func (m *Mem) upload(key, uploadID string) (*memUpload, error) {
+func (m *Store) upload(key, uploadID string) (*memUpload, error) {
 	u := m.uploads[uploadID]
 	if u == nil || u.key != key {
-		return nil, fmt.Errorf("upload %s of %s: %w", uploadID, key, ErrNotFound)
+		return nil, fmt.Errorf("upload %s of %s: %w", uploadID, key, staging.ErrNotFound)
 	}
 	return u, nil
 }
 
-func (m *Mem) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
-	if err := checkWrite(ctx, "upload part", key, nil); err != nil {
+func (m *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
+	if err := staging.CheckWrite(ctx, "upload part", key, nil); err != nil {
 		return "", err
 	}
-	if err := checkPartNumber(n); err != nil {
+	if err := staging.CheckPartNumber(n); err != nil {
 		return "", fmt.Errorf("upload part of %s: %w", key, err)
 	}
 	p := memPart{data: slices.Clone(data)}
@@ -324,12 +288,12 @@ func (m *Mem) UploadPart(ctx context.Context, key, uploadID string, n int32, dat
 	return p.etag, nil
 }
 
-func (m *Mem) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
-	if err := checkWrite(ctx, "complete multipart upload", key, nil); err != nil {
-		return ObjectInfo{}, err
+func (m *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
+	if err := staging.CheckWrite(ctx, "complete multipart upload", key, nil); err != nil {
+		return staging.ObjectInfo{}, err
 	}
-	if err := checkCompletedParts(parts); err != nil {
-		return ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
+	if err := staging.CheckCompletedParts(parts); err != nil {
+		return staging.ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
 	}
 	// Check under the read lock and concatenate outside any lock: parts are
 	// immutable, and a part replaced meanwhile is caught when publishing.
@@ -341,7 +305,7 @@ func (m *Mem) CompleteMultipart(ctx context.Context, key, uploadID string, parts
 	}
 	m.mu.RUnlock()
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
+		return staging.ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
 	}
 	var size int64
 	chunks := make([][]byte, len(chosen))
@@ -357,11 +321,11 @@ func (m *Mem) CompleteMultipart(ctx context.Context, key, uploadID string, parts
 		_, err = pickParts(u, parts) // unchanged since: the ETags still match
 	}
 	if err != nil {
-		return ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
+		return staging.ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
 	}
 	obj := &memObject{chunks: chunks, size: size, md: u.md, mod: time.Now()}
 	if err := m.publish(key, obj, cond); err != nil {
-		return ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
+		return staging.ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
 	}
 	delete(m.uploads, uploadID)
 	return obj.info(key), nil
@@ -369,7 +333,7 @@ func (m *Mem) CompleteMultipart(ctx context.Context, key, uploadID string, parts
 
 // pickParts returns the stored parts named by parts, checking their ETags and
 // sizes as S3 does. Called with mu held.
-func pickParts(u *memUpload, parts []CompletedPart) ([]memPart, error) {
+func pickParts(u *memUpload, parts []staging.CompletedPart) ([]memPart, error) {
 	out := make([]memPart, len(parts))
 	for i, cp := range parts {
 		p, ok := u.parts[cp.Number]
@@ -378,16 +342,16 @@ func pickParts(u *memUpload, parts []CompletedPart) ([]memPart, error) {
 			return nil, fmt.Errorf("part %d of %s was not uploaded", cp.Number, u.key)
 		case p.etag != cp.ETag:
 			return nil, fmt.Errorf("part %d of %s has ETag %s, not %s", cp.Number, u.key, p.etag, cp.ETag)
-		case i < len(parts)-1 && len(p.data) < MinPartSize:
-			return nil, fmt.Errorf("part %d of %s is %d bytes: %w", cp.Number, u.key, len(p.data), ErrPartTooSmall)
+		case i < len(parts)-1 && len(p.data) < staging.MinPartSize:
+			return nil, fmt.Errorf("part %d of %s is %d bytes: %w", cp.Number, u.key, len(p.data), staging.ErrPartTooSmall)
 		}
 		out[i] = p
 	}
 	return out, nil
 }
 
-func (m *Mem) AbortMultipart(ctx context.Context, key, uploadID string) error {
-	if err := checkWrite(ctx, "abort multipart upload", key, nil); err != nil {
+func (m *Store) AbortMultipart(ctx context.Context, key, uploadID string) error {
+	if err := staging.CheckWrite(ctx, "abort multipart upload", key, nil); err != nil {
 		return err
 	}
 	m.mu.Lock()
@@ -399,43 +363,18 @@ func (m *Mem) AbortMultipart(ctx context.Context, key, uploadID string) error {
 	return nil
 }
 
-func (m *Mem) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("list multipart uploads %s: %w", prefix, err)
-	}
-	if err := ValidatePrefix(prefix); err != nil {
-		return nil, fmt.Errorf("list multipart uploads: %w", err)
+func (m *Store) ListMultipartUploads(ctx context.Context, prefix string) ([]staging.Upload, error) {
+	if err := staging.CheckPrefix(ctx, "list multipart uploads", prefix); err != nil {
+		return nil, err
 	}
 	m.mu.RLock()
-	var out []Upload
+	var out []staging.Upload
 	for id, u := range m.uploads {
 		if len(u.key) >= len(prefix) && u.key[:len(prefix)] == prefix {
-			out = append(out, Upload{Key: u.key, UploadID: id, Initiated: u.initiated})
+			out = append(out, staging.Upload{Key: u.key, UploadID: id, Initiated: u.initiated})
 		}
 	}
 	m.mu.RUnlock()
-	sortUploads(out)
+	staging.SortUploads(out)
 	return out, nil
-}
-
-// sortUploads orders uploads as S3 lists them: by key, then by initiation.
-func sortUploads(us []Upload) {
-	slices.SortFunc(us, func(a, b Upload) int {
-		if a.Key != b.Key {
-			if a.Key < b.Key {
-				return -1
-			}
-			return 1
-		}
-		if c := a.Initiated.Compare(b.Initiated); c != 0 {
-			return c
-		}
-		if a.UploadID < b.UploadID {
-			return -1
-		}
-		if a.UploadID > b.UploadID {
-			return 1
-		}
-		return 0
-	})
 }

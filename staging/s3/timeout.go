@@ -1,4 +1,4 @@
-package staging
+package s3
 
 import (
 	"context"
@@ -14,22 +14,10 @@ import (
 	"github.com/aws/smithy-go/middleware"
 )
 
-// ErrTimeout: a request to the store got no answer, or its body stopped
-// moving, within the bounds of S3Timeouts (or ctx's deadline passed). The
-// request may be retried; whether a write was applied is unknown. An error
-// that matches it matches context.DeadlineExceeded too, as the net
-// package's timeouts do, so that every timeout is treated alike.
-var ErrTimeout error = timeoutSentinel{}
-
-type timeoutSentinel struct{}
-
-func (timeoutSentinel) Error() string        { return "request timed out" }
-func (timeoutSentinel) Is(target error) bool { return target == context.DeadlineExceeded }
-
-// S3Timeouts bound every request of an S3 store, so that a store that stops
+// Timeouts bound every request of an S3 store, so that a store that stops
 // answering fails requests instead of hanging them. A zero field takes its
 // default.
-type S3Timeouts struct {
+type Timeouts struct {
 	// Connect bounds a TCP connect and a TLS handshake.
 	Connect time.Duration
 	// Request bounds the wait for the answer's headers once the request,
@@ -43,11 +31,11 @@ type S3Timeouts struct {
 	// decided once this much time has passed since the first attempt. The
 	// SDK's standard retryer chooses which errors are retried and waits
 	// before each retry (exponential backoff with jitter, at most
-	// S3MaxBackoff), for at most S3MaxAttempts attempts.
+	// MaxBackoff), for at most MaxAttempts attempts.
 	RetryMax time.Duration
 }
 
-// Defaults of S3Timeouts.
+// Defaults of Timeouts.
 const (
 	DefaultConnectTimeout = 10 * time.Second
 	DefaultRequestTimeout = 60 * time.Second
@@ -55,15 +43,15 @@ const (
 	DefaultRetryMaxTime   = 2 * time.Minute
 )
 
-// S3MaxAttempts is the most attempts of one request, retries included, and
-// S3MaxBackoff the longest wait before a retry.
+// MaxAttempts is the most attempts of one request, retries included, and
+// MaxBackoff the longest wait before a retry.
 const (
-	S3MaxAttempts = 10
-	S3MaxBackoff  = 20 * time.Second
+	MaxAttempts = 10
+	MaxBackoff  = 20 * time.Second
 )
 
 // withDefaults fills the zero fields.
-func (t S3Timeouts) withDefaults() S3Timeouts {
+func (t Timeouts) withDefaults() Timeouts {
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
@@ -76,7 +64,7 @@ func (t S3Timeouts) withDefaults() S3Timeouts {
 	return t
 }
 
-func (t S3Timeouts) validate() []error {
+func (t Timeouts) validate() []error {
 	var errs []error
 	for _, f := range []struct {
 		name string
@@ -262,7 +250,7 @@ type boundedRetryer struct {
 
 // IsErrorRetryable: as the SDK's, except that a certificate the client does
 // not trust is no passing fault (the SDK retries it as a connection error),
-// so it fails at once instead of after S3MaxAttempts attempts.
+// so it fails at once instead of after MaxAttempts attempts.
 func (r *boundedRetryer) IsErrorRetryable(err error) bool {
 	if kind, _ := classifyCert(err); kind != nil {
 		return false

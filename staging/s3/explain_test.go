@@ -1,4 +1,4 @@
-package staging_test
+package s3_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
@@ -33,18 +34,18 @@ func TestS3Explain(t *testing.T) {
 
 	cases := []struct {
 		name   string
-		change func(*staging.S3Config)
+		change func(*s3.Config)
 		kind   error
 		want   []string // in the message
 	}{
-		{"missing bucket", func(c *staging.S3Config) { c.Bucket = "no-such-bucket-ckptfs" },
-			staging.ErrNoSuchBucket, []string{`no bucket "no-such-bucket-ckptfs" at ` + good.Endpoint, "check the bucket name"}},
-		{"bad secret", func(c *staging.S3Config) { c.SecretKey = "wrong" + c.SecretKey },
-			staging.ErrBadCredentials, []string{`bucket "` + good.Bucket + `" at ` + good.Endpoint + ` refused the credentials`, "secret key"}},
-		{"bad access key", func(c *staging.S3Config) { c.AccessKey = "NOSUCHKEY" },
-			staging.ErrBadCredentials, []string{"refused the credentials", "access key"}},
-		{"closed port", func(c *staging.S3Config) { c.Endpoint = closed },
-			staging.ErrUnreachable, []string{"cannot reach " + closed + ` for bucket "` + good.Bucket + `" (connection refused)`, "check endpoint="}},
+		{"missing bucket", func(c *s3.Config) { c.Bucket = "no-such-bucket-ckptfs" },
+			s3.ErrNoSuchBucket, []string{`no bucket "no-such-bucket-ckptfs" at ` + good.Endpoint, "check the bucket name"}},
+		{"bad secret", func(c *s3.Config) { c.SecretKey = "wrong" + c.SecretKey },
+			s3.ErrBadCredentials, []string{`bucket "` + good.Bucket + `" at ` + good.Endpoint + ` refused the credentials`, "secret key"}},
+		{"bad access key", func(c *s3.Config) { c.AccessKey = "NOSUCHKEY" },
+			s3.ErrBadCredentials, []string{"refused the credentials", "access key"}},
+		{"closed port", func(c *s3.Config) { c.Endpoint = closed },
+			s3.ErrUnreachable, []string{"cannot reach " + closed + ` for bucket "` + good.Bucket + `" (connection refused)`, "check endpoint="}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -54,7 +55,7 @@ func TestS3Explain(t *testing.T) {
 			cfg := good
 			cfg.Timeouts.RetryMax = time.Millisecond // no retries: the answer is the same
 			c.change(&cfg)
-			s, err := staging.NewS3(context.Background(), cfg)
+			s, err := s3.New(context.Background(), cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -65,9 +66,9 @@ func TestS3Explain(t *testing.T) {
 				t.Fatal("Get succeeded")
 			}
 			err = s.Explain(gerr)
-			var p *staging.S3Problem
+			var p *s3.Problem
 			if !errors.As(err, &p) || !errors.Is(err, c.kind) {
-				t.Fatalf("Explain(%v) = %v, want an S3Problem of kind %v", gerr, err, c.kind)
+				t.Fatalf("Explain(%v) = %v, want a Problem of kind %v", gerr, err, c.kind)
 			}
 			if errors.Is(gerr, staging.ErrNotFound) {
 				// A caller answers a missing object by creating one.
@@ -99,7 +100,7 @@ func TestS3Explain(t *testing.T) {
 // region, access denied, DNS) are classified too, and what is no
 // configuration problem is left alone.
 func TestS3ExplainKinds(t *testing.T) {
-	s, err := staging.NewS3(context.Background(), staging.S3Config{Bucket: "b", Region: "eu-west-1", AccessKey: "k", SecretKey: "s"})
+	s, err := s3.New(context.Background(), s3.Config{Bucket: "b", Region: "eu-west-1", AccessKey: "k", SecretKey: "s"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,15 +116,15 @@ func TestS3ExplainKinds(t *testing.T) {
 		kind error  // nil: left alone
 		want string // in the message
 	}{
-		{"access denied", api("AccessDenied"), staging.ErrAccessDenied, `access denied to bucket "b" at AWS S3 (region eu-west-1)`},
-		{"403 without body", status(403, nil), staging.ErrAccessDenied, "access denied"},
-		{"redirect", api("PermanentRedirect"), staging.ErrWrongRegion, "check region="},
-		{"301 with region", status(301, http.Header{"X-Amz-Bucket-Region": {"us-west-2"}}), staging.ErrWrongRegion, "region=us-west-2"},
-		{"malformed authorization", api("AuthorizationHeaderMalformed"), staging.ErrWrongRegion, "another region"},
-		{"unknown key", api("InvalidAccessKeyId"), staging.ErrBadCredentials, "unknown access key"},
-		{"dns", &net.OpError{Op: "dial", Err: &net.DNSError{Name: "nohost.example", Err: "no such host"}}, staging.ErrUnreachable, "no such host nohost.example"},
+		{"access denied", api("AccessDenied"), s3.ErrAccessDenied, `access denied to bucket "b" at AWS S3 (region eu-west-1)`},
+		{"403 without body", status(403, nil), s3.ErrAccessDenied, "access denied"},
+		{"redirect", api("PermanentRedirect"), s3.ErrWrongRegion, "check region="},
+		{"301 with region", status(301, http.Header{"X-Amz-Bucket-Region": {"us-west-2"}}), s3.ErrWrongRegion, "region=us-west-2"},
+		{"malformed authorization", api("AuthorizationHeaderMalformed"), s3.ErrWrongRegion, "another region"},
+		{"unknown key", api("InvalidAccessKeyId"), s3.ErrBadCredentials, "unknown access key"},
+		{"dns", &net.OpError{Op: "dial", Err: &net.DNSError{Name: "nohost.example", Err: "no such host"}}, s3.ErrUnreachable, "no such host nohost.example"},
 		{"no credentials", errors.New("operation error S3: GetObject, get identity: get credentials: failed to refresh cached credentials, no EC2 IMDS role found"),
-			staging.ErrNoCredentials, `no credentials for bucket "b" at AWS S3 (region eu-west-1): set AWS_ACCESS_KEY_ID`},
+			s3.ErrNoCredentials, `no credentials for bucket "b" at AWS S3 (region eu-west-1): set AWS_ACCESS_KEY_ID`},
 		{"server error", status(500, nil), nil, ""},
 		{"missing key", api("NoSuchKey"), nil, ""},
 		{"other", errors.New("boom"), nil, ""},
@@ -131,7 +132,7 @@ func TestS3ExplainKinds(t *testing.T) {
 	for _, c := range cases {
 		got := s.Explain(fmt.Errorf("s3 get k: %w", c.err))
 		if c.kind == nil {
-			var p *staging.S3Problem
+			var p *s3.Problem
 			if errors.As(got, &p) {
 				t.Errorf("%s: explained as %v", c.name, got)
 			}

@@ -1,10 +1,10 @@
-package staging
+package s3
 
 import "github.com/aws/aws-sdk-go-v2/aws"
 
 // WithRegionLookup makes a store configured by c ask base instead of S3's
 // global endpoint for the bucket's region.
-func WithRegionLookup(c S3Config, base string) S3Config {
+func WithRegionLookup(c Config, base string) Config {
 	h := s3Hooks{}
 	if c.hooks != nil {
 		h = *c.hooks
@@ -16,7 +16,7 @@ func WithRegionLookup(c S3Config, base string) S3Config {
 
 // WithHTTPWrap makes a store configured by c send its requests through
 // wrap(the client it would use).
-func WithHTTPWrap(c S3Config, wrap func(aws.HTTPClient) aws.HTTPClient) S3Config {
+func WithHTTPWrap(c Config, wrap func(aws.HTTPClient) aws.HTTPClient) Config {
 	h := s3Hooks{}
 	if c.hooks != nil {
 		h = *c.hooks
@@ -30,7 +30,7 @@ func WithHTTPWrap(c S3Config, wrap func(aws.HTTPClient) aws.HTTPClient) S3Config
 func CRC32COf(data []byte) string { return crc32cOf(data) }
 
 // KnownUploads is how many uploads s remembers.
-func KnownUploads(s *S3) int {
+func KnownUploads(s *Store) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.uploads)
@@ -38,4 +38,4 @@ func KnownUploads(s *S3) int {
 
 // SetMaxKnownUploads sets how many uploads s remembers at most. Set it
 // before s is used.
-func SetMaxKnownUploads(s *S3, n int) { s.maxUploads = n }
+func SetMaxKnownUploads(s *Store, n int) { s.maxUploads = n }

@@ -1,4 +1,4 @@
-package staging_test
+package dir_test
 
 import (
 	"fmt"
@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/dir"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // putAll stores every key (its own name as its bytes) with a few writers.
@@ -53,7 +55,7 @@ func cmpOr(a, b error) error {
 // objects are stored with Put; every other folder gets hard links to its
 // files (same names, same records), which are valid objects of their keys
 // and thousands of times cheaper to make.
-func putTree(tb testing.TB, d *staging.Dir, as, bs int) []string {
+func putTree(tb testing.TB, d *dir.Store, as, bs int) []string {
 	tb.Helper()
 	var first []string
 	for c := range 100 {
@@ -87,9 +89,9 @@ func putTree(tb testing.TB, d *staging.Dir, as, bs int) []string {
 	return keys
 }
 
-func newQuickDir(tb testing.TB) *staging.Dir {
+func newQuickDir(tb testing.TB) *dir.Store {
 	tb.Helper()
-	d, err := staging.NewDirWith(tb.TempDir(), staging.DirOptions{NoSync: true})
+	d, err := dir.NewWith(tb.TempDir(), dir.Options{NoSync: true})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -107,7 +109,7 @@ func TestDirListReadsOnlyThePath(t *testing.T) {
 		t.Fatalf("the tree lists %d keys (%v), want %d", len(all), err, len(keys))
 	}
 	var read []string
-	staging.SetDirListHook(d, func(dir string) {
+	dir.SetListHook(d, func(dir string) {
 		rel, err := filepath.Rel(d.Root(), dir)
 		if err != nil {
 			t.Errorf("folder %s outside the root", dir)
@@ -169,7 +171,7 @@ func TestDirListMatchesMem(t *testing.T) {
 	}
 	for round := range 4 {
 		d := newQuickDir(t)
-		mem := staging.NewMem()
+		mem := mem.New()
 		set := map[string]bool{}
 		for range 150 {
 			depth := 1 + rng.IntN(4)

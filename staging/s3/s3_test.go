@@ -1,4 +1,4 @@
-package staging_test
+package s3_test
 
 import (
 	"bytes"
@@ -18,6 +18,7 @@ import (
 	"github.com/aws/smithy-go"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 	"github.com/ckptfs/ckptfs/staging/s3test"
 	"github.com/ckptfs/ckptfs/staging/storetest"
 )
@@ -39,9 +40,9 @@ func TestS3ContractDirectoryListing(t *testing.T) {
 	})
 }
 
-func newS3(t testing.TB, c staging.S3Config) *staging.S3 {
+func newS3(t testing.TB, c s3.Config) *s3.Store {
 	t.Helper()
-	s, err := staging.NewS3(context.Background(), c)
+	s, err := s3.New(context.Background(), c)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,7 +291,7 @@ func TestS3CompleteInfo(t *testing.T) {
 	part2 := []byte("tail")
 	for _, tc := range []struct {
 		name     string
-		complete *staging.S3
+		complete *s3.Store
 	}{
 		{"same store", s1},
 		{"other store", s2},
@@ -347,27 +348,27 @@ func TestS3KeyTooLongWithPrefix(t *testing.T) {
 }
 
 func TestS3Config(t *testing.T) {
-	ok := staging.S3Config{Bucket: "b", Endpoint: "http://127.0.0.1:1", AccessKey: "AKID", SecretKey: "very-secret", SessionToken: "tok"}
+	ok := s3.Config{Bucket: "b", Endpoint: "http://127.0.0.1:1", AccessKey: "AKID", SecretKey: "very-secret", SessionToken: "tok"}
 	for _, tc := range []struct {
 		name string
-		edit func(c *staging.S3Config)
+		edit func(c *s3.Config)
 		want string // "" means valid
 	}{
-		{"valid", func(c *staging.S3Config) {}, ""},
-		{"valid prefix", func(c *staging.S3Config) { c.Prefix = "vol/1/" }, ""},
-		{"no bucket", func(c *staging.S3Config) { c.Bucket = "" }, "bucket is empty"},
-		{"prefix without slash", func(c *staging.S3Config) { c.Prefix = "vol" }, "does not end with '/'"},
-		{"absolute prefix", func(c *staging.S3Config) { c.Prefix = "/vol/" }, "invalid key"},
-		{"dot segment prefix", func(c *staging.S3Config) { c.Prefix = "a/../" }, "invalid key"},
-		{"endpoint without scheme", func(c *staging.S3Config) { c.Endpoint = "127.0.0.1:7070" }, "not an http"},
-		{"secret without access key", func(c *staging.S3Config) { c.AccessKey = "" }, "both access key and secret key"},
-		{"negative connections", func(c *staging.S3Config) { c.MaxIdleConns = -1 }, "negative"},
-		{"every problem at once", func(c *staging.S3Config) { c.Bucket, c.Prefix = "", "x" }, "bucket is empty\nprefix"},
+		{"valid", func(c *s3.Config) {}, ""},
+		{"valid prefix", func(c *s3.Config) { c.Prefix = "vol/1/" }, ""},
+		{"no bucket", func(c *s3.Config) { c.Bucket = "" }, "bucket is empty"},
+		{"prefix without slash", func(c *s3.Config) { c.Prefix = "vol" }, "does not end with '/'"},
+		{"absolute prefix", func(c *s3.Config) { c.Prefix = "/vol/" }, "invalid key"},
+		{"dot segment prefix", func(c *s3.Config) { c.Prefix = "a/../" }, "invalid key"},
+		{"endpoint without scheme", func(c *s3.Config) { c.Endpoint = "127.0.0.1:7070" }, "not an http"},
+		{"secret without access key", func(c *s3.Config) { c.AccessKey = "" }, "both access key and secret key"},
+		{"negative connections", func(c *s3.Config) { c.MaxIdleConns = -1 }, "negative"},
+		{"every problem at once", func(c *s3.Config) { c.Bucket, c.Prefix = "", "x" }, "bucket is empty\nprefix"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := ok
 			tc.edit(&c)
-			_, err := staging.NewS3(t.Context(), c)
+			_, err := s3.New(t.Context(), c)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("NewS3: %v", err)
@@ -430,7 +431,7 @@ type fakeS3 struct {
 
 // newFakeS3 starts a fake server, stopped when tb ends, and returns it with
 // a store that talks to it.
-func newFakeS3(tb testing.TB) (*fakeS3, *staging.S3) {
+func newFakeS3(tb testing.TB) (*fakeS3, *s3.Store) {
 	f := &fakeS3{status: 200}
 	srv := httptest.NewServer(f)
 	tb.Cleanup(srv.Close)
@@ -439,8 +440,8 @@ func newFakeS3(tb testing.TB) (*fakeS3, *staging.S3) {
 }
 
 // store is a store with prefix on f.
-func (f *fakeS3) store(tb testing.TB, prefix string) *staging.S3 {
-	s, err := staging.NewS3(context.Background(), staging.S3Config{
+func (f *fakeS3) store(tb testing.TB, prefix string) *s3.Store {
+	s, err := s3.New(context.Background(), s3.Config{
 		Bucket: "b", Prefix: prefix, Endpoint: f.url, PathStyle: true, AccessKey: "a", SecretKey: "s"})
 	if err != nil {
 		tb.Fatal(err)
@@ -633,9 +634,9 @@ func FuzzS3GetAnswer(f *testing.F) {
 	fake, _ := newFakeS3(f)
 	// Few, quick retries: an answer the client refuses is retried, and the
 	// default backoff would make one input take many seconds.
-	s, err := staging.NewS3(context.Background(), staging.S3Config{
+	s, err := s3.New(context.Background(), s3.Config{
 		Bucket: "b", Endpoint: fake.url, PathStyle: true, AccessKey: "a", SecretKey: "s",
-		Timeouts: staging.S3Timeouts{RetryMax: time.Second}})
+		Timeouts: s3.Timeouts{RetryMax: time.Second}})
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package staging
+package dir
 
 import (
 	"encoding/json"
@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // Commit records are read from disk: whatever parses must name a data file
@@ -58,7 +60,7 @@ func FuzzParseUpload(f *testing.F) {
 			}
 			return
 		}
-		if ValidateKey(u.Key) != nil {
+		if staging.ValidateKey(u.Key) != nil {
 			t.Fatalf("accepted key %q", u.Key)
 		}
 	})

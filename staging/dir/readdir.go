@@ -1,4 +1,4 @@
-package staging
+package dir
 
 import (
 	"encoding/binary"

@@ -1,15 +1,20 @@
-package staging
+// Package link wraps a staging.Store in an emulated network link (latency
+// and bandwidth), so that benchmarks on memory see the costs of a real
+// bucket. Profile names the links measured.
+package link
 
 import (
 	"context"
 	"fmt"
 	"sync"
 	"time"
+
+	"github.com/ckptfs/ckptfs/staging"
 )
 
-// LinkProfile describes an emulated network link to object storage.
+// Profile describes an emulated network link to object storage.
 // Bandwidths are in bytes per second (MB = 10^6 bytes); zero means unlimited.
-type LinkProfile struct {
+type Profile struct {
 	Name string
 	// Latency is paid once per request.
 	Latency time.Duration
@@ -23,28 +28,28 @@ type LinkProfile struct {
 // benchmarks compare across the project only with these numbers.
 var (
 	// ProfileDirectory is an S3 directory bucket in the same zone.
-	ProfileDirectory = LinkProfile{Name: "directory", Latency: 3 * time.Millisecond, PerRequestBps: 200e6, TotalBps: 800e6}
+	ProfileDirectory = Profile{Name: "directory", Latency: 3 * time.Millisecond, PerRequestBps: 200e6, TotalBps: 800e6}
 	// ProfileGeneral is an S3 general purpose bucket in the same region.
-	ProfileGeneral = LinkProfile{Name: "general", Latency: 30 * time.Millisecond, PerRequestBps: 90e6, TotalBps: 450e6}
+	ProfileGeneral = Profile{Name: "general", Latency: 30 * time.Millisecond, PerRequestBps: 90e6, TotalBps: 450e6}
 	// ProfileNone adds no delay.
-	ProfileNone = LinkProfile{Name: "none"}
+	ProfileNone = Profile{Name: "none"}
 )
 
-// LinkProfileByName returns the profile named name: "directory", "general"
+// ProfileByName returns the profile named name: "directory", "general"
 // or "none".
-func LinkProfileByName(name string) (LinkProfile, error) {
-	for _, p := range []LinkProfile{ProfileDirectory, ProfileGeneral, ProfileNone} {
+func ProfileByName(name string) (Profile, error) {
+	for _, p := range []Profile{ProfileDirectory, ProfileGeneral, ProfileNone} {
 		if p.Name == name {
 			return p, nil
 		}
 	}
-	return LinkProfile{}, fmt.Errorf("unknown link profile %q (known: directory, general, none)", name)
+	return Profile{}, fmt.Errorf("unknown link profile %q (known: directory, general, none)", name)
 }
 
-// Link is a Store that delays requests to another as a network link would.
-// Each request pays the latency once; its payload (the bytes sent by Put and
-// UploadPart, the bytes returned by Get) then moves at the lesser of the
-// per-request bandwidth and its share of the total bandwidth.
+// Store is a staging.Store that delays requests to another as a network link
+// would. Each request pays the latency once; its payload (the bytes sent by
+// Put and UploadPart, the bytes returned by Get) then moves at the lesser of
+// the per-request bandwidth and its share of the total bandwidth.
 //
 // The total is shared fairly by a virtual clock: the link is free again at
 // next; each request moves its payload in chunks, reserving for each chunk
@@ -58,16 +63,16 @@ func LinkProfileByName(name string) (LinkProfile, error) {
 //
 // A context ended during the delay returns its error; a Put or UploadPart
 // then never reaches the inner store.
-type Link struct {
-	inner Store
-	p     LinkProfile
+type Store struct {
+	inner staging.Store
+	p     Profile
 
 	mu     sync.Mutex
 	next   time.Time // GUARDED_BY(mu); when the shared link is free
 	active int       // GUARDED_BY(mu); requests moving their payload
 }
 
-var _ Store = (*Link)(nil)
+var _ staging.Store = (*Store)(nil)
 
 // linkChunk is the unit of bandwidth sharing: small enough to interleave
 // requests finely, large enough that pacing does not cost much CPU.
@@ -90,11 +95,11 @@ const linkCatchUp = 2 * time.Millisecond
 // sleeps; the final sleep is exact, so totals keep their lower bound.
 const linkSlack = time.Millisecond
 
-// NewLink wraps inner with an emulated link.
-func NewLink(inner Store, p LinkProfile) *Link { return &Link{inner: inner, p: p} }
+// New wraps inner with an emulated link.
+func New(inner staging.Store, p Profile) *Store { return &Store{inner: inner, p: p} }
 
 // Profile is the link's profile.
-func (l *Link) Profile() LinkProfile { return l.p }
+func (l *Store) Profile() Profile { return l.p }
 
 func rateDur(n int, bps float64) time.Duration {
 	if bps <= 0 {
@@ -120,14 +125,14 @@ func sleepUntil(ctx context.Context, t time.Time) error {
 }
 
 // delay pays the latency of one request and moves n payload bytes.
-func (l *Link) delay(ctx context.Context, op Op, key string, n int) error {
+func (l *Store) delay(ctx context.Context, op staging.Op, key string, n int) error {
 	if err := l.wait(ctx, n); err != nil {
-		return fmt.Errorf("link %s: %s %s: %w", l.p.Name, op, truncKey(key), err)
+		return fmt.Errorf("link %s: %s %s: %w", l.p.Name, op, staging.TruncKey(key), err)
 	}
 	return nil
 }
 
-func (l *Link) wait(ctx context.Context, n int) error {
+func (l *Store) wait(ctx context.Context, n int) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
@@ -179,72 +184,72 @@ func (l *Link) wait(ctx context.Context, n int) error {
 	return nil
 }
 
-func (l *Link) Put(ctx context.Context, key string, data []byte, opts PutOptions) (ObjectInfo, error) {
-	if err := l.delay(ctx, OpPut, key, len(data)); err != nil {
-		return ObjectInfo{}, err
+func (l *Store) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
+	if err := l.delay(ctx, staging.OpPut, key, len(data)); err != nil {
+		return staging.ObjectInfo{}, err
 	}
 	return l.inner.Put(ctx, key, data, opts)
 }
 
-func (l *Link) Get(ctx context.Context, key string, r Range) ([]byte, ObjectInfo, error) {
+func (l *Store) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
 	data, info, err := l.inner.Get(ctx, key, r)
-	if derr := l.delay(ctx, OpGet, key, len(data)); derr != nil {
-		return nil, ObjectInfo{}, derr
+	if derr := l.delay(ctx, staging.OpGet, key, len(data)); derr != nil {
+		return nil, staging.ObjectInfo{}, derr
 	}
 	return data, info, err
 }
 
-func (l *Link) Head(ctx context.Context, key string) (ObjectInfo, error) {
-	if err := l.delay(ctx, OpHead, key, 0); err != nil {
-		return ObjectInfo{}, err
+func (l *Store) Head(ctx context.Context, key string) (staging.ObjectInfo, error) {
+	if err := l.delay(ctx, staging.OpHead, key, 0); err != nil {
+		return staging.ObjectInfo{}, err
 	}
 	return l.inner.Head(ctx, key)
 }
 
-func (l *Link) List(ctx context.Context, prefix, startAfter string, max int) (ListPage, error) {
-	if err := l.delay(ctx, OpList, prefix, 0); err != nil {
-		return ListPage{}, err
+func (l *Store) List(ctx context.Context, prefix, startAfter string, max int) (staging.ListPage, error) {
+	if err := l.delay(ctx, staging.OpList, prefix, 0); err != nil {
+		return staging.ListPage{}, err
 	}
 	return l.inner.List(ctx, prefix, startAfter, max)
 }
 
-func (l *Link) Delete(ctx context.Context, key string) error {
-	if err := l.delay(ctx, OpDelete, key, 0); err != nil {
+func (l *Store) Delete(ctx context.Context, key string) error {
+	if err := l.delay(ctx, staging.OpDelete, key, 0); err != nil {
 		return err
 	}
 	return l.inner.Delete(ctx, key)
 }
 
-func (l *Link) CreateMultipart(ctx context.Context, key string, opts PutOptions) (string, error) {
-	if err := l.delay(ctx, OpCreateMultipart, key, 0); err != nil {
+func (l *Store) CreateMultipart(ctx context.Context, key string, opts staging.PutOptions) (string, error) {
+	if err := l.delay(ctx, staging.OpCreateMultipart, key, 0); err != nil {
 		return "", err
 	}
 	return l.inner.CreateMultipart(ctx, key, opts)
 }
 
-func (l *Link) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
-	if err := l.delay(ctx, OpUploadPart, key, len(data)); err != nil {
+func (l *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
+	if err := l.delay(ctx, staging.OpUploadPart, key, len(data)); err != nil {
 		return "", err
 	}
 	return l.inner.UploadPart(ctx, key, uploadID, n, data)
 }
 
-func (l *Link) CompleteMultipart(ctx context.Context, key, uploadID string, parts []CompletedPart, cond Conditions) (ObjectInfo, error) {
-	if err := l.delay(ctx, OpCompleteMultipart, key, 0); err != nil {
-		return ObjectInfo{}, err
+func (l *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
+	if err := l.delay(ctx, staging.OpCompleteMultipart, key, 0); err != nil {
+		return staging.ObjectInfo{}, err
 	}
 	return l.inner.CompleteMultipart(ctx, key, uploadID, parts, cond)
 }
 
-func (l *Link) AbortMultipart(ctx context.Context, key, uploadID string) error {
-	if err := l.delay(ctx, OpAbortMultipart, key, 0); err != nil {
+func (l *Store) AbortMultipart(ctx context.Context, key, uploadID string) error {
+	if err := l.delay(ctx, staging.OpAbortMultipart, key, 0); err != nil {
 		return err
 	}
 	return l.inner.AbortMultipart(ctx, key, uploadID)
 }
 
-func (l *Link) ListMultipartUploads(ctx context.Context, prefix string) ([]Upload, error) {
-	if err := l.delay(ctx, OpListUploads, prefix, 0); err != nil {
+func (l *Store) ListMultipartUploads(ctx context.Context, prefix string) ([]staging.Upload, error) {
+	if err := l.delay(ctx, staging.OpListUploads, prefix, 0); err != nil {
 		return nil, err
 	}
 	return l.inner.ListMultipartUploads(ctx, prefix)

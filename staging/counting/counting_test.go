@@ -1,15 +1,17 @@
-package staging_test
+package counting_test
 
 import (
 	"context"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/counting"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 func TestCounting(t *testing.T) {
 	ctx := t.Context()
-	c := staging.NewCounting(staging.NewMem())
+	c := counting.New(mem.New())
 	// A scripted sequence; its counts are exact.
 	if _, err := c.Put(ctx, "a", make([]byte, 100), staging.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -57,20 +59,20 @@ func TestCounting(t *testing.T) {
 	s := c.Snapshot()
 	for _, tc := range []struct {
 		op   staging.Op
-		want staging.OpCounts
+		want counting.OpCounts
 	}{
 		// A refused condition and a missing key are answers, not errors.
-		{staging.OpPut, staging.OpCounts{Requests: 2, Refused: 1, BytesSent: 107}},
-		{staging.OpGet, staging.OpCounts{Requests: 5, Refused: 1, BytesReceived: 100 + 10 + 20 + 100}},
-		{staging.OpHead, staging.OpCounts{Requests: 2, Errors: 1}},
-		{staging.OpList, staging.OpCounts{Requests: 1}},
-		{staging.OpDelete, staging.OpCounts{Requests: 1}},
-		{staging.OpCreateMultipart, staging.OpCounts{Requests: 1}},
-		{staging.OpUploadPart, staging.OpCounts{Requests: 1, BytesSent: 50}},
-		{staging.OpCompleteMultipart, staging.OpCounts{Requests: 1}},
-		{staging.OpAbortMultipart, staging.OpCounts{}},
-		{staging.OpListUploads, staging.OpCounts{Requests: 1}},
-		{staging.OpAny, staging.OpCounts{Requests: 15, Errors: 1, Refused: 2, BytesSent: 157, BytesReceived: 230}},
+		{staging.OpPut, counting.OpCounts{Requests: 2, Refused: 1, BytesSent: 107}},
+		{staging.OpGet, counting.OpCounts{Requests: 5, Refused: 1, BytesReceived: 100 + 10 + 20 + 100}},
+		{staging.OpHead, counting.OpCounts{Requests: 2, Errors: 1}},
+		{staging.OpList, counting.OpCounts{Requests: 1}},
+		{staging.OpDelete, counting.OpCounts{Requests: 1}},
+		{staging.OpCreateMultipart, counting.OpCounts{Requests: 1}},
+		{staging.OpUploadPart, counting.OpCounts{Requests: 1, BytesSent: 50}},
+		{staging.OpCompleteMultipart, counting.OpCounts{Requests: 1}},
+		{staging.OpAbortMultipart, counting.OpCounts{}},
+		{staging.OpListUploads, counting.OpCounts{Requests: 1}},
+		{staging.OpAny, counting.OpCounts{Requests: 15, Errors: 1, Refused: 2, BytesSent: 157, BytesReceived: 230}},
 	} {
 		if got := s.Op(tc.op); got != tc.want {
 			t.Errorf("%s: %+v, want %+v", tc.op, got, tc.want)
@@ -88,7 +90,7 @@ func TestCounting(t *testing.T) {
 	if _, _, err := c.Get(ctx, "a", staging.Suffix(16)); err != nil {
 		t.Fatal(err)
 	}
-	d := c.Snapshot().Sub(staging.Counts{})
+	d := c.Snapshot().Sub(counting.Counts{})
 	if d.GetSuffix != 1 || d.Total().Requests != 1 || d.Op(staging.OpGet).BytesReceived != 16 {
 		t.Errorf("after Reset and one suffix get: %v, GetSuffix %d", d, d.GetSuffix)
 	}

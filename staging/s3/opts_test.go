@@ -1,4 +1,4 @@
-package staging_test
+package s3_test
 
 import (
 	"bytes"
@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/s3"
 	"github.com/ckptfs/ckptfs/staging/s3test"
 )
 
@@ -76,8 +77,8 @@ func (f *recordS3) take() []seen {
 }
 
 // fakeConfig is a store configuration for a fake server at url.
-func fakeConfig(url string) staging.S3Config {
-	return staging.S3Config{Bucket: "b", Endpoint: url, Region: "us-east-1", PathStyle: true, AccessKey: "AK", SecretKey: "SK"}
+func fakeConfig(url string) s3.Config {
+	return s3.Config{Bucket: "b", Endpoint: url, Region: "us-east-1", PathStyle: true, AccessKey: "AK", SecretKey: "SK"}
 }
 
 // TestS3OptionHeaders checks the headers that SSE, the KMS key, the storage
@@ -87,24 +88,24 @@ func TestS3OptionHeaders(t *testing.T) {
 	data := []byte("hello")
 	for _, tc := range []struct {
 		name string
-		set  func(*staging.S3Config)
+		set  func(*s3.Config)
 		// headers each kind of request must carry ("" value: must lack);
 		// kinds: put, create, part, complete, get, head, delete.
 		want map[string]map[string]string
 		// in the CompleteMultipartUpload body, or not
 		completeHasCRC bool
 	}{
-		{"defaults", func(*staging.S3Config) {}, map[string]map[string]string{
+		{"defaults", func(*s3.Config) {}, map[string]map[string]string{
 			// The checksum replaces no signature of the body: no SHA-256 is
 			// computed besides it.
-			"put": {"X-Amz-Checksum-Crc32c": staging.CRC32COf(data), "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD",
+			"put": {"X-Amz-Checksum-Crc32c": s3.CRC32COf(data), "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD",
 				"X-Amz-Server-Side-Encryption": "", "X-Amz-Storage-Class": "", "X-Amz-Request-Payer": ""},
 			"create": {"X-Amz-Checksum-Algorithm": "CRC32C", "X-Amz-Server-Side-Encryption": ""},
-			"part":   {"X-Amz-Checksum-Crc32c": staging.CRC32COf(data), "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD"},
+			"part":   {"X-Amz-Checksum-Crc32c": s3.CRC32COf(data), "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD"},
 			"get":    {"X-Amz-Request-Payer": ""},
 		}, true},
-		{"kms, class, requester pays", func(c *staging.S3Config) {
-			c.SSE, c.SSEKMSKeyID, c.StorageClass, c.RequesterPays = staging.SSEKMS, "alias/ckpt", "INTELLIGENT_TIERING", true
+		{"kms, class, requester pays", func(c *s3.Config) {
+			c.SSE, c.SSEKMSKeyID, c.StorageClass, c.RequesterPays = s3.SSEKMS, "alias/ckpt", "INTELLIGENT_TIERING", true
 		}, map[string]map[string]string{
 			"put": {"X-Amz-Server-Side-Encryption": "aws:kms", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": "alias/ckpt",
 				"X-Amz-Storage-Class": "INTELLIGENT_TIERING", "X-Amz-Request-Payer": "requester"},
@@ -116,24 +117,24 @@ func TestS3OptionHeaders(t *testing.T) {
 			"head":     {"X-Amz-Request-Payer": "requester"},
 			"delete":   {"X-Amz-Request-Payer": "requester"},
 		}, true},
-		{"sse-s3", func(c *staging.S3Config) { c.SSE = staging.SSES3 }, map[string]map[string]string{
+		{"sse-s3", func(c *s3.Config) { c.SSE = s3.SSES3 }, map[string]map[string]string{
 			"put":    {"X-Amz-Server-Side-Encryption": "AES256", "X-Amz-Server-Side-Encryption-Aws-Kms-Key-Id": ""},
 			"create": {"X-Amz-Server-Side-Encryption": "AES256"},
 		}, true},
-		{"dsse", func(c *staging.S3Config) { c.SSE = staging.SSEKMSDSSE }, map[string]map[string]string{
+		{"dsse", func(c *s3.Config) { c.SSE = s3.SSEKMSDSSE }, map[string]map[string]string{
 			"put": {"X-Amz-Server-Side-Encryption": "aws:kms:dsse"},
 		}, true},
-		{"crc32", func(c *staging.S3Config) { c.Checksum = staging.ChecksumCRC32 }, map[string]map[string]string{
+		{"crc32", func(c *s3.Config) { c.Checksum = s3.ChecksumCRC32 }, map[string]map[string]string{
 			"put":    {"X-Amz-Checksum-Crc32": "NhCmhg==", "X-Amz-Checksum-Crc32c": "", "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD"},
 			"create": {"X-Amz-Checksum-Algorithm": "CRC32"},
 			"part":   {"X-Amz-Checksum-Crc32": "NhCmhg==", "X-Amz-Checksum-Crc32c": ""},
 		}, false},
-		{"crc64nvme: single puts only", func(c *staging.S3Config) { c.Checksum = staging.ChecksumCRC64NVME }, map[string]map[string]string{
+		{"crc64nvme: single puts only", func(c *s3.Config) { c.Checksum = s3.ChecksumCRC64NVME }, map[string]map[string]string{
 			"put":    {"X-Amz-Checksum-Crc32c": "", "X-Amz-Content-Sha256": "UNSIGNED-PAYLOAD"},
 			"create": {"X-Amz-Checksum-Algorithm": "CRC32C"},
-			"part":   {"X-Amz-Checksum-Crc32c": staging.CRC32COf(data)},
+			"part":   {"X-Amz-Checksum-Crc32c": s3.CRC32COf(data)},
 		}, true},
-		{"off", func(c *staging.S3Config) { c.Checksum = staging.ChecksumOff }, map[string]map[string]string{
+		{"off", func(c *s3.Config) { c.Checksum = s3.ChecksumOff }, map[string]map[string]string{
 			"put":    {"X-Amz-Checksum-Crc32c": "", "X-Amz-Sdk-Checksum-Algorithm": ""},
 			"create": {"X-Amz-Checksum-Algorithm": ""},
 			"part":   {"X-Amz-Checksum-Crc32c": ""},
@@ -188,7 +189,7 @@ func TestS3OptionHeaders(t *testing.T) {
 			if tc.name == "crc32" && !strings.Contains(body, "<ChecksumCRC32>NhCmhg==</ChecksumCRC32>") {
 				t.Errorf("complete: no CRC32 of the part: %s", body)
 			}
-			if has := strings.Contains(body, "<ChecksumCRC32C>"+staging.CRC32COf(data)+"</ChecksumCRC32C>"); has != tc.completeHasCRC {
+			if has := strings.Contains(body, "<ChecksumCRC32C>"+s3.CRC32COf(data)+"</ChecksumCRC32C>"); has != tc.completeHasCRC {
 				t.Errorf("complete: part checksum in the body = %t, want %t: %s", has, tc.completeHasCRC, body)
 			}
 		})
@@ -200,18 +201,18 @@ func TestS3OptionHeaders(t *testing.T) {
 func TestS3OptionsRefused(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		set  func(*staging.S3Config)
+		set  func(*s3.Config)
 		msg  string
 	}{
-		{"unknown sse", func(c *staging.S3Config) { c.SSE = "aes256" }, `sse "aes256"`},
-		{"kms key without kms", func(c *staging.S3Config) { c.SSEKMSKeyID = "k" }, "sse_kms_key_id needs sse=aws:kms"},
-		{"kms key with AES256", func(c *staging.S3Config) { c.SSE, c.SSEKMSKeyID = staging.SSES3, "k" }, "sse_kms_key_id needs sse=aws:kms"},
-		{"lower-case class", func(c *staging.S3Config) { c.StorageClass = "standard" }, `storage class "standard"`},
-		{"class with a space", func(c *staging.S3Config) { c.StorageClass = "STANDARD IA" }, `storage class "STANDARD IA"`},
-		{"class ending in _", func(c *staging.S3Config) { c.StorageClass = "STANDARD_" }, `storage class`},
-		{"unknown checksum", func(c *staging.S3Config) { c.Checksum = "md5" }, `checksum "md5"`},
-		{"missing ca bundle", func(c *staging.S3Config) { c.CABundle = filepath.Join(t.TempDir(), "none.pem") }, "ca_bundle: open"},
-		{"ca bundle without PEM", func(c *staging.S3Config) {
+		{"unknown sse", func(c *s3.Config) { c.SSE = "aes256" }, `sse "aes256"`},
+		{"kms key without kms", func(c *s3.Config) { c.SSEKMSKeyID = "k" }, "sse_kms_key_id needs sse=aws:kms"},
+		{"kms key with AES256", func(c *s3.Config) { c.SSE, c.SSEKMSKeyID = s3.SSES3, "k" }, "sse_kms_key_id needs sse=aws:kms"},
+		{"lower-case class", func(c *s3.Config) { c.StorageClass = "standard" }, `storage class "standard"`},
+		{"class with a space", func(c *s3.Config) { c.StorageClass = "STANDARD IA" }, `storage class "STANDARD IA"`},
+		{"class ending in _", func(c *s3.Config) { c.StorageClass = "STANDARD_" }, `storage class`},
+		{"unknown checksum", func(c *s3.Config) { c.Checksum = "md5" }, `checksum "md5"`},
+		{"missing ca bundle", func(c *s3.Config) { c.CABundle = filepath.Join(t.TempDir(), "none.pem") }, "ca_bundle: open"},
+		{"ca bundle without PEM", func(c *s3.Config) {
 			p := filepath.Join(t.TempDir(), "bad.pem")
 			if err := os.WriteFile(p, []byte("not a certificate\n"), 0o600); err != nil {
 				t.Fatal(err)
@@ -222,7 +223,7 @@ func TestS3OptionsRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := fakeConfig("http://127.0.0.1:1")
 			tc.set(&c)
-			_, err := staging.NewS3(t.Context(), c)
+			_, err := s3.New(t.Context(), c)
 			if err == nil || !strings.Contains(err.Error(), tc.msg) {
 				t.Fatalf("NewS3 = %v, want an error with %q", err, tc.msg)
 			}
@@ -231,7 +232,7 @@ func TestS3OptionsRefused(t *testing.T) {
 	for _, class := range []string{"STANDARD", "INTELLIGENT_TIERING", "STANDARD_IA", "GLACIER_IR", "EXPRESS_ONEZONE"} {
 		c := fakeConfig("http://127.0.0.1:1")
 		c.StorageClass = class
-		if _, err := staging.NewS3(t.Context(), c); err != nil {
+		if _, err := s3.New(t.Context(), c); err != nil {
 			t.Errorf("storage class %s: %v", class, err)
 		}
 	}
@@ -262,7 +263,7 @@ func TestS3CABundle(t *testing.T) {
 		t.Errorf("%d requests reached the server through an untrusted certificate", n)
 	}
 	e := s.Explain(err)
-	if !errors.Is(e, staging.ErrUntrustedCert) {
+	if !errors.Is(e, s3.ErrUntrustedCert) {
 		t.Fatalf("Explain = %v, want ErrUntrustedCert", e)
 	}
 	if msg := e.Error(); !strings.Contains(msg, "the endpoint's certificate is not trusted") || !strings.Contains(msg, "ca_bundle=") || strings.Contains(msg, "\n") {
@@ -290,7 +291,7 @@ func TestS3CABundle(t *testing.T) {
 	}
 	h := r[0].header
 	if h.Get("X-Amz-Trailer") != "x-amz-checksum-crc32c" || h.Get("X-Amz-Content-Sha256") != "STREAMING-UNSIGNED-PAYLOAD-TRAILER" ||
-		!strings.Contains(string(r[0].body), "x-amz-checksum-crc32c:"+staging.CRC32COf(data)) {
+		!strings.Contains(string(r[0].body), "x-amz-checksum-crc32c:"+s3.CRC32COf(data)) {
 		t.Errorf("https Put: trailer %q, content-sha256 %q, body %q", h.Get("X-Amz-Trailer"), h.Get("X-Amz-Content-Sha256"), r[0].body)
 	}
 }
@@ -329,8 +330,8 @@ func TestS3RegionLookup(t *testing.T) {
 				w.WriteHeader(tc.status)
 			}))
 			defer srv.Close()
-			c := staging.WithRegionLookup(staging.S3Config{Bucket: "my-bucket", AccessKey: "AK", SecretKey: "SK"}, srv.URL)
-			s, err := staging.NewS3(t.Context(), c)
+			c := s3.WithRegionLookup(s3.Config{Bucket: "my-bucket", AccessKey: "AK", SecretKey: "SK"}, srv.URL)
+			s, err := s3.New(t.Context(), c)
 			if g, _ := got.Load().(string); g != "HEAD /my-bucket auth=" {
 				t.Errorf("the lookup sent %q, want an unsigned HEAD /my-bucket", g)
 			}
@@ -349,8 +350,8 @@ func TestS3RegionLookup(t *testing.T) {
 		})
 	}
 	// A configured region is not looked up.
-	c := staging.WithRegionLookup(staging.S3Config{Bucket: "b", Region: "eu-north-1", AccessKey: "AK", SecretKey: "SK"}, "http://127.0.0.1:1")
-	if s, err := staging.NewS3(t.Context(), c); err != nil || s.Region() != "eu-north-1" {
+	c := s3.WithRegionLookup(s3.Config{Bucket: "b", Region: "eu-north-1", AccessKey: "AK", SecretKey: "SK"}, "http://127.0.0.1:1")
+	if s, err := s3.New(t.Context(), c); err != nil || s.Region() != "eu-north-1" {
 		t.Errorf("configured region: %v, %v", s, err)
 	}
 }
@@ -396,12 +397,12 @@ func TestS3ChecksumRefusesCorruption(t *testing.T) {
 	for _, tc := range []struct {
 		checksum string
 		refused  bool
-	}{{"", true}, {staging.ChecksumCRC32C, true}, {staging.ChecksumOff, false}} {
+	}{{"", true}, {s3.ChecksumCRC32C, true}, {s3.ChecksumOff, false}} {
 		t.Run("checksum="+tc.checksum, func(t *testing.T) {
 			fc := &flipClient{min: 1 << 10}
 			c := s3test.Config(t)
 			c.Checksum = tc.checksum
-			c = staging.WithHTTPWrap(c, func(h aws.HTTPClient) aws.HTTPClient { fc.inner = h; return fc })
+			c = s3.WithHTTPWrap(c, func(h aws.HTTPClient) aws.HTTPClient { fc.inner = h; return fc })
 			s := newS3(t, c)
 			_, err := s.Put(ctx, "obj", data, staging.PutOptions{})
 			if tc.refused {
@@ -431,7 +432,7 @@ func TestS3ChecksumRefusesCorruption(t *testing.T) {
 			if fc.flipped == 0 {
 				t.Fatal("no body was changed")
 			}
-			want := staging.CRC32COf(data)
+			want := s3.CRC32COf(data)
 			if !tc.refused {
 				want = ""
 			}
@@ -450,8 +451,8 @@ func TestS3MultipartChecksumsFromAnotherStore(t *testing.T) {
 	c := s3test.Config(t)
 	var mu sync.Mutex
 	listParts := map[string]int{} // ListParts requests by store
-	counted := func(name string) staging.S3Config {
-		return staging.WithHTTPWrap(c, func(h aws.HTTPClient) aws.HTTPClient {
+	counted := func(name string) s3.Config {
+		return s3.WithHTTPWrap(c, func(h aws.HTTPClient) aws.HTTPClient {
 			return doFunc(func(r *http.Request) (*http.Response, error) {
 				if r.Method == http.MethodGet && r.URL.Query().Has("uploadId") {
 					mu.Lock()
@@ -466,7 +467,7 @@ func TestS3MultipartChecksumsFromAnotherStore(t *testing.T) {
 	part := bytes.Repeat([]byte{'p'}, 5<<20)
 	for _, tc := range []struct {
 		name      string
-		completer *staging.S3
+		completer *s3.Store
 		listed    string // the store that lists the parts
 	}{{"same store", a, ""}, {"another store", b, "b"}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -512,7 +513,7 @@ func TestS3MultipartChecksumsFromAnotherStore(t *testing.T) {
 // 16 MiB to versitygw on loopback, with each checksum and without.
 func BenchmarkS3Put16MiB(b *testing.B) {
 	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<20)
-	for _, sum := range []string{staging.ChecksumOff, staging.ChecksumCRC32C, staging.ChecksumCRC32, staging.ChecksumCRC64NVME} {
+	for _, sum := range []string{s3.ChecksumOff, s3.ChecksumCRC32C, s3.ChecksumCRC32, s3.ChecksumCRC64NVME} {
 		b.Run("checksum="+sum, func(b *testing.B) {
 			c := s3test.Config(b)
 			c.Checksum = sum
@@ -533,7 +534,7 @@ func BenchmarkCRC32C16MiB(b *testing.B) {
 	data := bytes.Repeat([]byte("0123456789abcdef"), 1<<20)
 	b.SetBytes(int64(len(data)))
 	for b.Loop() {
-		staging.CRC32COf(data)
+		s3.CRC32COf(data)
 	}
 }
 
@@ -580,13 +581,13 @@ func TestS3KnownUploadsDropped(t *testing.T) {
 			if _, err := s.UploadPart(ctx, key, id, 1, small); err != nil {
 				t.Fatal(err)
 			}
-			if n := staging.KnownUploads(s); n != 1 {
+			if n := s3.KnownUploads(s); n != 1 {
 				t.Fatalf("%d uploads known after a create, want 1", n)
 			}
 			if err := tc.end(key, id); err != nil {
 				t.Fatal(err)
 			}
-			if n := staging.KnownUploads(s); n != 0 {
+			if n := s3.KnownUploads(s); n != 0 {
 				t.Errorf("%d uploads known after %s, want 0", n, tc.name)
 			}
 		})
@@ -596,13 +597,13 @@ func TestS3KnownUploadsDropped(t *testing.T) {
 		defer srv.Close()
 		s := newS3(t, fakeConfig(srv.URL))
 		const most = 8
-		staging.SetMaxKnownUploads(s, most)
+		s3.SetMaxKnownUploads(s, most)
 		for i := 0; i < 2*most; i++ {
 			if _, err := s.CreateMultipart(ctx, "k", staging.PutOptions{}); err != nil {
 				t.Fatal(err)
 			}
 		}
-		if n := staging.KnownUploads(s); n != most {
+		if n := s3.KnownUploads(s); n != most {
 			t.Errorf("%d uploads known after %d creates, want the most, %d", n, 2*most, most)
 		}
 	})

@@ -1,19 +1,20 @@
-package staging_test
+package mem_test
 
 import (
 	"bytes"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/staging/storetest"
 )
 
 func TestMemContract(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) staging.Store { return staging.NewMem() })
+	storetest.Run(t, func(t *testing.T) staging.Store { return mem.New() })
 }
 
 func TestMemLenBytes(t *testing.T) {
-	m := staging.NewMem()
+	m := mem.New()
 	ctx := t.Context()
 	steps := []struct {
 		name  string
@@ -46,7 +47,7 @@ func TestMemLenBytes(t *testing.T) {
 
 // A Get's bytes stay the same when the key is replaced: objects are immutable.
 func TestMemGetSurvivesReplace(t *testing.T) {
-	m := staging.NewMem()
+	m := mem.New()
 	ctx := t.Context()
 	if _, err := m.Put(ctx, "k", []byte("old bytes"), staging.PutOptions{}); err != nil {
 		t.Fatal(err)
@@ -69,7 +70,7 @@ func TestMemGetSurvivesReplace(t *testing.T) {
 }
 
 func BenchmarkMemPutGet(b *testing.B) {
-	m := staging.NewMem()
+	m := mem.New()
 	ctx := b.Context()
 	data := make([]byte, 16<<20)
 	b.SetBytes(int64(len(data)))
@@ -87,7 +88,7 @@ func BenchmarkMemPutGet(b *testing.B) {
 // parts and the whole object read the same bytes as a concatenation would.
 func TestMemMultipartRanges(t *testing.T) {
 	ctx := t.Context()
-	m := staging.NewMem()
+	m := mem.New()
 	const ps = staging.MinPartSize
 	parts := [][]byte{bytes.Repeat([]byte{1}, ps), bytes.Repeat([]byte{2}, ps), {3, 4, 5}}
 	id, err := m.CreateMultipart(ctx, "k", staging.PutOptions{})

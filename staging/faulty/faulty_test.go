@@ -1,4 +1,4 @@
-package staging_test
+package faulty_test
 
 import (
 	"context"
@@ -10,16 +10,18 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // failures runs n Puts of keys "<prefix><i>" and returns the indexes that failed.
-func failures(t *testing.T, f *staging.Faults, keys []string) []int {
+func failures(t *testing.T, f *faulty.Store, keys []string) []int {
 	t.Helper()
 	var out []int
 	for i, k := range keys {
 		_, err := f.Put(t.Context(), k, []byte("x"), staging.PutOptions{})
 		if err != nil {
-			if !errors.Is(err, staging.ErrInjected) {
+			if !errors.Is(err, faulty.ErrInjected) {
 				t.Fatalf("put %s: %v, want an injected error", k, err)
 			}
 			out = append(out, i)
@@ -40,22 +42,22 @@ func TestFaultsSelectors(t *testing.T) {
 	mixed := []string{"a/inode", "a/1.0", "b/inode", "a/2.0", "c/inode", "b/1.0"}
 	for _, tc := range []struct {
 		name string
-		rule staging.Rule
+		rule faulty.Rule
 		keys []string
 		want []int
 	}{
-		{"every put", staging.Rule{Op: staging.OpPut}, keys(3, "k%d"), []int{0, 1, 2}},
-		{"any op", staging.Rule{}, keys(2, "k%d"), []int{0, 1}},
-		{"other op", staging.Rule{Op: staging.OpGet}, keys(3, "k%d"), nil},
-		{"nth", staging.Rule{Op: staging.OpPut, Nth: 3}, keys(5, "k%d"), []int{2}},
-		{"suffix", staging.Rule{KeySuffix: "/inode"}, mixed, []int{0, 2, 4}},
-		{"prefix", staging.Rule{KeyPrefix: "a/"}, mixed, []int{0, 1, 3}},
-		{"nth with suffix", staging.Rule{Op: staging.OpPut, KeySuffix: "/inode", Nth: 2}, mixed, []int{2}},
-		{"predicate", staging.Rule{Match: func(k string) bool { return strings.HasSuffix(k, ".0") }}, mixed, []int{1, 3, 5}},
-		{"times", staging.Rule{KeyPrefix: "k", Times: 2}, keys(5, "k%d"), []int{0, 1}},
+		{"every put", faulty.Rule{Op: staging.OpPut}, keys(3, "k%d"), []int{0, 1, 2}},
+		{"any op", faulty.Rule{}, keys(2, "k%d"), []int{0, 1}},
+		{"other op", faulty.Rule{Op: staging.OpGet}, keys(3, "k%d"), nil},
+		{"nth", faulty.Rule{Op: staging.OpPut, Nth: 3}, keys(5, "k%d"), []int{2}},
+		{"suffix", faulty.Rule{KeySuffix: "/inode"}, mixed, []int{0, 2, 4}},
+		{"prefix", faulty.Rule{KeyPrefix: "a/"}, mixed, []int{0, 1, 3}},
+		{"nth with suffix", faulty.Rule{Op: staging.OpPut, KeySuffix: "/inode", Nth: 2}, mixed, []int{2}},
+		{"predicate", faulty.Rule{Match: func(k string) bool { return strings.HasSuffix(k, ".0") }}, mixed, []int{1, 3, 5}},
+		{"times", faulty.Rule{KeyPrefix: "k", Times: 2}, keys(5, "k%d"), []int{0, 1}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := staging.NewFaults(staging.NewMem(), 1)
+			f := faulty.New(mem.New(), 1)
 			f.Add(tc.rule)
 			got := failures(t, f, tc.keys)
 			if !slices.Equal(got, tc.want) {
@@ -70,8 +72,8 @@ func TestFaultsSelectors(t *testing.T) {
 
 func TestFaultsFraction(t *testing.T) {
 	run := func(seed int64) []int {
-		f := staging.NewFaults(staging.NewMem(), seed)
-		f.Add(staging.Rule{Op: staging.OpPut, Fraction: 0.3})
+		f := faulty.New(mem.New(), seed)
+		f.Add(faulty.Rule{Op: staging.OpPut, Fraction: 0.3})
 		return failures(t, f, keys(1000, "k%d"))
 	}
 	a, b, c := run(7), run(7), run(8)
@@ -90,12 +92,12 @@ func TestFaultsFraction(t *testing.T) {
 func TestFaultsKinds(t *testing.T) {
 	ctx := t.Context()
 	t.Run("error is not applied", func(t *testing.T) {
-		m := staging.NewMem()
-		f := staging.NewFaults(m, 1)
-		f.Add(staging.Rule{Op: staging.OpPut, Kind: staging.FaultError})
+		m := mem.New()
+		f := faulty.New(m, 1)
+		f.Add(faulty.Rule{Op: staging.OpPut, Kind: faulty.Error})
 		_, err := f.Put(ctx, "k", []byte("x"), staging.PutOptions{})
-		var ie *staging.InjectedError
-		if !errors.Is(err, staging.ErrInjected) || !errors.As(err, &ie) || ie.Op != staging.OpPut || ie.Key != "k" {
+		var ie *faulty.InjectedError
+		if !errors.Is(err, faulty.ErrInjected) || !errors.As(err, &ie) || ie.Op != staging.OpPut || ie.Key != "k" {
 			t.Fatalf("put: %v", err)
 		}
 		if m.Len() != 0 {
@@ -103,11 +105,11 @@ func TestFaultsKinds(t *testing.T) {
 		}
 	})
 	t.Run("lost answer is applied", func(t *testing.T) {
-		m := staging.NewMem()
-		f := staging.NewFaults(m, 1)
-		f.Add(staging.Rule{Op: staging.OpPut, Kind: staging.FaultLostAnswer})
+		m := mem.New()
+		f := faulty.New(m, 1)
+		f.Add(faulty.Rule{Op: staging.OpPut, Kind: faulty.LostAnswer})
 		_, err := f.Put(ctx, "k", []byte("data"), staging.PutOptions{})
-		if !errors.Is(err, staging.ErrInjected) {
+		if !errors.Is(err, faulty.ErrInjected) {
 			t.Fatalf("put: %v", err)
 		}
 		data, _, err := f.Get(ctx, "k", staging.Whole())
@@ -116,13 +118,13 @@ func TestFaultsKinds(t *testing.T) {
 		}
 	})
 	t.Run("lost answer of a delete", func(t *testing.T) {
-		m := staging.NewMem()
-		f := staging.NewFaults(m, 1)
+		m := mem.New()
+		f := faulty.New(m, 1)
 		if _, err := f.Put(ctx, "k", []byte("data"), staging.PutOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		f.Add(staging.Rule{Op: staging.OpDelete, Kind: staging.FaultLostAnswer})
-		if err := f.Delete(ctx, "k"); !errors.Is(err, staging.ErrInjected) {
+		f.Add(faulty.Rule{Op: staging.OpDelete, Kind: faulty.LostAnswer})
+		if err := f.Delete(ctx, "k"); !errors.Is(err, faulty.ErrInjected) {
 			t.Fatalf("delete: %v", err)
 		}
 		if _, err := f.Head(ctx, "k"); !errors.Is(err, staging.ErrNotFound) {
@@ -130,12 +132,12 @@ func TestFaultsKinds(t *testing.T) {
 		}
 	})
 	t.Run("timeout with delay", func(t *testing.T) {
-		m := staging.NewMem()
-		f := staging.NewFaults(m, 1)
-		f.Add(staging.Rule{Op: staging.OpHead, Kind: staging.FaultTimeout, Delay: 20 * time.Millisecond})
+		m := mem.New()
+		f := faulty.New(m, 1)
+		f.Add(faulty.Rule{Op: staging.OpHead, Kind: faulty.Timeout, Delay: 20 * time.Millisecond})
 		start := time.Now()
 		_, err := f.Head(ctx, "k")
-		if !errors.Is(err, staging.ErrInjected) || !errors.Is(err, context.DeadlineExceeded) {
+		if !errors.Is(err, faulty.ErrInjected) || !errors.Is(err, context.DeadlineExceeded) {
 			t.Fatalf("head: %v", err)
 		}
 		if d := time.Since(start); d < 20*time.Millisecond {
@@ -143,21 +145,21 @@ func TestFaultsKinds(t *testing.T) {
 		}
 	})
 	t.Run("timeout until ctx ends", func(t *testing.T) {
-		f := staging.NewFaults(staging.NewMem(), 1)
-		f.Add(staging.Rule{Op: staging.OpGet, Kind: staging.FaultTimeout})
+		f := faulty.New(mem.New(), 1)
+		f.Add(faulty.Rule{Op: staging.OpGet, Kind: faulty.Timeout})
 		cctx, cancel := context.WithCancel(ctx)
 		time.AfterFunc(10*time.Millisecond, cancel)
 		_, _, err := f.Get(cctx, "k", staging.Whole())
-		if !errors.Is(err, staging.ErrInjected) || !errors.Is(err, context.Canceled) {
+		if !errors.Is(err, faulty.ErrInjected) || !errors.Is(err, context.Canceled) {
 			t.Fatalf("get: %v", err)
 		}
 	})
 }
 
 func TestFaultsRemove(t *testing.T) {
-	f := staging.NewFaults(staging.NewMem(), 1)
-	id := f.Add(staging.Rule{Op: staging.OpPut})
-	f.Add(staging.Rule{Op: staging.OpHead})
+	f := faulty.New(mem.New(), 1)
+	id := f.Add(faulty.Rule{Op: staging.OpPut})
+	f.Add(faulty.Rule{Op: staging.OpHead})
 	if got := failures(t, f, keys(1, "k%d")); len(got) != 1 {
 		t.Fatalf("put with the rule: failed %v", got)
 	}
@@ -167,7 +169,7 @@ func TestFaultsRemove(t *testing.T) {
 	if got := failures(t, f, keys(1, "k%d")); len(got) != 0 {
 		t.Fatalf("put after removal failed")
 	}
-	if _, err := f.Head(t.Context(), "k0"); !errors.Is(err, staging.ErrInjected) {
+	if _, err := f.Head(t.Context(), "k0"); !errors.Is(err, faulty.ErrInjected) {
 		t.Fatalf("the other rule went too: %v", err)
 	}
 	f.Clear()
@@ -182,8 +184,8 @@ func TestFaultsRemove(t *testing.T) {
 // Every operation goes through the rules.
 func TestFaultsEveryOp(t *testing.T) {
 	ctx := t.Context()
-	f := staging.NewFaults(staging.NewMem(), 1)
-	f.Add(staging.Rule{})
+	f := faulty.New(mem.New(), 1)
+	f.Add(faulty.Rule{})
 	calls := map[staging.Op]func() error{
 		staging.OpPut:    func() error { _, err := f.Put(ctx, "k", nil, staging.PutOptions{}); return err },
 		staging.OpGet:    func() error { _, _, err := f.Get(ctx, "k", staging.Whole()); return err },
@@ -203,7 +205,7 @@ func TestFaultsEveryOp(t *testing.T) {
 		staging.OpListUploads:    func() error { _, err := f.ListMultipartUploads(ctx, ""); return err },
 	}
 	for op, call := range calls {
-		var ie *staging.InjectedError
+		var ie *faulty.InjectedError
 		if err := call(); !errors.As(err, &ie) || ie.Op != op {
 			t.Errorf("%s: %v, want an injected error of %s", op, err, op)
 		}
