@@ -250,8 +250,8 @@ var options = []option{
 	enumOpt("log", "Log", "least severe level logged",
 		[]LogLevel{LogDebug, LogInfo, LogWarn, LogError},
 		func(c *Config) *LogLevel { return &c.Log }),
-	sizeOpt("memory_limit", "MemoryLimit", "0 (derived at mount), or at least segment_mpu_chunk_size and the dirty limit", "RAM/4 (RAM: the lower of MemTotal and the cgroup's memory limit), from 256M to 8G",
-		"the one memory budget of a mount for all dirty data and pieces in flight",
+	sizeOpt("memory_limit", "MemoryLimit", "0 (derived at mount), or at least segment_mpu_chunk_size and the dirty limit", "RAM/4, from "+FormatSize(mountMemoryMin)+" to "+FormatSize(mountMemoryMax),
+		"the one memory budget of a mount for all dirty data and pieces in flight; RAM is the lower of MemTotal and the cgroup's memory limit",
 		func(c *Config) *int64 { return &c.MemoryLimit }),
 	enumOpt("emulate_link", "EmulateLink", "emulate a network link in front of the store (benchmarks)",
 		[]LinkProfile{LinkNone, LinkDirectory, LinkGeneral},
@@ -532,12 +532,7 @@ func Markdown() string {
 		fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s | %s | %s |\n",
 			o.Name, o.Type, cell(def), cell(mount), cell(o.Allowed), cell(o.Doc))
 	}
-	b.WriteString("\nSizes are bytes, or a number with K, M or G (also KiB, MiB, GiB; any case), powers of 1024. ")
-	b.WriteString("Durations are Go durations (`100ms`, `1m30s`), whose units may also be `d` (24h) and `w` (7d): `7d`, `1w2d3h`. ")
-	b.WriteString("Booleans are `true`, `false`, `on`, `off`, `yes`, `no`, `1`, `0`, or the bare name for true.\n")
-	b.WriteString("\nThe dirty limit of a file is `min(max(data_cache_dirty_max_bytes_threshold, ")
-	b.WriteString("data_cache_dirty_max_blocks_threshold × data_block_size), segment_buffer_size)`: ")
-	b.WriteString("8M with the engine defaults, less than one `segment_mpu_chunk_size` piece, so nothing is sent ahead; ")
-	b.WriteString("`ckptfs mount` raises it to half of `memory_limit`.\n")
+	b.WriteString("\n" + unitsText(code) + "\n")
+	b.WriteString("\n" + dirtyLimitText(code) + "\n")
 	return b.String()
 }

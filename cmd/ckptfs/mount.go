@@ -53,7 +53,7 @@ func newMountCmd(mount mountFunc) *cobra.Command {
 		Use:   "mount [flags] STORE MOUNTPOINT",
 		Short: "mount the volume of STORE at MOUNTPOINT",
 		Long: "ckptfs mount: mounts the volume of STORE at MOUNTPOINT.\n\n" +
-			storesText + "\n\n" + mountText + "\n\n" + storeOptsText,
+			storesText + "\n\n" + mountText + "\n\n" + storeOptsHelp(),
 		Example: "  ckptfs mount -o endpoint=http://127.0.0.1:7070,path_style s3://bucket/vol1 /mnt/vol1\n" +
 			"  mount.ckptfs s3://bucket/vol1 /mnt/vol1 -o _netdev,endpoint=http://127.0.0.1:7070,path_style",
 		Annotations: map[string]string{helpMore: tunablesText()},
