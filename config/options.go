@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -308,7 +309,33 @@ var options = []option{
 		func(c *Config) *bool { return &c.Intr }),
 }
 
+// optionAliases are the names other S3 filesystems (s3fs, mountpoint-s3,
+// goofys, rclone) give a tunable, each read as the tunable it maps to: the
+// engine's names stay the ones logs and Encode write.
+var optionAliases = map[string]string{
+	"part_size": "segment_mpu_chunk_size",
+	// Per file: a cap on the requests of a whole mount is not there yet.
+	"max_threads":     "segment_mpu_max_concurrency",
+	"max_concurrency": "segment_mpu_max_concurrency",
+}
+
+// aliasesOf is the aliases of the tunable name, sorted.
+func aliasesOf(name string) []string {
+	var out []string
+	for a, n := range optionAliases {
+		if n == name {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// lookup finds an option by its name or an alias of it.
 func lookup(name string) *option {
+	if n, ok := optionAliases[name]; ok {
+		name = n
+	}
 	for i := range options {
 		if options[i].name == name {
 			return &options[i]
@@ -490,13 +517,14 @@ func (c Config) String() string { return c.Encode() }
 
 // OptionDoc documents one option.
 type OptionDoc struct {
-	Name    string // as in -o name=value
-	Field   string // the Config field it sets
-	Type    string // size, integer, boolean, duration, enum or host:port
-	Default string // under Default, as option text
-	Mount   string // under MountDefault, when it differs from Default
-	Allowed string // allowed values
-	Doc     string // one line
+	Name    string   // as in -o name=value
+	Field   string   // the Config field it sets
+	Type    string   // size, integer, boolean, duration, enum or host:port
+	Default string   // under Default, as option text
+	Mount   string   // under MountDefault, when it differs from Default
+	Allowed string   // allowed values
+	Doc     string   // one line
+	Aliases []string // other names it answers to (part_size, ...)
 }
 
 // Options lists every option, in a fixed order, for `ckptfs mount --help` and
@@ -508,6 +536,7 @@ func Options() []OptionDoc {
 		out[i] = OptionDoc{
 			Name: o.name, Field: o.field, Type: o.kind.String(),
 			Default: o.get(&d), Mount: o.mount, Allowed: o.allowed, Doc: o.doc,
+			Aliases: aliasesOf(o.name),
 		}
 	}
 	return out
@@ -529,8 +558,12 @@ func Markdown() string {
 		if mount == "" {
 			mount = "same"
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s | %s | %s |\n",
-			o.Name, o.Type, cell(def), cell(mount), cell(o.Allowed), cell(o.Doc))
+		name := "`" + o.Name + "`"
+		if len(o.Aliases) > 0 {
+			name += " (also `" + strings.Join(o.Aliases, "`, `") + "`)"
+		}
+		fmt.Fprintf(&b, "| %s | %s | `%s` | %s | %s | %s |\n",
+			name, o.Type, cell(def), cell(mount), cell(o.Allowed), cell(o.Doc))
 	}
 	b.WriteString("\n" + unitsText(code) + "\n")
 	b.WriteString("\n" + dirtyLimitText(code) + "\n")

@@ -40,7 +40,11 @@ func Text() string {
 			head = fmt.Sprintf("%s=<%s>", o.Name, o.Type)
 			allowed = " Allowed: " + o.Allowed + "."
 		}
-		wrap(&b, "  ", textIndent, head+"  (default "+def+")")
+		head += "  (default " + def + ")"
+		if len(o.Aliases) > 0 {
+			head += ", also " + strings.Join(o.Aliases, ", ")
+		}
+		wrap(&b, "  ", textIndent, head)
 		wrap(&b, textIndent, textIndent, o.Doc+"."+allowed)
 	}
 	b.WriteByte('\n')

@@ -23,17 +23,17 @@ type storeOptDoc struct{ usage, doc string }
 // help lists them; TestStoreOptionNamesAgree keeps them equal to
 // config.StoreOptionNames.
 var storeOptDocs = []storeOptDoc{
-	{"endpoint=URL", `S3-compatible server ("http://127.0.0.1:7070"); default AWS`},
+	{"endpoint=URL", `S3-compatible server ("http://127.0.0.1:7070"; host:port is http://host:port); default AWS`},
 	{"region=NAME", "region; default from the environment or profile, else (AWS) the bucket's own, asked of S3 at start"},
-	{"path_style", "address the bucket in the path (most S3-compatible servers)"},
+	{"path_style", "address the bucket in the path (most S3-compatible servers); also use_path_request_style"},
 	{"profile=NAME", "profile of the shared AWS config files"},
-	{"sse=KIND", "server-side encryption of written objects: AES256, aws:kms or aws:kms:dsse; default the bucket's"},
+	{"sse=KIND", "server-side encryption of written objects: AES256, aws:kms or aws:kms:dsse; default the bucket's. Also s3fs's use_sse: bare for AES256, use_sse=kmsid[:KEY-ID] for aws:kms"},
 	{"sse_kms_key_id=ID", "KMS key of aws:kms and aws:kms:dsse (id, ARN or alias); default the account's AWS managed key"},
-	{"storage_class=NAME", "storage class of written objects (STANDARD, INTELLIGENT_TIERING, STANDARD_IA, ...); default STANDARD"},
+	{"storage_class=NAME", "storage class of written objects (STANDARD, INTELLIGENT_TIERING, STANDARD_IA, ...; any case); default STANDARD"},
 	{"requester_pays", "send x-amz-request-payer: requester (requester-pays buckets)"},
 	{"ca_bundle=PATH", "PEM file of CAs to trust for the endpoint, besides the system's and AWS_CA_BUNDLE"},
 	{"checksum=ALG", "checksum uploads carry for the server to verify: crc32c (default), crc32, crc64nvme (single PUTs; multipart uploads use crc32c) or off"},
-	{"log_file=PATH", "append the log here; SIGHUP reopens it (logrotate). Without it a detached mount logs to the system log (tag ckptfs), a foreground one to stderr"},
+	{"log_file=PATH", "append the log here; SIGHUP reopens it (logrotate). Without it a detached mount logs to the system log (tag ckptfs), a foreground one to stderr. Also logfile"},
 	{"create", "create the volume if there is none (see format)"},
 	{"mount_timeout=D", "bound on reaching the store and reading the volume at mount (default " + formatDuration(defaultMountTimeout) + ")"},
 	{"single_writer", "mount even if the store ignores If-None-Match/If-Match; then never mount this volume twice at once"},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -48,7 +49,7 @@ type mountFunc func(m mountArgs, stdout, stderr io.Writer) int
 // flags may come before or after STORE MOUNTPOINT, as mount(8) puts them.
 func newMountCmd(mount mountFunc) *cobra.Command {
 	var m mountArgs
-	var sloppy, noMtab, verbose bool
+	var sloppy, noMtab, verbose, debug bool
 	c := &cobra.Command{
 		Use:   "mount [flags] STORE MOUNTPOINT",
 		Short: "mount the volume of STORE at MOUNTPOINT",
@@ -69,6 +70,9 @@ func newMountCmd(mount mountFunc) *cobra.Command {
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			m.store, m.mountpoint = args[0], args[1]
+			if debug {
+				m.opts = append(m.opts, "log=debug")
+			}
 			// Before detaching, so that a bad option is a usage error
 			// (exit 2) as with every command; the mount reads them again.
 			if _, _, err := parseMountOpts(m.opts); err != nil {
@@ -82,6 +86,9 @@ func newMountCmd(mount mountFunc) *cobra.Command {
 	}
 	addOptsFlag(c, &m.opts, "mount options: store options and tunables (repeatable; see below)")
 	c.Flags().BoolVarP(&m.foreground, "foreground", "f", false, "stay in the foreground (log to stderr unless log_file=)")
+	// s3fs's and mountpoint-s3's -d/--debug: the level only. It does not
+	// keep the mount in the foreground as libfuse's -d does: -f does that.
+	c.Flags().BoolVarP(&debug, "debug", "d", false, "log at the debug level (as -o log=debug, which it overrides)")
 	// mount(8) passes these to helpers: sloppy, no mtab, verbose. They
 	// change nothing here.
 	c.Flags().BoolVarP(&sloppy, "sloppy", "s", false, "ignored (mount(8) passes it)")
@@ -124,9 +131,26 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 	var rest []string
 	for _, item := range opts {
 		name, value, has := strings.Cut(item, "=")
+		// s3fs's names for path_style and log_file.
 		switch name {
+		case "use_path_request_style":
+			name = "path_style"
+		case "logfile":
+			name = "log_file"
+		}
+		switch name {
+		case "use_sse":
+			sse, key, err := s3fsSSE(value, has)
+			if err != nil {
+				return so, nil, fmt.Errorf("option %s: %w", item, err)
+			}
+			so.sse = sse
+			if key != "" {
+				so.sseKMSKeyID = key
+			}
+			continue
 		case "endpoint":
-			so.endpoint = value
+			so.endpoint = endpointURL(value)
 		case "region":
 			so.region = value
 		case "profile":
@@ -138,7 +162,8 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 		case "sse_kms_key_id":
 			so.sseKMSKeyID = value
 		case "storage_class":
-			so.storageClass = value
+			// S3's classes are upper case; s3fs and rclone take any.
+			so.storageClass = strings.ToUpper(value)
 		case "checksum":
 			so.checksum = value
 		case "ca_bundle":
@@ -188,6 +213,48 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 		}
 	}
 	return so, rest, nil
+}
+
+// endpointURL is the endpoint option as a URL: host:port without a scheme
+// is taken as http://host:port, as s3fs's url= and most tools' endpoints
+// read a bare address of a local server.
+func endpointURL(v string) string {
+	if v == "" || strings.Contains(v, "://") {
+		return v
+	}
+	if _, port, err := net.SplitHostPort(v); err == nil && port != "" {
+		return "http://" + v
+	}
+	return v
+}
+
+// s3fsSSE reads s3fs's use_sse option: bare, 1 or true is SSE-S3 (AES256);
+// kmsid or k is SSE-KMS with the account's key, kmsid:ID or k:ID with key
+// ID; 0 or false is none. SSE-C (custom, c) is refused: ckptfs keeps no
+// customer keys.
+func s3fsSSE(value string, has bool) (sse, kmsKeyID string, err error) {
+	if !has {
+		return "AES256", "", nil
+	}
+	kind, key, hasKey := strings.Cut(value, ":")
+	switch strings.ToLower(kind) {
+	case "1", "true", "on", "yes":
+		if !hasKey {
+			return "AES256", "", nil
+		}
+	case "0", "false", "off", "no":
+		if !hasKey {
+			return "", "", nil
+		}
+	case "kmsid", "k":
+		if hasKey && key == "" {
+			return "", "", errors.New("want kmsid:KEY-ID with a key")
+		}
+		return "aws:kms", key, nil
+	case "custom", "c":
+		return "", "", errors.New("SSE-C (customer-provided keys) is not supported: use sse=aws:kms or sse=AES256")
+	}
+	return "", "", errors.New("want use_sse (AES256), use_sse=kmsid or use_sse=kmsid:KEY-ID (aws:kms); sse= takes the S3 names")
 }
 
 // s3Only is the first option given that only an S3 store takes, or "": one
