@@ -80,6 +80,11 @@ func newSyslogCore(level zapcore.LevelEnabler) (*syslogCore, error) {
 	return &syslogCore{LevelEnabler: level, enc: zapcore.NewConsoleEncoder(enc), w: w}, nil
 }
 
+// withLevel is the core writing to the same system log at level l.
+func (c *syslogCore) withLevel(l zapcore.LevelEnabler) zapcore.Core {
+	return &syslogCore{LevelEnabler: l, enc: c.enc.Clone(), w: c.w}
+}
+
 func (c *syslogCore) With(fields []zapcore.Field) zapcore.Core {
 	enc := c.enc.Clone()
 	for _, f := range fields {

@@ -330,11 +330,35 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 // URL) from STORE, for the log and the mount table.
 func redactStore(spec string) string { return staging.RedactURL(spec) }
 
-func newLogger(level config.LogLevel, w io.Writer) *zap.Logger {
+// logSink makes the cores of one log destination at a level; nil is no
+// log at all.
+type logSink func(zapcore.LevelEnabler) zapcore.Core
+
+// writerSink is a log written to w, one console line per entry.
+func writerSink(w io.Writer) logSink {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), level.ZapLevel())
-	return zap.New(core).Named("ckptfs")
+	ws := zapcore.Lock(zapcore.AddSync(w))
+	return func(l zapcore.LevelEnabler) zapcore.Core {
+		return zapcore.NewCore(zapcore.NewConsoleEncoder(enc), ws, l)
+	}
+}
+
+// mountLoggers are the mount's log at level, and the one of its start and
+// end (mounted, unmounting, unmounted): the same destination, at info or
+// the level if lower, when detached, unless level is above warn (error:
+// the user asked for errors only). A mount in the foreground says them at
+// the level alone: its terminal shows the mount succeed and end.
+func mountLoggers(sink logSink, level config.LogLevel, detached bool) (log, life *zap.Logger) {
+	if sink == nil {
+		return zap.NewNop(), zap.NewNop()
+	}
+	l := level.ZapLevel()
+	log = zap.New(sink(l)).Named("ckptfs")
+	if !detached || l > zapcore.WarnLevel || l <= zapcore.InfoLevel {
+		return log, log
+	}
+	return log, zap.New(sink(zapcore.InfoLevel)).Named("ckptfs")
 }
 
 // userError is an error as the command prints it: one line for the user,
@@ -487,7 +511,7 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	if err := checkMountPoint(m.mountpoint); err != nil {
 		return fail(err)
 	}
-	var log *zap.Logger
+	var sink logSink
 	var logFile *reopenFile
 	switch {
 	case so.logFile != "":
@@ -495,19 +519,21 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 			return fail(fmt.Errorf("option log_file: %w", err))
 		}
 		defer logFile.Close()
-		log = newLogger(cfg.Log, logFile)
+		sink = writerSink(logFile)
 	case report != nil:
 		// Detached: no terminal. The system log (journald reads it too).
-		core, err := newSyslogCore(cfg.Log.ZapLevel())
+		sc, err := newSyslogCore(cfg.Log.ZapLevel())
 		if err != nil {
 			warn(fmt.Sprintf("%v: the mount's log is discarded; give -o log_file=PATH to keep it", err))
-			log = zap.NewNop()
 		} else {
-			log = zap.New(core).Named("ckptfs")
+			sink = sc.withLevel
 		}
 	default:
-		log = newLogger(cfg.Log, stderr)
+		sink = writerSink(stderr)
 	}
+	// life logs the mount's start and end: a detached mount says them at
+	// the default level too, having no terminal to say them on.
+	log, life := mountLoggers(sink, cfg.Log, report != nil)
 	defer log.Sync()
 
 	fsys, err := openFS(m.store, so, cfg, log, warn)
@@ -518,9 +544,13 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 		fsys.Close()
 		return fail(err)
 	}
-	log.Info("mounted", zap.String("store", redactStore(m.store)), zap.String("mountpoint", m.mountpoint),
+	life.Info("mounted", zap.String("store", redactStore(m.store)), zap.String("mountpoint", m.mountpoint),
+		zap.String("version", version()),
+		zap.String("memory_limit", config.FormatSize(cfg.MemoryLimit)),
+		zap.String("stream_segment_bytes", config.FormatSize(cfg.EffectiveStreamSegmentBytes())),
+		zap.Bool("wal", cfg.WAL), zap.Bool("ro", cfg.ReadOnly),
 		zap.String("options", cfg.EncodeChanged(config.MountDefault(config.TotalRAM()))),
-		zap.String("version", version()), zap.Int("pid", os.Getpid()))
+		zap.Int("pid", os.Getpid()))
 	for _, w := range warnings {
 		if report != nil {
 			fmt.Fprintf(report, "warning: %s\n", w)
@@ -570,7 +600,7 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 				log.Info("log file reopened", zap.String("path", so.logFile))
 				continue
 			}
-			log.Info("unmounting", zap.Stringer("signal", s))
+			life.Info("unmounting", zap.Stringer("signal", s), zap.String("mountpoint", m.mountpoint))
 			if err := fsys.Unmount(); err != nil {
 				if errors.Is(err, fusefs.ErrMountBusy) {
 					log.Error("unmount failed", zap.Error(err))
@@ -585,11 +615,11 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 				return 1
 			}
 			<-done
-			log.Info("unmounted")
+			life.Info("unmounted", zap.String("mountpoint", m.mountpoint))
 			return 0
 		case <-done:
 			// Unmounted from outside (fusermount3 -u, umount).
-			log.Info("unmounted")
+			life.Info("unmounted", zap.String("mountpoint", m.mountpoint))
 			if err := fsys.Close(); err != nil {
 				log.Error("unmounted; files not flushed", zap.Error(err))
 				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
