@@ -48,11 +48,13 @@ of a store without one fails, so a mistyped bucket or prefix is not taken for
 a new, empty volume. mem:// is always new and needs neither.`
 
 // mountText is how a mount runs, detaches and ends.
-const mountText = `ckptfs mount detaches once the volume is mounted, unless -f is given; a mount
+var mountText = `ckptfs mount detaches once the volume is mounted, unless -f is given; a mount
 that fails (unreachable store, a volume written by a newer version, a missing
 or non-empty mount point) is reported before that and exits 1; a bad option, 2.
 SIGINT and SIGTERM unmount after flushing every file, as does
-"fusermount3 -u MOUNTPOINT" (or umount).
+"fusermount3 -u MOUNTPOINT" (or umount); a busy mount is unmounted lazily, and
+files still open ` + busyGrace.String() + ` later are cut off and flushed. Run by systemd
+(Type=notify, with -f), it notifies READY=1 once mounted and STOPPING=1.
 
 mount(8) runs mount.ckptfs (a link to ckptfs) as
   mount.ckptfs STORE MOUNTPOINT [-sfnv] [-o name=value,...]

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -531,9 +532,10 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	default:
 		sink = writerSink(stderr)
 	}
-	// life logs the mount's start and end: a detached mount says them at
-	// the default level too, having no terminal to say them on.
-	log, life := mountLoggers(sink, cfg.Log, report != nil)
+	// life logs the mount's start and end: a detached mount, or one that
+	// systemd runs (Type=notify), says them at the default level too,
+	// having no terminal to say them on.
+	log, life := mountLoggers(sink, cfg.Log, report != nil || os.Getenv("NOTIFY_SOCKET") != "")
 	defer log.Sync()
 
 	fsys, err := openFS(m.store, so, cfg, log, warn)
@@ -575,6 +577,11 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 		}
 	}
 
+	// The connection, while the mount point still shows it: a stop of a
+	// busy mount ends it (stopMount).
+	conn := fuseConnection(m.mountpoint)
+	sdNotify(log, daemon.SdNotifyReady)
+
 	sigs := make(chan os.Signal, 2)
 	// SIGHUP reopens the log file (logrotate); without this it would
 	// end the mount.
@@ -601,24 +608,25 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 				continue
 			}
 			life.Info("unmounting", zap.Stringer("signal", s), zap.String("mountpoint", m.mountpoint))
-			if err := fsys.Unmount(); err != nil {
-				if errors.Is(err, fusefs.ErrMountBusy) {
+			sdNotify(log, daemon.SdNotifyStopping)
+			if err := stopMount(fsys, m.mountpoint, conn, done, log); err != nil {
+				if errors.Is(err, errStillMounted) {
 					log.Error("unmount failed", zap.Error(err))
 					fmt.Fprintf(stderr, "ckptfs: %v\n", err)
+					sdNotify(log, daemon.SdNotifyReady)
 					continue // still mounted: keep serving
 				}
 				// Unmounted, but files could not be flushed (each is
-				// named in the log): exit non-zero.
-				<-done
+				// named in the log and the error): exit non-zero.
 				log.Error("unmounted; files not flushed", zap.Error(err))
 				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
 				return 1
 			}
-			<-done
 			life.Info("unmounted", zap.String("mountpoint", m.mountpoint))
 			return 0
 		case <-done:
 			// Unmounted from outside (fusermount3 -u, umount).
+			sdNotify(log, daemon.SdNotifyStopping)
 			life.Info("unmounted", zap.String("mountpoint", m.mountpoint))
 			if err := fsys.Close(); err != nil {
 				log.Error("unmounted; files not flushed", zap.Error(err))
