@@ -33,7 +33,7 @@ var storeOptDocs = []storeOptDoc{
 	{"requester_pays", "send x-amz-request-payer: requester (requester-pays buckets)"},
 	{"ca_bundle=PATH", "PEM file of CAs to trust for the endpoint, besides the system's and AWS_CA_BUNDLE"},
 	{"checksum=ALG", "checksum uploads carry for the server to verify: crc32c (default), crc32, crc64nvme (single PUTs; multipart uploads use crc32c) or off"},
-	{"log_file=PATH", "append the log here; SIGHUP reopens it (logrotate). Without it a detached mount logs to the system log (tag ckptfs), a foreground one to stderr. Also logfile"},
+	{"log_file=PATH", "append the log here; SIGHUP reopens it (logrotate). Without it a detached mount logs to journald, else the system log (tag ckptfs); a foreground one to stderr. Also logfile"},
 	{"create", "create the volume if there is none (see format)"},
 	{"mount_timeout=D", "bound on reaching the store and reading the volume at mount (default " + formatDuration(defaultMountTimeout) + ")"},
 	{"single_writer", "mount even if the store ignores If-None-Match/If-Match; then never mount this volume twice at once"},

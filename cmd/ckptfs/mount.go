@@ -514,6 +514,10 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	}
 	var sink logSink
 	var logFile *reopenFile
+	var jc *journalCore
+	if report != nil && so.logFile == "" {
+		jc = newJournalCore(cfg.Log.ZapLevel())
+	}
 	switch {
 	case so.logFile != "":
 		if logFile, err = openLogFile(so.logFile); err != nil {
@@ -521,8 +525,11 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 		}
 		defer logFile.Close()
 		sink = writerSink(logFile)
+	case jc != nil:
+		// Detached, under systemd: the journal, with structured fields.
+		sink = jc.withLevel
 	case report != nil:
-		// Detached: no terminal. The system log (journald reads it too).
+		// Detached: no terminal. The system log.
 		sc, err := newSyslogCore(cfg.Log.ZapLevel())
 		if err != nil {
 			warn(fmt.Sprintf("%v: the mount's log is discarded; give -o log_file=PATH to keep it", err))
