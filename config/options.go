@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -250,8 +251,8 @@ var options = []option{
 	enumOpt("log", "Log", "least severe level logged",
 		[]LogLevel{LogDebug, LogInfo, LogWarn, LogError},
 		func(c *Config) *LogLevel { return &c.Log }),
-	sizeOpt("memory_limit", "MemoryLimit", "0 (derived at mount), or at least segment_mpu_chunk_size and the dirty limit", "RAM/4 (RAM: the lower of MemTotal and the cgroup's memory limit), from 256M to 8G",
-		"the one memory budget of a mount for all dirty data and pieces in flight",
+	sizeOpt("memory_limit", "MemoryLimit", "0 (derived at mount), or at least segment_mpu_chunk_size and the dirty limit", "RAM/4, from "+FormatSize(mountMemoryMin)+" to "+FormatSize(mountMemoryMax),
+		"the one memory budget of a mount for all dirty data and pieces in flight; RAM is the lower of MemTotal and the cgroup's memory limit",
 		func(c *Config) *int64 { return &c.MemoryLimit }),
 	enumOpt("emulate_link", "EmulateLink", "emulate a network link in front of the store (benchmarks)",
 		[]LinkProfile{LinkNone, LinkDirectory, LinkGeneral},
@@ -308,7 +309,33 @@ var options = []option{
 		func(c *Config) *bool { return &c.Intr }),
 }
 
+// optionAliases are the names other S3 filesystems (s3fs, mountpoint-s3,
+// goofys, rclone) give a tunable, each read as the tunable it maps to: the
+// engine's names stay the ones logs and Encode write.
+var optionAliases = map[string]string{
+	"part_size": "segment_mpu_chunk_size",
+	// Per file: a cap on the requests of a whole mount is not there yet.
+	"max_threads":     "segment_mpu_max_concurrency",
+	"max_concurrency": "segment_mpu_max_concurrency",
+}
+
+// aliasesOf is the aliases of the tunable name, sorted.
+func aliasesOf(name string) []string {
+	var out []string
+	for a, n := range optionAliases {
+		if n == name {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// lookup finds an option by its name or an alias of it.
 func lookup(name string) *option {
+	if n, ok := optionAliases[name]; ok {
+		name = n
+	}
 	for i := range options {
 		if options[i].name == name {
 			return &options[i]
@@ -490,13 +517,14 @@ func (c Config) String() string { return c.Encode() }
 
 // OptionDoc documents one option.
 type OptionDoc struct {
-	Name    string // as in -o name=value
-	Field   string // the Config field it sets
-	Type    string // size, integer, boolean, duration, enum or host:port
-	Default string // under Default, as option text
-	Mount   string // under MountDefault, when it differs from Default
-	Allowed string // allowed values
-	Doc     string // one line
+	Name    string   // as in -o name=value
+	Field   string   // the Config field it sets
+	Type    string   // size, integer, boolean, duration, enum or host:port
+	Default string   // under Default, as option text
+	Mount   string   // under MountDefault, when it differs from Default
+	Allowed string   // allowed values
+	Doc     string   // one line
+	Aliases []string // other names it answers to (part_size, ...)
 }
 
 // Options lists every option, in a fixed order, for `ckptfs mount --help` and
@@ -508,6 +536,7 @@ func Options() []OptionDoc {
 		out[i] = OptionDoc{
 			Name: o.name, Field: o.field, Type: o.kind.String(),
 			Default: o.get(&d), Mount: o.mount, Allowed: o.allowed, Doc: o.doc,
+			Aliases: aliasesOf(o.name),
 		}
 	}
 	return out
@@ -529,15 +558,14 @@ func Markdown() string {
 		if mount == "" {
 			mount = "same"
 		}
-		fmt.Fprintf(&b, "| `%s` | %s | `%s` | %s | %s | %s |\n",
-			o.Name, o.Type, cell(def), cell(mount), cell(o.Allowed), cell(o.Doc))
+		name := "`" + o.Name + "`"
+		if len(o.Aliases) > 0 {
+			name += " (also `" + strings.Join(o.Aliases, "`, `") + "`)"
+		}
+		fmt.Fprintf(&b, "| %s | %s | `%s` | %s | %s | %s |\n",
+			name, o.Type, cell(def), cell(mount), cell(o.Allowed), cell(o.Doc))
 	}
-	b.WriteString("\nSizes are bytes, or a number with K, M or G (also KiB, MiB, GiB; any case), powers of 1024. ")
-	b.WriteString("Durations are Go durations (`100ms`, `1m30s`), whose units may also be `d` (24h) and `w` (7d): `7d`, `1w2d3h`. ")
-	b.WriteString("Booleans are `true`, `false`, `on`, `off`, `yes`, `no`, `1`, `0`, or the bare name for true.\n")
-	b.WriteString("\nThe dirty limit of a file is `min(max(data_cache_dirty_max_bytes_threshold, ")
-	b.WriteString("data_cache_dirty_max_blocks_threshold × data_block_size), segment_buffer_size)`: ")
-	b.WriteString("8M with the engine defaults, less than one `segment_mpu_chunk_size` piece, so nothing is sent ahead; ")
-	b.WriteString("`ckptfs mount` raises it to half of `memory_limit`.\n")
+	b.WriteString("\n" + unitsText(code) + "\n")
+	b.WriteString("\n" + dirtyLimitText(code) + "\n")
 	return b.String()
 }

@@ -13,6 +13,9 @@ var storeOptionNames = []string{
 	"endpoint", "region", "profile", "path_style", "sse", "sse_kms_key_id",
 	"storage_class", "requester_pays", "ca_bundle", "checksum", "log_file",
 	"create", "mount_timeout", "single_writer",
+	// s3fs's names: use_path_request_style is path_style, logfile is
+	// log_file, use_sse is sse (and sse_kms_key_id with kmsid:ID).
+	"use_path_request_style", "logfile", "use_sse",
 }
 
 // StoreOptionNames is the names of the store options, those the command
@@ -30,6 +33,9 @@ func knownNames() []string {
 		out = append(out, n)
 	}
 	for n := range unsupportedFlags {
+		out = append(out, n)
+	}
+	for n := range optionAliases {
 		out = append(out, n)
 	}
 	out = append(out, storeOptionNames...)

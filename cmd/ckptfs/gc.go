@@ -66,7 +66,7 @@ func newGcCmd() *cobra.Command {
 			return gcRun(args[0], so, o, c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
-	addOptsFlag(c, &opts, "store options, as for mount: endpoint=URL,region=NAME,path_style,profile=NAME,s3_request_timeout=D,... (repeatable)")
+	addOptsFlag(c, &opts, "store options, as for mount: endpoint=URL, region=NAME, path_style, profile=NAME, s3_request_timeout=D, ... (repeatable)")
 	f := c.Flags()
 	f.IntVar(&o.Keep, "keep", 0, "retain the newest `N` checkpoints of each file (0: all)")
 	durationFlag(f, &o.KeepFor, "keep-for", 0, "also retain checkpoints younger than this (e.g. 24h, 7d)")

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"log/syslog"
 	"os"
+	"slices"
+	"strings"
 	"sync"
 
+	"github.com/coreos/go-systemd/v22/journal"
 	"go.uber.org/zap/zapcore"
 )
 
@@ -72,12 +75,22 @@ func newSyslogCore(level zapcore.LevelEnabler) (*syslogCore, error) {
 	if err != nil {
 		return nil, fmt.Errorf("no system log to write to (no /dev/log): %w", err)
 	}
-	enc := zapcore.EncoderConfig{
+	return &syslogCore{LevelEnabler: level, enc: zapcore.NewConsoleEncoder(syslogEncoderConfig()), w: w}, nil
+}
+
+// syslogEncoderConfig writes an entry as the system log and the journal
+// show it: the message and fields, without the time, which they add.
+func syslogEncoderConfig() zapcore.EncoderConfig {
+	return zapcore.EncoderConfig{
 		MessageKey: "msg", NameKey: "logger", LineEnding: "",
 		EncodeName: zapcore.FullNameEncoder, EncodeDuration: zapcore.StringDurationEncoder,
 		ConsoleSeparator: " ",
 	}
-	return &syslogCore{LevelEnabler: level, enc: zapcore.NewConsoleEncoder(enc), w: w}, nil
+}
+
+// withLevel is the core writing to the same system log at level l.
+func (c *syslogCore) withLevel(l zapcore.LevelEnabler) zapcore.Core {
+	return &syslogCore{LevelEnabler: l, enc: c.enc.Clone(), w: c.w}
 }
 
 func (c *syslogCore) With(fields []zapcore.Field) zapcore.Core {
@@ -116,3 +129,95 @@ func (c *syslogCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
 }
 
 func (c *syslogCore) Sync() error { return nil }
+
+// journalCore writes zap entries to journald with structured fields: each
+// zap field as a journal field of its name in upper case (CKPTFS_ before
+// it, "store" is CKPTFS_STORE), the message as the console encoder prints it,
+// the priority of its level and the identifier ckptfs (journalctl -t ckptfs,
+// as with the system log).
+type journalCore struct {
+	zapcore.LevelEnabler
+	enc    zapcore.Encoder
+	fields []zapcore.Field                                                    // from With
+	send   func(msg string, p journal.Priority, vars map[string]string) error // journal.Send; tests replace it
+}
+
+// newJournalCore is a journalCore at level, or nil when journald does not
+// run here.
+func newJournalCore(level zapcore.LevelEnabler) *journalCore {
+	if !journal.Enabled() {
+		return nil
+	}
+	return &journalCore{LevelEnabler: level, enc: zapcore.NewConsoleEncoder(syslogEncoderConfig()), send: journal.Send}
+}
+
+func (c *journalCore) withLevel(l zapcore.LevelEnabler) zapcore.Core {
+	return &journalCore{LevelEnabler: l, enc: c.enc.Clone(), fields: c.fields, send: c.send}
+}
+
+func (c *journalCore) With(fields []zapcore.Field) zapcore.Core {
+	enc := c.enc.Clone()
+	for _, f := range fields {
+		f.AddTo(enc)
+	}
+	return &journalCore{LevelEnabler: c.LevelEnabler, enc: enc, fields: append(slices.Clip(c.fields), fields...), send: c.send}
+}
+
+func (c *journalCore) Check(e zapcore.Entry, ce *zapcore.CheckedEntry) *zapcore.CheckedEntry {
+	if c.Enabled(e.Level) {
+		return ce.AddCore(e, c)
+	}
+	return ce
+}
+
+func (c *journalCore) Write(e zapcore.Entry, fields []zapcore.Field) error {
+	buf, err := c.enc.EncodeEntry(e, fields)
+	if err != nil {
+		return err
+	}
+	msg := buf.String()
+	buf.Free()
+	m := zapcore.NewMapObjectEncoder()
+	for _, f := range append(slices.Clip(c.fields), fields...) {
+		f.AddTo(m)
+	}
+	vars := map[string]string{"SYSLOG_IDENTIFIER": "ckptfs"}
+	if e.LoggerName != "" {
+		vars["CKPTFS_LOGGER"] = e.LoggerName
+	}
+	for k, v := range m.Fields {
+		vars[journalField(k)] = fmt.Sprint(v)
+	}
+	return c.send(msg, journalPriority(e.Level), vars)
+}
+
+func (c *journalCore) Sync() error { return nil }
+
+// journalField is the journal's name of a zap field: upper-case letters,
+// digits and underscores, after CKPTFS_.
+func journalField(k string) string {
+	b := []byte("CKPTFS_")
+	for _, r := range strings.ToUpper(k) {
+		if r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' {
+			b = append(b, byte(r))
+		} else {
+			b = append(b, '_')
+		}
+	}
+	return string(b)
+}
+
+// journalPriority is the syslog priority of a zap level.
+func journalPriority(l zapcore.Level) journal.Priority {
+	switch {
+	case l >= zapcore.DPanicLevel:
+		return journal.PriCrit
+	case l == zapcore.ErrorLevel:
+		return journal.PriErr
+	case l == zapcore.WarnLevel:
+		return journal.PriWarning
+	case l == zapcore.InfoLevel:
+		return journal.PriInfo
+	}
+	return journal.PriDebug
+}

@@ -19,7 +19,7 @@ type toolFlags struct {
 }
 
 func (t *toolFlags) register(c *cobra.Command) {
-	addOptsFlag(c, &t.opts, "store options, as for mount: endpoint=URL,region=NAME,path_style,profile=NAME,s3_request_timeout=D,... (repeatable)")
+	addOptsFlag(c, &t.opts, "store options, as for mount: endpoint=URL, region=NAME, path_style, profile=NAME, s3_request_timeout=D, ... (repeatable)")
 }
 
 // openVolume opens STORE read-only for an offline command.

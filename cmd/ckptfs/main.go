@@ -32,7 +32,7 @@ const synopsisText = `Synopsis:
   ckptfs cp [-o opts] [--local | --from STORE2] [-v] STORE SRC DST
   ckptfs fsck [-o opts] STORE [PATH]      (exit 0: all well, 1: problems found)
   ckptfs gc [-o opts] [--keep N] [--keep-for D] [--grace D] [--min-age D] [--dry-run] STORE
-  ckptfs bench [--table ...]      (reproduces the seed's tables; ckptfs bench --help)
+  ckptfs bench [--table ...]      (measures the write paths; ckptfs bench --help)
   ckptfs completion bash|zsh|fish|powershell   (shell completion script)
   ckptfs --help | ckptfs COMMAND --help | ckptfs --version (-V)`
 
@@ -48,53 +48,19 @@ of a store without one fails, so a mistyped bucket or prefix is not taken for
 a new, empty volume. mem:// is always new and needs neither.`
 
 // mountText is how a mount runs, detaches and ends.
-const mountText = `ckptfs mount detaches once the volume is mounted, unless -f is given; a mount
+var mountText = `ckptfs mount detaches once the volume is mounted, unless -f is given; a mount
 that fails (unreachable store, a volume written by a newer version, a missing
 or non-empty mount point) is reported before that and exits 1; a bad option, 2.
 SIGINT and SIGTERM unmount after flushing every file, as does
-"fusermount3 -u MOUNTPOINT" (or umount).
+"fusermount3 -u MOUNTPOINT" (or umount); a busy mount is unmounted lazily, and
+files still open ` + busyGrace.String() + ` later are cut off and flushed. Run by systemd
+(Type=notify, with -f), it notifies READY=1 once mounted and STOPPING=1.
 
 mount(8) runs mount.ckptfs (a link to ckptfs) as
   mount.ckptfs STORE MOUNTPOINT [-sfnv] [-o name=value,...]
 
 /etc/fstab (with mount.ckptfs installed as a link to ckptfs in /sbin):
   s3://bucket/vol1  /mnt/vol1  ckptfs  _netdev,endpoint=http://127.0.0.1:7070,path_style  0  0`
-
-// storeOptsText are the -o items that choose and reach the store.
-const storeOptsText = `Store options (-o), besides the tunables below:
-  endpoint=URL     S3-compatible server ("http://127.0.0.1:7070"); default AWS
-  region=NAME      region; default from the environment or profile, else
-                   (AWS) the bucket's own, asked of S3 at start
-  path_style       address the bucket in the path (most S3-compatible servers)
-  profile=NAME     profile of the shared AWS config files
-  sse=KIND         server-side encryption of written objects: AES256,
-                   aws:kms or aws:kms:dsse; default the bucket's
-  sse_kms_key_id=ID  KMS key of aws:kms and aws:kms:dsse (id, ARN or
-                   alias); default the account's AWS managed key
-  storage_class=NAME  storage class of written objects (STANDARD,
-                   INTELLIGENT_TIERING, STANDARD_IA, ...); default STANDARD
-  requester_pays   send x-amz-request-payer: requester (requester-pays
-                   buckets)
-  ca_bundle=PATH   PEM file of CAs to trust for the endpoint, besides the
-                   system's and AWS_CA_BUNDLE
-  checksum=ALG     checksum uploads carry for the server to verify: crc32c
-                   (default), crc32, crc64nvme (single PUTs; multipart
-                   uploads use crc32c) or off
-  log_file=PATH    append the log here; SIGHUP reopens it (logrotate).
-                   Without it a detached mount logs to the system log
-                   (tag ckptfs), a foreground one to stderr
-  create           create the volume if there is none (see format)
-  mount_timeout=D  bound on reaching the store and reading the volume at
-                   mount (default 2m)
-  single_writer    mount even if the store ignores If-None-Match/If-Match;
-                   then never mount this volume twice at once
-Every tool (ls, info, cat, cp, fsck, gc) takes these and the tunables that
-reach the store (s3_connect_timeout, s3_request_timeout, s3_stall_timeout,
-s3_retry_max_time, log), so that a mount's -o string serves its tools (they
-keep no log: log= changes nothing there); the other tunables shape a mount
-and are refused there as for mount only.
-Credentials come the AWS way: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY,
-a profile, SSO, or an instance role. They are never logged.`
 
 // exitText documents the exit statuses (the constants in cli.go).
 const exitText = `Exit status (every command):
@@ -106,9 +72,7 @@ Errors are printed as one line on stderr: "ckptfs COMMAND: what went wrong".`
 
 // tunablesText is the list of tunables, shown after the flags of the root's
 // and mount's help.
-func tunablesText() string {
-	return "Tunables (-o name=value):\n\n" + config.Markdown()
-}
+func tunablesText() string { return config.Text() }
 
 func main() {
 	os.Exit(run(os.Args, os.Stdout, os.Stderr))
@@ -138,7 +102,7 @@ func newRootCmd(mount mountFunc, stdout, stderr io.Writer) *cobra.Command {
 		Short: "a filesystem that checkpoints every file into object storage",
 		Long: version() + "\n\n" +
 			"ckptfs: a filesystem that checkpoints every file into object storage.\n\n" +
-			synopsisText + "\n\n" + storesText + "\n\n" + mountText + "\n\n" + storeOptsText + "\n\n" + exitText,
+			synopsisText + "\n\n" + storesText + "\n\n" + mountText + "\n\n" + storeOptsHelp() + "\n\n" + exitText,
 		Annotations: map[string]string{helpMore: tunablesText()},
 		// The root runs only for --version and to refuse what is not a
 		// command; Args sees the words cobra found no command for.
@@ -167,6 +131,7 @@ func newRootCmd(mount mountFunc, stdout, stderr io.Writer) *cobra.Command {
 	root.SetErr(stderr)
 	root.Flags().BoolVarP(&showVersion, "version", "V", false, "print the version and exit")
 	root.SetHelpFunc(printHelp)
+	wrappedUsage(root)
 	root.SetFlagErrorFunc(flagError)
 	root.AddCommand(
 		newFormatCmd(),
@@ -179,6 +144,7 @@ func newRootCmd(mount mountFunc, stdout, stderr io.Writer) *cobra.Command {
 		newGcCmd(),
 		newBenchCmd(),
 		newVersionCmd(),
+		newManCmd(),
 	)
 	root.SuggestionsMinimumDistance = 2
 	helpCmd(root)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -15,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -52,12 +54,12 @@ type mountFunc func(m mountArgs, stdout, stderr io.Writer) int
 // flags may come before or after STORE MOUNTPOINT, as mount(8) puts them.
 func newMountCmd(mount mountFunc) *cobra.Command {
 	var m mountArgs
-	var sloppy, noMtab, verbose bool
+	var sloppy, noMtab, verbose, debug bool
 	c := &cobra.Command{
 		Use:   "mount [flags] STORE MOUNTPOINT",
 		Short: "mount the volume of STORE at MOUNTPOINT",
 		Long: "ckptfs mount: mounts the volume of STORE at MOUNTPOINT.\n\n" +
-			storesText + "\n\n" + mountText + "\n\n" + storeOptsText,
+			storesText + "\n\n" + mountText + "\n\n" + storeOptsHelp(),
 		Example: "  ckptfs mount -o endpoint=http://127.0.0.1:7070,path_style s3://bucket/vol1 /mnt/vol1\n" +
 			"  mount.ckptfs s3://bucket/vol1 /mnt/vol1 -o _netdev,endpoint=http://127.0.0.1:7070,path_style",
 		Annotations: map[string]string{helpMore: tunablesText()},
@@ -73,6 +75,9 @@ func newMountCmd(mount mountFunc) *cobra.Command {
 		},
 		RunE: func(c *cobra.Command, args []string) error {
 			m.store, m.mountpoint = args[0], args[1]
+			if debug {
+				m.opts = append(m.opts, "log=debug")
+			}
 			// Before detaching, so that a bad option is a usage error
 			// (exit 2) as with every command; the mount reads them again.
 			if _, _, err := parseMountOpts(m.opts); err != nil {
@@ -86,6 +91,9 @@ func newMountCmd(mount mountFunc) *cobra.Command {
 	}
 	addOptsFlag(c, &m.opts, "mount options: store options and tunables (repeatable; see below)")
 	c.Flags().BoolVarP(&m.foreground, "foreground", "f", false, "stay in the foreground (log to stderr unless log_file=)")
+	// s3fs's and mountpoint-s3's -d/--debug: the level only. It does not
+	// keep the mount in the foreground as libfuse's -d does: -f does that.
+	c.Flags().BoolVarP(&debug, "debug", "d", false, "log at the debug level (as -o log=debug, which it overrides)")
 	// mount(8) passes these to helpers: sloppy, no mtab, verbose. They
 	// change nothing here.
 	c.Flags().BoolVarP(&sloppy, "sloppy", "s", false, "ignored (mount(8) passes it)")
@@ -128,9 +136,26 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 	var rest []string
 	for _, item := range opts {
 		name, value, has := strings.Cut(item, "=")
+		// s3fs's names for path_style and log_file.
 		switch name {
+		case "use_path_request_style":
+			name = "path_style"
+		case "logfile":
+			name = "log_file"
+		}
+		switch name {
+		case "use_sse":
+			sse, key, err := s3fsSSE(value, has)
+			if err != nil {
+				return so, nil, fmt.Errorf("option %s: %w", item, err)
+			}
+			so.sse = sse
+			if key != "" {
+				so.sseKMSKeyID = key
+			}
+			continue
 		case "endpoint":
-			so.endpoint = value
+			so.endpoint = endpointURL(value)
 		case "region":
 			so.region = value
 		case "profile":
@@ -142,7 +167,8 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 		case "sse_kms_key_id":
 			so.sseKMSKeyID = value
 		case "storage_class":
-			so.storageClass = value
+			// S3's classes are upper case; s3fs and rclone take any.
+			so.storageClass = strings.ToUpper(value)
 		case "checksum":
 			so.checksum = value
 		case "ca_bundle":
@@ -192,6 +218,48 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 		}
 	}
 	return so, rest, nil
+}
+
+// endpointURL is the endpoint option as a URL: host:port without a scheme
+// is taken as http://host:port, as s3fs's url= and most tools' endpoints
+// read a bare address of a local server.
+func endpointURL(v string) string {
+	if v == "" || strings.Contains(v, "://") {
+		return v
+	}
+	if _, port, err := net.SplitHostPort(v); err == nil && port != "" {
+		return "http://" + v
+	}
+	return v
+}
+
+// s3fsSSE reads s3fs's use_sse option: bare, 1 or true is SSE-S3 (AES256);
+// kmsid or k is SSE-KMS with the account's key, kmsid:ID or k:ID with key
+// ID; 0 or false is none. SSE-C (custom, c) is refused: ckptfs keeps no
+// customer keys.
+func s3fsSSE(value string, has bool) (sse, kmsKeyID string, err error) {
+	if !has {
+		return "AES256", "", nil
+	}
+	kind, key, hasKey := strings.Cut(value, ":")
+	switch strings.ToLower(kind) {
+	case "1", "true", "on", "yes":
+		if !hasKey {
+			return "AES256", "", nil
+		}
+	case "0", "false", "off", "no":
+		if !hasKey {
+			return "", "", nil
+		}
+	case "kmsid", "k":
+		if hasKey && key == "" {
+			return "", "", errors.New("want kmsid:KEY-ID with a key")
+		}
+		return "aws:kms", key, nil
+	case "custom", "c":
+		return "", "", errors.New("SSE-C (customer-provided keys) is not supported: use sse=aws:kms or sse=AES256")
+	}
+	return "", "", errors.New("want use_sse (AES256), use_sse=kmsid or use_sse=kmsid:KEY-ID (aws:kms); sse= takes the S3 names")
 }
 
 // s3Only is the first option given that only an S3 store takes, or "": one
@@ -267,11 +335,35 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 // URL) from STORE, for the log and the mount table.
 func redactStore(spec string) string { return staging.RedactURL(spec) }
 
-func newLogger(level config.LogLevel, w io.Writer) *zap.Logger {
+// logSink makes the cores of one log destination at a level; nil is no
+// log at all.
+type logSink func(zapcore.LevelEnabler) zapcore.Core
+
+// writerSink is a log written to w, one console line per entry.
+func writerSink(w io.Writer) logSink {
 	enc := zap.NewProductionEncoderConfig()
 	enc.EncodeTime = zapcore.ISO8601TimeEncoder
-	core := zapcore.NewCore(zapcore.NewConsoleEncoder(enc), zapcore.AddSync(w), level.ZapLevel())
-	return zap.New(core).Named("ckptfs")
+	ws := zapcore.Lock(zapcore.AddSync(w))
+	return func(l zapcore.LevelEnabler) zapcore.Core {
+		return zapcore.NewCore(zapcore.NewConsoleEncoder(enc), ws, l)
+	}
+}
+
+// mountLoggers are the mount's log at level, and the one of its start and
+// end (mounted, unmounting, unmounted): the same destination, at info or
+// the level if lower, when detached, unless level is above warn (error:
+// the user asked for errors only). A mount in the foreground says them at
+// the level alone: its terminal shows the mount succeed and end.
+func mountLoggers(sink logSink, level config.LogLevel, detached bool) (log, life *zap.Logger) {
+	if sink == nil {
+		return zap.NewNop(), zap.NewNop()
+	}
+	l := level.ZapLevel()
+	log = zap.New(sink(l)).Named("ckptfs")
+	if !detached || l > zapcore.WarnLevel || l <= zapcore.InfoLevel {
+		return log, log
+	}
+	return log, zap.New(sink(zapcore.InfoLevel)).Named("ckptfs")
 }
 
 // userError is an error as the command prints it: one line for the user,
@@ -424,27 +516,37 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	if err := checkMountPoint(m.mountpoint); err != nil {
 		return fail(err)
 	}
-	var log *zap.Logger
+	var sink logSink
 	var logFile *reopenFile
+	var jc *journalCore
+	if report != nil && so.logFile == "" {
+		jc = newJournalCore(cfg.Log.ZapLevel())
+	}
 	switch {
 	case so.logFile != "":
 		if logFile, err = openLogFile(so.logFile); err != nil {
 			return fail(fmt.Errorf("option log_file: %w", err))
 		}
 		defer logFile.Close()
-		log = newLogger(cfg.Log, logFile)
+		sink = writerSink(logFile)
+	case jc != nil:
+		// Detached, under systemd: the journal, with structured fields.
+		sink = jc.withLevel
 	case report != nil:
-		// Detached: no terminal. The system log (journald reads it too).
-		core, err := newSyslogCore(cfg.Log.ZapLevel())
+		// Detached: no terminal. The system log.
+		sc, err := newSyslogCore(cfg.Log.ZapLevel())
 		if err != nil {
 			warn(fmt.Sprintf("%v: the mount's log is discarded; give -o log_file=PATH to keep it", err))
-			log = zap.NewNop()
 		} else {
-			log = zap.New(core).Named("ckptfs")
+			sink = sc.withLevel
 		}
 	default:
-		log = newLogger(cfg.Log, stderr)
+		sink = writerSink(stderr)
 	}
+	// life logs the mount's start and end: a detached mount, or one that
+	// systemd runs (Type=notify), says them at the default level too,
+	// having no terminal to say them on.
+	log, life := mountLoggers(sink, cfg.Log, report != nil || os.Getenv("NOTIFY_SOCKET") != "")
 	defer log.Sync()
 
 	fsys, err := openFS(m.store, so, cfg, log, warn)
@@ -455,9 +557,13 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 		fsys.Close()
 		return fail(err)
 	}
-	log.Info("mounted", zap.String("store", redactStore(m.store)), zap.String("mountpoint", m.mountpoint),
+	life.Info("mounted", zap.String("store", redactStore(m.store)), zap.String("mountpoint", m.mountpoint),
+		zap.String("version", version()),
+		zap.String("memory_limit", config.FormatSize(cfg.MemoryLimit)),
+		zap.String("stream_segment_bytes", config.FormatSize(cfg.EffectiveStreamSegmentBytes())),
+		zap.Bool("wal", cfg.WAL), zap.Bool("ro", cfg.ReadOnly),
 		zap.String("options", cfg.EncodeChanged(config.MountDefault(config.TotalRAM()))),
-		zap.String("version", version()), zap.Int("pid", os.Getpid()))
+		zap.Int("pid", os.Getpid()))
 	for _, w := range warnings {
 		if report != nil {
 			fmt.Fprintf(report, "warning: %s\n", w)
@@ -481,6 +587,11 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 			defer func() { pprof.StopCPUProfile(); f.Close() }()
 		}
 	}
+
+	// The connection, while the mount point still shows it: a stop of a
+	// busy mount ends it (stopMount).
+	conn := fuseConnection(m.mountpoint)
+	sdNotify(log, daemon.SdNotifyReady)
 
 	sigs := make(chan os.Signal, 2)
 	// SIGHUP reopens the log file (logrotate); without this it would
@@ -507,26 +618,27 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 				log.Info("log file reopened", zap.String("path", so.logFile))
 				continue
 			}
-			log.Info("unmounting", zap.Stringer("signal", s))
-			if err := fsys.Unmount(); err != nil {
-				if errors.Is(err, fusefs.ErrMountBusy) {
+			life.Info("unmounting", zap.Stringer("signal", s), zap.String("mountpoint", m.mountpoint))
+			sdNotify(log, daemon.SdNotifyStopping)
+			if err := stopMount(fsys, m.mountpoint, conn, done, log); err != nil {
+				if errors.Is(err, errStillMounted) {
 					log.Error("unmount failed", zap.Error(err))
 					fmt.Fprintf(stderr, "ckptfs: %v\n", err)
+					sdNotify(log, daemon.SdNotifyReady)
 					continue // still mounted: keep serving
 				}
 				// Unmounted, but files could not be flushed (each is
-				// named in the log): exit non-zero.
-				<-done
+				// named in the log and the error): exit non-zero.
 				log.Error("unmounted; files not flushed", zap.Error(err))
 				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
 				return 1
 			}
-			<-done
-			log.Info("unmounted")
+			life.Info("unmounted", zap.String("mountpoint", m.mountpoint))
 			return 0
 		case <-done:
 			// Unmounted from outside (fusermount3 -u, umount).
-			log.Info("unmounted")
+			sdNotify(log, daemon.SdNotifyStopping)
+			life.Info("unmounted", zap.String("mountpoint", m.mountpoint))
 			if err := fsys.Close(); err != nil {
 				log.Error("unmounted; files not flushed", zap.Error(err))
 				fmt.Fprintf(stderr, "ckptfs: %v\n", err)

@@ -164,12 +164,8 @@ func TestStoreOptionNamesAgree(t *testing.T) {
 			t.Errorf("config knows store option %s, which takeStoreOpts does not take", name)
 		}
 	}
-	for line := range strings.SplitSeq(storeOptsText, "\n") {
-		f := strings.Fields(line)
-		if !strings.HasPrefix(line, "  ") || strings.HasPrefix(line, "   ") || len(f) == 0 {
-			continue
-		}
-		name, _, _ := strings.Cut(f[0], "=")
+	for _, o := range storeOptDocs {
+		name, _, _ := strings.Cut(o.usage, "=")
 		if !slices.Contains(known, name) {
 			t.Errorf("the help documents store option %s, which config.StoreOptionNames lacks", name)
 		}

@@ -22,21 +22,38 @@ type progress struct {
 // redrawEvery bounds how often the line is redrawn: a terminal is slow.
 const redrawEvery = 200 * time.Millisecond
 
-// newProgress returns a reporter that draws on w only if w is a terminal.
+// newProgress returns a reporter of a count of things (files, objects)
+// that draws on w only if w is a terminal.
 func newProgress(w io.Writer, what string) *progress {
+	return newProgressOf(w, what, progressbar.OptionShowCount())
+}
+
+// newBytesProgress is newProgress for bytes: done and total in human
+// sizes (MiB, GiB: the powers of 1024 the options use) and the rate.
+func newBytesProgress(w io.Writer, what string) *progress {
+	return newProgressOf(w, what, progressbar.OptionShowCount(), progressbar.OptionShowBytes(true), progressbar.OptionShowTotalBytes(true),
+		progressbar.OptionUseIECUnits(true))
+}
+
+func newProgressOf(w io.Writer, what string, opts ...progressbar.Option) *progress {
 	p := &progress{}
 	if isTerminal(w) {
 		p.bar = progressbar.NewOptions64(-1, // total unknown until SetTotal
-			progressbar.OptionSetWriter(w),
-			progressbar.OptionSetDescription(what),
-			progressbar.OptionShowCount(),
-			progressbar.OptionThrottle(redrawEvery),
-			progressbar.OptionClearOnFinish(),
-			progressbar.OptionSetPredictTime(false),
+			append([]progressbar.Option{
+				progressbar.OptionSetWriter(w),
+				progressbar.OptionSetDescription(what),
+				progressbar.OptionThrottle(redrawEvery),
+				progressbar.OptionClearOnFinish(),
+				progressbar.OptionSetPredictTime(false),
+			}, opts...)...,
 		)
 	}
 	return p
 }
+
+// Drawing reports whether there is a bar: what only the bar needs (a
+// total that costs a request) is worth getting.
+func (p *progress) Drawing() bool { return p != nil && p.bar != nil }
 
 // isTerminal reports whether w is a terminal (not merely a character
 // device: /dev/null is one too).

@@ -55,7 +55,7 @@ func TestOpenStoreS3OptionsRefused(t *testing.T) {
 		{s3, []string{"sse=aes256"}, `sse "aes256": want AES256, aws:kms or aws:kms:dsse`},
 		{s3, []string{"sse_kms_key_id=k"}, "sse_kms_key_id needs sse=aws:kms or sse=aws:kms:dsse"},
 		{s3, []string{"sse=AES256", "sse_kms_key_id=k"}, "sse_kms_key_id needs sse=aws:kms"},
-		{s3, []string{"storage_class=standard"}, `storage class "standard"`},
+		{s3, []string{"storage_class=standard-ia"}, `storage class "STANDARD-IA"`}, // any case is read, not any word
 		{s3, []string{"checksum=md5"}, `checksum "md5": want crc32c, crc32, crc64nvme or off`},
 		{s3, []string{"ca_bundle=/no/such/ca.pem"}, "ca_bundle: open /no/such/ca.pem"},
 	} {

@@ -1,6 +1,7 @@
 // Package s3test gives tests a real S3 bucket: the one the environment names,
 // or a bucket of a versitygw server (the S3 gateway pinned as a tool in
-// go.mod) that it starts on loopback, once per test binary.
+// scripts/tools/go.mod, a module of its own) that it starts on loopback,
+// once per test binary.
 //
 // The environment, as scripts/s3-server prints it:
 //
@@ -9,7 +10,8 @@
 //	CKPTFS_S3_PREFIX       optional folder ("ci/") under which tests write
 //	AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, AWS_PROFILE, ...
 //	                       the SDK's standard credential chain
-//	CKPTFS_VERSITYGW       versitygw binary to start (default: go tool -n versitygw)
+//	CKPTFS_VERSITYGW       versitygw binary to start (default: go tool -n
+//	                       versitygw, run in scripts/tools)
 //
 // Tests never skip for want of S3: when no bucket can be had, they fail and
 // say why. Every test gets its own key prefix, so tests share one bucket, and
@@ -253,8 +255,9 @@ const dirPattern = "ckptfs-s3test-*"
 
 // Start starts versitygw with a bucket "ckptfs" under a new folder of
 // $TMPDIR and waits until it answers. bin is the binary; "" means
-// $CKPTFS_VERSITYGW, else the one `go tool -n versitygw` names (built into
-// the Go build cache on first use, which takes minutes).
+// $CKPTFS_VERSITYGW, else the one `go tool -n versitygw` names in
+// scripts/tools (built into the Go build cache on first use, which takes
+// minutes).
 func Start(ctx context.Context, bin string) (*Server, error) {
 	removeStale()
 	if bin == "" {
@@ -282,18 +285,45 @@ func versitygw(ctx context.Context) (string, error) {
 	if p := os.Getenv("CKPTFS_VERSITYGW"); p != "" {
 		return p, nil
 	}
+	dir, err := toolsDir(ctx)
+	if err != nil {
+		return "", err
+	}
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "go", "tool", "-n", "versitygw")
+	cmd.Dir = dir
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return "", fmt.Errorf("build versitygw (go tool -n versitygw): %w: %s", err, strings.TrimSpace(stderr.String()))
+		return "", fmt.Errorf("build versitygw (go tool -n versitygw in %s): %w: %s", dir, err, strings.TrimSpace(stderr.String()))
 	}
 	p := strings.TrimSpace(string(out))
 	if p == "" {
 		return "", errors.New("go tool -n versitygw printed no path")
 	}
 	return p, nil
+}
+
+// toolsDir returns the folder of the module that pins versitygw
+// (scripts/tools of the repository): a module of its own, so that its
+// requirements stay out of the graph of everyone who builds ckptfs.
+func toolsDir(ctx context.Context) (string, error) {
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "go", "env", "GOMOD")
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("find the module (go env GOMOD): %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	gomod := strings.TrimSpace(string(out))
+	if gomod == "" || gomod == os.DevNull {
+		return "", errors.New("find versitygw: not inside the ckptfs module; set CKPTFS_VERSITYGW to its binary")
+	}
+	dir := filepath.Join(filepath.Dir(gomod), "scripts", "tools")
+	if _, err := os.Stat(filepath.Join(dir, "go.mod")); err != nil {
+		return "", fmt.Errorf("find versitygw's module: %w; set CKPTFS_VERSITYGW to its binary", err)
+	}
+	return dir, nil
 }
 
 func start(ctx context.Context, bin string) (*Server, error) {

@@ -1,0 +1,123 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/coreos/go-systemd/v22/daemon"
+	"go.uber.org/zap"
+	"golang.org/x/sys/unix"
+
+	"github.com/ckptfs/ckptfs/fs/fusefs"
+)
+
+// Bounds of a stop (SIGTERM, SIGINT) of a busy mount: after the lazy
+// unmount, how long the programs holding files open get to close them, and
+// once the connection is cut, how long the server gets to stop. The flushes
+// that follow are bounded by the store's own time-outs (fusefs Close).
+const (
+	busyGrace = 10 * time.Second
+	abortWait = 5 * time.Second
+)
+
+// fuseConnections is where the kernel lists FUSE connections (fusectl);
+// writing to a connection's abort ends it.
+const fuseConnections = "/sys/fs/fuse/connections"
+
+// errStillMounted: a stop could not unmount at all; the mount keeps
+// serving.
+var errStillMounted = errors.New("still mounted")
+
+// sdNotify tells systemd the mount's state (READY=1, STOPPING=1) when it
+// runs the mount as a Type=notify service; elsewhere ($NOTIFY_SOCKET
+// unset) it does nothing.
+func sdNotify(log *zap.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Warn("systemd notification not sent", zap.String("state", state), zap.Error(err))
+	}
+}
+
+// fuseConnection is the fusectl folder of the FUSE mount at dir, named by
+// the device number of its file system; "" when it cannot be told.
+func fuseConnection(dir string) string {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil || unix.Major(st.Dev) != 0 {
+		return ""
+	}
+	return filepath.Join(fuseConnections, strconv.FormatUint(uint64(unix.Minor(st.Dev)), 10))
+}
+
+// lazyUnmount detaches the busy mount at dir from the file tree: new
+// lookups no longer reach it, and files already open keep working until
+// they are closed.
+func lazyUnmount(dir string) error {
+	var errs []error
+	for _, argv := range [][]string{{"fusermount3", "-u", "-z", dir}, {"fusermount", "-u", "-z", dir}, {"umount", "-l", dir}} {
+		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w: %s", argv[0], err, out))
+	}
+	return fmt.Errorf("lazy unmount of %s: %w", dir, errors.Join(errs...))
+}
+
+// abortConnection ends the FUSE connection conn (see fuseConnection): the
+// programs still using the mount get ENOTCONN, and the server stops. It
+// mounts fusectl first when it is not (root only), as systemd does at boot.
+func abortConnection(conn string) error {
+	if conn == "" {
+		return errors.New("abort the FUSE connection: its number is unknown")
+	}
+	if _, err := os.Stat(conn); errors.Is(err, os.ErrNotExist) {
+		if err := unix.Mount("fusectl", fuseConnections, "fusectl", 0, ""); err != nil && !errors.Is(err, syscall.EBUSY) {
+			return fmt.Errorf("abort the FUSE connection: mount fusectl on %s: %w", fuseConnections, err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(conn, "abort"), []byte("1"), 0); err != nil {
+		return fmt.Errorf("abort the FUSE connection: %w", err)
+	}
+	return nil
+}
+
+// stopMount unmounts on SIGTERM or SIGINT, within a bounded time: a plain
+// unmount; if the mount is busy, a lazy one, then busyGrace for the files
+// still open to be closed, then the connection is cut. Every file is then
+// flushed (fusefs Close) and an error names each one that could not be.
+// done is closed when the server has stopped. errStillMounted: not even the
+// lazy unmount worked, and the mount keeps serving.
+func stopMount(fsys *fusefs.FS, dir, conn string, done <-chan struct{}, log *zap.Logger) error {
+	err := fsys.Unmount()
+	if !errors.Is(err, fusefs.ErrMountBusy) {
+		if err != nil {
+			<-done
+		}
+		return err
+	}
+	log.Warn("mount busy: unmounting lazily; files still open get time to close", zap.String("mountpoint", dir),
+		zap.Duration("grace", busyGrace))
+	if lerr := lazyUnmount(dir); lerr != nil {
+		return fmt.Errorf("%w: %w; %w", errStillMounted, err, lerr)
+	}
+	select {
+	case <-done:
+		return fsys.Close()
+	case <-time.After(busyGrace):
+	}
+	log.Warn("files still open: ending the FUSE connection", zap.String("mountpoint", dir))
+	if aerr := abortConnection(conn); aerr != nil {
+		return fmt.Errorf("files still open after %v were not flushed: %w", busyGrace, aerr)
+	}
+	select {
+	case <-done:
+	case <-time.After(abortWait):
+		return fmt.Errorf("files still open were not flushed: the server did not stop within %v of the connection's end", abortWait)
+	}
+	return fsys.Close()
+}
