@@ -107,3 +107,27 @@ os.close(fd)
 		m.unmount()
 	}
 }
+
+// TestCheckpointsPathFollowsRename: a path under .checkpoints leads to the
+// file that has the name now, right after a rename over it. Before the fix
+// the kernel kept the entry (its timeout): .checkpoints/f/1 read the old
+// file's first checkpoint for up to a second (found by the campaign).
+func TestCheckpointsPathFollowsRename(t *testing.T) {
+	v := newVolume(t)
+	m := v.mount("")
+	if err := os.WriteFile(m.path("f"), []byte("old file"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(m.path(".checkpoints/f/1")); err != nil || string(got) != "old file" {
+		t.Fatalf(".checkpoints/f/1: %q, %v", got, err)
+	}
+	if err := os.WriteFile(m.path("g"), []byte("the new one"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(m.path("g"), m.path("f")); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(m.path(".checkpoints/f/1")); err != nil || string(got) != "the new one" {
+		t.Fatalf("after g was renamed over f, .checkpoints/f/1 reads %q (%v), want g's first checkpoint", got, err)
+	}
+}

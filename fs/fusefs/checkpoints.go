@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"strconv"
+	"time"
 	"syscall"
 
 	"github.com/hanwen/go-fuse/v2/fs"
@@ -84,6 +85,12 @@ func (d *ckptDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 		return nil, d.fsys.errnoOf("lookup", err)
 	}
 	nn = d.fsys.shown(nn) // as stat shows the original (uid=, file_mode=, ...)
+	// A name here leads through the namespace as it is now: the kernel must
+	// not keep the entry, or after a rename or unlink (which tell the
+	// kernel of the names in the tree, not of this one) the path would lead
+	// for a while to another file's checkpoints. The least timeout go-fuse
+	// passes on (0 means its default).
+	out.SetEntryTimeout(time.Nanosecond)
 	switch nn.Kind {
 	case namespace.KindDir:
 		fillCkptDirAttr(nn, ckptDirMode(nn), &out.Attr)
