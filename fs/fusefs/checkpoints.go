@@ -5,8 +5,8 @@ import (
 	"errors"
 	"io"
 	"strconv"
-	"time"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
