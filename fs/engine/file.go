@@ -522,7 +522,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 	f.mu.f = f
 	f.rd.init(o.Budget)
 	f.w.pubCtx, f.w.pubCancel = context.WithCancel(context.Background())
-	f.initSender()
+	f.s = newSender(f)
 	f.wm = newWriterMark(st, prefix, o.Clock, log, &f.s.requests)
 	f.publishStatLocked()
 	return f, nil
@@ -743,7 +743,7 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 		f.loader.Clear()
 	}
 	f.tree = f.openTree(ino)
-	f.resetSenderLocked(context.Background())
+	f.s.resetLocked(context.Background())
 	f.unpinLocked()
 	// The map now may name objects this writer never saw under names whose
 	// bytes it cached (an object no checkpoint used, removed by the
@@ -888,7 +888,7 @@ func (f *File) Close() error {
 		return nil
 	}
 	f.closed = true
-	f.stopSender()
+	f.s.stop()
 	for _, d := range f.dirty {
 		f.freeBlock(d.buf)
 	}

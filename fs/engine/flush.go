@@ -103,7 +103,7 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 	c.taskBase = f.s.requests.Load()
 	// Objects sent ahead: the last pieces go up, open objects close, and
 	// everything in flight completes (or fails, leaving its blocks dirty).
-	if err := f.settleLocked(ctx); err != nil {
+	if err := f.s.settleLocked(ctx); err != nil {
 		return t, fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
 	backoff := 10 * time.Millisecond
@@ -272,9 +272,9 @@ func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool)
 		g := fbns[i:j]
 		k := 0
 		for k < len(g) {
-			c := f.classOf(f.dirty[g[k]])
+			c := f.s.classOf(f.dirty[g[k]])
 			m := k + 1
-			for m < len(g) && f.classOf(f.dirty[g[m]]) == c {
+			for m < len(g) && f.s.classOf(f.dirty[g[m]]) == c {
 				m++
 			}
 			lo := leaves[li].Lo
@@ -419,7 +419,7 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 		}
 		for s, fbn := range o.fbns {
 			d := f.dirty[fbn]
-			f.clearUnsent(fbn)
+			f.s.clearUnsent(fbn)
 			f.freeBlock(d.buf)
 			f.undirtyLocked(d)
 			delete(f.dirty, fbn)
@@ -881,7 +881,7 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 			f.dirty[m.fbn] = d
 			f.dirtyB += bs
 		} else {
-			f.touchLocked(d)
+			f.s.touchLocked(d)
 			f.freeBlock(d.buf)
 			if d.buf == nil {
 				f.dirtyB += bs
@@ -889,7 +889,7 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 		}
 		d.buf, d.ref = m.buf, nil
 		if f.sendAheadOn() {
-			f.markUnsent(m.fbn)
+			f.s.markUnsent(m.fbn)
 		}
 	}
 	if f.minSize == noTruncate {
@@ -924,10 +924,10 @@ func (f *File) Rollback(ctx context.Context) error {
 	if err := f.writable(); err != nil {
 		return err
 	}
-	if err := f.takeInLocked(ctx, false); err != nil {
+	if err := f.s.takeInLocked(ctx, false); err != nil {
 		return err
 	}
-	f.rethrowLocked()
+	f.s.rethrowLocked()
 	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
 	if errors.Is(err, staging.ErrNotFound) && f.headETag == "" && f.head.Cno == 0 {
 		// Created and never published: the file is empty.
