@@ -520,7 +520,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		nextPart:   1,
 	}
 	f.mu.f = f
-	f.rd.init(o.Budget)
+	f.rd.init(f, o.Budget)
 	f.w.pubCtx, f.w.pubCancel = context.WithCancel(context.Background())
 	f.s = newSender(f)
 	f.wm = newWriterMark(st, prefix, o.Clock, log, &f.s.requests)
@@ -749,7 +749,7 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 	// bytes it cached (an object no checkpoint used, removed by the
 	// cleaner, and the name created again).
 	f.cache.clear()
-	f.resetReaders()
+	f.rd.reset()
 	f.w.failed = nil
 	for _, d := range f.dirty {
 		f.freeBlock(d.buf)
@@ -896,7 +896,7 @@ func (f *File) Close() error {
 	f.dirtyB = 0
 	f.dirtyUnmapped = 0
 	f.unpinLocked()
-	f.resetReaders()
+	f.rd.reset()
 	f.cache.clear() // its budget goes back to the mount
 	unlock()
 	f.rd.wg.Wait() // the reads ahead just ended

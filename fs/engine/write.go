@@ -319,7 +319,7 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 		return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, err)
 	}
 	if size < f.size {
-		f.resetReaders() // what was fetched ahead past the new end is of no use
+		f.rd.reset() // what was fetched ahead past the new end is of no use
 	}
 	if err := f.truncateLocked(ctx, size); err != nil {
 		f.walApplyFailedLocked(err)
