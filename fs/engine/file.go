@@ -521,6 +521,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 	}
 	f.mu.f = f
 	f.rd.init(f, o.Budget)
+	f.w.f = f
 	f.w.pubCtx, f.w.pubCancel = context.WithCancel(context.Background())
 	f.s = newSender(f)
 	f.wm = newWriterMark(st, prefix, o.Clock, log, &f.s.requests)
@@ -744,7 +745,7 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 	}
 	f.tree = f.openTree(ino)
 	f.s.resetLocked(context.Background())
-	f.unpinLocked()
+	f.w.unpinLocked()
 	// The map now may name objects this writer never saw under names whose
 	// bytes it cached (an object no checkpoint used, removed by the
 	// cleaner, and the name created again).
@@ -873,12 +874,12 @@ func (f *File) SetMtime(ctx context.Context, t time.Time) error {
 // that has not landed by then is cancelled (its records stay in the log, and
 // the next open replays them), and a lease not released by then expires.
 func (f *File) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), f.closeWait())
+	ctx, cancel := context.WithTimeout(context.Background(), f.w.closeWait())
 	unlock, err := f.lockAll(ctx)
 	cancel()
 	if err != nil {
 		f.log.Warn("close: a write-ahead log publish did not land in time; cancelled, its records replay at the next open",
-			zap.String("file", f.prefix), zap.Duration("waited", f.closeWait()))
+			zap.String("file", f.prefix), zap.Duration("waited", f.w.closeWait()))
 		// A cancelled publish returns as soon as its request does.
 		f.w.pubCancel()
 		unlock, _ = f.lockAll(context.Background())
@@ -895,13 +896,13 @@ func (f *File) Close() error {
 	f.dirty = nil
 	f.dirtyB = 0
 	f.dirtyUnmapped = 0
-	f.unpinLocked()
+	f.w.unpinLocked()
 	f.rd.reset()
 	f.cache.clear() // its budget goes back to the mount
 	unlock()
 	f.rd.wg.Wait() // the reads ahead just ended
 	f.wm.close()   // what it protected is published or given up
-	f.closeWAL()
+	f.w.close()
 	return nil
 }
 

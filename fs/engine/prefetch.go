@@ -272,7 +272,7 @@ func (f *File) viewLocked(ctx context.Context, off, n int64) []byte {
 	j0 := 0
 	next := first
 	err := f.tree.Scan(ctx, first, end, func(fbn uint64, v blockmap.Value) error {
-		if fbn != next || f.pinnedBlock(v.Ptr) != nil {
+		if fbn != next || f.w.pinnedBlock(v.Ptr) != nil {
 			return errNoView
 		}
 		if b, err := f.embedBlock(v); err != nil || b != nil {

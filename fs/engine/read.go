@@ -256,7 +256,7 @@ func (f *File) planLocked(ctx context.Context, off, n int64, fill bool, p []byte
 			fromDirty(fbn, d)
 			return nil
 		}
-		if b := f.pinnedBlock(v.Ptr); b != nil {
+		if b := f.w.pinnedBlock(v.Ptr); b != nil {
 			plan.Pinned++
 			if fill {
 				copyBlockInto(p, off, fbn, bs, b)
@@ -404,7 +404,7 @@ func (f *File) fetchVerified(ctx context.Context, g *PlannedGet) ([]byte, error)
 func (f *File) fetchBlocks(ctx context.Context, refs []blockRef, bufs [][]byte) error {
 	bs := int64(f.bs)
 	for i, r := range refs {
-		if b := f.pinnedBlock(r.v.Ptr); b != nil {
+		if b := f.w.pinnedBlock(r.v.Ptr); b != nil {
 			copy(bufs[i], b)
 			continue
 		}
