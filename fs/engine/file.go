@@ -244,12 +244,21 @@ type File struct {
 	size     int64
 	mtime    time.Time
 	tree     *blockmap.Tree
-	dirty    map[uint64]*dirtyBlock
-	dirtyB   int64 // bytes held by dirty blocks
-	changed  bool  // size, mtime or map differ from the head
+	// dirty is the dirty tier: blocks not in a completed object yet.
+	// INVARIANT: every block holds exactly one of buf (one data block
+	// long) and ref.
+	// INVARIANT: dirty is not empty only if changed, or the blocks are
+	// another writer's records shown read-only (w.overlay).
+	dirty map[uint64]*dirtyBlock
+	// dirtyB is the bytes held by dirty blocks.
+	// INVARIANT: dirtyB == bs * (the dirty blocks with a buf); blocks by
+	// reference hold no buffer and count nothing.
+	dirtyB  int64
+	changed bool // size, mtime or map differ from the head
 	// dirtyUnmapped counts dirty blocks marked unmapped (not in the map
 	// when they became dirty, and not placed in it since): Stat's Blocks is
 	// the map's count plus these.
+	// INVARIANT: dirtyUnmapped == the dirty blocks with unmapped set.
 	dirtyUnmapped int64
 
 	// head is the published checkpoint this writer builds on.
@@ -366,6 +375,8 @@ type dirtyBlock struct {
 	ref *refSrc // a block written by reference: its bytes are in a Source
 	// sent is the object sent ahead that holds a copy of the block at slot,
 	// until that object finishes; nil when the block is unsent.
+	// INVARIANT: sent is nil or an object in flight (sender.objs) whose
+	// slot holds this block.
 	sent *streamObj
 	slot uint32
 	// busy counts writes copying into buf right now (without File.mu):

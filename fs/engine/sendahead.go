@@ -128,7 +128,11 @@ type sender struct {
 	queued   []queuedTask
 	open     [nClasses]*streamObj
 	objs     map[*streamObj]struct{} // started, not finished
-	unsent   map[uint64]struct{}
+	// unsent are the dirty blocks no object in flight holds.
+	// INVARIANT: a block is in unsent if and only if it is dirty, its sent
+	// is nil and sending ahead is on (sendAheadOn).
+	unsent map[uint64]struct{}
+	// INVARIANT: unsentB == bs * len(unsent).
 	unsentB  int64
 	sentB    int64 // data in send-ahead objects that completed, since the head
 	deadB    int64 // data that died before its object counted, since the head
