@@ -142,8 +142,11 @@ type ReadStats struct {
 // readers is the read-ahead and flight part of one File: it follows
 // sequential readers, fetches ahead of them and shares GETs between reads.
 // Its lock is taken inside f.mu (shared or not) and never held across a
-// request. Its methods that read f's map or size (the Locked ones, and the
-// goroutines, which take it) run with f.mu held shared.
+// request. Lock rules: followLocked, fetchAheadLocked and pieceBytes are
+// called with f.mu held (shared is enough: they read f's map and size);
+// reset with f.mu held exclusively; planAhead and warmMap are goroutines
+// that take f.mu shared themselves; runAhead holds neither lock across its
+// GET; holdAheadLocked is called with r.mu held.
 type readers struct {
 	f       *File // set once by init
 	mu      sync.Mutex

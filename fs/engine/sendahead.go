@@ -109,9 +109,9 @@ type sendResult struct {
 // sender is the send-ahead part of a File: it chooses the unsent dirty
 // blocks, places them in objects, runs the upload tasks and takes their
 // results in. Fields are GUARDED_BY(f.mu) except f, ctx, cancel, wg and done,
-// which are set once, and requests, which is atomic. Its methods with the
-// Locked suffix (and the helpers they call) are called with f.mu held
-// exclusively: they change f's dirty tier and map, which are File's.
+// which are set once, and requests, which is atomic. Its methods are called
+// with f.mu held exclusively (they change f's dirty tier and map, which are
+// File's), but for createObject, which upload tasks run without it.
 type sender struct {
 	f      *File
 	ctx    context.Context // uploads outlive the call that started them

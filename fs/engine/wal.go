@@ -65,8 +65,10 @@ const walMeta = "ckptfs-wal"
 var ErrWALNotEmpty = errors.New("write-ahead log is not empty")
 
 // walState is the WAL part of a File: the log and its lease, the publish in
-// flight and what the head says of the records. Its methods that touch the
-// fields GUARDED_BY(f.mu) are called with f.mu held (the Locked ones).
+// flight and what the head says of the records. pinnedBlock and unpinLocked
+// are called with f.mu held (exclusively for unpinLocked); options,
+// closeWait, torn and deleteCovered read only what is set once; close takes
+// logMu itself.
 type walState struct {
 	f *File // set once by newFile
 	// GUARDED_BY(File.mu)
