@@ -142,4 +142,11 @@
 // it (dirty, the old checkpoint). Close bounds its waits on the store by the
 // WAL lease's TTL: a publish in flight that has not landed by then is
 // cancelled (its records replay at the next open).
+//
+// File coordinates parts that own their behaviour: the sender (sendahead.go,
+// sendobj.go), the readers (prefetch.go), the WAL state (wal.go), a flush
+// attempt (flushattempt.go) and a read's planner (readplan.go). They take no
+// lock of their own but the readers' (inside File.mu); each says what of
+// File.mu its methods are called with. The dirty accounting's invariants are
+// written on its fields and checked by checkInvariants (invariants.go).
 package engine

@@ -245,12 +245,21 @@ type File struct {
 	size     int64
 	mtime    time.Time
 	tree     *blockmap.Tree
-	dirty    map[uint64]*dirtyBlock
-	dirtyB   int64 // bytes held by dirty blocks
-	changed  bool  // size, mtime or map differ from the head
+	// dirty is the dirty tier: blocks not in a completed object yet.
+	// INVARIANT: every block holds exactly one of buf (one data block
+	// long) and ref.
+	// INVARIANT: dirty is not empty only if changed, or the blocks are
+	// another writer's records shown read-only (w.overlay).
+	dirty map[uint64]*dirtyBlock
+	// dirtyB is the bytes held by dirty blocks.
+	// INVARIANT: dirtyB == bs * (the dirty blocks with a buf); blocks by
+	// reference hold no buffer and count nothing.
+	dirtyB  int64
+	changed bool // size, mtime or map differ from the head
 	// dirtyUnmapped counts dirty blocks marked unmapped (not in the map
 	// when they became dirty, and not placed in it since): Stat's Blocks is
 	// the map's count plus these.
+	// INVARIANT: dirtyUnmapped == the dirty blocks with unmapped set.
 	dirtyUnmapped int64
 
 	// head is the published checkpoint this writer builds on.
@@ -367,6 +376,8 @@ type dirtyBlock struct {
 	ref *refSrc // a block written by reference: its bytes are in a Source
 	// sent is the object sent ahead that holds a copy of the block at slot,
 	// until that object finishes; nil when the block is unsent.
+	// INVARIANT: sent is nil or an object in flight (sender.objs) whose
+	// slot holds this block.
 	sent *streamObj
 	slot uint32
 	// busy counts writes copying into buf right now (without File.mu):
@@ -523,9 +534,10 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		nextPart:   1,
 	}
 	f.mu.f = f
-	f.rd.init(o.Budget)
+	f.rd.init(f, o.Budget)
+	f.w.f = f
 	f.w.pubCtx, f.w.pubCancel = context.WithCancel(context.Background())
-	f.initSender()
+	f.s = newSender(f)
 	f.wm = newWriterMark(st, prefix, o.Clock, log, &f.s.requests)
 	f.publishStatLocked()
 	return f, nil
@@ -750,13 +762,13 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 		f.loader.Clear()
 	}
 	f.tree = f.openTree(ino)
-	f.resetSenderLocked(context.Background())
-	f.unpinLocked()
+	f.s.resetLocked(context.Background())
+	f.w.unpinLocked()
 	// The map now may name objects this writer never saw under names whose
 	// bytes it cached (an object no checkpoint used, removed by the
 	// cleaner, and the name created again).
 	f.cache.clear()
-	f.resetReaders()
+	f.rd.reset()
 	f.w.failed = nil
 	for _, d := range f.dirty {
 		f.freeBlock(d.buf)
@@ -880,12 +892,12 @@ func (f *File) SetMtime(ctx context.Context, t time.Time) error {
 // that has not landed by then is cancelled (its records stay in the log, and
 // the next open replays them), and a lease not released by then expires.
 func (f *File) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), f.closeWait())
+	ctx, cancel := context.WithTimeout(context.Background(), f.w.closeWait())
 	unlock, err := f.lockAll(ctx)
 	cancel()
 	if err != nil {
 		f.log.Warn("close: a write-ahead log publish did not land in time; cancelled, its records replay at the next open",
-			zap.String("file", f.prefix), zap.Duration("waited", f.closeWait()))
+			zap.String("file", f.prefix), zap.Duration("waited", f.w.closeWait()))
 		// A cancelled publish returns as soon as its request does.
 		f.w.pubCancel()
 		unlock, _ = f.lockAll(context.Background())
@@ -895,20 +907,20 @@ func (f *File) Close() error {
 		return nil
 	}
 	f.closed = true
-	f.stopSender()
+	f.s.stop()
 	for _, d := range f.dirty {
 		f.freeBlock(d.buf)
 	}
 	f.dirty = nil
 	f.dirtyB = 0
 	f.dirtyUnmapped = 0
-	f.unpinLocked()
-	f.resetReaders()
+	f.w.unpinLocked()
+	f.rd.reset()
 	f.cache.clear() // its budget goes back to the mount
 	unlock()
 	f.rd.wg.Wait() // the reads ahead just ended
 	f.wm.close()   // what it protected is published or given up
-	f.closeWAL()
+	f.w.close()
 	return nil
 }
 

@@ -8,12 +8,10 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
-	"go.uber.org/zap"
 
 	"github.com/ckptfs/ckptfs/blockmap"
 	"github.com/ckptfs/ckptfs/segment"
@@ -103,7 +101,7 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 	c.taskBase = f.s.requests.Load()
 	// Objects sent ahead: the last pieces go up, open objects close, and
 	// everything in flight completes (or fails, leaving its blocks dirty).
-	if err := f.settleLocked(ctx); err != nil {
+	if err := f.s.settleLocked(ctx); err != nil {
 		return t, fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
 	backoff := 10 * time.Millisecond
@@ -272,9 +270,9 @@ func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool)
 		g := fbns[i:j]
 		k := 0
 		for k < len(g) {
-			c := f.classOf(f.dirty[g[k]])
+			c := f.s.classOf(f.dirty[g[k]])
 			m := k + 1
-			for m < len(g) && f.classOf(f.dirty[g[m]]) == c {
+			for m < len(g) && f.s.classOf(f.dirty[g[m]]) == c {
 				m++
 			}
 			lo := leaves[li].Lo
@@ -419,7 +417,7 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 		}
 		for s, fbn := range o.fbns {
 			d := f.dirty[fbn]
-			f.clearUnsent(fbn)
+			f.s.clearUnsent(fbn)
 			f.freeBlock(d.buf)
 			f.undirtyLocked(d)
 			delete(f.dirty, fbn)
@@ -438,155 +436,6 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 		f.skipPastHeadLocked(ctx, &c)
 	}
 	return firstErr
-}
-
-// flushAttemptLocked makes one attempt at publishing a checkpoint.
-func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushCounters) error {
-	planStart := time.Now()
-	fbns := f.sortedDirty()
-	objs, err := f.packLocked(ctx, fbns, true, false)
-	if err != nil {
-		return fmt.Errorf("flush %s: %w", f.prefix, err)
-	}
-	defer f.releasePlanned(objs)
-	if len(objs) > 1 {
-		// Data parts come before part 0 and the head: a writer marker
-		// covers them (a lone part 0 is followed by its head at once).
-		if err := f.holdWritersLocked(ctx); err != nil {
-			return fmt.Errorf("flush %s: %w", f.prefix, err)
-		}
-	}
-	part0 := objs[len(objs)-1]
-	cno := part0.name.Cno
-	t.Cno = cno
-	committed, err := f.commitLocked(ctx, objs)
-	if err != nil {
-		return fmt.Errorf("flush %s: %w", f.prefix, err)
-	}
-	if part0.size(f.bs, f.mbs, 0) > f.p.MaxObjectBytes {
-		return fmt.Errorf("flush %s: %w: part 0 would be %d bytes (%d index nodes), over segment_max_object_bytes %d",
-			f.prefix, ErrObjectTooLarge, part0.size(f.bs, f.mbs, 0), len(part0.metas), f.p.MaxObjectBytes)
-	}
-	ino := f.inodeLocked(cno, committed)
-	base := f.head
-	// The head records the blocks the checkpoint stores; a map opened from
-	// a head that did not record them is counted once, here.
-	blocks, known := committed.Len()
-	if !known {
-		if blocks, err = committed.CountLen(ctx); err != nil {
-			return fmt.Errorf("flush %s: %w", f.prefix, err)
-		}
-		f.tree.SetLen(blocks)
-	}
-	hd := segment.Head{FileTag: f.tag, Inode: ino, BlocksKnown: true, Blocks: uint64(blocks)}
-	t.Plan = time.Since(planStart)
-
-	// An embedded part 0 this checkpoint builds on is stored first, in
-	// parallel with the objects below, before the head (embed.go).
-	ensured := f.startEnsureLocked(ctx, c)
-	defer ensured()
-
-	// Data parts first, several at once; then part 0; then the head. A
-	// small checkpoint of one object sends part 0 and the head at once,
-	// the head carrying a copy of part 0.
-	dataStart := time.Now()
-	errs := f.uploadAll(ctx, objs[:len(objs)-1], nil, nil, c)
-	t.Data = time.Since(dataStart)
-	for _, err := range errs {
-		if err != nil {
-			if errors.Is(err, errNameTaken) {
-				f.bumpCno()
-			}
-			return fmt.Errorf("flush %s: %w", f.prefix, err)
-		}
-	}
-	p0Start := time.Now()
-	// Whatever happened to part 0, its name is spent.
-	spent := cno
-	defer func() {
-		if f.pendingCno == spent {
-			f.bumpCno()
-		}
-	}()
-	var embed *embedObj
-	var p0wait func() error
-	if e, err := f.embedPart0Locked(part0, &base, &ino); err != nil {
-		return fmt.Errorf("flush %s: %w", f.prefix, err)
-	} else if e != nil {
-		embed = e
-		hd.Embed = e.obj
-		c.metaBytes.Add(int64(len(e.obj)) - part0.dataBytes(f.bs))
-		body := &objectBody{front: e.obj, size: int64(len(e.obj))}
-		done := make(chan error, 1)
-		sem := make(chan struct{}, f.p.Concurrency)
-		go func() { done <- f.putObject(ctx, f.key(e.name), body, sem, c) }()
-		p0wait = sync.OnceValue(func() error { return <-done })
-		defer p0wait()
-	} else {
-		errs = f.uploadAll(ctx, []*plannedObject{part0}, &base, &ino, c)
-		t.Part0 = time.Since(p0Start)
-		if errs[0] != nil {
-			return fmt.Errorf("flush %s: %w", f.prefix, errs[0])
-		}
-	}
-	if err := ensured(); err != nil {
-		return fmt.Errorf("flush %s: %w", f.prefix, err)
-	}
-	// Never a head naming an object that may be gone (writers.go); an
-	// embedded part 0 is in the head itself.
-	named := objs
-	if embed != nil {
-		named = objs[:len(objs)-1]
-	}
-	if err := f.verifyWritersLocked(ctx, named); err != nil {
-		return fmt.Errorf("flush %s: %w", f.prefix, err)
-	}
-	headStart := time.Now()
-	applied := f.w.seq
-	etag, err := f.putHead(ctx, hd, f.headETag, walMark{f.w.tracked, applied}, c)
-	t.Head = time.Since(headStart)
-	if embed != nil {
-		// The head decides; part 0's own PUT only says whether its object
-		// must still be stored from the copy before the next head.
-		p0err := p0wait()
-		t.Part0 = time.Since(p0Start)
-		embed.landed = p0err == nil
-		if p0err == nil {
-			c.dataBytes.Add(part0.dataBytes(f.bs))
-			c.objects.Add(1)
-		} else if err == nil {
-			f.log.Warn("checkpoint published in its head; its part 0 is stored before the next one",
-				zap.String("file", f.prefix), zap.Uint64("cno", cno), zap.Error(p0err))
-		}
-	}
-	if err != nil {
-		return err
-	}
-	f.w.applied = applied
-	if f.w.log != nil {
-		f.w.log.Covered(applied)
-	}
-	// Published.
-	t.StreamSentBytes, t.StreamDeadBytes, t.StreamFlushBytes = f.s.sentB, f.s.deadB, f.s.flushB
-	for _, o := range objs {
-		f.stats.BytesUploaded += o.size(f.bs, f.mbs, 0)
-		f.stats.ObjectsWritten++
-	}
-	for _, d := range f.dirty {
-		f.freeBlock(d.buf)
-	}
-	f.dirty = make(map[uint64]*dirtyBlock)
-	f.dirtyB = 0
-	f.dirtyUnmapped = 0
-	f.tree = committed
-	f.head = ino
-	f.headETag = etag
-	f.headCount = blockCount{cno: ino.Cno, n: blocks, known: true}
-	f.setEmbedLocked(embed)
-	f.changed = false
-	f.resetSince()
-	f.wm.release(cno) // the head names what the marker protected
-	return nil
 }
 
 // commitLocked commits the block map into objs, the last of which is part 0:
@@ -881,7 +730,7 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 			f.dirty[m.fbn] = d
 			f.dirtyB += bs
 		} else {
-			f.touchLocked(d)
+			f.s.touchLocked(d)
 			f.freeBlock(d.buf)
 			if d.buf == nil {
 				f.dirtyB += bs
@@ -889,7 +738,7 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 		}
 		d.buf, d.ref = m.buf, nil
 		if f.sendAheadOn() {
-			f.markUnsent(m.fbn)
+			f.s.markUnsent(m.fbn)
 		}
 	}
 	if f.minSize == noTruncate {
@@ -924,10 +773,10 @@ func (f *File) Rollback(ctx context.Context) error {
 	if err := f.writable(); err != nil {
 		return err
 	}
-	if err := f.takeInLocked(ctx, false); err != nil {
+	if err := f.s.takeInLocked(ctx, false); err != nil {
 		return err
 	}
-	f.rethrowLocked()
+	f.s.rethrowLocked()
 	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
 	if errors.Is(err, staging.ErrNotFound) && f.headETag == "" && f.head.Cno == 0 {
 		// Created and never published: the file is empty.

@@ -41,7 +41,7 @@ func TestSettleWithFullBudget(t *testing.T) {
 	waitFor(t, func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		a.takeInLocked(ctx, false)
+		a.s.takeInLocked(ctx, false)
 		return a.s.inflight == 0
 	})
 	// 5 MiB more: a full piece unsent, for which the budget has no room.
@@ -224,7 +224,7 @@ func TestSendAheadNamesAfterRollback(t *testing.T) {
 			waitFor(t, func() bool {
 				f.mu.Lock()
 				defer f.mu.Unlock()
-				f.takeInLocked(ctx, false)
+				f.s.takeInLocked(ctx, false)
 				return f.s.inflight == 0
 			})
 			if len(dataObjects(t, mem, "rn/")) == 0 {
@@ -258,7 +258,7 @@ func TestCacheNeverServesAReusedName(t *testing.T) {
 	waitFor(t, func() bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
-		a.takeInLocked(ctx, false)
+		a.s.takeInLocked(ctx, false)
 		return a.s.inflight == 0 && len(a.dirty) < 256
 	})
 	readAll(t, a) // its blocks are in a's cache now

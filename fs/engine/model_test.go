@@ -345,6 +345,9 @@ func runModelFlaky(t *testing.T, st staging.Store, p Params, ops int, maxOff int
 		seed: seed, f: f, saved: map[uint64][]byte{0: nil}, maxOff: maxOff, bigW: bigW, flaky: flaky, files: files}
 	for i := 0; i < ops; i++ {
 		m.step()
+		if err := m.f.checkInvariants(); err != nil {
+			m.fatalf("after op %d: %v", i, err)
+		}
 	}
 	m.flush()
 	m.checkAll(m.f, m.model)
@@ -592,6 +595,11 @@ func TestModelTwoWriters(t *testing.T) {
 			}
 			for n := 0; n < ops; n++ {
 				m.step()
+				for i, f := range m.f {
+					if err := f.checkInvariants(); err != nil {
+						m.fatalf("writer %d: %v", i, err)
+					}
+				}
 			}
 			m.flush(0)
 			m.flush(1)

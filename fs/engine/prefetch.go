@@ -139,9 +139,16 @@ type ReadStats struct {
 	ViewReads int64
 }
 
-// readers is the read-ahead and flight state of one File. Its lock is taken
-// inside File.mu (shared or not) and never held across a request.
+// readers is the read-ahead and flight part of one File: it follows
+// sequential readers, fetches ahead of them and shares GETs between reads.
+// Its lock is taken inside f.mu (shared or not) and never held across a
+// request. Lock rules: followLocked, fetchAheadLocked and pieceBytes are
+// called with f.mu held (shared is enough: they read f's map and size);
+// reset with f.mu held exclusively; planAhead and warmMap are goroutines
+// that take f.mu shared themselves; runAhead holds neither lock across its
+// GET; holdAheadLocked is called with r.mu held.
 type readers struct {
+	f       *File // set once by init
 	mu      sync.Mutex
 	blocks  map[cacheKey]slot // GUARDED_BY(mu)
 	streams []*readStream     // GUARDED_BY(mu)
@@ -158,7 +165,8 @@ type readers struct {
 	budget *Budget       // the mount's; may be nil
 }
 
-func (r *readers) init(budget *Budget) {
+func (r *readers) init(f *File, budget *Budget) {
+	r.f = f
 	r.budget = budget
 	r.blocks = make(map[cacheKey]slot)
 	r.ctx, r.cancel = context.WithCancel(context.Background())
@@ -227,7 +235,7 @@ func (f *File) read(ctx context.Context, p []byte, off int64, stream, view bool)
 		return p[:0], eof
 	}
 	if stream {
-		f.followLocked(ctx, off, n)
+		f.rd.followLocked(ctx, off, n)
 	}
 	if view {
 		if b := f.viewLocked(ctx, off, n); b != nil {
@@ -267,7 +275,7 @@ func (f *File) viewLocked(ctx context.Context, off, n int64) []byte {
 	j0 := 0
 	next := first
 	err := f.tree.Scan(ctx, first, end, func(fbn uint64, v blockmap.Value) error {
-		if fbn != next || f.pinnedBlock(v.Ptr) != nil {
+		if fbn != next || f.w.pinnedBlock(v.Ptr) != nil {
 			return errNoView
 		}
 		if b, err := f.embedBlock(v); err != nil || b != nil {
@@ -307,8 +315,8 @@ func (f *File) viewLocked(ctx context.Context, off, n int64) []byte {
 
 // followLocked extends (or starts) the stream a read of [off, off+n) belongs
 // to and fetches ahead of it when it is due. The caller holds mu shared.
-func (f *File) followLocked(ctx context.Context, off, n int64) {
-	r := &f.rd
+func (r *readers) followLocked(ctx context.Context, off, n int64) {
+	f := r.f
 	r.mu.Lock()
 	r.tick++
 	var s *readStream
@@ -354,7 +362,7 @@ func (f *File) followLocked(ctx context.Context, off, n int64) {
 		return
 	}
 	s.window = min(max(2*s.bytes, prefetchMinWindow), prefetchMaxWindow)
-	piece := f.pieceBytes(s.window)
+	piece := r.pieceBytes(s.window)
 	start := max(s.ahead, off)
 	end := min(s.next+s.window, f.size)
 	// Another stream that began ahead of this one reads what follows its
@@ -384,7 +392,7 @@ func (f *File) followLocked(ctx context.Context, off, n int64) {
 	if wlo, whi := max(s.warmed, end), min(s.next+s.window+min(2*s.window, prefetchMaxWindow), stop); whi > wlo {
 		s.warmed = whi
 		r.wg.Add(1)
-		go f.warmMap(fctx, wlo, whi)
+		go r.warmMap(fctx, wlo, whi)
 	}
 	if end <= start {
 		r.mu.Unlock()
@@ -397,7 +405,7 @@ func (f *File) followLocked(ctx context.Context, off, n int64) {
 	s.ahead = end
 	r.wg.Add(1)
 	r.mu.Unlock()
-	go f.planAhead(fctx, s, start, end, piece)
+	go r.planAhead(fctx, s, start, end, piece)
 }
 
 // planAhead plans and sends the pieces of [start, end) ahead of stream s (its
@@ -406,13 +414,13 @@ func (f *File) followLocked(ctx context.Context, off, n int64) {
 // and resolve objects, a round trip to the store each, and a read that
 // needs none of those blocks must not wait for them (on the general link a
 // read stalled 70 ms at every object the window entered).
-func (f *File) planAhead(ctx context.Context, s *readStream, start, end, piece int64) {
-	r := &f.rd
+func (r *readers) planAhead(ctx context.Context, s *readStream, start, end, piece int64) {
+	f := r.f
 	defer r.wg.Done()
 	got := start
 	f.mu.RLock()
 	if !f.closed && ctx.Err() == nil {
-		got = f.fetchAheadLocked(ctx, s, start, min(end, f.size), piece)
+		got = r.fetchAheadLocked(ctx, s, start, min(end, f.size), piece)
 	}
 	f.mu.RUnlock()
 	r.mu.Lock()
@@ -426,8 +434,9 @@ func (f *File) planAhead(ctx context.Context, s *readStream, start, end, piece i
 // warmMap loads the map of file[lo, hi) and resolves its objects, ahead of
 // the planner (its goroutine, counted by rd.wg; ctx is the readers'). What
 // fails here is met again, and reported, by the read that needs it.
-func (f *File) warmMap(ctx context.Context, lo, hi int64) {
-	defer f.rd.wg.Done()
+func (r *readers) warmMap(ctx context.Context, lo, hi int64) {
+	f := r.f
+	defer r.wg.Done()
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.closed || ctx.Err() != nil {
@@ -452,7 +461,8 @@ func (f *File) warmMap(ctx context.Context, lo, hi int64) {
 // grid too (objects sent ahead in a power of two of blocks, as by default)
 // instead of each object's end splitting a piece in two short GETs; a
 // smaller piece, while the window grows, divides a larger one.
-func (f *File) pieceBytes(window int64) int64 {
+func (r *readers) pieceBytes(window int64) int64 {
+	f := r.f
 	bs := int64(f.bs)
 	blocks := min(max(window/prefetchPieces, prefetchMinPiece), prefetchMaxPiece) / bs
 	p := bs
@@ -468,8 +478,8 @@ func (f *File) pieceBytes(window int64) int64 {
 // fetchAheadLocked sends the GETs the planner plans for [start, end), piece
 // by piece, for the blocks neither in memory nor in flight, as far as the
 // budget allows, and returns where it stopped. The caller holds mu shared.
-func (f *File) fetchAheadLocked(ctx context.Context, s *readStream, start, end, piece int64) int64 {
-	r := &f.rd
+func (r *readers) fetchAheadLocked(ctx context.Context, s *readStream, start, end, piece int64) int64 {
+	f := r.f
 	for a := start; a < end; {
 		b := min((a/piece+1)*piece, end) // the grid's next cut
 		plan, err := f.planLocked(ctx, a, b-a, false, nil, claimAhead)
@@ -479,7 +489,7 @@ func (f *File) fetchAheadLocked(ctx context.Context, s *readStream, start, end, 
 		}
 		for i, fl := range plan.flights {
 			r.mu.Lock()
-			if !f.holdAheadLocked(fl.g.Len) {
+			if !r.holdAheadLocked(fl.g.Len) {
 				r.mu.Unlock()
 				r.abandon(plan.flights[i:], errNoRoom)
 				return a
@@ -497,7 +507,7 @@ func (f *File) fetchAheadLocked(ctx context.Context, s *readStream, start, end, 
 			fctx := r.ctx
 			r.wg.Add(1)
 			r.mu.Unlock()
-			go f.runAhead(fctx, fl)
+			go r.runAhead(fctx, fl)
 		}
 		a = b
 	}
@@ -510,11 +520,10 @@ var errNoRoom = errors.New("no room in the memory budget to read ahead")
 
 // holdAheadLocked draws n bytes for a flight ahead: from the budget's read
 // share, and within the file's own cap when there is no budget. The caller
-// holds rd.mu.
-func (f *File) holdAheadLocked(n int64) bool {
-	r := &f.rd
-	if f.budget != nil {
-		if !f.budget.TryAcquireRead(n) {
+// holds r.mu.
+func (r *readers) holdAheadLocked(n int64) bool {
+	if r.budget != nil {
+		if !r.budget.TryAcquireRead(n) {
 			return false
 		}
 	} else if r.held+n > prefetchFileCap {
@@ -526,8 +535,8 @@ func (f *File) holdAheadLocked(n int64) bool {
 }
 
 // runAhead sends one flight ahead (its goroutine, counted by rd.wg).
-func (f *File) runAhead(ctx context.Context, fl *flight) {
-	r := &f.rd
+func (r *readers) runAhead(ctx context.Context, fl *flight) {
+	f := r.f
 	defer r.wg.Done()
 	select {
 	case r.sem <- struct{}{}:
@@ -640,8 +649,7 @@ func (r *readers) lookup(v cacheKey) (slot, bool) {
 // sending (they return their budget as they end): for a close, and for a
 // rollback, after which the map may name objects whose names this file saw
 // with other bytes.
-func (f *File) resetReaders() {
-	r := &f.rd
+func (r *readers) reset() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cancel()

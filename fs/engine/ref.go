@@ -96,7 +96,7 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 				ref := &refSrc{r: src, off: srcOff + (pos - off)}
 				f.noteSetLocked(fbn, 0, f.bs)
 				if d := f.dirty[fbn]; d != nil {
-					f.touchLocked(d)
+					f.s.touchLocked(d)
 					if d.buf != nil {
 						f.freeBlock(d.buf)
 						f.dirtyB -= bs
@@ -109,7 +109,7 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 					f.markDirtyLocked(fbn, nd)
 					delete(f.zeroed, fbn)
 					if f.sendAheadOn() {
-						f.markUnsent(fbn)
+						f.s.markUnsent(fbn)
 					}
 				}
 			}
@@ -121,7 +121,7 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 			f.changed = true
 			f.stats.BytesWritten += last - first
 			if f.sendAheadOn() {
-				if err := f.sendAheadLocked(ctx); err != nil {
+				if err := f.s.sendAheadLocked(ctx); err != nil {
 					f.log.Debug("send ahead failed; data stays dirty")
 				}
 			}

@@ -106,9 +106,14 @@ type sendResult struct {
 	stack []byte
 }
 
-// sender is the send-ahead state of a File. Fields are GUARDED_BY(File.mu)
-// except ctx, cancel, wg and done, which are set once.
+// sender is the send-ahead part of a File: it chooses the unsent dirty
+// blocks, places them in objects, runs the upload tasks and takes their
+// results in. Fields are GUARDED_BY(f.mu) except f, ctx, cancel, wg and done,
+// which are set once, and requests, which is atomic. Its methods are called
+// with f.mu held exclusively (they change f's dirty tier and map, which are
+// File's), but for createObject, which upload tasks run without it.
 type sender struct {
+	f      *File
 	ctx    context.Context // uploads outlive the call that started them
 	cancel context.CancelFunc
 	wg     sync.WaitGroup
@@ -123,7 +128,11 @@ type sender struct {
 	queued   []queuedTask
 	open     [nClasses]*streamObj
 	objs     map[*streamObj]struct{} // started, not finished
-	unsent   map[uint64]struct{}
+	// unsent are the dirty blocks no object in flight holds.
+	// INVARIANT: a block is in unsent if and only if it is dirty, its sent
+	// is nil and sending ahead is on (sendAheadOn).
+	unsent map[uint64]struct{}
+	// INVARIANT: unsentB == bs * len(unsent).
 	unsentB  int64
 	sentB    int64 // data in send-ahead objects that completed, since the head
 	deadB    int64 // data that died before its object counted, since the head
@@ -137,11 +146,16 @@ func (f *File) sendAheadOn() bool {
 }
 
 // target is the effective stream_segment_bytes.
-func (f *File) target() int64 { return min(f.p.StreamSegmentBytes, f.p.MaxObjectBytes) }
+func (s *sender) target() int64 {
+	f := s.f
+	return min(f.p.StreamSegmentBytes, f.p.MaxObjectBytes)
+}
 
-func (f *File) initSender() {
+// newSender makes f's sender; nothing runs until a block is sent.
+func newSender(f *File) *sender {
 	ctx, cancel := context.WithCancel(context.Background())
-	f.s = &sender{
+	return &sender{
+		f:      f,
 		ctx:    ctx,
 		cancel: cancel,
 		done:   make(chan sendResult, 4*f.p.Concurrency+8),
@@ -151,23 +165,26 @@ func (f *File) initSender() {
 }
 
 // markUnsent records a dirty block that no object in flight holds.
-func (f *File) markUnsent(fbn uint64) {
-	if _, ok := f.s.unsent[fbn]; !ok {
-		f.s.unsent[fbn] = struct{}{}
-		f.s.unsentB += int64(f.bs)
+func (s *sender) markUnsent(fbn uint64) {
+	f := s.f
+	if _, ok := s.unsent[fbn]; !ok {
+		s.unsent[fbn] = struct{}{}
+		s.unsentB += int64(f.bs)
 	}
 }
 
-func (f *File) clearUnsent(fbn uint64) {
-	if _, ok := f.s.unsent[fbn]; ok {
-		delete(f.s.unsent, fbn)
-		f.s.unsentB -= int64(f.bs)
+func (s *sender) clearUnsent(fbn uint64) {
+	f := s.f
+	if _, ok := s.unsent[fbn]; ok {
+		delete(s.unsent, fbn)
+		s.unsentB -= int64(f.bs)
 	}
 }
 
 // touchLocked is called for every block a write, zero or truncate changes or
 // drops: a copy of it in an open object becomes a dead slot.
-func (f *File) touchLocked(d *dirtyBlock) {
+func (s *sender) touchLocked(d *dirtyBlock) {
+
 	if d == nil {
 		return
 	}
@@ -186,40 +203,44 @@ type queuedTask struct {
 // spawn runs one upload task, owned by the sender, once fewer than
 // segment_mpu_max_concurrency run: every piece, tail, completion and abort
 // counts against the cap.
-func (f *File) spawn(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
-	f.s.requests.Add(1) // every task makes one request (more only when it fails)
+func (s *sender) spawn(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
+	f := s.f
+	s.requests.Add(1) // every task makes one request (more only when it fails)
 	o.pending++
-	if f.s.inflight >= f.p.Concurrency {
-		f.s.queued = append(f.s.queued, queuedTask{o: o, kind: kind, run: run})
+	if s.inflight >= f.p.Concurrency {
+		s.queued = append(s.queued, queuedTask{o: o, kind: kind, run: run})
 		return
 	}
-	f.start(o, kind, run)
+	s.start(o, kind, run)
 }
 
 // startQueuedLocked starts waiting tasks while there is room.
-func (f *File) startQueuedLocked() {
-	for len(f.s.queued) > 0 && f.s.inflight < f.p.Concurrency {
-		q := f.s.queued[0]
-		f.s.queued = f.s.queued[1:]
-		f.start(q.o, q.kind, q.run)
+func (s *sender) startQueuedLocked() {
+	f := s.f
+	for len(s.queued) > 0 && s.inflight < f.p.Concurrency {
+		q := s.queued[0]
+		s.queued = s.queued[1:]
+		s.start(q.o, q.kind, q.run)
 	}
 }
 
 // roomLocked waits until a request may start under the cap.
-func (f *File) roomLocked(ctx context.Context) error {
-	for f.s.inflight >= f.p.Concurrency {
-		if err := f.takeInLocked(ctx, true); err != nil {
+func (s *sender) roomLocked(ctx context.Context) error {
+	f := s.f
+	for s.inflight >= f.p.Concurrency {
+		if err := s.takeInLocked(ctx, true); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-func (f *File) start(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
-	f.s.inflight++
-	f.s.wg.Add(1)
+func (s *sender) start(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
+
+	s.inflight++
+	s.wg.Add(1)
 	go func() {
-		defer f.s.wg.Done()
+		defer s.wg.Done()
 		var r sendResult
 		func() {
 			defer func() {
@@ -227,43 +248,45 @@ func (f *File) start(o *streamObj, kind taskKind, run func(ctx context.Context) 
 					r = sendResult{panic: p, stack: debug.Stack()}
 				}
 			}()
-			r = run(f.s.ctx)
+			r = run(s.ctx)
 		}()
 		r.obj, r.kind = o, kind
-		f.s.done <- r
+		s.done <- r
 	}()
 }
 
 // takeInLocked handles finished tasks: without wait, those already done;
 // with wait, at least one (if any is in flight).
-func (f *File) takeInLocked(ctx context.Context, wait bool) error {
-	for f.s.inflight > 0 {
+func (s *sender) takeInLocked(ctx context.Context, wait bool) error {
+
+	for s.inflight > 0 {
 		var r sendResult
 		if wait {
 			select {
-			case r = <-f.s.done:
+			case r = <-s.done:
 			case <-ctx.Done():
 				return ctx.Err()
 			}
 			wait = false
 		} else {
 			select {
-			case r = <-f.s.done:
+			case r = <-s.done:
 			default:
 				return nil
 			}
 		}
-		f.s.inflight--
-		f.startQueuedLocked()
-		f.handleResultLocked(ctx, r)
+		s.inflight--
+		s.startQueuedLocked()
+		s.handleResultLocked(ctx, r)
 	}
 	return nil
 }
 
 // drainLocked waits for every task in flight and takes it in.
-func (f *File) drainLocked(ctx context.Context) error {
-	for f.s.inflight > 0 {
-		if err := f.takeInLocked(ctx, true); err != nil {
+func (s *sender) drainLocked(ctx context.Context) error {
+
+	for s.inflight > 0 {
+		if err := s.takeInLocked(ctx, true); err != nil {
 			return err
 		}
 	}
@@ -272,18 +295,20 @@ func (f *File) drainLocked(ctx context.Context) error {
 
 // rethrow re-raises a task's panic in the calling goroutine: it is a bug, and
 // it surfaces in the call that takes the object in, as if it happened there.
-func (f *File) rethrowLocked() {
-	if r := f.s.panicked; r != nil {
-		f.s.panicked = nil
+func (s *sender) rethrowLocked() {
+	f := s.f
+	if r := s.panicked; r != nil {
+		s.panicked = nil
 		panic(fmt.Sprintf("ckptfs: upload task for %s panicked: %v\n%s", f.key(r.obj.name), r.panic, r.stack))
 	}
 }
 
-func (f *File) handleResultLocked(ctx context.Context, r sendResult) {
+func (s *sender) handleResultLocked(ctx context.Context, r sendResult) {
+	f := s.f
 	o := r.obj
 	o.pending--
 	if r.panic != nil {
-		f.s.panicked = &r
+		s.panicked = &r
 		if o.failed == nil {
 			o.failed = fmt.Errorf("upload task panicked: %v", r.panic)
 		}
@@ -295,7 +320,7 @@ func (f *File) handleResultLocked(ctx context.Context, r sendResult) {
 		}
 	}
 	if len(r.refs) > 0 {
-		f.refsReadLocked(o, r.refs, r.crcs)
+		s.refsReadLocked(o, r.refs, r.crcs)
 	}
 	switch r.kind {
 	case taskPiece:
@@ -307,38 +332,39 @@ func (f *File) handleResultLocked(ctx context.Context, r sendResult) {
 			o.complete = true
 		}
 	}
-	f.advanceLocked(ctx, o)
+	s.advanceLocked(ctx, o)
 }
 
 // advanceLocked moves an object along once its tasks are in.
-func (f *File) advanceLocked(ctx context.Context, o *streamObj) {
+func (s *sender) advanceLocked(ctx context.Context, o *streamObj) {
+	f := s.f
 	if o.finished || o.pending > 0 {
 		return
 	}
 	switch {
 	case o.complete:
-		f.completedLocked(o)
+		s.completedLocked(o)
 	case o.failed != nil:
 		if !o.whole && o.uploadID != "" && !o.aborting {
 			o.aborting = true
 			key, id := f.key(o.name), o.uploadID
-			f.spawn(o, taskAbort, func(ctx context.Context) sendResult {
+			s.spawn(o, taskAbort, func(ctx context.Context) sendResult {
 				return sendResult{err: f.st.AbortMultipart(ctx, key, id)}
 			})
 			return
 		}
-		f.failedLocked(o)
+		s.failedLocked(o)
 	case o.closed && !o.whole:
 		key, id := f.key(o.name), o.uploadID
 		parts := slices.Clone(o.parts)
 		wid, size := o.writeID, o.bytes
-		f.spawn(o, taskComplete, func(ctx context.Context) sendResult {
+		s.spawn(o, taskComplete, func(ctx context.Context) sendResult {
 			_, err := f.st.CompleteMultipart(ctx, key, id, parts, staging.Conditions{IfNoneMatch: true})
 			if err != nil {
 				// A lost answer is resolved as the flush resolves its own.
 				var c flushCounters
 				err = f.checkLanded(ctx, key, wid, size, fmt.Errorf("complete upload of %s: %w", key, err), &c)
-				f.s.requests.Add(c.requests.Load())
+				s.requests.Add(c.requests.Load())
 			}
 			return sendResult{err: err}
 		})
@@ -346,27 +372,28 @@ func (f *File) advanceLocked(ctx context.Context, o *streamObj) {
 }
 
 // completedLocked cleans the blocks of a completed object that still hold.
-func (f *File) completedLocked(o *streamObj) {
+func (s *sender) completedLocked(o *streamObj) {
+	f := s.f
 	o.finished = true
-	delete(f.s.objs, o)
-	f.s.sentB += int64(o.n())*int64(f.bs) - o.flushData
-	f.s.flushB += o.flushData
+	delete(s.objs, o)
+	s.sentB += int64(o.n())*int64(f.bs) - o.flushData
+	s.flushB += o.flushData
 	f.stats.BytesUploaded += o.dataSent
 	f.stats.ObjectsWritten++
 	for slot, fbn := range o.fbns {
 		d := f.dirty[fbn]
 		if d == nil || d.sent != o || d.slot != uint32(slot) {
-			f.s.deadB += int64(f.bs)
+			s.deadB += int64(f.bs)
 			continue
 		}
 		d.sent = nil
 		want := segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: uint32(slot)}
-		v, ok, err := f.tree.Get(f.s.ctx, fbn)
+		v, ok, err := f.tree.Get(s.ctx, fbn)
 		same := d.busy == 0 && (d.ref != nil && o.refs[uint32(slot)] == d.ref ||
 			d.ref == nil && o.refs[uint32(slot)] == nil && xxh3.Hash(d.buf) == o.hashes[slot])
 		if o.summary[slot].Dead || err != nil || !ok || v.Ptr != want || !same {
-			f.s.deadB += int64(f.bs)
-			f.markUnsent(fbn)
+			s.deadB += int64(f.bs)
+			s.markUnsent(fbn)
 			continue
 		}
 		if d.buf != nil {
@@ -384,33 +411,35 @@ func (f *File) completedLocked(o *streamObj) {
 
 // failedLocked returns the blocks of a failed or given-up object to the
 // unsent: they are still dirty, and a later object or the flush sends them.
-func (f *File) failedLocked(o *streamObj) {
+func (s *sender) failedLocked(o *streamObj) {
+	f := s.f
 	o.finished = true
-	delete(f.s.objs, o)
-	f.s.deadB += int64(o.n()) * int64(f.bs)
+	delete(s.objs, o)
+	s.deadB += int64(o.n()) * int64(f.bs)
 	for slot, fbn := range o.fbns {
 		if d := f.dirty[fbn]; d != nil && d.sent == o && d.slot == uint32(slot) {
 			d.sent = nil
-			f.markUnsent(fbn)
+			s.markUnsent(fbn)
 		}
 	}
-	for i, op := range f.s.open {
+	for i, op := range s.open {
 		if op == o {
-			f.s.open[i] = nil
+			s.open[i] = nil
 		}
 	}
 	f.log.Debug("object sent ahead did not complete; its blocks stay dirty")
 }
 
 // pickLocked returns the unsent blocks of each class, ascending.
-func (f *File) pickLocked() [nClasses][]uint64 {
+func (s *sender) pickLocked() [nClasses][]uint64 {
+	f := s.f
 	var out [nClasses][]uint64
-	for fbn := range f.s.unsent {
+	for fbn := range s.unsent {
 		d := f.dirty[fbn]
 		if d.busy > 0 {
 			continue // being written: sent once the write is in
 		}
-		c := f.classOf(d)
+		c := s.classOf(d)
 		out[c] = append(out[c], fbn)
 	}
 	for c := range out {
@@ -421,8 +450,9 @@ func (f *File) pickLocked() [nClasses][]uint64 {
 
 // classOf puts a block written as part of a long sequential stream with
 // runs, any other with scattered blocks.
-func (f *File) classOf(d *dirtyBlock) class {
-	if d != nil && d.seq != nil && d.seq.bytes >= int64(f.runBlocks())*int64(f.bs) {
+func (s *sender) classOf(d *dirtyBlock) class {
+	f := s.f
+	if d != nil && d.seq != nil && d.seq.bytes >= int64(s.runBlocks())*int64(f.bs) {
 		return classRun
 	}
 	return classSmall
@@ -430,95 +460,43 @@ func (f *File) classOf(d *dirtyBlock) class {
 
 // runBlocks is the length from which consecutive blocks count as a run: a
 // leaf's worth, so that a run's leaves hold nothing else.
-func (f *File) runBlocks() int { return blockmap.LeafCapacity(f.mbs) }
-
-// fitLocked returns how many of blocks (a prefix) fit in o under limit bytes
-// with the leaves they add, one leaf in sixteen spare, and those leaves.
-// The blocks are inserted in the map with a placeholder first, which fixes
-// the map's structure (it depends on keys only), so the leaves counted are
-// the real ones; unsent blocks are dirty, and reads take them from the dirty
-// tier whatever their pointer.
-func (f *File) fitLocked(ctx context.Context, o *streamObj, blocks []uint64, limit int64) (int, []uint64, error) {
-	for _, fbn := range blocks {
-		added, err := f.tree.Put(ctx, fbn, blockmap.Value{Ptr: segment.Ptr{Cno: o.name.Cno, Part: placeholderPart}})
-		if err != nil {
-			return 0, nil, fmt.Errorf("place block %d: %w", fbn, err)
-		}
-		f.placedLocked(fbn, added)
-	}
-	leaves, err := f.tree.LeavesFor(ctx, blocks)
-	if err != nil {
-		return 0, nil, err
-	}
-	have := len(o.leafLos)
-	var added []uint64
-	n, li := 0, 0
-	for n < len(blocks) {
-		fbn := blocks[n]
-		for li < len(leaves) && fbn >= leaves[li].Hi {
-			li++
-		}
-		extra := 0
-		lo := leaves[li].Lo
-		if _, ok := o.leafLos[lo]; !ok && (len(added) == 0 || added[len(added)-1] != lo) {
-			extra = 1
-		}
-		if f.objSize(o.n()+n+1, withSpare(have+len(added)+extra)) > limit {
-			break
-		}
-		if extra == 1 {
-			added = append(added, lo)
-		}
-		n++
-	}
-	return n, added, nil
+func (s *sender) runBlocks() int {
+	f := s.f
+	return blockmap.LeafCapacity(f.mbs)
 }
-
-// objSize is the size of an object with n data blocks and m leaves.
-func (f *File) objSize(n, m int) int64 {
-	return int64(n)*(int64(f.bs)+segment.SummaryEntrySize) + int64(m)*int64(f.mbs) + segment.HeaderSize
-}
-
-// tailRoom is the room to leave after n data blocks for the tail of an
-// object with about m leaves (and the spare).
-func (f *File) tailRoom(n, m int) int {
-	return withSpare(m+1)*f.mbs + n*segment.SummaryEntrySize + segment.HeaderSize
-}
-
-// withSpare adds the spare leaves: one in sixteen.
-func withSpare(m int) int { return m + (m+15)/16 }
 
 // sendAheadLocked sends what is due. Called after a write, holding mu.
-func (f *File) sendAheadLocked(ctx context.Context) error {
-	if err := f.takeInLocked(ctx, false); err != nil {
+func (s *sender) sendAheadLocked(ctx context.Context) error {
+	f := s.f
+	if err := s.takeInLocked(ctx, false); err != nil {
 		return err
 	}
-	f.rethrowLocked()
-	target := f.target()
+	s.rethrowLocked()
+	target := s.target()
 	chunk := f.p.ChunkSize
 	whole := target <= chunk
 	due := chunk
 	if whole {
 		due = target
 	}
-	for f.s.unsentB >= due {
-		picked := f.pickLocked()
+	for s.unsentB >= due {
+		picked := s.pickLocked()
 		progressed := false
 		for c := range nClasses {
 			blocks := picked[c]
 			for int64(len(blocks))*int64(f.bs) >= due {
-				for f.s.inflight >= f.p.Concurrency {
-					if err := f.takeInLocked(ctx, true); err != nil {
+				for s.inflight >= f.p.Concurrency {
+					if err := s.takeInLocked(ctx, true); err != nil {
 						return err
 					}
-					f.rethrowLocked()
+					s.rethrowLocked()
 				}
 				var n int
 				var err error
 				if whole {
-					n, err = f.sendWholeLocked(ctx, class(c), blocks)
+					n, err = s.sendWholeLocked(ctx, class(c), blocks)
 				} else {
-					n, err = f.sendPieceLocked(ctx, class(c), blocks, false)
+					n, err = s.sendPieceLocked(ctx, class(c), blocks, false)
 				}
 				if err != nil {
 					return err
@@ -537,466 +515,33 @@ func (f *File) sendAheadLocked(ctx context.Context) error {
 	return nil
 }
 
-// placeLocked puts blocks into o at its next slots: copies them into buf,
-// hashes them and sets their pointers.
-func (f *File) placeLocked(ctx context.Context, o *streamObj, blocks []uint64, buf []byte, readRefs bool) ([]pieceRef, error) {
-	bs := int64(f.bs)
-	var later []pieceRef
-	for i, fbn := range blocks {
-		d := f.dirty[fbn]
-		slot := uint32(o.n())
-		blk := buf[int64(i)*bs : int64(i+1)*bs]
-		var crc uint32
-		var h uint64
-		switch {
-		case d.ref == nil:
-			copy(blk, d.buf)
-			crc, h = segment.Checksum(blk), xxh3.Hash(blk)
-		case readRefs:
-			if err := d.ref.read(blk); err != nil {
-				return later, fmt.Errorf("place block %d by reference: %w", fbn, err)
-			}
-			crc = segment.Checksum(blk)
-		default:
-			// Read by the upload task; its checksum follows with the result.
-			later = append(later, pieceRef{idx: i, slot: slot, fbn: fbn, ref: d.ref})
-		}
-		if d.ref != nil {
-			if o.refs == nil {
-				o.refs = make(map[uint32]*refSrc)
-			}
-			o.refs[slot] = d.ref
-		}
-		o.fbns = append(o.fbns, fbn)
-		o.hashes = append(o.hashes, h)
-		o.summary = append(o.summary, segment.SummaryEntry{FBN: fbn, CRC: crc})
-		v := blockmap.Value{Ptr: segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: slot}, CRC: crc}
-		if err := f.tree.Set(ctx, fbn, v); err != nil {
-			return later, fmt.Errorf("place block %d in %s: %w", fbn, f.key(o.name), err)
-		}
-		d.sent, d.slot = o, slot
-		f.clearUnsent(fbn)
-	}
-	o.dataSent += int64(len(blocks)) * bs
-	o.refPending += len(later)
-	return later, nil
-}
-
-// pieceRef is a block by reference in a piece, read by the upload task.
-type pieceRef struct {
-	idx  int // block index in the piece
-	slot uint32
-	fbn  uint64
-	ref  *refSrc
-}
-
-// readRefs fills a piece's referenced blocks from their sources (in the
-// upload task) and returns their checksums.
-func readRefs(buf []byte, bs int64, refs []pieceRef) ([]uint32, error) {
-	crcs := make([]uint32, len(refs))
-	for i, r := range refs {
-		blk := buf[int64(r.idx)*bs : int64(r.idx+1)*bs]
-		if err := r.ref.read(blk); err != nil {
-			return nil, fmt.Errorf("block %d by reference: %w", r.fbn, err)
-		}
-		crcs[i] = segment.Checksum(blk)
-	}
-	return crcs, nil
-}
-
-// refsReadLocked records the checksums of blocks by reference that an
-// upload task read: in the summary, and in the map while the block still
-// points where it was sent.
-func (f *File) refsReadLocked(o *streamObj, refs []pieceRef, crcs []uint32) {
-	o.refPending -= len(refs)
-	if crcs == nil {
-		return
-	}
-	for i, r := range refs {
-		o.summary[r.slot].CRC = crcs[i]
-		ptr := segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: r.slot}
-		if v, ok, err := f.tree.Get(f.s.ctx, r.fbn); err == nil && ok && v.Ptr == ptr {
-			if err := f.tree.Set(f.s.ctx, r.fbn, blockmap.Value{Ptr: ptr, CRC: crcs[i]}); err != nil && o.failed == nil {
-				o.failed = err
-			}
-		}
-	}
-}
-
-// waitRefsLocked waits until every block by reference placed in o has been
-// read, so that o's leaves and summary carry their checksums.
-func (f *File) waitRefsLocked(ctx context.Context, o *streamObj) error {
-	for o.refPending > 0 {
-		if err := f.takeInLocked(ctx, true); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func (f *File) newStreamObj(c class, whole bool) *streamObj {
-	cno := f.takeCno()
-	o := &streamObj{name: segment.ObjectName{Cno: cno, Part: f.nextPart}, cls: c, whole: whole,
-		leafLos: make(map[uint64]struct{})}
-	f.nextPart++
-	f.s.objs[o] = struct{}{}
-	return o
-}
-
-// leavesLocked returns the leaves over o's live blocks, as they are now.
-func (f *File) leavesLocked(ctx context.Context, o *streamObj) ([][]byte, error) {
-	var live []uint64
-	for i, fbn := range o.fbns {
-		if !o.summary[i].Dead {
-			live = append(live, fbn)
-		}
-	}
-	slices.Sort(live)
-	live = slices.Compact(live)
-	imgs, err := f.tree.LeavesFor(ctx, live)
-	if err != nil {
-		return nil, err
-	}
-	metas := make([][]byte, len(imgs))
-	for i, img := range imgs {
-		metas[i] = img.Encoded
-	}
-	return metas, nil
-}
-
-// tailLocked encodes [meta blocks][summary][header] of a stream object.
-func (f *File) tailLocked(o *streamObj) ([]byte, error) {
-	l := segment.Layout{Format: segment.FormatStream, DataBlockSize: uint32(f.bs), MetaBlockSize: uint32(f.mbs),
-		DataBlocks: uint32(o.n()), MetaBlocks: uint32(len(o.metas))}
-	h, err := segment.NewHeader(o.name, f.tag, l, nil, nil)
-	if err != nil {
-		return nil, err
-	}
-	hdr, err := segment.EncodeHeader(h)
-	if err != nil {
-		return nil, err
-	}
-	tail := make([]byte, 0, len(o.metas)*f.mbs+len(o.summary)*segment.SummaryEntrySize+len(hdr))
-	for _, m := range o.metas {
-		tail = append(tail, m...)
-	}
-	tail = append(tail, segment.EncodeSummary(o.summary)...)
-	return append(tail, hdr...), nil
-}
-
-// sendWholeLocked sends one object holding as many of blocks as fit the
-// target, in one request.
-func (f *File) sendWholeLocked(ctx context.Context, c class, blocks []uint64) (int, error) {
-	if err := f.holdWritersLocked(ctx); err != nil {
-		return 0, err // nothing placed: the blocks stay unsent
-	}
-	o := f.newStreamObj(c, true)
-	n, added, err := f.fitLocked(ctx, o, blocks, f.target())
-	if err != nil {
-		return 0, err
-	}
-	if n == 0 {
-		n = 1 // a target below one block still sends one
-	}
-	held := int64(n) * int64(f.bs)
-	if f.s.settling {
-		f.forceCopy(held)
-	} else if !f.holdCopy(held) {
-		delete(f.s.objs, o)
-		return 0, nil // the limits come first: no room for a copy now
-	}
-	data := allocPiece(int(held), f.tailRoom(n, len(added)))
-	if _, err := f.placeLocked(ctx, o, blocks[:n], data, true); err != nil {
-		f.releaseCopy(held)
-		freePiece(data)
-		f.abandonLocked(ctx, o, err)
-		return 0, err
-	}
-	if f.s.settling {
-		o.flushData = int64(n) * int64(f.bs)
-	}
-	metas, err := f.leavesLocked(ctx, o)
-	if err != nil {
-		f.releaseCopy(held)
-		freePiece(data)
-		f.abandonLocked(ctx, o, err)
-		return 0, err
-	}
-	o.metas = metas
-	o.closed = true
-	if f.objSize(o.n(), len(metas)) > f.p.MaxObjectBytes {
-		f.releaseCopy(held)
-		o.failed = fmt.Errorf("object %s given up: its leaves outgrew the spare", f.key(o.name))
-		f.advanceLocked(ctx, o)
-		return 0, nil // nothing went; stop sending until something changes
-	}
-	tail, err := f.tailLocked(o)
-	if err != nil {
-		f.releaseCopy(held)
-		return 0, err
-	}
-	body := append(data, tail...) // within data's capacity: no copy
-	key := f.key(o.name)
-	f.spawn(o, taskWhole, func(ctx context.Context) sendResult {
-		defer f.releaseCopy(held)
-		defer freePiece(body)
-		return sendResult{err: f.createObject(ctx, key, body)}
-	})
-	return n, nil
-}
-
-// createObject stores a whole object with If-None-Match, telling a lost
-// answer from a name taken by another writer.
-func (f *File) createObject(ctx context.Context, key string, body []byte) error {
-	id := newWriteID()
-	_, err := f.st.Put(ctx, key, body, staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true},
-		Metadata: map[string]string{writeIDMeta: id}})
-	if err == nil {
-		return nil
-	}
-	var c flushCounters
-	err = f.checkLanded(ctx, key, id, int64(len(body)), fmt.Errorf("put %s: %w", key, err), &c)
-	f.s.requests.Add(c.requests.Load())
-	return err
-}
-
-// sendPieceLocked places one piece's worth of blocks into the open object
-// of class c (opening one, or closing a full one first). With last, the
-// piece may be short and also carries the object's tail: the object closes.
-func (f *File) sendPieceLocked(ctx context.Context, c class, blocks []uint64, last bool) (int, error) {
-	chunk := f.p.ChunkSize
-	perPiece := int(chunk / int64(f.bs))
-	o := f.s.open[c]
-	n := min(len(blocks), perPiece)
-	var added []uint64
-	if o != nil {
-		// Room for the piece and its leaves, one leaf in sixteen spare; at
-		// the flush, as many as fit the object's limit.
-		limit := f.target()
-		if last {
-			limit = f.p.MaxObjectBytes
-		}
-		fit, add, err := f.fitLocked(ctx, o, blocks[:n], limit)
-		if err != nil {
-			return 0, err
-		}
-		if last {
-			n, added = fit, add
-		} else if fit < n {
-			if err := f.closeOpenLocked(ctx, c); err != nil {
-				return 0, err
-			}
-			o = nil
-		} else {
-			added = add
-		}
-	}
-	if last && o == nil {
-		return 0, nil
-	}
-	if o == nil {
-		if err := f.holdWritersLocked(ctx); err != nil {
-			return 0, err // nothing placed: the blocks stay unsent
-		}
-		// Creating the upload is a request too: it waits for room.
-		if err := f.roomLocked(ctx); err != nil {
-			return 0, err
-		}
-		o = f.newStreamObj(c, false)
-		fit, add, err := f.fitLocked(ctx, o, blocks[:n], f.target())
-		if err != nil {
-			return 0, err
-		}
-		if fit == 0 {
-			delete(f.s.objs, o)
-			return 0, nil
-		}
-		if fit < n {
-			// Even an empty object holds no more than this (scattered blocks
-			// bring many leaves): it is sent as one object, closing at once,
-			// because a part short of a piece can only be the last.
-			last = true
-		}
-		n, added = fit, add
-		o.writeID = newWriteID()
-		id, err := f.st.CreateMultipart(ctx, f.key(o.name), staging.PutOptions{
-			Metadata: map[string]string{writeIDMeta: o.writeID}})
-		if err != nil {
-			// Nothing was placed: the blocks stay unsent, and the flush or
-			// the dirty limit takes them.
-			delete(f.s.objs, o)
-			return 0, fmt.Errorf("send ahead %s: %w", f.key(o.name), err)
-		}
-		o.uploadID = id
-		f.s.open[c] = o
-	}
-	held := int64(n) * int64(f.bs)
-	if last || f.s.settling {
-		// A flush must make progress: its pieces are the stated overhead
-		// above the budget.
-		f.forceCopy(held)
-	} else if !f.holdCopy(held) {
-		// The limits come first: no room for a copy, nothing sent now.
-		return 0, nil
-	}
-	extra := 0
-	if last {
-		extra = f.tailRoom(o.n()+n, len(o.leafLos)+len(added))
-	}
-	buf := allocPiece(int(held), extra)
-	later, err := f.placeLocked(ctx, o, blocks[:n], buf, last)
-	if err != nil {
-		// Blocks of this piece may be placed already, with no bytes sent:
-		// the object cannot complete as it is, and is given up.
-		f.releaseCopy(held)
-		freePiece(buf)
-		f.abandonLocked(ctx, o, err)
-		return 0, err
-	}
-	for _, lo := range added {
-		o.leafLos[lo] = struct{}{}
-	}
-	if f.s.settling {
-		o.flushData += int64(n) * int64(f.bs)
-	}
-	if last {
-		return n, f.finishLocked(ctx, o, buf, held)
-	}
-	o.parts = append(o.parts, staging.CompletedPart{})
-	o.bytes += int64(len(buf))
-	part := int32(len(o.parts))
-	key, id := f.key(o.name), o.uploadID
-	bs := int64(f.bs)
-	f.spawn(o, taskPiece, func(ctx context.Context) sendResult {
-		defer f.releaseCopy(held)
-		defer freePiece(buf)
-		r := sendResult{part: part, refs: later}
-		if len(later) > 0 {
-			if r.crcs, r.err = readRefs(buf, bs, later); r.err != nil {
-				return r
-			}
-		}
-		r.etag, r.err = f.st.UploadPart(ctx, key, id, part, buf)
-		return r
-	})
-	if o.n() >= int((f.target()-segment.HeaderSize)/int64(f.bs)) {
-		return n, f.closeOpenLocked(ctx, c)
-	}
-	return n, nil
-}
-
-// abandonLocked gives up o after a failure while blocks were being placed
-// in it: it closes as failed, is aborted once its tasks are in, and every
-// block placed in it goes back to the unsent (it is still dirty).
-func (f *File) abandonLocked(ctx context.Context, o *streamObj, err error) {
-	if f.s.open[o.cls] == o {
-		f.s.open[o.cls] = nil
-	}
-	if o.failed == nil {
-		o.failed = fmt.Errorf("object %s given up: %w", f.key(o.name), err)
-	}
-	o.closed = true
-	f.advanceLocked(ctx, o)
-}
-
-// closeOpenLocked closes the open object of class c with its tail.
-func (f *File) closeOpenLocked(ctx context.Context, c class) error {
-	o := f.s.open[c]
-	if o == nil {
-		return nil
-	}
-	return f.finishLocked(ctx, o, nil, 0)
-}
-
-// finishLocked closes o: its last part is data (may be empty) followed by
-// the tail. An object whose leaves outgrew the spare is given up.
-func (f *File) finishLocked(ctx context.Context, o *streamObj, data []byte, held int64) error {
-	f.s.open[o.cls] = nil
-	// Blocks rewritten while o was open may go into the next object.
-	for slot, fbn := range o.fbns {
-		if o.summary[slot].Dead {
-			if d := f.dirty[fbn]; d != nil && d.sent == o && d.slot == uint32(slot) {
-				d.sent = nil
-				f.markUnsent(fbn)
-			}
-		}
-	}
-	// giveUp closes o as failed: it is aborted once its tasks are in, and
-	// its blocks stay dirty.
-	giveUp := func(err error) {
-		f.releaseCopy(held)
-		if o.failed == nil {
-			o.failed = err
-		}
-		o.closed = true
-		f.advanceLocked(ctx, o)
-	}
-	if err := f.waitRefsLocked(ctx, o); err != nil {
-		giveUp(err)
-		return err
-	}
-	if o.failed != nil {
-		giveUp(o.failed) // a piece failed while we waited
-		return nil
-	}
-	metas, err := f.leavesLocked(ctx, o)
-	if err != nil {
-		giveUp(err)
-		return err
-	}
-	o.metas = metas
-	if f.objSize(o.n(), len(metas)) > f.p.MaxObjectBytes {
-		giveUp(fmt.Errorf("object %s given up: its leaves outgrew the spare", f.key(o.name)))
-		return nil
-	}
-	tail, err := f.tailLocked(o)
-	if err != nil {
-		giveUp(err)
-		return err
-	}
-	body := append(data, tail...) // within data's capacity when data has blocks
-	o.parts = append(o.parts, staging.CompletedPart{})
-	o.bytes += int64(len(body))
-	part := int32(len(o.parts))
-	key, id := f.key(o.name), o.uploadID
-	f.spawn(o, taskPiece, func(ctx context.Context) sendResult {
-		defer f.releaseCopy(held)
-		defer freePiece(body)
-		etag, err := f.st.UploadPart(ctx, key, id, part, body)
-		return sendResult{part: part, etag: etag, err: err}
-	})
-	// Closed only now: the completion must wait for the tail part, which is
-	// in flight from here on.
-	o.closed = true
-	return nil
-}
-
 // settleLocked is the flush's first step with sending ahead: what is still
 // unsent goes into the open objects as their last pieces, the open objects
 // close, and every object in flight completes (or fails: its blocks stay
 // dirty and the flush writes them; not an error of the flush).
-func (f *File) settleLocked(ctx context.Context) error {
-	if err := f.takeInLocked(ctx, false); err != nil {
+func (s *sender) settleLocked(ctx context.Context) error {
+	f := s.f
+	if err := s.takeInLocked(ctx, false); err != nil {
 		return err
 	}
-	f.rethrowLocked()
-	f.s.settling = true
-	defer func() { f.s.settling = false }()
+	s.rethrowLocked()
+	s.settling = true
+	defer func() { s.settling = false }()
 	if !f.p.sendsWhole() {
-		picked := f.pickLocked()
+		picked := s.pickLocked()
 		for c := range nClasses {
 			blocks := picked[c]
 			// Full pieces first, several at once, then the rest with the tail.
-			for f.s.open[c] != nil && int64(len(blocks))*int64(f.bs) >= f.p.ChunkSize {
+			for s.open[c] != nil && int64(len(blocks))*int64(f.bs) >= f.p.ChunkSize {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				for f.s.inflight >= f.p.Concurrency {
-					if err := f.takeInLocked(ctx, true); err != nil {
+				for s.inflight >= f.p.Concurrency {
+					if err := s.takeInLocked(ctx, true); err != nil {
 						return err
 					}
 				}
-				n, err := f.sendPieceLocked(ctx, class(c), blocks, false)
+				n, err := s.sendPieceLocked(ctx, class(c), blocks, false)
 				if err != nil {
 					return err
 				}
@@ -1005,44 +550,45 @@ func (f *File) settleLocked(ctx context.Context) error {
 				}
 				blocks = blocks[n:]
 			}
-			if f.s.open[c] != nil {
-				if _, err := f.sendPieceLocked(ctx, class(c), blocks, true); err != nil {
+			if s.open[c] != nil {
+				if _, err := s.sendPieceLocked(ctx, class(c), blocks, true); err != nil {
 					return err
 				}
 			}
 		}
 	}
-	if err := f.drainLocked(ctx); err != nil {
+	if err := s.drainLocked(ctx); err != nil {
 		return err
 	}
-	f.rethrowLocked()
+	s.rethrowLocked()
 	return nil
 }
 
 func (p Params) sendsWhole() bool { return min(p.StreamSegmentBytes, p.MaxObjectBytes) <= p.ChunkSize }
 
-// stopSender cancels the tasks in flight and waits for them; open uploads
+// stop cancels the tasks in flight and waits for them; open uploads
 // are aborted (briefly, even though the tasks were cancelled).
-func (f *File) stopSender() {
-	if f.s == nil {
+func (s *sender) stop() {
+	if s == nil {
 		return
 	}
-	f.s.cancel()
+	f := s.f
+	s.cancel()
 	// Queued tasks run too, with the cancelled context: they fail at once
 	// and return the budget and buffers they hold. Their results are taken
 	// while waiting, so none blocks on a full channel.
-	for _, q := range f.s.queued {
-		f.start(q.o, q.kind, q.run)
+	for _, q := range s.queued {
+		s.start(q.o, q.kind, q.run)
 	}
-	f.s.queued = nil
+	s.queued = nil
 	waited := make(chan struct{})
 	go func() {
-		f.s.wg.Wait()
+		s.wg.Wait()
 		close(waited)
 	}()
 	for {
 		select {
-		case r := <-f.s.done:
+		case r := <-s.done:
 			r.obj.pending--
 			continue
 		case <-waited:
@@ -1050,19 +596,19 @@ func (f *File) stopSender() {
 		break
 	}
 	// Every task sent its result before it was done: take in the rest.
-	for len(f.s.done) > 0 {
-		r := <-f.s.done
+	for len(s.done) > 0 {
+		r := <-s.done
 		r.obj.pending--
 	}
-	f.s.inflight = 0
-	for o := range f.s.objs {
+	s.inflight = 0
+	for o := range s.objs {
 		if !o.whole && o.uploadID != "" && !o.complete {
 			var c flushCounters
 			f.abort(f.key(o.name), o.uploadID, &c)
 		}
 	}
-	f.s.objs = make(map[*streamObj]struct{})
-	f.s.open = [nClasses]*streamObj{}
+	s.objs = make(map[*streamObj]struct{})
+	s.open = [nClasses]*streamObj{}
 }
 
 // relieveLocked brings the dirty tier back under its limit: the limits come
@@ -1071,15 +617,9 @@ func (f *File) stopSender() {
 // partial segment takes the rest; the writer waits for all of it.
 func (f *File) relieveLocked(ctx context.Context) error {
 	if f.s.inflight > 0 || f.s.open != [nClasses]*streamObj{} {
-		for c := range nClasses {
-			if err := f.closeOpenLocked(ctx, class(c)); err != nil {
-				return err
-			}
-		}
-		if err := f.drainLocked(ctx); err != nil {
+		if err := f.s.closeAllLocked(ctx); err != nil {
 			return err
 		}
-		f.rethrowLocked()
 	}
 	if f.dirtyB > f.p.DirtyLimit {
 		return f.writePartialLocked(ctx)
@@ -1090,36 +630,46 @@ func (f *File) relieveLocked(ctx context.Context) error {
 // relieveAllLocked empties the dirty tier as far as it can (the memory budget
 // is full): like relieveLocked, whatever the limit.
 func (f *File) relieveAllLocked(ctx context.Context) error {
-	for c := range nClasses {
-		if err := f.closeOpenLocked(ctx, class(c)); err != nil {
-			return err
-		}
-	}
-	if err := f.drainLocked(ctx); err != nil {
+	if err := f.s.closeAllLocked(ctx); err != nil {
 		return err
 	}
-	f.rethrowLocked()
 	return f.writePartialLocked(ctx)
 }
 
-// resetSenderLocked forgets objects sent ahead (a rollback): tasks in flight
+// closeAllLocked closes the open objects early at whatever size they have
+// and waits for every object in flight to complete or fail.
+func (s *sender) closeAllLocked(ctx context.Context) error {
+	for c := range nClasses {
+		if err := s.closeOpenLocked(ctx, class(c)); err != nil {
+			return err
+		}
+	}
+	if err := s.drainLocked(ctx); err != nil {
+		return err
+	}
+	s.rethrowLocked()
+	return nil
+}
+
+// resetLocked forgets objects sent ahead (a rollback): tasks in flight
 // are taken in (a panic re-raised), open uploads aborted.
-func (f *File) resetSenderLocked(ctx context.Context) {
-	if f.s == nil {
+func (s *sender) resetLocked(ctx context.Context) {
+	if s == nil {
 		return
 	}
-	_ = f.drainLocked(ctx)
-	f.rethrowLocked()
-	for c, o := range f.s.open {
+	f := s.f
+	_ = s.drainLocked(ctx)
+	s.rethrowLocked()
+	for c, o := range s.open {
 		if o != nil && o.uploadID != "" {
 			var fc flushCounters
 			f.abort(f.key(o.name), o.uploadID, &fc)
 		}
-		f.s.open[c] = nil
+		s.open[c] = nil
 	}
-	f.s.objs = make(map[*streamObj]struct{})
-	f.s.unsent = make(map[uint64]struct{})
-	f.s.unsentB, f.s.sentB, f.s.deadB, f.s.flushB = 0, 0, 0, 0
+	s.objs = make(map[*streamObj]struct{})
+	s.unsent = make(map[uint64]struct{})
+	s.unsentB, s.sentB, s.deadB, s.flushB = 0, 0, 0, 0
 }
 
 // holdCopy draws n bytes of the budget for a copy of blocks in flight, if

@@ -94,7 +94,7 @@ func TestSendAheadRegimes(t *testing.T) {
 			waitFor(t, func() bool {
 				f.mu.Lock()
 				defer f.mu.Unlock()
-				f.takeInLocked(context.Background(), false)
+				f.s.takeInLocked(context.Background(), false)
 				return f.s.inflight == 0
 			})
 			objs := dataObjects(t, mem, "sa/")

@@ -42,7 +42,7 @@ func crash(t *testing.T, f *File) {
 	}
 	f.mu.Lock()
 	f.closed = true
-	f.stopSender()
+	f.s.stop()
 	f.mu.Unlock()
 	// The lease of a killed writer expires.
 	if err := f.st.Delete(context.Background(), f.prefix+wal.Dir+wal.OwnerName); err != nil {
@@ -635,7 +635,7 @@ func TestWALSendsNothingAhead(t *testing.T) {
 			t.Fatal(err)
 		}
 		f.mu.Lock()
-		_ = f.takeInLocked(ctx, true) // objects in flight land
+		_ = f.s.takeInLocked(ctx, true) // objects in flight land
 		f.mu.Unlock()
 		objs, err := staging.ListAll(ctx, st, "n/")
 		if err != nil {

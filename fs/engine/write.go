@@ -155,7 +155,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	// succeeded (its data is in the dirty tier, and the flush writes it if
 	// anything here fails), so failures are logged, not returned.
 	if f.sendAheadOn() {
-		if err := f.sendAheadLocked(ctx); err != nil {
+		if err := f.s.sendAheadLocked(ctx); err != nil {
 			f.log.Debug("send ahead failed; data stays dirty", zap.Error(err))
 		}
 	}
@@ -196,7 +196,7 @@ func (f *File) unprepareLocked(segs []writeSeg) {
 		f.undoSetLocked(sg.fbn, sg.set)
 		switch {
 		case sg.fresh:
-			f.clearUnsent(sg.fbn)
+			f.s.clearUnsent(sg.fbn)
 			f.freeBlock(d.buf)
 			f.dirtyB -= bs
 			f.undirtyLocked(d)
@@ -248,10 +248,10 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 			sg.fresh = true
 			delete(f.zeroed, fbn)
 			if f.sendAheadOn() {
-				f.markUnsent(fbn)
+				f.s.markUnsent(fbn)
 			}
 		} else {
-			f.touchLocked(d)
+			f.s.touchLocked(d)
 			if d.ref != nil {
 				if n == f.bs {
 					buf, err := f.allocBlock(ctx)
@@ -319,7 +319,7 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 		return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, err)
 	}
 	if size < f.size {
-		f.resetReaders() // what was fetched ahead past the new end is of no use
+		f.rd.reset() // what was fetched ahead past the new end is of no use
 	}
 	if err := f.truncateLocked(ctx, size); err != nil {
 		f.walApplyFailedLocked(err)
@@ -407,10 +407,10 @@ func (f *File) zeroInBlockLocked(ctx context.Context, fbn uint64, from, to int) 
 		f.dirty[fbn] = d
 		f.dirtyB += int64(f.bs)
 		if f.sendAheadOn() {
-			f.markUnsent(fbn)
+			f.s.markUnsent(fbn)
 		}
 	} else {
-		f.touchLocked(d)
+		f.s.touchLocked(d)
 		if err := f.materializeLocked(ctx, d); err != nil {
 			return fmt.Errorf("block %d by reference: %w", fbn, err)
 		}
@@ -492,8 +492,8 @@ func (f *File) zeroLocked(ctx context.Context, off, n int64) error {
 // dropDirtyLocked removes a dirty block (truncated or zeroed away); a copy of
 // it in an open object becomes a dead slot.
 func (f *File) dropDirtyLocked(fbn uint64, d *dirtyBlock) {
-	f.touchLocked(d)
-	f.clearUnsent(fbn)
+	f.s.touchLocked(d)
+	f.s.clearUnsent(fbn)
 	if d.buf != nil {
 		f.freeBlock(d.buf)
 		f.dirtyB -= int64(f.bs)

@@ -67,7 +67,7 @@ func markerKeys(t *testing.T, st staging.Store, prefix string) []string {
 func sentObjects(t *testing.T, f *File) []staging.ObjectInfo {
 	t.Helper()
 	f.mu.Lock()
-	err := f.drainLocked(context.Background())
+	err := f.s.drainLocked(context.Background())
 	f.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
