@@ -628,7 +628,7 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Fil
 	f.w.seq = f.w.applied
 	if o.ReadOnly {
 		f.readOnly = true
-		if err := f.openOverlay(ctx); err != nil {
+		if err := f.openReplay(ctx); err != nil {
 			f.Close()
 			return nil, err
 		}

@@ -247,7 +247,9 @@ func (f *File) writeLocked(ctx context.Context, p []byte, off int64) error {
 // openReplay runs at Open: records after the head's are replayed (the lease
 // taken for it, and let go once they are published) unless a live writer
 // holds the lease, in which case they are its own to publish and the file
-// shows them read-only (overlayLocked).
+// shows them read-only (overlayLocked). A read-only open shows them the same
+// way, whoever wrote them, and publishes none: a crashed writer's are
+// replayed by the next writable open.
 func (f *File) openReplay(ctx context.Context) error {
 	if !f.w.tracked {
 		return nil
@@ -261,6 +263,12 @@ func (f *File) openReplay(ctx context.Context) error {
 			// Published already; deleting them is the log's job once it
 			// exists, and harmless to leave otherwise.
 			f.w.deleteCovered(ctx, seqs, f.w.applied)
+		}
+		return nil
+	}
+	if f.readOnly {
+		if err := f.overlayLocked(ctx, seqs); err != nil {
+			return fmt.Errorf("open %s: %w", f.prefix, err)
 		}
 		return nil
 	}
@@ -288,28 +296,6 @@ func (f *File) openReplay(ctx context.Context) error {
 		f.log.Debug("closing the write-ahead log after replay", zap.Error(cerr))
 	}
 	if err != nil {
-		return fmt.Errorf("open %s: %w", f.prefix, err)
-	}
-	return nil
-}
-
-// openOverlay runs at a read-only Open: the records after the head are
-// applied in memory, read-only, as a reader beside a live writer shows them
-// (overlayLocked), whoever wrote them: a read-only open shows every
-// acknowledged write and publishes none. A crashed writer's records are
-// replayed by the next writable open.
-func (f *File) openOverlay(ctx context.Context) error {
-	if !f.w.tracked {
-		return nil
-	}
-	seqs, err := wal.List(ctx, f.st, f.prefix)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", f.prefix, err)
-	}
-	if len(seqs) == 0 || seqs[len(seqs)-1] <= f.w.applied {
-		return nil
-	}
-	if err := f.overlayLocked(ctx, seqs); err != nil {
 		return fmt.Errorf("open %s: %w", f.prefix, err)
 	}
 	return nil
