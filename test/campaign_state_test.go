@@ -272,9 +272,11 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			return false
 		}
 		f.open = true
-		if trunc {
+		if trunc && !create {
 			// A state even when the file was empty: a merge replays the
-			// truncate over the other writer's checkpoint, cutting its bytes.
+			// truncate over the other writer's checkpoint, cutting its
+			// bytes. (A create's O_TRUNC truncates nothing: the file is
+			// new.)
 			change(nil)
 		}
 	case "write":
