@@ -341,7 +341,7 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		if !needFile() {
 			return false
 		}
-		from, to, partial := c2o(c, f)
+		from, to, partial := c.c2o(f)
 		b, ok := result(f, 0, from, to, partial, "an open through the other mount (close-to-open)")
 		if !ok {
 			f.otherKnown, f.otherFrom, f.otherTo = false, from, to
@@ -395,7 +395,7 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		// that had it: a lagging view. Never to bytes none of them held.
 		var hs []holder
 		if f != nil {
-			from, _, _ := c2o(c, f)
+			from, _, _ := c.c2o(f)
 			hs = append(hs, holder{f, from})
 		}
 		hs = append(hs, v.past[name]...)
@@ -478,8 +478,6 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 	}
 	return true
 }
-
-func c2o(c *campaignRun, f *mfile) (int, int, bool) { return c.c2o(f) }
 
 func parseInt(s string) int64 {
 	n, err := strconv.ParseInt(s, 10, 64)

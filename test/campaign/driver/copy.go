@@ -104,6 +104,17 @@ func (d *driver) copyRange(kind string, m int, src, dst string, extra []any, off
 	if m == 1 {
 		return d.see(0)
 	}
+	if s := d.files[src]; d.foreign && s.fd != nil && s.dirty {
+		// A copy through the home mount may have published the source's
+		// changes (a copy by reference copies a checkpoint) or not (the
+		// kernel copied bytes): an fsync makes what the home mount
+		// published known again, which the other mount's changes build on.
+		if err := d.do("fsync", 0, []any{src}, func() ([]any, error) { return nil, fsyncErr(s.fd) }); err != nil {
+			return err
+		}
+		s.dirty = false
+		return d.logCno(src)
+	}
 	return nil
 }
 
