@@ -187,8 +187,8 @@
 // by concurrent misses; on a mount in use, which reads the log every
 // ns_refresh, a miss costs nothing); other changes (a rename, a removal) show within ns_refresh_max
 // plus one second, or sooner, since any request wakes the refresh. The size of
-// a file another mount wrote follows within max(ns_refresh, 1s) plus one
-// second: the head cache below.
+// a file another mount wrote follows within headTTL plus the kernel's
+// attrTimeout: the head cache below.
 //
 // # Attributes of files not open
 //
