@@ -58,19 +58,20 @@
 // before it.
 //
 // A record is at most MaxRecordSize (32 MiB) bytes, header to trailer: a
-// reader refuses a larger object before reading its body (one ranged GET
-// of 64 KiB tells its size), and Append refuses ops that would make one
-// (ErrRecordTooLarge; the engine appends writes of at most 1 MiB, and
-// BatchBytes is at most MaxRecordSize). The owner object is read the same
-// way, bounded to 64 KiB.
+// reader refuses a larger object before reading its body (one small ranged
+// GET tells its size: staging.GetLimited), and Append refuses ops that would
+// make one (ErrRecordTooLarge; the engine appends writes of at most one
+// FUSE write, the mount's MaxWrite, and BatchBytes is at most
+// MaxRecordSize). The owner object is read the same way, bounded to
+// maxOwnerBytes.
 //
 // A record is exactly the sum of its parts: Decode refuses trailing bytes,
 // so a record has one encoding and a decoded record re-encodes to its bytes.
 //
 // # Lease (the owner object)
 //
-// JSON, at most 64 KiB, written by the writer that holds the log. Version 2
-// (OwnerVersion), what this build writes:
+// JSON, at most maxOwnerBytes, written by the writer that holds the log.
+// Version 2 (OwnerVersion), what this build writes:
 //
 //	{"v": 2, "writer": "<random id>", "host": "<hostname>", "pid": 1234,
 //	 "pidns": 4026531836, "start": 81234567, "boot": "<kernel boot id>",

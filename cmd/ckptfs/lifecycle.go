@@ -3,8 +3,10 @@ package main
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -120,4 +122,56 @@ func stopMount(fsys *fusefs.FS, dir, conn string, done <-chan struct{}, log *zap
 		return fmt.Errorf("files still open were not flushed: the server did not stop within %v of the connection's end", abortWait)
 	}
 	return fsys.Close()
+}
+
+// serveUntilStopped serves the mount until it is unmounted, by SIGINT or
+// SIGTERM (stopMount) or from outside (fusermount3 -u, umount), and returns
+// the exit status: 1 when files could not be flushed. SIGHUP calls reopen.
+func serveUntilStopped(fsys *fusefs.FS, mountpoint, conn string, log, life *zap.Logger, reopen func(), stderr io.Writer) int {
+	sigs := make(chan os.Signal, 2)
+	// SIGHUP reopens the log file (logrotate); without this it would
+	// end the mount.
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	done := make(chan struct{})
+	go func() {
+		fsys.Wait()
+		close(done)
+	}()
+	for {
+		select {
+		case s := <-sigs:
+			if s == syscall.SIGHUP {
+				reopen()
+				continue
+			}
+			life.Info("unmounting", zap.Stringer("signal", s), zap.String("mountpoint", mountpoint))
+			sdNotify(log, daemon.SdNotifyStopping)
+			if err := stopMount(fsys, mountpoint, conn, done, log); err != nil {
+				if errors.Is(err, errStillMounted) {
+					log.Error("unmount failed", zap.Error(err))
+					fmt.Fprintf(stderr, "ckptfs: %v\n", err)
+					sdNotify(log, daemon.SdNotifyReady)
+					continue // still mounted: keep serving
+				}
+				// Unmounted, but files could not be flushed (each is
+				// named in the log and the error): exit non-zero.
+				log.Error("unmounted; files not flushed", zap.Error(err))
+				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
+				return 1
+			}
+			life.Info("unmounted", zap.String("mountpoint", mountpoint))
+			return 0
+		case <-done:
+			// Unmounted from outside (fusermount3 -u, umount).
+			sdNotify(log, daemon.SdNotifyStopping)
+			life.Info("unmounted", zap.String("mountpoint", mountpoint))
+			if err := fsys.Close(); err != nil {
+				log.Error("unmounted; files not flushed", zap.Error(err))
+				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
+				return 1
+			}
+			return 0
+		}
+	}
 }

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime/pprof"
 	"strings"
@@ -489,20 +488,8 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	if os.Getenv(daemonEnv) == "" && !m.foreground {
 		return detach(stderr)
 	}
-	var report *os.File
-	if fd := os.Getenv(daemonEnv); fd != "" {
-		report = os.NewFile(3, "report")
-		os.Unsetenv(daemonEnv)
-	}
-	fail := func(err error) int {
-		msg := strings.ReplaceAll(err.Error(), "\n", "; ")
-		if report != nil {
-			fmt.Fprintf(report, "error: %s\n", msg)
-			report.Close()
-		}
-		fmt.Fprintf(stderr, "ckptfs mount: %s\n", msg)
-		return 1
-	}
+	report := childReport()
+	fail := func(err error) int { return reportFailure(report, stderr, err) }
 	// warn keeps what the user should know of a mount that succeeds, told
 	// before it detaches (a failed mount says only why it failed).
 	var warnings []string
@@ -516,32 +503,12 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	if err := checkMountPoint(m.mountpoint); err != nil {
 		return fail(err)
 	}
-	var sink logSink
-	var logFile *reopenFile
-	var jc *journalCore
-	if report != nil && so.logFile == "" {
-		jc = newJournalCore(cfg.Log.ZapLevel())
+	sink, logFile, err := mountLogSink(so, cfg, report != nil, stderr, warn)
+	if err != nil {
+		return fail(err)
 	}
-	switch {
-	case so.logFile != "":
-		if logFile, err = openLogFile(so.logFile); err != nil {
-			return fail(fmt.Errorf("option log_file: %w", err))
-		}
+	if logFile != nil {
 		defer logFile.Close()
-		sink = writerSink(logFile)
-	case jc != nil:
-		// Detached, under systemd: the journal, with structured fields.
-		sink = jc.withLevel
-	case report != nil:
-		// Detached: no terminal. The system log.
-		sc, err := newSyslogCore(cfg.Log.ZapLevel())
-		if err != nil {
-			warn(fmt.Sprintf("%v: the mount's log is discarded; give -o log_file=PATH to keep it", err))
-		} else {
-			sink = sc.withLevel
-		}
-	default:
-		sink = writerSink(stderr)
 	}
 	// life logs the mount's start and end: a detached mount, or one that
 	// systemd runs (Type=notify), says them at the default level too,
@@ -564,16 +531,7 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 		zap.Bool("wal", cfg.WAL), zap.Bool("ro", cfg.ReadOnly),
 		zap.String("options", cfg.EncodeChanged(config.MountDefault(config.TotalRAM()))),
 		zap.Int("pid", os.Getpid()))
-	for _, w := range warnings {
-		if report != nil {
-			fmt.Fprintf(report, "warning: %s\n", w)
-		}
-		fmt.Fprintf(stderr, "ckptfs mount: warning: %s\n", w)
-	}
-	if report != nil {
-		fmt.Fprintln(report, "mounted")
-		report.Close()
-	}
+	reportMounted(report, stderr, warnings)
 
 	// CKPTFS_CPUPROFILE=path profiles the mount's CPU until it unmounts:
 	// where the time of a benchmark through the mount goes.
@@ -592,60 +550,92 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	// busy mount ends it (stopMount).
 	conn := fuseConnection(m.mountpoint)
 	sdNotify(log, daemon.SdNotifyReady)
+	reopen := func() { reopenLog(log, logFile, so.logFile) }
+	return serveUntilStopped(fsys, m.mountpoint, conn, log, life, reopen, stderr)
+}
 
-	sigs := make(chan os.Signal, 2)
-	// SIGHUP reopens the log file (logrotate); without this it would
-	// end the mount.
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	done := make(chan struct{})
-	go func() {
-		fsys.Wait()
-		close(done)
-	}()
-	for {
-		select {
-		case s := <-sigs:
-			if s == syscall.SIGHUP {
-				if logFile == nil {
-					log.Info("SIGHUP: no log file to reopen")
-					continue
-				}
-				if err := logFile.Reopen(); err != nil {
-					log.Error("log file not reopened", zap.String("path", so.logFile), zap.Error(err))
-					continue
-				}
-				log.Info("log file reopened", zap.String("path", so.logFile))
-				continue
-			}
-			life.Info("unmounting", zap.Stringer("signal", s), zap.String("mountpoint", m.mountpoint))
-			sdNotify(log, daemon.SdNotifyStopping)
-			if err := stopMount(fsys, m.mountpoint, conn, done, log); err != nil {
-				if errors.Is(err, errStillMounted) {
-					log.Error("unmount failed", zap.Error(err))
-					fmt.Fprintf(stderr, "ckptfs: %v\n", err)
-					sdNotify(log, daemon.SdNotifyReady)
-					continue // still mounted: keep serving
-				}
-				// Unmounted, but files could not be flushed (each is
-				// named in the log and the error): exit non-zero.
-				log.Error("unmounted; files not flushed", zap.Error(err))
-				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
-				return 1
-			}
-			life.Info("unmounted", zap.String("mountpoint", m.mountpoint))
-			return 0
-		case <-done:
-			// Unmounted from outside (fusermount3 -u, umount).
-			sdNotify(log, daemon.SdNotifyStopping)
-			life.Info("unmounted", zap.String("mountpoint", m.mountpoint))
-			if err := fsys.Close(); err != nil {
-				log.Error("unmounted; files not flushed", zap.Error(err))
-				fmt.Fprintf(stderr, "ckptfs: %v\n", err)
-				return 1
-			}
-			return 0
+// mountLogSink is where a mount logs: log_file= when given; detached, the
+// journal under systemd, else the system log; in the foreground, stderr.
+// logFile is the file log_file= opened, for the caller to close (nil
+// without log_file=); warn receives why a detached mount's log is
+// discarded.
+func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writer, warn func(string)) (sink logSink, logFile *reopenFile, err error) {
+	var jc *journalCore
+	if detached && so.logFile == "" {
+		jc = newJournalCore(cfg.Log.ZapLevel())
+	}
+	switch {
+	case so.logFile != "":
+		if logFile, err = openLogFile(so.logFile); err != nil {
+			return nil, nil, fmt.Errorf("option log_file: %w", err)
 		}
+		sink = writerSink(logFile)
+	case jc != nil:
+		// Detached, under systemd: the journal, with structured fields.
+		sink = jc.withLevel
+	case detached:
+		// Detached: no terminal. The system log.
+		sc, err := newSyslogCore(cfg.Log.ZapLevel())
+		if err != nil {
+			warn(fmt.Sprintf("%v: the mount's log is discarded; give -o log_file=PATH to keep it", err))
+		} else {
+			sink = sc.withLevel
+		}
+	default:
+		sink = writerSink(stderr)
+	}
+	return sink, logFile, nil
+}
+
+// reopenLog reopens the log file on SIGHUP (logrotate); logFile is nil
+// without log_file=.
+func reopenLog(log *zap.Logger, logFile *reopenFile, path string) {
+	if logFile == nil {
+		log.Info("SIGHUP: no log file to reopen")
+		return
+	}
+	if err := logFile.Reopen(); err != nil {
+		log.Error("log file not reopened", zap.String("path", path), zap.Error(err))
+		return
+	}
+	log.Info("log file reopened", zap.String("path", path))
+}
+
+// childReport is, in the detached child of a mount, its end of the pipe to
+// the parent waiting in detach; nil in a mount in the foreground.
+func childReport() *os.File {
+	if fd := os.Getenv(daemonEnv); fd != "" {
+		os.Unsetenv(daemonEnv)
+		return os.NewFile(3, "report")
+	}
+	return nil
+}
+
+// reportFailure says why the mount failed, to the parent (report, nil in
+// the foreground) and on stderr, and returns the exit status.
+func reportFailure(report *os.File, stderr io.Writer, err error) int {
+	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	if report != nil {
+		fmt.Fprintf(report, "error: %s\n", msg)
+		report.Close()
+	}
+	fmt.Fprintf(stderr, "ckptfs mount: %s\n", msg)
+	return 1
+}
+
+// reportMounted tells the parent (report, nil in the foreground) the
+// warnings, one a line, then that the volume is mounted; the warnings go to
+// stderr too.
+func reportMounted(report *os.File, stderr io.Writer, warnings []string) {
+	for _, w := range warnings {
+		if report != nil {
+			fmt.Fprintf(report, "warning: %s\n", w)
+		}
+		fmt.Fprintf(stderr, "ckptfs mount: warning: %s\n", w)
+	}
+	if report != nil {
+		fmt.Fprintln(report, "mounted")
+		report.Close()
 	}
 }
 

@@ -97,12 +97,13 @@
 //     by the same key, before it is sent, so concurrent reads of the same
 //     blocks (several readers of one checkpoint, a reader and the read ahead
 //     of its stream) make one GET. ReadStream (the FUSE layer's reads) follows
-//     sequential streams and, past 1 MiB read in a row, fetches ahead of them
-//     (twice what the stream read, 1 to 64 MiB, in pieces planned as reads
-//     are, at most 16 in flight per file, but one a read waits for goes at
-//     once); those flights are kept, drawn from the read share (only what
-//     TryAcquireRead gives: a read never waits for the budget and never
-//     takes a writer's room), until the
+//     sequential streams and, past prefetchProve bytes read in a row, fetches
+//     ahead of them (twice what the stream read, from prefetchMinWindow to
+//     prefetchMaxWindow, in pieces planned as reads are, at most
+//     prefetchInFlight in flight per file, but one a read waits for goes at
+//     once; prefetch.go says how); those flights are kept, drawn from the
+//     read share (only what TryAcquireRead gives: a read never waits for the
+//     budget and never takes a writer's room), until the
 //     stream has read past them, the stream is dropped, a truncate shrinks the
 //     file, or a rollback or Close ends them (Close waits for their
 //     goroutines). Other reads, and ReadAt, fetch exactly their blocks.

@@ -33,9 +33,12 @@
 // lose acknowledged data.
 //
 // A handle that reads sequentially reads ahead through the engine (up to
-// 128 MiB ahead, in ranged GETs of 4 MiB): the kernel asks for 1 MiB at a
-// time (the mount raises its read-ahead from 128 KiB), and one ranged GET
-// per kernel read would spend most of its time on the request.
+// the engine's prefetchMaxWindow ahead, in ranged GETs of at most its
+// prefetchMaxPiece and read_get_max_bytes: fs/engine/prefetch.go): the
+// kernel asks for MountOptions.MaxReadAhead at a time (the mount raises the
+// device's read-ahead to it from the kernel's default: setKernelReadAhead),
+// and one ranged GET per kernel read would spend most of its time on the
+// request.
 //
 // Files are never opened with direct_io, so the page cache serves shared
 // mmap (reads and writes) as on a local filesystem.
@@ -184,16 +187,17 @@
 // by concurrent misses; on a mount in use, which reads the log every
 // ns_refresh, a miss costs nothing); other changes (a rename, a removal) show within ns_refresh_max
 // plus one second, or sooner, since any request wakes the refresh. The size of
-// a file another mount wrote follows within max(ns_refresh, 1s) plus one
-// second: the head cache below.
+// a file another mount wrote follows within headTTL plus the kernel's
+// attrTimeout: the head cache below.
 //
 // # Attributes of files not open
 //
 // The size and mtime of a file come from its engine while it is open here,
-// and otherwise from its head object, remembered for max(ns_refresh, 1s) in a
-// cache of at most 65,536 heads (least recently used first out, about 200
-// bytes each: 13 MiB at most, whatever the number of files). Concurrent reads
-// of one head are one request, shared by every stat waiting for it.
+// and otherwise from its head object, remembered for headTTL (ns_refresh, at
+// least attrTimeout) in a cache of at most headCacheEntries heads (least
+// recently used first out; heads.go says what an entry costs, and so the
+// bound in bytes, whatever the number of files). Concurrent reads of one
+// head are one request, shared by every stat waiting for it.
 //
 // Reading a directory (readdir) has the heads of the files it lists read in
 // the background, at most 32 at once for the whole mount and at most 4,096

@@ -61,7 +61,7 @@ var (
 
 // engineCreate creates a new file and stores its empty head (If-None-Match,
 // engine.Options.StoreHead): a file id is created once, so a named file
-// whose head is missing was deleted (fs.go, missingHead), never "not yet
+// whose head is missing was deleted (heads.go, missingHead), never "not yet
 // written", and no mount whose view of the names lags makes it again.
 func engineCreate(ctx context.Context, fsys *FS, id string) (*engine.File, error) {
 	o := fsys.engineOptions(id)

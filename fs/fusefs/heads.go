@@ -3,10 +3,16 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // The heads of files not open here: what a stat reports of them, and how a
@@ -261,4 +267,187 @@ func (fsys *FS) prefetch(ents []namespace.Dirent) {
 			}
 		}
 	})
+}
+
+// headInfo is what the kernel needs of a file that is not open.
+type headInfo struct {
+	size   int64
+	mtime  int64
+	cno    uint64
+	format segment.Format
+	seen   time.Time
+	// blocks is st_blocks (512-byte units) from the data blocks the file
+	// stores, when known (blocksKnown); otherwise fillAttr uses the size.
+	blocks      uint64
+	blocksKnown bool
+}
+
+// statHead is what the kernel needs of a file, from its engine's Stat.
+func statHead(st engine.Stat) headInfo {
+	return headInfo{size: st.Size, mtime: st.Mtime.UnixNano(), cno: st.Cno, format: st.Format,
+		blocks: st.Blocks * uint64(st.BlockSize) / 512, blocksKnown: st.BlocksKnown}
+}
+
+// errReaped: a file's head is missing and the namespace, read again, names
+// the file no more: another mount removed it and a cleaner deleted it.
+var errReaped = fmt.Errorf("file removed on another mount and deleted: %w", namespace.ErrNotExist)
+
+// missingHead decides about file id, whose head a read that started at
+// start found missing. Heads are stored when a file is created, so the file
+// may have been unlinked on another mount and deleted by a cleaner while
+// this mount's view of the names lagged: nothing is decided before the
+// namespace is read again, by a read that started after start (the unlink
+// is in the log before a cleaner may delete). A file no longer named is
+// errReaped (ENOENT); one still named has no head because it was made
+// before heads were stored at create, and is empty.
+func (fsys *FS) missingHead(ctx context.Context, id string, start time.Time) error {
+	if fsys.unlinked(id) {
+		return errReaped
+	}
+	for range 2 { // a read in flight may have started before start
+		if fsys.refreshedAt.Load() >= start.UnixNano() {
+			break
+		}
+		ch := fsys.nsFlight.DoChan("refresh", func() (any, error) {
+			rctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
+			defer cancel()
+			at := time.Now()
+			err := fsys.ns.Refresh(rctx)
+			if err == nil {
+				fsys.refreshedAt.Store(at.UnixNano())
+			}
+			return nil, err
+		})
+		select {
+		case r := <-ch:
+			if r.Err != nil {
+				return fmt.Errorf("file %s has no head; read the namespace again: %w", id, r.Err)
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	if !fsys.ns.Named(id) {
+		fsys.mu.Lock()
+		fsys.heads.remove(id)
+		fsys.mu.Unlock()
+		return errReaped
+	}
+	return nil
+}
+
+// replayedHead handles a file whose head says WAL records may follow it.
+// If there are, the size and mtime the kernel caches must be those of every
+// write durable in the log, not of the last checkpoint:
+//   - when no writer that may be alive holds the log (its lease is absent, or
+//     names a process of this host that ended, a zombie included), the file
+//     is opened, which replays the records and publishes them;
+//   - otherwise (a live writer, or one whose lease expired but that may
+//     still run) nothing is taken or published: the records are
+//     read and their effect on size and mtime reported (engine.ViewWAL), as
+//     they stand now; the answer is cached like a head.
+//
+// A stat never replays on a live writer's behalf: that would take its lease
+// (after a store outage stopped its renewals) and publish under it.
+func (fsys *FS) replayedHead(ctx context.Context, id string, info staging.ObjectInfo) (headInfo, bool, error) {
+	applied, tracked, err := engine.HeadWAL(info)
+	if err != nil || !tracked {
+		return headInfo{}, false, nil
+	}
+	prefix := fsys.prefix(id)
+	pending, err := wal.After(ctx, fsys.st, prefix, applied)
+	if err != nil {
+		return headInfo{}, false, err
+	}
+	if !pending {
+		return headInfo{}, false, nil
+	}
+	// A read-only mount never replays: it shows the records as a reader
+	// beside a live writer does (engine.Options.ReadOnly).
+	held := fsys.cfg.ReadOnly
+	if !held {
+		if held, err = wal.Held(ctx, fsys.st, prefix); err != nil {
+			return headInfo{}, false, err
+		}
+	}
+	if !held {
+		of, err := fsys.acquire(ctx, id)
+		if err != nil {
+			return headInfo{}, false, fmt.Errorf("replay the write-ahead log of %s: %w", id, err)
+		}
+		st := of.f.Stat()
+		fsys.release(ctx, of, false)
+		h := statHead(st)
+		h.seen = time.Now()
+		return h, true, nil
+	}
+	v, err := engine.ViewWAL(ctx, fsys.st, prefix, fsys.engineOptions(id))
+	if err != nil {
+		return headInfo{}, false, fmt.Errorf("read the write-ahead log of %s: %w", id, err)
+	}
+	h := headInfo{size: v.Size, mtime: v.Mtime.UnixNano(), cno: v.Inode.Cno, format: v.Inode.Format, seen: time.Now()}
+	fsys.mu.Lock()
+	fsys.heads.put(id, h)
+	fsys.mu.Unlock()
+	return h, true, nil
+}
+
+// fileHead returns size, mtime, checkpoint and format of file id: from its
+// open engine, or its head object (remembered for max(ns_refresh, 1s), in a
+// bounded cache; the read is shared with any other caller, a prefetch
+// included, that reads it meanwhile).
+func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
+	fsys.mu.Lock()
+	of := fsys.files[id]
+	h, cached := fsys.heads.get(id)
+	fsys.mu.Unlock()
+	if of != nil {
+		select {
+		case <-of.ready:
+			if of.f != nil {
+				st := of.f.Stat()
+				return statHead(st), nil
+			}
+		default:
+		}
+	}
+	if cached && time.Since(h.seen) < fsys.headTTL() {
+		return h, nil
+	}
+	return fsys.fetchHead(ctx, id)
+}
+
+// readHead reads the head object of file id and remembers what it says (see
+// replayedHead for a head that WAL records may follow). ctx is the mount's:
+// the read is shared by every caller that waits for it (fetchHead).
+func (fsys *FS) readHead(ctx context.Context, id string) (headInfo, error) {
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, requestBound(fsys.cfg))
+	hd, info, err := segment.ReadHead(rctx, fsys.st, volume.HeadKey(fsys.prefix(id)), segment.FileTag(id))
+	cancel()
+	if errors.Is(err, staging.ErrNotFound) {
+		if err := fsys.missingHead(ctx, id, start); err != nil {
+			return headInfo{}, err
+		}
+		// Still named: made before heads were stored at create and never
+		// written: empty, and remembered like a head.
+		h := headInfo{format: fsys.params.Format, blocksKnown: true}
+		fsys.remember(id, h, start)
+		h.seen = start
+		return h, nil
+	}
+	if err != nil {
+		return headInfo{}, err
+	}
+	if h, ok, err := fsys.replayedHead(ctx, id, info); err != nil {
+		// Reporting the head would show the file without writes durable in
+		// its log.
+		return headInfo{}, err
+	} else if ok {
+		return h, nil
+	}
+	h := headInfo{size: int64(hd.Inode.Size), mtime: hd.Inode.MtimeNs, cno: hd.Inode.Cno, format: hd.Inode.Format, seen: time.Now(),
+		blocks: hd.Blocks * uint64(hd.Inode.DataBlockSize) / 512, blocksKnown: hd.BlocksKnown}
+	fsys.remember(id, h, start)
+	return h, nil
 }

@@ -28,11 +28,11 @@
 //
 // A change (Create, Rename, ...) is queued for the committer, a goroutine of
 // the Namespace; changes queued while an entry is being written go together
-// into the next one (up to 1024 ops or about 1 MiB), so that concurrent
-// changes cost one PUT between them. The committer checks each change in
-// order against the state the ones before it leave (a change that fails is
-// answered with its error, ErrExist etc., and left out) and creates the next
-// entry, seq = state+1, with If-None-Match.
+// into the next one (up to maxBatchOps ops or maxBatchBytes of them encoded),
+// so that concurrent changes cost one PUT between them. The committer
+// checks each change in order against the state the ones before it leave (a
+// change that fails is answered with its error, ErrExist etc., and left out)
+// and creates the next entry, seq = state+1, with If-None-Match.
 //
 // It does so without reading the log first while the tail is trusted: the
 // mount confirmed, less than Options.TailTrust ago (1 minute), that its
