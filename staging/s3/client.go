@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -42,9 +43,17 @@ func New(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 bucket %s: %w", c.Bucket, err)
 	}
+	dials := new(atomic.Int64)
 	transport := awshttp.NewBuildableClient().
 		WithDialerOptions(func(d *net.Dialer) { d.Timeout = tm.Connect }).
 		WithTransportOptions(func(t *http.Transport) {
+			// Counted, so that tests and benchmarks see a connection
+			// closed that could have been reused (Store.Dials).
+			dial := t.DialContext
+			t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				dials.Add(1)
+				return dial(ctx, network, addr)
+			}
 			t.MaxIdleConnsPerHost = maxConns
 			t.MaxIdleConns = max(t.MaxIdleConns, maxConns)
 			t.TLSHandshakeTimeout = tm.Connect
@@ -138,6 +147,7 @@ func New(ctx context.Context, c Config) (*Store, error) {
 		sse:       types.ServerSideEncryption(c.SSE),
 		class:     types.StorageClass(c.StorageClass),
 		uploads:   make(map[string]*s3Upload),
+		dials:     dials,
 
 		maxUploads: maxKnownUploads,
 	}
