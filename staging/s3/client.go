@@ -19,6 +19,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go/middleware"
@@ -81,6 +82,14 @@ func New(ctx context.Context, c Config) (*Store, error) {
 		// a body (ChecksumAlgorithm), not computed for every operation.
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+		config.WithLogger(newSDKLogger(c.Logger)),
+	}
+	if c.staticCredentials() {
+		// No credentials to fetch from the instance metadata service, and
+		// no probe of it either (defaults mode auto asks it for the
+		// region), which off EC2 waits for a time-out or, behind a proxy
+		// that answers, warns of a fall-back to IMDSv1.
+		opts = append(opts, config.WithEC2IMDSClientEnableState(imds.ClientDisabled))
 	}
 	if c.Region != "" {
 		opts = append(opts, config.WithRegion(c.Region))
