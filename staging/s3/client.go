@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
@@ -18,6 +19,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go/middleware"
@@ -42,9 +44,17 @@ func New(ctx context.Context, c Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("s3 bucket %s: %w", c.Bucket, err)
 	}
+	dials := new(atomic.Int64)
 	transport := awshttp.NewBuildableClient().
 		WithDialerOptions(func(d *net.Dialer) { d.Timeout = tm.Connect }).
 		WithTransportOptions(func(t *http.Transport) {
+			// Counted, so that tests and benchmarks see a connection
+			// closed that could have been reused (Store.Dials).
+			dial := t.DialContext
+			t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+				dials.Add(1)
+				return dial(ctx, network, addr)
+			}
 			t.MaxIdleConnsPerHost = maxConns
 			t.MaxIdleConns = max(t.MaxIdleConns, maxConns)
 			t.TLSHandshakeTimeout = tm.Connect
@@ -72,6 +82,14 @@ func New(ctx context.Context, c Config) (*Store, error) {
 		// a body (ChecksumAlgorithm), not computed for every operation.
 		config.WithRequestChecksumCalculation(aws.RequestChecksumCalculationWhenRequired),
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
+		config.WithLogger(newSDKLogger(c.Logger)),
+	}
+	if c.staticCredentials() {
+		// No credentials to fetch from the instance metadata service, and
+		// no probe of it either (defaults mode auto asks it for the
+		// region), which off EC2 waits for a time-out or, behind a proxy
+		// that answers, warns of a fall-back to IMDSv1.
+		opts = append(opts, config.WithEC2IMDSClientEnableState(imds.ClientDisabled))
 	}
 	if c.Region != "" {
 		opts = append(opts, config.WithRegion(c.Region))
@@ -138,6 +156,7 @@ func New(ctx context.Context, c Config) (*Store, error) {
 		sse:       types.ServerSideEncryption(c.SSE),
 		class:     types.StorageClass(c.StorageClass),
 		uploads:   make(map[string]*s3Upload),
+		dials:     dials,
 
 		maxUploads: maxKnownUploads,
 	}

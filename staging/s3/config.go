@@ -8,6 +8,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"go.uber.org/zap"
 
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -74,6 +75,9 @@ type Config struct {
 	// verify: "" or "crc32c" (the default), "crc32", "crc64nvme" or "off".
 	// Multipart uploads use CRC32C for crc64nvme too (see S3).
 	Checksum string
+	// Logger receives the AWS SDK's log lines: warnings at warn, the rest
+	// at debug, named "aws". Nil discards them.
+	Logger *zap.Logger
 
 	// hooks are for tests only (export_s3_test.go).
 	hooks *s3Hooks

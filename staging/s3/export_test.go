@@ -1,6 +1,10 @@
 package s3
 
-import "github.com/aws/aws-sdk-go-v2/aws"
+import (
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/smithy-go/logging"
+	"go.uber.org/zap"
+)
 
 // WithRegionLookup makes a store configured by c ask base instead of S3's
 // global endpoint for the bucket's region.
@@ -39,3 +43,6 @@ func KnownUploads(s *Store) int {
 // SetMaxKnownUploads sets how many uploads s remembers at most. Set it
 // before s is used.
 func SetMaxKnownUploads(s *Store, n int) { s.maxUploads = n }
+
+// SDKLogger is the SDK logger of a store whose Config.Logger is l.
+func SDKLogger(l *zap.Logger) logging.Logger { return newSDKLogger(l) }

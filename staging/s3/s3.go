@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -95,6 +96,7 @@ type Store struct {
 	kmsKey    *string
 	class     types.StorageClass
 	payer     types.RequestPayer // "" or requester
+	dials     *atomic.Int64      // connections dialled (Dials)
 
 	mu sync.Mutex
 	// uploads remembers, by upload id, what CompleteMultipart must return
@@ -106,6 +108,11 @@ type Store struct {
 }
 
 var _ staging.Store = (*Store)(nil)
+
+// Dials is how many connections the store has dialled since New: with
+// every reusable connection kept, at most the most requests it ever had
+// in flight at once, plus retries and connections the server closed.
+func (s *Store) Dials() int64 { return s.dials.Load() }
 
 // Region is the region requests are signed for: the configured one, or the
 // bucket's as the lookup found it.

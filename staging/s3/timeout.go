@@ -183,7 +183,7 @@ func (c *stallClient) Do(req *http.Request) (*http.Response, error) {
 		}
 		return nil, err
 	}
-	resp.Body = &recvBody{ReadCloser: resp.Body, w: newWatchdog(c.stall, cancel), cancel: cancel}
+	resp.Body = &recvBody{ReadCloser: resp.Body, w: newWatchdog(c.stall, cancel), cancel: cancel, left: resp.ContentLength}
 	return resp, nil
 }
 
@@ -210,12 +210,31 @@ type recvBody struct {
 	io.ReadCloser
 	w      *watchdog
 	cancel context.CancelFunc
+	left   int64 // bytes not read yet; -1: unknown
+	eof    bool  // a read returned an error (io.EOF or another)
 }
+
+// drainMax is the most of a response body Close reads and discards so that
+// its connection can serve the next request: a body closed before its end
+// closes its connection, and a new one costs a TCP (and TLS) handshake. A
+// longer rest is cheaper to drop with the connection than to receive, and
+// a rest that takes longer than drainWait to come is dropped with it: a
+// close never waits long for a stalled server.
+const (
+	drainMax  = 256 << 10
+	drainWait = 500 * time.Millisecond
+)
 
 func (b *recvBody) Read(p []byte) (int, error) {
 	b.w.arm()
 	n, err := b.ReadCloser.Read(p)
 	b.w.disarm()
+	if b.left >= 0 {
+		b.left -= int64(n)
+	}
+	if err != nil {
+		b.eof = true
+	}
 	if err != nil && err != io.EOF && b.w.fired.Load() {
 		err = &stallError{what: "response body", d: b.w.d}
 	}
@@ -224,6 +243,11 @@ func (b *recvBody) Read(p []byte) (int, error) {
 
 func (b *recvBody) Close() error {
 	b.w.stop()
+	if !b.eof && b.left <= drainMax {
+		t := time.AfterFunc(drainWait, b.cancel)
+		_, _ = io.Copy(io.Discard, io.LimitReader(b.ReadCloser, drainMax+1))
+		t.Stop()
+	}
 	err := b.ReadCloser.Close()
 	b.cancel()
 	return err

@@ -4,7 +4,9 @@
 // InternalError) without forwarding, delays before forwarding or after the
 // answer, and lost answers (the request is forwarded and carried out by the
 // server, then the connection is dropped without a reply). Stall holds every
-// request until it is released, to emulate an outage.
+// request until it is released, to emulate an outage. A Link makes it a far
+// and narrow path besides: a handshake cost per new connection, a latency
+// per request and a bandwidth per connection, over real TCP.
 //
 // The proxy forwards each request as it came: method, path, query, headers
 // and the Host header, so that SigV4 signatures made for the proxy's address
@@ -49,6 +51,9 @@ type Rule struct {
 	// OnFault, when set, is told of each request that met a fault, after
 	// the fault (it must not block for long).
 	OnFault func(Event)
+	// Link, when set, applies to every request and connection, Match or
+	// not; a connection keeps the link it was accepted with.
+	Link *Link
 }
 
 // Event is one fault met by one request.
@@ -64,7 +69,7 @@ type Event struct {
 type Request struct {
 	Method, Path string
 	Since        time.Time
-	Stage        string // "stalled", "delaying", "at the server", "answering"
+	Stage        string // "on the link", "stalled", "delaying", "at the server", "answering"
 }
 
 // InFlight lists the requests being served, oldest first: after a hang it
@@ -82,6 +87,7 @@ func (p *Proxy) InFlight() []Request {
 
 // Counters are what a proxy did since it started.
 type Counters struct {
+	Conns     int64 // client connections accepted
 	Requests  int64 // requests received
 	Forwarded int64 // requests sent to the server (lost answers included)
 	Error503  int64
@@ -97,8 +103,8 @@ type Counters struct {
 func (c Counters) Faults() int64 { return c.Error503 + c.Error500 + c.Delayed + c.Lost }
 
 func (c Counters) String() string {
-	return fmt.Sprintf("%d requests: %d forwarded, %d answered 503, %d answered 500, %d delayed, %d answers lost, %d stalled, %d unreachable, %d clients gone",
-		c.Requests, c.Forwarded, c.Error503, c.Error500, c.Delayed, c.Lost, c.Stalled, c.Failed, c.Gone)
+	return fmt.Sprintf("%d connections, %d requests: %d forwarded, %d answered 503, %d answered 500, %d delayed, %d answers lost, %d stalled, %d unreachable, %d clients gone",
+		c.Conns, c.Requests, c.Forwarded, c.Error503, c.Error500, c.Delayed, c.Lost, c.Stalled, c.Failed, c.Gone)
 }
 
 // Proxy is a running fault-injecting proxy.
@@ -123,7 +129,7 @@ type Proxy struct {
 	closeOnce sync.Once
 	handlers  sync.WaitGroup // requests being served, waited for by Close
 
-	requests, forwarded, e503, e500, delayed, lost, stalled, failed, gone atomic.Int64
+	conns, requests, forwarded, e503, e500, delayed, lost, stalled, failed, gone atomic.Int64
 }
 
 // Start starts a proxy on 127.0.0.1 (a free port) to target, an http URL
@@ -136,10 +142,11 @@ func Start(target string, rule Rule) (*Proxy, error) {
 	if u.Scheme != "http" || u.Host == "" {
 		return nil, fmt.Errorf("faultproxy target %q: want http://host:port", target)
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy listen: %w", err)
 	}
+	ln := &linkListener{Listener: tcp}
 	p := &Proxy{
 		target: u,
 		ln:     ln,
@@ -152,6 +159,7 @@ func Start(target string, rule Rule) (*Proxy, error) {
 		served:  make(chan struct{}),
 		closing: make(chan struct{}),
 	}
+	ln.p = p
 	p.setRule(rule)
 	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: time.Minute}
 	go func() {
@@ -191,7 +199,7 @@ func (p *Proxy) Stall(on bool) {
 // Counters returns what the proxy did so far.
 func (p *Proxy) Counters() Counters {
 	return Counters{
-		Requests: p.requests.Load(), Forwarded: p.forwarded.Load(),
+		Conns: p.conns.Load(), Requests: p.requests.Load(), Forwarded: p.forwarded.Load(),
 		Error503: p.e503.Load(), Error500: p.e500.Load(), Delayed: p.delayed.Load(),
 		Lost: p.lost.Load(), Stalled: p.stalled.Load(), Failed: p.failed.Load(), Gone: p.gone.Load(),
 	}
@@ -228,6 +236,16 @@ const (
 	delayAfter
 	loseAnswer
 )
+
+// latency is the link's latency of a request, 0 without a link.
+func (p *Proxy) latency() time.Duration {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.rule.Link == nil {
+		return 0
+	}
+	return p.rule.Link.Latency
+}
 
 // draw picks the fault of the next request, and a delay.
 func (p *Proxy) draw(req *http.Request) (fault, time.Duration, chan struct{}, func(Event)) {
@@ -285,6 +303,10 @@ func (p *Proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		if onFault != nil {
 			onFault(Event{Time: came, Method: r.Method, Path: r.URL.RequestURI(), Fault: name, Delay: d})
 		}
+	}
+	if lat := p.latency(); lat > 0 {
+		stage("on the link")
+		p.sleep(r.Context(), lat)
 	}
 	if stall != nil {
 		stage("stalled")
@@ -426,7 +448,7 @@ func hijackAndClose(w http.ResponseWriter) {
 		// Not hijackable (HTTP/2): abort the handler, which resets the stream.
 		panic(http.ErrAbortHandler)
 	}
-	if tc, ok := conn.(*net.TCPConn); ok {
+	if tc, ok := conn.(interface{ SetLinger(int) error }); ok {
 		_ = tc.SetLinger(0) // a reset, as a dropped link looks to the client
 	}
 	_ = conn.Close()
