@@ -118,6 +118,7 @@ type storeOpts struct {
 	create                                   bool          // create the volume if there is none
 	singleWriter                             bool          // mount even if the store ignores conditions
 	mountTimeout                             time.Duration // bound on the start; zero: defaultMountTimeout
+	logger                                   *zap.Logger   // not a store option: the mount's log, for the AWS SDK's lines (nil: dropped)
 }
 
 // startBound is the bound on reaching the store and opening the volume.
@@ -321,6 +322,7 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 			PathStyle: so.pathStyle, Profile: so.profile, Timeouts: so.timeouts,
 			SSE: so.sse, SSEKMSKeyID: so.sseKMSKeyID, StorageClass: so.storageClass,
 			RequesterPays: so.requesterPays, CABundle: so.caBundle, Checksum: so.checksum,
+			Logger: so.logger,
 		})
 		if err != nil {
 			return nil, "", fmt.Errorf("store %s: %w", spec, err)
@@ -434,7 +436,7 @@ func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), so.startBound())
 	defer cancel()
-	so.timeouts = cfg.S3Timeouts()
+	so.timeouts, so.logger = cfg.S3Timeouts(), log
 	raw, root, err := openStore(ctx, spec, so)
 	if err != nil {
 		return nil, explainStart(ctx, err, nil, spec, so)
