@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -129,5 +130,27 @@ func TestCheckpointsPathFollowsRename(t *testing.T) {
 	}
 	if got, err := os.ReadFile(m.path(".checkpoints/f/1")); err != nil || string(got) != "the new one" {
 		t.Fatalf("after g was renamed over f, .checkpoints/f/1 reads %q (%v), want g's first checkpoint", got, err)
+	}
+}
+
+// TestCheckpointPublishedOnAnotherMount: a checkpoint another mount has
+// just published is found by its number at once, though this mount read
+// the file's head a moment before. Before the fix the lookup answered
+// ENOENT for max(ns_refresh, 1 s) (found by the campaign).
+func TestCheckpointPublishedOnAnotherMount(t *testing.T) {
+	v := newVolume(t)
+	a, b := v.mount("ns_refresh=5s"), v.mount("ns_refresh=5s")
+	if err := os.WriteFile(a.path("f"), []byte("first"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 20*time.Second, func() error {
+		_, err := os.ReadFile(b.path(".checkpoints/f/1"))
+		return err
+	})
+	if err := os.WriteFile(a.path("f"), []byte("second"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(b.path(".checkpoints/f/2")); err != nil || string(got) != "second" {
+		t.Fatalf(".checkpoints/f/2 on the other mount right after the close: %q, %v", got, err)
 	}
 }

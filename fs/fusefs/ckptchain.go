@@ -115,7 +115,13 @@ func (c *chainCache) put(e chainEntry) {
 // headTTL, reading the head when it is older (one read shared by concurrent
 // callers for one file, in a task of the mount, as fetchHead).
 func (fsys *FS) ckptHead(ctx context.Context, id string) (chainEntry, error) {
-	if e, ok := fsys.chains.get(id); ok && time.Since(e.read) < fsys.headTTL() {
+	return fsys.ckptHeadWithin(ctx, id, fsys.headTTL())
+}
+
+// ckptHeadWithin is ckptHead with the head read within maxAge (0: read
+// now).
+func (fsys *FS) ckptHeadWithin(ctx context.Context, id string, maxAge time.Duration) (chainEntry, error) {
+	if e, ok := fsys.chains.get(id); ok && time.Since(e.read) < maxAge {
 		return e, nil
 	}
 	type result struct {
@@ -125,7 +131,7 @@ func (fsys *FS) ckptHead(ctx context.Context, id string) (chainEntry, error) {
 	done := make(chan result, 1)
 	if !fsys.tasks.goFn(func() {
 		v, err, _ := fsys.chainFlight.Do("head/"+id, func() (any, error) {
-			if e, ok := fsys.chains.get(id); ok && time.Since(e.read) < fsys.headTTL() {
+			if e, ok := fsys.chains.get(id); ok && time.Since(e.read) < maxAge {
 				return e, nil
 			}
 			return fsys.readCkptHead(id)
@@ -227,6 +233,15 @@ func (fsys *FS) ckptOne(ctx context.Context, id string, cno uint64) (ckptPoint, 
 	e, err := fsys.ckptHead(ctx, id)
 	if err != nil {
 		return ckptPoint{}, err
+	}
+	if cno != 0 && (e.missing || cno > e.head.Inode.Cno) {
+		// A number past the head kept: another mount may have published
+		// it since, so the head is read again before the answer is no (a
+		// miss costs one read, as a name missing is looked for in the
+		// namespace log first).
+		if e, err = fsys.ckptHeadWithin(ctx, id, 0); err != nil {
+			return ckptPoint{}, err
+		}
 	}
 	hd := e.head
 	if e.missing || cno == 0 || cno > hd.Inode.Cno {
