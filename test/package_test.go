@@ -14,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // repoRoot is the checkout this test file is in.
@@ -263,4 +265,218 @@ func processesWithArg(arg string) []string {
 		}
 	}
 	return pids
+}
+
+// podSpec is what TestContainerFiles reads of scripts/container/pod.yaml.
+type podSpec struct {
+	Kind string `yaml:"kind"`
+	Spec struct {
+		Volumes []struct {
+			Name     string    `yaml:"name"`
+			EmptyDir *struct{} `yaml:"emptyDir"`
+			HostPath *struct {
+				Path string `yaml:"path"`
+				Type string `yaml:"type"`
+			} `yaml:"hostPath"`
+		} `yaml:"volumes"`
+		InitContainers []podContainer `yaml:"initContainers"`
+		Containers     []podContainer `yaml:"containers"`
+	} `yaml:"spec"`
+}
+
+type podContainer struct {
+	Name            string   `yaml:"name"`
+	Image           string   `yaml:"image"`
+	RestartPolicy   string   `yaml:"restartPolicy"`
+	Command         []string `yaml:"command"`
+	Args            []string `yaml:"args"`
+	SecurityContext struct {
+		Privileged   bool `yaml:"privileged"`
+		Capabilities struct {
+			Add []string `yaml:"add"`
+		} `yaml:"capabilities"`
+	} `yaml:"securityContext"`
+	VolumeMounts []struct {
+		Name             string `yaml:"name"`
+		MountPath        string `yaml:"mountPath"`
+		MountPropagation string `yaml:"mountPropagation"`
+	} `yaml:"volumeMounts"`
+}
+
+// TestContainerFiles checks the Pod manifest and the Dockerfile of
+// docs/containers.md as far as a machine without a container runtime or a
+// cluster can: what a FUSE mount needs of the Pod, and that the image's
+// build stage builds the binary as scripts/release does.
+func TestContainerFiles(t *testing.T) {
+	root := repoRoot(t)
+	b, err := os.ReadFile(filepath.Join(root, "scripts", "container", "pod.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pod podSpec // the fields a mount depends on; the rest is not read
+	if err := yaml.Unmarshal(b, &pod); err != nil {
+		t.Fatalf("pod.yaml: %v", err)
+	}
+	if pod.Kind != "Pod" {
+		t.Fatalf("pod.yaml: kind %q", pod.Kind)
+	}
+	var sidecar, app *podContainer
+	for i, c := range pod.Spec.InitContainers {
+		if c.Name == "ckptfs" {
+			sidecar = &pod.Spec.InitContainers[i]
+		}
+	}
+	for i, c := range pod.Spec.Containers {
+		if c.Name == "app" {
+			app = &pod.Spec.Containers[i]
+		}
+	}
+	if sidecar == nil || app == nil {
+		t.Fatalf("pod.yaml: want an init container ckptfs and a container app")
+	}
+	if sidecar.RestartPolicy != "Always" {
+		t.Errorf("the ckptfs sidecar: restartPolicy %q, want Always (a native sidecar)", sidecar.RestartPolicy)
+	}
+	sc := sidecar.SecurityContext
+	// Bidirectional propagation is refused to a container that is not
+	// privileged; SYS_ADMIN alone would do for the mount itself.
+	if !sc.Privileged {
+		t.Errorf("the ckptfs sidecar is not privileged: Bidirectional mount propagation needs it")
+	}
+	hasSysAdmin := false
+	for _, c := range sc.Capabilities.Add {
+		hasSysAdmin = hasSysAdmin || c == "SYS_ADMIN"
+	}
+	if !sc.Privileged && !hasSysAdmin {
+		t.Errorf("the ckptfs sidecar has neither privileged nor SYS_ADMIN")
+	}
+
+	volumes := map[string]string{} // name: "emptyDir" or the hostPath
+	for _, v := range pod.Spec.Volumes {
+		switch {
+		case v.EmptyDir != nil:
+			volumes[v.Name] = "emptyDir"
+		case v.HostPath != nil:
+			volumes[v.Name] = v.HostPath.Path
+			if v.HostPath.Path == "/dev/fuse" && v.HostPath.Type != "CharDevice" {
+				t.Errorf("the /dev/fuse hostPath has type %q, want CharDevice", v.HostPath.Type)
+			}
+		}
+	}
+	devFuse, shared, sidecarAt, appAt := false, "", "", ""
+	for _, m := range sidecar.VolumeMounts {
+		switch {
+		case m.MountPath == "/dev/fuse" && volumes[m.Name] == "/dev/fuse":
+			devFuse = true
+		case m.MountPropagation == "Bidirectional" && volumes[m.Name] == "emptyDir":
+			shared, sidecarAt = m.Name, m.MountPath
+		}
+	}
+	if !devFuse {
+		t.Errorf("the ckptfs sidecar mounts no hostPath /dev/fuse at /dev/fuse")
+	}
+	if shared == "" {
+		t.Fatalf("the ckptfs sidecar mounts no emptyDir with mountPropagation Bidirectional")
+	}
+	for _, m := range app.VolumeMounts {
+		if m.Name == shared {
+			if m.MountPropagation != "HostToContainer" && m.MountPropagation != "Bidirectional" {
+				t.Errorf("the app mounts %s with propagation %q: it would not see the ckptfs mount", shared, m.MountPropagation)
+			}
+			appAt = m.MountPath
+		}
+	}
+	if appAt == "" {
+		t.Fatalf("the app does not mount the shared volume %s", shared)
+	}
+	// The mount point: the argument after the store in "ckptfs mount".
+	cmdline := strings.Join(append(append([]string{}, sidecar.Command...), sidecar.Args...), " ")
+	f := strings.Fields(cmdline[strings.Index(cmdline, "ckptfs mount"):])
+	if len(f) < 2 || !strings.Contains(cmdline, "-f") || !strings.Contains(cmdline, "allow_other") {
+		t.Fatalf("the sidecar's command %q: want ckptfs mount -f with allow_other", cmdline)
+	}
+	mnt := f[len(f)-1]
+	if !strings.HasPrefix(mnt, sidecarAt+"/") {
+		t.Errorf("the sidecar mounts on %s, want a directory inside the shared volume %s (the volume's own path is a mount point)", mnt, sidecarAt)
+	}
+	appPath := appAt + strings.TrimPrefix(mnt, sidecarAt)
+	if !strings.Contains(strings.Join(app.Args, " "), appPath) {
+		t.Errorf("the app's command does not use %s, where the mount shows in it", appPath)
+	}
+
+	checkDockerfile(t, root)
+}
+
+// checkDockerfile checks scripts/container/Dockerfile: two stages, the
+// first building ./cmd/ckptfs statically, the second installing fuse3 and
+// copying the binary from the first; and, without -short, runs the build
+// stage's go build here.
+func checkDockerfile(t *testing.T, root string) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "scripts", "container", "Dockerfile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Instructions, with continuation lines joined and comments dropped.
+	var instrs []string
+	cur := ""
+	for _, line := range strings.Split(string(b), "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "#") || (line == "" && cur == "") {
+			continue
+		}
+		if strings.HasSuffix(line, `\`) {
+			cur += strings.TrimSuffix(line, `\`) + " "
+			continue
+		}
+		if s := strings.TrimSpace(cur + line); s != "" {
+			instrs = append(instrs, s)
+		}
+		cur = ""
+	}
+	var froms []string
+	var goBuild, install, copyBin string
+	for _, in := range instrs {
+		switch kw := strings.ToUpper(strings.Fields(in)[0]); {
+		case kw == "FROM":
+			froms = append(froms, in)
+		case kw == "RUN" && strings.Contains(in, "go build") && len(froms) == 1:
+			goBuild = strings.TrimSpace(in[len("RUN"):])
+		case kw == "RUN" && strings.Contains(in, "apt-get install") && len(froms) == 2:
+			install = in
+		case kw == "COPY" && strings.Contains(in, "--from=build") && len(froms) == 2:
+			copyBin = in
+		}
+	}
+	if len(froms) != 2 || !strings.HasSuffix(froms[0], " AS build") || !strings.Contains(froms[1], "slim") {
+		t.Fatalf("Dockerfile stages %q: want a build stage (AS build) and a slim image", froms)
+	}
+	if !strings.Contains(goBuild, "CGO_ENABLED=0") || !strings.Contains(goBuild, " ./cmd/ckptfs") {
+		t.Fatalf("Dockerfile build stage: %q, want CGO_ENABLED=0 go build ... ./cmd/ckptfs", goBuild)
+	}
+	if !strings.Contains(install, " fuse3") {
+		t.Errorf("Dockerfile image installs no fuse3: %q", install)
+	}
+	if !strings.HasSuffix(copyBin, " /usr/bin/ckptfs") {
+		t.Errorf("Dockerfile image: %q, want the binary copied to /usr/bin/ckptfs", copyBin)
+	}
+	if out, err := runErr(root, "go", "list", "-f", "{{.Name}}", "./cmd/ckptfs"); err != nil || strings.TrimSpace(out) != "main" {
+		t.Fatalf("go list ./cmd/ckptfs: %v %q, want package main", err, out)
+	}
+	if testing.Short() {
+		return
+	}
+	// The build stage's command, run here with the binary written to a
+	// temporary file: what the image would hold builds from this tree.
+	bin := filepath.Join(t.TempDir(), "ckptfs")
+	cmd := strings.Replace(goBuild, "-o /out/ckptfs", "-o "+bin, 1)
+	if cmd == goBuild {
+		t.Fatalf("Dockerfile build stage %q does not write /out/ckptfs", goBuild)
+	}
+	if out, err := runErr(root, "sh", "-c", cmd); err != nil {
+		t.Fatalf("the Dockerfile's build command: %v\n%s", err, out)
+	}
+	if out := run(t, "", bin, "--version"); !strings.HasPrefix(out, "ckptfs ") {
+		t.Fatalf("the built binary's --version: %q", out)
+	}
 }
