@@ -44,6 +44,17 @@ type mfile struct {
 	// alt is the file's history if the other mount's change in flight at
 	// the end happened (a merge rewrites the states after it).
 	alt *mfile
+	// choices are the other histories still possible after the other
+	// mount changed a file the home mount had changes of: the home mount
+	// may have published some of them before (memory pressure publishes
+	// without being asked). The home mount's next read tells which.
+	choices []*mfile
+	// view, when viewSet, is what the home mount's descriptor shows while
+	// its engine has not taken the other mount's checkpoint (it published
+	// all it had before that change, so its fsync had nothing to merge);
+	// viewDirty: it changed the file since, so its next flush merges.
+	view               []byte
+	viewSet, viewDirty bool
 }
 
 func newMfile(first []byte, op *campaign.Op, mode uint32) *mfile {
@@ -190,12 +201,14 @@ func (c *campaignRun) applyChange(b []byte, op *campaign.Op) []byte {
 }
 
 // rebased is f's history after the other mount's change op: the home mount
-// had published the acknowledged state, the other mount changed that and
-// published, and the home mount's changes since its acknowledged state
-// follow in order at its next flush (a merge is serial: their checkpoint,
-// then this writer's changes; docs/design.md, "What a merge gives").
-func (c *campaignRun) rebased(f *mfile, op *campaign.Op) *mfile {
-	a := f.acked
+// had published state a (the acknowledged one, or a later one that memory
+// pressure published), the other mount changed that and published, and the
+// home mount's changes since state a follow in order at its next flush (a
+// merge is serial: their checkpoint, then this writer's changes;
+// docs/design.md, "What a merge gives"). When a is the current state the
+// home mount has nothing to merge: its descriptor goes on showing its own
+// state (view) until it changes the file and flushes.
+func (c *campaignRun) rebased(f *mfile, op *campaign.Op, a int) *mfile {
 	g := *f
 	g.states = append([][]byte(nil), f.states[:a+1]...)
 	g.by = append([]*campaign.Op(nil), f.by[:a+1]...)
@@ -206,8 +219,30 @@ func (c *campaignRun) rebased(f *mfile, op *campaign.Op) *mfile {
 	g.acked = a + 1
 	g.otherKnown, g.otherSeen = true, g.states[a+1]
 	g.stale = true
-	g.alt = nil
+	g.alt, g.choices = nil, nil
+	if a == f.last() {
+		g.view, g.viewSet, g.viewDirty = f.cur(), true, false
+	}
 	return &g
+}
+
+// rebasings is the histories the other mount's change op may have given f
+// (rebased, for each state the home mount may have published last); the
+// first is the one where it published nothing since its acknowledged state.
+func (c *campaignRun) rebasings(f *mfile, op *campaign.Op) *mfile {
+	g := c.rebased(f, op, f.acked)
+	for a := f.acked + 1; a <= f.last(); a++ {
+		g.choices = append(g.choices, c.rebased(f, op, a))
+	}
+	return g
+}
+
+// homeView is what the home mount's descriptor of f shows.
+func (f *mfile) homeView() []byte {
+	if f.viewSet {
+		return f.view
+	}
+	return f.cur()
 }
 
 // c2o is the range of states an open that starts now on another mount may
@@ -240,6 +275,9 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 	change := func(b []byte) {
 		// A change in flight at the end is the file's last state, never
 		// acknowledged: the file may hold it or the one before.
+		if f.viewSet {
+			f.view, f.viewDirty = c.applyChange(f.view, op), true
+		}
 		f.push(b, op)
 		f.uncertain = uncertain
 		if c.wal && !uncertain {
@@ -297,11 +335,19 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		if !needFile() {
 			return false
 		}
-		if op.Kind == "close" && !uncertain {
-			f.open = false
+		for _, g := range append([]*mfile{f}, f.choices...) {
+			if uncertain {
+				continue
+			}
+			if op.Kind == "close" || g.viewDirty {
+				g.viewSet = false // merged, or the next open reads afresh
+			}
+			if op.Kind == "close" {
+				g.open = false
+			}
+			g.acked = g.last()
 		}
 		if !uncertain {
-			f.acked = f.last()
 			c.stats.fsyncs++
 		}
 	case "cno":
@@ -312,8 +358,10 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			return false
 		}
 		cno := parseInt(op.Result[0])
-		if cno == 0 {
-			return true // never published: not listed
+		if cno == 0 || f.viewSet {
+			// Never published (not listed), or the home mount's own
+			// checkpoint under the other mount's.
+			return true
 		}
 		if k, ok := f.cnos[cno]; ok && !bytes.Equal(f.states[k], f.cur()) {
 			fail("%v: checkpoint %d was logged before for another state (%d, now %d): a checkpoint changed (%s)", op, cno, k, f.last(), f.history())
@@ -328,7 +376,17 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			return false
 		}
 		n, sum := op.Result[0], op.Result[1]
-		want := f.cur()
+		if len(f.choices) > 0 {
+			// The read tells which history the merge took.
+			for _, g := range append([]*mfile{f}, f.choices...) {
+				if sumIs(g.homeView(), n, sum) {
+					*f = *g
+					f.choices = nil
+					break
+				}
+			}
+		}
+		want := f.homeView()
 		if !sumIs(want, n, sum) {
 			fail("%v: read %s bytes with crc32c %s through the open file, want %d bytes with crc %d: a read gave bytes the file does not hold (%s)",
 				op, n, sum, len(want), crc(want), f.history())
@@ -446,7 +504,7 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 				f.otherKnown, f.otherSeen = true, f.cur()
 			}
 		} else {
-			g := c.rebased(f, op)
+			g := c.rebasings(f, op)
 			if uncertain {
 				f.alt = g
 			} else {
@@ -628,6 +686,11 @@ func (c *campaignRun) checkCheckpoint(op *campaign.Op, f *mfile, fail func(strin
 func (c *campaignRun) matches(f *mfile, content []byte) string {
 	if f.alt != nil && c.matches(f.alt, content) == "" {
 		return ""
+	}
+	for _, g := range f.choices {
+		if c.matches(g, content) == "" {
+			return ""
+		}
 	}
 	if f.copying {
 		// A copy in flight at the end.

@@ -303,6 +303,11 @@ func (d *driver) foreignChange(name string, f *file) error {
 		return err
 	}
 	f.dirty = false
+	// A read tells which checkpoint the fsync merged over: the home mount
+	// may have published its changes before (memory pressure does).
+	if err := d.read(name, f); err != nil {
+		return err
+	}
 	var st syscall.Stat_t
 	if err := syscall.Fstat(int(f.fd.Fd()), &st); err == nil {
 		f.size = st.Size
