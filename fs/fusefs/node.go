@@ -23,10 +23,10 @@ type node struct {
 	fsys *FS
 	ino  namespace.Ino
 	// shownSize is the size (plus one; 0: none yet) the kernel was last
-	// answered for this file, and staleAt (unix ns) when an open last
-	// answered ESTALE for it (see Open).
+	// answered for this file, and retries the ESTALEs an open answered that
+	// the kernel has not retried yet (see Open).
 	shownSize atomic.Int64
-	staleAt   atomic.Int64
+	retries   atomic.Int32
 }
 
 // Every go-fuse operation a node or handle type answers is checked here, in
@@ -57,19 +57,25 @@ var (
 	_ = (fs.NodeCopyFileRanger)((*node)(nil))
 )
 
+// takeRetry takes one owed retry of an open that answered ESTALE, if any.
+func (n *node) takeRetry() bool {
+	for {
+		p := n.retries.Load()
+		if p <= 0 {
+			return false
+		}
+		if n.retries.CompareAndSwap(p, p-1) {
+			return true
+		}
+	}
+}
+
 // noteShown records the size a reply of attributes gave the kernel.
 func (n *node) noteShown(a *fuse.Attr) {
 	if a.Mode&syscall.S_IFMT == syscall.S_IFREG {
 		n.shownSize.Store(int64(a.Size) + 1)
 	}
 }
-
-// staleSizeRetry: an open met a file whose size is not the one the kernel
-// holds and had the kernel look the name up again (ESTALE); the kernel
-// retries once, at once, and an open that comes within this while after
-// takes the size as it is (the kernel would return a second ESTALE to the
-// caller).
-const staleSizeRetry = time.Second
 
 // Virtual extended attributes of every file; read-only.
 const (
@@ -439,15 +445,15 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// since the kernel was last answered would copy a part, or nothing, as
 	// if at the end of the file. ESTALE has the kernel walk the path again,
 	// looking the name up (the answer carries the size this engine shows
-	// now), and open once more.
-	if shown := n.shownSize.Load(); shown != 0 && shown-1 != of.f.Stat().Size {
-		at := n.staleAt.Load()
-		retry := at != 0 && time.Since(time.Unix(0, at)) < staleSizeRetry && n.staleAt.CompareAndSwap(at, 0)
-		if !retry {
-			n.staleAt.Store(time.Now().UnixNano())
-			n.fsys.release(ctx, of, false)
-			return nil, 0, syscall.ESTALE
-		}
+	// now), and open once more. It retries once only, and would hand a
+	// second ESTALE to the caller: an open that finds a retry owed takes
+	// it, whatever the sizes (however long the retry took: its refresh may
+	// wait on the store).
+	stale := n.shownSize.Load() != 0 && n.shownSize.Load()-1 != of.f.Stat().Size
+	if !n.takeRetry() && stale {
+		n.retries.Add(1)
+		n.fsys.release(ctx, of, false)
+		return nil, 0, syscall.ESTALE
 	}
 	h := newHandle(n.fsys, of, flags)
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
