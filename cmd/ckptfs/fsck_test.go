@@ -104,3 +104,24 @@ func TestFsckPath(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreErrorCauseFirst: an endpoint that does not resolve (.invalid
+// never does) is said as the resolver said it, before the advice.
+func TestStoreErrorCauseFirst(t *testing.T) {
+	// Credentials present: no instance-role probe, only the lookup.
+	t.Setenv("AWS_ACCESS_KEY_ID", "k")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "s")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	t.Setenv("AWS_CONFIG_FILE", "/dev/null")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", "/dev/null")
+	for _, tool := range []string{"fsck", "ls"} {
+		var out, errOut strings.Builder
+		code := run([]string{"ckptfs", tool, "-o", "endpoint=http://nonexistent.invalid:9", "s3://bkt"}, &out, &errOut)
+		msg := errOut.String()
+		cause := strings.Index(msg, "lookup bkt.nonexistent.invalid")
+		if code != 1 || cause < 0 || strings.Index(msg, "no such host") < cause ||
+			strings.Index(msg, "check endpoint=") < strings.Index(msg, "no such host") {
+			t.Errorf("ckptfs %s with an endpoint that does not resolve: exit %d, %q; want the lookup's failure, then the advice", tool, code, msg)
+		}
+	}
+}

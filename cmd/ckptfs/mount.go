@@ -324,7 +324,7 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 			RequesterPays: so.requesterPays, CABundle: so.caBundle, Checksum: so.checksum,
 		})
 		if err != nil {
-			return nil, "", fmt.Errorf("store %s: %w", spec, err)
+			return nil, "", fmt.Errorf("store %s: %w", spec, s3.ExplainNew(u.Host, err))
 		}
 		return s, "", nil
 	}
