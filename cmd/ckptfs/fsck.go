@@ -13,9 +13,11 @@ func newFsckCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:   "fsck [flags] STORE [PATH]",
 		Short: "check the volume (or the files under PATH) against its objects",
-		Long: "ckptfs fsck: checks every file of the volume of STORE (or those under PATH)\n" +
-			"against the objects in the bucket, without mounting. Each problem is printed\n" +
-			"with the object's key; exit status 0: all well, 1: problems found.",
+		Long: "ckptfs fsck: checks every file of the volume of STORE against the objects in\n" +
+			"the bucket, without mounting. With PATH, checks that file, or every file\n" +
+			"under that directory, reading only their objects. Each problem is printed\n" +
+			"with the object's key; exit status 0: all well, 1: problems found (or no\n" +
+			"such PATH).",
 		Args:              argsBetween(1, 2, "STORE [PATH]"),
 		ValidArgsFunction: storeCompletion,
 		RunE: func(c *cobra.Command, args []string) error {

@@ -58,7 +58,9 @@ func newMountCmd(mount mountFunc) *cobra.Command {
 		Use:   "mount [flags] STORE MOUNTPOINT",
 		Short: "mount the volume of STORE at MOUNTPOINT",
 		Long: "ckptfs mount: mounts the volume of STORE at MOUNTPOINT.\n\n" +
-			storesText + "\n\n" + mountText + "\n\n" + storeOptsHelp(),
+			storesText + "\n\n" + mountText + "\n\n" +
+			"Which options matter for a workload, and what each buys and costs: docs/tuning.md.\n\n" +
+			storeOptsHelp(),
 		Example: "  ckptfs mount -o endpoint=http://127.0.0.1:7070,path_style s3://bucket/vol1 /mnt/vol1\n" +
 			"  mount.ckptfs s3://bucket/vol1 /mnt/vol1 -o _netdev,endpoint=http://127.0.0.1:7070,path_style",
 		Annotations: map[string]string{helpMore: tunablesText()},
@@ -325,7 +327,7 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 			Logger: so.logger,
 		})
 		if err != nil {
-			return nil, "", fmt.Errorf("store %s: %w", spec, err)
+			return nil, "", fmt.Errorf("store %s: %w", spec, s3.ExplainNew(u.Host, err))
 		}
 		return s, "", nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -39,16 +40,20 @@ type Report struct {
 // OK reports whether no problem was found.
 func (r *Report) OK() bool { return len(r.Problems) == 0 }
 
-// Fsck checks the file at p, or every file of the volume when p is "" : every
-// object's header (CRC, counts, name, file tag), its summary, the CRC of every
-// data block, that the chain of checkpoints reads back, that every block of
-// the latest checkpoint points into an object that exists, and (for the whole
-// volume) that every stored file is reachable from the namespace. done, when
-// not nil, is called once per object checked.
+// Fsck checks the file at p, every file under the directory at p, or every
+// file of the volume when p is "" or "/": every object's header (CRC, counts,
+// name, file tag), its summary, the CRC of every data block, that the chain of
+// checkpoints reads back, that every block of the latest checkpoint points
+// into an object that exists, and (for the whole volume) that every stored
+// file is reachable from the namespace. Below a directory it reads only the
+// objects of the files under it. A path that does not resolve is an error
+// (namespace.ErrNotExist for errors.Is). done, when not nil, is called once
+// per object checked.
 func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, error) {
 	r := &Report{}
+	whole := p == "" || p == "/"
 	files := map[string]string{} // file id -> a path
-	if p == "" || p == "/" {
+	if whole {
 		err := v.Walk(func(fp string, n namespace.Node) error {
 			if n.Kind == namespace.KindFile {
 				files[n.FileID] = fp
@@ -62,11 +67,31 @@ func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, erro
 			files[o.FileID] = "(unlinked)"
 		}
 	} else {
-		n, err := v.file(p)
+		n, err := v.Resolve(p)
+		if errors.Is(err, namespace.ErrNotExist) {
+			// Said as ls says it: which inode lacked the name is the
+			// namespace's business.
+			return r, fmt.Errorf("%s: %w", p, namespace.ErrNotExist)
+		}
 		if err != nil {
 			return r, err
 		}
-		files[n.FileID] = p
+		switch n.Kind {
+		case namespace.KindFile:
+			files[n.FileID] = p
+		case namespace.KindDir:
+			err := v.walkFrom(p, n.Ino, func(fp string, n namespace.Node) error {
+				if n.Kind == namespace.KindFile {
+					files[n.FileID] = fp
+				}
+				return nil
+			})
+			if err != nil {
+				return r, fmt.Errorf("fsck: %w", err)
+			}
+		default:
+			return r, fmt.Errorf("%s: %w", p, ErrNotFile)
+		}
 	}
 	ids := make([]string, 0, len(files))
 	for id := range files {
@@ -80,9 +105,7 @@ func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, erro
 		}
 	}
 	scope := volume.FilesPrefix(v.root)
-	if p != "" && p != "/" {
-		scope = v.Prefix(ids[0])
-	} else {
+	if whole {
 		all, err := staging.ListAll(ctx, v.st, scope)
 		if err != nil {
 			return r, fmt.Errorf("fsck: list %s: %w", scope, err)
@@ -93,10 +116,23 @@ func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, erro
 				r.Problems = append(r.Problems, Problem{o.Key, errors.New("not reachable: no name in the namespace refers to its file")})
 			}
 		}
+	} else if len(ids) == 1 {
+		scope = v.Prefix(ids[0])
+	} else if len(ids) == 0 {
+		return r, nil // an empty directory: no objects to look at
 	}
 	ups, err := v.st.ListMultipartUploads(ctx, scope)
 	if err != nil {
 		return r, fmt.Errorf("fsck: list uploads: %w", err)
+	}
+	if !whole {
+		// A directory's files are scattered over the volume's folder:
+		// keep only the uploads of those files.
+		ups = slices.DeleteFunc(ups, func(u staging.Upload) bool {
+			id, _, _ := volume.SplitFileKey(volume.FilesPrefix(v.root), u.Key)
+			_, ok := files[id]
+			return !ok
+		})
 	}
 	r.Leftovers = ups
 	return r, nil

@@ -410,29 +410,6 @@ func (v *Volume) StoreInfo(ctx context.Context) (StoreInfo, error) {
 // Walk calls fn for every node reachable from the root, parents first; a
 // file with several names is visited once per name.
 func (v *Volume) Walk(fn func(p string, n namespace.Node) error) error {
-	var walk func(p string, ino namespace.Ino) error
-	walk = func(p string, ino namespace.Ino) error {
-		ds, err := v.ns.ReadDir(ino)
-		if err != nil {
-			return fmt.Errorf("list %s: %w", p, err)
-		}
-		for _, d := range ds {
-			n, err := v.ns.GetNode(d.Ino)
-			if err != nil {
-				return fmt.Errorf("node of %s: %w", path.Join(p, d.Name), err)
-			}
-			cp := path.Join(p, d.Name)
-			if err := fn(cp, n); err != nil {
-				return err
-			}
-			if n.Kind == namespace.KindDir {
-				if err := walk(cp, n.Ino); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	}
 	root, err := v.ns.GetNode(namespace.RootIno)
 	if err != nil {
 		return err
@@ -440,5 +417,30 @@ func (v *Volume) Walk(fn func(p string, n namespace.Node) error) error {
 	if err := fn("/", root); err != nil {
 		return err
 	}
-	return walk("/", namespace.RootIno)
+	return v.walkFrom("/", namespace.RootIno, fn)
+}
+
+// walkFrom calls fn for every node below the directory ino named p (not for
+// the directory itself), parents first.
+func (v *Volume) walkFrom(p string, ino namespace.Ino, fn func(p string, n namespace.Node) error) error {
+	ds, err := v.ns.ReadDir(ino)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", p, err)
+	}
+	for _, d := range ds {
+		n, err := v.ns.GetNode(d.Ino)
+		if err != nil {
+			return fmt.Errorf("node of %s: %w", path.Join(p, d.Name), err)
+		}
+		cp := path.Join(p, d.Name)
+		if err := fn(cp, n); err != nil {
+			return err
+		}
+		if n.Kind == namespace.KindDir {
+			if err := v.walkFrom(cp, n.Ino, fn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }

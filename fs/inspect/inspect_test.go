@@ -386,3 +386,95 @@ func TestResolveErrors(t *testing.T) {
 		}
 	}
 }
+
+// fsck of a directory checks every file below it, at any depth, and reads no
+// object of a file elsewhere; a path that names nothing is an error.
+func TestFsckDirectory(t *testing.T) {
+	ctx := context.Background()
+	st, xid, _, _ := makeVolume(t) // /x and the empty directory /d
+	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := volume.Resolve(ns, "/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub, err := ns.Mkdir(ctx, d.Ino, "sub", 0o755, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(dir namespace.Ino, name string) string {
+		n, err := ns.Create(ctx, dir, name, 0o644, namespace.Owner{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := engine.Create(ctx, st, "f/"+n.FileID+"/", engine.Options{Params: engine.DefaultParams(), FileID: n.FileID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if _, err := f.WriteAt(ctx, bytes.Repeat([]byte(name), 5000), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		return n.FileID
+	}
+	aid := write(d.Ino, "a")
+	bid := write(sub.Ino, "b")
+	if err := ns.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// /x is damaged: only a check that reaches it can tell.
+	flip(t, st, objectKeys(t, st, xid)[0], 3)
+	bad := flip(t, st, objectKeys(t, st, bid)[0], 3)
+	mine := len(keysUnder(t, st, "f/"+aid+"/")) + len(keysUnder(t, st, "f/"+bid+"/"))
+
+	v, err := Open(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		path        string
+		files, objs int
+		problemKey  string // "" : none
+		wantErr     error
+	}{
+		{"/d", 2, mine, bad, nil},
+		{"d/", 2, mine, bad, nil},
+		{"/d/sub", 1, len(keysUnder(t, st, "f/"+bid+"/")), bad, nil},
+		{"/d/a", 1, len(keysUnder(t, st, "f/"+aid+"/")), "", nil},
+		{"/nope", 0, 0, "", namespace.ErrNotExist},
+		{"/d/nope/deeper", 0, 0, "", namespace.ErrNotExist},
+	}
+	for _, tt := range tests {
+		t.Run(tt.path, func(t *testing.T) {
+			r, err := v.Fsck(ctx, tt.path, nil)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("err %v, want %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Files != tt.files || r.Objects != tt.objs {
+				t.Fatalf("%d files, %d objects; want %d, %d", r.Files, r.Objects, tt.files, tt.objs)
+			}
+			for _, p := range r.Problems {
+				if p.Key != tt.problemKey {
+					t.Fatalf("problem outside %s: %v", tt.path, p)
+				}
+			}
+			if tt.problemKey != "" && len(r.Problems) == 0 {
+				t.Fatalf("no problem found under %s", tt.path)
+			}
+			if tt.problemKey == "" && !r.OK() {
+				t.Fatalf("problems: %v", r.Problems)
+			}
+		})
+	}
+}

@@ -51,27 +51,43 @@ type Problem struct {
 	Bucket   string // the bucket name
 	Endpoint string // where it was asked, as shown: redacted URL or "AWS S3 (region R)"
 	Detail   string // what the server or the network said, short
+	Hint     string // what to check, when not the Kind's usual advice
 	Err      error
 }
 
+// Error says the cause first (what the server or the network said), then
+// where, then what to check: the advice reads as the consequence of the
+// cause, and a reader who stops early still has the fact.
 func (p *Problem) Error() string {
+	if p.Hint != "" {
+		return fmt.Sprintf("%s: bucket %q at %s: %s", p.cause(), p.Bucket, p.Endpoint, p.Hint)
+	}
 	switch p.Kind {
 	case ErrNoSuchBucket:
 		return fmt.Sprintf("no bucket %q at %s: check the bucket name in the store URL (and endpoint=)", p.Bucket, p.Endpoint)
 	case ErrAccessDenied:
 		return fmt.Sprintf("access denied to bucket %q at %s: check that the credentials' policy allows ckptfs's S3 actions on it (docs/operations.md)", p.Bucket, p.Endpoint)
 	case ErrBadCredentials:
-		return fmt.Sprintf("bucket %q at %s refused the credentials (%s): check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the profile)", p.Bucket, p.Endpoint, p.Detail)
+		return fmt.Sprintf("%s: bucket %q at %s refused the credentials: check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the profile)", p.Detail, p.Bucket, p.Endpoint)
 	case ErrNoCredentials:
 		return fmt.Sprintf("no credentials for bucket %q at %s: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, profile=, or give the machine a role", p.Bucket, p.Endpoint)
 	case ErrUnreachable:
-		return fmt.Sprintf("cannot reach %s for bucket %q (%s): check endpoint= and that the server is up", p.Endpoint, p.Bucket, p.Detail)
+		return fmt.Sprintf("%s: cannot reach %s for bucket %q: check endpoint= and that the server is up", p.Detail, p.Endpoint, p.Bucket)
 	case ErrWrongRegion:
-		return fmt.Sprintf("bucket %q at %s is in another region (%s): check region=", p.Bucket, p.Endpoint, p.Detail)
+		return fmt.Sprintf("%s: bucket %q at %s is in another region: check region=", p.Detail, p.Bucket, p.Endpoint)
 	case ErrUntrustedCert:
-		return fmt.Sprintf("the endpoint's certificate is not trusted (%s at %s for bucket %q): give its CA with ca_bundle=PATH (a PEM file) or AWS_CA_BUNDLE", p.Detail, p.Endpoint, p.Bucket)
+		return fmt.Sprintf("%s: the endpoint's certificate is not trusted (%s, bucket %q): give its CA with ca_bundle=PATH (a PEM file) or AWS_CA_BUNDLE", p.Detail, p.Endpoint, p.Bucket)
 	}
 	return fmt.Sprintf("bucket %q at %s: %v", p.Bucket, p.Endpoint, p.Err)
+}
+
+// cause is Detail, or the Kind when the server or the network said nothing
+// more.
+func (p *Problem) cause() string {
+	if p.Detail != "" {
+		return p.Detail
+	}
+	return p.Kind.Error()
 }
 
 func (p *Problem) Unwrap() []error { return []error{p.Kind, p.Err} }
@@ -101,6 +117,31 @@ func (s *Store) Explain(err error) error {
 		return err
 	}
 	return &Problem{Kind: kind, Bucket: s.bucket, Endpoint: s.ShownEndpoint(), Detail: detail, Err: err}
+}
+
+// globalEndpoint is where New asks for a bucket's region when none is
+// configured (client.go), as messages show it.
+const globalEndpoint = "https://s3.amazonaws.com"
+
+// ExplainNew returns the error New returned for bucket as an *Problem when it is
+// one the user fixes, and err unchanged otherwise. New reaches the network
+// only to ask S3's global endpoint for the bucket's region (no endpoint, no region
+// configured), so a network failure there says that what failed is the
+// question, and that a configured region skips it.
+func ExplainNew(bucket string, err error) error {
+	if err == nil {
+		return nil
+	}
+	var p *Problem
+	if errors.As(err, &p) {
+		return err
+	}
+	kind, detail := classifyS3(err)
+	if kind == nil {
+		return err
+	}
+	return &Problem{Kind: kind, Bucket: bucket, Endpoint: globalEndpoint, Detail: detail, Err: err,
+		Hint: "asking for the bucket's region failed: set region= (or AWS_REGION), or check the network"}
 }
 
 // classifyS3 is the Kind of err and a short detail, or nil.
@@ -160,7 +201,8 @@ func classifyS3(err error) (error, string) {
 	}
 	var dns *net.DNSError
 	if errors.As(err, &dns) {
-		return ErrUnreachable, "no such host " + dns.Name
+		// As the resolver says it, without its own address.
+		return ErrUnreachable, "lookup " + dns.Name + ": " + dns.Err
 	}
 	if errors.Is(err, syscall.ECONNREFUSED) {
 		return ErrUnreachable, "connection refused"

@@ -45,7 +45,7 @@ func TestS3Explain(t *testing.T) {
 		{"bad access key", func(c *s3.Config) { c.AccessKey = "NOSUCHKEY" },
 			s3.ErrBadCredentials, []string{"refused the credentials", "access key"}},
 		{"closed port", func(c *s3.Config) { c.Endpoint = closed },
-			s3.ErrUnreachable, []string{"cannot reach " + closed + ` for bucket "` + good.Bucket + `" (connection refused)`, "check endpoint="}},
+			s3.ErrUnreachable, []string{"connection refused: cannot reach " + closed + ` for bucket "` + good.Bucket + `": check endpoint=`}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -122,7 +122,7 @@ func TestS3ExplainKinds(t *testing.T) {
 		{"301 with region", status(301, http.Header{"X-Amz-Bucket-Region": {"us-west-2"}}), s3.ErrWrongRegion, "region=us-west-2"},
 		{"malformed authorization", api("AuthorizationHeaderMalformed"), s3.ErrWrongRegion, "another region"},
 		{"unknown key", api("InvalidAccessKeyId"), s3.ErrBadCredentials, "unknown access key"},
-		{"dns", &net.OpError{Op: "dial", Err: &net.DNSError{Name: "nohost.example", Err: "no such host"}}, s3.ErrUnreachable, "no such host nohost.example"},
+		{"dns", &net.OpError{Op: "dial", Err: &net.DNSError{Name: "nohost.example", Err: "no such host"}}, s3.ErrUnreachable, "lookup nohost.example: no such host: cannot reach"},
 		{"no credentials", errors.New("operation error S3: GetObject, get identity: get credentials: failed to refresh cached credentials, no EC2 IMDS role found"),
 			s3.ErrNoCredentials, `no credentials for bucket "b" at AWS S3 (region eu-west-1): set AWS_ACCESS_KEY_ID`},
 		{"server error", status(500, nil), nil, ""},
@@ -144,5 +144,37 @@ func TestS3ExplainKinds(t *testing.T) {
 	}
 	if s.Explain(nil) != nil {
 		t.Error("Explain(nil) is not nil")
+	}
+}
+
+// TestExplainCauseFirst: a message says what the network or the server said
+// before the advice, for a failed request and for New's question of the
+// bucket's region.
+func TestExplainCauseFirst(t *testing.T) {
+	s, err := s3.New(context.Background(), s3.Config{Bucket: "b", Region: "eu-west-1", AccessKey: "k", SecretKey: "s"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dns := &net.OpError{Op: "dial", Net: "tcp", Err: &net.DNSError{Name: "s3.amazonaws.com", Err: "no such host"}}
+	cases := []struct {
+		name          string
+		err           error
+		cause, advice string // cause must come first
+	}{
+		{"request", s.Explain(fmt.Errorf("s3 get k: %w", dns)), "lookup s3.amazonaws.com: no such host", "check endpoint="},
+		{"region lookup", s3.ExplainNew("b",
+			fmt.Errorf("s3 bucket b: no region configured (region=, AWS_REGION or the profile): find the bucket's region: %w", dns)),
+			"lookup s3.amazonaws.com: no such host", "set region="},
+		{"region", s.Explain(&smithy.GenericAPIError{Code: "PermanentRedirect"}), "PermanentRedirect", "check region="},
+	}
+	for _, c := range cases {
+		msg := c.err.Error()
+		if !strings.HasPrefix(msg, c.cause) || !strings.Contains(msg, c.advice) || !errors.Is(c.err, s3.ErrUnreachable) && c.name != "region" {
+			t.Errorf("%s: %q, want it to start with %q and then say %q", c.name, msg, c.cause, c.advice)
+		}
+	}
+	plain := errors.New("s3 bucket b: profile p: not found")
+	if got := s3.ExplainNew("b", plain); got != plain {
+		t.Errorf("ExplainNew changed an error no configuration fixes: %v", got)
 	}
 }
