@@ -237,7 +237,7 @@ func (s *campaignStats) add(o campaignStats) {
 
 // TestCampaign runs the campaign without and with the WAL.
 func TestCampaign(t *testing.T) {
-	need(t, "fusermount3")
+	need(t, "fusermount3", "unshare") // mount B runs in a PID namespace of its own
 	iterations := campaignIterations(t)
 	seed := campaignSeed(t)
 	t.Logf("campaign: seed %d (CKPTFS_CAMPAIGN_SEED), %d iterations per mode (CKPTFS_CAMPAIGN_ITERATIONS)", seed, iterations)
