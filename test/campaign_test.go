@@ -224,6 +224,7 @@ func (s *campaignStats) add(o campaignStats) {
 	s.gcRuns += o.gcRuns
 	s.gcFailed += o.gcFailed
 	p := &s.proxy
+	p.Conns += o.proxy.Conns
 	p.Requests += o.proxy.Requests
 	p.Forwarded += o.proxy.Forwarded
 	p.Error503 += o.proxy.Error503
