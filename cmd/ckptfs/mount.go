@@ -24,6 +24,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/dir"
+	"github.com/ckptfs/ckptfs/staging/limit"
 	"github.com/ckptfs/ckptfs/staging/link"
 	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/staging/s3"
@@ -442,6 +443,11 @@ func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger
 		return nil, explainStart(ctx, err, nil, spec, so)
 	}
 	st := raw
+	// The mount-wide cap goes first, next to the store, so that it bounds
+	// the requests that reach it, whatever wraps it for tests or benchmarks.
+	if cfg.MaxRequests > 0 {
+		st = limit.New(st, cfg.MaxRequests)
+	}
 	if wrap != nil {
 		st = wrap(st)
 	}
