@@ -14,8 +14,10 @@ func TestAliases(t *testing.T) {
 		check func(Config) bool
 	}{
 		{"part_size=32M", func(c Config) bool { return c.SegmentMPUChunkSize == 32*mib }},
-		{"max_threads=16", func(c Config) bool { return c.SegmentMPUMaxConcurrency == 16 }},
-		{"max_concurrency=4", func(c Config) bool { return c.SegmentMPUMaxConcurrency == 4 }},
+		// mountpoint-s3's --max-threads is the whole mount's cap; the
+		// per-transfer concurrency of goofys and rclone is one file's.
+		{"max_threads=16", func(c Config) bool { return c.MaxRequests == 16 && c.SegmentMPUMaxConcurrency == 8 }},
+		{"max_concurrency=4", func(c Config) bool { return c.SegmentMPUMaxConcurrency == 4 && c.MaxRequests == 0 }},
 		// Later items win, whichever name they use.
 		{"segment_mpu_chunk_size=8M,part_size=64M", func(c Config) bool { return c.SegmentMPUChunkSize == 64*mib }},
 		{"part_size=64M,segment_mpu_chunk_size=8M", func(c Config) bool { return c.SegmentMPUChunkSize == 8*mib }},
@@ -37,7 +39,9 @@ func TestAliases(t *testing.T) {
 	// help shows beside the alias).
 	for _, tc := range []struct{ opts, name string }{
 		{"part_size=1M", "segment_mpu_chunk_size"},
-		{"max_threads=0", "segment_mpu_max_concurrency"},
+		{"max_threads=-1", "max_requests"},
+		{"max_threads=5000", "max_requests"},
+		{"max_concurrency=0", "segment_mpu_max_concurrency"},
 		{"max_concurrency=x", "max_concurrency"},
 	} {
 		_, err := Parse(Default(), tc.opts)
@@ -57,12 +61,16 @@ func TestAliases(t *testing.T) {
 		t.Errorf("no suggestion of an alias: %q, %q", Suggest("part_sise"), Suggest("max_thread"))
 	}
 	for _, o := range Options() {
-		if o.Name == "segment_mpu_max_concurrency" && !slices.Equal(o.Aliases, []string{"max_concurrency", "max_threads"}) {
+		if o.Name == "segment_mpu_max_concurrency" && !slices.Equal(o.Aliases, []string{"max_concurrency"}) {
+			t.Errorf("%s aliases %q", o.Name, o.Aliases)
+		}
+		if o.Name == "max_requests" && !slices.Equal(o.Aliases, []string{"max_threads"}) {
 			t.Errorf("%s aliases %q", o.Name, o.Aliases)
 		}
 	}
 	for _, want := range []string{"segment_mpu_chunk_size=<size>  (default 16M), also part_size",
-		"segment_mpu_max_concurrency=<integer>  (default 8), also max_concurrency, max_threads"} {
+		"segment_mpu_max_concurrency=<integer>  (default 8), also max_concurrency",
+		"max_requests=<integer>  (default 0), also max_threads"} {
 		if !strings.Contains(strings.Join(strings.Fields(Text()), " "), strings.Join(strings.Fields(want), " ")) {
 			t.Errorf("Text() lacks %q", want)
 		}

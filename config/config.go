@@ -63,6 +63,10 @@ type Config struct {
 	// SegmentMPUMaxConcurrency (segment_mpu_max_concurrency) is how many
 	// objects or pieces of one file are in flight at once.
 	SegmentMPUMaxConcurrency int
+	// MaxRequests (max_requests) is how many requests the whole mount has
+	// in flight to the store at once, over every file; 0 is no cap beyond
+	// the per-file one and the memory budget.
+	MaxRequests int
 	// StreamSegmentBytes (stream_segment_bytes) is the target size of the
 	// objects data is sent ahead in; 0 sends nothing ahead. It is capped at
 	// SegmentMaxObjectBytes: see EffectiveStreamSegmentBytes.
@@ -183,6 +187,7 @@ func Default() Config {
 		SegmentMaxObjectBytes:            segment.MaxObjectBytes,
 		SegmentMPUChunkSize:              16 * mib,
 		SegmentMPUMaxConcurrency:         8,
+		MaxRequests:                      0,
 		StreamSegmentBytes:               1 * gib,
 		DataCacheDirtyMaxBytesThreshold:  8 * mib,
 		DataCacheDirtyMaxBlocksThreshold: 1024,

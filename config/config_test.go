@@ -230,6 +230,7 @@ func TestSetEveryOption(t *testing.T) {
 		{"segment_max_object_bytes", map[string]string{"1G": "1G", "256M": "256M", "1024M": "1G"}, []string{"1 G", "1GB"}},
 		{"segment_mpu_chunk_size", map[string]string{"5M": "5M", "8MiB": "8M"}, []string{"5MB", "M"}},
 		{"segment_mpu_max_concurrency", map[string]string{"1": "1", "64": "64", "008": "8"}, []string{"many", "1K", "1.0", "", "99999999999999999999"}},
+		{"max_requests", map[string]string{"0": "0", "64": "64", "016": "16"}, []string{"unlimited", "1K", "", "2.5"}},
 		{"stream_segment_bytes", map[string]string{"0": "0", "4M": "4M", "1g": "1G"}, []string{"off", "-1"}},
 		{"data_cache_dirty_max_bytes_threshold", map[string]string{"0": "0", "1G": "1G"}, []string{"1X"}},
 		{"data_cache_dirty_max_blocks_threshold", map[string]string{"1": "1", "4096": "4096"}, []string{"4K", "x"}},
@@ -379,6 +380,11 @@ func TestValidate(t *testing.T) {
 		{"concurrency 65", func(c *Config) { c.SegmentMPUMaxConcurrency = 65 }, []string{"segment_mpu_max_concurrency"}},
 		{"concurrency 1", func(c *Config) { c.SegmentMPUMaxConcurrency = 1 }, nil},
 		{"concurrency 64", func(c *Config) { c.SegmentMPUMaxConcurrency = 64 }, nil},
+		{"requests negative", func(c *Config) { c.MaxRequests = -1 }, []string{"max_requests"}},
+		{"requests 4097", func(c *Config) { c.MaxRequests = 4097 }, []string{"max_requests"}},
+		{"requests 0 (no cap)", func(c *Config) { c.MaxRequests = 0 }, nil},
+		{"requests 1", func(c *Config) { c.MaxRequests = 1 }, nil},
+		{"requests 4096", func(c *Config) { c.MaxRequests = 4096 }, nil},
 		{"stream zero sends nothing ahead", func(c *Config) { c.StreamSegmentBytes = 0 }, nil},
 		{"s3 timeouts below a second", func(c *Config) {
 			c.S3ConnectTimeout, c.S3RequestTimeout, c.S3StallTimeout, c.S3RetryMaxTime = 0, time.Millisecond, 999*time.Millisecond, 0
@@ -618,6 +624,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 	every.SegmentMaxObjectBytes = 768 << 20
 	every.SegmentMPUChunkSize = 5 << 20
 	every.SegmentMPUMaxConcurrency = 3
+	every.MaxRequests = 32
 	every.StreamSegmentBytes = 1000
 	every.DataCacheDirtyMaxBytesThreshold = 12345
 	every.DataCacheDirtyMaxBlocksThreshold = 7

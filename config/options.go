@@ -217,6 +217,9 @@ var options = []option{
 	intOpt("segment_mpu_max_concurrency", "SegmentMPUMaxConcurrency", "1 to 64",
 		"objects or pieces of one file in flight at once",
 		func(c *Config) *int { return &c.SegmentMPUMaxConcurrency }),
+	intOpt("max_requests", "MaxRequests", "0 (no cap) or 1 to 4096",
+		"requests to the store in flight at once over the whole mount, every file's together (segment_mpu_max_concurrency is one file's); a request beyond it waits for one to end",
+		func(c *Config) *int { return &c.MaxRequests }),
 	sizeOpt("stream_segment_bytes", "StreamSegmentBytes", "0 (nothing sent ahead) or more", "64M",
 		"target size of the objects data is sent ahead in while it is written; capped at segment_max_object_bytes: the target is min(stream_segment_bytes, segment_max_object_bytes)",
 		func(c *Config) *int64 { return &c.StreamSegmentBytes }),
@@ -314,8 +317,9 @@ var options = []option{
 // engine's names stay the ones logs and Encode write.
 var optionAliases = map[string]string{
 	"part_size": "segment_mpu_chunk_size",
-	// Per file: a cap on the requests of a whole mount is not there yet.
-	"max_threads":     "segment_mpu_max_concurrency",
+	// mountpoint-s3's --max-threads bounds the whole mount; goofys's and
+	// rclone's concurrency is per transfer, one file's.
+	"max_threads":     "max_requests",
 	"max_concurrency": "segment_mpu_max_concurrency",
 }
 

@@ -18,6 +18,31 @@ var storeOptionNames = []string{
 	"use_path_request_style", "logfile", "use_sse",
 }
 
+// storeFlagNames are the store options that take no value.
+var storeFlagNames = []string{"path_style", "use_path_request_style", "requester_pays", "create", "single_writer"}
+
+// CompletionItems is what shell completion offers for an -o item: every
+// name the parser knows but those it refuses, each as it is typed: "name="
+// for an option that takes a value, the bare name for a word that takes
+// none (a boolean, whose bare name is true, or a word of mount(8)). Sorted.
+func CompletionItems() []string {
+	var out []string
+	for _, n := range knownNames() {
+		if _, refused := unsupportedFlags[n]; refused {
+			continue
+		}
+		switch o := lookup(n); {
+		case o != nil && o.kind == kindBool:
+		case o != nil:
+			n += "="
+		case slices.Contains(storeOptionNames, n) && !slices.Contains(storeFlagNames, n):
+			n += "="
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
 // StoreOptionNames is the names of the store options, those the command
 // reads before Parse (see storeOptionNames).
 func StoreOptionNames() []string { return slices.Clone(storeOptionNames) }

@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -79,5 +80,32 @@ func TestParseUnknownSuggests(t *testing.T) {
 	c := Default()
 	if err := c.Set("wall", "true"); err == nil || err.Error() != `unknown option "wall" (did you mean wal?)` {
 		t.Errorf("Set(wall) = %v", err)
+	}
+}
+
+// TestCompletionItems: every name the parser takes is offered, as it is
+// typed: with "=" when it takes a value.
+func TestCompletionItems(t *testing.T) {
+	items := CompletionItems()
+	for _, n := range knownNames() {
+		if _, refused := unsupportedFlags[n]; refused {
+			if slices.Contains(items, n) || slices.Contains(items, n+"=") {
+				t.Errorf("%s is refused but offered", n)
+			}
+			continue
+		}
+		if !slices.Contains(items, n) && !slices.Contains(items, n+"=") {
+			t.Errorf("%s not offered", n)
+		}
+	}
+	for _, want := range []string{"data_block_size=", "max_threads=", "endpoint=", "log_file=", "wal", "ro", "rw", "path_style", "create", "defaults"} {
+		if !slices.Contains(items, want) {
+			t.Errorf("%q not offered", want)
+		}
+	}
+	for _, nope := range []string{"wal=", "path_style=", "endpoint", "nonempty"} {
+		if slices.Contains(items, nope) {
+			t.Errorf("%q offered", nope)
+		}
 	}
 }

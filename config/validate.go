@@ -20,8 +20,12 @@ const (
 	// maxObjectBytes: a block pointer addresses at most 1 GiB inside one object.
 	maxObjectBytes = segment.MaxObjectBytes
 	// minChunkSize: S3 refuses parts below 5 MiB but the last.
-	minChunkSize     = staging.MinPartSize
-	maxConcurrency   = 64
+	minChunkSize   = staging.MinPartSize
+	maxConcurrency = 64
+	// maxRequests: more connections to one endpoint than this is a typo
+	// rather than a tuning (S3 serves thousands of requests a second per
+	// prefix, not per connection).
+	maxRequests      = 4096
 	maxDirtyBlocks   = 1 << 32 // keeps blocks × block size far from overflow
 	minFlushInterval = 100 * time.Millisecond
 	// A lease is renewed every third of it: below a second a slow request
@@ -62,6 +66,8 @@ func (c Config) Validate() error {
 
 	v.check("segment_mpu_max_concurrency", c.SegmentMPUMaxConcurrency >= 1 && c.SegmentMPUMaxConcurrency <= maxConcurrency,
 		"must be from 1 to 64")
+	v.check("max_requests", c.MaxRequests >= 0 && c.MaxRequests <= maxRequests,
+		"must be 0 (no cap) or from 1 to 4096")
 
 	// A target above segment_max_object_bytes is not an error: the
 	// specification caps it there (EffectiveStreamSegmentBytes).

@@ -12,6 +12,8 @@
 //     bandwidth).
 //   - staging/faulty: a wrapper that injects faults by rules.
 //   - staging/counting: a wrapper that counts requests by operation (Op).
+//   - staging/limit: a wrapper that bounds the requests in flight at once
+//     (the mount's max_requests).
 //   - staging/storetest: the contract every backend passes; staging/s3test:
 //     a real S3 bucket (or a local versitygw) for tests.
 //

@@ -33,7 +33,7 @@ func TestOpsVolumeCreation(t *testing.T) {
 	}
 	dir := mountpoint(t)
 	out, code := ckptfs("mount", "-o", opts, store, dir)
-	want := "ckptfs mount: no ckptfs volume at " + store + ` (no ckptfs.json there); create one with "ckptfs format ` + store + `" or mount with -o create` + "\n"
+	want := "ckptfs mount: no ckptfs volume at " + store + ` (no ` + strings.TrimSuffix(store, "/") + `/ckptfs.json there); create one with "ckptfs format ` + store + `" or mount with -o create` + "\n"
 	if code != 1 || out != want {
 		t.Fatalf("mount of a store without a volume: exit %d\n%q\nwant\n%q", code, out, want)
 	}

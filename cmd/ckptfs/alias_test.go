@@ -50,8 +50,8 @@ func TestAliasesEverywhere(t *testing.T) {
 	store := "file://" + t.TempDir()
 	for _, args := range [][]string{
 		{"ckptfs", "mount", "-o", "part_size=32M,max_threads=16,logfile=/tmp/l,use_path_request_style", store, "/m"},
-		{"ckptfs", "mount", "-d", "-o", "part_size=32M,max_concurrency=16", store, "/m"},
-		{"ckptfs", "mount", "--debug", "-o", "log=info,part_size=32M,max_threads=16", store, "/m"},
+		{"ckptfs", "mount", "-d", "-o", "part_size=32M,max_concurrency=16,max_requests=16", store, "/m"},
+		{"ckptfs", "mount", "--debug", "-o", "log=info,part_size=32M,max_threads=16,max_concurrency=16", store, "/m"},
 	} {
 		got, code, _, errOut := runStub(args, 0)
 		if code != 0 || got == nil {
@@ -63,7 +63,11 @@ func TestAliasesEverywhere(t *testing.T) {
 			t.Errorf("%q: %v", args, err)
 			continue
 		}
-		if cfg.SegmentMPUChunkSize != 32<<20 || cfg.SegmentMPUMaxConcurrency != 16 {
+		wantPerFile := 8
+		if strings.Contains(strings.Join(args, " "), "max_concurrency=16") {
+			wantPerFile = 16
+		}
+		if cfg.SegmentMPUChunkSize != 32<<20 || cfg.MaxRequests != 16 || cfg.SegmentMPUMaxConcurrency != wantPerFile {
 			t.Errorf("%q: %s", args, cfg.EncodeChanged(config.MountDefault(0)))
 		}
 		debug := slices.Contains(args, "-d") || slices.Contains(args, "--debug")
@@ -83,7 +87,7 @@ func TestAliasesEverywhere(t *testing.T) {
 	}
 	_, _, out, _ := runStub([]string{"ckptfs", "mount", "--help"}, 0)
 	flat := strings.Join(strings.Fields(out), " ")
-	for _, want := range []string{"also part_size", "also max_concurrency, max_threads", "use_path_request_style",
+	for _, want := range []string{"also part_size", "also max_concurrency", "also max_threads", "use_path_request_style",
 		"use_sse", "logfile", "any case", "host:port is http://host:port", "-d, --debug"} {
 		if !strings.Contains(flat, want) {
 			t.Errorf("mount --help lacks %q", want)

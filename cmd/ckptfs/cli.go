@@ -103,6 +103,31 @@ func (o optsValue) Set(s string) error {
 // addOptsFlag registers -o/--options, appending its items to dst.
 func addOptsFlag(c *cobra.Command, dst *[]string, usage string) {
 	c.Flags().VarP(optsValue{dst}, "options", "o", usage)
+	// Registering a flag's completion twice is an error; addOptsFlag runs
+	// once per command.
+	_ = c.RegisterFlagCompletionFunc("options", completeOpts)
+}
+
+// completeOpts completes the last item of an -o list (what follows the
+// last comma, the items before it kept as typed) to the names of options:
+// "name=" for one that takes a value. No space follows, so that a value or
+// another item can be typed next.
+func completeOpts(_ *cobra.Command, _ []string, toComplete string) ([]cobra.Completion, cobra.ShellCompDirective) {
+	const directive = cobra.ShellCompDirectiveNoSpace | cobra.ShellCompDirectiveNoFileComp
+	before, last := "", toComplete
+	if i := strings.LastIndexByte(toComplete, ','); i >= 0 {
+		before, last = toComplete[:i+1], toComplete[i+1:]
+	}
+	if strings.Contains(last, "=") {
+		return nil, directive // a value: nothing to offer
+	}
+	var out []cobra.Completion
+	for _, item := range config.CompletionItems() {
+		if strings.HasPrefix(item, last) {
+			out = append(out, before+item)
+		}
+	}
+	return out, directive
 }
 
 // splitOpts appends the items of an -o string to opts.

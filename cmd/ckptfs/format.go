@@ -67,7 +67,7 @@ func formatRun(spec string, opts []string) (volume.Descriptor, error) {
 func checkVolume(ctx context.Context, st staging.Store, root, spec string, so storeOpts) error {
 	if _, err := volume.ReadDescriptor(ctx, st, root); err != nil {
 		if errors.Is(err, volume.ErrNoVolume) {
-			return &userError{fmt.Sprintf("no ckptfs volume at %s (no %s there)", redactStore(spec), volume.DescriptorKey), err}
+			return &userError{fmt.Sprintf("no ckptfs volume at %s (no %s there)", redactStore(spec), descriptorShown(spec)), err}
 		}
 		return explainStart(ctx, err, st, spec, so)
 	}

@@ -22,8 +22,10 @@ import (
 
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/dir"
+	"github.com/ckptfs/ckptfs/staging/limit"
 	"github.com/ckptfs/ckptfs/staging/link"
 	"github.com/ckptfs/ckptfs/staging/mem"
 	"github.com/ckptfs/ckptfs/staging/s3"
@@ -334,6 +336,19 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 	return nil, "", fmt.Errorf("store %q: want s3://bucket[/prefix], file:///dir or mem://", spec)
 }
 
+// descriptorShown is the volume descriptor of the store spec as the store
+// shows it (s3://bucket/prefix/ckptfs.json, file:///dir/ckptfs.json), for
+// a message that says it is missing: the object a user looks for with the
+// store's own tools. A volume is at the root of its store (openStore's
+// root is always empty).
+func descriptorShown(spec string) string {
+	shown := redactStore(spec)
+	if !strings.HasSuffix(shown, "://") {
+		shown = strings.TrimRight(shown, "/") + "/"
+	}
+	return shown + volume.DescriptorKey
+}
+
 // redactStore drops user information (a key or password someone put in the
 // URL) from STORE, for the log and the mount table.
 func redactStore(spec string) string { return staging.RedactURL(spec) }
@@ -390,7 +405,7 @@ func explainStart(ctx context.Context, err error, st staging.Store, spec string,
 	shown := redactStore(spec)
 	if errors.Is(err, fusefs.ErrNoVolume) {
 		return &userError{fmt.Sprintf("no ckptfs volume at %s (no %s there); create one with \"ckptfs format %s\" or mount with -o create",
-			shown, fusefs.VolumeKey, shown), err}
+			shown, descriptorShown(spec), shown), err}
 	}
 	where := shown
 	if s3, ok := st.(*s3.Store); ok {
@@ -444,6 +459,11 @@ func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger
 		return nil, explainStart(ctx, err, nil, spec, so)
 	}
 	st := raw
+	// The mount-wide cap goes first, next to the store, so that it bounds
+	// the requests that reach it, whatever wraps it for tests or benchmarks.
+	if cfg.MaxRequests > 0 {
+		st = limit.New(st, cfg.MaxRequests)
+	}
 	if wrap != nil {
 		st = wrap(st)
 	}
@@ -461,7 +481,7 @@ func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger
 		Build: buildInfo(), VolumeURL: spec})
 	if cfg.ReadOnly && errors.Is(err, fusefs.ErrNoVolume) {
 		return nil, &userError{fmt.Sprintf("no ckptfs volume at %s (no %s there), and a read-only mount creates none; create it with \"ckptfs format %s\"",
-			redactStore(spec), fusefs.VolumeKey, redactStore(spec)), err}
+			redactStore(spec), descriptorShown(spec), redactStore(spec)), err}
 	}
 	if err != nil {
 		return nil, explainStart(ctx, err, raw, spec, so)

@@ -83,7 +83,7 @@ func TestFormat(t *testing.T) {
 		fsys.Close()
 		t.Fatal("a mount of an empty store succeeded without create")
 	}
-	want := `no ckptfs volume at ` + store + ` (no ckptfs.json there); create one with "ckptfs format ` + store + `" or mount with -o create`
+	want := `no ckptfs volume at ` + store + ` (no ` + store + `/ckptfs.json there); create one with "ckptfs format ` + store + `" or mount with -o create`
 	if err.Error() != want || !errors.Is(err, volume.ErrNoVolume) {
 		t.Fatalf("mount of an empty store: %q, want %q", err, want)
 	}
@@ -100,7 +100,7 @@ func TestFormat(t *testing.T) {
 	noVolume("the refused mount")
 	for _, tool := range []string{"ls", "info", "fsck", "gc"} {
 		var out, errOut strings.Builder
-		if code := run([]string{"ckptfs", tool, store}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "no ckptfs volume at "+store) {
+		if code := run([]string{"ckptfs", tool, store}, &out, &errOut); code == 0 || !strings.Contains(errOut.String(), "no ckptfs volume at "+store+" (no "+store+"/ckptfs.json there)") {
 			t.Errorf("ckptfs %s of an empty store: exit %d, %q", tool, code, errOut.String())
 		}
 	}
