@@ -2,6 +2,7 @@ package test
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -120,7 +121,23 @@ func TestOpsNoSyslog(t *testing.T) {
 		}
 	})
 	if !strings.Contains(string(out), "warning: no system log") || !strings.Contains(string(out), "log_file=PATH") {
-		t.Fatalf("no warning that the log is discarded:\n%s", out)
+		t.Fatalf("no warning of where the log goes:\n%s", out)
 	}
 	run(t, "", "fusermount3", "-u", dir)
+	if os.Geteuid() == 0 {
+		// Root may write /var/log: the log goes there, mounted and unmounted.
+		if !strings.Contains(string(out), "/var/log/ckptfs.log") {
+			t.Fatalf("the warning does not name /var/log/ckptfs.log:\n%s", out)
+		}
+		waitFor(t, 10*time.Second, func() error {
+			b, err := os.ReadFile("/var/log/ckptfs.log")
+			if err != nil {
+				return err
+			}
+			if !strings.Contains(string(b), dir) || !strings.Contains(string(b), "unmounted") {
+				return fmt.Errorf("/var/log/ckptfs.log has no mounted and unmounted lines of %s", dir)
+			}
+			return nil
+		})
+	}
 }

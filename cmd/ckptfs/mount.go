@@ -574,14 +574,19 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	// busy mount ends it (stopMount).
 	conn := fuseConnection(m.mountpoint)
 	sdNotify(log, daemon.SdNotifyReady)
-	reopen := func() { reopenLog(log, logFile, so.logFile) }
+	reopen := func() { reopenLog(log, logFile) }
 	return serveUntilStopped(fsys, m.mountpoint, conn, log, life, reopen, stderr)
 }
 
+// fallbackLogFile is where a detached mount logs when there is no journal
+// and no system log, and no log_file= (when it may write there: root).
+const fallbackLogFile = "/var/log/ckptfs.log"
+
 // mountLogSink is where a mount logs: log_file= when given; detached, the
-// journal under systemd, else the system log; in the foreground, stderr.
-// logFile is the file log_file= opened, for the caller to close (nil
-// without log_file=); warn receives why a detached mount's log is
+// journal under systemd, else the system log, else fallbackLogFile; in the
+// foreground, stderr. logFile is the file it opened (log_file= or the
+// fallback), for the caller to close and SIGHUP to reopen (nil without
+// one); warn receives where a detached mount's log went, or why it is
 // discarded.
 func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writer, warn func(string)) (sink logSink, logFile *reopenFile, err error) {
 	var jc *journalCore
@@ -600,10 +605,15 @@ func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writ
 	case detached:
 		// Detached: no terminal. The system log.
 		sc, err := newSyslogCore(cfg.Log.ZapLevel())
-		if err != nil {
-			warn(fmt.Sprintf("%v: the mount's log is discarded; give -o log_file=PATH to keep it", err))
-		} else {
+		if err == nil {
 			sink = sc.withLevel
+			break
+		}
+		if f, ferr := openLogFile(fallbackLogFile); ferr == nil {
+			logFile, sink = f, writerSink(f)
+			warn(fmt.Sprintf("%v: the mount logs to %s; give -o log_file=PATH to choose another file", err, fallbackLogFile))
+		} else {
+			warn(fmt.Sprintf("%v, and %v: the mount's log is discarded; give -o log_file=PATH to keep it", err, ferr))
 		}
 	default:
 		sink = writerSink(stderr)
@@ -612,17 +622,17 @@ func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writ
 }
 
 // reopenLog reopens the log file on SIGHUP (logrotate); logFile is nil
-// without log_file=.
-func reopenLog(log *zap.Logger, logFile *reopenFile, path string) {
+// without one.
+func reopenLog(log *zap.Logger, logFile *reopenFile) {
 	if logFile == nil {
 		log.Info("SIGHUP: no log file to reopen")
 		return
 	}
 	if err := logFile.Reopen(); err != nil {
-		log.Error("log file not reopened", zap.String("path", path), zap.Error(err))
+		log.Error("log file not reopened", zap.String("path", logFile.path), zap.Error(err))
 		return
 	}
-	log.Info("log file reopened", zap.String("path", path))
+	log.Info("log file reopened", zap.String("path", logFile.path))
 }
 
 // childReport is, in the detached child of a mount, its end of the pipe to
