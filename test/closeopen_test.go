@@ -319,29 +319,16 @@ func TestMultiCloseToOpenWALUnmovedHead(t *testing.T) {
 // kernel cached the file's old size: the kernel cuts a copy at the size it
 // holds without asking the mount, so the open must leave it the new one.
 // Before the fix the copy held the first 64 KiB only (or nothing, for a
-// file the kernel knew empty), and the source read whole. "twice": another
-// open met a new size just before (its ESTALE and the kernel's retry), and
-// the next open within a second must not take the retry's pass (the first
-// version of the fix counted a second from the last ESTALE).
+// file the kernel knew empty), and the source read whole. (An open within
+// staleSizeQuiet of another that met a new size may keep the old one:
+// docs/design.md.)
 func TestMultiCopyAfterOtherMountsClose(t *testing.T) {
-	for _, tc := range []struct {
-		oldLen int
-		twice  bool
-	}{{0, false}, {64 << 10, false}, {64 << 10, true}} {
-		t.Run(fmt.Sprintf("old %d bytes, twice %v", tc.oldLen, tc.twice), func(t *testing.T) {
-			old := bytes.Repeat([]byte("a"), tc.oldLen)
+	for _, oldLen := range []int{0, 64 << 10} {
+		t.Run(fmt.Sprintf("old %d bytes", oldLen), func(t *testing.T) {
+			old := bytes.Repeat([]byte("a"), oldLen)
 			a, b := twoMountsWith(t, "ns_refresh=100ms", "ns_refresh=100ms", old)
 			if _, err := os.Stat(a.path("f")); err != nil { // the old size, cached
 				t.Fatal(err)
-			}
-			if tc.twice {
-				mid := bytes.Repeat([]byte("m"), 128<<10)
-				if err := os.WriteFile(b.path("f"), mid, 0o644); err != nil {
-					t.Fatal(err)
-				}
-				if got, err := os.ReadFile(a.path("f")); err != nil || !bytes.Equal(got, mid) {
-					t.Fatalf("a reads %d bytes (%v), want b's %d", len(got), err, len(mid))
-				}
 			}
 			upd := bytes.Repeat([]byte("b"), 256<<10)
 			if err := os.WriteFile(b.path("f"), upd, 0o644); err != nil {

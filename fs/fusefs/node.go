@@ -23,10 +23,12 @@ type node struct {
 	fsys *FS
 	ino  namespace.Ino
 	// shownSize is the size (plus one; 0: none yet) the kernel was last
-	// answered for this file, and retries the ESTALEs an open answered that
-	// the kernel has not retried yet (see Open).
+	// answered for this file, retries the ESTALEs an open answered that the
+	// kernel has not retried yet, and staleAt (unix ns) when an open last
+	// answered one (see Open).
 	shownSize atomic.Int64
 	retries   atomic.Int32
+	staleAt   atomic.Int64
 }
 
 // Every go-fuse operation a node or handle type answers is checked here, in
@@ -56,6 +58,13 @@ var (
 	_ = (fs.NodeMknoder)((*node)(nil))
 	_ = (fs.NodeCopyFileRanger)((*node)(nil))
 )
+
+// staleSizeQuiet: an open answers ESTALE for a stale size at most once in
+// this while per file. The kernel retries once, and a second ESTALE would
+// reach the caller: with several openers at once, one may take the retry
+// another was owed, and the owed one's lookup may still answer a size the
+// engine no longer has; the while keeps that second answer from coming.
+const staleSizeQuiet = 5 * time.Second
 
 // takeRetry takes one owed retry of an open that answered ESTALE, if any.
 func (n *node) takeRetry() bool {
@@ -449,9 +458,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// second ESTALE to the caller: an open that finds a retry owed takes
 	// it, whatever the sizes (however long the retry took: its refresh may
 	// wait on the store).
-	stale := n.shownSize.Load() != 0 && n.shownSize.Load()-1 != of.f.Stat().Size
-	if !n.takeRetry() && stale {
+	// Never for an open with O_CREAT: the kernel's retry of a create that
+	// met another mount's name (Create's ESTALE) comes here, owing nothing.
+	stale := flags&syscall.O_CREAT == 0 && n.shownSize.Load() != 0 && n.shownSize.Load()-1 != of.f.Stat().Size
+	if !n.takeRetry() && stale && time.Since(time.Unix(0, n.staleAt.Load())) > staleSizeQuiet {
 		n.retries.Add(1)
+		n.staleAt.Store(time.Now().UnixNano())
 		n.fsys.release(ctx, of, false)
 		return nil, 0, syscall.ESTALE
 	}

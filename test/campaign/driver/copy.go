@@ -65,6 +65,12 @@ func (d *driver) copyRange(kind string, m int, src, dst string, extra []any, off
 			return nil, unwrap(err)
 		}
 		defer in.Close()
+		// As cp does: an fstat first, which leaves the kernel the size the
+		// mount shows (copy_file_range is cut at the size the kernel holds;
+		// docs/design.md, "Close-to-open across mounts").
+		if _, err := in.Stat(); err != nil {
+			return nil, unwrap(err)
+		}
 		out, err := os.OpenFile(d.path(m, dst), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
 		if err != nil {
 			return nil, unwrap(err)
