@@ -458,9 +458,12 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// second ESTALE to the caller: an open that finds a retry owed takes
 	// it, whatever the sizes (however long the retry took: its refresh may
 	// wait on the store).
-	// Never for an open with O_CREAT: the kernel's retry of a create that
-	// met another mount's name (Create's ESTALE) comes here, owing nothing.
-	stale := flags&syscall.O_CREAT == 0 && n.shownSize.Load() != 0 && n.shownSize.Load()-1 != of.f.Stat().Size
+	// Only for an open for reading (what a copy's source is): the kernel
+	// sends no O_CREAT to an open, so the retry of a create that met
+	// another mount's name (Create's ESTALE), owing nothing, must not meet
+	// it, and such an open is for writing.
+	shown := n.shownSize.Load()
+	stale := flags&syscall.O_ACCMODE == syscall.O_RDONLY && shown != 0 && shown-1 != of.f.Stat().Size
 	if !n.takeRetry() && stale && time.Since(time.Unix(0, n.staleAt.Load())) > staleSizeQuiet {
 		n.retries.Add(1)
 		n.staleAt.Store(time.Now().UnixNano())
