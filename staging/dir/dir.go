@@ -81,12 +81,26 @@ var ErrCorrupt = errors.New("corrupt store file")
 //	tmp/<id>...                     upload parts and records being written
 //	locks/<00..ff>                  flock(2) stripes, by xxh3 of the key
 //	uploads/<upload id>/upload      upload record: {"v":1,"key":..,"metadata":..,"initiated":..}
-//	uploads/<upload id>/<n>-<id>    part n (5 decimal digits), ETag "<id>"
+//	uploads/<upload id>/<n>-<id>    part n (5 decimal digits), ETag "<id>", in a file of its own
+//	uploads/<upload id>/stride      symbolic link whose target is S, decimal: the length
+//	                                of the first part of at least MinPartSize bytes
+//	uploads/<upload id>/data        parts written in place: part n at (n-1)*S
+//	uploads/<upload id>/<n>-<id>.<len>  empty marker: part n is len (<= S) bytes of data
+//	uploads/<upload id>/lock-<n>    flock(2) of part n's place
+//
+// A part goes into data if the stride is set and it is not longer than S,
+// and into a file of its own otherwise, or when its place was written
+// before (a place is written once, so a marker never names bytes a later
+// write changed). A complete of parts 1..k, all in place and of S bytes but
+// the last, cuts data to its length and links it as the object's data file:
+// a sequential writer's object is never copied. Any other complete copies
+// the parts into a new data file, as every complete once did.
 //
 // Conditional writes take the key's stripe lock around check and rename, so
 // they hold between goroutines and processes alike (flock locks belong to an
 // open file description, and every operation opens its own). Upload
-// operations lock the upload record the same way.
+// operations lock the upload record the same way: a part written in place
+// shared, everything else exclusively.
 //
 // Limits beyond ValidateKey: an escaped segment is at most 200 bytes (file
 // names are at most 255). A crash during a write can leave an unreferenced
@@ -126,8 +140,13 @@ const (
 	metaSuffix    = "~meta"
 	maxEscapedSeg = 200
 	uploadRecord  = "upload"
-	staleTmpAge   = 24 * time.Hour
-	lockStripes   = 256
+	uploadData    = "data"
+	strideLink    = "stride"
+	// maxStride is S3's largest part: no stride, and no part in place, is
+	// longer.
+	maxStride   = 5 << 30
+	staleTmpAge = 24 * time.Hour
+	lockStripes = 256
 	// readRetries bounds how often a reader follows a commit record whose
 	// data file was replaced meanwhile; only a key rewritten without pause
 	// can exhaust it.
