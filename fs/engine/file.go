@@ -389,6 +389,10 @@ type dirtyBlock struct {
 	// unmapped: the block was not in the map when it became dirty and has
 	// not been placed in it since (counted in File.dirtyUnmapped).
 	unmapped bool
+	// gen counts the changes to the block (sender.touchLocked): an object
+	// sent ahead holds the block's bytes as they were at the gen it
+	// recorded, so a block whose gen moved since is still dirty.
+	gen uint64
 }
 
 // seqStream is a run of writes each starting where the last one ended.

@@ -39,8 +39,8 @@ import (
 // upload tasks only move bytes. Their results are taken in by the next call
 // that holds the file (a write, a flush, a rollback), which also re-raises a
 // task's panic there. A block leaves the dirty tier when its object is
-// complete, if its pointer is still where it was sent and an xxh3 of its bytes
-// matches what was sent.
+// complete, if its pointer is still where it was sent and it has not changed
+// since it was placed (its gen: every change goes through touchLocked).
 //
 // At most segment_mpu_max_concurrency tasks run (pieces, tails, completions,
 // aborts); more wait in a queue. A completion whose answer was lost is
@@ -66,7 +66,7 @@ type streamObj struct {
 	writeID    string // the write id the multipart upload was created with
 	bytes      int64  // bytes handed to its parts so far
 	fbns       []uint64
-	hashes     []uint64
+	gens       []uint64 // each slot's block's gen when placed
 	summary    []segment.SummaryEntry
 	metas      [][]byte
 	parts      []staging.CompletedPart
@@ -182,12 +182,13 @@ func (s *sender) clearUnsent(fbn uint64) {
 }
 
 // touchLocked is called for every block a write, zero or truncate changes or
-// drops: a copy of it in an open object becomes a dead slot.
+// drops: its gen moves on (a copy of it sent ahead is no longer its bytes),
+// and a copy of it in an open object becomes a dead slot.
 func (s *sender) touchLocked(d *dirtyBlock) {
-
 	if d == nil {
 		return
 	}
+	d.gen++
 	if o := d.sent; o != nil && !o.closed {
 		o.summary[d.slot].Dead = true
 	}
@@ -390,7 +391,7 @@ func (s *sender) completedLocked(o *streamObj) {
 		want := segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: uint32(slot)}
 		v, ok, err := f.tree.Get(s.ctx, fbn)
 		same := d.busy == 0 && (d.ref != nil && o.refs[uint32(slot)] == d.ref ||
-			d.ref == nil && o.refs[uint32(slot)] == nil && xxh3.Hash(d.buf) == o.hashes[slot])
+			d.ref == nil && o.refs[uint32(slot)] == nil && d.gen == o.gens[slot])
 		if o.summary[slot].Dead || err != nil || !ok || v.Ptr != want || !same {
 			s.deadB += int64(f.bs)
 			s.markUnsent(fbn)

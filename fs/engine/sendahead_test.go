@@ -291,9 +291,9 @@ func TestSendAheadDeadSlot(t *testing.T) {
 }
 
 // A block written again after its object closed, while it is in flight,
-// fails the hash check when the object completes: it stays dirty and the
+// fails the gen check when the object completes: it stays dirty and the
 // flush writes it.
-func TestSendAheadHashCheck(t *testing.T) {
+func TestSendAheadGenCheck(t *testing.T) {
 	mem := mem.New()
 	g := newGate(mem)
 	p := piecesParams(1 << 20) // whole objects

@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/zeebo/xxh3"
-
 	"github.com/ckptfs/ckptfs/blockmap"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
@@ -75,7 +73,7 @@ func (s *sender) tailRoom(n, m int) int {
 func withSpare(m int) int { return m + (m+15)/16 }
 
 // placeLocked puts blocks into o at its next slots: copies them into buf,
-// hashes them and sets their pointers.
+// checksums them, notes their gens and sets their pointers.
 func (s *sender) placeLocked(ctx context.Context, o *streamObj, blocks []uint64, buf []byte, readRefs bool) ([]pieceRef, error) {
 	f := s.f
 	bs := int64(f.bs)
@@ -85,11 +83,10 @@ func (s *sender) placeLocked(ctx context.Context, o *streamObj, blocks []uint64,
 		slot := uint32(o.n())
 		blk := buf[int64(i)*bs : int64(i+1)*bs]
 		var crc uint32
-		var h uint64
 		switch {
 		case d.ref == nil:
 			copy(blk, d.buf)
-			crc, h = segment.Checksum(blk), xxh3.Hash(blk)
+			crc = segment.Checksum(blk)
 		case readRefs:
 			if err := d.ref.read(blk); err != nil {
 				return later, fmt.Errorf("place block %d by reference: %w", fbn, err)
@@ -106,7 +103,7 @@ func (s *sender) placeLocked(ctx context.Context, o *streamObj, blocks []uint64,
 			o.refs[slot] = d.ref
 		}
 		o.fbns = append(o.fbns, fbn)
-		o.hashes = append(o.hashes, h)
+		o.gens = append(o.gens, d.gen)
 		o.summary = append(o.summary, segment.SummaryEntry{FBN: fbn, CRC: crc})
 		v := blockmap.Value{Ptr: segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: slot}, CRC: crc}
 		if err := f.tree.Set(ctx, fbn, v); err != nil {
