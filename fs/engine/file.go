@@ -223,6 +223,7 @@ type File struct {
 	// maxCopiers is the most there ever were at once.
 	copiers, maxCopiers atomic.Int64
 	copyHook            func() // tests: runs in every write's copy phase
+	noArenas            bool   // tests: every dirty block's buffer from the pool
 
 	// mu: readers shared, everything that changes state exclusive. Its
 	// Unlock publishes stat first.
@@ -393,6 +394,15 @@ type dirtyBlock struct {
 	// sent ahead holds the block's bytes as they were at the gen it
 	// recorded, so a block whose gen moved since is still dirty.
 	gen uint64
+	// crc is the checksum of buf, computed by the write that filled it
+	// whole while its bytes were in the CPU's cache; valid until the block
+	// changes again (touchLocked).
+	crc      uint32
+	crcValid bool
+	// arena: buf is this block's slot in a stream's arena (arena.go), which
+	// it holds a reference on; nil for a buffer from the pool.
+	// INVARIANT: buf is arena.buf's slot fbn - arena.first.
+	arena *arena
 }
 
 // seqStream is a run of writes each starting where the last one ended.
@@ -400,6 +410,7 @@ type seqStream struct {
 	end   int64  // where the next write must start to extend it
 	bytes int64  // bytes written in it
 	last  uint64 // when it was last extended (File.tick)
+	fill  *arena // the arena its new blocks are carved from (arena.go)
 }
 
 // Stats are cumulative counters of one file.
@@ -413,6 +424,9 @@ type Stats struct {
 	BytesUploaded  int64 // object bytes stored
 	ObjectsWritten int
 	Clones         int // checkpoints made as copies by reference (CloneFrom)
+	// PieceCopyBytes: data sending ahead copied into piece buffers; the
+	// rest of what it sent went from the blocks' arenas (arena.go).
+	PieceCopyBytes int64
 	LastFlush      FlushTiming
 	// WAL counts the write-ahead log's records since the file took its
 	// lease (zero without the WAL).
@@ -775,8 +789,9 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 	f.rd.reset()
 	f.w.failed = nil
 	for _, d := range f.dirty {
-		f.freeBlock(d.buf)
+		f.freeDirtyBuf(d)
 	}
+	f.endFillsLocked()
 	f.dirty = make(map[uint64]*dirtyBlock)
 	f.dirtyB = 0
 	f.dirtyUnmapped = 0
@@ -913,8 +928,9 @@ func (f *File) Close() error {
 	f.closed = true
 	f.s.stop()
 	for _, d := range f.dirty {
-		f.freeBlock(d.buf)
+		f.freeDirtyBuf(d)
 	}
+	f.endFillsLocked()
 	f.dirty = nil
 	f.dirtyB = 0
 	f.dirtyUnmapped = 0

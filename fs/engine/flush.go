@@ -418,7 +418,7 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 		for s, fbn := range o.fbns {
 			d := f.dirty[fbn]
 			f.s.clearUnsent(fbn)
-			f.freeBlock(d.buf)
+			f.freeDirtyBuf(d)
 			f.undirtyLocked(d)
 			delete(f.dirty, fbn)
 			f.dirtyB -= int64(f.bs)
@@ -731,7 +731,7 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 			f.dirtyB += bs
 		} else {
 			f.s.touchLocked(d)
-			f.freeBlock(d.buf)
+			f.freeDirtyBuf(d)
 			if d.buf == nil {
 				f.dirtyB += bs
 			}

@@ -225,8 +225,9 @@ func (a *flushAttempt) adoptLocked(etag string) {
 		f.stats.ObjectsWritten++
 	}
 	for _, d := range f.dirty {
-		f.freeBlock(d.buf)
+		f.freeDirtyBuf(d)
 	}
+	f.endFillsLocked()
 	f.dirty = make(map[uint64]*dirtyBlock)
 	f.dirtyB = 0
 	f.dirtyUnmapped = 0

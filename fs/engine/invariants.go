@@ -66,6 +66,11 @@ func (f *File) checkDirtyBlockLocked(fbn uint64, d *dirtyBlock) error {
 		return fmt.Errorf("dirty block %d holds neither a buffer nor a reference", fbn)
 	case d.buf != nil && len(d.buf) != f.bs:
 		return fmt.Errorf("dirty block %d: buffer of %d bytes, want %d", fbn, len(d.buf), f.bs)
+	case d.arena != nil && (d.buf == nil || fbn < d.arena.first || int(fbn-d.arena.first) >= d.arena.carved ||
+		&d.buf[0] != &d.arena.buf[int(fbn-d.arena.first)*f.bs]):
+		return fmt.Errorf("dirty block %d is not in its arena's slot %d", fbn, int64(fbn)-int64(d.arena.first))
+	case d.arena != nil && d.arena.refs.Load() < 1:
+		return fmt.Errorf("dirty block %d holds an arena that is freed", fbn)
 	}
 	if o := d.sent; o != nil {
 		if _, ok := f.s.objs[o]; !ok {

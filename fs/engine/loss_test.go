@@ -29,6 +29,9 @@ func TestSettleWithFullBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Pieces copied from the pool's blocks: a piece of blocks in their
+	// arena needs no room (TestArenaPieceNeedsNoRoom).
+	a.noArenas = true
 	pb := piecesParams(0)
 	b, err := Create(ctx, mem, "bb/", Options{Params: pb, FileID: "bb/", Budget: budget})
 	if err != nil {

@@ -98,7 +98,7 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 				if d := f.dirty[fbn]; d != nil {
 					f.s.touchLocked(d)
 					if d.buf != nil {
-						f.freeBlock(d.buf)
+						f.freeDirtyBuf(d)
 						f.dirtyB -= bs
 						d.buf = nil
 					}

@@ -189,6 +189,7 @@ func (s *sender) touchLocked(d *dirtyBlock) {
 		return
 	}
 	d.gen++
+	d.crcValid = false
 	if o := d.sent; o != nil && !o.closed {
 		o.summary[d.slot].Dead = true
 	}
@@ -398,7 +399,7 @@ func (s *sender) completedLocked(o *streamObj) {
 			continue
 		}
 		if d.buf != nil {
-			f.freeBlock(d.buf)
+			f.freeDirtyBuf(d)
 			f.dirtyB -= int64(f.bs)
 		}
 		f.undirtyLocked(d)

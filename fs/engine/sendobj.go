@@ -85,8 +85,13 @@ func (s *sender) placeLocked(ctx context.Context, o *streamObj, blocks []uint64,
 		var crc uint32
 		switch {
 		case d.ref == nil:
-			copy(blk, d.buf)
-			crc = segment.Checksum(blk)
+			if &blk[0] != &d.buf[0] { // else the piece is the block's arena slot
+				copy(blk, d.buf)
+				f.stats.PieceCopyBytes += bs
+			}
+			if crc = d.crc; !d.crcValid {
+				crc = segment.Checksum(blk)
+			}
 		case readRefs:
 			if err := d.ref.read(blk); err != nil {
 				return later, fmt.Errorf("place block %d by reference: %w", fbn, err)
@@ -374,25 +379,33 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 		s.open[c] = o
 	}
 	held := int64(n) * int64(f.bs)
-	if last || s.settling {
-		// A flush must make progress: its pieces are the stated overhead
-		// above the budget.
-		f.forceCopy(held)
-	} else if !f.holdCopy(held) {
-		// The limits come first: no room for a copy, nothing sent now.
-		return 0, nil
+	var buf []byte
+	var free func()
+	if a, i := s.arenaRunLocked(blocks[:n], last); a != nil {
+		// The blocks as they lie in their arena: no copy to hold.
+		buf, free, held = a.slots(i, n), a.release, 0
+	} else {
+		if last || s.settling {
+			// A flush must make progress: its pieces are the stated
+			// overhead above the budget.
+			f.forceCopy(held)
+		} else if !f.holdCopy(held) {
+			// The limits come first: no room for a copy, nothing sent now.
+			return 0, nil
+		}
+		extra := 0
+		if last {
+			extra = s.tailRoom(o.n()+n, len(o.leafLos)+len(added))
+		}
+		buf = allocPiece(int(held), extra)
+		free = func() { freePiece(buf) }
 	}
-	extra := 0
-	if last {
-		extra = s.tailRoom(o.n()+n, len(o.leafLos)+len(added))
-	}
-	buf := allocPiece(int(held), extra)
 	later, err := s.placeLocked(ctx, o, blocks[:n], buf, last)
 	if err != nil {
 		// Blocks of this piece may be placed already, with no bytes sent:
 		// the object cannot complete as it is, and is given up.
 		f.releaseCopy(held)
-		freePiece(buf)
+		free()
 		s.abandonLocked(ctx, o, err)
 		return 0, err
 	}
@@ -412,7 +425,7 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 	bs := int64(f.bs)
 	s.spawn(o, taskPiece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
-		defer freePiece(buf)
+		defer free()
 		r := sendResult{part: part, refs: later}
 		if len(later) > 0 {
 			if r.crcs, r.err = readRefs(buf, bs, later); r.err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -128,16 +129,24 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 		f.copyHook()
 	}
 	done := 0
-	for _, sg := range segs {
+	crcs := make([]uint32, len(segs))
+	for i, sg := range segs {
 		copy(sg.d.buf[sg.in:sg.in+sg.n], p[sg.src:sg.src+sg.n])
+		if sg.n == f.bs && f.sendAheadOn() {
+			// The checksum sending ahead needs, while the bytes are hot.
+			crcs[i] = segment.Checksum(sg.d.buf)
+		}
 		done = sg.src + sg.n
 	}
 	f.copiers.Add(-1)
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	for _, sg := range segs {
+	for i, sg := range segs {
 		sg.d.busy--
+		if sg.n == f.bs && f.sendAheadOn() {
+			sg.d.crc, sg.d.crcValid = crcs[i], true
+		}
 	}
 	if done > 0 {
 		if end := off + int64(done); end > f.size {
@@ -197,7 +206,7 @@ func (f *File) unprepareLocked(segs []writeSeg) {
 		switch {
 		case sg.fresh:
 			f.s.clearUnsent(sg.fbn)
-			f.freeBlock(d.buf)
+			f.freeDirtyBuf(d)
 			f.dirtyB -= bs
 			f.undirtyLocked(d)
 			delete(f.dirty, sg.fbn)
@@ -205,7 +214,7 @@ func (f *File) unprepareLocked(segs []writeSeg) {
 				f.zeroed[sg.fbn] = struct{}{}
 			}
 		case sg.ref != nil:
-			f.freeBlock(d.buf)
+			f.freeDirtyBuf(d)
 			f.dirtyB -= bs
 			d.buf, d.ref = nil, sg.ref
 		}
@@ -228,19 +237,27 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 		d := f.dirty[fbn]
 		sg := writeSeg{in: in, n: n, src: done, fbn: fbn, prevEnd: f.writeEnd}
 		if d == nil {
-			buf, err := f.allocBlock(ctx)
-			if err != nil {
+			var buf []byte
+			var err error
+			a := f.arenaFor(fbn, seq)
+			if a != nil {
+				buf = a.carve()
+			} else if buf, err = f.allocBlock(ctx); err != nil {
 				return segs, fmt.Errorf("write %s at %d: %w", f.prefix, pos, err)
 			}
 			if n < f.bs {
 				// Read-modify-write: the rest of the block keeps its bytes.
 				if err := f.readBlockLocked(ctx, fbn, buf); err != nil {
-					f.freeBlock(buf)
+					if a != nil {
+						a.release() // the slot stays unused
+					} else {
+						f.freeBlock(buf)
+					}
 					return segs, fmt.Errorf("write %s at %d: read block %d: %w", f.prefix, pos, fbn, err)
 				}
 			}
 			sg.set = f.noteSetLocked(fbn, in, in+n)
-			d = &dirtyBlock{buf: buf}
+			d = &dirtyBlock{buf: buf, arena: a}
 			f.dirty[fbn] = d
 			f.markDirtyLocked(fbn, d)
 			f.dirtyB += bs
@@ -252,6 +269,7 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 			}
 		} else {
 			f.s.touchLocked(d)
+			f.ownLocked(d)
 			if d.ref != nil {
 				if n == f.bs {
 					buf, err := f.allocBlock(ctx)
@@ -411,6 +429,7 @@ func (f *File) zeroInBlockLocked(ctx context.Context, fbn uint64, from, to int) 
 		}
 	} else {
 		f.s.touchLocked(d)
+		f.ownLocked(d)
 		if err := f.materializeLocked(ctx, d); err != nil {
 			return fmt.Errorf("block %d by reference: %w", fbn, err)
 		}
@@ -495,7 +514,7 @@ func (f *File) dropDirtyLocked(fbn uint64, d *dirtyBlock) {
 	f.s.touchLocked(d)
 	f.s.clearUnsent(fbn)
 	if d.buf != nil {
-		f.freeBlock(d.buf)
+		f.freeDirtyBuf(d)
 		f.dirtyB -= int64(f.bs)
 	}
 	f.undirtyLocked(d)
@@ -547,6 +566,7 @@ func (f *File) streamAt(off, n int64) *seqStream {
 					oldest = end
 				}
 			}
+			f.endFill(f.streams[oldest])
 			delete(f.streams, oldest)
 		}
 		s = &seqStream{}

@@ -1,0 +1,134 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
+)
+
+// A long sequential writer's pieces go from the blocks' arenas: only what
+// comes before the stream is long, and the last pieces at the flush, are
+// copied into piece buffers.
+func TestArenaSequentialWriterNotCopied(t *testing.T) {
+	st := mem.New()
+	p := piecesParams(12 << 20)
+	f := mustCreate(t, st, "aw/", p)
+	data := pattern(40<<20, 31)
+	writeSeq(t, f, data, 0, 1<<20)
+	flushAndCheck(t, st, f, "aw/", p, data)
+	got := f.Stats().PieceCopyBytes
+	if got > int64(len(data))/4 {
+		t.Errorf("%d of %d bytes copied into piece buffers", got, len(data))
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, mustOpen(t, st, "aw/", p)); !bytes.Equal(got, data) {
+		t.Fatalf("after reopen: content differs at %d", commonPrefix(got, data))
+	}
+}
+
+// partsHeld holds every part upload until opened, and keeps a copy of
+// each part's body as the store was handed it.
+type partsHeld struct {
+	staging.Store
+	open chan struct{}
+	mu   sync.Mutex
+	held []string          // parts waiting, key#n
+	got  map[string][]byte // bodies, by key#n
+}
+
+func (s *partsHeld) UploadPart(ctx context.Context, key, id string, n int32, data []byte) (string, error) {
+	k := fmt.Sprintf("%s#%d", key, n)
+	s.mu.Lock()
+	s.held = append(s.held, k)
+	s.mu.Unlock()
+	<-s.open
+	s.mu.Lock()
+	s.got[k] = bytes.Clone(data)
+	s.mu.Unlock()
+	return s.Store.UploadPart(ctx, key, id, n, data)
+}
+
+func (s *partsHeld) waiting() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.held)
+}
+
+// A piece in flight is the bytes that were placed in it: blocks changed
+// (written again, zeroed, cut away and written anew) while their arena slots
+// are in flight take buffers of their own, and a slot is reused only once
+// the piece over it is in. The file reads back the latest bytes.
+func TestArenaPieceInFlightUnchanged(t *testing.T) {
+	for _, change := range []string{"write", "zero", "truncate"} {
+		t.Run(change, func(t *testing.T) {
+			ctx := context.Background()
+			hs := &partsHeld{Store: mem.New(), open: make(chan struct{}), got: map[string][]byte{}}
+			p := piecesParams(64 << 20)
+			budget := NewBudget(1 << 30)
+			f, err := Create(ctx, hs, "af/", Options{Params: p, FileID: "af/", Budget: budget})
+			if err != nil {
+				t.Fatal(err)
+			}
+			storeEmptyHead(t, f)
+			data := pattern(24<<20, 32)
+			writeSeq(t, f, data, 0, 1<<20)
+			waitFor(t, func() bool { return len(hs.waiting()) >= 3 })
+			held := hs.waiting()
+			marker := bytes.Repeat([]byte{0xEE}, 64<<10)
+			want := slices.Clone(data)
+			switch change {
+			case "write":
+				// Blocks of the second and third pieces, in flight.
+				for _, off := range []int{6 << 20, 11 << 20} {
+					if _, err := f.WriteAt(ctx, marker, int64(off)); err != nil {
+						t.Fatal(err)
+					}
+					copy(want[off:], marker)
+				}
+			case "zero":
+				if err := f.Zero(ctx, 6<<20, 5<<20); err != nil {
+					t.Fatal(err)
+				}
+				clear(want[6<<20 : 11<<20])
+			case "truncate":
+				if err := f.Truncate(ctx, 0); err != nil {
+					t.Fatal(err)
+				}
+				// Less than a piece: the write does not wait for the
+				// pieces held.
+				want = bytes.Repeat(marker, 16)
+				writeSeq(t, f, want, 0, 1<<20)
+			}
+			close(hs.open)
+			flushAndCheck(t, hs, f, "af/", p, want)
+			hs.mu.Lock()
+			for _, k := range held {
+				body := hs.got[k]
+				if body == nil {
+					t.Errorf("part %s held but never sent", k)
+				}
+				if i := bytes.Index(body, marker[:4096]); i >= 0 {
+					t.Errorf("part %s in flight holds bytes written after it was placed, at %d", k, i)
+				}
+				if len(body) > 0 && !bytes.Contains(data, body[:64<<10]) {
+					t.Errorf("part %s in flight does not start with bytes of the file as placed", k)
+				}
+			}
+			hs.mu.Unlock()
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if used := budget.Used(); used != 0 {
+				t.Errorf("%d bytes of the budget held after Close", used)
+			}
+		})
+	}
+}
