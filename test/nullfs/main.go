@@ -1,6 +1,7 @@
 // Command nullfs is the ceiling the mount's own speed is measured against: a
 // FUSE filesystem with ckptfs's mount options (1 MiB writes and reads,
-// direct mount as root, no splice) that keeps only names and sizes. Writes
+// direct mount as root, no splice, default_permissions, POSIX ACLs enforced
+// by the kernel) that keeps only names and sizes. Writes
 // are discarded, reads return zeros, fsync returns at once; so what a
 // program measures through it is the kernel's and go-fuse's round trip, and
 // its daemon's CPU per byte is the least a FUSE filesystem spends.
@@ -125,6 +126,11 @@ func main() {
 			MaxWrite:      1 << 20,
 			MaxReadAhead:  1 << 20,
 			DisableSplice: true,
+			// As fs/fusefs: the kernel checks permissions and ACLs (this
+			// filesystem has none: getxattr answers ENODATA).
+			EnableAcl:         true,
+			ExtraCapabilities: fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
+			Options:           []string{"default_permissions"},
 		},
 	}
 	srv, err := fs.Mount(os.Args[1], &root{}, opts)
