@@ -102,3 +102,57 @@ func checkObjectsLaidOut(t *testing.T, st staging.Store, prefix string, tag uint
 		t.Errorf("%d objects under %s, want the ones sent ahead and part 0", n, prefix)
 	}
 }
+
+// With nothing sent ahead, a writer past the dirty limit writes a partial
+// segment at each crossing: each one stores the blocks dirty since the one
+// before, never the file again, so what reaches the store stays near what
+// was written however many segments there are.
+func TestPartialSegmentsStoreEachBlockOnce(t *testing.T) {
+	const (
+		limit = 256 << 10
+		write = 64 << 10
+	)
+	for _, tt := range []struct {
+		name   string
+		format segment.Format
+		size   int
+	}{
+		{"parted 1 MiB", segment.FormatParted, 1 << 20},
+		{"parted 8 MiB", segment.FormatParted, 8 << 20},
+		{"stream 8 MiB", segment.FormatStream, 8 << 20},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := mem.New()
+			p := DefaultParams()
+			p.Format = tt.format
+			p.StreamSegmentBytes = 0
+			p.DirtyLimit = limit
+			f := mustCreate(t, st, "p/", p)
+			defer f.Close()
+			data := pattern(tt.size, 3)
+			for off := 0; off < tt.size; off += write {
+				if _, err := f.WriteAt(ctx, data[off:off+write], int64(off)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := f.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			s := f.Stats()
+			// A crossing is a write past the limit: every limit+write bytes.
+			if want := tt.size/(limit+write) - 1; s.Partials < want {
+				t.Errorf("%d partial segments, want at least %d", s.Partials, want)
+			}
+			// Data, plus headers, summaries and leaves: a few per cent.
+			if most := int64(tt.size) * 21 / 20; s.BytesUploaded > most {
+				t.Errorf("%d bytes stored for %d written, want at most %d", s.BytesUploaded, tt.size, most)
+			}
+			g := mustOpen(t, st, "p/", p)
+			defer g.Close()
+			if got := readAll(t, g); !bytes.Equal(got, data) {
+				t.Fatalf("after reopen: content differs")
+			}
+		})
+	}
+}
