@@ -29,7 +29,8 @@
 //	| n × DataBlockSize      | m × MetaBlockSize      | n × 16        | 256        |
 //	+------------------------+------------------------+---------------+------------+
 //
-// A PartedSegment is written all at once by a flush, header first:
+// A PartedSegment is written all at once, header first (by a flush, or sent
+// ahead whole once its blocks are known):
 //
 //	+------------+------------------------+------------------------+---------------+
 //	| header     | data blocks            | meta blocks            | summary       |

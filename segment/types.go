@@ -9,8 +9,9 @@ import (
 type Format uint8
 
 const (
-	// FormatParted writes a checkpoint all at once at the flush, header first,
-	// in parts when it is larger than segment_max_object_bytes.
+	// FormatParted writes each object whole, header first: at the flush, in
+	// parts when it is larger than segment_max_object_bytes, or sent ahead
+	// once an object's blocks are all known.
 	FormatParted Format = 1
 	// FormatStream lays every object out tail first so that data can be sent
 	// while it is written.

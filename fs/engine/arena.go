@@ -84,7 +84,7 @@ func (a *arena) release() {
 func (f *File) arenaFor(fbn uint64, seq *seqStream) *arena {
 	bs := int64(f.bs)
 	perPiece := int(f.p.ChunkSize / bs)
-	if seq == nil || f.noArenas || !f.sendAheadOn() || f.p.sendsWhole() || perPiece < 2 ||
+	if seq == nil || f.noArenas || !f.sendAheadOn() || f.sendsWhole() || perPiece < 2 ||
 		seq.bytes < int64(f.s.runBlocks())*bs {
 		return nil
 	}

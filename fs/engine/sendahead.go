@@ -16,14 +16,15 @@ import (
 	"github.com/ckptfs/ckptfs/staging"
 )
 
-// Sending ahead (StreamSegment only): data leaves for the store while it is
-// written, so that a flush is left with what has not been sent yet.
+// Sending ahead: data leaves for the store while it is written, so that a
+// flush is left with what has not been sent yet.
 //
 //   - stream_segment_bytes = 0: nothing is sent ahead.
-//   - up to one segment_mpu_chunk_size piece: each object is sent whole, in
-//     one request, once there is one object's worth of unsent blocks.
-//   - larger: one object is filled a piece at a time through a multipart
-//     upload and closed once it holds the target.
+//   - up to one segment_mpu_chunk_size piece, or a Parted file (its header,
+//     first, is known only once the object is): each object is sent whole,
+//     in one request, once there is one object's worth of unsent blocks.
+//   - larger (StreamSegment): one object is filled a piece at a time through
+//     a multipart upload and closed once it holds the target.
 //
 // The target is a ceiling, not a floor: before a piece is placed, the object
 // is checked for room for it and its leaves (one leaf in sixteen kept spare
@@ -142,7 +143,7 @@ type sender struct {
 }
 
 func (f *File) sendAheadOn() bool {
-	return f.format == segment.FormatStream && f.p.StreamSegmentBytes > 0 && !f.readOnly && !f.p.WAL
+	return f.p.StreamSegmentBytes > 0 && !f.readOnly && !f.p.WAL
 }
 
 // target is the effective stream_segment_bytes.
@@ -476,7 +477,7 @@ func (s *sender) sendAheadLocked(ctx context.Context) error {
 	s.rethrowLocked()
 	target := s.target()
 	chunk := f.p.ChunkSize
-	whole := target <= chunk
+	whole := f.sendsWhole()
 	due := chunk
 	if whole {
 		due = target
@@ -529,7 +530,7 @@ func (s *sender) settleLocked(ctx context.Context) error {
 	s.rethrowLocked()
 	s.settling = true
 	defer func() { s.settling = false }()
-	if !f.p.sendsWhole() {
+	if !f.sendsWhole() {
 		picked := s.pickLocked()
 		for c := range nClasses {
 			blocks := picked[c]
@@ -566,7 +567,12 @@ func (s *sender) settleLocked(ctx context.Context) error {
 	return nil
 }
 
-func (p Params) sendsWhole() bool { return min(p.StreamSegmentBytes, p.MaxObjectBytes) <= p.ChunkSize }
+// sendsWhole: objects are sent whole, in one request each, when the target
+// fits one piece, and always for a Parted file, whose header comes first
+// and is known only once the object is.
+func (f *File) sendsWhole() bool {
+	return f.format == segment.FormatParted || min(f.p.StreamSegmentBytes, f.p.MaxObjectBytes) <= f.p.ChunkSize
+}
 
 // stop cancels the tasks in flight and waits for them; open uploads
 // are aborted (briefly, even though the tasks were cancelled).

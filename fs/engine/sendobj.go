@@ -208,10 +208,11 @@ func (s *sender) leavesLocked(ctx context.Context, o *streamObj) ([][]byte, erro
 	return metas, nil
 }
 
-// tailLocked encodes [meta blocks][summary][header] of a stream object.
+// tailLocked encodes [meta blocks][summary][header] of an object sent
+// ahead (a Parted one's header then moves to its front).
 func (s *sender) tailLocked(o *streamObj) ([]byte, error) {
 	f := s.f
-	l := segment.Layout{Format: segment.FormatStream, DataBlockSize: uint32(f.bs), MetaBlockSize: uint32(f.mbs),
+	l := segment.Layout{Format: f.format, DataBlockSize: uint32(f.bs), MetaBlockSize: uint32(f.mbs),
 		DataBlocks: uint32(o.n()), MetaBlocks: uint32(len(o.metas))}
 	h, err := segment.NewHeader(o.name, f.tag, l, nil, nil)
 	if err != nil {
@@ -251,10 +252,16 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 		delete(s.objs, o)
 		return 0, nil // the limits come first: no room for a copy now
 	}
-	data := allocPiece(int(held), s.tailRoom(n, len(added)))
+	// A Parted object's header comes first: room is left for it in front.
+	front := 0
+	if f.format == segment.FormatParted {
+		front = segment.HeaderSize
+	}
+	buf := allocPiece(front+int(held), s.tailRoom(n, len(added)))
+	data := buf[front:]
 	if _, err := s.placeLocked(ctx, o, blocks[:n], data, true); err != nil {
 		f.releaseCopy(held)
-		freePiece(data)
+		freePiece(buf)
 		s.abandonLocked(ctx, o, err)
 		return 0, err
 	}
@@ -264,7 +271,7 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 	metas, err := s.leavesLocked(ctx, o)
 	if err != nil {
 		f.releaseCopy(held)
-		freePiece(data)
+		freePiece(buf)
 		s.abandonLocked(ctx, o, err)
 		return 0, err
 	}
@@ -281,7 +288,12 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 		f.releaseCopy(held)
 		return 0, err
 	}
-	body := append(data, tail...) // within data's capacity: no copy
+	if front > 0 {
+		hdr := tail[len(tail)-segment.HeaderSize:]
+		copy(buf, hdr)
+		tail = tail[:len(tail)-segment.HeaderSize]
+	}
+	body := append(buf, tail...) // within buf's capacity: no copy
 	key := f.key(o.name)
 	s.spawn(o, taskWhole, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
