@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"syscall"
@@ -540,6 +541,7 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	log, life := mountLoggers(sink, cfg.Log, report != nil || os.Getenv("NOTIFY_SOCKET") != "")
 	defer log.Sync()
 
+	setHeapLimit(cfg.MemoryLimit)
 	fsys, err := openFS(m.store, so, cfg, log, warn)
 	if err != nil {
 		return fail(err)
@@ -725,4 +727,21 @@ func detach(stderr io.Writer) int {
 	cmd.Process.Wait()
 	fmt.Fprintf(stderr, "ckptfs mount: %s\n", strings.TrimPrefix(line, "error: "))
 	return 1
+}
+
+// heapSlack is what the mount's heap holds beyond memory_limit's budget:
+// the block map's nodes, requests' buffers, the runtime's own.
+const heapSlack = 64 << 20
+
+// setHeapLimit makes the garbage collector keep the heap near the memory
+// budget (memory_limit plus heapSlack) instead of letting it grow to twice
+// the live data between collections: the budget bounds what ckptfs holds,
+// and this bounds what the process keeps of what it no longer holds. The
+// limit is soft: live data above it slows collection, it never fails. A
+// GOMEMLIMIT in the environment wins.
+func setHeapLimit(budget int64) {
+	if os.Getenv("GOMEMLIMIT") != "" || budget <= 0 {
+		return
+	}
+	debug.SetMemoryLimit(budget + heapSlack)
 }
