@@ -315,8 +315,11 @@ func TestManyFiles(t *testing.T) {
 	tarball := filepath.Join(t.TempDir(), "src.tar")
 	run(t, "", "tar", "-cf", tarball, "-C", src, ".")
 
+	// The stores run at once: each has its own volume and mount, and much
+	// of a step is the programs' and the store's waiting, not CPU.
 	for _, sc := range manyFilesStores {
 		t.Run(sc.name, func(t *testing.T) {
+			t.Parallel()
 			open := sc.open(t)
 			m := mountStore(t, open(), "")
 			remount := func() {

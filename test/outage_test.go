@@ -119,9 +119,19 @@ func runBounded(t *testing.T, name string, args ...string) (string, error, time.
 // With wal=on a write during the outage fails too (its record cannot be
 // stored), and what was written to the log before the outage but not
 // flushed replays at the next mount.
+//
+// The two run at once: each has its own volume, proxy and mount process,
+// and spends most of its half minute waiting out the one-second timeouts.
 func TestOutage(t *testing.T) {
-	t.Run("plain", func(t *testing.T) { testOutage(t, false) })
-	t.Run("wal", func(t *testing.T) { testOutage(t, true) })
+	for _, c := range []struct {
+		name string
+		wal  bool
+	}{{"plain", false}, {"wal", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			testOutage(t, c.wal)
+		})
+	}
 }
 
 func testOutage(t *testing.T, wal bool) {
