@@ -50,8 +50,7 @@ import (
 // when it lands (its blocks go into the block cache); a flight fetched ahead
 // is kept, its bytes drawn from the mount's budget (TryAcquireRead: a piece
 // that does not fit is not fetched), until the stream that fetched it has
-// read past it as far as a late read may come (reach), the stream is
-// dropped, or the file is closed or
+// read seqReadKeep past it, the stream is dropped, or the file is closed or
 // rolled back. Because flights are keyed by where a block is stored and its
 // CRC, a map that names other objects (a newer checkpoint of another writer,
 // adopted by a rollback or an open) never finds the bytes of an older one: a
@@ -64,9 +63,13 @@ import (
 // its budget returned (then it is memory of the reply's, at most one READ's
 // worth per reply in progress).
 const (
-	seqReadSlack      = 1 << 20  // the kernel keeps several reads in flight, out of order
-	seqReorderSlack   = 16 << 20 // how far out of order a proved stream's reads may come (reach)
-	prefetchProve     = 1 << 20  // sequential bytes before read-ahead starts (more than one read of 1 MiB)
+	seqReadSlack    = 1 << 20  // the kernel keeps several reads in flight, out of order
+	seqReorderSlack = 16 << 20 // how far out of order a proved stream's reads may come (reach)
+	// seqReadKeep is how far a stream reads past a flight ahead before it
+	// drops it: a read that came late finds its blocks there instead of
+	// fetching them again (reads came 2 to 4 MiB late).
+	seqReadKeep       = 4 << 20
+	prefetchProve     = 1 << 20 // sequential bytes before read-ahead starts (more than one read of 1 MiB)
 	prefetchMinWindow = 1 << 20
 	prefetchMaxWindow = 128 << 20
 	prefetchMaxPiece  = 8 << 20
@@ -371,13 +374,11 @@ func (r *readers) followLocked(ctx context.Context, off, n int64) {
 		s.bytes += off + n - max(off, s.next)
 		s.next = off + n
 	}
-	// What the stream has read past is of no more use to it (a read the
-	// kernel sent before this one may still come, as far behind as reach
-	// allows).
-	behind, _ := s.reach()
+	// What the stream has read past is of no more use to it, but to a read
+	// the kernel sent before the last ones, which may still come.
 	keep := s.flights[:0]
 	for _, fl := range s.flights {
-		if fl.end <= behind {
+		if fl.end <= s.next-seqReadKeep {
 			r.dropLocked(fl)
 			continue
 		}
