@@ -97,7 +97,8 @@
 //     by the same key, before it is sent, so concurrent reads of the same
 //     blocks (several readers of one checkpoint, a reader and the read ahead
 //     of its stream) make one GET. ReadStream (the FUSE layer's reads) follows
-//     sequential streams and, past prefetchProve bytes read in a row, fetches
+//     sequential streams (their reads may come somewhat out of order, as the
+//     kernel's do) and, past prefetchProve bytes read in a row, fetches
 //     ahead of them (twice what the stream read, from prefetchMinWindow to
 //     prefetchMaxWindow, in pieces planned as reads are, at most
 //     prefetchInFlight in flight per file, but one a read waits for goes at

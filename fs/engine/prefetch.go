@@ -15,7 +15,10 @@ import (
 //
 // A File follows the sequential streams of its readers (ReadStream) as it
 // follows its writers': a read that starts within seqReadSlack of where a
-// stream ended extends it. Once a stream has read more than prefetchProve
+// stream ended extends it, and once the stream is proved, one that the
+// kernel's several READs in flight brought out of order, up to
+// seqReorderSlack behind or as far ahead as it fetched (readStream.reach).
+// Once a stream has read more than prefetchProve
 // bytes in a row (so one read of 1 MiB never starts it), the file fetches
 // ahead of it twice as far as it has read in a row, from prefetchMinWindow up
 // to prefetchMaxWindow: the window doubles each time the stream reads as much
@@ -47,7 +50,7 @@ import (
 // when it lands (its blocks go into the block cache); a flight fetched ahead
 // is kept, its bytes drawn from the mount's budget (TryAcquireRead: a piece
 // that does not fit is not fetched), until the stream that fetched it has
-// read seqReadSlack past it, the stream is dropped, or the file is closed or
+// read seqReadKeep past it, the stream is dropped, or the file is closed or
 // rolled back. Because flights are keyed by where a block is stored and its
 // CRC, a map that names other objects (a newer checkpoint of another writer,
 // adopted by a rollback or an open) never finds the bytes of an older one: a
@@ -60,7 +63,12 @@ import (
 // its budget returned (then it is memory of the reply's, at most one READ's
 // worth per reply in progress).
 const (
-	seqReadSlack      = 1 << 20 // the kernel keeps several reads in flight, out of order
+	seqReadSlack    = 1 << 20  // the kernel keeps several reads in flight, out of order
+	seqReorderSlack = 16 << 20 // how far out of order a proved stream's reads may come (reach)
+	// seqReadKeep is how far a stream reads past a flight ahead before it
+	// drops it: a read that came late finds its blocks there instead of
+	// fetching them again (reads came 2 to 4 MiB late).
+	seqReadKeep       = 4 << 20
 	prefetchProve     = 1 << 20 // sequential bytes before read-ahead starts (more than one read of 1 MiB)
 	prefetchMinWindow = 1 << 20
 	prefetchMaxWindow = 128 << 20
@@ -106,6 +114,26 @@ type flight struct {
 	// dropped, landed: GUARDED_BY(readers.mu); the budget is returned by
 	// whichever of the two comes second.
 	dropped, landed bool
+}
+
+// reach is where a read may start and still continue s: within seqReadSlack
+// of where it ended, and once it is proved sequential (it fetches ahead),
+// up to seqReorderSlack behind that, and ahead as far as it has fetched
+// (at most seqReorderSlack). The kernel sends a stream's READs in order,
+// several at once (up to the connection's max_background, 12 of up to
+// 1 MiB), but the mount's goroutines take them up in any order, more so on
+// a busy machine: reads came 2 to 4 MiB behind or 2 MiB ahead of the
+// stream's end, and each started a stream of its own, which the reads that
+// followed then continued, its window ramping up again from nothing while
+// the link emptied (a cold cat of 1 GiB on the general link read at 281 MB/s
+// where dd, fewer READs in flight, read at 383). A stream not proved keeps
+// the narrow slack both ways: random reads must not join one another, and
+// a reader that starts just behind another must prove its own stream.
+func (s *readStream) reach() (lo, hi int64) {
+	if s.bytes <= prefetchProve {
+		return s.next - seqReadSlack, s.next + seqReadSlack
+	}
+	return s.next - seqReorderSlack, s.next + max(seqReadSlack, min(s.ahead-s.next, seqReorderSlack))
 }
 
 // slot is one block of a flight.
@@ -321,8 +349,8 @@ func (r *readers) followLocked(ctx context.Context, off, n int64) {
 	r.tick++
 	var s *readStream
 	for _, c := range r.streams {
-		if off >= c.next-seqReadSlack && off <= c.next+seqReadSlack &&
-			(s == nil || abs64(off-c.next) < abs64(off-s.next)) {
+		lo, hi := c.reach()
+		if off >= lo && off <= hi && (s == nil || abs64(off-c.next) < abs64(off-s.next)) {
 			s = c
 		}
 	}
@@ -346,10 +374,11 @@ func (r *readers) followLocked(ctx context.Context, off, n int64) {
 		s.bytes += off + n - max(off, s.next)
 		s.next = off + n
 	}
-	// What the stream has read past is of no more use to it.
+	// What the stream has read past is of no more use to it, but to a read
+	// the kernel sent before the last ones, which may still come.
 	keep := s.flights[:0]
 	for _, fl := range s.flights {
-		if fl.end <= off-seqReadSlack {
+		if fl.end <= s.next-seqReadKeep {
 			r.dropLocked(fl)
 			continue
 		}

@@ -615,3 +615,66 @@ func TestReadersOfPartsFetchEachOnce(t *testing.T) {
 		t.Errorf("%d readers of a part each fetched %d bytes for %d read (%d fetched ahead)", parts, rx, size, st.BytesAhead)
 	}
 }
+
+// The kernel's READs of one stream reach the engine out of order (several
+// in flight, taken up by the mount's goroutines in any order): a read
+// 2 MiB ahead of where the stream is, then the two it skipped. They are
+// one stream, whose window keeps growing, not a new stream each time a
+// read comes early, the reads after it continuing that one and its window
+// starting again from nothing (a cold cat through the mount on the general
+// link lost a fifth of its speed so).
+func TestOutOfOrderReadsKeepOneStream(t *testing.T) {
+	mem := mem.New()
+	p := restoreParams()
+	const size = 64 << 20
+	const mib = 1 << 20
+	want := storedFile(t, mem, "ooo/", p, size, 13)
+
+	// In order, for the GETs one stream sends.
+	one, _, _ := openCounted(t, mem, "ooo/", p, nil)
+	if got := streamRead(t, one, 0, mib); !bytes.Equal(got, want) {
+		t.Fatal("read is not what was written")
+	}
+	alone := one.ReadStats()
+	if err := one.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	f, _, c := openCounted(t, mem, "ooo/", p, nil)
+	defer f.Close()
+	// The first 4 MiB in order, then every 4 MiB as 2, 0, 1, 3.
+	var offs []int64
+	for a := int64(0); a < size; a += 4 * mib {
+		order := []int64{2, 0, 1, 3}
+		if a == 0 {
+			order = []int64{0, 1, 2, 3}
+		}
+		for _, k := range order {
+			offs = append(offs, a+k*mib)
+		}
+	}
+	buf := make([]byte, mib)
+	for _, off := range offs {
+		if _, err := f.ReadStream(context.Background(), buf, off); err != nil && !errors.Is(err, io.EOF) {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf, want[off:off+mib]) {
+			t.Fatalf("read at %d is not what was written", off)
+		}
+	}
+	f.rd.mu.Lock()
+	streams := len(f.rd.streams)
+	f.rd.mu.Unlock()
+	st := f.ReadStats()
+	t.Logf("in order: %d GETs ahead; out of order: %d, %d streams", alone.GetsAhead, st.GetsAhead, streams)
+	if streams != 1 {
+		t.Errorf("one reader out of order was followed as %d streams", streams)
+	}
+	if st.GetsAhead > alone.GetsAhead+2 {
+		t.Errorf("out of order, %d GETs ahead (%d bytes each on average); in order %d",
+			st.GetsAhead, st.BytesAhead/max(st.GetsAhead, 1), alone.GetsAhead)
+	}
+	if rx := c.Snapshot().Op(staging.OpGet).BytesReceived; rx != size {
+		t.Errorf("fetched %d bytes for %d read", rx, size)
+	}
+}
