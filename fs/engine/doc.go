@@ -151,4 +151,13 @@
 // lock of their own but the readers' (inside File.mu); each says what of
 // File.mu its methods are called with. The dirty accounting's invariants are
 // written on its fields and checked by checkInvariants (invariants.go).
+//
+// # The bytes of a sequential writer
+//
+// A long sequential stream's blocks are carved from arenas of one piece each
+// (arena.go), and a piece of consecutive slots goes to the store as it lies:
+// a write's bytes are copied once, from the kernel's buffer into the arena,
+// and checksummed by that write while they are in the CPU's cache. A block
+// changed while its slot may be in flight first takes a buffer of its own
+// (its gen has moved, so the copy in flight no longer counts as its bytes).
 package engine
