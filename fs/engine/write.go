@@ -97,6 +97,9 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	segs, perr := f.prepareLocked(ctx, p, off)
+	// Sending ahead needs each whole block's checksum: the copy computes it
+	// while the bytes are in the CPU's cache.
+	sums := f.sendAheadOn()
 	f.mu.Unlock()
 
 	// With the WAL, what was prepared is logged before it is applied (the
@@ -132,8 +135,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	crcs := make([]uint32, len(segs))
 	for i, sg := range segs {
 		copy(sg.d.buf[sg.in:sg.in+sg.n], p[sg.src:sg.src+sg.n])
-		if sg.n == f.bs && f.sendAheadOn() {
-			// The checksum sending ahead needs, while the bytes are hot.
+		if sums && sg.n == f.bs {
 			crcs[i] = segment.Checksum(sg.d.buf)
 		}
 		done = sg.src + sg.n
@@ -144,7 +146,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	defer f.mu.Unlock()
 	for i, sg := range segs {
 		sg.d.busy--
-		if sg.n == f.bs && f.sendAheadOn() {
+		if sums && sg.n == f.bs {
 			sg.d.crc, sg.d.crcValid = crcs[i], true
 		}
 	}
