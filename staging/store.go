@@ -41,7 +41,9 @@
 //     Nothing of an upload is visible until it completes; an aborted upload
 //     leaves nothing behind.
 //   - Put and UploadPart do not keep the caller's slice after they return: the
-//     caller may reuse it (the file engine pools its piece buffers).
+//     caller may reuse it (the file engine pools its piece buffers). A caller
+//     that gives a part's body up calls UploadPartGiven instead: a store
+//     that can keep it (PartKeeper: memory) does, and saves its copy.
 //   - User metadata keys are lower-case ASCII letters, digits and '-'; S3 sends
 //     them as x-amz-meta-<key>.
 //
@@ -83,6 +85,28 @@ type timeoutSentinel struct{}
 
 func (timeoutSentinel) Error() string        { return "request timed out" }
 func (timeoutSentinel) Is(target error) bool { return target == context.DeadlineExceeded }
+
+// PartKeeper is a Store that can keep a part's body instead of copying it,
+// when its caller gives the body up. Wrappers implement it by passing it on
+// (UploadPartGiven), so that it reaches the backend through them.
+type PartKeeper interface {
+	// UploadPartKept is UploadPart of a body the caller never writes
+	// again. kept tells whether the store holds data itself: then the
+	// caller must never reuse it, whatever the error (an answer lost after
+	// the part was stored still keeps it).
+	UploadPartKept(ctx context.Context, key, uploadID string, n int32, data []byte) (etag string, kept bool, err error)
+}
+
+// UploadPartGiven uploads a part whose body the caller gives up: a store
+// that keeps bodies keeps it; any other copies it, as UploadPart does
+// (kept is false).
+func UploadPartGiven(ctx context.Context, s Store, key, uploadID string, n int32, data []byte) (etag string, kept bool, err error) {
+	if k, ok := s.(PartKeeper); ok {
+		return k.UploadPartKept(ctx, key, uploadID, n, data)
+	}
+	etag, err = s.UploadPart(ctx, key, uploadID, n, data)
+	return etag, false, err
+}
 
 // MinPartSize is S3's minimum size of every part but the last of a multipart
 // upload; every backend enforces it so that tests on memory catch violations.

@@ -32,6 +32,7 @@ type arena struct {
 	first  uint64       // the block of slot 0
 	carved int          // slots handed out; set to the end when it stops filling
 	refs   atomic.Int32 // carved blocks holding a slot, pieces in flight, the filling stream
+	kept   atomic.Bool  // a store keeps slots of it: never back to the pool
 	budget *Budget
 }
 
@@ -68,7 +69,9 @@ func (a *arena) release() {
 		if a.budget != nil {
 			a.budget.Release(int64(len(a.buf)))
 		}
-		freePiece(a.buf)
+		if !a.kept.Load() {
+			freePiece(a.buf)
+		}
 	case n < 0:
 		panic("engine: arena released more often than held")
 	}

@@ -132,3 +132,48 @@ func TestArenaPieceInFlightUnchanged(t *testing.T) {
 		})
 	}
 }
+
+// keepCount counts the parts a store kept.
+type keepCount struct {
+	staging.Store
+	mu   sync.Mutex
+	kept int
+}
+
+func (k *keepCount) UploadPartKept(ctx context.Context, key, id string, n int32, data []byte) (string, bool, error) {
+	etag, kept, err := staging.UploadPartGiven(ctx, k.Store, key, id, n, data)
+	if kept {
+		k.mu.Lock()
+		k.kept++
+		k.mu.Unlock()
+	}
+	return etag, kept, err
+}
+
+// A piece the memory store keeps is never reused: another file written
+// after it (whose arenas and pieces come from the same pools) leaves the
+// first one's bytes as they were.
+func TestKeptPiecesNotReused(t *testing.T) {
+	st := &keepCount{Store: mem.New()}
+	p := piecesParams(12 << 20)
+	a := mustCreate(t, st, "ka/", p)
+	da := pattern(30<<20, 41)
+	writeSeq(t, a, da, 0, 1<<20)
+	flushAndCheck(t, st, a, "ka/", p, da)
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if st.kept == 0 {
+		t.Fatal("the store kept no piece")
+	}
+	b := mustCreate(t, st, "kb/", p)
+	db := pattern(30<<20, 42)
+	writeSeq(t, b, db, 0, 1<<20)
+	flushAndCheck(t, st, b, "kb/", p, db)
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, mustOpen(t, st, "ka/", p)); !bytes.Equal(got, da) {
+		t.Fatalf("the first file changed at %d", commonPrefix(got, da))
+	}
+}

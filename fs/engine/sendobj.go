@@ -392,10 +392,16 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 	}
 	held := int64(n) * int64(f.bs)
 	var buf []byte
-	var free func()
+	var free func(kept bool) // kept: the store holds buf, which is never reused
 	if a, i := s.arenaRunLocked(blocks[:n], last); a != nil {
 		// The blocks as they lie in their arena: no copy to hold.
-		buf, free, held = a.slots(i, n), a.release, 0
+		buf, held = a.slots(i, n), 0
+		free = func(kept bool) {
+			if kept {
+				a.kept.Store(true)
+			}
+			a.release()
+		}
 	} else {
 		if last || s.settling {
 			// A flush must make progress: its pieces are the stated
@@ -410,14 +416,18 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 			extra = s.tailRoom(o.n()+n, len(o.leafLos)+len(added))
 		}
 		buf = allocPiece(int(held), extra)
-		free = func() { freePiece(buf) }
+		free = func(kept bool) {
+			if !kept {
+				freePiece(buf)
+			}
+		}
 	}
 	later, err := s.placeLocked(ctx, o, blocks[:n], buf, last)
 	if err != nil {
 		// Blocks of this piece may be placed already, with no bytes sent:
 		// the object cannot complete as it is, and is given up.
 		f.releaseCopy(held)
-		free()
+		free(false)
 		s.abandonLocked(ctx, o, err)
 		return 0, err
 	}
@@ -437,14 +447,17 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 	bs := int64(f.bs)
 	s.spawn(o, taskPiece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
-		defer free()
+		kept := false
+		defer func() { free(kept) }()
 		r := sendResult{part: part, refs: later}
 		if len(later) > 0 {
 			if r.crcs, r.err = readRefs(buf, bs, later); r.err != nil {
 				return r
 			}
 		}
-		r.etag, r.err = f.st.UploadPart(ctx, key, id, part, buf)
+		// The piece is given up: a store that keeps bodies (memory) keeps
+		// it instead of copying it.
+		r.etag, kept, r.err = staging.UploadPartGiven(ctx, f.st, key, id, part, buf)
 		return r
 	})
 	if o.n() >= int((s.target()-segment.HeaderSize)/int64(f.bs)) {

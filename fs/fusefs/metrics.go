@@ -445,6 +445,13 @@ func (s *inflightStore) UploadPart(ctx context.Context, key, uploadID string, n 
 	return s.inner.UploadPart(ctx, key, uploadID, n, data)
 }
 
+var _ staging.PartKeeper = (*inflightStore)(nil)
+
+func (s *inflightStore) UploadPartKept(ctx context.Context, key, uploadID string, n int32, data []byte) (_ string, _ bool, err error) {
+	defer s.begin(staging.OpUploadPart)(&err)
+	return staging.UploadPartGiven(ctx, s.inner, key, uploadID, n, data)
+}
+
 func (s *inflightStore) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (_ staging.ObjectInfo, err error) {
 	defer s.begin(staging.OpCompleteMultipart)(&err)
 	return s.inner.CompleteMultipart(ctx, key, uploadID, parts, cond)

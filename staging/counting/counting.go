@@ -191,6 +191,14 @@ func (c *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, d
 	return etag, err
 }
 
+var _ staging.PartKeeper = (*Store)(nil)
+
+func (c *Store) UploadPartKept(ctx context.Context, key, uploadID string, n int32, data []byte) (string, bool, error) {
+	etag, kept, err := staging.UploadPartGiven(ctx, c.inner, key, uploadID, n, data)
+	c.count(staging.OpUploadPart, len(data), 0, err)
+	return etag, kept, err
+}
+
 func (c *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
 	info, err := c.inner.CompleteMultipart(ctx, key, uploadID, parts, cond)
 	c.count(staging.OpCompleteMultipart, 0, 0, err)

@@ -283,6 +283,23 @@ func (f *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, d
 	return etag, nil
 }
 
+var _ staging.PartKeeper = (*Store)(nil)
+
+// UploadPartKept reports kept as the store below did, even when the answer
+// is then lost: the part is stored, and its body with it.
+func (f *Store) UploadPartKept(ctx context.Context, key, uploadID string, n int32, data []byte) (string, bool, error) {
+	var etag string
+	var kept bool
+	err := f.do(ctx, staging.OpUploadPart, key, func() (err error) {
+		etag, kept, err = staging.UploadPartGiven(ctx, f.inner, key, uploadID, n, data)
+		return
+	})
+	if err != nil {
+		return "", kept, err
+	}
+	return etag, kept, nil
+}
+
 func (f *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
 	var info staging.ObjectInfo
 	err := f.do(ctx, staging.OpCompleteMultipart, key, func() (err error) {

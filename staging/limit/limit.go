@@ -108,6 +108,16 @@ func (s *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, d
 	return s.inner.UploadPart(ctx, key, uploadID, n, data)
 }
 
+var _ staging.PartKeeper = (*Store)(nil)
+
+func (s *Store) UploadPartKept(ctx context.Context, key, uploadID string, n int32, data []byte) (string, bool, error) {
+	if err := s.acquire(ctx, staging.OpUploadPart, key); err != nil {
+		return "", false, err
+	}
+	defer s.release()
+	return staging.UploadPartGiven(ctx, s.inner, key, uploadID, n, data)
+}
+
 func (s *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
 	if err := s.acquire(ctx, staging.OpCompleteMultipart, key); err != nil {
 		return staging.ObjectInfo{}, err

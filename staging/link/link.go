@@ -234,6 +234,15 @@ func (l *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, d
 	return l.inner.UploadPart(ctx, key, uploadID, n, data)
 }
 
+var _ staging.PartKeeper = (*Store)(nil)
+
+func (l *Store) UploadPartKept(ctx context.Context, key, uploadID string, n int32, data []byte) (string, bool, error) {
+	if err := l.delay(ctx, staging.OpUploadPart, key, len(data)); err != nil {
+		return "", false, err
+	}
+	return staging.UploadPartGiven(ctx, l.inner, key, uploadID, n, data)
+}
+
 func (l *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
 	if err := l.delay(ctx, staging.OpCompleteMultipart, key, 0); err != nil {
 		return staging.ObjectInfo{}, err

@@ -270,22 +270,38 @@ func (m *Store) upload(key, uploadID string) (*memUpload, error) {
 }
 
 func (m *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, data []byte) (string, error) {
+	etag, _, err := m.uploadPart(ctx, key, uploadID, n, data, false)
+	return etag, err
+}
+
+var _ staging.PartKeeper = (*Store)(nil)
+
+// UploadPartKept keeps data itself: a body given up is the memory the part
+// is stored in, without the copy UploadPart makes.
+func (m *Store) UploadPartKept(ctx context.Context, key, uploadID string, n int32, data []byte) (string, bool, error) {
+	return m.uploadPart(ctx, key, uploadID, n, data, true)
+}
+
+func (m *Store) uploadPart(ctx context.Context, key, uploadID string, n int32, data []byte, keep bool) (string, bool, error) {
 	if err := staging.CheckWrite(ctx, "upload part", key, nil); err != nil {
-		return "", err
+		return "", false, err
 	}
 	if err := staging.CheckPartNumber(n); err != nil {
-		return "", fmt.Errorf("upload part of %s: %w", key, err)
+		return "", false, fmt.Errorf("upload part of %s: %w", key, err)
 	}
-	p := memPart{data: slices.Clone(data)}
+	p := memPart{data: data[:len(data):len(data)]}
+	if !keep {
+		p.data = slices.Clone(data)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	u, err := m.upload(key, uploadID)
 	if err != nil {
-		return "", fmt.Errorf("upload part %d: %w", n, err)
+		return "", false, fmt.Errorf("upload part %d: %w", n, err)
 	}
 	p.etag = `"` + m.nextTag() + `"`
 	u.parts[n] = p
-	return p.etag, nil
+	return p.etag, keep, nil
 }
 
 func (m *Store) CompleteMultipart(ctx context.Context, key, uploadID string, parts []staging.CompletedPart, cond staging.Conditions) (staging.ObjectInfo, error) {
