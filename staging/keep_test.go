@@ -50,6 +50,9 @@ func TestUploadPartGiven(t *testing.T) {
 			if _, err := st.CompleteMultipart(ctx, "k", id, []staging.CompletedPart{{Number: 1, ETag: e1}, {Number: 2, ETag: e2}}, staging.Conditions{}); err != nil {
 				t.Fatal(err)
 			}
+			if _, kept, err := staging.PutGiven(ctx, st, "p", []byte("put"), staging.PutOptions{}); err != nil || !kept {
+				t.Fatalf("put given: kept %v, %v", kept, err)
+			}
 			got, _, err := st.Get(ctx, "k", staging.Range{})
 			if err != nil {
 				t.Fatal(err)

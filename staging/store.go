@@ -42,8 +42,8 @@
 //     leaves nothing behind.
 //   - Put and UploadPart do not keep the caller's slice after they return: the
 //     caller may reuse it (the file engine pools its piece buffers). A caller
-//     that gives a part's body up calls UploadPartGiven instead: a store
-//     that can keep it (PartKeeper: memory) does, and saves its copy.
+//     that gives a body up calls UploadPartGiven or PutGiven instead: a
+//     store that can keep it (PartKeeper: memory) does, and saves its copy.
 //   - User metadata keys are lower-case ASCII letters, digits and '-'; S3 sends
 //     them as x-amz-meta-<key>.
 //
@@ -95,6 +95,19 @@ type PartKeeper interface {
 	// caller must never reuse it, whatever the error (an answer lost after
 	// the part was stored still keeps it).
 	UploadPartKept(ctx context.Context, key, uploadID string, n int32, data []byte) (etag string, kept bool, err error)
+	// PutKept is Put of a body the caller never writes again, as
+	// UploadPartKept is of a part.
+	PutKept(ctx context.Context, key string, data []byte, opts PutOptions) (info ObjectInfo, kept bool, err error)
+}
+
+// PutGiven is Put of a body the caller gives up, as UploadPartGiven is of a
+// part.
+func PutGiven(ctx context.Context, s Store, key string, data []byte, opts PutOptions) (ObjectInfo, bool, error) {
+	if k, ok := s.(PartKeeper); ok {
+		return k.PutKept(ctx, key, data, opts)
+	}
+	info, err := s.Put(ctx, key, data, opts)
+	return info, false, err
 }
 
 // UploadPartGiven uploads a part whose body the caller gives up: a store

@@ -140,6 +140,16 @@ type keepCount struct {
 	kept int
 }
 
+func (k *keepCount) PutKept(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, bool, error) {
+	info, kept, err := staging.PutGiven(ctx, k.Store, key, data, o)
+	if kept {
+		k.mu.Lock()
+		k.kept++
+		k.mu.Unlock()
+	}
+	return info, kept, err
+}
+
 func (k *keepCount) UploadPartKept(ctx context.Context, key, id string, n int32, data []byte) (string, bool, error) {
 	etag, kept, err := staging.UploadPartGiven(ctx, k.Store, key, id, n, data)
 	if kept {
@@ -154,8 +164,16 @@ func (k *keepCount) UploadPartKept(ctx context.Context, key, id string, n int32,
 // after it (whose arenas and pieces come from the same pools) leaves the
 // first one's bytes as they were.
 func TestKeptPiecesNotReused(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		target int64
+	}{{"pieces", 12 << 20}, {"whole objects", 1 << 20}} {
+		t.Run(tc.name, func(t *testing.T) { testKeptNotReused(t, piecesParams(tc.target)) })
+	}
+}
+
+func testKeptNotReused(t *testing.T, p Params) {
 	st := &keepCount{Store: mem.New()}
-	p := piecesParams(12 << 20)
 	a := mustCreate(t, st, "ka/", p)
 	da := pattern(30<<20, 41)
 	writeSeq(t, a, da, 0, 1<<20)

@@ -297,26 +297,30 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 	key := f.key(o.name)
 	s.spawn(o, taskWhole, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
-		defer freePiece(body)
-		return sendResult{err: s.createObject(ctx, key, body)}
+		kept, err := s.createObject(ctx, key, body)
+		if !kept {
+			freePiece(body)
+		}
+		return sendResult{err: err}
 	})
 	return n, nil
 }
 
 // createObject stores a whole object with If-None-Match, telling a lost
-// answer from a name taken by another writer.
-func (s *sender) createObject(ctx context.Context, key string, body []byte) error {
+// answer from a name taken by another writer. The body is given up: kept
+// tells whether the store holds it (then it is never reused).
+func (s *sender) createObject(ctx context.Context, key string, body []byte) (bool, error) {
 	f := s.f
 	id := newWriteID()
-	_, err := f.st.Put(ctx, key, body, staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true},
+	_, kept, err := staging.PutGiven(ctx, f.st, key, body, staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true},
 		Metadata: map[string]string{writeIDMeta: id}})
 	if err == nil {
-		return nil
+		return kept, nil
 	}
 	var c flushCounters
 	err = f.checkLanded(ctx, key, id, int64(len(body)), fmt.Errorf("put %s: %w", key, err), &c)
 	s.requests.Add(c.requests.Load())
-	return err
+	return kept, err
 }
 
 // sendPieceLocked places one piece's worth of blocks into the open object

@@ -447,6 +447,11 @@ func (s *inflightStore) UploadPart(ctx context.Context, key, uploadID string, n 
 
 var _ staging.PartKeeper = (*inflightStore)(nil)
 
+func (s *inflightStore) PutKept(ctx context.Context, key string, data []byte, opts staging.PutOptions) (_ staging.ObjectInfo, _ bool, err error) {
+	defer s.begin(staging.OpPut)(&err)
+	return staging.PutGiven(ctx, s.inner, key, data, opts)
+}
+
 func (s *inflightStore) UploadPartKept(ctx context.Context, key, uploadID string, n int32, data []byte) (_ string, _ bool, err error) {
 	defer s.begin(staging.OpUploadPart)(&err)
 	return staging.UploadPartGiven(ctx, s.inner, key, uploadID, n, data)

@@ -155,6 +155,12 @@ func (c *Store) Put(ctx context.Context, key string, data []byte, opts staging.P
 	return info, err
 }
 
+func (c *Store) PutKept(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, bool, error) {
+	info, kept, err := staging.PutGiven(ctx, c.inner, key, data, opts)
+	c.count(staging.OpPut, len(data), 0, err)
+	return info, kept, err
+}
+
 func (c *Store) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
 	data, info, err := c.inner.Get(ctx, key, r)
 	c.countGet(staging.OpGet, r, 0, len(data), err)

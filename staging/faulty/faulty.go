@@ -285,6 +285,20 @@ func (f *Store) UploadPart(ctx context.Context, key, uploadID string, n int32, d
 
 var _ staging.PartKeeper = (*Store)(nil)
 
+// PutKept reports kept as UploadPartKept does.
+func (f *Store) PutKept(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, bool, error) {
+	var info staging.ObjectInfo
+	var kept bool
+	err := f.do(ctx, staging.OpPut, key, func() (err error) {
+		info, kept, err = staging.PutGiven(ctx, f.inner, key, data, opts)
+		return
+	})
+	if err != nil {
+		return staging.ObjectInfo{}, kept, err
+	}
+	return info, kept, nil
+}
+
 // UploadPartKept reports kept as the store below did, even when the answer
 // is then lost: the part is stored, and its body with it.
 func (f *Store) UploadPartKept(ctx context.Context, key, uploadID string, n int32, data []byte) (string, bool, error) {

@@ -60,6 +60,14 @@ func (s *Store) Put(ctx context.Context, key string, data []byte, opts staging.P
 	return s.inner.Put(ctx, key, data, opts)
 }
 
+func (s *Store) PutKept(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, bool, error) {
+	if err := s.acquire(ctx, staging.OpPut, key); err != nil {
+		return staging.ObjectInfo{}, false, err
+	}
+	defer s.release()
+	return staging.PutGiven(ctx, s.inner, key, data, opts)
+}
+
 func (s *Store) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
 	if err := s.acquire(ctx, staging.OpGet, key); err != nil {
 		return nil, staging.ObjectInfo{}, err

@@ -191,6 +191,13 @@ func (l *Store) Put(ctx context.Context, key string, data []byte, opts staging.P
 	return l.inner.Put(ctx, key, data, opts)
 }
 
+func (l *Store) PutKept(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, bool, error) {
+	if err := l.delay(ctx, staging.OpPut, key, len(data)); err != nil {
+		return staging.ObjectInfo{}, false, err
+	}
+	return staging.PutGiven(ctx, l.inner, key, data, opts)
+}
+
 func (l *Store) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
 	data, info, err := l.inner.Get(ctx, key, r)
 	if derr := l.delay(ctx, staging.OpGet, key, len(data)); derr != nil {

@@ -100,19 +100,33 @@ func (m *Store) nextTag() string {
 }
 
 func (m *Store) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
+	info, _, err := m.put(ctx, key, data, opts, false)
+	return info, err
+}
+
+// PutKept keeps data itself, as UploadPartKept does.
+func (m *Store) PutKept(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, bool, error) {
+	return m.put(ctx, key, data, opts, true)
+}
+
+func (m *Store) put(ctx context.Context, key string, data []byte, opts staging.PutOptions, keep bool) (staging.ObjectInfo, bool, error) {
 	if err := staging.CheckWrite(ctx, "put", key, opts.Metadata); err != nil {
-		return staging.ObjectInfo{}, err
+		return staging.ObjectInfo{}, false, err
 	}
-	obj := &memObject{data: slices.Clone(data), size: int64(len(data)), md: maps.Clone(opts.Metadata), mod: time.Now()}
+	obj := &memObject{data: data[:len(data):len(data)], size: int64(len(data)), md: maps.Clone(opts.Metadata), mod: time.Now()}
+	if !keep {
+		obj.data = slices.Clone(data)
+	}
 	if obj.data == nil {
 		obj.data = []byte{}
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.publish(key, obj, opts.Conditions); err != nil {
-		return staging.ObjectInfo{}, fmt.Errorf("put %s: %w", key, err)
+		// Not stored: the caller's body is its own again.
+		return staging.ObjectInfo{}, false, fmt.Errorf("put %s: %w", key, err)
 	}
-	return obj.info(key), nil
+	return obj.info(key), keep, nil
 }
 
 // publish stores obj under key if cond holds. Called with mu held for writing.
