@@ -258,6 +258,24 @@ func (f *File) openReplay(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", f.prefix, err)
 	}
+	// No record past the head may also be a writer that published, and
+	// deleted its records, after the head was read: then the head has
+	// moved, and is read again.
+	for try := 1; (len(seqs) == 0 || seqs[len(seqs)-1] <= f.w.applied) && try < overlayAttempts; try++ {
+		moved, err := f.headMoved(ctx, f.headETag)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", f.prefix, err)
+		}
+		if !moved {
+			break
+		}
+		if err := f.reloadLocked(ctx); err != nil {
+			return fmt.Errorf("open %s: %w", f.prefix, err)
+		}
+		if seqs, err = wal.List(ctx, f.st, f.prefix); err != nil {
+			return fmt.Errorf("open %s: %w", f.prefix, err)
+		}
+	}
 	if len(seqs) == 0 || seqs[len(seqs)-1] <= f.w.applied {
 		if len(seqs) > 0 && f.walOn() {
 			// Published already; deleting them is the log's job once it
@@ -398,6 +416,17 @@ func (f *File) viewWAL(ctx context.Context) (WALView, error) {
 		return v, fmt.Errorf("view %s: %w", f.prefix, err)
 	}
 	todo := after(seqs, applied)
+	if len(todo) == 0 {
+		// As openReplay: a writer may have published, and deleted its
+		// records, after the head was read; the view starts over.
+		moved, err := f.headMoved(ctx, info.ETag)
+		if err != nil {
+			return v, fmt.Errorf("view %s: %w", f.prefix, err)
+		}
+		if moved {
+			return v, fmt.Errorf("view %s: the head moved while the log was listed: %w", f.prefix, staging.ErrNotFound)
+		}
+	}
 	for _, seq := range todo {
 		rec, err := wal.ReadRecord(ctx, f.st, f.prefix, f.tag, seq)
 		if err != nil && f.w.torn(seq, todo[len(todo)-1], err) {
@@ -419,4 +448,13 @@ func (f *File) viewWAL(ctx context.Context) (WALView, error) {
 		v.Last = seq
 	}
 	return v, nil
+}
+
+// headMoved reports whether the head stored is no longer the one of etag.
+func (f *File) headMoved(ctx context.Context, etag string) (bool, error) {
+	info, err := f.st.Head(ctx, f.prefix+HeadKey)
+	if err != nil {
+		return false, fmt.Errorf("read head: %w", err)
+	}
+	return info.ETag != etag, nil
 }

@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
+	"github.com/ckptfs/ckptfs/wal"
+)
+
+// listHookStore runs hook once, before the first listing of the log.
+type listHookStore struct {
+	staging.Store
+	once sync.Once
+	hook func()
+}
+
+func (s *listHookStore) List(ctx context.Context, prefix, startAfter string, max int) (staging.ListPage, error) {
+	if strings.Contains(prefix, wal.Dir) {
+		s.once.Do(s.hook)
+	}
+	return s.Store.List(ctx, prefix, startAfter, max)
+}
+
+// The live writer publishes, and deletes its records, after a reader read
+// the head and before it lists the log: the reader finds no record past the
+// head it read, reads the head again and shows the writer's checkpoint, and
+// so does ViewWAL. (An open through another mount, in the campaign, showed
+// an acknowledged write's file empty.)
+func TestWALOpenWriterPublishedBeforeListing(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "pl"}
+	a, err := Create(ctx, st, "pl/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	for _, view := range []bool{false, true} {
+		if _, err := a.WriteAt(ctx, bytes.Repeat([]byte{'v'}, 7743), a.Size()); err != nil {
+			t.Fatal(err)
+		}
+		want := readAll(t, a)
+		published := false
+		hs := &listHookStore{Store: st, hook: func() {
+			if err := a.Sync(ctx); err != nil {
+				t.Errorf("sync: %v", err)
+			}
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+				if seqs, err := wal.List(ctx, st, "pl/"); err == nil && len(seqs) == 0 {
+					published = true
+					return
+				}
+				if time.Now().After(deadline) {
+					t.Error("the writer's records were not deleted after its publish")
+					return
+				}
+			}
+		}}
+		if view {
+			v, err := ViewWAL(ctx, hs, "pl/", o)
+			if err != nil || v.Size != int64(len(want)) {
+				t.Fatalf("ViewWAL while the writer publishes: size %d, %v; want %d", v.Size, err, len(want))
+			}
+		} else {
+			b, err := Open(ctx, hs, "pl/", o)
+			if err != nil {
+				t.Fatalf("open while the writer publishes: %v", err)
+			}
+			if got := readAll(t, b); !bytes.Equal(got, want) {
+				t.Fatalf("reader: %d bytes; want the writer's %d", len(got), len(want))
+			}
+			b.Close()
+		}
+		if !published {
+			t.Fatal("the writer did not publish between the head and the listing")
+		}
+	}
+}
