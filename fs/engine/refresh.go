@@ -131,6 +131,17 @@ func (f *File) refreshOnce(ctx context.Context) (changed, again bool, err error)
 			if seqs, err = wal.List(ctx, f.st, f.prefix); err != nil {
 				return false, false, fmt.Errorf("refresh %s: %w", f.prefix, err)
 			}
+		} else if hd == nil {
+			// Nothing pending may also be a writer that published, and
+			// deleted its records, after the head was looked at (as at
+			// an open, openReplay): then the head has moved.
+			moved, err := f.headMoved(ctx, info.ETag)
+			if err != nil {
+				return false, false, fmt.Errorf("refresh %s: %w", f.prefix, err)
+			}
+			if moved {
+				return false, true, nil
+			}
 		}
 	}
 	if hd == nil && len(seqs) == 0 {

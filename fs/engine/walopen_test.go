@@ -83,3 +83,57 @@ func TestWALOpenWriterPublishedBeforeListing(t *testing.T) {
 		}
 	}
 }
+
+// The same between a refresh's look at the head and its look at the log:
+// a reader that holds the file open and opens it again (close-to-open)
+// shows the writer's checkpoint.
+func TestWALRefreshWriterPublishedBeforeListing(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "pr"}
+	a, err := Create(ctx, st, "pr/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.WriteAt(ctx, []byte("first"), 0); err != nil {
+		t.Fatal(err)
+	}
+	published := false
+	hs := &listHookStore{Store: st, hook: func() {}}
+	b, err := Open(ctx, hs, "pr/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if _, err := a.WriteAt(ctx, bytes.Repeat([]byte{'w'}, 7743), 5); err != nil {
+		t.Fatal(err)
+	}
+	want := readAll(t, a)
+	// The next look at the log finds the writer published: wal.After lists.
+	hs.once = sync.Once{}
+	hs.hook = func() {
+		if err := a.Sync(ctx); err != nil {
+			t.Errorf("sync: %v", err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			if seqs, err := wal.List(ctx, st, "pr/"); err == nil && len(seqs) == 0 {
+				published = true
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Error("the writer's records were not deleted after its publish")
+				return
+			}
+		}
+	}
+	if _, err := b.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !published {
+		t.Fatal("the writer did not publish between the refresh's look at the head and at the log")
+	}
+	if got := readAll(t, b); !bytes.Equal(got, want) {
+		t.Fatalf("reader after refresh: %d bytes; want the writer's %d", len(got), len(want))
+	}
+}
