@@ -1003,19 +1003,7 @@ func TestWALOverlayWriterPublishesMeanwhile(t *testing.T) {
 	for _, view := range []bool{false, true} {
 		published := false
 		st := &getHookStore{Store: mem, match: "/" + wal.Dir + "0", hook: func() {
-			if err := a.Sync(ctx); err != nil {
-				t.Errorf("sync: %v", err)
-			}
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-				if seqs, err := wal.List(ctx, mem, "pm/"); err == nil && len(seqs) == 0 {
-					published = true
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Error("the writer's records were not deleted after its publish")
-					return
-				}
-			}
+			published = publishAndWait(t, a, mem, "pm/")
 		}}
 		if view {
 			v, err := ViewWAL(ctx, st, "pm/", o)

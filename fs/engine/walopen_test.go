@@ -28,6 +28,25 @@ func (s *listHookStore) List(ctx context.Context, prefix, startAfter string, max
 	return s.Store.List(ctx, prefix, startAfter, max)
 }
 
+// publishAndWait makes the live writer a publish and waits until its
+// records are deleted from st: whether that happened (an error is reported
+// on t otherwise).
+func publishAndWait(t *testing.T, a *File, st staging.Store, prefix string) bool {
+	ctx := context.Background()
+	if err := a.Sync(ctx); err != nil {
+		t.Errorf("sync: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if seqs, err := wal.List(ctx, st, prefix); err == nil && len(seqs) == 0 {
+			return true
+		}
+		if time.Now().After(deadline) {
+			t.Error("the writer's records were not deleted after its publish")
+			return false
+		}
+	}
+}
+
 // The live writer publishes, and deletes its records, after a reader read
 // the head and before it lists the log: the reader finds no record past the
 // head it read, reads the head again and shows the writer's checkpoint, and
@@ -49,19 +68,7 @@ func TestWALOpenWriterPublishedBeforeListing(t *testing.T) {
 		want := readAll(t, a)
 		published := false
 		hs := &listHookStore{Store: st, hook: func() {
-			if err := a.Sync(ctx); err != nil {
-				t.Errorf("sync: %v", err)
-			}
-			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-				if seqs, err := wal.List(ctx, st, "pl/"); err == nil && len(seqs) == 0 {
-					published = true
-					return
-				}
-				if time.Now().After(deadline) {
-					t.Error("the writer's records were not deleted after its publish")
-					return
-				}
-			}
+			published = publishAndWait(t, a, st, "pl/")
 		}}
 		if view {
 			v, err := ViewWAL(ctx, hs, "pl/", o)
@@ -113,19 +120,7 @@ func TestWALRefreshWriterPublishedBeforeListing(t *testing.T) {
 	// The next look at the log finds the writer published: wal.After lists.
 	hs.once = sync.Once{}
 	hs.hook = func() {
-		if err := a.Sync(ctx); err != nil {
-			t.Errorf("sync: %v", err)
-		}
-		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-			if seqs, err := wal.List(ctx, st, "pr/"); err == nil && len(seqs) == 0 {
-				published = true
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Error("the writer's records were not deleted after its publish")
-				return
-			}
-		}
+		published = publishAndWait(t, a, st, "pr/")
 	}
 	if _, err := b.Refresh(ctx); err != nil {
 		t.Fatal(err)
