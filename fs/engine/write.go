@@ -132,7 +132,10 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 		f.copyHook()
 	}
 	done := 0
-	crcs := make([]uint32, len(segs))
+	var crcs []uint32
+	if sums {
+		crcs = make([]uint32, len(segs))
+	}
 	for i, sg := range segs {
 		copy(sg.d.buf[sg.in:sg.in+sg.n], p[sg.src:sg.src+sg.n])
 		if sums && sg.n == f.bs {
