@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -152,5 +153,51 @@ func TestCheckpointPublishedOnAnotherMount(t *testing.T) {
 	}
 	if got, err := os.ReadFile(b.path(".checkpoints/f/2")); err != nil || string(got) != "second" {
 		t.Fatalf(".checkpoints/f/2 on the other mount right after the close: %q, %v", got, err)
+	}
+}
+
+// TestCheckpointListedRightAfterPublish: a listing of .checkpoints/<file>
+// shows the checkpoint a close has just published, through the mount that
+// closed and through another, though each listed the file a moment before.
+// Before the fix both listed the old head's chain for max(ns_refresh, 1 s):
+// found by the campaign, where the cleaner had meanwhile removed the old
+// newest checkpoint, so the newest listed read as ENOENT.
+func TestCheckpointListedRightAfterPublish(t *testing.T) {
+	v := newVolume(t)
+	a, b := v.mount("ns_refresh=5s"), v.mount("ns_refresh=5s")
+	if err := os.WriteFile(a.path("f"), []byte("first"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	list := func(m *mount) ([]string, error) {
+		ents, err := os.ReadDir(m.path(".checkpoints/f"))
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return names, err
+	}
+	waitFor(t, 20*time.Second, func() error {
+		if got, err := list(b); err != nil || len(got) != 1 || got[0] != "1" {
+			return fmt.Errorf("the other mount lists %q (%v)", got, err)
+		}
+		return nil
+	})
+	if got, err := list(a); err != nil || len(got) != 1 || got[0] != "1" {
+		t.Fatalf("after the first close: %q (%v), want [1]", got, err)
+	}
+	if err := os.WriteFile(a.path("f"), []byte("second"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []*mount{a, b} {
+		got, err := list(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Contains(got, "2") {
+			t.Fatalf("%s lists %q right after the second close, want 2 among them", m.dir, got)
+		}
+		if data, err := os.ReadFile(m.path(".checkpoints/f/2")); err != nil || string(data) != "second" {
+			t.Fatalf("%s: .checkpoints/f/2 reads %q, %v", m.dir, data, err)
+		}
 	}
 }

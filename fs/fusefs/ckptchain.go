@@ -17,10 +17,11 @@ import (
 // the chain of a file's checkpoints is followed from its head through each
 // part 0's base inode, one header read per checkpoint. A listing reads it
 // once and the mount keeps it, by the head's checkpoint number: until the
-// head moves, later listings and the lookups of its names (ls -l,
-// readdirplus) cost the read of the head at most, and nothing within
-// headTTL of the last one. A lookup of one number that is not in a kept
-// chain reads the head and that checkpoint's header, never the chain.
+// head moves, a later listing costs one read of the head (every listing
+// reads it, so that it is current), and the lookups of its names (ls -l,
+// readdirplus) nothing within headTTL of the last read of the head, one
+// read after. A lookup of one number that is not in a kept chain reads the
+// head and that checkpoint's header, never the chain.
 
 const (
 	// chainReadAhead is how many headers a chain read has in flight:
@@ -121,6 +122,18 @@ func (fsys *FS) ckptHead(ctx context.Context, id string) (chainEntry, error) {
 // ckptHeadWithin is ckptHead with the head read within maxAge (0: read
 // now).
 func (fsys *FS) ckptHeadWithin(ctx context.Context, id string, maxAge time.Duration) (chainEntry, error) {
+	asked := time.Now()
+	e, err := fsys.ckptHeadOnce(ctx, id, maxAge)
+	if err == nil && maxAge == 0 && e.read.Before(asked) {
+		// Joined a read that started before this call: a checkpoint
+		// published in between may be missing from it. The next read
+		// starts after that one ended, so after this call began.
+		e, err = fsys.ckptHeadOnce(ctx, id, maxAge)
+	}
+	return e, err
+}
+
+func (fsys *FS) ckptHeadOnce(ctx context.Context, id string, maxAge time.Duration) (chainEntry, error) {
 	if e, ok := fsys.chains.get(id); ok && time.Since(e.read) < maxAge {
 		return e, nil
 	}
@@ -178,8 +191,12 @@ func (fsys *FS) readCkptHead(id string) (chainEntry, error) {
 
 // ckptChain lists the checkpoints of file id, newest first: the kept chain
 // while the head has not moved, otherwise read once (readChain) and kept.
+// The head is read for every listing, so that a listing shows every
+// checkpoint published before it began, by this mount or another: one kept
+// for headTTL could name a checkpoint the cleaner has since removed, and
+// not the one that replaced it.
 func (fsys *FS) ckptChain(ctx context.Context, id string) ([]ckptPoint, error) {
-	e, err := fsys.ckptHead(ctx, id)
+	e, err := fsys.ckptHeadWithin(ctx, id, 0)
 	if err != nil {
 		return nil, err
 	}

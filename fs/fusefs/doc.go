@@ -96,9 +96,11 @@
 // may not read.
 //
 // Listing a file's checkpoints reads its chain once, one header read per
-// checkpoint, and the mount keeps it by the head's checkpoint number; the
-// lookups that follow and a lookup of one number cost a read of the head
-// and at most one header (ckptchain.go).
+// checkpoint, and the mount keeps it by the head's checkpoint number; a
+// listing reads the head each time, so it shows every checkpoint published
+// before it began, through any mount. The lookups that follow and a lookup
+// of one number cost a read of the head and at most one header
+// (ckptchain.go).
 //
 // Every file also has two read-only extended attributes, read by name:
 // user.ckptfs.cno (its last published checkpoint) and user.ckptfs.format.
