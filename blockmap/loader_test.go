@@ -175,20 +175,56 @@ func TestObjectLoaderColdWalkFetchesEachObjectOnce(t *testing.T) {
 	}
 	for p := 0; p <= dataObjects; p++ {
 		key := testPrefix + segment.ObjectName{Cno: 1, Part: uint32(p)}.String()
-		if st.suffix[key] != 1 || st.ranged[key] != 1 {
-			t.Errorf("object %s: %d suffix reads (header), %d ranged reads (meta); want 1 and 1", key, st.suffix[key], st.ranged[key])
+		if st.suffix[key] != 1 || st.ranged[key] != 0 {
+			t.Errorf("object %s: %d suffix reads (header and meta), %d ranged reads (meta); want 1 and 0", key, st.suffix[key], st.ranged[key])
 		}
 	}
 	objects := int64(dataObjects + 1)
-	if c := st.totals.Snapshot(); c.GetSuffix != objects || c.GetRange != objects || c.Total().Requests != 2*objects {
-		t.Errorf("store saw %v, %d suffix and %d ranged Gets; want %d of each and nothing else", c, c.GetSuffix, c.GetRange, objects)
+	if c := st.totals.Snapshot(); c.GetSuffix != objects || c.GetRange != 0 || c.Total().Requests != objects {
+		t.Errorf("store saw %v, %d suffix and %d ranged Gets; want %d suffix Gets and nothing else", c, c.GetSuffix, c.GetRange, objects)
 	}
 	s := l.Stats()
-	if s.HeaderReads != dataObjects+1 || s.MetaReads != dataObjects+1 || s.CachedObjects != dataObjects+1 {
+	if s.HeaderReads != dataObjects+1 || s.MetaReads != dataObjects+1 || s.MetaRequests != 0 || s.CachedObjects != dataObjects+1 {
 		t.Errorf("stats %+v", s)
 	}
 	if want := int64(0); s.Evictions != want {
 		t.Errorf("%d evictions with a large budget", s.Evictions)
+	}
+}
+
+// A tail past the loader's guess costs a request of its own for the meta
+// region, once: the guess grows to it, so the next object of its size is
+// read in one round trip; a tail past segment.MaxTailGuess is not guessed.
+func TestObjectLoaderTailGuess(t *testing.T) {
+	ctx := context.Background()
+	st := newCountingStore()
+	writeCheckpoint(t, st)
+	st.reset()
+	l := NewObjectLoader(st, testPrefix, testTag, segment.FormatStream, 1<<20)
+	l.guess = segment.HeaderSize // as after a tail past MaxTailGuess
+	ref := func(part uint32) segment.Ptr { return segment.Ptr{Cno: 1, Part: part} }
+	for i, s := range []struct {
+		part           uint32
+		suffix, ranged int
+		guessGrew      bool
+	}{
+		{1, 1, 1, true}, // header, then the region; the guess grows to its tail
+		{2, 1, 0, false},
+		{3, 1, 0, false},
+	} {
+		if _, err := l.LoadNode(ctx, ref(s.part)); err != nil {
+			t.Fatal(err)
+		}
+		key := testPrefix + ref(s.part).Object().String()
+		if st.suffix[key] != s.suffix || st.ranged[key] != s.ranged {
+			t.Errorf("step %d, object %s: %d suffix and %d ranged reads, want %d and %d", i, key, st.suffix[key], st.ranged[key], s.suffix, s.ranged)
+		}
+		if grew := l.guess > segment.HeaderSize; i == 0 && grew != s.guessGrew {
+			t.Errorf("step %d: guess %d", i, l.guess)
+		}
+	}
+	if s := l.Stats(); s.MetaReads != 3 || s.MetaRequests != 1 {
+		t.Errorf("stats %+v, want 3 meta regions read, 1 by a request of its own", s)
 	}
 }
 

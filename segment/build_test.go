@@ -8,7 +8,7 @@ import (
 
 // streamObject builds a whole stream object of fbns with m meta blocks
 // through StreamBuilder, marking slots in dead dead, as pieces of one block.
-func streamObject(t *testing.T, name ObjectName, fbns []uint64, dead []uint32, m int, base, inode *Inode) ([]byte, []SummaryEntry) {
+func streamObject(t testing.TB, name ObjectName, fbns []uint64, dead []uint32, m int, base, inode *Inode) ([]byte, []SummaryEntry) {
 	t.Helper()
 	b, err := NewStreamBuilder(name, testTag, testDBS, testMBS)
 	if err != nil {
@@ -46,7 +46,7 @@ func streamObject(t *testing.T, name ObjectName, fbns []uint64, dead []uint32, m
 }
 
 // partedObject builds a whole parted object with Header.Seal.
-func partedObject(t *testing.T, name ObjectName, fbns []uint64, m int, base, inode *Inode) ([]byte, []SummaryEntry) {
+func partedObject(t testing.TB, name ObjectName, fbns []uint64, m int, base, inode *Inode) ([]byte, []SummaryEntry) {
 	t.Helper()
 	l := Layout{Format: FormatParted, DataBlockSize: testDBS, MetaBlockSize: testMBS,
 		DataBlocks: uint32(len(fbns)), MetaBlocks: uint32(m)}

@@ -1,10 +1,12 @@
 package segment
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"path"
+	"sync"
 
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -130,6 +132,84 @@ func ReadMetaBlocks(ctx context.Context, st staging.Store, key string, h Header,
 		return nil, err
 	}
 	return b, nil
+}
+
+// MaxTailGuess bounds the tail ReadHeaderMeta asks for with the header: a
+// guess past it is not worth the bytes it may fetch in vain (a request's
+// latency carries about this much at one request's share of a link).
+const MaxTailGuess = 1 << 20
+
+// ReadHeaderMeta reads and verifies the header of the object at key, as
+// ReadHeader, and its meta region, as ReadMeta, in one round trip when the
+// object's tail (from the meta region to its end) is at most guess bytes:
+// a stream object's last max(guess, 256) bytes hold its meta region, summary
+// and header, one suffix request; a parted object's header is read beside
+// that suffix, two requests at once. Otherwise the meta region is read
+// after the header, as ReadMeta. It also returns the object's tail length,
+// the guess for the next object of the file.
+func ReadHeaderMeta(ctx context.Context, st staging.Store, key string, want ObjectName, fileTag uint64, f Format, guess int64) (Header, []byte, int64, error) {
+	guess = min(max(guess, HeaderSize), MaxTailGuess)
+	var (
+		h    Header
+		tail []byte
+		size int64
+		err  error
+	)
+	switch f {
+	case FormatStream:
+		var info staging.ObjectInfo
+		tail, info, err = getHeaderBytes(ctx, st, key, staging.Suffix(guess))
+		if err != nil {
+			return Header{}, nil, 0, err
+		}
+		if int64(len(tail)) != min(guess, info.Size) {
+			return Header{}, nil, 0, &CorruptError{Key: key, Err: ErrSize, Detail: fmt.Sprintf(
+				"gave %d bytes for its last %d (object %d bytes)", len(tail), guess, info.Size)}
+		}
+		h, err = checkHeader(key, tail[max(len(tail)-HeaderSize, 0):], info.Size, want, fileTag, f)
+		size = info.Size
+	case FormatParted:
+		if guess <= HeaderSize {
+			h, err = ReadHeader(ctx, st, key, want, fileTag, f)
+			size = h.Size()
+			break
+		}
+		var (
+			wg      sync.WaitGroup
+			info    staging.ObjectInfo
+			tailErr error
+		)
+		wg.Go(func() { tail, info, tailErr = st.Get(ctx, key, staging.Suffix(guess)) })
+		h, err = ReadHeader(ctx, st, key, want, fileTag, f)
+		wg.Wait()
+		size = h.Size()
+		switch {
+		case err != nil:
+		case tailErr != nil:
+			err = fmt.Errorf("read meta blocks of %s: %w", key, tailErr)
+		case info.Size != size || int64(len(tail)) != min(guess, size):
+			// Objects are immutable: a different length means the key
+			// was replaced or damaged between the two answers.
+			err = &CorruptError{Key: key, Err: ErrSize, Detail: fmt.Sprintf(
+				"gave %d bytes for its last %d (object %d bytes, header counts %d)", len(tail), guess, info.Size, size)}
+		}
+	default:
+		return Header{}, nil, 0, fmt.Errorf("read header of %s: %w: reader format %v", key, ErrFormat, f)
+	}
+	if err != nil {
+		return Header{}, nil, 0, err
+	}
+	need := size - h.MetaOffset(0)
+	if h.MetaBlocks == 0 {
+		return h, nil, need, nil
+	}
+	if from := h.MetaOffset(0) - (size - int64(len(tail))); from >= 0 {
+		// The tail holds the region: a copy of it, so that what a caller
+		// keeps is the region alone, not the summary around it.
+		return h, bytes.Clone(tail[from : from+h.MetaBytes()]), need, nil
+	}
+	meta, err := ReadMeta(ctx, st, key, h)
+	return h, meta, need, err
 }
 
 // ReadSummary reads and decodes exactly the summary of the object at key
