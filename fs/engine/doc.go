@@ -98,7 +98,8 @@
 //     blocks (several readers of one checkpoint, a reader and the read ahead
 //     of its stream) make one GET. ReadStream (the FUSE layer's reads) follows
 //     sequential streams (their reads may come somewhat out of order, as the
-//     kernel's do) and, past prefetchProve bytes read in a row, fetches
+//     kernel's do) and, past prefetchProve bytes read in a row or from the
+//     first read of a stream that begins at offset 0, fetches
 //     ahead of them (twice what the stream read, from prefetchMinWindow to
 //     prefetchMaxWindow, in pieces planned as reads are, at most
 //     prefetchInFlight in flight per file, but one a read waits for goes at

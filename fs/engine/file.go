@@ -216,6 +216,12 @@ type File struct {
 	// rd follows sequential readers, fetches ahead of them and shares GETs
 	// between reads (prefetch.go).
 	rd readers
+	// hint is the load of the map Open started from Options.MapHint, with
+	// the layout the loader was made for (maphint.go); set before Open
+	// returns, never after.
+	hint       hintWarm
+	hintFormat segment.Format
+	hintMBS    uint32
 
 	// ranges orders operations on blocks: taken before mu, never inside it.
 	ranges rangeLock
@@ -507,6 +513,10 @@ type Options struct {
 	// Budget, when set, is the memory budget this file shares with the other
 	// files of a mount.
 	Budget *Budget
+	// MapHint, when set, is where the caller last saw the file's map: Open
+	// loads the path to its first block while it reads the head
+	// (maphint.go).
+	MapHint *MapHint
 	// WALCounters, when set, counts this file's WAL records with the other
 	// files of a mount.
 	WALCounters *wal.Counters
@@ -634,10 +644,15 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Fil
 	if err != nil {
 		return nil, err
 	}
+	if o.MapHint != nil {
+		f.warmFromHint(*o.MapHint)
+	}
 	hd, info, err := f.readHead(ctx)
 	if err != nil {
+		f.stopHint()
 		return nil, err
 	}
+	f.keepHintLoader(hd.Inode)
 	f.adoptHead(hd, info.ETag)
 	f.w.applied, f.w.tracked, err = parseWALMeta(info.Metadata)
 	if err != nil {
@@ -939,7 +954,8 @@ func (f *File) Close() error {
 	f.cache.clear() // its budget goes back to the mount
 	unlock()
 	f.rd.wg.Wait() // the reads ahead just ended
-	f.wm.close()   // what it protected is published or given up
+	f.stopHint()
+	f.wm.close() // what it protected is published or given up
 	f.w.close()
 	return nil
 }

@@ -19,7 +19,8 @@ import (
 // kernel's several READs in flight brought out of order, up to
 // seqReorderSlack behind or as far ahead as it fetched (readStream.reach).
 // Once a stream has read more than prefetchProve
-// bytes in a row (so one read of 1 MiB never starts it), the file fetches
+// bytes in a row (so one read of 1 MiB never starts it), or from its first
+// read when it begins at offset 0 (readStream.proved), the file fetches
 // ahead of it twice as far as it has read in a row, from prefetchMinWindow up
 // to prefetchMaxWindow: the window doubles each time the stream reads as much
 // again, fast enough that the link is full after a few round trips. It is
@@ -130,11 +131,21 @@ type flight struct {
 // the narrow slack both ways: random reads must not join one another, and
 // a reader that starts just behind another must prove its own stream.
 func (s *readStream) reach() (lo, hi int64) {
-	if s.bytes <= prefetchProve {
+	if !s.proved() {
 		return s.next - seqReadSlack, s.next + seqReadSlack
 	}
 	return s.next - seqReorderSlack, s.next + max(seqReadSlack, min(s.ahead-s.next, seqReorderSlack))
 }
+
+// proved: s fetches ahead. A stream proves sequential by reading more than
+// prefetchProve in a row, or at once when it begins at the start of the
+// file: that is how cat, cp, tar and a program loading a checkpoint read,
+// and the kernel sends the first READs of a file one at a time (256 KiB,
+// then 512 KiB and 1 MiB), each a round trip to the store before the
+// window would start (45 ms of the general link each). A reader of the
+// start alone (file(1), a format's magic) wastes at most the smallest
+// window, prefetchMinWindow.
+func (s *readStream) proved() bool { return s.start == 0 || s.bytes > prefetchProve }
 
 // slot is one block of a flight.
 type slot struct {
@@ -365,9 +376,12 @@ func (r *readers) followLocked(ctx context.Context, off, n int64) {
 			r.dropStreamLocked(r.streams[oldest])
 			r.streams = append(r.streams[:oldest], r.streams[oldest+1:]...)
 		}
-		r.streams = append(r.streams, &readStream{start: off, next: off + n, bytes: n, ahead: off + n, last: r.tick})
-		r.mu.Unlock()
-		return
+		s = &readStream{start: off, next: off + n, bytes: n, ahead: off + n, last: r.tick}
+		r.streams = append(r.streams, s)
+		if !s.proved() {
+			r.mu.Unlock()
+			return
+		}
 	}
 	s.last = r.tick
 	if off+n > s.next {
@@ -386,7 +400,7 @@ func (r *readers) followLocked(ctx context.Context, off, n int64) {
 	}
 	clear(s.flights[len(keep):])
 	s.flights = keep
-	if s.bytes <= prefetchProve {
+	if !s.proved() {
 		r.mu.Unlock()
 		return
 	}
@@ -401,7 +415,7 @@ func (r *readers) followLocked(ctx context.Context, off, n int64) {
 	// starts a stream) must not cut a sequential reader's window.
 	stop := f.size
 	for _, c := range r.streams {
-		if c != s && c.bytes > prefetchProve && c.start >= s.next && c.start < stop {
+		if c != s && c.proved() && c.start >= s.next && c.start < stop {
 			stop = c.start
 		}
 	}

@@ -18,10 +18,10 @@ import (
 // The heads of files not open here: what a stat reports of them, and how a
 // listing has them read before the stats that follow it ask.
 
-// headCacheEntries bounds the heads remembered. An entry costs about 200
-// bytes (the entry with its list links and headInfo, about 120 bytes with the
-// size class; the 32-byte file id, shared with the map key; the map's slot
-// and growth room), so the cache holds at most about 13 MiB however many
+// headCacheEntries bounds the heads remembered. An entry costs about 250
+// bytes (the entry with its list links and headInfo, 144 bytes, a size
+// class of its own; the 32-byte file id, shared with the map key; the map's slot
+// and growth room), so the cache holds at most about 16 MiB however many
 // files the volume has.
 const headCacheEntries = 1 << 16
 
@@ -280,6 +280,11 @@ type headInfo struct {
 	// stores, when known (blocksKnown); otherwise fillAttr uses the size.
 	blocks      uint64
 	blocksKnown bool
+	// hint is where the head said the file's map is (Height 0: not
+	// known, or nothing to load: an empty map, or a part 0 the head
+	// embeds); an open for reading loads from it while it reads the
+	// head again (engine.MapHint).
+	hint engine.MapHint
 }
 
 // statHead is what the kernel needs of a file, from its engine's Stat.
@@ -448,6 +453,10 @@ func (fsys *FS) readHead(ctx context.Context, id string) (headInfo, error) {
 	}
 	h := headInfo{size: int64(hd.Inode.Size), mtime: hd.Inode.MtimeNs, cno: hd.Inode.Cno, format: hd.Inode.Format, seen: time.Now(),
 		blocks: hd.Blocks * uint64(hd.Inode.DataBlockSize) / 512, blocksKnown: hd.BlocksKnown}
+	if len(hd.Embed) == 0 && hd.Inode.Lineage == 0 {
+		h.hint = engine.MapHint{Format: hd.Inode.Format, MetaBlockSize: hd.Inode.MetaBlockSize,
+			Root: hd.Inode.Root, Height: hd.Inode.Height}
+	}
 	fsys.remember(id, h, start)
 	return h, nil
 }

@@ -433,7 +433,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if nn.Kind != namespace.KindFile {
 		return nil, 0, syscall.EISDIR
 	}
-	of, fresh, err := n.fsys.acquireFile(ctx, nn.FileID)
+	reading := flags&syscall.O_ACCMODE == syscall.O_RDONLY && flags&syscall.O_TRUNC == 0
+	of, fresh, err := n.fsys.acquireFile(ctx, nn.FileID, reading)
 	if errors.Is(err, errReaped) {
 		n.dropEntry()
 	}

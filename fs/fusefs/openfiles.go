@@ -57,13 +57,17 @@ func (fsys *FS) snapshotFiles() []*openFile {
 // creating its head if the namespace names a file whose head was never
 // written). Release it with release.
 func (fsys *FS) acquire(ctx context.Context, id string) (*openFile, error) {
-	of, _, err := fsys.acquireFile(ctx, id)
+	of, _, err := fsys.acquireFile(ctx, id, false)
 	return of, err
 }
 
 // acquireFile is acquire, and says whether the engine was opened by this
-// call (fresh: it read the head just now) rather than shared.
-func (fsys *FS) acquireFile(ctx context.Context, id string) (*openFile, bool, error) {
+// call (fresh: it read the head just now) rather than shared. An open for
+// reading (reading) has a fresh engine load the map's first path from the
+// head this mount last read of the file while it reads the head again
+// (engine.MapHint): a cold read's first bytes then wait one round trip
+// less.
+func (fsys *FS) acquireFile(ctx context.Context, id string, reading bool) (*openFile, bool, error) {
 	fsys.mu.Lock()
 	of := fsys.files[id]
 	for of != nil && of.closing != nil {
@@ -91,10 +95,15 @@ func (fsys *FS) acquireFile(ctx context.Context, id string) (*openFile, bool, er
 	}
 	of = &openFile{id: id, ready: make(chan struct{}), refs: 1}
 	fsys.files[id] = of
+	opts := fsys.engineOptions(id)
+	if h, ok := fsys.heads.peek(id); ok && reading && h.hint.Height > 0 {
+		hint := h.hint
+		opts.MapHint = &hint
+	}
 	fsys.mu.Unlock()
 
 	start := time.Now()
-	f, err := engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+	f, err := engine.Open(ctx, fsys.st, fsys.prefix(id), opts)
 	if errors.Is(err, engine.ErrNotExist) {
 		// An unlinked file whose data a cleaner deleted must not be
 		// brought back: only a file still named once the namespace is read
