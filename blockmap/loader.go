@@ -150,6 +150,13 @@ func (l *ObjectLoader) LoadNode(ctx context.Context, ref segment.Ptr) ([]byte, e
 	return r.meta[off : off+size : off+size], nil
 }
 
+// Preload fetches and keeps the meta region of object name, as the first
+// load of one of its nodes would, for a walk that is expected to need it.
+func (l *ObjectLoader) Preload(ctx context.Context, name segment.ObjectName) error {
+	_, err := l.region(ctx, name)
+	return err
+}
+
 func (l *ObjectLoader) key(name segment.ObjectName) string { return l.prefix + name.String() }
 
 // region returns the meta region of name: kept, being fetched by another

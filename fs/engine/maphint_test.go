@@ -21,7 +21,7 @@ func headHint(t *testing.T, st staging.Store, prefix string) MapHint {
 		t.Fatal(err)
 	}
 	in := hd.Inode
-	return MapHint{Format: in.Format, MetaBlockSize: in.MetaBlockSize, Root: in.Root, Height: in.Height, Lineage: in.Lineage}
+	return MapHint{Format: in.Format, MetaBlockSize: in.MetaBlockSize, Root: in.Root, Height: in.Height, Parts: in.Parts, Lineage: in.Lineage}
 }
 
 func openHinted(t *testing.T, st staging.Store, prefix string, p Params, h MapHint) *File {

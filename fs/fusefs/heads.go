@@ -455,7 +455,7 @@ func (fsys *FS) readHead(ctx context.Context, id string) (headInfo, error) {
 		blocks: hd.Blocks * uint64(hd.Inode.DataBlockSize) / 512, blocksKnown: hd.BlocksKnown}
 	if len(hd.Embed) == 0 && hd.Inode.Lineage == 0 {
 		h.hint = engine.MapHint{Format: hd.Inode.Format, MetaBlockSize: hd.Inode.MetaBlockSize,
-			Root: hd.Inode.Root, Height: hd.Inode.Height}
+			Root: hd.Inode.Root, Height: hd.Inode.Height, Parts: hd.Inode.Parts}
 	}
 	fsys.remember(id, h, start)
 	return h, nil
