@@ -730,8 +730,11 @@ func detach(stderr io.Writer) int {
 }
 
 // heapSlack is what the mount's heap holds beyond memory_limit's budget:
-// the block map's nodes, requests' buffers, the runtime's own.
-const heapSlack = 64 << 20
+// the block map's nodes, requests' buffers, the runtime's own. The Go
+// limit counts the memory Go maps (heap, stacks, its metadata), not the
+// binary's own pages (about 20 MiB resident), so 40 MiB here keeps the
+// process's resident set within memory_limit + 64 MiB.
+const heapSlack = 40 << 20
 
 // setHeapLimit makes the garbage collector keep the heap near the memory
 // budget (memory_limit plus heapSlack) instead of letting it grow to twice
