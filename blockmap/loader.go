@@ -246,8 +246,8 @@ func (l *ObjectLoader) fetch(ctx context.Context, name segment.ObjectName) (*met
 
 // tailGuess is the tail a loader first asks for with a header: the tail of
 // the mount's default pieces (48 MiB of 64 KiB blocks, 41 KiB) with room
-// to spare, 1.5 ms at one request's share of the general link.
-const tailGuess = 128 << 10
+// to spare, under 1 ms at one request's share of the general link.
+const tailGuess = 64 << 10
 
 // keep adds r to the cache, evicting least recently used regions to stay in
 // budget; a region larger than the whole budget is not kept.
