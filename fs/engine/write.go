@@ -49,7 +49,9 @@ func allocPiece(n, extra int) []byte {
 	if p, ok := piecePools[c].Get().(*[]byte); ok {
 		return (*p)[:n]
 	}
-	return make([]byte, n, 1<<c)
+	b := make([]byte, n, 1<<c)
+	adviseHuge(b)
+	return b
 }
 
 // freePiece returns a buffer from allocPiece.
