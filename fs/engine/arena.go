@@ -1,9 +1,14 @@
 package engine
 
-import "sync/atomic"
+import (
+	"sync/atomic"
 
-// Sending a long sequential stream without copying it (StreamSegment, sent
-// ahead in multipart pieces).
+	"github.com/ckptfs/ckptfs/segment"
+)
+
+// Sending a long sequential stream without copying it (sent ahead in
+// multipart pieces, or in whole objects: a target within one piece, and
+// always for Parted).
 //
 // A block a long stream makes dirty gets its buffer from the stream's arena:
 // one piece's worth of memory (segment_mpu_chunk_size), carved block by
@@ -13,6 +18,14 @@ import "sync/atomic"
 // store, copied once. Any other piece (scattered blocks, the last piece of
 // an object, which carries the tail) is copied into a piece buffer as
 // before.
+//
+// When objects are sent whole, an arena holds one object's blocks
+// (sender.wholeBlocks: as many as surely fit the target with their leaves)
+// and room for the rest of the object: a Parted header before the slots, the
+// tail after them. An object that is exactly one arena's blocks, in order,
+// is the arena's memory, header and tail written into its room; any other
+// is copied as before, and one that begins inside an arena ends at its end,
+// so that the next begins with the next arena.
 //
 // A slot may be in a piece in flight, so a block never changes in its slot:
 // before a write, zero or merge changes a block that has one, the block
@@ -27,7 +40,13 @@ import "sync/atomic"
 // any other write does) and returned whole when freed; its blocks draw
 // nothing more. File.dirtyB still counts every dirty block.
 type arena struct {
-	buf    []byte
+	buf []byte // the slots
+	// raw is the allocation: the slots from front, and room after them. An
+	// arena of whole objects (wholeArenaLocked) holds one object's blocks,
+	// with room for a Parted header before them and the tail after.
+	raw    []byte
+	front  int
+	held   int64 // drawn from the budget
 	bs     int
 	first  uint64       // the block of slot 0
 	carved int          // slots handed out; set to the end when it stops filling
@@ -38,7 +57,15 @@ type arena struct {
 
 // newArena returns an arena of n blocks from first, held by its stream.
 func newArena(bs, n int, first uint64, b *Budget) *arena {
-	a := &arena{buf: allocPiece(bs*n, 0), bs: bs, first: first, budget: b}
+	return newRoomyArena(bs, n, 0, 0, first, b)
+}
+
+// newRoomyArena is newArena with front bytes of room before the slots and
+// tail after them, all drawn from b by the caller (held).
+func newRoomyArena(bs, n, front, tail int, first uint64, b *Budget) *arena {
+	raw := allocPiece(front+bs*n, tail)
+	end := front + bs*n
+	a := &arena{raw: raw, buf: raw[front:end:end], front: front, held: int64(front + bs*n + tail), bs: bs, first: first, budget: b}
 	a.refs.Store(1)
 	return a
 }
@@ -67,10 +94,10 @@ func (a *arena) release() {
 	switch n := a.refs.Add(-1); {
 	case n == 0:
 		if a.budget != nil {
-			a.budget.Release(int64(len(a.buf)))
+			a.budget.Release(a.held)
 		}
 		if !a.kept.Load() {
-			freePiece(a.buf)
+			freePiece(a.raw)
 		}
 	case n < 0:
 		panic("engine: arena released more often than held")
@@ -87,7 +114,15 @@ func (a *arena) release() {
 func (f *File) arenaFor(fbn uint64, seq *seqStream) *arena {
 	bs := int64(f.bs)
 	perPiece := int(f.p.ChunkSize / bs)
-	if seq == nil || f.noArenas || !f.sendAheadOn() || f.sendsWhole() || perPiece < 2 ||
+	front, tail := 0, 0
+	if f.sendsWhole() {
+		// One whole object's blocks, with room for its header and tail.
+		perPiece, tail = f.s.wholeBlocks()
+		if f.format == segment.FormatParted {
+			front = segment.HeaderSize
+		}
+	}
+	if seq == nil || f.noArenas || !f.sendAheadOn() || perPiece < 2 ||
 		seq.bytes < int64(f.s.runBlocks())*bs {
 		return nil
 	}
@@ -99,11 +134,11 @@ func (f *File) arenaFor(fbn uint64, seq *seqStream) *arena {
 	if _, waiting := f.s.unsent[fbn-1]; fbn > 0 && waiting && !follows {
 		return nil
 	}
-	if f.budget != nil && !f.budget.TryAcquire(int64(perPiece)*bs) {
+	if f.budget != nil && !f.budget.TryAcquire(int64(front+tail)+int64(perPiece)*bs) {
 		return nil
 	}
 	f.endFill(seq)
-	seq.fill = newArena(f.bs, perPiece, fbn, f.budget)
+	seq.fill = newRoomyArena(f.bs, perPiece, front, tail, fbn, f.budget)
 	return seq.fill
 }
 

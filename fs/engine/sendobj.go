@@ -69,6 +69,25 @@ func (s *sender) tailRoom(n, m int) int {
 	return withSpare(m+1)*f.mbs + n*segment.SummaryEntrySize + segment.HeaderSize
 }
 
+// wholeBlocks is how many blocks an arena of whole objects holds (n), and
+// the room it leaves after them for the tail: as many consecutive blocks as
+// surely fit the target with their leaves. Leaves of blocks appended in
+// order are at least half full; a run may straddle a leaf at either end,
+// and a spare is kept as fitLocked keeps one. When fitLocked finds fewer
+// fit after all, the object is copied as before.
+func (s *sender) wholeBlocks() (n, tail int) {
+	f := s.f
+	target := s.target()
+	per := max(blockmap.LeafCapacity(f.mbs)/2, 1)
+	leaves := func(n int) int { return withSpare(n/per + 3) }
+	most := int((target - segment.HeaderSize) / (int64(f.bs) + segment.SummaryEntrySize))
+	n = int((target - segment.HeaderSize - int64(leaves(most))*int64(f.mbs)) / (int64(f.bs) + segment.SummaryEntrySize))
+	if n < 1 {
+		return 0, 0
+	}
+	return n, leaves(n)*f.mbs + n*segment.SummaryEntrySize + segment.HeaderSize
+}
+
 // withSpare adds the spare leaves: one in sixteen.
 func withSpare(m int) int { return m + (m+15)/16 }
 
@@ -238,30 +257,59 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 		return 0, err // nothing placed: the blocks stay unsent
 	}
 	o := s.newStreamObj(c, true)
-	n, added, err := s.fitLocked(ctx, o, blocks, s.target())
+	// An object that is one arena's blocks, in order, is sent as they lie
+	// there, its header and tail in the arena's room; one that begins
+	// inside an arena ends at its end, so that the next begins with the
+	// next arena.
+	a, cut := s.wholeArenaLocked(blocks)
+	n, added, err := s.fitLocked(ctx, o, blocks[:cut], s.target())
 	if err != nil {
 		return 0, err
 	}
 	if n == 0 {
 		n = 1 // a target below one block still sends one
 	}
+	front := 0
+	if f.format == segment.FormatParted {
+		front = segment.HeaderSize // a Parted object's header comes first
+	}
+	if a != nil && (n != cut || a.front != front) {
+		a = nil
+	}
 	held := int64(n) * int64(f.bs)
-	if s.settling {
+	if a != nil {
+		held = 0 // no copy to hold
+	} else if s.settling {
 		f.forceCopy(held)
 	} else if !f.holdCopy(held) {
 		delete(s.objs, o)
 		return 0, nil // the limits come first: no room for a copy now
 	}
-	// A Parted object's header comes first: room is left for it in front.
-	front := 0
-	if f.format == segment.FormatParted {
-		front = segment.HeaderSize
+	var buf, data []byte
+	if a != nil {
+		a.refs.Add(1) // the object in flight
+		buf, data = a.raw[:a.front+n*f.bs], a.buf
+	} else {
+		buf = allocPiece(front+int(held), s.tailRoom(n, len(added)))
+		data = buf[front:]
 	}
-	buf := allocPiece(front+int(held), s.tailRoom(n, len(added)))
-	data := buf[front:]
+	// free gives buf (or the object built on it) back: to the arena, or
+	// to the pool unless a store keeps it.
+	free := func(body []byte, kept bool) {
+		if a != nil {
+			if kept && &body[0] == &a.raw[0] {
+				a.kept.Store(true)
+			}
+			a.release()
+			return
+		}
+		if !kept {
+			freePiece(body)
+		}
+	}
 	if _, err := s.placeLocked(ctx, o, blocks[:n], data, true); err != nil {
 		f.releaseCopy(held)
-		freePiece(buf)
+		free(buf, false)
 		s.abandonLocked(ctx, o, err)
 		return 0, err
 	}
@@ -271,7 +319,7 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 	metas, err := s.leavesLocked(ctx, o)
 	if err != nil {
 		f.releaseCopy(held)
-		freePiece(buf)
+		free(buf, false)
 		s.abandonLocked(ctx, o, err)
 		return 0, err
 	}
@@ -279,6 +327,7 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 	o.closed = true
 	if s.objSize(o.n(), len(metas)) > f.p.MaxObjectBytes {
 		f.releaseCopy(held)
+		free(buf, false)
 		o.failed = fmt.Errorf("object %s given up: its leaves outgrew the spare", f.key(o.name))
 		s.advanceLocked(ctx, o)
 		return 0, nil // nothing went; stop sending until something changes
@@ -286,6 +335,7 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 	tail, err := s.tailLocked(o)
 	if err != nil {
 		f.releaseCopy(held)
+		free(buf, false)
 		return 0, err
 	}
 	if front > 0 {
@@ -294,16 +344,46 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 		tail = tail[:len(tail)-segment.HeaderSize]
 	}
 	body := append(buf, tail...) // within buf's capacity: no copy
+	if a != nil && &body[0] != &a.raw[0] {
+		// The leaves outgrew the arena's room: body is a copy, buf is
+		// done with.
+		free(buf, false)
+		a = nil
+	}
 	key := f.key(o.name)
 	s.spawn(o, taskWhole, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
 		kept, err := s.createObject(ctx, key, body)
-		if !kept {
-			freePiece(body)
-		}
+		free(body, kept)
 		return sendResult{err: err}
 	})
 	return n, nil
+}
+
+// wholeArenaLocked returns the arena whose slots hold blocks' first ones,
+// in order, from its slot 0 to its end (nil if none), and how many of
+// blocks the object may take: that arena's, or those up to the end of the
+// arena the first block is in (so that the next object begins an arena),
+// or all.
+func (s *sender) wholeArenaLocked(blocks []uint64) (*arena, int) {
+	f := s.f
+	if len(blocks) == 0 {
+		return nil, 0
+	}
+	a := f.dirty[blocks[0]].arena
+	if a == nil {
+		return nil, len(blocks)
+	}
+	slots := len(a.buf) / a.bs
+	i := int(blocks[0] - a.first)
+	cut := min(len(blocks), slots-i)
+	if i != 0 || cut != slots {
+		return nil, cut
+	}
+	if r, j := s.arenaRunLocked(blocks[:cut], false); r != a || j != 0 {
+		return nil, cut
+	}
+	return a, cut
 }
 
 // createObject stores a whole object with If-None-Match, telling a lost
