@@ -156,7 +156,9 @@
 // # The bytes of a sequential writer
 //
 // A long sequential stream's blocks are carved from arenas of one piece each
-// (arena.go), and a piece of consecutive slots goes to the store as it lies:
+// (or, when objects are sent whole, of one object's blocks with room for its
+// header and tail; arena.go), and a piece of consecutive slots, or an object
+// that is one arena, goes to the store as it lies:
 // a write's bytes are copied once, from the kernel's buffer into the arena,
 // and checksummed by that write while they are in the CPU's cache. A block
 // changed while its slot may be in flight first takes a buffer of its own
