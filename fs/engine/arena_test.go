@@ -82,31 +82,8 @@ func TestArenaPieceInFlightUnchanged(t *testing.T) {
 			writeSeq(t, f, data, 0, 1<<20)
 			waitFor(t, func() bool { return len(hs.waiting()) >= 3 })
 			held := hs.waiting()
-			marker := bytes.Repeat([]byte{0xEE}, 64<<10)
-			want := slices.Clone(data)
-			switch change {
-			case "write":
-				// Blocks of the second and third pieces, in flight.
-				for _, off := range []int{6 << 20, 11 << 20} {
-					if _, err := f.WriteAt(ctx, marker, int64(off)); err != nil {
-						t.Fatal(err)
-					}
-					copy(want[off:], marker)
-				}
-			case "zero":
-				if err := f.Zero(ctx, 6<<20, 5<<20); err != nil {
-					t.Fatal(err)
-				}
-				clear(want[6<<20 : 11<<20])
-			case "truncate":
-				if err := f.Truncate(ctx, 0); err != nil {
-					t.Fatal(err)
-				}
-				// Less than a piece: the write does not wait for the
-				// pieces held.
-				want = bytes.Repeat(marker, 16)
-				writeSeq(t, f, want, 0, 1<<20)
-			}
+			// Blocks of the second and third pieces, in flight.
+			want, marker := changeHeld(t, f, change, data, 6<<20, 11<<20)
 			close(hs.open)
 			flushAndCheck(t, hs, f, "af/", p, want)
 			hs.mu.Lock()
@@ -131,6 +108,41 @@ func TestArenaPieceInFlightUnchanged(t *testing.T) {
 			}
 		})
 	}
+}
+
+// changeHeld changes f, whose first bytes (data) are in flight, by change:
+// "write" writes a marker at lo and at hi, "zero" zeroes [lo, hi),
+// "truncate" cuts the file to nothing and writes 1 MiB of the marker anew
+// (less than a piece: the write does not wait for what is held). It returns
+// what f holds then and the marker.
+func changeHeld(t *testing.T, f *File, change string, data []byte, lo, hi int) ([]byte, []byte) {
+	t.Helper()
+	ctx := context.Background()
+	marker := bytes.Repeat([]byte{0xEE}, 64<<10)
+	want := slices.Clone(data)
+	switch change {
+	case "write":
+		for _, off := range []int{lo, hi} {
+			if _, err := f.WriteAt(ctx, marker, int64(off)); err != nil {
+				t.Fatal(err)
+			}
+			copy(want[off:], marker)
+		}
+	case "zero":
+		if err := f.Zero(ctx, int64(lo), int64(hi-lo)); err != nil {
+			t.Fatal(err)
+		}
+		clear(want[lo:hi])
+	case "truncate":
+		if err := f.Truncate(ctx, 0); err != nil {
+			t.Fatal(err)
+		}
+		want = bytes.Repeat(marker, 16)
+		writeSeq(t, f, want, 0, 1<<20)
+	default:
+		t.Fatalf("no change %q", change)
+	}
+	return want, marker
 }
 
 // keepCount counts the parts a store kept.

@@ -105,28 +105,7 @@ func TestArenaWholeObjectInFlightUnchanged(t *testing.T) {
 				writeSeq(t, f, data, 0, 1<<20)
 				waitFor(t, func() bool { return len(hs.waiting()) >= 2 })
 				held := hs.waiting()
-				marker := bytes.Repeat([]byte{0xEE}, 64<<10)
-				want := slices.Clone(data)
-				switch change {
-				case "write":
-					for _, off := range []int{5 << 20, 9 << 20} {
-						if _, err := f.WriteAt(ctx, marker, int64(off)); err != nil {
-							t.Fatal(err)
-						}
-						copy(want[off:], marker)
-					}
-				case "zero":
-					if err := f.Zero(ctx, 5<<20, 5<<20); err != nil {
-						t.Fatal(err)
-					}
-					clear(want[5<<20 : 10<<20])
-				case "truncate":
-					if err := f.Truncate(ctx, 0); err != nil {
-						t.Fatal(err)
-					}
-					want = bytes.Repeat(marker, 16)
-					writeSeq(t, f, want, 0, 1<<20)
-				}
+				want, marker := changeHeld(t, f, change, data, 5<<20, 9<<20)
 				close(hs.open)
 				flushAndCheck(t, hs, f, "wh/", p, want)
 				hs.mu.Lock()

@@ -13,9 +13,9 @@ import (
 // the open). Open reads the head again, as it must (an open shows what was
 // published before it began), and meanwhile loads the map's path to the
 // file's first block from the hint: the first read of a cold file then waits
-// for the data alone, not for the head and then one index region per level
-// (three round trips before the first byte on a two-level map, 90 ms of the
-// general link; 30 now). The root's object and the checkpoint's part 1 are
+// for the data alone, not for one index region per level after the head (two
+// round trips on a two-level map, 60 ms of the general link). The root's
+// object and the checkpoint's part 1 are
 // loaded at once: a checkpoint written from its start (the common shape)
 // holds its first blocks and their leaves in part 1, so a two-level walk
 // finds both levels after one round trip instead of two; when it does not,
