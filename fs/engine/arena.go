@@ -107,10 +107,14 @@ func (a *arena) release() {
 // arenaFor returns the arena a new dirty block fbn of stream seq is carved
 // from, or nil for a block from the pool: a short stream, sending ahead off
 // or in whole objects, a block that does not follow the stream's arena, or
-// no room in the budget for a new one. A new arena starts only where a piece
-// would: when the block before it is not waiting to be sent (or is the end
-// of the stream's last arena), so that the sender's pieces and the arenas
-// fall on the same blocks.
+// no room in the budget for a new one. A new arena of pieces starts only
+// where a piece would: when the block before it is not waiting to be sent
+// (or is the end of the stream's last arena), so that the sender's pieces
+// and the arenas fall on the same blocks. An arena of whole objects starts
+// after waiting blocks too: a whole object is sent only once a target's
+// worth waits, so some always wait when a stream becomes long. The object
+// that takes them is copied, the next ends at the arena's end
+// (wholeArenaLocked), and the objects fall on the arenas from then on.
 func (f *File) arenaFor(fbn uint64, seq *seqStream) *arena {
 	bs := int64(f.bs)
 	perPiece := int(f.p.ChunkSize / bs)
@@ -131,7 +135,7 @@ func (f *File) arenaFor(fbn uint64, seq *seqStream) *arena {
 		return a
 	}
 	follows := a != nil && a.next() == fbn
-	if _, waiting := f.s.unsent[fbn-1]; fbn > 0 && waiting && !follows {
+	if _, waiting := f.s.unsent[fbn-1]; fbn > 0 && waiting && !follows && !f.sendsWhole() {
 		return nil
 	}
 	if f.budget != nil && !f.budget.TryAcquire(int64(front+tail)+int64(perPiece)*bs) {

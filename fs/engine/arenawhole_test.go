@@ -54,6 +54,38 @@ func TestArenaWholeObjectsNotCopied(t *testing.T) {
 	}
 }
 
+// With the mount's shape (64 KiB blocks, objects above a block's worth of
+// leaves), a target's worth of blocks waits before a whole object goes and
+// one is left over, so the block that makes a stream long always follows a
+// waiting one: its arena must start all the same, or every byte is copied.
+func TestArenaWholeObjectsAfterWaitingBlocks(t *testing.T) {
+	for _, fm := range []segment.Format{segment.FormatStream, segment.FormatParted} {
+		t.Run(fm.String(), func(t *testing.T) {
+			st := &keepCount{Store: mem.New()}
+			p := DefaultParams()
+			p.Format = fm
+			p.DataBlockSize = 64 << 10
+			p.ChunkSize = 16 << 20
+			p.StreamSegmentBytes = 16 << 20 // whole objects, Stream too
+			p.DirtyLimit = 64 << 20
+			f, err := Create(context.Background(), st, "wa/", Options{Params: p, FileID: "wa/", Budget: NewBudget(256 << 20)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			data := pattern(128<<20, 43)
+			writeSeq(t, f, data, 0, 1<<20)
+			flushAndCheck(t, st, f, "wa/", p, data)
+			got := f.Stats().PieceCopyBytes
+			t.Logf("%d of %d bytes copied, %d objects", got, len(data), len(dataObjects(t, st, "wa/")))
+			// The first object and the one that ends in the first arena.
+			if got > 3*p.StreamSegmentBytes {
+				t.Errorf("%d of %d bytes copied into object buffers", got, len(data))
+			}
+		})
+	}
+}
+
 // putsHeld holds every whole-object PUT (not the head, not part 0s) until
 // opened, and keeps a copy of each body as the store was handed it.
 type putsHeld struct {
