@@ -6,7 +6,8 @@
 // server, then the connection is dropped without a reply). Stall holds every
 // request until it is released, to emulate an outage. A Link makes it a far
 // and narrow path besides: a handshake cost per new connection, a latency
-// per request and a bandwidth per connection, over real TCP.
+// per request, a bandwidth per connection and one shared by all of them,
+// over real TCP.
 //
 // The proxy forwards each request as it came: method, path, query, headers
 // and the Host header, so that SigV4 signatures made for the proxy's address
