@@ -33,7 +33,7 @@ func s3Args(t *testing.T, v *volume) (store, opts string, env []string) {
 	return store, opts, env
 }
 
-func mountpoint(t *testing.T) string {
+func mountpoint(t testing.TB) string {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "mnt")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -43,7 +43,7 @@ func mountpoint(t *testing.T) string {
 }
 
 // isMounted reports whether dir is a mount point now.
-func isMounted(t *testing.T, dir string) bool {
+func isMounted(t testing.TB, dir string) bool {
 	t.Helper()
 	return mountInfo(t, dir) != ""
 }

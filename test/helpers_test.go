@@ -183,7 +183,7 @@ var binary struct {
 }
 
 // ckptfsBinary builds cmd/ckptfs once per test binary.
-func ckptfsBinary(t *testing.T) string {
+func ckptfsBinary(t testing.TB) string {
 	t.Helper()
 	binary.once.Do(func() {
 		// A fixed folder, so that runs reuse it instead of leaving copies;

@@ -355,7 +355,7 @@ func checkScrapeVolume(t *testing.T, addr, want string, secrets []string) {
 }
 
 // freeAddr returns a loopback address with a port nothing listens on now.
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

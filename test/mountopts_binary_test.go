@@ -230,7 +230,7 @@ func TestMountOptsHelper(t *testing.T) {
 }
 
 // mountInfo is the /proc/self/mountinfo line of dir.
-func mountInfo(t *testing.T, dir string) string {
+func mountInfo(t testing.TB, dir string) string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {

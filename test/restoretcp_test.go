@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -61,7 +60,7 @@ func BenchmarkRestoreOverTCP(b *testing.B) {
 		Latency:        envDuration(b, "CKPTFS_RESTORE_LATENCY", 40*time.Millisecond),
 		TotalBandwidth: envInt(b, "CKPTFS_RESTORE_MBPS", 150) * 1e6,
 	}
-	bin := buildCkptfs(b)
+	bin := ckptfsBinary(b)
 	env, err := s3test.Shared()
 	if err != nil {
 		b.Fatalf("no S3 bucket: %v", err)
@@ -390,14 +389,7 @@ type binMount struct {
 // if stop was not called.
 func startBinMount(b *testing.B, bin, store, opts string, procEnv []string) *binMount {
 	b.Helper()
-	dir := filepath.Join(b.TempDir(), "mnt")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	addr, err := loopbackAddr()
-	if err != nil {
-		b.Fatal(err)
-	}
+	dir, addr := mountpoint(b), freeAddr(b)
 	m := &binMount{b: b, dir: dir, metrics: addr, stderr: &strings.Builder{}, exited: make(chan struct{})}
 	m.cmd = exec.Command(bin, "mount", "-f", "-o", opts+",metrics="+addr, store, dir)
 	m.cmd.Env = procEnv
@@ -410,19 +402,27 @@ func startBinMount(b *testing.B, bin, store, opts string, procEnv []string) *bin
 		close(m.exited)
 	}()
 	b.Cleanup(m.abandon)
+	waitMounted(b, dir, m.exited, m.stderr, "ckptfs mount "+store)
+	return m
+}
+
+// waitMounted waits until dir is a mount point, at most a minute, failing
+// b if the process that mounts it (what) exits first; its stderr is read
+// only once exited is closed.
+func waitMounted(b *testing.B, dir string, exited <-chan struct{}, stderr *strings.Builder, what string) {
+	b.Helper()
 	deadline := time.Now().Add(time.Minute)
-	for !mountedAt(dir) {
+	for !isMounted(b, dir) {
 		select {
-		case <-m.exited:
-			b.Fatalf("ckptfs mount %s exited: %s", store, m.stderr.String())
+		case <-exited:
+			b.Fatalf("%s exited: %s", what, stderr.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			b.Fatalf("ckptfs mount %s: not mounted within a minute", store)
+			b.Fatalf("%s: not mounted within a minute", what)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return m
 }
 
 // stop unmounts with SIGTERM, as a service manager would, and waits for the
@@ -450,48 +450,11 @@ func (m *binMount) abandon() {
 		_ = m.cmd.Process.Kill()
 	}
 	<-m.exited
-	if mountedAt(m.dir) {
+	if isMounted(m.b, m.dir) {
 		if out, err := exec.Command("fusermount3", "-u", "-z", m.dir).CombinedOutput(); err != nil {
 			m.b.Errorf("fusermount3 -u -z %s: %v\n%s", m.dir, err, out)
 		}
 	}
-}
-
-// mountedAt reports whether dir is a mount point now.
-func mountedAt(dir string) bool {
-	b, err := os.ReadFile("/proc/self/mountinfo")
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
-			return true
-		}
-	}
-	return false
-}
-
-// loopbackAddr is a loopback address with a port free a moment ago
-// (freeAddr takes a *testing.T).
-func loopbackAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("find a free port: %w", err)
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
-}
-
-// buildCkptfs builds cmd/ckptfs into b's temporary folder: ckptfsBinary
-// takes a *testing.T.
-func buildCkptfs(b *testing.B) string {
-	b.Helper()
-	bin := filepath.Join(b.TempDir(), "ckptfs")
-	out, err := exec.Command("go", "build", "-o", bin, "github.com/ckptfs/ckptfs/cmd/ckptfs").CombinedOutput()
-	if err != nil {
-		b.Fatalf("build ckptfs: %v\n%s", err, out)
-	}
-	return bin
 }
 
 // envInt is the integer in the environment variable name, or def.
@@ -586,10 +549,7 @@ func newS3fsReader(b *testing.B, env s3test.Env, cfg s3.Config, url string, size
 // and unmounts.
 func (r *s3fsReader) read(b *testing.B, p *faultproxy.Proxy) readStats {
 	b.Helper()
-	dir := filepath.Join(b.TempDir(), "s3fs")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
+	dir := mountpoint(b)
 	opts := "url=" + r.url + ",use_path_request_style,endpoint=" + r.region
 	if r.passwd != "" {
 		opts += ",passwd_file=" + r.passwd
@@ -612,24 +572,13 @@ func (r *s3fsReader) read(b *testing.B, p *faultproxy.Proxy) readStats {
 			_ = cmd.Process.Kill()
 		}
 		<-exited
-		if mountedAt(dir) {
+		if isMounted(b, dir) {
 			if out, err := exec.Command("fusermount3", "-u", "-z", dir).CombinedOutput(); err != nil {
 				b.Errorf("fusermount3 -u -z %s: %v\n%s", dir, err, out)
 			}
 		}
 	})
-	deadline := time.Now().Add(time.Minute)
-	for !mountedAt(dir) {
-		select {
-		case <-exited:
-			b.Fatalf("s3fs exited: %s", stderr.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("s3fs: not mounted within a minute")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitMounted(b, dir, exited, &stderr, "s3fs")
 	mounted := p.Counters()
 	sample := sampleInFlight(p)
 	took := timeProgram(b, []string{"cat", filepath.Join(dir, s3fsObject)})
