@@ -24,6 +24,10 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/inspect"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/dir"
 	"github.com/ckptfs/ckptfs/test/campaign"
@@ -178,6 +182,8 @@ type campaignStats struct {
 	thirdWrites                                  int64 // write requests of the read-only mount (none allowed)
 	fsckFiles                                    int64 // files fsck counted at the end of the run
 	kills                                        int
+	partedMounts                                 int   // mounts of A and B that created files in the parted format
+	partedFiles, streamFiles                     int   // named files at the end, by the format of their head
 	eio                                          int64 // operations failed with EIO under faults (tolerated)
 	eintr                                        int64 // operations interrupted by a signal (tolerated)
 	bytesChecked                                 int64
@@ -191,12 +197,12 @@ func (s campaignStats) String() string {
 	return fmt.Sprintf("%d iterations, %d operations (%d succeeded: %d writes of %d bytes, %d fsyncs and closes, %d copies; "+
 		"%d reads through the other mount, %d through a held descriptor, %d of names just unlinked or on the lagging read-only mount, %d of .checkpoints, "+
 		"%d O_CREAT opens through the other mount, %d chmods, %d changes through the other mount met by a merge or after it), "+
-		"%d SIGKILLs, %d operations failed with EIO under faults and %d with EINTR, %d files and %d bytes checked after the kills, %d gc runs (%d failed), "+
-		"%d write requests from the read-only mount, %d files counted by fsck at the end, faults: %d of %v",
+		"%d SIGKILLs, %d mounts writing the parted format, %d operations failed with EIO under faults and %d with EINTR, %d files and %d bytes checked after the kills, %d gc runs (%d failed), "+
+		"%d write requests from the read-only mount, %d files counted by fsck at the end (%d parted, %d stream), faults: %d of %v",
 		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fsyncs, s.copies,
 		s.crossReads, s.heldReads, s.staleReads, s.ckptReads, s.crossCreates, s.chmods, s.foreign,
-		s.kills, s.eio, s.eintr, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed,
-		s.thirdWrites, s.fsckFiles, s.proxy.Faults(), s.proxy)
+		s.kills, s.partedMounts, s.eio, s.eintr, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed,
+		s.thirdWrites, s.fsckFiles, s.partedFiles, s.streamFiles, s.proxy.Faults(), s.proxy)
 }
 
 func (s *campaignStats) add(o campaignStats) {
@@ -217,6 +223,9 @@ func (s *campaignStats) add(o campaignStats) {
 	s.thirdWrites += o.thirdWrites
 	s.fsckFiles += o.fsckFiles
 	s.kills += o.kills
+	s.partedMounts += o.partedMounts
+	s.partedFiles += o.partedFiles
+	s.streamFiles += o.streamFiles
 	s.eio += o.eio
 	s.eintr += o.eintr
 	s.bytesChecked += o.bytesChecked
@@ -265,6 +274,9 @@ func TestCampaign(t *testing.T) {
 		})
 	}
 	t.Logf("campaign: seed %d, %v in %v", seed, total, time.Since(start).Round(time.Second))
+	if !t.Failed() && (total.partedFiles == 0 || total.streamFiles == 0) {
+		t.Errorf("the campaign ended with %d files in the parted format and %d in the stream format: one format was never tried", total.partedFiles, total.streamFiles)
+	}
 }
 
 // mountProc is one mount: the built binary in the foreground (mount B in a
@@ -340,6 +352,7 @@ type campaignRun struct {
 	// flushes: mount idx flushes every second (no -foreign for its
 	// drivers: what it had published would not be known).
 	flushes [2]bool
+	starts  [2]int // mounts of A and B started
 	// curDriver is the driver whose log check is following.
 	curDriver int
 
@@ -838,8 +851,41 @@ func (c *campaignRun) finalClean() {
 			marked[id] = true
 		}
 	}
+	c.countFormats(st)
 	if problems != 0 || leftovers != 0 || files < named+pinned || files > named+pinned+len(marked) {
 		t.Errorf("fsck after the last gc: %d files (the drivers' directories name %d, copies keep %d orphans, %d files have writer markers), %d objects, %d problems, %d leftover uploads:\n%s\nthe last gc:\n%s", files, named, pinned, len(marked), objects, problems, leftovers, out, gcOut)
+	}
+}
+
+// countFormats counts the named files by the format of their head (read
+// from the store, not through the proxy); a file never written has none.
+func (c *campaignRun) countFormats(st staging.Store) {
+	t := c.t
+	ctx, cancel := context.WithTimeout(context.Background(), campaignOpTimeout)
+	defer cancel()
+	v, err := inspect.Open(ctx, st, "")
+	if err != nil {
+		t.Errorf("count the files' formats: %v", err)
+		return
+	}
+	err = v.Walk(func(p string, n namespace.Node) error {
+		if n.Kind != namespace.KindFile {
+			return nil
+		}
+		hd, _, err := segment.ReadHead(ctx, st, ckvolume.HeadKey(v.Prefix(n.FileID)), segment.FileTag(n.FileID))
+		switch {
+		case errors.Is(err, staging.ErrNotFound):
+		case err != nil:
+			return fmt.Errorf("head of %s: %w", p, err)
+		case hd.Inode.Format == segment.FormatParted:
+			c.stats.partedFiles++
+		default:
+			c.stats.streamFiles++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("count the files' formats: %v", err)
 	}
 }
 
@@ -858,12 +904,22 @@ func (c *campaignRun) tool(d time.Duration, args ...string) (string, error) {
 }
 
 // mountExtra: some mounts flush every second, some only on fsync and close.
+// One of A and B creates files in the parted format, the other in the
+// stream format, taking turns from one start to the next: a file keeps the
+// format it was created in, so the two meet (a file of one is rewritten,
+// copied and read through a mount of the other).
 func (c *campaignRun) mountExtra(idx int) string {
+	var extra string
 	c.flushes[idx] = c.rngN(2) == 0
 	if c.flushes[idx] {
-		return ",flush_interval=1s"
+		extra += ",flush_interval=1s"
 	}
-	return ""
+	if (c.starts[idx]+idx)%2 == 1 {
+		extra += ",format=parted"
+		c.stats.partedMounts++
+	}
+	c.starts[idx]++
+	return extra
 }
 
 func (c *campaignRun) iteration(iter int) {
