@@ -198,7 +198,7 @@ func (s campaignStats) String() string {
 		"%d reads through the other mount, %d through a held descriptor, %d of names just unlinked or on the lagging read-only mount, %d of .checkpoints, "+
 		"%d O_CREAT opens through the other mount, %d chmods, %d changes through the other mount met by a merge or after it), "+
 		"%d SIGKILLs, %d mounts writing the parted format, %d operations failed with EIO under faults and %d with EINTR, %d files and %d bytes checked after the kills, %d gc runs (%d failed), "+
-		"%d write requests from the read-only mount, %d files counted by fsck at the end (%d parted, %d stream), faults: %d of %v",
+		"%d write requests from the read-only mount, %d files counted by fsck at the end (names at the end: %d of parted files, %d of stream files), faults: %d of %v",
 		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fsyncs, s.copies,
 		s.crossReads, s.heldReads, s.staleReads, s.ckptReads, s.crossCreates, s.chmods, s.foreign,
 		s.kills, s.partedMounts, s.eio, s.eintr, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed,

@@ -81,6 +81,10 @@ type FS struct {
 	// closed file hold, by file id (pagecache.go); GUARDED_BY(mu).
 	pageVers map[string]engine.Version
 
+	// staleRetries: the kernel's retries owed to opens that answered
+	// ESTALE for a stale size (node.go).
+	staleRetries staleRetries
+
 	// tasks are the head reads and prefetches the mount's requests start;
 	// Close waits for them.
 	tasks       tasks

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -23,11 +24,9 @@ type node struct {
 	fsys *FS
 	ino  namespace.Ino
 	// shownSize is the size (plus one; 0: none yet) the kernel was last
-	// answered for this file, retries the ESTALEs an open answered that the
-	// kernel has not retried yet, and staleAt (unix ns) when an open last
-	// answered one (see Open).
+	// answered for this file, and staleAt (unix ns) when an open last
+	// answered ESTALE for it (see Open).
 	shownSize atomic.Int64
-	retries   atomic.Int32
 	staleAt   atomic.Int64
 }
 
@@ -60,23 +59,59 @@ var (
 )
 
 // staleSizeQuiet: an open answers ESTALE for a stale size at most once in
-// this while per file. The kernel retries once, and a second ESTALE would
-// reach the caller: with several openers at once, one may take the retry
-// another was owed, and the owed one's lookup may still answer a size the
-// engine no longer has; the while keeps that second answer from coming.
+// this while per file, and a retry owed stays owed this long. The kernel
+// retries once, and a second ESTALE would reach the caller: the retry's
+// lookup may still answer a size the engine no longer has; the while keeps
+// that second answer from coming.
 const staleSizeQuiet = 5 * time.Second
 
-// takeRetry takes one owed retry of an open that answered ESTALE, if any.
-func (n *node) takeRetry() bool {
-	for {
-		p := n.retries.Load()
-		if p <= 0 {
-			return false
-		}
-		if n.retries.CompareAndSwap(p, p-1) {
-			return true
+// staleRetries are the kernel's retries owed to callers whose open answered
+// ESTALE for a stale size: by the calling thread, not by file, because the
+// retry walks the path again and its lookup may lead to another file (the
+// name renamed over in between, or another mount's rename read meanwhile),
+// whose size may be stale too.
+type staleRetries struct {
+	mu   sync.Mutex
+	owed map[uint32]int64 // by the caller's thread id: when (unix ns); GUARDED_BY(mu)
+}
+
+// owe records that caller tid's open answered ESTALE; owed retries older than
+// staleSizeQuiet (a retry whose lookup failed never comes) are dropped.
+func (r *staleRetries) owe(tid uint32, now time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.owed == nil {
+		r.owed = map[uint32]int64{}
+	}
+	for k, at := range r.owed {
+		if now.Sub(time.Unix(0, at)) > staleSizeQuiet {
+			delete(r.owed, k)
 		}
 	}
+	r.owed[tid] = now.UnixNano()
+}
+
+// take takes the retry owed to caller tid, if any.
+func (r *staleRetries) take(tid uint32, now time.Time) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	at, ok := r.owed[tid]
+	if !ok {
+		return false
+	}
+	delete(r.owed, tid)
+	return now.Sub(time.Unix(0, at)) <= staleSizeQuiet
+}
+
+// callerTid is the thread id of the request's caller, as the kernel gives
+// it: 0 for a caller outside the mount's PID namespace, whose opens then
+// share one owed retry (one may take another's: the per-file quiet while
+// still keeps most second ESTALEs away).
+func callerTid(ctx context.Context) uint32 {
+	if c, ok := fuse.FromContext(ctx); ok {
+		return c.Pid
+	}
+	return 0
 }
 
 // noteShown records the size a reply of attributes gave the kernel.
@@ -456,18 +491,19 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// if at the end of the file. ESTALE has the kernel walk the path again,
 	// looking the name up (the answer carries the size this engine shows
 	// now), and open once more. It retries once only, and would hand a
-	// second ESTALE to the caller: an open that finds a retry owed takes
-	// it, whatever the sizes (however long the retry took: its refresh may
-	// wait on the store).
+	// second ESTALE to the caller: an open by a caller owed a retry takes
+	// it, whatever the file and the sizes (however long the retry took: its
+	// refresh may wait on the store).
 	// Only for an open for reading (what a copy's source is): the kernel
 	// sends no O_CREAT to an open, so the retry of a create that met
 	// another mount's name (Create's ESTALE), owing nothing, must not meet
 	// it, and such an open is for writing.
 	shown := n.shownSize.Load()
 	stale := flags&syscall.O_ACCMODE == syscall.O_RDONLY && shown != 0 && shown-1 != of.f.Stat().Size
-	if !n.takeRetry() && stale && time.Since(time.Unix(0, n.staleAt.Load())) > staleSizeQuiet {
-		n.retries.Add(1)
-		n.staleAt.Store(time.Now().UnixNano())
+	now, tid := time.Now(), callerTid(ctx)
+	if !n.fsys.staleRetries.take(tid, now) && stale && now.Sub(time.Unix(0, n.staleAt.Load())) > staleSizeQuiet {
+		n.fsys.staleRetries.owe(tid, now)
+		n.staleAt.Store(now.UnixNano())
 		n.fsys.release(ctx, of, false)
 		return nil, 0, syscall.ESTALE
 	}
