@@ -242,3 +242,45 @@ func TestSetBytes(t *testing.T) {
 		t.Fatalf("no record became a bitmap")
 	}
 }
+
+// TestMergeAfterAcknowledgedSameSizeTruncate: a truncate to the size the
+// file has changes nothing, and a flush after it finds nothing to publish;
+// it returns all the same, so the truncate is acknowledged. Another
+// writer's checkpoint after that is not cut by it: a merge of this
+// writer's next change replays only what came after the flush. (The
+// crash-and-fault campaign: an O_CREAT file truncated to 0 and fsynced,
+// written through the other mount, then written and fsynced here, lost the
+// other mount's bytes.)
+func TestMergeAfterAcknowledgedSameSizeTruncate(t *testing.T) {
+	ctx := context.Background()
+	for _, size := range []int64{0, 1000} {
+		st := mem.New()
+		p := smallParams(segment.FormatStream)
+		w := mustCreate(t, st, "t/", p)
+		if size > 0 {
+			writeFlush(t, w, bytes.Repeat([]byte{'X'}, int(size)), 0)
+		}
+		w.Close()
+		a := mustOpen(t, st, "t/", p)
+		b := mustOpen(t, st, "t/", p)
+		if err := a.Truncate(ctx, size); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		// The other writer, after that flush returned.
+		writeFlush(t, b, bytes.Repeat([]byte{'b'}, 3000), size)
+		if _, err := a.WriteAt(ctx, []byte("aa"), 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.Flush(ctx); err != nil {
+			t.Fatalf("size %d: flush: %v", size, err)
+		}
+		want := append(bytes.Repeat([]byte{'X'}, int(size)), bytes.Repeat([]byte{'b'}, 3000)...)
+		copy(want, "aa")
+		mustEqual(t, "after the merge", readAll(t, a), want)
+		c := mustOpen(t, st, "t/", p)
+		mustEqual(t, "read afresh", readAll(t, c), want)
+	}
+}

@@ -335,8 +335,16 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	}
 	if size == f.size {
 		// Nothing changes here, but a merge cuts the winner's bytes past
-		// size all the same (noteTruncateLocked).
+		// size all the same (noteTruncateLocked). The next flush publishes
+		// it: a flush that returned with the record kept would leave a
+		// later merge to replay the truncate after another writer's
+		// checkpoint made since, which the acknowledged truncate came
+		// before (its bytes would be cut). With the WAL no other writer's
+		// checkpoint comes between.
 		f.noteTruncateLocked(size, f.ownedLocked(uint64(size/int64(f.bs))))
+		if !f.walOn() {
+			f.changed = true
+		}
 		return nil
 	}
 	now := time.Now()
