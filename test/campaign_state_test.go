@@ -35,8 +35,12 @@ type mfile struct {
 	otherFrom, otherTo int
 	// cnos maps a checkpoint number logged after an fsync or close to the
 	// state it holds; stale: the states were rewritten by a merge since.
-	cnos  map[int64]int
-	stale bool
+	// unknown: numbers the driver logged whose state the model cannot say
+	// (the home mount's number while it shows its own view of a file the
+	// other mount changed): a read of one is not checked.
+	cnos    map[int64]int
+	stale   bool
+	unknown map[int64]bool
 	// copying: a copy in flight at the end made it; it may hold a prefix
 	// of one of prefixOf (the kernel copies bytes in pieces).
 	copying  bool
@@ -84,10 +88,13 @@ type nsView struct {
 	// past lists, per name, the files that had it before (a mount whose
 	// view lags may still lead there).
 	past map[string][]holder
+	// ghosts: per name, the files that had it in the last iteration,
+	// where the read-only mount C's kernel entries may still lead.
+	ghosts map[string][]holder
 }
 
 func (v nsView) clone() nsView {
-	n := nsView{dir: v.dir, names: make(map[string]*mfile, len(v.names)), past: make(map[string][]holder, len(v.past))}
+	n := nsView{dir: v.dir, names: make(map[string]*mfile, len(v.names)), past: make(map[string][]holder, len(v.past)), ghosts: v.ghosts}
 	for k, f := range v.names {
 		n.names[k] = f
 	}
@@ -237,6 +244,32 @@ func (c *campaignRun) rebasings(f *mfile, op *campaign.Op) *mfile {
 	return g
 }
 
+// narrow keeps, of f's histories still possible (f and its choices), those
+// a result tells possible: f becomes the first, the others its choices
+// (several may give the same result now and differ later). When none is,
+// f stays as it was, for its check to report.
+func narrow(f *mfile, possible func(*mfile) bool) {
+	if len(f.choices) == 0 {
+		return
+	}
+	var keep []mfile
+	for _, g := range append([]*mfile{f}, f.choices...) {
+		if possible(g) {
+			keep = append(keep, *g)
+		}
+	}
+	if len(keep) == 0 {
+		return
+	}
+	*f = keep[0]
+	f.choices = nil
+	for i := range keep[1:] {
+		g := keep[1+i]
+		g.choices = nil
+		f.choices = append(f.choices, &g)
+	}
+}
+
 // homeView is what the home mount's descriptor of f shows.
 func (f *mfile) homeView() []byte {
 	if f.viewSet {
@@ -274,14 +307,20 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 	}
 	change := func(b []byte) {
 		// A change in flight at the end is the file's last state, never
-		// acknowledged: the file may hold it or the one before.
-		if f.viewSet {
-			f.view, f.viewDirty = c.applyChange(f.view, op), true
-		}
-		f.push(b, op)
-		f.uncertain = uncertain
-		if c.wal && !uncertain {
-			f.acked = f.last()
+		// acknowledged: the file may hold it or the one before. It is
+		// made in every history still possible (choices).
+		for i, g := range append([]*mfile{f}, f.choices...) {
+			if i > 0 {
+				b = c.applyChange(g.cur(), op)
+			}
+			if g.viewSet {
+				g.view, g.viewDirty = c.applyChange(g.view, op), true
+			}
+			g.push(b, op)
+			g.uncertain = uncertain
+			if c.wal && !uncertain {
+				g.acked = g.last()
+			}
 		}
 	}
 	// result checks a logged <len> <crc32c> at result index i against the
@@ -309,7 +348,9 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		} else if !needFile() {
 			return false
 		}
-		f.open = true
+		for _, g := range append([]*mfile{f}, f.choices...) {
+			g.open = true
+		}
 		if trunc && !create {
 			// A state even when the file was empty: a merge replays the
 			// truncate over the other writer's checkpoint, cutting its
@@ -358,9 +399,15 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			return false
 		}
 		cno := parseInt(op.Result[0])
-		if cno == 0 || f.viewSet {
-			// Never published (not listed), or the home mount's own
-			// checkpoint under the other mount's.
+		if cno == 0 {
+			return true // never published (not listed)
+		}
+		if f.viewSet {
+			// The home mount's own checkpoint under the other mount's.
+			if f.unknown == nil {
+				f.unknown = map[int64]bool{}
+			}
+			f.unknown[cno] = true
 			return true
 		}
 		if k, ok := f.cnos[cno]; ok && !bytes.Equal(f.states[k], f.cur()) {
@@ -376,16 +423,8 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			return false
 		}
 		n, sum := op.Result[0], op.Result[1]
-		if len(f.choices) > 0 {
-			// The read tells which history the merge took.
-			for _, g := range append([]*mfile{f}, f.choices...) {
-				if sumIs(g.homeView(), n, sum) {
-					*f = *g
-					f.choices = nil
-					break
-				}
-			}
-		}
+		// The read tells which histories the merge may have taken.
+		narrow(f, func(g *mfile) bool { return sumIs(g.homeView(), n, sum) })
 		want := f.homeView()
 		if !sumIs(want, n, sum) {
 			fail("%v: read %s bytes with crc32c %s through the open file, want %d bytes with crc %d: a read gave bytes the file does not hold (%s)",
@@ -399,6 +438,12 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		if !needFile() {
 			return false
 		}
+		// Of the histories still possible, those this read can be a state of.
+		narrow(f, func(g *mfile) bool {
+			from, to, partial := c.c2o(g)
+			_, ok := find(g, from, to, partial, parseInt(op.Result[0]), func(b []byte) bool { return sumIs(b, op.Result[0], op.Result[1]) })
+			return ok
+		})
 		from, to, partial := c.c2o(f)
 		b, ok := result(f, 0, from, to, partial, "an open through the other mount (close-to-open)")
 		if !ok {
@@ -418,6 +463,15 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		if !needFile() {
 			return false
 		}
+		// Of the histories still possible, those whose other mount's
+		// engine can show this.
+		narrow(f, func(g *mfile) bool {
+			if g.otherKnown {
+				return sumIs(g.otherSeen, op.Result[0], op.Result[1])
+			}
+			_, ok := find(g, g.otherFrom, g.otherTo, !c.wal, parseInt(op.Result[0]), func(b []byte) bool { return sumIs(b, op.Result[0], op.Result[1]) })
+			return ok
+		})
 		if f.otherKnown {
 			if !sumIs(f.otherSeen, op.Result[0], op.Result[1]) {
 				fail("%v: a descriptor held on the other mount read %s bytes with crc32c %s, not the version its mount's last open showed (%d bytes, crc %d): %s",
@@ -457,16 +511,36 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			hs = append(hs, holder{f, from})
 		}
 		hs = append(hs, v.past[name]...)
-		for _, h := range hs {
-			if _, ok := find(h.f, h.from, h.f.last(), true, parseInt(op.Result[0]), func(b []byte) bool { return sumIs(b, op.Result[0], op.Result[1]) }); ok {
-				if op.Kind == "ostale" && h.f == f {
-					f.otherKnown, f.otherFrom, f.otherTo = false, h.from, f.last()
-				}
-				c.stats.staleReads++
-				return true
+		if op.Kind == "cread" {
+			hs = append(hs, v.ghosts[name]...)
+		}
+		if op.Kind == "ostale" {
+			// The other mount's open may have reached a file that had
+			// the name in its lagging view, and read its head again
+			// before it answered (an ESTALE the kernel retried, on the
+			// file the name leads to now): a descriptor held there on
+			// that file may show any of its states since.
+			for _, h := range v.past[name] {
+				h.f.otherKnown, h.f.otherFrom, h.f.otherTo = false, 0, h.f.last()
 			}
 		}
-		fail("%v: gave %s bytes with crc32c %s, a state of no file that had the name %s since the iteration began", op, op.Result[0], op.Result[1], name)
+		for _, h := range hs {
+			// In any history of the file still possible (a merge's).
+			for _, g := range append([]*mfile{h.f}, h.f.choices...) {
+				if _, ok := find(g, min(h.from, g.last()), g.last(), true, parseInt(op.Result[0]), func(b []byte) bool { return sumIs(b, op.Result[0], op.Result[1]) }); ok {
+					if op.Kind == "ostale" && h.f == f {
+						f.otherKnown, f.otherFrom, f.otherTo = false, h.from, f.last()
+					}
+					c.stats.staleReads++
+					return true
+				}
+			}
+		}
+		since := "the iteration began"
+		if op.Kind == "cread" {
+			since = "the iteration before began"
+		}
+		fail("%v: gave %s bytes with crc32c %s, a state of no file that had the name %s since %s", op, op.Result[0], op.Result[1], name, since)
 		return false
 	case "ckpt":
 		if uncertain {
@@ -504,7 +578,14 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 				f.otherKnown, f.otherSeen = true, f.cur()
 			}
 		} else {
+			// Each history still possible is rebased (the pending ones
+			// are those of a read that could not tell them apart).
 			g := c.rebasings(f, op)
+			for _, h := range f.choices {
+				r := c.rebasings(h, op)
+				g.choices = append(append(g.choices, r), r.choices...)
+				r.choices = nil
+			}
 			if uncertain {
 				f.alt = g
 			} else {
@@ -594,16 +675,19 @@ func (c *campaignRun) applyCopy(op *campaign.Op, v *nsView, f *mfile, uncertain 
 		total, lenAt = op.Result[0], 1
 	}
 	var got []byte
-	src, ok := find(f, from, to, partial, -1, func(b []byte) bool {
+	gives := func(b []byte) ([]byte, bool) {
 		w, k := window(b, off, n, dstOff)
 		if total != "" && strconv.FormatInt(k, 10) != total {
-			return false
+			return nil, false
 		}
-		if !sumIs(w, op.Result[lenAt], op.Result[lenAt+1]) {
-			return false
+		return w, sumIs(w, op.Result[lenAt], op.Result[lenAt+1])
+	}
+	src, ok := find(f, from, to, partial, -1, func(b []byte) bool {
+		w, ok := gives(b)
+		if ok {
+			got = w
 		}
-		got = w
-		return true
+		return ok
 	})
 	if !ok {
 		fail("%v: the copy holds %s bytes with crc32c %s (%s bytes copied), a copy of none of the source's states %d..%d (%s)",
@@ -611,7 +695,21 @@ func (c *campaignRun) applyCopy(op *campaign.Op, v *nsView, f *mfile, uncertain 
 		return false
 	}
 	if op.Mount == 1 {
-		f.otherKnown, f.otherSeen = true, src
+		// The copy's open showed src, if no other state gives the same
+		// copy (a window past the end of two states copies nothing of
+		// either): else one of the range.
+		distinct := map[uint32]bool{}
+		cands(f, from, to, partial, -1, func(b []byte) bool {
+			if _, ok := gives(b); ok {
+				distinct[crc(b)] = true
+			}
+			return true
+		})
+		if len(distinct) == 1 {
+			f.otherKnown, f.otherSeen = true, src
+		} else {
+			f.otherKnown, f.otherFrom, f.otherTo = false, from, to
+		}
 	}
 	g.push(got, op)
 	g.acked = 1
@@ -631,8 +729,17 @@ func (c *campaignRun) checkCheckpoint(op *campaign.Op, f *mfile, fail func(strin
 	for n := range f.cnos {
 		newest = max(newest, n)
 	}
+	unknownNewest := false
+	for n := range f.unknown {
+		if n > newest {
+			newest, unknownNewest = n, true
+		}
+	}
 	if cno >= 0 {
 		k, ok := f.cnos[cno]
+		if !ok && f.unknown[cno] {
+			return true
+		}
 		if !ok {
 			fail("%v: the model logged no checkpoint %d of this file", op, cno)
 			return false
@@ -669,7 +776,9 @@ func (c *campaignRun) checkCheckpoint(op *campaign.Op, f *mfile, fail func(strin
 			fail("%v: the newest checkpoint listed is %d, older than %d, logged after an fsync or close", op, got, newest)
 			return false
 		}
-		from = f.cnos[newest]
+		if !unknownNewest {
+			from = f.cnos[newest]
+		}
 	}
 	if f.stale {
 		return true
