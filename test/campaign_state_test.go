@@ -41,6 +41,11 @@ type mfile struct {
 	cnos    map[int64]int
 	stale   bool
 	unknown map[int64]bool
+	// byOther: a copy through the other mount made it. With the WAL that
+	// mount is its writer until its close's publish, in the background,
+	// ends and frees the lease: the home mount's writes meanwhile get
+	// EBUSY (one writer per file).
+	byOther bool
 	// copying: a copy in flight at the end made it; it may hold a prefix
 	// of one of prefixOf (the kernel copies bytes in pieces).
 	copying  bool
@@ -654,6 +659,7 @@ func (c *campaignRun) applyCopy(op *campaign.Op, v *nsView, f *mfile, uncertain 
 		mode = f.mode // the copy has the source's mode
 	}
 	g := newMfile(nil, op, mode)
+	g.byOther = op.Mount == 1
 	v.names[dst] = g
 	if uncertain {
 		// Not there, there and empty, or holding a prefix of what it

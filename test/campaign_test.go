@@ -186,6 +186,7 @@ type campaignStats struct {
 	partedFiles, streamFiles                     int   // named files at the end, by the format of their head
 	eio                                          int64 // operations failed with EIO under faults (tolerated)
 	eintr                                        int64 // operations interrupted by a signal (tolerated)
+	ebusy                                        int64 // with the WAL, home writes of a file the other mount still published (tolerated)
 	bytesChecked                                 int64
 	filesChecked                                 int64
 	gcRuns                                       int64
@@ -197,11 +198,11 @@ func (s campaignStats) String() string {
 	return fmt.Sprintf("%d iterations, %d operations (%d succeeded: %d writes of %d bytes, %d fsyncs and closes, %d copies; "+
 		"%d reads through the other mount, %d through a held descriptor, %d of names just unlinked or on the lagging read-only mount, %d of .checkpoints, "+
 		"%d O_CREAT opens through the other mount, %d chmods, %d changes through the other mount met by a merge or after it), "+
-		"%d SIGKILLs, %d mounts writing the parted format, %d operations failed with EIO under faults and %d with EINTR, %d files and %d bytes checked after the kills, %d gc runs (%d failed), "+
+		"%d SIGKILLs, %d mounts writing the parted format, %d operations failed with EIO under faults, %d with EINTR and %d with EBUSY (the WAL's lease of a copy the other mount still published), %d files and %d bytes checked after the kills, %d gc runs (%d failed), "+
 		"%d write requests from the read-only mount, %d files counted by fsck at the end (names at the end: %d of parted files, %d of stream files), faults: %d of %v",
 		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fsyncs, s.copies,
 		s.crossReads, s.heldReads, s.staleReads, s.ckptReads, s.crossCreates, s.chmods, s.foreign,
-		s.kills, s.partedMounts, s.eio, s.eintr, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed,
+		s.kills, s.partedMounts, s.eio, s.eintr, s.ebusy, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed,
 		s.thirdWrites, s.fsckFiles, s.partedFiles, s.streamFiles, s.proxy.Faults(), s.proxy)
 }
 
@@ -228,6 +229,7 @@ func (s *campaignStats) add(o campaignStats) {
 	s.streamFiles += o.streamFiles
 	s.eio += o.eio
 	s.eintr += o.eintr
+	s.ebusy += o.ebusy
 	s.bytesChecked += o.bytesChecked
 	s.filesChecked += o.filesChecked
 	s.gcRuns += o.gcRuns
@@ -1092,6 +1094,10 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 				// SIGURG) interrupted a FUSE request the mount then
 				// abandoned; the outcome is unknown, as with EIO.
 				c.stats.eintr++
+			case c.wal && op.Errno == int(syscall.EBUSY) && op.Mount == 0 && len(op.Args) > 0 && view.names[op.Args[0]] != nil && view.names[op.Args[0]].byOther:
+				// The other mount copied into the file and closed it; its
+				// publish, in the background, still holds the lease.
+				c.stats.ebusy++
 			default:
 				fail("%v: %v while mount %c was alive (the faults give EIO at most, a signal EINTR); faults injected meanwhile: %s", op, syscall.Errno(op.Errno), 'A'+abs, c.faultsDuring(op))
 			}
