@@ -74,7 +74,12 @@
 //
 // Part 0 of a dropped checkpoint is deleted before anything else it
 // references, newest first, so a run cut short leaves a chain that ends at a
-// retained checkpoint rather than one that names half-deleted checkpoints.
+// retained checkpoint rather than one that names half-deleted checkpoints;
+// so is a failed flush's part 0 (a checkpoint a reader may open by number).
+// A reader of an old checkpoint that finds an object missing then tells the
+// cleaner's deletion (part 0 gone: the checkpoint was dropped) from a loss.
+// That holds across files: a run deletes every file's part 0s first, copies
+// before the files they point into, then the rest (Plan.Execute).
 //
 // A file the namespace holds as an orphan (no name left; fs/namespace
 // Orphans) is deleted whole, head last, and then forgotten by the namespace,
@@ -404,6 +409,7 @@ type doomedObject struct {
 	marker bool      // a dead writer marker
 	ref    time.Time // a stale reference marker: its LastModified as listed
 	rel    string    // its name under the file's prefix (pending records)
+	cut    bool      // a part 0 (of a dropped checkpoint, a failed flush): deleted in the first pass
 }
 
 // deadLong says whether the marker at key, as read in ws, is still dead for

@@ -991,3 +991,65 @@ func TestEmbeddedHeadPart0Missing(t *testing.T) {
 		}
 	}
 }
+
+// A failed flush's part 0 is a checkpoint a reader may open by number (its
+// blocks the flush did not rewrite point into older objects): the cleaner
+// deletes it before the objects it points into, as it does a dropped
+// checkpoint's part 0, so that a reader finding an object gone under it
+// finds the checkpoint gone too.
+func TestFailedFlushPart0GoesFirst(t *testing.T) {
+	ctx := context.Background()
+	st := &deleteLog{Store: mem.New()}
+	faults := faulty.New(st, 1)
+	p := params(segment.FormatStream, false)
+	const id = "fp"
+	prefix := volume.FilePrefix("", id)
+	f, err := engine.Create(ctx, faults, prefix, engine.Options{Params: p, FileID: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	r := rand.New(rand.NewPCG(5, 6))
+	const size = 200 << 10 // several objects of params' 48 KiB
+	writeFlush(t, f, 0, randBytes(r, size))
+	first := f.Stat().Cno
+	if _, err := f.WriteAt(ctx, []byte("second"), 100); err != nil {
+		t.Fatal(err)
+	}
+	faults.Add(faulty.Rule{Op: staging.OpPut, KeySuffix: "/inode", Times: 1})
+	if _, err := f.Flush(ctx); err == nil {
+		t.Fatal("flush with a failing head write succeeded")
+	}
+	failed := prefix + segment.ObjectName{Cno: first + 1}.String()
+	if !exists(t, st, failed) {
+		t.Fatalf("the failed flush left no part 0 at %s", failed)
+	}
+	// Everything written again: nothing of the first checkpoint is live.
+	want := randBytes(r, size)
+	writeFlush(t, f, 0, want)
+	f.Close() // its writer marker goes with it
+	if _, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	at := slices.Index(st.keys, failed)
+	if at < 0 {
+		t.Fatalf("the failed flush's part 0 %s was not deleted: %v", failed, st.keys)
+	}
+	var older int
+	for i, k := range st.keys {
+		n, _, err := segment.ParseObjectName(strings.TrimPrefix(k, prefix))
+		if err != nil || n.Cno != first || n.Part == 0 {
+			continue
+		}
+		older++
+		if i < at {
+			t.Errorf("%s, which the failed flush's part 0 points into, deleted before it", k)
+		}
+	}
+	if older == 0 {
+		t.Fatalf("nothing of checkpoint %d beside its part 0 was deleted: %v", first, st.keys)
+	}
+	if got := readBack(t, st, prefix, id, p); !bytes.Equal(got, want) {
+		t.Fatal("file differs after gc")
+	}
+}

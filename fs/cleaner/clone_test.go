@@ -438,3 +438,115 @@ func TestCopyIntoAFileWithAHistory(t *testing.T) {
 	checkContents(t, st, p, "d", xData)
 	checkContents(t, st, p, "x", xData)
 }
+
+// deleteLog is a store that records the keys deleted, in order, and calls
+// onDelete (when set) before each.
+type deleteLog struct {
+	staging.Store
+	keys     []string
+	onDelete func(key string)
+}
+
+func (s *deleteLog) Delete(ctx context.Context, key string) error {
+	if s.onDelete != nil {
+		s.onDelete(key)
+	}
+	s.keys = append(s.keys, key)
+	return s.Store.Delete(ctx, key)
+}
+
+// A file whose head moved after the first pass, found as planned longer
+// ago than engine.WriterRecheck, is checked again and planned afresh
+// before the second pass deletes anything of it: what its new head names
+// stays, and it reads back.
+func TestSecondPassChecksAgain(t *testing.T) {
+	ctx := context.Background()
+	st := &deleteLog{Store: mem.New()}
+	p := params(segment.FormatStream, false)
+	r := rand.New(rand.NewPCG(7, 8))
+	const size = 200 << 10 // several objects of params' 48 KiB
+	newFileWith(t, st, p, "a", randBytes(r, size))
+	aNow := overwrite(t, st, p, "a", size, 2, r)
+	newFileWith(t, st, p, "x", randBytes(r, size))
+	overwrite(t, st, p, "x", size, 2, r)
+	planned := maxKey(cnosUnder(t, st, filePrefix("x"))) // x's head when planned
+	var skew time.Duration
+	var xNow []byte
+	moved := false
+	st.onDelete = func(key string) {
+		// The first deletion of the second pass (a's objects beside its
+		// part 0s): x is written twice more, and time passes.
+		n, _, err := segment.ParseObjectName(strings.TrimPrefix(key, filePrefix("a")))
+		if moved || !strings.HasPrefix(key, filePrefix("a")) || err != nil || n.Part == 0 {
+			return
+		}
+		moved = true
+		xNow = overwrite(t, st.Store, p, "x", size, 2, r)
+		skew = engine.WriterRecheck + time.Second
+	}
+	rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour, Now: func() time.Time { return time.Now().Add(skew) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !moved {
+		t.Fatalf("the second pass deleted nothing of a: %v", st.keys)
+	}
+	checkContents(t, st, p, "a", aNow)
+	checkContents(t, st, p, "x", xNow)
+	for _, s := range rep.Skipped {
+		t.Errorf("left alone %s: %s", s.Key, s.Reason)
+	}
+	// Planned afresh: the checkpoint that was x's head when planned, which
+	// the writes dropped, went in this run.
+	if left := cnosUnder(t, st, filePrefix("x"))[planned]; len(left) > 0 {
+		t.Errorf("x's checkpoint %d, dropped between the passes, still has %v: the second pass did not plan x again", planned, left)
+	}
+}
+
+// A checkpoint of a copy D that D's retention drops names objects of the
+// file X it was copied from; X's cleaning deletes them, D's cleaning the
+// checkpoint's part 0. The part 0 goes first, whichever file is cleaned
+// first: a reader holding that checkpoint open tells "dropped" (its part 0
+// gone) from "lost" (an object gone under a part 0 still there) by it.
+func TestDroppedCopyCheckpointPart0GoesFirst(t *testing.T) {
+	ctx := context.Background()
+	st := &deleteLog{Store: mem.New()}
+	p := params(segment.FormatStream, false)
+	r := rand.New(rand.NewPCG(3, 4))
+	const size = 20 << 10
+	// "a" is listed, planned and executed before "b".
+	newFileWith(t, st, p, "a", randBytes(r, size))
+	copyFile(t, st, p, "b", "a")
+	copied := maxKey(cnosUnder(t, st, filePrefix("b")))
+	aOld := cnosUnder(t, st, filePrefix("a"))
+	bNow := overwrite(t, st, p, "b", size, 1, r)
+	aNow := overwrite(t, st, p, "a", size, 1, r)
+	if _, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	checkContents(t, st, p, "a", aNow)
+	checkContents(t, st, p, "b", bNow)
+	part0 := filePrefix("b") + segment.ObjectName{Cno: copied, Part: 0}.String()
+	at := slices.Index(st.keys, part0)
+	if at < 0 {
+		t.Fatalf("part 0 of b's dropped checkpoint %d (the copy) not deleted: %v", copied, st.keys)
+	}
+	var aDeleted int
+	for i, k := range st.keys {
+		rel, ok := strings.CutPrefix(k, filePrefix("a"))
+		if !ok {
+			continue
+		}
+		n, _, err := segment.ParseObjectName(rel)
+		if err != nil || aOld[n.Cno] == nil {
+			continue
+		}
+		aDeleted++
+		if i < at {
+			t.Errorf("%s, which b's dropped checkpoint %d names, deleted before that checkpoint's part 0 (%s)", k, copied, part0)
+		}
+	}
+	if aDeleted == 0 {
+		t.Fatalf("nothing of a's first checkpoint was deleted: %v", st.keys)
+	}
+}

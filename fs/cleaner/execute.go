@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"slices"
+	"strings"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -31,13 +34,37 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 	if p.orphKey != "" && ctx.Err() == nil && (p.orphHad || len(p.orphRec) > 0) && !samePending(p.orphRec, p.orphOld) {
 		errs = append(errs, writePending(ctx, p.st, p.orphKey, p.orphRec))
 	}
-	for _, f := range p.files {
+	// Two passes over the files: first every file's part 0s (of dropped
+	// checkpoints, of failed flushes), then the rest. A checkpoint of a
+	// copy D names objects of the file X it was copied from; once D's
+	// retention drops it, X's cleaning deletes those objects, and D's its
+	// part 0. A reader holding that checkpoint open (fusefs, .checkpoints)
+	// tells "dropped" from "lost" by its part 0: gone means dropped. So no
+	// object a dropped checkpoint names goes before its part 0 does,
+	// whichever file the object belongs to: the first pass takes copies
+	// before the files they point into (a dropped part 0 of X may be what
+	// D's dropped checkpoint names). When a first pass failed, the files
+	// copies point into keep the rest this run.
+	runs := make([]*fileRun, 0, len(p.files))
+	cutFailed := false
+	for _, f := range p.copiesFirst() {
 		if ctx.Err() != nil {
 			break
 		}
-		if err := p.executeFile(ctx, f, &rep); err != nil {
+		r, err := p.cutChain(ctx, f, &rep)
+		if err != nil {
 			errs = append(errs, err)
+			cutFailed = true
 			continue
+		}
+		runs = append(runs, r)
+	}
+	for _, r := range runs {
+		if ctx.Err() != nil {
+			break
+		}
+		if err := p.finishFile(ctx, r, cutFailed && len(r.f.refs) > 0, &rep); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	for _, key := range p.oldFiles {
@@ -57,49 +84,177 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 	return &rep, errors.Join(errs...)
 }
 
-// executeFile deletes what the plan of one file dooms, then stores its
-// pending record.
-func (p *Plan) executeFile(ctx context.Context, f *filePlan, rep *Report) error {
-	st, o := p.st, p.o
-	keepAll := func() {
-		for _, d := range f.del {
+// copiesFirst orders the files of the plan so that each comes after the
+// copies whose reference markers it holds: a copy's dropped part 0s go
+// before the objects of the file it points into that they name. Copies that
+// point into each other (cp X D, write, cp D X) form a cycle, which is
+// broken anywhere: the order is the listing's there.
+func (p *Plan) copiesFirst() []*filePlan {
+	byID := make(map[string]*filePlan, len(p.files))
+	for _, f := range p.files {
+		byID[f.id] = f
+	}
+	out := make([]*filePlan, 0, len(p.files))
+	seen := make(map[*filePlan]bool, len(p.files))
+	// An explicit stack, not recursion: a chain of copies of copies may
+	// be as long as the volume has files.
+	type frame struct {
+		f    *filePlan
+		deps []*filePlan
+	}
+	var stack []frame
+	push := func(f *filePlan) {
+		seen[f] = true
+		var deps []*filePlan
+		for key := range f.refs {
+			if id, ok := volume.IsRefKey(strings.TrimPrefix(key, f.prefix)); ok && byID[id] != nil {
+				deps = append(deps, byID[id])
+			}
+		}
+		slices.SortFunc(deps, func(a, b *filePlan) int { return strings.Compare(a.id, b.id) })
+		stack = append(stack, frame{f, deps})
+	}
+	for _, f := range p.files {
+		if seen[f] {
+			continue
+		}
+		push(f)
+		for len(stack) > 0 {
+			top := &stack[len(stack)-1]
+			if len(top.deps) == 0 {
+				out = append(out, top.f)
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			d := top.deps[0]
+			top.deps = top.deps[1:]
+			if !seen[d] {
+				push(d)
+			}
+		}
+	}
+	return out
+}
+
+// fileRun is one file's execution between the two passes.
+type fileRun struct {
+	f       *filePlan
+	checked time.Time       // when f was found as planned
+	rest    []doomedObject  // what the second pass deletes
+	done    map[string]bool // names deleted, for the pending record
+}
+
+// cutChain checks that the file is as planned (planning it afresh if not)
+// and deletes the part 0s the plan dooms, newest first.
+func (p *Plan) cutChain(ctx context.Context, f *filePlan, rep *Report) (*fileRun, error) {
+	r := &fileRun{f: f, done: map[string]bool{}}
+	if len(f.del) == 0 {
+		return r, nil
+	}
+	g, err := p.settle(ctx, f, f.del, rep)
+	if err != nil {
+		return nil, err
+	}
+	r.f, r.checked = g, p.o.now()
+	cut := 0
+	for cut < len(g.del) && g.del[cut].cut {
+		cut++
+	}
+	r.rest = g.del[cut:]
+	if cut == 0 {
+		return r, nil
+	}
+	// A writer may have started, or rebased onto objects listed here,
+	// since the listing: its markers are read again right before
+	// deleting, and again whenever the last reading is older than
+	// engine.WriterRecheck.
+	p.view.forget(g.prefix)
+	if err := p.remove(ctx, g, g.del[:cut], r.done, rep); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// finishFile deletes the rest of what the plan of one file dooms (all of
+// it kept when keep is set), then stores its pending record. A file found
+// as planned longer than engine.WriterRecheck ago is checked again first.
+func (p *Plan) finishFile(ctx context.Context, r *fileRun, keep bool, rep *Report) error {
+	f := r.f
+	if keep {
+		for _, d := range r.rest {
 			rep.Kept++
 			rep.KeptBytes += d.Size
 		}
+		r.rest = nil
 	}
-	done := map[string]bool{}
-	if len(f.del) > 0 {
+	if len(r.rest) > 0 && p.o.now().Sub(r.checked) > engine.WriterRecheck {
 		ok, err := p.unchanged(ctx, f)
 		if err != nil {
 			return err
 		}
 		if !ok {
-			// Planned afresh, now: a file flushed often would otherwise
-			// move between every plan and its execution and never be
-			// cleaned. If it moved again, it is left as it is this run.
-			g, err := p.replan(ctx, f)
+			// Planned afresh: its own part 0s first, then the rest.
+			g, err := p.settle(ctx, f, r.rest, rep)
 			if err != nil {
 				return err
 			}
-			if ok, err = p.unchanged(ctx, g); err != nil {
-				return err
-			}
-			if ok {
-				f = g
-			} else {
-				keepAll()
-				f.del = nil
-			}
+			f, r.rest = g, g.del
 		}
 	}
-	if len(f.del) > 0 {
-		// A writer may have started, or rebased onto objects listed here,
-		// since the listing: its markers are read again right before
-		// deleting, and again whenever the last reading is older than
-		// engine.WriterRecheck.
+	if len(r.rest) > 0 {
 		p.view.forget(f.prefix)
+		if err := p.remove(ctx, f, r.rest, r.done, rep); err != nil {
+			return err
+		}
 	}
-	for _, d := range f.del {
+	if f.recKey == "" {
+		return nil
+	}
+	for rel := range r.done {
+		delete(f.rec, rel)
+	}
+	if !f.recHad && len(f.rec) == 0 || f.recHad && samePending(f.rec, f.recOld) {
+		return nil // nothing to store, or no change
+	}
+	return writePending(ctx, p.st, f.recKey, f.rec)
+}
+
+// settle returns the plan of the file as it is now: f when its head and
+// reference markers are as planned, else a plan made afresh from a new
+// listing, or, if the file moved again meanwhile, f with nothing to delete
+// (what was still to delete, left, counted kept).
+func (p *Plan) settle(ctx context.Context, f *filePlan, left []doomedObject, rep *Report) (*filePlan, error) {
+	ok, err := p.unchanged(ctx, f)
+	if err != nil || ok {
+		return f, err
+	}
+	// Planned afresh, now: a file flushed often would otherwise move
+	// between every plan and its execution and never be cleaned. If it
+	// moved again, it is left as it is this run.
+	g, err := p.replan(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	if ok, err = p.unchanged(ctx, g); err != nil {
+		return nil, err
+	}
+	if ok {
+		return g, nil
+	}
+	for _, d := range left {
+		rep.Kept++
+		rep.KeptBytes += d.Size
+	}
+	k := *f
+	k.del = nil
+	return &k, nil
+}
+
+// remove deletes ds, objects of file f in order, unless what its writer
+// markers say now keeps them; names deleted are added to done.
+func (p *Plan) remove(ctx context.Context, f *filePlan, ds []doomedObject, done map[string]bool, rep *Report) error {
+	st, o := p.st, p.o
+	for _, d := range ds {
 		ws, err := p.view.fresh(ctx, f.prefix)
 		if err != nil {
 			return fmt.Errorf("clean %s: %w", f.prefix, err)
@@ -131,16 +286,7 @@ func (p *Plan) executeFile(ctx context.Context, f *filePlan, rep *Report) error 
 		done[d.rel] = true
 		rep.Deleted = append(rep.Deleted, d.Object)
 	}
-	if f.recKey == "" {
-		return nil
-	}
-	for rel := range done {
-		delete(f.rec, rel)
-	}
-	if !f.recHad && len(f.rec) == 0 || f.recHad && samePending(f.rec, f.recOld) {
-		return nil // nothing to store, or no change
-	}
-	return writePending(ctx, st, f.recKey, f.rec)
+	return nil
 }
 
 // replan plans the file of f again from a new listing.

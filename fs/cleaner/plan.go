@@ -41,7 +41,7 @@ type Plan struct {
 type filePlan struct {
 	id, prefix string
 	head       staging.ObjectInfo // as read when planning
-	del        []doomedObject     // in order: dropped part 0s first
+	del        []doomedObject     // in order: part 0s first
 	rec        pending            // the file's record once del is done
 	recOld     pending            // the record as read
 	recKey     string

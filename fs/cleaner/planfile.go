@@ -219,12 +219,12 @@ func (d *fileDecision) checkpointRule(obj staging.ObjectInfo, rel string, cno ui
 }
 
 // decide goes through the file's objects and returns those to delete, in
-// order: the dropped checkpoints' part 0s first, newest first (the chain is
-// cut at the retained end), then the rest.
+// order: the part 0s first, newest first (the chain is cut at the retained
+// end; a checkpoint is gone before anything it points into), then the rest.
 func (d *fileDecision) decide(objs []staging.ObjectInfo) []doomedObject {
 	o, rep, now, prefix := d.o, d.rep, d.now, d.fpl.prefix
 	var doomed []doomedObject
-	var first []doomedObject // dropped part 0s, deleted first
+	var first []doomedObject // part 0s, deleted first
 	for _, obj := range objs {
 		if o.Progress != nil {
 			o.Progress(1)
@@ -278,7 +278,7 @@ func (d *fileDecision) decide(objs []staging.ObjectInfo) []doomedObject {
 				d.keep(obj)
 				continue
 			}
-			doomed = append(doomed, doomedObject{Object{Key: obj.Key, Size: obj.Size, Reason: "lineage " + reason}, lcno, true, false, time.Time{}, rel})
+			doomed = append(doomed, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size, Reason: "lineage " + reason}, cno: lcno, isCkpt: true, rel: rel})
 			continue
 		}
 		n, _, err := segment.ParseObjectName(rel)
@@ -301,12 +301,18 @@ func (d *fileDecision) decide(objs []staging.ObjectInfo) []doomedObject {
 			continue
 		}
 		if d.dropped[obj.Key] && n.Cno <= d.headCno {
-			first = append(first, doomedObject{Object{Key: obj.Key, Size: obj.Size, Reason: "part 0 of a dropped checkpoint"}, n.Cno, true, false, time.Time{}, rel})
+			first = append(first, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size, Reason: "part 0 of a dropped checkpoint"}, cno: n.Cno, isCkpt: true, rel: rel, cut: true})
 			continue
 		}
-		doomed = append(doomed, doomedObject{Object{Key: obj.Key, Size: obj.Size, Reason: reason}, n.Cno, true, false, time.Time{}, rel})
+		if n.Part == 0 {
+			// A failed flush's part 0 is a checkpoint a reader may have
+			// opened by number: it goes before what it points into too.
+			first = append(first, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size, Reason: reason}, cno: n.Cno, isCkpt: true, rel: rel, cut: true})
+			continue
+		}
+		doomed = append(doomed, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size, Reason: reason}, cno: n.Cno, isCkpt: true, rel: rel})
 	}
-	// Newest dropped checkpoint first: the chain is cut at the retained end.
+	// Newest checkpoint first: the chain is cut at the retained end.
 	sort.SliceStable(first, func(i, j int) bool { return first[i].Key > first[j].Key })
 	return slices.Concat(first, doomed)
 }
