@@ -11,8 +11,12 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"go.uber.org/zap"
+
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
 )
 
 // The read-only tree of old checkpoints (see the package doc):
@@ -229,11 +233,13 @@ func (c *ckptFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 		return nil, 0, c.fsys.errnoOf("open checkpoint", err)
 	}
 	// A checkpoint never changes: the page cache may keep it.
-	return &ckptHandle{fsys: c.fsys, f: f}, fuse.FOPEN_KEEP_CACHE, 0
+	return &ckptHandle{fsys: c.fsys, id: c.id, cno: c.cno, f: f}, fuse.FOPEN_KEEP_CACHE, 0
 }
 
 type ckptHandle struct {
 	fsys *FS
+	id   string
+	cno  uint64
 	f    *engine.File
 }
 
@@ -245,9 +251,31 @@ var (
 func (h *ckptHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n, err := h.f.ReadAt(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
+		if errors.Is(err, staging.ErrNotFound) {
+			if gone, gerr := h.fsys.ckptGone(ctx, h.id, h.cno); gerr == nil && gone {
+				h.fsys.log.Debug("checkpoint removed while it was read", zap.String("file", h.id), zap.Uint64("cno", h.cno), zap.Error(err))
+				return nil, syscall.ESTALE
+			}
+		}
 		return nil, h.fsys.errnoOf("read checkpoint", err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// ckptGone says whether checkpoint cno of file id is gone: its part 0 is.
+// The cleaner deletes a dropped checkpoint's part 0 before any object only
+// it names (cleaner.Plan.Execute), so an object missing under a checkpoint
+// whose part 0 is gone was the cleaner's (a handle opened on it before;
+// the reader is told ESTALE, as a lookup now finds no such checkpoint), and
+// one missing under a part 0 still there is lost (EIO, logged).
+func (fsys *FS) ckptGone(ctx context.Context, id string, cno uint64) (bool, error) {
+	rctx, cancel := context.WithTimeout(ctx, requestBound(fsys.cfg))
+	defer cancel()
+	_, err := fsys.st.Head(rctx, fsys.prefix(id)+segment.ObjectName{Cno: cno, Part: 0}.String())
+	if errors.Is(err, staging.ErrNotFound) {
+		return true, nil
+	}
+	return false, err
 }
 
 func (h *ckptHandle) Release(ctx context.Context) syscall.Errno {

@@ -102,6 +102,14 @@
 // of one number cost a read of the head and at most one header
 // (ckptchain.go).
 //
+// A checkpoint the cleaner drops (ckptfs gc --keep) stays readable for its
+// --min-age after the run that dropped it. A handle that still reads it
+// once its objects are gone gets ESTALE, and so does a handle of the live
+// file held on a version the cleaner has since removed: the cleaner
+// deletes a checkpoint's part 0 before any object it names, so an object
+// missing under a part 0 that is gone is the cleaner's, and one missing
+// under a part 0 still there is lost (EIO, logged).
+//
 // Every file also has two read-only extended attributes, read by name:
 // user.ckptfs.cno (its last published checkpoint) and user.ckptfs.format.
 // They are not listed (listxattr), so cp -a, rsync -X and tar --xattrs do not

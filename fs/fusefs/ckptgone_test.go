@@ -1,0 +1,153 @@
+package fusefs
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
+)
+
+// An old checkpoint read through .checkpoints, or a file read through a
+// handle held on a version another mount has since replaced twice, while
+// the cleaner removes it (a dropped checkpoint's part 0 first, then its
+// other objects): the reader is told ESTALE, the version is gone, as a
+// lookup of the checkpoint now says (ENOENT). An object missing under a
+// part 0 still there is lost: EIO.
+func TestCheckpointRemovedWhileRead(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		live      bool // a handle of the file, not of .checkpoints
+		dropPart0 bool
+		want      syscall.Errno
+	}{
+		{"dropped by the cleaner", false, true, syscall.ESTALE},
+		{"object lost", false, false, syscall.EIO},
+		{"held handle, dropped by the cleaner", true, true, syscall.ESTALE},
+		{"held handle, object lost", true, false, syscall.EIO},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := mem.New()
+			cfg := config.MountDefault(1 << 30)
+			cfg.SegmentMaxObjectBytes = 5 << 20
+			cfg.StreamSegmentBytes = 5 << 20
+			cfg.SegmentMPUChunkSize = 5 << 20
+			fsys, err := New(ctx, st, Options{Config: cfg})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fsys.Close()
+			n, err := fsys.ns.Create(ctx, namespace.RootIno, "f", 0o644, namespace.Owner{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, err := engineCreate(ctx, fsys, n.FileID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Checkpoint 1: 16 MiB of 'a', several objects; then all of it
+			// written again as 'b' (nothing of checkpoint 1 is shared). A
+			// handle of the file opened between them shows checkpoint 1.
+			var cnos []uint64
+			var h interface {
+				Read(context.Context, []byte, int64) (fuse.ReadResult, syscall.Errno)
+			}
+			for i, c := range []byte("ab") {
+				if _, err := f.WriteAt(ctx, bytes.Repeat([]byte{c}, 16<<20), 0); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := f.Flush(ctx); err != nil {
+					t.Fatal(err)
+				}
+				cps, err := f.Checkpoints(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cnos = append(cnos, cps[0].Inode.Cno)
+				if i == 0 && tc.live {
+					of, err := fsys.acquire(ctx, n.FileID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					defer fsys.release(ctx, of, false)
+					h = newHandle(fsys, of, syscall.O_RDONLY)
+				}
+			}
+			f.Close()
+			old := cnos[0]
+
+			if !tc.live {
+				p, err := fsys.ckptOne(ctx, n.FileID, old)
+				if err != nil {
+					t.Fatal(err)
+				}
+				cf := &ckptFile{fsys: fsys, ino: n.Ino, id: n.FileID, cno: old, size: p.size, mtime: p.mtime}
+				fh, _, errno := cf.Open(ctx, syscall.O_RDONLY)
+				if errno != 0 {
+					t.Fatalf("open checkpoint %d: %v", old, errno)
+				}
+				defer fh.(*ckptHandle).Release(ctx)
+				h = fh.(*ckptHandle)
+			}
+			buf := make([]byte, 128<<10)
+			res, errno := h.Read(ctx, buf, 0)
+			if errno != 0 {
+				t.Fatalf("read checkpoint %d before the cleaner: %v", old, errno)
+			}
+			if b, _ := res.Bytes(nil); len(b) != len(buf) || b[0] != 'a' {
+				t.Fatalf("checkpoint %d reads %d bytes starting %q, want %d of 'a'", old, len(b), b[:min(len(b), 1)], len(buf))
+			}
+
+			// The cleaner's order: part 0, then the rest of the checkpoint.
+			objs, err := staging.ListAll(ctx, st, fsys.prefix(n.FileID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			part0 := fsys.prefix(n.FileID) + segment.ObjectName{Cno: old, Part: 0}.String()
+			if tc.dropPart0 {
+				if err := st.Delete(ctx, part0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			deleted := 0
+			for _, o := range objs {
+				rel := strings.TrimPrefix(o.Key, fsys.prefix(n.FileID))
+				nm, _, err := segment.ParseObjectName(rel)
+				if err != nil || nm.Cno != old || nm.Part == 0 {
+					continue
+				}
+				if err := st.Delete(ctx, o.Key); err != nil {
+					t.Fatal(err)
+				}
+				deleted++
+			}
+			if deleted == 0 {
+				t.Fatalf("checkpoint %d has no object beside its part 0 (%d objects listed)", old, len(objs))
+			}
+			// Some of the 16 MiB are in part 0 (or read already): the
+			// first failure is the one told.
+			errno = 0
+			for off := int64(len(buf)); off < 16<<20 && errno == 0; off += 1 << 20 {
+				_, errno = h.Read(ctx, buf, off)
+			}
+			if errno != tc.want {
+				t.Fatalf("read of checkpoint %d after its objects went: %v, want %v", old, errno, tc.want)
+			}
+			if tc.dropPart0 {
+				fsys.chains = chainCache{} // the listing the kernel would read again
+				if _, err := fsys.ckptOne(ctx, n.FileID, old); err != errNoCheckpoint {
+					t.Fatalf("lookup of checkpoint %d after the cleaner: %v, want no such checkpoint", old, err)
+				}
+			}
+		})
+	}
+}
