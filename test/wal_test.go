@@ -581,6 +581,71 @@ func TestWALSecondWriter(t *testing.T) {
 	}
 }
 
+// TestWALWriterLetsGoAtClose: a mount whose last descriptor open for
+// writing a file closes lets the WAL's lease go once its last publish
+// lands, though it still holds the file open for reading: a write from
+// another mount right after the close goes through (it waits for that
+// publish at most), and both mounts' bytes are kept.
+func TestWALWriterLetsGoAtClose(t *testing.T) {
+	v := newVolume(t)
+	a := v.mount("wal=on,ns_refresh=100ms")
+	b := v.mount("wal=on,ns_refresh=100ms")
+
+	fa, err := os.Create(a.path("shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fa.WriteAt([]byte("from a\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	ra, err := os.Open(a.path("shared")) // a reader a keeps open
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ra.Close() }) // before the unmounts, should the test stop early
+	var fb *os.File
+	waitFor(t, 10*time.Second, func() error {
+		var err error
+		fb, err = os.OpenFile(b.path("shared"), os.O_WRONLY, 0)
+		return err
+	})
+	defer fb.Close()
+	if err := fa.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fb.WriteAt([]byte("from b\n"), 7); err != nil {
+		t.Fatalf("a write from another mount right after the writer closed (its reader still open): %v", err)
+	}
+	if err := fb.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// a writes again: it takes the lease back from b, on b's checkpoint.
+	waitFor(t, 10*time.Second, func() error {
+		f, err := os.OpenFile(a.path("shared"), os.O_WRONLY, 0)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if _, err := f.WriteAt([]byte("again\n"), 14); err != nil {
+			return err
+		}
+		return f.Close()
+	})
+	if err := ra.Close(); err != nil {
+		t.Fatal(err)
+	}
+	a.unmount()
+	b.unmount()
+	c := v.mount("")
+	got, err := os.ReadFile(c.path("shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "from a\nfrom b\nagain\n"; string(got) != want {
+		t.Fatalf("after both: %q, want %q", got, want)
+	}
+}
+
 // TestWALSqlite: sqlite3 commits transactions one by one on a mount with
 // the WAL (each commit fsyncs its journal and the database); the database
 // checks out there, and on a mount without the WAL afterwards.

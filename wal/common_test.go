@@ -98,7 +98,7 @@ func equalOwner(a, b OwnerInfo) bool {
 		return n
 	}
 	return v(a.Version) == v(b.Version) && a.Writer == b.Writer && a.Host == b.Host && a.PID == b.PID && a.PIDNS == b.PIDNS &&
-		a.Start == b.Start && a.Boot == b.Boot && a.Expires.Equal(b.Expires)
+		a.Start == b.Start && a.Boot == b.Boot && a.Expires.Equal(b.Expires) && a.Closing == b.Closing
 }
 
 // isRecordKey reports whether key is a record (not the owner).

@@ -75,7 +75,7 @@
 //
 //	{"v": 2, "writer": "<random id>", "host": "<hostname>", "pid": 1234,
 //	 "pidns": 4026531836, "start": 81234567, "boot": "<kernel boot id>",
-//	 "expires": "<RFC 3339, nanoseconds>"}
+//	 "expires": "<RFC 3339, nanoseconds>", "closing": true}
 //
 //	field    meaning
 //	v        the format's version; absent: version 1
@@ -88,6 +88,8 @@
 //	         /proc/<pid>/stat); left out when unknown
 //	boot     the kernel's boot id (/proc/sys/kernel/random/boot_id)
 //	expires  the lease is the writer's until then (required)
+//	closing  the writer takes no more changes and lets the lease go once
+//	         what it logged is published (Log.Closing); left out when false
 //
 // Version 1 had no "v" and no "pidns" (a "pidns" in it is ignored). Unknown
 // fields are ignored, so a newer version is read for who holds the lease
@@ -95,7 +97,11 @@
 //
 // Open takes the lease: it creates the owner object (If-None-Match: *), or
 // replaces one whose writer is gone (If-Match on the ETag it read), and
-// otherwise fails with a *BusyError. A writer is gone when its lease
+// otherwise fails with a *BusyError; with Options.BusyWait it first tries
+// again, with backoff, while the holder says it is closing (its file's last
+// handle was closed and its last publish is in flight: it lets go within
+// that time), and for a second while it does not (it may be about to). A
+// writer is gone when its lease
 // expired, or when that it died is certain: the lease is of version 2; it
 // ran on this very boot of this host, in this very PID namespace (two
 // containers sharing the host's network or UTS namespace share host name
@@ -134,7 +140,7 @@
 // another writer appended or changed the file, the lease is lost for good.
 // Appends in flight meanwhile are not stopped: records are kept apart by
 // their names, not by the lease. Close deletes the owner object if it still
-// names this writer.
+// names this writer, and then the records a published checkpoint covers.
 //
 // The lease makes a second writer fail fast; it is not what keeps records
 // apart. Two writers that both believe they hold the lease (clocks apart, a

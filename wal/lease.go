@@ -10,6 +10,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,6 +29,10 @@ type OwnerInfo struct {
 	Start   uint64    // when the process started, in clock ticks since boot (0 if unknown)
 	Boot    string    // the kernel's boot id ("" if unknown)
 	Expires time.Time // the lease is the writer's until then
+	// Closing: the writer takes no more changes and lets the lease go once
+	// what it logged is published (Log.Closing); another writer waits for
+	// it (Options.BusyWait).
+	Closing bool
 }
 
 // OwnerVersion is the version of the owner object this build writes. Version
@@ -45,6 +50,7 @@ type ownerJSON struct {
 	Start   uint64 `json:"start,omitempty"`
 	Boot    string `json:"boot"`
 	Expires string `json:"expires"`
+	Closing bool   `json:"closing,omitempty"`
 }
 
 // maxOwnerBytes bounds what parseOwner reads: a real owner is ~200 bytes.
@@ -68,6 +74,7 @@ func encodeOwner(o OwnerInfo) []byte {
 		Start:   o.Start,
 		Boot:    o.Boot,
 		Expires: o.Expires.UTC().Format(time.RFC3339Nano),
+		Closing: o.Closing,
 	})
 	if err != nil {
 		// Strings and an int always marshal.
@@ -109,7 +116,7 @@ func parseOwner(b []byte) (OwnerInfo, error) {
 	if y := exp.UTC().Year(); y < 1 || y > 9999 {
 		return OwnerInfo{}, fmt.Errorf("owner expiry %s out of range", w.Expires)
 	}
-	o := OwnerInfo{Version: version, Writer: w.Writer, Host: w.Host, PID: w.PID, PIDNS: w.PIDNS, Start: w.Start, Boot: w.Boot, Expires: exp}
+	o := OwnerInfo{Version: version, Writer: w.Writer, Host: w.Host, PID: w.PID, PIDNS: w.PIDNS, Start: w.Start, Boot: w.Boot, Expires: exp, Closing: w.Closing}
 	if version == 1 {
 		o.PIDNS = 0 // version 1 places no pid: whatever it says is not read
 	}
@@ -291,11 +298,46 @@ type lease struct {
 	ttl  time.Duration
 	log  *zap.Logger
 	etag string // of our last write of the owner object
+	// closing is set by Log.Closing; every write of the owner object from
+	// then on says so.
+	closing atomic.Bool
 }
 
 func (ls *lease) body(now time.Time) []byte {
 	return encodeOwner(OwnerInfo{Version: OwnerVersion, Writer: ls.id, Host: ls.me.host, PID: ls.me.pid, PIDNS: ls.me.pidns,
-		Start: ls.me.start, Boot: ls.me.boot, Expires: now.Add(ls.ttl)})
+		Start: ls.me.start, Boot: ls.me.boot, Expires: now.Add(ls.ttl), Closing: ls.closing.Load()})
+}
+
+// busyGrace is how long a writer that finds the lease held by one not
+// closing tries again before it gives up (with Options.BusyWait): the
+// holder's last handle may have just been closed, its owner object not yet
+// rewritten to say so (one request).
+const busyGrace = time.Second
+
+// takeWaiting is take, tried again while the holder is closing (for at most
+// wait in all) or, for busyGrace, while it may be about to say so.
+func (ls *lease) takeWaiting(ctx context.Context, wait time.Duration) error {
+	start := time.Now()
+	pause := 20 * time.Millisecond
+	for {
+		err := ls.take(ctx)
+		var be *BusyError
+		if !errors.As(err, &be) {
+			return err
+		}
+		waited := time.Since(start)
+		if waited >= wait || !be.Owner.Closing && waited >= busyGrace {
+			return err
+		}
+		t := time.NewTimer(min(pause, wait-waited))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("waiting for a closing writer to let go of wal lease %s: %w", ls.key, ctx.Err())
+		case <-t.C:
+		}
+		pause = min(2*pause, 500*time.Millisecond)
+	}
 }
 
 // busy builds the refusal of Open, reading the owner again when the caller

@@ -92,6 +92,47 @@ func TestLeaseBusy(t *testing.T) {
 	}
 }
 
+// A writer that finds the lease held waits (Options.BusyWait) while the
+// holder says it is closing, and takes the lease once it is let go; a
+// holder that does not say so is tried for busyGrace only; without
+// BusyWait the refusal is at once.
+func TestLeaseBusyWait(t *testing.T) {
+	ctx := context.Background()
+	mem := mem.New()
+	l1 := openLog(t, mem, Options{})
+	var be *BusyError
+	if _, err := Open(ctx, mem, testPrefix, Options{BusyWait: 2 * busyGrace}); !errors.As(err, &be) || be.Owner.Closing {
+		t.Fatalf("open while a writer holds the lease, not closing: %v, want ErrBusy", err)
+	}
+	l1.Closing()
+	waitFor(t, "the owner to say it is closing", func() bool { return readOwner(t, mem).Closing })
+	if _, err := Open(ctx, mem, testPrefix, Options{}); !errors.As(err, &be) || !be.Owner.Closing {
+		t.Fatalf("open without BusyWait while the holder closes: %v, want ErrBusy naming a closing holder", err)
+	}
+	if _, err := l1.Append(ctx, []Op{writeOp(0, "closing")}); err != nil {
+		t.Fatalf("append after Closing: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		done <- l1.Close(ctx)
+	}()
+	l2, err := Open(ctx, mem, testPrefix, Options{BusyWait: time.Minute})
+	if err != nil {
+		t.Fatalf("open while the holder closes, with BusyWait: %v", err)
+	}
+	defer l2.Close(ctx)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if o := readOwner(t, mem); o.Writer != l2.lease.id || o.Closing {
+		t.Fatalf("owner %+v, want writer %s, not closing", o, l2.lease.id)
+	}
+	if _, err := Open(ctx, mem, testPrefix, Options{BusyWait: -time.Second}); err == nil || !strings.Contains(err.Error(), "busy wait") {
+		t.Fatalf("a negative BusyWait: %v, want an error saying so", err)
+	}
+}
+
 func TestLeaseTakeOver(t *testing.T) {
 	me := thisProcess()
 	future := time.Now().Add(time.Hour)
@@ -397,6 +438,8 @@ func TestParseOwner(t *testing.T) {
 			want: OwnerInfo{Version: 1, Writer: "w", PID: 12, Expires: exp}},
 		{name: "a newer version", body: `{"v":3,"writer":"w","pid":12,"pidns":7,"expires":"2030-01-02T03:04:05.000000006Z"}`,
 			want: OwnerInfo{Version: 3, Writer: "w", PID: 12, PIDNS: 7, Expires: exp}},
+		{name: "closing", body: `{"v":2,"writer":"w","pid":12,"expires":"2030-01-02T03:04:05.000000006Z","closing":true}`,
+			want: OwnerInfo{Version: 2, Writer: "w", PID: 12, Expires: exp, Closing: true}},
 		{name: "negative version", body: `{"v":-1,"writer":"w","pid":1,"expires":"2030-01-02T03:04:05Z"}`, bad: "version -1"},
 		{name: "not json", body: `owner`, bad: "parse owner"},
 		{name: "trailing", body: `{"writer":"w","pid":1,"expires":"2030-01-02T03:04:05Z"} x`, bad: "parse owner"},

@@ -46,6 +46,12 @@ type Options struct {
 	// head unchanged, or a checkpoint of those records only); false keeps
 	// the lease lost. An error is transient: asked again at the next try.
 	Retake func(ctx context.Context, through uint64) (bool, error)
+	// BusyWait, when positive, is how long Open waits for a writer that
+	// holds the lease and is closing (Log.Closing) to let it go, trying
+	// again with backoff, before it fails with a *BusyError; a holder not
+	// closing is tried again for a second (busyGrace), since it may be
+	// about to say so. Zero fails at once.
+	BusyWait time.Duration
 }
 
 // Counters add up what several logs appended (a mount's files): a Log given
@@ -106,7 +112,7 @@ type Log struct {
 	toDelete  []uint64      // GUARDED_BY(mu); seqs stored (or maybe stored) and not deleted yet
 
 	kick chan struct{} // capacity 1: the cleaner has work
-	poke chan struct{} // capacity 1: the lease is lost; try to take it back now
+	poke chan struct{} // capacity 1: renew now (the lease is lost: take it back; or Closing)
 	stop context.CancelFunc
 	wg   sync.WaitGroup // the renewing and the cleaning goroutines
 
@@ -123,6 +129,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if r.MaxInFlight < 0 {
 		bad = append(bad, fmt.Sprintf("max in flight %d is negative", r.MaxInFlight))
+	}
+	if r.BusyWait < 0 {
+		bad = append(bad, fmt.Sprintf("busy wait %s is negative", r.BusyWait))
 	}
 	if r.LeaseTTL < 0 || (r.LeaseTTL > 0 && r.LeaseTTL < 3*time.Millisecond) {
 		bad = append(bad, fmt.Sprintf("lease TTL %s: zero or at least 3ms", r.LeaseTTL))
@@ -160,7 +169,7 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Log
 		return nil, fmt.Errorf("open wal of %s: %w", prefix, err)
 	}
 	ls := &lease{st: st, key: prefix + Dir + OwnerName, me: thisProcess(), id: newWriterID(), ttl: opt.LeaseTTL, log: opt.Logger}
-	if err := ls.take(ctx); err != nil {
+	if err := ls.takeWaiting(ctx, opt.BusyWait); err != nil {
 		return nil, err
 	}
 	found, err := List(ctx, st, prefix)
@@ -612,6 +621,24 @@ func (l *Log) retake(ctx context.Context) (final bool, err error) {
 	return false, nil
 }
 
+// Closing says that the writer expects no more changes and will Close soon:
+// the owner object is rewritten at once (by the renewing goroutine) to say
+// it is closing, so that a writer of another mount that finds the lease
+// held waits for Close to let it go (Options.BusyWait) instead of failing.
+// The file calls it when its last handle open for writing closes, before
+// it waits for its last publish. Appends still work, and the mark stays:
+// it is only a hint, and a writer that waits for it in vain fails after
+// BusyWait as it would have at once.
+func (l *Log) Closing() {
+	if l.lease.closing.Swap(true) {
+		return
+	}
+	select {
+	case l.poke <- struct{}{}:
+	default:
+	}
+}
+
 // Close waits for the appends in flight, deletes what is covered (best
 // effort, bounded by ctx), stops the goroutines and releases the lease if it
 // is still ours. If ctx ends before the appends in flight, the lease is left
@@ -646,8 +673,10 @@ func (l *Log) Close(ctx context.Context) error {
 	}
 	l.stop()
 	l.wg.Wait()
-	l.deleteCovered(ctx)
 
+	// The lease goes before the covered records: a writer waiting for it
+	// numbers its records past them (past the head's), so deleting them
+	// after it took over harms nothing.
 	l.mu.Lock()
 	lost := l.leaseLost
 	l.mu.Unlock()
@@ -656,6 +685,7 @@ func (l *Log) Close(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("close wal of %s: %w", l.prefix, err))
 		}
 	}
+	l.deleteCovered(ctx)
 	l.closeErr = errors.Join(errs...)
 	return l.closeErr
 }

@@ -926,6 +926,7 @@ func (f *File) SetMtime(ctx context.Context, t time.Time) error {
 // that has not landed by then is cancelled (its records stay in the log, and
 // the next open replays them), and a lease not released by then expires.
 func (f *File) Close() error {
+	f.w.closing()
 	ctx, cancel := context.WithTimeout(context.Background(), f.w.closeWait())
 	unlock, err := f.lockAll(ctx)
 	cancel()

@@ -204,7 +204,11 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 	if f.w.log != nil {
 		return f.w.log, nil
 	}
-	log, err := wal.Open(ctx, f.st, f.prefix, f.w.options())
+	// A writer of another mount whose file's last handle closed holds the
+	// lease until its last publish lands: the change waits for it.
+	o := f.w.options()
+	o.BusyWait = f.w.closeWait()
+	log, err := wal.Open(ctx, f.st, f.prefix, o)
 	if err != nil {
 		return nil, fmt.Errorf("take the write-ahead log of %s: %w", f.prefix, err)
 	}
@@ -623,6 +627,73 @@ func (w *walState) closeWait() time.Duration {
 		return f.p.WALLeaseTTL
 	}
 	return wal.DefaultLeaseTTL
+}
+
+// closing tells the log, if this file holds one, that no change comes any
+// more (wal.Log.Closing): another mount's writer then waits for the lease
+// instead of failing while the last publish lands.
+func (w *walState) closing() {
+	w.logMu.Lock()
+	log := w.log
+	w.logMu.Unlock()
+	if log != nil {
+		log.Closing()
+	}
+}
+
+// LetGoWAL lets the write-ahead log's lease go while the File stays open,
+// when everything this file logged is published: the mount's last writable
+// handle of the file closed while others still read it, and a writer of
+// another mount must not meet EBUSY for as long as those are held. The log
+// is marked closing first (a writer elsewhere waits instead of failing),
+// the publish in flight is waited for (within closeWait), and the log is
+// detached under every block, so no change is appending to it, then closed
+// with nothing held. A change here afterwards takes the lease again (after
+// the closing log lets it go). With changes left to publish (a publish that
+// failed, a change since), the lease is kept and not marked; a File closed
+// meanwhile does nothing. ctx bounds the waits and the close of the log (closeWait at
+// most).
+func (f *File) LetGoWAL(ctx context.Context) {
+	f.w.logMu.Lock()
+	log := f.w.log
+	f.w.logMu.Unlock()
+	if log == nil {
+		return
+	}
+	f.mu.RLock()
+	pub := f.w.pub
+	keep := f.changed || f.w.failed != nil
+	f.mu.RUnlock()
+	if keep {
+		return
+	}
+	log.Closing()
+	ctx, cancel := context.WithTimeout(ctx, f.w.closeWait())
+	defer cancel()
+	if pub != nil {
+		select {
+		case <-pub.done:
+		case <-ctx.Done():
+			return // the publish did not land in time: Close deals with it
+		}
+	}
+	// In the order writes take them: their blocks, logMu, mu.
+	release := f.ranges.lock(allBlocks.lo, allBlocks.hi, true)
+	f.w.logMu.Lock()
+	f.mu.Lock()
+	idle := f.w.log == log && !f.closed && !f.ownUnpublishedLocked()
+	if idle {
+		f.w.log = nil
+	}
+	f.mu.Unlock()
+	f.w.logMu.Unlock()
+	release()
+	if !idle {
+		return
+	}
+	if err := log.Close(ctx); err != nil {
+		f.log.Debug("letting go of the write-ahead log", zap.Error(err))
+	}
 }
 
 // close waits for the publish goroutine (cancelled or finished by now:

@@ -294,6 +294,120 @@ func TestWALOneWriter(t *testing.T) {
 	}
 }
 
+// A writer whose last handle closed holds the lease until its last publish
+// lands, in the background; a writer of another mount that changes the file
+// meanwhile waits for it (the owner says it is closing) instead of failing
+// with EBUSY, and builds on its checkpoint.
+func TestWALWriterWaitsForClosingWriter(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	gate := &gateStore{Store: st, suffix: ".0", arrived: make(chan struct{}), release: make(chan struct{})}
+	o := Options{Params: walParams(segment.FormatStream), FileID: "w"}
+	a, err := Create(ctx, gate, "w/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.WriteAt(ctx, []byte("aaaa"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-gate.arrived // the publish uploads part 0 until released
+	b, err := Open(ctx, st, "w/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		a.Close()
+	}()
+	// The owner object says so once the close began (one request).
+	owner := "w/" + wal.Dir + wal.OwnerName
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		body, _, err := st.Get(ctx, owner, staging.Range{})
+		if err == nil && bytes.Contains(body, []byte(`"closing":true`)) {
+			break
+		}
+	}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := b.WriteAt(ctx, []byte("b"), 0)
+		wrote <- err
+	}()
+	time.Sleep(100 * time.Millisecond) // the write waits meanwhile
+	close(gate.release)
+	if err := <-wrote; err != nil {
+		t.Fatalf("a write while the other writer closed: %v", err)
+	}
+	<-closed
+	if _, err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	waitPublished(b)
+	c, err := Open(ctx, st, "w/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := readAll(t, c); string(got) != "baaa" {
+		t.Fatalf("the file reads %q, want %q", got, "baaa")
+	}
+}
+
+// A File kept open for reading lets the lease go once its last writer is
+// done and everything is published (LetGoWAL): another mount writes at once,
+// and a change here afterwards takes the lease again, building on that
+// mount's checkpoint.
+func TestWALLetGoWhileOpen(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "g"}
+	a, err := Create(ctx, st, "g/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.WriteAt(ctx, []byte("aaaa"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.LetGoWAL(ctx)
+	if held, err := wal.Held(ctx, st, "g/"); err != nil || held {
+		t.Fatalf("lease held after LetGoWAL: %v %v", held, err)
+	}
+	b, err := Open(ctx, st, "g/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.WriteAt(ctx, []byte("b"), 1); err != nil {
+		t.Fatalf("another writer after the first let go: %v", err)
+	}
+	if _, err := b.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	if _, err := a.WriteAt(ctx, []byte("c"), 2); err != nil {
+		t.Fatalf("the first writer again: %v", err)
+	}
+	if got := readAll(t, a); string(got) != "abca" {
+		t.Fatalf("the first writer reads %q, want %q", got, "abca")
+	}
+	// Changes left to publish keep the lease, and the owner does not say
+	// it is closing.
+	a.LetGoWAL(ctx)
+	if held, err := wal.Held(ctx, st, "g/"); err != nil || !held {
+		t.Fatalf("lease let go with a change unpublished: %v %v", held, err)
+	}
+	if body, _, err := st.Get(ctx, "g/"+wal.Dir+wal.OwnerName, staging.Range{}); err != nil || bytes.Contains(body, []byte("closing")) {
+		t.Fatalf("owner %s %v, want one not closing", body, err)
+	}
+}
+
 func TestWALCreateRefusesLeftovers(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()

@@ -33,8 +33,16 @@ type handle struct {
 
 // newHandle opens a handle on of: losses before it opened are not its own.
 func newHandle(fsys *FS, of *openFile, flags uint32) *handle {
+	if writing(flags) {
+		fsys.mu.Lock()
+		of.writers++
+		fsys.mu.Unlock()
+	}
 	return &handle{fsys: fsys, of: of, flags: flags, losses: of.f.Losses()}
 }
+
+// writing says whether an open with flags may write.
+func writing(flags uint32) bool { return flags&syscall.O_ACCMODE != syscall.O_RDONLY }
 
 // lost reports, once, that a rollback dropped changes not yet in a
 // checkpoint while this handle was open (another handle's flush lost a
@@ -192,7 +200,26 @@ func (h *handle) Release(ctx context.Context) syscall.Errno {
 	// unmount behind it) until it is answered.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), requestBound(h.fsys.cfg))
 	defer cancel()
+	lastWriter := false
+	if writing(h.flags) {
+		h.fsys.mu.Lock()
+		h.of.writers--
+		lastWriter = h.of.writers == 0
+		h.fsys.mu.Unlock()
+	}
 	h.fsys.release(ctx, h.of, h.fsys.cfg.FlushOnClose)
+	if lastWriter && h.fsys.cfg.WAL {
+		// Readers may hold the file for long: the lease goes now, not
+		// at their close, so that another mount may write (with the
+		// WAL, one writer at a time). Not while the kernel waits.
+		h.fsys.mu.Lock()
+		open := h.fsys.files[h.of.id] == h.of && h.of.refs > 0 && h.of.closing == nil
+		h.fsys.mu.Unlock()
+		if open {
+			of := h.of
+			h.fsys.tasks.goFn(func() { of.f.LetGoWAL(h.fsys.ctx) })
+		}
+	}
 	return 0
 }
 

@@ -507,13 +507,13 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 		n.fsys.release(ctx, of, false)
 		return nil, 0, syscall.ESTALE
 	}
-	h := newHandle(n.fsys, of, flags)
 	if flags&syscall.O_TRUNC != 0 && flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		if err := of.f.Truncate(ctx, 0); err != nil {
 			n.fsys.release(ctx, of, false)
 			return nil, 0, n.fsys.errnoOf("open "+n.where(""), err)
 		}
 	}
+	h := newHandle(n.fsys, of, flags)
 	return h, n.fsys.openFlags(of, n.EmbeddedInode(), flags), 0
 }
 

@@ -18,6 +18,10 @@ type openFile struct {
 	f     *engine.File
 	err   error
 	refs  int // GUARDED_BY(FS.mu)
+	// writers counts the handles open for writing; GUARDED_BY(FS.mu).
+	// With the WAL, the last one's release lets the lease go while
+	// readers keep the engine open (engine.File.LetGoWAL).
+	writers int
 	// closing is set while the engine closes (it may wait for a WAL
 	// publish and release the WAL's lease) and closed when it has: an open
 	// meanwhile waits, so two engines of one file never overlap.
