@@ -42,9 +42,10 @@ type mfile struct {
 	stale   bool
 	unknown map[int64]bool
 	// byOther: a copy through the other mount made it. With the WAL that
-	// mount is its writer until its close's publish, in the background,
-	// ends and frees the lease: the home mount's writes meanwhile get
-	// EBUSY (one writer per file).
+	// mount holds the lease until its close's publish, in the background,
+	// ends: the home mount's writes meanwhile wait, the lease saying it is
+	// closing, and get EBUSY only when that mark came later than a second
+	// (its write met the proxy's faults).
 	byOther bool
 	// copying: a copy in flight at the end made it; it may hold a prefix
 	// of one of prefixOf (the kernel copies bytes in pieces).

@@ -10,7 +10,9 @@
 //
 //	B <seq> <unix ns> <kind> <mount> <args...>   an operation begins
 //	E <seq> <unix ns> ok [<results...>]          it returned success
-//	E <seq> <unix ns> err <errno>                it returned an error
+//	E <seq> <unix ns> err <errno> [read]         it returned an error ("read":
+//	                                             from a read(2) after the open
+//	                                             succeeded)
 //
 // <seq> numbers the driver's operations from 1 and is also the write's
 // identity in Pattern; <mount> is 0 for the driver's home mount, 1 for the
@@ -99,6 +101,7 @@ type Op struct {
 	End    int64 // unix ns
 	OK     bool
 	Errno  int      // when !OK
+	InRead bool     // when !OK: the error came from read(2), the open having succeeded
 	Result []string // when OK
 }
 
@@ -109,6 +112,8 @@ func (o *Op) String() string {
 		return s + " (no answer)"
 	case o.OK:
 		return s + " ok " + strings.Join(o.Result, " ")
+	case o.InRead:
+		return s + " err " + strconv.Itoa(o.Errno) + " read"
 	default:
 		return s + " err " + strconv.Itoa(o.Errno)
 	}
@@ -163,7 +168,9 @@ func Parse(lines []string) ([]*Op, error) {
 			case "ok":
 				o.OK, o.Result = true, f[4:]
 			case "err":
-				if len(f) != 5 {
+				if len(f) == 6 && f[5] == "read" {
+					o.InRead = true
+				} else if len(f) != 5 {
 					return nil, fmt.Errorf("log line %d %q: want one errno", i+1, l)
 				}
 				n, err := strconv.Atoi(f[4])

@@ -201,7 +201,8 @@ func (d *driver) chmod(name string) error {
 // readCheckpoint reads one of name's checkpoints under .checkpoints,
 // through either mount: one logged after an fsync or close (results "noent"
 // or <len> <crc32c>), or (cno -1) the newest one listed (results <cno>
-// <len> <crc32c>, or "noent" when none is listed).
+// <len> <crc32c>, or "noent" when none is listed). A checkpoint the cleaner
+// removes while it is read (ESTALE) is gone, as one not found (ENOENT).
 func (d *driver) readCheckpoint(name string, f *file) error {
 	m := d.rng.IntN(2)
 	if m == 1 {
@@ -217,7 +218,7 @@ func (d *driver) readCheckpoint(name string, f *file) error {
 	return d.do("ckpt", m, []any{name, cno}, func() ([]any, error) {
 		if cno >= 0 {
 			n, sum, err := readAll(filepath.Join(dir, strconv.FormatInt(cno, 10)))
-			if errors.Is(err, syscall.ENOENT) {
+			if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESTALE) {
 				return []any{"noent"}, nil
 			}
 			if err != nil {
@@ -239,7 +240,7 @@ func (d *driver) readCheckpoint(name string, f *file) error {
 			return []any{"noent"}, nil
 		}
 		n, sum, err := readAll(filepath.Join(dir, strconv.FormatInt(newest, 10)))
-		if errors.Is(err, syscall.ENOENT) {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ESTALE) {
 			return []any{"noent"}, nil
 		}
 		if err != nil {

@@ -155,7 +155,12 @@ func (d *driver) do(kind string, m int, args []any, f func() ([]any, error)) err
 			errno = syscall.EPROTO // not a syscall's error: a bug of the driver, the test says so
 			fmt.Fprintln(os.Stderr, "driver:", kind, err)
 		}
-		fmt.Fprintf(d.out, "E %d %d err %d\n", d.seq, now, int(errno))
+		var ir inRead
+		if errors.As(err, &ir) {
+			fmt.Fprintf(d.out, "E %d %d err %d read\n", d.seq, now, int(errno))
+		} else {
+			fmt.Fprintf(d.out, "E %d %d err %d\n", d.seq, now, int(errno))
+		}
 		return errStop
 	}
 	sres := make([]string, len(res))
@@ -294,10 +299,19 @@ func readFD(f *os.File) (int64, uint32, error) {
 	h := crc32.New(crc32.MakeTable(crc32.Castagnoli))
 	n, err := io.Copy(h, io.NewSectionReader(f, 0, 1<<62))
 	if err != nil {
-		return 0, 0, unwrap(err)
+		return 0, 0, inRead{unwrap(err)}
 	}
 	return n, h.Sum32(), nil
 }
+
+// inRead is an error of read(2) on a file opened successfully: the log
+// says so ("err <errno> read"), since an open and a read failing with the
+// same errno mean different things (ESTALE: a retry the kernel did not
+// take, or the version the descriptor shows removed).
+type inRead struct{ err error }
+
+func (e inRead) Error() string { return "read: " + e.err.Error() }
+func (e inRead) Unwrap() error { return e.err }
 
 func fsyncErr(f *os.File) error {
 	if err := f.Sync(); err != nil {
