@@ -571,14 +571,7 @@ func TestWALSecondWriter(t *testing.T) {
 	}
 	a.unmount()
 	b.unmount()
-	c := v.mount("")
-	got, err := os.ReadFile(c.path("shared"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if want := "from a\nmore a\nfrom b\n"; string(got) != want {
-		t.Fatalf("after both: %q, want %q", got, want)
-	}
+	checkShared(t, v, "from a\nmore a\nfrom b\n")
 }
 
 // TestWALWriterLetsGoAtClose: a mount whose last descriptor open for
@@ -636,12 +629,19 @@ func TestWALWriterLetsGoAtClose(t *testing.T) {
 	}
 	a.unmount()
 	b.unmount()
+	checkShared(t, v, "from a\nfrom b\nagain\n")
+}
+
+// checkShared reads file "shared" of v through a new mount without the WAL
+// (the writers' mounts are gone): it must hold want.
+func checkShared(t *testing.T, v *volume, want string) {
+	t.Helper()
 	c := v.mount("")
 	got, err := os.ReadFile(c.path("shared"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := "from a\nfrom b\nagain\n"; string(got) != want {
+	if string(got) != want {
 		t.Fatalf("after both: %q, want %q", got, want)
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"testing"
 
 	"github.com/ckptfs/ckptfs/config"
-	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging/counting"
 	"github.com/ckptfs/ckptfs/staging/mem"
@@ -20,19 +19,7 @@ import (
 func TestCheckpointChain(t *testing.T) {
 	ctx := context.Background()
 	st := counting.New(mem.New())
-	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fsys.Close()
-	n, err := fsys.ns.Create(ctx, namespace.RootIno, "f", 0o644, namespace.Owner{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := engineCreate(ctx, fsys, n.FileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsys, n, f := newTestFile(t, st, config.MountDefault(1<<30))
 	const cps = 40
 	for i := 1; i <= cps; i++ {
 		if _, err := f.WriteAt(ctx, []byte(fmt.Sprintf("%04d", i)), int64(4*(i-1))); err != nil {

@@ -10,7 +10,6 @@ import (
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckptfs/ckptfs/config"
-	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/mem"
@@ -41,19 +40,7 @@ func TestCheckpointRemovedWhileRead(t *testing.T) {
 			cfg.SegmentMaxObjectBytes = 5 << 20
 			cfg.StreamSegmentBytes = 5 << 20
 			cfg.SegmentMPUChunkSize = 5 << 20
-			fsys, err := New(ctx, st, Options{Config: cfg})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer fsys.Close()
-			n, err := fsys.ns.Create(ctx, namespace.RootIno, "f", 0o644, namespace.Owner{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			f, err := engineCreate(ctx, fsys, n.FileID)
-			if err != nil {
-				t.Fatal(err)
-			}
+			fsys, n, f := newTestFile(t, st, cfg)
 			// Checkpoint 1: 16 MiB of 'a', several objects; then all of it
 			// written again as 'b' (nothing of checkpoint 1 is shared). A
 			// handle of the file opened between them shows checkpoint 1.

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/config"
-	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/mem"
 )
@@ -59,19 +58,7 @@ func TestOpenForReadingLoadsMapWithHead(t *testing.T) {
 	st := &holdHead{Store: mem.New()}
 	cfg := config.MountDefault(1 << 30)
 	cfg.DataBlockSize = 4096 // a map of more than one level in a few MiB
-	fsys, err := New(ctx, st, Options{Config: cfg})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fsys.Close()
-	n, err := fsys.ns.Create(ctx, namespace.RootIno, "f", 0o644, namespace.Owner{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := engineCreate(ctx, fsys, n.FileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsys, n, f := newTestFile(t, st, cfg)
 	buf := make([]byte, 8<<20)
 	if _, err := f.WriteAt(ctx, buf, 0); err != nil {
 		t.Fatal(err)

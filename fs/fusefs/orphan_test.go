@@ -16,19 +16,7 @@ import (
 func TestOrphanLeftToCleaner(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
-	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fsys.Close()
-	n, err := fsys.ns.Create(ctx, namespace.RootIno, "f", 0o644, namespace.Owner{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := engineCreate(ctx, fsys, n.FileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsys, n, f := newTestFile(t, st, config.MountDefault(1<<30))
 	// Written and flushed, so that it has a head (Create stores none).
 	if _, err := f.WriteAt(ctx, []byte("data"), 0); err != nil {
 		t.Fatal(err)

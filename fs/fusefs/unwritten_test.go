@@ -19,19 +19,7 @@ import (
 func TestCreatedFileStoresItsHead(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
-	fsys, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fsys.Close()
-	n, err := fsys.ns.Create(ctx, namespace.RootIno, "f", 0o644, namespace.Owner{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := engineCreate(ctx, fsys, n.FileID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fsys, n, f := newTestFile(t, st, config.MountDefault(1<<30))
 	if _, err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
