@@ -683,7 +683,7 @@ func (f *File) LetGoWAL(ctx context.Context) {
 	f.mu.Lock()
 	idle := f.w.log == log && !f.closed && !f.ownUnpublishedLocked()
 	if idle {
-		f.w.log = nil
+		f.w.log = nil // mu's Unlock republishes the mark: Refresh lists others' records
 	}
 	f.mu.Unlock()
 	f.w.logMu.Unlock()

@@ -380,12 +380,23 @@ func TestWALLetGoWhileOpen(t *testing.T) {
 	if held, err := wal.Held(ctx, st, "g/"); err != nil || held {
 		t.Fatalf("lease held after LetGoWAL: %v %v", held, err)
 	}
+	if m := a.mark.Load(); m.leased {
+		t.Fatal("after LetGoWAL, Refresh still takes the file for the lease's holder (it would list no other writer's records)")
+	}
 	b, err := Open(ctx, st, "g/", o)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if _, err := b.WriteAt(ctx, []byte("b"), 1); err != nil {
 		t.Fatalf("another writer after the first let go: %v", err)
+	}
+	// The first shows the other's logged write at its next refresh (an
+	// open there), as any reader of a live writer does.
+	if _, err := a.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, a); string(got) != "abaa" {
+		t.Fatalf("after the other's write, unpublished, the first reads %q, want %q", got, "abaa")
 	}
 	if _, err := b.Flush(ctx); err != nil {
 		t.Fatal(err)
