@@ -131,10 +131,13 @@ func (f *File) refreshOnce(ctx context.Context) (changed, again bool, err error)
 			if seqs, err = wal.List(ctx, f.st, f.prefix); err != nil {
 				return false, false, fmt.Errorf("refresh %s: %w", f.prefix, err)
 			}
-		} else if hd == nil {
+		} else {
 			// Nothing pending may also be a writer that published, and
 			// deleted its records, after the head was looked at (as at
-			// an open, openReplay): then the head has moved.
+			// an open, openReplay): then the head has moved. So with a
+			// head just read: the records after it may be in a newer
+			// one, and taking it without them would show less than the
+			// writer's acknowledged writes.
 			moved, err := f.headMoved(ctx, info.ETag)
 			if err != nil {
 				return false, false, fmt.Errorf("refresh %s: %w", f.prefix, err)

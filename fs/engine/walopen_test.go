@@ -132,3 +132,51 @@ func TestWALRefreshWriterPublishedBeforeListing(t *testing.T) {
 		t.Fatalf("reader after refresh: %d bytes; want the writer's %d", len(got), len(want))
 	}
 }
+
+// The same when the refresh read a new head: the writer publishes again
+// and deletes the records after it before the reader looks for them. The
+// reader reads the head again instead of showing the head it read without
+// the writes logged after it. (An open through another mount, in the
+// campaign, showed a WAL writer's checkpoint without its last acknowledged
+// write.)
+func TestWALRefreshNewHeadThenWriterPublished(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "rl"}
+	w, err := Create(ctx, st, "rl/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	write := func(off int64, s string) {
+		t.Helper()
+		if _, err := w.WriteAt(ctx, []byte(s), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(0, "aaaa")
+	publishAndWait(t, w, st, "rl/")
+	armed := false
+	hooked := &listHookStore{Store: st}
+	hooked.hook = func() {
+		if armed {
+			publishAndWait(t, w, st, "rl/")
+		}
+	}
+	r, err := Open(ctx, st, "rl/", o) // the writer lives: read-only
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	r.st = hooked // its next listing of the log meets the hook
+	write(4, "bb")
+	publishAndWait(t, w, st, "rl/")
+	write(6, "cc") // logged after the head the reader will read
+	armed = true
+	if _, err := r.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, r); string(got) != "aaaabbcc" {
+		t.Fatalf("after the refresh the reader shows %q, want %q (every acknowledged write)", got, "aaaabbcc")
+	}
+}
