@@ -455,10 +455,9 @@ func (s *deleteLog) Delete(ctx context.Context, key string) error {
 	return s.Store.Delete(ctx, key)
 }
 
-// A file whose head moved after the first pass, found as planned longer
-// ago than engine.WriterRecheck, is checked again and planned afresh
-// before the second pass deletes anything of it: what its new head names
-// stays, and it reads back.
+// A file whose head moved after the first pass is checked again and
+// planned afresh before the second pass deletes anything of it: what its
+// new head names stays, and it reads back.
 func TestSecondPassChecksAgain(t *testing.T) {
 	ctx := context.Background()
 	st := &deleteLog{Store: mem.New()}
@@ -470,21 +469,19 @@ func TestSecondPassChecksAgain(t *testing.T) {
 	newFileWith(t, st, p, "x", randBytes(r, size))
 	overwrite(t, st, p, "x", size, 2, r)
 	planned := maxKey(cnosUnder(t, st, filePrefix("x"))) // x's head when planned
-	var skew time.Duration
 	var xNow []byte
 	moved := false
 	st.onDelete = func(key string) {
 		// The first deletion of the second pass (a's objects beside its
-		// part 0s): x is written twice more, and time passes.
+		// part 0s): x is written twice more.
 		n, _, err := segment.ParseObjectName(strings.TrimPrefix(key, filePrefix("a")))
 		if moved || !strings.HasPrefix(key, filePrefix("a")) || err != nil || n.Part == 0 {
 			return
 		}
 		moved = true
 		xNow = overwrite(t, st.Store, p, "x", size, 2, r)
-		skew = engine.WriterRecheck + time.Second
 	}
-	rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour, Now: func() time.Time { return time.Now().Add(skew) }})
+	rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -138,10 +137,9 @@ func (p *Plan) copiesFirst() []*filePlan {
 
 // fileRun is one file's execution between the two passes.
 type fileRun struct {
-	f       *filePlan
-	checked time.Time       // when f was found as planned
-	rest    []doomedObject  // what the second pass deletes
-	done    map[string]bool // names deleted, for the pending record
+	f    *filePlan
+	rest []doomedObject  // what the second pass deletes
+	done map[string]bool // names deleted, for the pending record
 }
 
 // cutChain checks that the file is as planned (planning it afresh if not)
@@ -155,7 +153,7 @@ func (p *Plan) cutChain(ctx context.Context, f *filePlan, rep *Report) (*fileRun
 	if err != nil {
 		return nil, err
 	}
-	r.f, r.checked = g, p.o.now()
+	r.f = g
 	cut := 0
 	for cut < len(g.del) && g.del[cut].cut {
 		cut++
@@ -176,8 +174,9 @@ func (p *Plan) cutChain(ctx context.Context, f *filePlan, rep *Report) (*fileRun
 }
 
 // finishFile deletes the rest of what the plan of one file dooms (all of
-// it kept when keep is set), then stores its pending record. A file found
-// as planned longer than engine.WriterRecheck ago is checked again first.
+// it kept when keep is set), then stores its pending record. The file is
+// checked again first: the first pass of the other files ran since its own,
+// and a copy made meanwhile may point at what the plan dropped.
 func (p *Plan) finishFile(ctx context.Context, r *fileRun, keep bool, rep *Report) error {
 	f := r.f
 	if keep {
@@ -187,7 +186,7 @@ func (p *Plan) finishFile(ctx context.Context, r *fileRun, keep bool, rep *Repor
 		}
 		r.rest = nil
 	}
-	if len(r.rest) > 0 && p.o.now().Sub(r.checked) > engine.WriterRecheck {
+	if len(r.rest) > 0 {
 		ok, err := p.unchanged(ctx, f)
 		if err != nil {
 			return err
