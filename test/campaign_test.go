@@ -86,18 +86,21 @@ const (
 	// takes seconds, not a minute.
 	campaignOpTimeout = 60 * time.Second
 	// The cleaner keeps one checkpoint of a file and deletes what is
-	// unreferenced soon (--min-age 5s) after a run first found it so:
-	// longer than a reader on the other mount holds a descriptor (the
-	// driver's holdFor, 2 s) and than a view of a file stays stale (an open
-	// reads the head), so that the version a descriptor reads stays while it
-	// is held; with --min-age 0s a held descriptor or a partial write on a
-	// view a second old met objects gone, as the cleaner's contract says.
-	// Its namespace lag is shorter than the read-only mount's view lags
-	// (campaignThirdOpts), so that mount meets names of reaped files.
-	campaignKeep   = "1"
-	campaignGrace  = "10s"
-	campaignMinAge = "5s"
-	campaignNSLag  = "1s"
+	// unreferenced at once (--min-age 0s) after a run first found it so,
+	// under faults: a held descriptor or a partial write on a view a second
+	// old may then meet objects gone (EIO, which the faults give anyway), as
+	// the cleaner's contract says. The dir mode, which has no faults and
+	// fails on EIO, runs it within its contract: --min-age 5s
+	// (campaignDirMinAge), longer than a reader on the other mount holds a
+	// descriptor (the driver's holdFor, 2 s) and than a view of a file stays
+	// stale (an open reads the head). Its namespace lag is shorter than the
+	// read-only mount's view lags (campaignThirdOpts), so that mount meets
+	// names of reaped files.
+	campaignKeep      = "1"
+	campaignGrace     = "10s"
+	campaignMinAge    = "0s"
+	campaignDirMinAge = "5s"
+	campaignNSLag     = "1s"
 	// campaignWALLease: with wal=on, a killed mount's lease that the next
 	// mounts cannot judge (it was taken in another PID namespace) keeps
 	// them out this long; an iteration starts no sooner after the kills.
@@ -623,7 +626,11 @@ func (c *campaignRun) runGC() {
 			default:
 			}
 			ctx, cancel := context.WithTimeout(context.Background(), 2*campaignOpTimeout)
-			cmd := exec.CommandContext(ctx, c.bin, "gc", "--keep", campaignKeep, "--grace", campaignGrace, "--min-age", campaignMinAge, "--ns-lag", campaignNSLag, "-o", c.opts, c.store)
+			minAge := campaignMinAge
+			if c.proxy == nil {
+				minAge = campaignDirMinAge
+			}
+			cmd := exec.CommandContext(ctx, c.bin, "gc", "--keep", campaignKeep, "--grace", campaignGrace, "--min-age", minAge, "--ns-lag", campaignNSLag, "-o", c.opts, c.store)
 			cmd.Env = c.env
 			cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 			cmd.WaitDelay = 10 * time.Second
