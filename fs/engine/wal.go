@@ -651,8 +651,8 @@ func (w *walState) closing() {
 // with nothing held. A change here afterwards takes the lease again (after
 // the closing log lets it go). With changes left to publish (a publish that
 // failed, a change since), the lease is kept and not marked; a File closed
-// meanwhile does nothing. ctx bounds the waits and the close of the log (closeWait at
-// most).
+// meanwhile does nothing. ctx bounds the waits and the close of the log
+// (closeWait at most).
 func (f *File) LetGoWAL(ctx context.Context) {
 	f.w.logMu.Lock()
 	log := f.w.log
