@@ -241,7 +241,7 @@ var options = []option{
 	boolOpt("wal", "WAL", "a write-ahead log: each write is durable when it returns, fsync/close publish in the background, one writer per file (another mount gets EBUSY), nothing sent ahead",
 		func(c *Config) *bool { return &c.WAL }),
 	durationOpt("wal_lease", "WALLease", "from 3s to 10m",
-		"how long a writer's lease on a file's write-ahead log lasts unrenewed (renewed every third of it): how long a writer on another machine that died keeps others out",
+		"how long a writer's lease on a file's write-ahead log lasts unrenewed (renewed every third of it): how long a writer on another machine that died keeps others out, and how long a change waits for another mount's writer that is closing the file (its last publish in flight)",
 		func(c *Config) *time.Duration { return &c.WALLease }),
 	enumOpt("flush_conflict_policy", "FlushConflictPolicy", "what a flush does when another writer replaced the file's head",
 		[]ConflictPolicy{ConflictRetry, ConflictFailFast},
