@@ -90,7 +90,8 @@ type Config struct {
 	WAL bool
 	// WALLease (wal_lease) is how long a writer's lease on a file's
 	// write-ahead log lasts unrenewed (it is renewed every third of it): how
-	// long a writer on another machine that died keeps others out.
+	// long a writer on another machine that died keeps others out, and how
+	// long a change waits for another mount's writer that is closing the file.
 	WALLease time.Duration
 	// FlushConflictPolicy (flush_conflict_policy) is what a flush does when
 	// another writer replaced the file's head object.
