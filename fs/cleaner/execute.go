@@ -187,16 +187,13 @@ func (p *Plan) finishFile(ctx context.Context, r *fileRun, keep bool, rep *Repor
 		r.rest = nil
 	}
 	if len(r.rest) > 0 {
-		ok, err := p.unchanged(ctx, f)
+		g, err := p.settle(ctx, f, r.rest, rep)
 		if err != nil {
 			return err
 		}
-		if !ok {
-			// Planned afresh: its own part 0s first, then the rest.
-			g, err := p.settle(ctx, f, r.rest, rep)
-			if err != nil {
-				return err
-			}
+		if g != f {
+			// Planned afresh (its own part 0s first, then the rest), or
+			// left alone this run.
 			f, r.rest = g, g.del
 		}
 	}
@@ -218,10 +215,10 @@ func (p *Plan) finishFile(ctx context.Context, r *fileRun, keep bool, rep *Repor
 	return writePending(ctx, p.st, f.recKey, f.rec)
 }
 
-// settle returns the plan of the file as it is now: f when its head and
-// reference markers are as planned, else a plan made afresh from a new
-// listing, or, if the file moved again meanwhile, f with nothing to delete
-// (what was still to delete, left, counted kept).
+// settle returns the plan of the file as it is now: f itself when its head
+// and reference markers are as planned, else a plan made afresh from a new
+// listing, or, if the file moved again meanwhile, a copy of f with nothing
+// to delete (what was still to delete, left, counted kept).
 func (p *Plan) settle(ctx context.Context, f *filePlan, left []doomedObject, rep *Report) (*filePlan, error) {
 	ok, err := p.unchanged(ctx, f)
 	if err != nil || ok {
