@@ -262,20 +262,27 @@ func (h *ckptHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 	return fuse.ReadResultData(dest[:n]), 0
 }
 
-// ckptGone says whether checkpoint cno of file id is gone: its part 0 is.
-// The cleaner deletes a dropped checkpoint's part 0 before any object only
-// it names (cleaner.Plan.Execute), so an object missing under a checkpoint
-// whose part 0 is gone was the cleaner's (a handle opened on it before;
-// the reader is told ESTALE, as a lookup now finds no such checkpoint), and
-// one missing under a part 0 still there is lost (EIO, logged).
+// ckptGone says whether checkpoint cno of file id is gone: its part 0 is,
+// and the head does not carry it (a head may carry its checkpoint's part 0
+// before that object is stored). The cleaner deletes a dropped checkpoint's
+// part 0 before any object it names (cleaner.Plan.Execute), so an object
+// missing under a checkpoint whose part 0 is gone was the cleaner's (a
+// handle opened on it before; the reader is told ESTALE, as a lookup now
+// finds no such checkpoint), and one missing under a part 0 still there is
+// lost (EIO, logged). Only asked on that error path: a HEAD, and a read of
+// the head when the part 0 is missing.
 func (fsys *FS) ckptGone(ctx context.Context, id string, cno uint64) (bool, error) {
 	rctx, cancel := context.WithTimeout(ctx, requestBound(fsys.cfg))
 	defer cancel()
 	_, err := fsys.st.Head(rctx, fsys.prefix(id)+segment.ObjectName{Cno: cno, Part: 0}.String())
-	if errors.Is(err, staging.ErrNotFound) {
-		return true, nil
+	if !errors.Is(err, staging.ErrNotFound) {
+		return false, err
 	}
-	return false, err
+	e, err := fsys.ckptHeadWithin(ctx, id, 0)
+	if err != nil {
+		return false, err
+	}
+	return e.missing || e.head.Inode.Cno != cno, nil
 }
 
 func (h *ckptHandle) Release(ctx context.Context) syscall.Errno {

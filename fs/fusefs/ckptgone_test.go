@@ -138,3 +138,67 @@ func TestCheckpointRemovedWhileRead(t *testing.T) {
 		})
 	}
 }
+
+// A head carries its checkpoint's part 0 (a small last flush) before that
+// object is stored: the checkpoint is not gone, though its part 0 object is
+// missing, so an object lost under it is EIO, not ESTALE.
+func TestCheckpointCarriedByHeadNotGone(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	cfg := config.MountDefault(1 << 30)
+	cfg.SegmentMaxObjectBytes = 5 << 20
+	cfg.StreamSegmentBytes = 5 << 20
+	cfg.SegmentMPUChunkSize = 5 << 20
+	fsys, n, f := newTestFile(t, st, cfg)
+	var cnos []uint64
+	for _, w := range []struct {
+		off  int64
+		data []byte
+	}{{0, bytes.Repeat([]byte{'a'}, 16<<20)}, {0, []byte("small")}} {
+		if _, err := f.WriteAt(ctx, w.data, w.off); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		cnos = append(cnos, f.Stat().Cno)
+	}
+	f.Close()
+	prefix := fsys.prefix(n.FileID)
+	objs, err := staging.ListAll(ctx, st, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The small flush's part 0 as if its PUT had not landed (the head
+	// carries it), and one object of the first checkpoint lost.
+	if err := st.Delete(ctx, prefix+segment.ObjectName{Cno: cnos[1], Part: 0}.String()); err != nil {
+		t.Fatal(err)
+	}
+	lost := ""
+	for _, o := range objs {
+		if nm, _, err := segment.ParseObjectName(strings.TrimPrefix(o.Key, prefix)); err == nil && nm.Cno == cnos[0] && nm.Part != 0 {
+			lost = o.Key
+			break
+		}
+	}
+	if lost == "" {
+		t.Fatalf("checkpoint %d has no object beside its part 0", cnos[0])
+	}
+	if err := st.Delete(ctx, lost); err != nil {
+		t.Fatal(err)
+	}
+	of, err := fsys.acquire(ctx, n.FileID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.release(ctx, of, false)
+	h := newHandle(fsys, of, syscall.O_RDONLY)
+	buf := make([]byte, 128<<10)
+	var errno syscall.Errno
+	for off := int64(0); off < 16<<20 && errno == 0; off += 1 << 20 {
+		_, errno = h.Read(ctx, buf, off)
+	}
+	if errno != syscall.EIO {
+		t.Fatalf("read with %s lost under the head's own checkpoint %d: %v, want EIO", lost, cnos[1], errno)
+	}
+}
