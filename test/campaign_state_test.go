@@ -506,6 +506,19 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		}
 		c.stats.crossCreates++
 	case "ostale", "cread":
+		if op.Kind == "ostale" {
+			// The other mount's open may have reached a file that had
+			// the name in its lagging view, and read its head again
+			// before it answered (an ESTALE the kernel retried, on the
+			// file the name leads to now, or on none: noent): a
+			// descriptor held there on that file may show any of its
+			// states since, in any history still possible.
+			for _, h := range v.past[name] {
+				for _, g := range append([]*mfile{h.f}, h.f.choices...) {
+					g.otherKnown, g.otherFrom, g.otherTo = false, 0, g.last()
+				}
+			}
+		}
 		if uncertain || op.Result[0] == "noent" {
 			return true
 		}
@@ -519,16 +532,6 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		hs = append(hs, v.past[name]...)
 		if op.Kind == "cread" {
 			hs = append(hs, v.ghosts[name]...)
-		}
-		if op.Kind == "ostale" {
-			// The other mount's open may have reached a file that had
-			// the name in its lagging view, and read its head again
-			// before it answered (an ESTALE the kernel retried, on the
-			// file the name leads to now): a descriptor held there on
-			// that file may show any of its states since.
-			for _, h := range v.past[name] {
-				h.f.otherKnown, h.f.otherFrom, h.f.otherTo = false, 0, h.f.last()
-			}
 		}
 		for _, h := range hs {
 			// In any history of the file still possible (a merge's).
