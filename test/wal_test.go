@@ -532,26 +532,8 @@ func TestWALCrossMount(t *testing.T) {
 // to it from another mount with the WAL fails with EBUSY; once the first
 // closes it, the other's write goes through and both writes are kept.
 func TestWALSecondWriter(t *testing.T) {
-	v := newVolume(t)
-	a := v.mount("wal=on,ns_refresh=100ms")
-	b := v.mount("wal=on,ns_refresh=100ms")
-
-	fa, err := os.Create(a.path("shared"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer fa.Close()
-	if _, err := fa.WriteAt([]byte("from a\n"), 0); err != nil {
-		t.Fatal(err)
-	}
-	var fb *os.File
-	waitFor(t, 10*time.Second, func() error {
-		var err error
-		fb, err = os.OpenFile(b.path("shared"), os.O_WRONLY, 0)
-		return err
-	})
-	defer fb.Close()
-	_, err = fb.WriteAt([]byte("from b\n"), 7)
+	v, a, b, fa, fb := sharedWriters(t)
+	_, err := fb.WriteAt([]byte("from b\n"), 7)
 	if !errors.Is(err, syscall.EBUSY) {
 		t.Fatalf("write from a second mount while the first holds the file: %v, want EBUSY", err)
 	}
@@ -580,29 +562,12 @@ func TestWALSecondWriter(t *testing.T) {
 // another mount right after the close goes through (it waits for that
 // publish at most), and both mounts' bytes are kept.
 func TestWALWriterLetsGoAtClose(t *testing.T) {
-	v := newVolume(t)
-	a := v.mount("wal=on,ns_refresh=100ms")
-	b := v.mount("wal=on,ns_refresh=100ms")
-
-	fa, err := os.Create(a.path("shared"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := fa.WriteAt([]byte("from a\n"), 0); err != nil {
-		t.Fatal(err)
-	}
+	v, a, b, fa, fb := sharedWriters(t)
 	ra, err := os.Open(a.path("shared")) // a reader a keeps open
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ra.Close() }) // before the unmounts, should the test stop early
-	var fb *os.File
-	waitFor(t, 10*time.Second, func() error {
-		var err error
-		fb, err = os.OpenFile(b.path("shared"), os.O_WRONLY, 0)
-		return err
-	})
-	defer fb.Close()
 	if err := fa.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -630,6 +595,32 @@ func TestWALWriterLetsGoAtClose(t *testing.T) {
 	a.unmount()
 	b.unmount()
 	checkShared(t, v, "from a\nfrom b\nagain\n")
+}
+
+// sharedWriters mounts a new volume twice with the WAL (a, b), writes
+// "from a\n" into file "shared" through a, keeping fa open, and opens the
+// file for writing through b (fb) once b sees it. Both descriptors close
+// when the test ends, before the unmounts.
+func sharedWriters(t *testing.T) (v *volume, a, b *mount, fa, fb *os.File) {
+	t.Helper()
+	v = newVolume(t)
+	a = v.mount("wal=on,ns_refresh=100ms")
+	b = v.mount("wal=on,ns_refresh=100ms")
+	fa, err := os.Create(a.path("shared"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fa.Close() })
+	if _, err := fa.WriteAt([]byte("from a\n"), 0); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		var err error
+		fb, err = os.OpenFile(b.path("shared"), os.O_WRONLY, 0)
+		return err
+	})
+	t.Cleanup(func() { fb.Close() })
+	return v, a, b, fa, fb
 }
 
 // checkShared reads file "shared" of v through a new mount without the WAL

@@ -251,15 +251,24 @@ var (
 func (h *ckptHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	n, err := h.f.ReadAt(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
-		if errors.Is(err, staging.ErrNotFound) {
-			if gone, gerr := h.fsys.ckptGone(ctx, h.id, h.cno); gerr == nil && gone {
-				h.fsys.log.Debug("checkpoint removed while it was read", zap.String("file", h.id), zap.Uint64("cno", h.cno), zap.Error(err))
-				return nil, syscall.ESTALE
-			}
-		}
-		return nil, h.fsys.errnoOf("read checkpoint", err)
+		return nil, h.fsys.readErrno(ctx, "read checkpoint", h.id, h.cno, err)
 	}
 	return fuse.ReadResultData(dest[:n]), 0
+}
+
+// readErrno is the errno of a failed read of checkpoint cno of file id (op
+// names the read): ESTALE when an object it needs is missing because the
+// cleaner removed that checkpoint (ckptGone), since a new open reads what
+// is there now; errnoOf's answer otherwise (a lost object is EIO, logged).
+func (fsys *FS) readErrno(ctx context.Context, op, id string, cno uint64, err error) syscall.Errno {
+	if cno != 0 && errors.Is(err, staging.ErrNotFound) {
+		if gone, gerr := fsys.ckptGone(ctx, id, cno); gerr == nil && gone {
+			fsys.log.Info("a version of a file the cleaner removed was read; a new open reads the newest",
+				zap.String("file", id), zap.Uint64("cno", cno), zap.Error(err))
+			return syscall.ESTALE
+		}
+	}
+	return fsys.errnoOf(op, err)
 }
 
 // ckptGone says whether checkpoint cno of file id is gone: its part 0 is,

@@ -15,6 +15,34 @@ import (
 	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
+// smallObjects is the mount's defaults with objects of 5 MiB (S3's least
+// part): a 16 MiB checkpoint is several objects.
+func smallObjects() config.Config {
+	cfg := config.MountDefault(1 << 30)
+	cfg.SegmentMaxObjectBytes = 5 << 20
+	cfg.StreamSegmentBytes = 5 << 20
+	cfg.SegmentMPUChunkSize = 5 << 20
+	return cfg
+}
+
+// fileReader is what a read handle of the file or of .checkpoints is here.
+type fileReader interface {
+	Read(context.Context, []byte, int64) (fuse.ReadResult, syscall.Errno)
+}
+
+// firstErrno reads 128 KiB at every MiB of [from, to) through h until a
+// read fails, and returns that failure (0: none failed). Some of a file may
+// be in an object still there, or read already.
+func firstErrno(h fileReader, from, to int64) syscall.Errno {
+	buf := make([]byte, 128<<10)
+	for off := from; off < to; off += 1 << 20 {
+		if _, errno := h.Read(context.Background(), buf, off); errno != 0 {
+			return errno
+		}
+	}
+	return 0
+}
+
 // An old checkpoint read through .checkpoints, or a file read through a
 // handle held on a version another mount has since replaced twice, while
 // the cleaner removes it (a dropped checkpoint's part 0 first, then its
@@ -36,18 +64,12 @@ func TestCheckpointRemovedWhileRead(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
 			st := mem.New()
-			cfg := config.MountDefault(1 << 30)
-			cfg.SegmentMaxObjectBytes = 5 << 20
-			cfg.StreamSegmentBytes = 5 << 20
-			cfg.SegmentMPUChunkSize = 5 << 20
-			fsys, n, f := newTestFile(t, st, cfg)
+			fsys, n, f := newTestFile(t, st, smallObjects())
 			// Checkpoint 1: 16 MiB of 'a', several objects; then all of it
 			// written again as 'b' (nothing of checkpoint 1 is shared). A
 			// handle of the file opened between them shows checkpoint 1.
 			var cnos []uint64
-			var h interface {
-				Read(context.Context, []byte, int64) (fuse.ReadResult, syscall.Errno)
-			}
+			var h fileReader
 			for i, c := range []byte("ab") {
 				if _, err := f.WriteAt(ctx, bytes.Repeat([]byte{c}, 16<<20), 0); err != nil {
 					t.Fatal(err)
@@ -122,11 +144,7 @@ func TestCheckpointRemovedWhileRead(t *testing.T) {
 			}
 			// Some of the 16 MiB are in part 0 (or read already): the
 			// first failure is the one told.
-			errno = 0
-			for off := int64(len(buf)); off < 16<<20 && errno == 0; off += 1 << 20 {
-				_, errno = h.Read(ctx, buf, off)
-			}
-			if errno != tc.want {
+			if errno = firstErrno(h, int64(len(buf)), 16<<20); errno != tc.want {
 				t.Fatalf("read of checkpoint %d after its objects went: %v, want %v", old, errno, tc.want)
 			}
 			if tc.dropPart0 {
@@ -145,11 +163,7 @@ func TestCheckpointRemovedWhileRead(t *testing.T) {
 func TestCheckpointCarriedByHeadNotGone(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
-	cfg := config.MountDefault(1 << 30)
-	cfg.SegmentMaxObjectBytes = 5 << 20
-	cfg.StreamSegmentBytes = 5 << 20
-	cfg.SegmentMPUChunkSize = 5 << 20
-	fsys, n, f := newTestFile(t, st, cfg)
+	fsys, n, f := newTestFile(t, st, smallObjects())
 	var cnos []uint64
 	for _, w := range []struct {
 		off  int64
@@ -193,12 +207,7 @@ func TestCheckpointCarriedByHeadNotGone(t *testing.T) {
 	}
 	defer fsys.release(ctx, of, false)
 	h := newHandle(fsys, of, syscall.O_RDONLY)
-	buf := make([]byte, 128<<10)
-	var errno syscall.Errno
-	for off := int64(0); off < 16<<20 && errno == 0; off += 1 << 20 {
-		_, errno = h.Read(ctx, buf, off)
-	}
-	if errno != syscall.EIO {
+	if errno := firstErrno(h, 0, 16<<20); errno != syscall.EIO {
 		t.Fatalf("read with %s lost under the head's own checkpoint %d: %v, want EIO", lost, cnos[1], errno)
 	}
 }

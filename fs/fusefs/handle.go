@@ -12,10 +12,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
-	"go.uber.org/zap"
-
 	"github.com/ckptfs/ckptfs/fs/engine"
-	"github.com/ckptfs/ckptfs/staging"
 )
 
 // handle is one open file description. All handles of a file share its
@@ -122,20 +119,10 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
 	b, err := h.of.f.ReadStreamView(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
-		if errors.Is(err, staging.ErrNotFound) {
-			// The version this handle shows may be one the cleaner
-			// dropped since (another mount published two newer ones, and
-			// gc --min-age passed while the handle was held): ESTALE, as
-			// for an old checkpoint (checkpoints.go); a new open reads
-			// the newest version.
-			cno := h.of.f.Stat().Cno
-			if gone, gerr := h.fsys.ckptGone(ctx, h.of.id, cno); gerr == nil && gone && cno != 0 {
-				h.fsys.log.Info("the version of a file a handle shows was removed by the cleaner; reading it again needs a new open",
-					zap.String("file", h.of.id), zap.Uint64("cno", cno), zap.Error(err))
-				return nil, syscall.ESTALE
-			}
-		}
-		return nil, h.fsys.errnoOf("read file "+h.of.id, err)
+		// The version this handle shows may be one the cleaner dropped
+		// since (another mount published two newer ones, and gc
+		// --min-age passed while the handle was held).
+		return nil, h.fsys.readErrno(ctx, "read file "+h.of.id, h.of.id, h.of.f.Stat().Cno, err)
 	}
 	return fuse.ReadResultData(b), 0
 }
