@@ -547,3 +547,68 @@ func TestDroppedCopyCheckpointPart0GoesFirst(t *testing.T) {
 		t.Fatalf("nothing of a's first checkpoint was deleted: %v", st.keys)
 	}
 }
+
+// A copy of a copy names every file of its source's lineage, even one the
+// source no longer points into (cp X D; rm X; D written over whole): the
+// cleaner reaps X, then cp D E stores E's marker under X's prefix, which no
+// name reaches. A run past the grace deletes it; a young one stays (its
+// copy may be in progress), and E reads back.
+func TestMarkerUnderReapedFile(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	p := params(segment.FormatStream, false)
+	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, name := range []string{"x", "d", "e"} {
+		n, err := ns.Create(ctx, namespace.RootIno, name, 0o644, namespace.Owner{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = n.FileID
+	}
+	r := rand.New(rand.NewPCG(9, 10))
+	const size = 12 << 10
+	newFileWith(t, st, p, ids["x"], randBytes(r, size))
+	copyFile(t, st, p, ids["d"], ids["x"])
+	if _, err := ns.Unlink(ctx, namespace.RootIno, "x"); err != nil {
+		t.Fatal(err)
+	}
+	dNow := overwrite(t, st, p, ids["d"], size, 1, r)
+	late := time.Now().Add(2 * time.Hour)
+	o := cleaner.Options{Keep: 1, Grace: time.Hour, Now: func() time.Time { return late }}
+	for range 2 {
+		late = late.Add(2 * time.Hour)
+		if _, err := cleaner.CleanVolume(ctx, st, "", o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if left := keys(t, st, filePrefix(ids["x"])); len(left) != 0 {
+		t.Fatalf("orphan x not reaped: %v", left)
+	}
+	copyFile(t, st, p, ids["e"], ids["d"])
+	marker := volume.RefKey(filePrefix(ids["x"]), ids["e"])
+	if left := keys(t, st, filePrefix(ids["x"])); !slices.Equal(left, []string{marker}) {
+		t.Fatalf("under the reaped x after cp d e: %v, want only %s", left, marker)
+	}
+	// Young: kept.
+	young := cleaner.Options{Keep: 1, Grace: time.Hour}
+	if _, err := cleaner.CleanVolume(ctx, st, "", young); err != nil {
+		t.Fatal(err)
+	}
+	if left := keys(t, st, filePrefix(ids["x"])); len(left) != 1 {
+		t.Fatalf("a marker younger than the grace deleted: %v left", left)
+	}
+	late = late.Add(2 * time.Hour)
+	rep, err := cleaner.CleanVolume(ctx, st, "", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := keys(t, st, filePrefix(ids["x"])); len(left) != 0 {
+		t.Fatalf("under the reaped x after a run past the grace: %v (skipped %v)", left, rep.Skipped)
+	}
+	checkContents(t, st, p, ids["e"], dNow)
+	checkContents(t, st, p, ids["d"], dNow)
+}

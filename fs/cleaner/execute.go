@@ -291,7 +291,7 @@ func (p *Plan) replan(ctx context.Context, f *filePlan) (*filePlan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", f.prefix, err)
 	}
-	q := &Plan{st: p.st, root: p.root, o: p.o, view: p.view, refs: p.refs}
+	q := &Plan{st: p.st, root: p.root, o: p.o, ns: p.ns, view: p.view, refs: p.refs}
 	q.o.Progress = nil
 	if err := q.planFile(ctx, f.prefix, f.id, objs, f.recHad); err != nil {
 		return nil, err

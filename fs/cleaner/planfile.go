@@ -37,13 +37,17 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 	maps := newFileMaps(p.st, p.refs.files, id, prefix)
 	hd, hinfo, chain, err := maps.readChain(ctx, segment.FileTag(id), listed)
 	if errors.Is(err, ErrNoHead) {
-		for _, obj := range objs {
-			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: ErrNoHead.Error()})
-		}
 		// What was pending stays so: nothing is decided without a head.
 		fpl.rec = old
+		if p.forgotten(id) {
+			err = p.planForgotten(ctx, fpl, objs)
+		} else {
+			for _, obj := range objs {
+				rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: ErrNoHead.Error()})
+			}
+		}
 		p.files = append(p.files, fpl)
-		return nil
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("clean %s: %w", prefix, err)
@@ -87,6 +91,54 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 	}
 	fpl.del = d.decide(objs)
 	p.files = append(p.files, fpl)
+	return nil
+}
+
+// forgotten says whether the namespace knows file id no more: neither named
+// nor an orphan (a run reaped it and made the namespace forget it). Without
+// the namespace (PlanFile) nothing is.
+func (p *Plan) forgotten(id string) bool {
+	return p.ns != nil && !p.ns.Named(id) && !p.ns.Orphaned(id)
+}
+
+// planForgotten plans a file the namespace forgot, whose objects were
+// reaped: what is under it since is reference markers of copies of copies
+// (a lineage names every file its source was ever copied from, even one the
+// source no longer points into: cp X D, rm X, D written over, X reaped, cp
+// D E stores E's marker under X). Such a marker goes by the rule of any
+// marker: once older than Grace and its copy keeps nothing of the file.
+// Anything else is left alone and reported.
+func (p *Plan) planForgotten(ctx context.Context, fpl *filePlan, objs []staging.ObjectInfo) error {
+	rep, now := &p.rep, p.o.now()
+	for _, obj := range objs {
+		copyID, ok := volume.IsRefKey(strings.TrimPrefix(obj.Key, fpl.prefix))
+		if !ok {
+			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: "under a file the namespace no longer knows"})
+			continue
+		}
+		fpl.refs[obj.Key] = obj.LastModified
+		if now.Sub(obj.LastModified) <= p.o.Grace {
+			rep.Kept++
+			rep.KeptBytes += obj.Size
+			continue
+		}
+		r, err := p.refs.get(ctx, copyID)
+		if err != nil && ctx.Err() != nil {
+			return fmt.Errorf("clean %s: %w", fpl.prefix, err)
+		}
+		if err != nil || !r.stale(fpl.id) {
+			// A copy that points into objects reaped already has lost
+			// them: nothing to keep, but not ours to hide either.
+			reason := "reference marker under a file the namespace no longer knows, of a copy that points into it"
+			if err != nil {
+				reason = "reference marker under a file the namespace no longer knows: " + err.Error()
+			}
+			rep.Skipped = append(rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: reason})
+			continue
+		}
+		fpl.del = append(fpl.del, doomedObject{Object: Object{Key: obj.Key, Size: obj.Size,
+			Reason: "reference marker under a file the namespace forgot, of a copy that does not point into it, older than the grace period"}, ref: obj.LastModified})
+	}
 	return nil
 }
 
