@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ckptfs/ckptfs/test/campaign"
 )
 
@@ -98,5 +100,34 @@ func TestCampaignModel(t *testing.T) {
 		if !tc.ok && !strings.Contains(msg, "history") {
 			t.Errorf("with the WAL, %s: the failure does not give the history: %s", tc.name, msg)
 		}
+	}
+}
+
+// The model's fallocate: each mode's size and bytes, inside and past the end.
+func TestModelFallocated(t *testing.T) {
+	b := []byte("abcdefgh")
+	punch := uint32(unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE)
+	zeroKeep := uint32(unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE)
+	zero := uint32(unix.FALLOC_FL_ZERO_RANGE)
+	for _, tc := range []struct {
+		mode   uint32
+		off, n int64
+		want   string
+	}{
+		{punch, 2, 3, "ab\x00\x00\x00fgh"},
+		{punch, 6, 10, "abcdef\x00\x00"},
+		{punch, 9, 2, "abcdefgh"},
+		{zeroKeep, 0, 1, "\x00bcdefgh"},
+		{zero, 6, 4, "abcdef\x00\x00\x00\x00"},
+		{zero, 10, 1, "abcdefgh\x00\x00\x00"},
+		{0, 4, 2, "abcdefgh"},
+		{0, 7, 3, "abcdefgh\x00\x00"},
+	} {
+		if got := fallocated(b, tc.mode, tc.off, tc.n); string(got) != tc.want {
+			t.Errorf("fallocate mode %#x at %d+%d of %q: %q, want %q", tc.mode, tc.off, tc.n, b, got, tc.want)
+		}
+	}
+	if string(b) != "abcdefgh" {
+		t.Errorf("the state changed in place: %q", b)
 	}
 }

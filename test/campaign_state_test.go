@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ckptfs/ckptfs/test/campaign"
 )
 
@@ -207,10 +209,28 @@ func (c *campaignRun) applyChange(b []byte, op *campaign.Op) []byte {
 		nb := make([]byte, op.Int(1))
 		copy(nb, b)
 		return nb
+	case "falloc":
+		return fallocated(b, uint32(op.Int(1)), op.Int(2), op.Int(3))
 	case "open":
 		return nil
 	}
 	return b
+}
+
+// fallocated returns b after fallocate(2) of mode over [off, off+n): the
+// size grows to off+n unless the mode keeps it; a punched or zeroed range
+// reads as zeros, a plain allocation leaves the bytes as they were.
+func fallocated(b []byte, mode uint32, off, n int64) []byte {
+	size := int64(len(b))
+	if mode&unix.FALLOC_FL_KEEP_SIZE == 0 {
+		size = max(size, off+n)
+	}
+	nb := make([]byte, size)
+	copy(nb, b)
+	if mode&(unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_ZERO_RANGE) != 0 && off < size {
+		clear(nb[off:min(off+n, size)])
+	}
+	return nb
 }
 
 // rebased is f's history after the other mount's change op: the home mount
@@ -378,6 +398,14 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			return false
 		}
 		change(c.applyChange(f.cur(), op))
+	case "falloc":
+		if !needFile() {
+			return false
+		}
+		change(c.applyChange(f.cur(), op))
+		if !uncertain {
+			c.stats.fallocs++
+		}
 	case "fsync", "close":
 		if !needFile() {
 			return false

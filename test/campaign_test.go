@@ -177,6 +177,7 @@ type campaignStats struct {
 	ops, okOps   int64 // operations attempted, and succeeded
 	writes       int64
 	bytesWritten int64
+	fallocs      int64 // fallocate changes (holes punched, ranges zeroed, allocations)
 	fsyncs       int64 // fsyncs and closes that succeeded
 	copies       int64 // copies (copy_file_range, ckptfs cp) that succeeded
 	// Where features meet: reads through the other mount (close-to-open),
@@ -202,12 +203,12 @@ type campaignStats struct {
 }
 
 func (s campaignStats) String() string {
-	return fmt.Sprintf("%d iterations, %d operations (%d succeeded: %d writes of %d bytes, %d fsyncs and closes, %d copies; "+
+	return fmt.Sprintf("%d iterations, %d operations (%d succeeded: %d writes of %d bytes, %d fallocates, %d fsyncs and closes, %d copies; "+
 		"%d reads through the other mount, %d through a held descriptor, %d of names just unlinked or on the lagging read-only mount, %d of .checkpoints, "+
 		"%d O_CREAT opens through the other mount, %d chmods, %d changes through the other mount met by a merge or after it), "+
 		"%d SIGKILLs, %d mounts writing the parted format, %d operations failed with EIO under faults, %d with EINTR and %d with EBUSY (the WAL's lease of a copy the other mount still published), %d files and %d bytes checked after the kills, %d gc runs (%d failed), "+
 		"%d write requests from the read-only mount, %d files counted by fsck at the end (names at the end: %d of parted files, %d of stream files), faults: %d of %v",
-		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fsyncs, s.copies,
+		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fallocs, s.fsyncs, s.copies,
 		s.crossReads, s.heldReads, s.staleReads, s.ckptReads, s.crossCreates, s.chmods, s.foreign,
 		s.kills, s.partedMounts, s.eio, s.eintr, s.ebusy, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed,
 		s.thirdWrites, s.fsckFiles, s.partedFiles, s.streamFiles, s.proxy.Faults(), s.proxy)
@@ -219,6 +220,7 @@ func (s *campaignStats) add(o campaignStats) {
 	s.okOps += o.okOps
 	s.writes += o.writes
 	s.bytesWritten += o.bytesWritten
+	s.fallocs += o.fallocs
 	s.fsyncs += o.fsyncs
 	s.copies += o.copies
 	s.crossReads += o.crossReads

@@ -1,6 +1,6 @@
 // Command driver is the program the crash-and-fault campaign runs through
-// ckptfs mounts: it writes, overwrites, truncates, fsyncs, closes, reads,
-// renames and unlinks the files of its own directory with ordinary
+// ckptfs mounts: it writes, overwrites, truncates, punches holes and zeroes
+// ranges (fallocate), fsyncs, closes, reads, renames and unlinks the files of its own directory with ordinary
 // syscalls, by a seeded random plan, and logs every operation and its
 // outcome (package campaign) on standard output. It stops at its first
 // error, or when standard input closes.
@@ -261,8 +261,10 @@ func (d *driver) step() error {
 	}
 	x := d.rng.IntN(100)
 	switch {
-	case x < 50:
+	case x < 46:
 		return d.write(name, f)
+	case x < 50:
+		return d.falloc(name, f)
 	case x < 57:
 		return d.trunc(name, f)
 	case x < 70:
@@ -430,6 +432,41 @@ func (d *driver) trunc(name string, f *file) error {
 	}
 	f.dirty = f.dirty || size != f.size
 	f.size = size
+	return nil
+}
+
+// fallocModes are the fallocate(2) modes the driver uses: punching a hole,
+// zeroing a range (keeping the size, or growing it to the range's end), and
+// plain allocation (mode 0: the size grows to the range's end, the bytes in
+// it stay).
+var fallocModes = []uint32{
+	unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE,
+	unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE,
+	unix.FALLOC_FL_ZERO_RANGE,
+	0,
+}
+
+// falloc changes a range of the file with fallocate(2), logged as
+// "falloc NAME MODE OFF LEN": a change like a write, with holes.
+func (d *driver) falloc(name string, f *file) error {
+	mode := fallocModes[d.rng.IntN(len(fallocModes))]
+	off := d.rng.Int64N(f.size + 1)
+	if d.rng.IntN(5) == 0 {
+		off = f.size + d.rng.Int64N(16<<10) // past the end
+	}
+	n := 1 + d.rng.Int64N(64<<10)
+	if off+n > d.maxSize {
+		return d.trunc(name, f)
+	}
+	if err := d.do("falloc", 0, []any{name, mode, off, n}, func() ([]any, error) {
+		return nil, unwrap(unix.Fallocate(int(f.fd.Fd()), mode, off, n))
+	}); err != nil {
+		return err
+	}
+	if mode&unix.FALLOC_FL_KEEP_SIZE == 0 && off+n > f.size {
+		f.size = off + n
+	}
+	f.dirty = true
 	return nil
 }
 
