@@ -209,7 +209,7 @@ func (c *campaignRun) applyChange(b []byte, op *campaign.Op) []byte {
 		nb := make([]byte, op.Int(1))
 		copy(nb, b)
 		return nb
-	case "falloc":
+	case "falloc", "ofalloc":
 		return fallocated(b, uint32(op.Int(1)), op.Int(2), op.Int(3))
 	case "open":
 		return nil
@@ -602,7 +602,7 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			f.mode = uint32(m)
 			c.stats.chmods++
 		}
-	case "owrite", "otrunc":
+	case "owrite", "otrunc", "ofalloc":
 		if !needFile() {
 			return false
 		}

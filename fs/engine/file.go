@@ -289,10 +289,14 @@ type File struct {
 	zeroed  map[uint64]struct{}
 	minSize int64
 	partial map[uint64]*setBytes
-	// writeEnd is the furthest end of a write; zeroPast the lowest offset
-	// past this writer's size a zeroed range reached (noTruncate: none).
-	writeEnd int64
-	zeroPast int64
+	// writeEnd is the furthest end of a write. zeroAfter are the ranges
+	// zeroed past this writer's size (at the time), which a merge zeroes in
+	// the winner's bytes; past maxZeroAfter of them, zeroPast is the lowest
+	// offset they reached and a merge onto bytes there gives way
+	// (noTruncate: none).
+	writeEnd  int64
+	zeroAfter []byteRange
+	zeroPast  int64
 
 	// The checkpoint being built.
 	pendingCno uint64 // 0: not taken yet
@@ -851,6 +855,7 @@ func (f *File) resetSince() {
 	f.minSize = noTruncate
 	f.partial = nil
 	f.writeEnd = 0
+	f.zeroAfter = nil
 	f.zeroPast = noTruncate
 	f.pendingCno = 0
 	f.nextPart = 1

@@ -146,9 +146,9 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 			return t, fmt.Errorf("flush %s: replaced by a copy on another mount: %w", f.prefix, ce)
 		}
 		if f.zeroPast < min(int64(ce.Theirs.Size), f.minSize) {
-			// This writer zeroed a range past its end where the winner has
-			// bytes: no merge gives what zeroing after the winner would
-			// (the record stops at this writer's end), so it gives way.
+			// This writer zeroed more ranges past its end than it keeps
+			// (maxZeroAfter) and the winner has bytes there: no merge
+			// gives what zeroing after the winner would, so it gives way.
 			f.rollbackLocked(ce.theirsHead(), ce.theirsETag(), ce.walApplied)
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: a range zeroed past this writer's end has bytes of checkpoint %d: %w", f.prefix, ce.Theirs.Cno, ce)
@@ -603,6 +603,25 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 	if cut < int64(theirs.Size) && cut%bs != 0 {
 		visit[cutBlock] = struct{}{}
 	}
+	// And the blocks of the ranges this writer zeroed past its end: the
+	// winner's bytes there are zeroed, then this writer's later ones laid
+	// over. A block wholly inside one range is a hole.
+	zeroAfter := f.zeroAfterIn(cut)
+	for _, r := range zeroAfter {
+		for fbn := uint64(r.lo / bs); fbn <= uint64((r.hi-1)/bs); fbn++ {
+			visit[fbn] = struct{}{}
+		}
+	}
+	zeroedIn := func(fbn uint64) (touched, whole bool) {
+		lo, hi := int64(fbn)*bs, int64(fbn+1)*bs
+		for _, r := range zeroAfter {
+			if r.lo < hi && lo < r.hi {
+				touched = true
+				whole = whole || r.lo <= lo && hi <= r.hi
+			}
+		}
+		return touched, whole
+	}
 	// Blocks that are this writer's only in part (or not at all, the cut's)
 	// are composed into new buffers first; f changes only once all are.
 	type mergedBlock struct {
@@ -639,10 +658,11 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 			}
 		}
 		empty := set == nil || set.empty()
+		touched, whole := zeroedIn(fbn)
 		switch {
-		case empty && !present:
+		case empty && (!present || whole):
 			m.hole = true
-		case empty && start+bs <= cut:
+		case empty && start+bs <= cut && !touched:
 			// The winner's block as it stands.
 		default:
 			m.buf = getBlockBuf(f.bs)
@@ -686,8 +706,14 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 		if m.buf == nil {
 			continue
 		}
-		if in := cut - int64(m.fbn)*bs; in > 0 && in < bs {
+		start := int64(m.fbn) * bs
+		if in := cut - start; in > 0 && in < bs {
 			clear(m.buf[in:]) // cut
+		}
+		for _, r := range zeroAfter {
+			if lo, hi := max(r.lo, start), min(r.hi, start+bs); lo < hi {
+				clear(m.buf[lo-start : hi-start])
+			}
 		}
 		if k, ok := ours[i]; ok {
 			ob := ourBufs[k]
@@ -739,6 +765,15 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 		d.buf, d.ref = m.buf, nil
 		if f.sendAheadOn() {
 			f.s.markUnsent(m.fbn)
+		}
+		if _, ok := f.partial[m.fbn]; !ok {
+			// A block of a range zeroed past this writer's end that it
+			// set nothing of: an empty record keeps it the winner's but
+			// for the zeros, should another merge come.
+			if f.partial == nil {
+				f.partial = map[uint64]*setBytes{}
+			}
+			f.partial[m.fbn] = &setBytes{}
 		}
 	}
 	if f.minSize == noTruncate {

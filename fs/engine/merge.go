@@ -16,6 +16,70 @@ import "math/bits"
 // this writer's: the merge then keeps the whole block, as it did before
 // this record existed.
 
+// maxZeroAfter bounds the ranges zeroed past this writer's end that it keeps
+// for a merge (File.zeroAfter); past it only the lowest offset they reached
+// is kept (File.zeroPast), and a merge onto a winner with bytes there gives
+// way.
+const maxZeroAfter = 16
+
+// byteRange is bytes [lo, hi) of the file.
+type byteRange struct{ lo, hi int64 }
+
+// noteZeroAfterLocked records that [lo, hi), past this writer's end when it
+// was zeroed, reads as zeros: nothing of this writer's is there, but a
+// winner of a merge may have bytes there, which zeroing after it clears.
+// In serial order this writer's later writes there come after the zeros,
+// and a merge lays them over (its bytes set win); its earlier ones cannot
+// be there (the range was past its end), unless a truncate since cut them,
+// and then the cut goes lower still.
+func (f *File) noteZeroAfterLocked(lo, hi int64) {
+	if lo >= hi {
+		return
+	}
+	if f.zeroPast != noTruncate {
+		f.zeroPast = min(f.zeroPast, lo) // too many ranges already
+		return
+	}
+	out := make([]byteRange, 0, len(f.zeroAfter)+1)
+	n := byteRange{lo, hi}
+	placed := false
+	for _, r := range f.zeroAfter {
+		switch {
+		case r.hi < n.lo:
+			out = append(out, r)
+		case n.hi < r.lo:
+			if !placed {
+				out = append(out, n)
+				placed = true
+			}
+			out = append(out, r)
+		default:
+			n.lo, n.hi = min(n.lo, r.lo), max(n.hi, r.hi)
+		}
+	}
+	if !placed {
+		out = append(out, n)
+	}
+	if len(out) > maxZeroAfter {
+		f.zeroPast = out[0].lo
+		f.zeroAfter = nil
+		return
+	}
+	f.zeroAfter = out
+}
+
+// zeroAfterIn returns the parts of the ranges zeroed past this writer's end
+// that lie below cut (the winner's bytes past it are gone anyway).
+func (f *File) zeroAfterIn(cut int64) []byteRange {
+	var out []byteRange
+	for _, r := range f.zeroAfter {
+		if hi := min(r.hi, cut); r.lo < hi {
+			out = append(out, byteRange{r.lo, hi})
+		}
+	}
+	return out
+}
+
 // maxSetSpans bounds the spans one block's record keeps; past it the record
 // becomes a bitmap of the block's bytes, one bit a byte (a 4 KiB block's is
 // 512 bytes), so a block set in many small pieces costs at most that.

@@ -155,10 +155,12 @@ func TestMergeIsSerial(t *testing.T) {
 	}
 }
 
-// TestMergeZeroPastEndGivesWay: a writer that zeroed a range past its own
-// end cannot merge onto a winner with bytes there; its flush fails and it
-// reads the winner.
-func TestMergeZeroPastEndGivesWay(t *testing.T) {
+// TestMergeZeroPastEnd: a writer that zeroed a range past its own end
+// (fallocate PUNCH_HOLE or ZERO_RANGE with KEEP_SIZE) merges onto a winner
+// with bytes there as zeroing after it would: the winner's bytes in the
+// range are zeros, this writer's later writes there are laid over, and the
+// rest is the winner's.
+func TestMergeZeroPastEnd(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
 	p := smallParams(segment.FormatStream)
@@ -167,18 +169,60 @@ func TestMergeZeroPastEndGivesWay(t *testing.T) {
 	w.Close()
 	a := mustOpen(t, st, "z/", p)
 	b := mustOpen(t, st, "z/", p)
-	writeFlush(t, b, bytes.Repeat([]byte{'b'}, 2000), 1000)
+	theirs := writeFlushed(t, b, 1000, 9000, 'b') // several blocks past a's end
+	mine := []mergeOp{wr(0, 1, 'a'), zr(900, 5100), wr(3000, 100, 'c'), zr(7500, 20)}
+	for _, op := range mine {
+		if err := op.do(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatalf("flush: %v", err)
+	}
+	want := theirs
+	for _, op := range mine {
+		want = op.apply(want)
+	}
+	mustEqual(t, "this writer after the merge", readAll(t, a), want)
+	mustEqual(t, "a fresh open", readAll(t, mustOpen(t, st, "z/", p)), want)
+	if a.Losses() != 0 {
+		t.Fatalf("%d changes counted as lost", a.Losses())
+	}
+}
+
+// writeFlushed writes n bytes of val at off through f, publishes them and
+// returns what f then holds.
+func writeFlushed(t *testing.T, f *File, off, n int64, val byte) []byte {
+	t.Helper()
+	writeFlush(t, f, bytes.Repeat([]byte{val}, int(n)), off)
+	return readAll(t, f)
+}
+
+// TestMergeZeroPastEndTooManyGivesWay: past maxZeroAfter disjoint ranges
+// zeroed past its end, a writer keeps only the lowest offset they reached
+// and cannot merge onto a winner with bytes there; its flush fails and it
+// reads the winner.
+func TestMergeZeroPastEndTooManyGivesWay(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	p := smallParams(segment.FormatStream)
+	w := mustCreate(t, st, "z/", p)
+	writeFlush(t, w, bytes.Repeat([]byte{'X'}, 1000), 0)
+	w.Close()
+	a := mustOpen(t, st, "z/", p)
+	b := mustOpen(t, st, "z/", p)
+	want := writeFlushed(t, b, 1000, 2000, 'b')
 	if _, err := a.WriteAt(ctx, []byte("a"), 0); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.Zero(ctx, 900, 1500); err != nil {
-		t.Fatal(err)
+	for i := range int64(maxZeroAfter + 1) {
+		if err := a.Zero(ctx, 1000+i*50, 10); err != nil {
+			t.Fatal(err)
+		}
 	}
-	_, err := a.Flush(ctx)
-	if err == nil {
-		t.Fatalf("flush merged a zeroed range past the writer's end")
+	if _, err := a.Flush(ctx); err == nil {
+		t.Fatalf("flush merged %d ranges zeroed past the writer's end", maxZeroAfter+1)
 	}
-	want := append(bytes.Repeat([]byte{'X'}, 1000), bytes.Repeat([]byte{'b'}, 2000)...)
 	mustEqual(t, "after giving way", readAll(t, a), want)
 	if a.Losses() == 0 {
 		t.Fatalf("dropped changes not counted as lost")

@@ -467,9 +467,7 @@ func (f *File) Zero(ctx context.Context, off, n int64) error {
 		return err
 	}
 	if min(off+n, f.size) <= off {
-		if n > 0 {
-			f.zeroPast = min(f.zeroPast, off) // see zeroLocked
-		}
+		f.noteZeroAfterLocked(off, off+n) // see zeroLocked
 		return nil
 	}
 	now := time.Now()
@@ -489,8 +487,8 @@ func (f *File) zeroLocked(ctx context.Context, off, n int64) error {
 	end := min(off+n, f.size)
 	if off+n > end && n > 0 {
 		// Past this writer's end nothing is zeroed here, but the winner of
-		// a merge may have bytes there: such a merge fails (flushLocked).
-		f.zeroPast = min(f.zeroPast, max(off, end))
+		// a merge may have bytes there: the merge zeroes them.
+		f.noteZeroAfterLocked(max(off, end), off+n)
 	}
 	bs := int64(f.bs)
 	for pos := off; pos < end; {

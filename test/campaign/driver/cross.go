@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ckptfs/ckptfs/test/campaign"
 )
 
@@ -250,14 +252,15 @@ func (d *driver) readCheckpoint(name string, f *file) error {
 	})
 }
 
-// foreignChange writes or truncates name through the other mount (open,
+// foreignChange writes, truncates or fallocates name through the other mount (open,
 // change, close: a checkpoint of that mount), then, when the home mount has
 // the file open with changes of its own, fsyncs there: the flush merges.
 func (d *driver) foreignChange(name string, f *file) error {
 	if err := d.see(1); err != nil {
 		return err
 	}
-	if d.rng.IntN(3) == 0 {
+	switch x := d.rng.IntN(6); {
+	case x < 2:
 		size := d.rng.Int64N(f.size + 1)
 		if err := d.do("otrunc", 1, []any{name, size}, func() ([]any, error) {
 			o, err := os.OpenFile(d.path(1, name), os.O_WRONLY, 0)
@@ -275,7 +278,30 @@ func (d *driver) foreignChange(name string, f *file) error {
 		if f.fd == nil {
 			f.size = size
 		}
-	} else {
+	case x < 3:
+		mode := fallocModes[d.rng.IntN(len(fallocModes))]
+		off := d.rng.Int64N(f.size + 1)
+		n := 1 + d.rng.Int64N(16<<10)
+		if off+n > d.maxSize {
+			off = 0
+		}
+		if err := d.do("ofalloc", 1, []any{name, mode, off, n}, func() ([]any, error) {
+			o, err := os.OpenFile(d.path(1, name), os.O_WRONLY, 0)
+			if err != nil {
+				return nil, unwrap(err)
+			}
+			err = unix.Fallocate(int(o.Fd()), mode, off, n)
+			if cerr := o.Close(); err == nil {
+				err = cerr
+			}
+			return nil, unwrap(err)
+		}); err != nil {
+			return err
+		}
+		if mode&unix.FALLOC_FL_KEEP_SIZE == 0 {
+			f.size = max(f.size, off+n)
+		}
+	default:
 		off := d.rng.Int64N(f.size + 1)
 		n := 1 + d.rng.Int64N(16<<10)
 		if off+n > d.maxSize {
