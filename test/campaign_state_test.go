@@ -384,26 +384,17 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			// new.)
 			change(nil)
 		}
-	case "write":
+	case "write", "trunc", "falloc":
 		if !needFile() {
 			return false
 		}
 		change(c.applyChange(f.cur(), op))
-		if !uncertain {
+		switch {
+		case uncertain:
+		case op.Kind == "write":
 			c.stats.writes++
 			c.stats.bytesWritten += op.Int(2)
-		}
-	case "trunc":
-		if !needFile() {
-			return false
-		}
-		change(c.applyChange(f.cur(), op))
-	case "falloc":
-		if !needFile() {
-			return false
-		}
-		change(c.applyChange(f.cur(), op))
-		if !uncertain {
+		case op.Kind == "falloc":
 			c.stats.fallocs++
 		}
 	case "fsync", "close":

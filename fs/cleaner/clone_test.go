@@ -224,18 +224,7 @@ func TestOrphanACopyPointsInto(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
 	p := params(segment.FormatStream, false)
-	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := map[string]string{}
-	for _, name := range []string{"x", "d"} {
-		n, err := ns.Create(ctx, namespace.RootIno, name, 0o644, namespace.Owner{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[name] = n.FileID
-	}
+	ns, ids := namedFiles(t, st, "x", "d")
 	r := rand.New(rand.NewPCG(3, 4))
 	data := randBytes(r, 12<<10)
 	newFileWith(t, st, p, ids["x"], data)
@@ -557,18 +546,7 @@ func TestMarkerUnderReapedFile(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
 	p := params(segment.FormatStream, false)
-	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids := map[string]string{}
-	for _, name := range []string{"x", "d", "e"} {
-		n, err := ns.Create(ctx, namespace.RootIno, name, 0o644, namespace.Owner{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ids[name] = n.FileID
-	}
+	ns, ids := namedFiles(t, st, "x", "d", "e")
 	r := rand.New(rand.NewPCG(9, 10))
 	const size = 12 << 10
 	newFileWith(t, st, p, ids["x"], randBytes(r, size))

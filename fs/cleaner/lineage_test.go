@@ -123,22 +123,16 @@ func testUnreadableCopy(t *testing.T, copyFn func(t *testing.T, st staging.Store
 	ctx := context.Background()
 	st := mem.New()
 	p := params(segment.FormatStream, false)
-	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	n, err := ns.Create(ctx, namespace.RootIno, "d", 0o644, namespace.Owner{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns, ids := namedFiles(t, st, "d")
+	dID := ids["d"]
 	// "0" is listed before any id the namespace makes (hex): the file is
 	// cleaned before its copy is reaped.
 	x := writeHistory(t, st, "0", p, 3, 9)
-	copyFn(t, st, p, n.FileID, x.id)
+	copyFn(t, st, p, dID, x.id)
 	if _, err := ns.Unlink(ctx, namespace.RootIno, "d"); err != nil {
 		t.Fatal(err)
 	}
-	dPrefix := volume.FilePrefix("", n.FileID)
+	dPrefix := volume.FilePrefix("", dID)
 	lins := keys(t, st, dPrefix+segment.LineageDir)
 	if len(lins) != 1 {
 		t.Fatalf("copy's lineage objects %v, want one", lins)
@@ -167,7 +161,7 @@ func testUnreadableCopy(t *testing.T, copyFn func(t *testing.T, st staging.Store
 	if after := keys(t, st, x.prefix); !slices.Equal(before, after) {
 		t.Fatalf("file a copy points into lost objects while the copy could not be read: %v -> %v", before, after)
 	}
-	marker := volume.RefKey(x.prefix, n.FileID)
+	marker := volume.RefKey(x.prefix, dID)
 	if len(rep.Skipped) != 1 || rep.Skipped[0].Key != marker {
 		t.Fatalf("skipped %v, want the marker %s", rep.Skipped, marker)
 	}

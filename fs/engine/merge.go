@@ -22,28 +22,20 @@ import "math/bits"
 // way.
 const maxZeroAfter = 16
 
-// byteRange is bytes [lo, hi) of the file.
-type byteRange struct{ lo, hi int64 }
+// interval is bytes [lo, hi): of one block (span) or of the file
+// (byteRange).
+type interval[T int32 | int64] struct{ lo, hi T }
 
-// noteZeroAfterLocked records that [lo, hi), past this writer's end when it
-// was zeroed, reads as zeros: nothing of this writer's is there, but a
-// winner of a merge may have bytes there, which zeroing after it clears.
-// In serial order this writer's later writes there come after the zeros,
-// and a merge lays them over (its bytes set win); its earlier ones cannot
-// be there (the range was past its end), unless a truncate since cut them,
-// and then the cut goes lower still.
-func (f *File) noteZeroAfterLocked(lo, hi int64) {
-	if lo >= hi {
-		return
-	}
-	if f.zeroPast != noTruncate {
-		f.zeroPast = min(f.zeroPast, lo) // too many ranges already
-		return
-	}
-	out := make([]byteRange, 0, len(f.zeroAfter)+1)
-	n := byteRange{lo, hi}
+// byteRange is bytes [lo, hi) of the file.
+type byteRange = interval[int64]
+
+// insertInterval returns a new slice of rs (ascending, disjoint, not
+// adjoining) with n added: merged with every interval it overlaps or
+// adjoins.
+func insertInterval[T int32 | int64](rs []interval[T], n interval[T]) []interval[T] {
+	out := make([]interval[T], 0, len(rs)+1)
 	placed := false
-	for _, r := range f.zeroAfter {
+	for _, r := range rs {
 		switch {
 		case r.hi < n.lo:
 			out = append(out, r)
@@ -60,6 +52,25 @@ func (f *File) noteZeroAfterLocked(lo, hi int64) {
 	if !placed {
 		out = append(out, n)
 	}
+	return out
+}
+
+// noteZeroAfterLocked records that [lo, hi), past this writer's end when it
+// was zeroed, reads as zeros: nothing of this writer's is there, but a
+// winner of a merge may have bytes there, which zeroing after it clears.
+// In serial order this writer's later writes there come after the zeros,
+// and a merge lays them over (its bytes set win); its earlier ones cannot
+// be there (the range was past its end), unless a truncate since cut them,
+// and then the cut goes lower still.
+func (f *File) noteZeroAfterLocked(lo, hi int64) {
+	if lo >= hi {
+		return
+	}
+	if f.zeroPast != noTruncate {
+		f.zeroPast = min(f.zeroPast, lo) // too many ranges already
+		return
+	}
+	out := insertInterval(f.zeroAfter, byteRange{lo, hi})
 	if len(out) > maxZeroAfter {
 		f.zeroPast = out[0].lo
 		f.zeroAfter = nil
@@ -86,7 +97,7 @@ func (f *File) zeroAfterIn(cut int64) []byteRange {
 const maxSetSpans = 16
 
 // span is bytes [lo, hi) of one block.
-type span struct{ lo, hi int32 }
+type span = interval[int32]
 
 // setBytes is which bytes of one block this writer set since its head.
 type setBytes struct {
@@ -103,27 +114,7 @@ func (s *setBytes) add(lo, hi, bs int) {
 		setBits(s.bits, lo, hi)
 		return
 	}
-	// Merge with every span it overlaps or adjoins.
-	out := make([]span, 0, len(s.spans)+1)
-	n := span{int32(lo), int32(hi)}
-	placed := false
-	for _, sp := range s.spans {
-		switch {
-		case sp.hi < n.lo:
-			out = append(out, sp)
-		case n.hi < sp.lo:
-			if !placed {
-				out = append(out, n)
-				placed = true
-			}
-			out = append(out, sp)
-		default:
-			n.lo, n.hi = min(n.lo, sp.lo), max(n.hi, sp.hi)
-		}
-	}
-	if !placed {
-		out = append(out, n)
-	}
+	out := insertInterval(s.spans, span{int32(lo), int32(hi)})
 	if len(out) <= maxSetSpans {
 		s.spans = out
 		return

@@ -162,13 +162,7 @@ func TestMergeIsSerial(t *testing.T) {
 // rest is the winner's.
 func TestMergeZeroPastEnd(t *testing.T) {
 	ctx := context.Background()
-	st := mem.New()
-	p := smallParams(segment.FormatStream)
-	w := mustCreate(t, st, "z/", p)
-	writeFlush(t, w, bytes.Repeat([]byte{'X'}, 1000), 0)
-	w.Close()
-	a := mustOpen(t, st, "z/", p)
-	b := mustOpen(t, st, "z/", p)
+	st, p, a, b := twoOnThousand(t)
 	theirs := writeFlushed(t, b, 1000, 9000, 'b') // several blocks past a's end
 	mine := []mergeOp{wr(0, 1, 'a'), zr(900, 5100), wr(3000, 100, 'c'), zr(7500, 20)}
 	for _, op := range mine {
@@ -190,6 +184,17 @@ func TestMergeZeroPastEnd(t *testing.T) {
 	}
 }
 
+// twoOnThousand opens two writers, a and b, on a file "z/" of 1,000 × 'X'.
+func twoOnThousand(t *testing.T) (*mem.Store, Params, *File, *File) {
+	t.Helper()
+	st := mem.New()
+	p := smallParams(segment.FormatStream)
+	w := mustCreate(t, st, "z/", p)
+	writeFlush(t, w, bytes.Repeat([]byte{'X'}, 1000), 0)
+	w.Close()
+	return st, p, mustOpen(t, st, "z/", p), mustOpen(t, st, "z/", p)
+}
+
 // writeFlushed writes n bytes of val at off through f, publishes them and
 // returns what f then holds.
 func writeFlushed(t *testing.T, f *File, off, n int64, val byte) []byte {
@@ -204,13 +209,7 @@ func writeFlushed(t *testing.T, f *File, off, n int64, val byte) []byte {
 // reads the winner.
 func TestMergeZeroPastEndTooManyGivesWay(t *testing.T) {
 	ctx := context.Background()
-	st := mem.New()
-	p := smallParams(segment.FormatStream)
-	w := mustCreate(t, st, "z/", p)
-	writeFlush(t, w, bytes.Repeat([]byte{'X'}, 1000), 0)
-	w.Close()
-	a := mustOpen(t, st, "z/", p)
-	b := mustOpen(t, st, "z/", p)
+	_, _, a, b := twoOnThousand(t)
 	want := writeFlushed(t, b, 1000, 2000, 'b')
 	if _, err := a.WriteAt(ctx, []byte("a"), 0); err != nil {
 		t.Fatal(err)
