@@ -626,11 +626,24 @@ func (l *Log) retake(ctx context.Context) (final bool, err error) {
 // it is closing, so that a writer of another mount that finds the lease
 // held waits for Close to let it go (Options.BusyWait) instead of failing.
 // The file calls it when its last handle open for writing closes, before
-// it waits for its last publish. Appends still work, and the mark stays:
-// it is only a hint, and a writer that waits for it in vain fails after
-// BusyWait as it would have at once.
+// it waits for its last publish. Appends still work, and the mark stays
+// until NotClosing: it is only a hint, and a writer that waits for it in
+// vain fails after BusyWait as it would have at once.
 func (l *Log) Closing() {
 	if l.lease.closing.Swap(true) {
+		return
+	}
+	select {
+	case l.poke <- struct{}{}:
+	default:
+	}
+}
+
+// NotClosing takes Closing back: the writer goes on writing after all (a
+// change came while it waited for its last publish). The owner object
+// says so at once.
+func (l *Log) NotClosing() {
+	if !l.lease.closing.Swap(false) {
 		return
 	}
 	select {

@@ -91,6 +91,11 @@ type walState struct {
 	// (or by Open, which owns the file alone) and read under either.
 	logMu sync.Mutex
 	log   *wal.Log
+
+	// markMu orders the closing mark: Close sets ending and marks the log;
+	// LetGoWAL takes its own mark back only while ending is not set.
+	markMu sync.Mutex
+	ending bool
 }
 
 // publish is one WAL publish in flight: part 0 pinned in memory.
@@ -633,11 +638,27 @@ func (w *walState) closeWait() time.Duration {
 // more (wal.Log.Closing): another mount's writer then waits for the lease
 // instead of failing while the last publish lands.
 func (w *walState) closing() {
+	w.markMu.Lock()
+	defer w.markMu.Unlock()
+	w.ending = true
 	w.logMu.Lock()
 	log := w.log
 	w.logMu.Unlock()
 	if log != nil {
 		log.Closing()
+	}
+}
+
+// stillWriting takes back the closing mark LetGoWAL put on log when it
+// keeps the lease after all (a change came, or the publish did not land in
+// time): a writer of another mount would otherwise wait for a close that
+// is not coming, up to wal_lease, before it fails with EBUSY. A Close
+// under way keeps its own mark.
+func (w *walState) stillWriting(log *wal.Log) {
+	w.markMu.Lock()
+	defer w.markMu.Unlock()
+	if !w.ending {
+		log.NotClosing()
 	}
 }
 
@@ -650,8 +671,9 @@ func (w *walState) closing() {
 // detached under every block, so no change is appending to it, then closed
 // with nothing held. A change here afterwards takes the lease again (after
 // the closing log lets it go). With changes left to publish (a publish that
-// failed, a change since), the lease is kept and not marked; a File closed
-// meanwhile does nothing. ctx bounds the waits and the close of the log
+// failed, a change since), the lease is kept and not marked; a change that
+// comes while it waits, or a publish that does not land in time, keeps the
+// lease and takes the mark back; a File closed meanwhile does nothing. ctx bounds the waits and the close of the log
 // (closeWait at most).
 func (f *File) LetGoWAL(ctx context.Context) {
 	f.w.logMu.Lock()
@@ -674,14 +696,18 @@ func (f *File) LetGoWAL(ctx context.Context) {
 		select {
 		case <-pub.done:
 		case <-ctx.Done():
-			return // the publish did not land in time: Close deals with it
+			// The publish did not land in time: the lease is kept, and
+			// Close deals with it.
+			f.w.stillWriting(log)
+			return
 		}
 	}
 	// In the order writes take them: their blocks, logMu, mu.
 	release := f.ranges.lock(allBlocks.lo, allBlocks.hi, true)
 	f.w.logMu.Lock()
 	f.mu.Lock()
-	idle := f.w.log == log && !f.closed && !f.ownUnpublishedLocked()
+	ours := f.w.log == log && !f.closed
+	idle := ours && !f.ownUnpublishedLocked()
 	if idle {
 		f.w.log = nil // mu's Unlock republishes the mark: Refresh lists others' records
 	}
@@ -689,6 +715,9 @@ func (f *File) LetGoWAL(ctx context.Context) {
 	f.w.logMu.Unlock()
 	release()
 	if !idle {
+		if ours {
+			f.w.stillWriting(log) // a change came meanwhile
+		}
 		return
 	}
 	if err := log.Close(ctx); err != nil {

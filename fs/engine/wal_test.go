@@ -419,6 +419,63 @@ func TestWALLetGoWhileOpen(t *testing.T) {
 	}
 }
 
+// A change that comes while LetGoWAL waits for the last publish keeps the
+// lease, and the owner object stops saying it is closing: a writer of
+// another mount must not wait for a close that is not coming.
+func TestWALLetGoTakesTheMarkBack(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	gate := &gateStore{Store: st, suffix: HeadKey, arrived: make(chan struct{}), release: make(chan struct{})}
+	o := Options{Params: walParams(segment.FormatStream), FileID: "g"}
+	c, err := Create(ctx, st, "g/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	a, err := Open(ctx, gate, "g/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.WriteAt(ctx, []byte("aaaa"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	<-gate.arrived // the publish's head waits
+	letGo := make(chan struct{})
+	go func() {
+		defer close(letGo)
+		a.LetGoWAL(ctx)
+	}()
+	owner := func() string {
+		body, _, err := st.Get(ctx, "g/"+wal.Dir+wal.OwnerName, staging.Range{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(body)
+	}
+	waitFor := func(what string, ok func() bool) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: owner %s", what, owner())
+			}
+		}
+	}
+	waitFor("marked closing", func() bool { return strings.Contains(owner(), `"closing"`) })
+	if _, err := a.WriteAt(ctx, []byte("b"), 1); err != nil {
+		t.Fatal(err)
+	}
+	close(gate.release)
+	<-letGo
+	if held, err := wal.Held(ctx, st, "g/"); err != nil || !held {
+		t.Fatalf("lease let go with a change unpublished: %v %v", held, err)
+	}
+	waitFor("the mark taken back", func() bool { return !strings.Contains(owner(), `"closing"`) })
+}
+
 func TestWALCreateRefusesLeftovers(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
