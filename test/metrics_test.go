@@ -160,7 +160,10 @@ func writeRandom(path string, n int64) error {
 // exposition, and the listener is gone after unmount.
 func TestMetricsDuringWrite(t *testing.T) {
 	v := newVolume(t)
-	m := v.mount("metrics=127.0.0.1:0,flush_interval=1s,stream_segment_bytes=16M")
+	// No periodic flush while it writes: at a slow writer's pace (the race
+	// detector on a loaded machine) a flush every second took every 16 MiB
+	// before it could be sent ahead. The close flushes.
+	m := v.mount("metrics=127.0.0.1:0,flush_interval=10m,stream_segment_bytes=16M")
 	addr := m.fsys.MetricsAddr()
 	if addr == "" {
 		t.Fatal("MetricsAddr is empty with -o metrics set")
