@@ -673,8 +673,8 @@ func (w *walState) stillWriting(log *wal.Log) {
 // the closing log lets it go). With changes left to publish (a publish that
 // failed, a change since), the lease is kept and not marked; a change that
 // comes while it waits, or a publish that does not land in time, keeps the
-// lease and takes the mark back; a File closed meanwhile does nothing. ctx bounds the waits and the close of the log
-// (closeWait at most).
+// lease and takes the mark back; a File closed meanwhile does nothing. ctx
+// bounds the waits and the close of the log (closeWait at most).
 func (f *File) LetGoWAL(ctx context.Context) {
 	f.w.logMu.Lock()
 	log := f.w.log

@@ -1,9 +1,9 @@
 // Command driver is the program the crash-and-fault campaign runs through
 // ckptfs mounts: it writes, overwrites, truncates, punches holes and zeroes
-// ranges (fallocate), fsyncs, closes, reads, renames and unlinks the files of its own directory with ordinary
-// syscalls, by a seeded random plan, and logs every operation and its
-// outcome (package campaign) on standard output. It stops at its first
-// error, or when standard input closes.
+// ranges (fallocate), fsyncs, closes, reads, renames and unlinks the files
+// of its own directory with ordinary syscalls, by a seeded random plan, and
+// logs every operation and its outcome (package campaign) on standard
+// output. It stops at its first error, or when standard input closes.
 //
 //	driver -id N -seed S -dir NAME -home MOUNT -other MOUNT [-max-size BYTES]
 //	       [-copies] [-cross] [-foreign] [-cno] [-third MOUNT]
@@ -26,10 +26,10 @@
 //     O_CREAT and without O_EXCL right after the home mount created it,
 //     opens a name right after the home mount unlinked it, changes modes
 //     through either mount, and reads old checkpoints under .checkpoints;
-//   - -foreign: the other mount writes, truncates or fallocates a file the home mount
-//     has open with changes not yet flushed, and the home mount's fsync
-//     then merges (no periodic flush on the home mount, so that what it
-//     had published is known);
+//   - -foreign: the other mount writes, truncates or fallocates a file the
+//     home mount has open with changes not yet flushed, and the home
+//     mount's fsync then merges (no periodic flush on the home mount, so
+//     that what it had published is known);
 //   - -cno: after each fsync and close the file's checkpoint number
 //     (user.ckptfs.cno) is logged, for the reads of .checkpoints;
 //   - -third: a read-only mount that lags (a long ns_refresh), where a name
