@@ -252,9 +252,10 @@ func (d *driver) readCheckpoint(name string, f *file) error {
 	})
 }
 
-// foreignChange writes, truncates or fallocates name through the other mount (open,
-// change, close: a checkpoint of that mount), then, when the home mount has
-// the file open with changes of its own, fsyncs there: the flush merges.
+// foreignChange writes, truncates or fallocates name through the other
+// mount (open, change, close: a checkpoint of that mount), then, when the
+// home mount has the file open with changes of its own, fsyncs there: the
+// flush merges.
 func (d *driver) foreignChange(name string, f *file) error {
 	if err := d.see(1); err != nil {
 		return err
