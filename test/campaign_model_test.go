@@ -131,3 +131,57 @@ func TestModelFallocated(t *testing.T) {
 		t.Errorf("the state changed in place: %q", b)
 	}
 }
+
+// The model's hard links: a second name leads to the same file, written
+// through it; a rename between two names of one file does nothing; the file
+// stays with its second name after its first is unlinked.
+func TestModelLinks(t *testing.T) {
+	const id = 4
+	ops, err := campaign.Parse([]string{
+		"B 1 10 open 0 f0 1 0", "E 1 11 ok",
+		"B 2 12 write 0 f0 0 100", "E 2 13 ok",
+		"B 3 14 close 0 f0", "E 3 15 ok",
+		"B 4 16 link 1 f0 f1", "E 4 17 ok",
+		"B 5 18 open 0 f1 0 0", "E 5 19 ok",
+		"B 6 20 write 0 f1 100 50", "E 6 21 ok",
+		"B 7 22 fsync 0 f0", "E 7 23 ok",
+		"B 8 24 rename 0 f0 f1", "E 8 25 ok",
+		"B 9 26 unlink 1 f0", "E 9 27 ok",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &campaignRun{curDriver: id}
+	v := nsView{dir: true, names: map[string]*mfile{}}
+	for _, op := range ops {
+		if !c.apply(op, &v, false, func(f string, a ...any) { t.Fatalf(f, a...) }) {
+			t.Fatalf("apply %v", op)
+		}
+	}
+	if len(v.names) != 1 || v.names["f1"] == nil {
+		t.Fatalf("names after the unlink: %v, want f1 alone", v.names)
+	}
+	want := make([]byte, 150)
+	copy(want, campaign.Pattern(id, 2, 0, 100))
+	copy(want[100:], campaign.Pattern(id, 6, 100, 50))
+	if msg := c.matches(v.names["f1"], want); msg != "" {
+		t.Errorf("both writes, through either name: %s", msg)
+	}
+	if msg := c.matches(v.names["f1"], want[:100]); msg == "" {
+		t.Errorf("the write through the second name, fsynced through the first, lost: accepted")
+	}
+	if c.stats.links != 1 {
+		t.Errorf("links counted: %d, want 1", c.stats.links)
+	}
+	// A link over an existing name is a failure of the log (the driver
+	// links only to free names).
+	bad, err := campaign.Parse([]string{"B 10 28 link 0 f1 f1", "E 10 29 ok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	failed := false
+	c.apply(bad[0], &v, false, func(string, ...any) { failed = true })
+	if !failed {
+		t.Errorf("a link over an existing name of the model: accepted")
+	}
+}

@@ -628,9 +628,25 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			return false
 		}
 		dst := op.Args[1]
+		if v.names[dst] == f {
+			return true // two names of one file: nothing happens
+		}
 		v.drop(dst)
 		v.drop(name)
 		v.names[dst] = f
+	case "link":
+		if !needFile() {
+			return false
+		}
+		if dst := op.Args[1]; v.names[dst] != nil {
+			fail("%v: linked over an existing file of the model", op)
+			return false
+		} else {
+			v.names[dst] = f
+		}
+		if !uncertain {
+			c.stats.links++
+		}
 	case "unlink":
 		if !needFile() {
 			return false

@@ -180,6 +180,7 @@ type campaignStats struct {
 	fallocs      int64 // fallocate changes (holes punched, ranges zeroed, allocations)
 	fsyncs       int64 // fsyncs and closes that succeeded
 	copies       int64 // copies (copy_file_range, ckptfs cp) that succeeded
+	links        int64 // hard links made (a file's second name)
 	// Where features meet: reads through the other mount (close-to-open),
 	// through a descriptor it held across the home mount's closes, of a
 	// name another mount had just unlinked or a lagging read-only mount
@@ -203,12 +204,12 @@ type campaignStats struct {
 }
 
 func (s campaignStats) String() string {
-	return fmt.Sprintf("%d iterations, %d operations (%d succeeded: %d writes of %d bytes, %d fallocates, %d fsyncs and closes, %d copies; "+
+	return fmt.Sprintf("%d iterations, %d operations (%d succeeded: %d writes of %d bytes, %d fallocates, %d fsyncs and closes, %d copies, %d hard links; "+
 		"%d reads through the other mount, %d through a held descriptor, %d of names just unlinked or on the lagging read-only mount, %d of .checkpoints, "+
 		"%d O_CREAT opens through the other mount, %d chmods, %d changes through the other mount met by a merge or after it), "+
 		"%d SIGKILLs, %d mounts writing the parted format, %d operations failed with EIO under faults, %d with EINTR and %d with EBUSY (the WAL's lease of a copy the other mount still published), %d files and %d bytes checked after the kills, %d gc runs (%d failed), "+
 		"%d write requests from the read-only mount, %d files counted by fsck at the end (names at the end: %d of parted files, %d of stream files), faults: %d of %v",
-		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fallocs, s.fsyncs, s.copies,
+		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fallocs, s.fsyncs, s.copies, s.links,
 		s.crossReads, s.heldReads, s.staleReads, s.ckptReads, s.crossCreates, s.chmods, s.foreign,
 		s.kills, s.partedMounts, s.eio, s.eintr, s.ebusy, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed,
 		s.thirdWrites, s.fsckFiles, s.partedFiles, s.streamFiles, s.proxy.Faults(), s.proxy)
@@ -223,6 +224,7 @@ func (s *campaignStats) add(o campaignStats) {
 	s.fallocs += o.fallocs
 	s.fsyncs += o.fsyncs
 	s.copies += o.copies
+	s.links += o.links
 	s.crossReads += o.crossReads
 	s.heldReads += o.heldReads
 	s.staleReads += o.staleReads
@@ -361,6 +363,7 @@ type campaignRun struct {
 	// driver's directory exists once it is in base.
 	base      []map[string][]byte
 	baseModes []map[string]uint32
+	baseInos  []map[string]uint64 // names of one file (hard links) share its inode number
 	// ghosts: per driver, the files that had each name in the last
 	// iteration (its model's names and past holders). The read-only
 	// mount C caught up in the check, but its kernel keeps the entries
@@ -408,7 +411,8 @@ func newCampaign(t *testing.T, seed uint64, wal, dirStore bool) *campaignRun {
 		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0xca)), wal: wal,
 		bin: bin, drv: drv, store: store, env: env, logs: logs, vol: v,
 		base: make([]map[string][]byte, campaignDrivers), baseModes: make([]map[string]uint32, campaignDrivers),
-		ghosts: make([]map[string][]holder, campaignDrivers),
+		baseInos: make([]map[string]uint64, campaignDrivers),
+		ghosts:   make([]map[string][]holder, campaignDrivers),
 	}
 	um := syscall.Umask(0)
 	syscall.Umask(um)
@@ -817,8 +821,12 @@ func (c *campaignRun) run(iterations int) campaignStats {
 func (c *campaignRun) finalClean() {
 	t := c.t
 	named := 0
-	for _, b := range c.base {
-		named += len(b)
+	for _, inos := range c.baseInos {
+		files := map[uint64]bool{}
+		for _, ino := range inos {
+			files[ino] = true
+		}
+		named += len(files) // a file with two names is one
 	}
 	pinned := 0
 	var gcOut string
@@ -1075,8 +1083,13 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 	// The view before the iteration; through C a name may still lead where
 	// it did in the last one (ghosts).
 	view := nsView{dir: c.base[d.id] != nil, names: map[string]*mfile{}, past: map[string][]holder{}}
+	byIno := map[uint64]*mfile{} // names of one file share its model
 	for name, b := range c.base[d.id] {
-		view.names[name] = newMfile(b, nil, c.baseModes[d.id][name])
+		ino := c.baseInos[d.id][name]
+		if byIno[ino] == nil {
+			byIno[ino] = newMfile(b, nil, c.baseModes[d.id][name])
+		}
+		view.names[name] = byIno[ino]
 	}
 	view.ghosts, c.ghosts[d.id] = c.ghosts[d.id], nil
 	var alt *nsView // the view if the last op, in flight, happened
@@ -1120,7 +1133,7 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 			// A change of names may or may not have happened: an
 			// alternative view; a change of content is the file's last,
 			// unacknowledged state.
-			if op.Kind == "mkdir" || op.Kind == "rename" || op.Kind == "unlink" || isCopy(op.Kind) || op.Kind == "open" && op.Int(1) == 1 {
+			if op.Kind == "mkdir" || op.Kind == "rename" || op.Kind == "link" || op.Kind == "unlink" || isCopy(op.Kind) || op.Kind == "open" && op.Int(1) == 1 {
 				a := view.clone()
 				alt = &a
 				c.apply(op, alt, true, fail)
@@ -1184,6 +1197,19 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 			fail("file %s: after the kill its mode is %o, want %o (or %o, if a chmod in flight happened)", name, perm, f.mode, f.modeAlt)
 		}
 	}
+	// Names of one file (hard links) show one inode number, names of
+	// different files different ones.
+	inoOf, fileOf := map[*mfile]string{}, map[uint64]string{}
+	for name, f := range chosen.names {
+		ino := got.inos[name]
+		if other, ok := inoOf[f]; ok && got.inos[other] != ino {
+			fail("files %s and %s: two names of one file, after the kill inodes %d and %d", other, name, got.inos[other], ino)
+		}
+		if other, ok := fileOf[ino]; ok && chosen.names[other] != f {
+			fail("files %s and %s: two files, after the kill one inode (%d)", other, name, ino)
+		}
+		inoOf[f], fileOf[ino] = name, name
+	}
 	// Mount B must show the same.
 	gotB, ok := c.readDirOn(1, d, fail)
 	if !ok {
@@ -1229,9 +1255,9 @@ func ghostsOf(view nsView, alt *nsView) map[string][]holder {
 // adopt makes got the starting point of driver d's next iteration.
 func (c *campaignRun) adopt(d *driverProc, got gotDir) {
 	if got.dir {
-		c.base[d.id], c.baseModes[d.id] = got.files, got.modes
+		c.base[d.id], c.baseModes[d.id], c.baseInos[d.id] = got.files, got.modes, got.inos
 	} else {
-		c.base[d.id], c.baseModes[d.id] = nil, nil
+		c.base[d.id], c.baseModes[d.id], c.baseInos[d.id] = nil, nil, nil
 	}
 }
 

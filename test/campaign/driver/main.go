@@ -1,6 +1,6 @@
 // Command driver is the program the crash-and-fault campaign runs through
 // ckptfs mounts: it writes, overwrites, truncates, punches holes and zeroes
-// ranges (fallocate), fsyncs, closes, reads, renames and unlinks the files
+// ranges (fallocate), fsyncs, closes, reads, renames, links and unlinks the files
 // of its own directory with ordinary syscalls, by a seeded random plan, and
 // logs every operation and its outcome (package campaign) on standard
 // output. It stops at its first error, or when standard input closes.
@@ -9,7 +9,7 @@
 //	       [-copies] [-cross] [-foreign] [-cno] [-third MOUNT]
 //	       [-ckptfs BIN -store STORE -store-opts OPTS]
 //
-// Data operations go through the home mount; renames and unlinks through
+// Data operations go through the home mount; renames, links and unlinks through
 // either. Before a change through the other mount the driver waits until
 // that mount shows its directory as the home mount does (another mount's
 // view lags by ns_refresh while in use, ns_refresh_max while idle), and after it until the home mount shows what
@@ -184,12 +184,17 @@ func (d *driver) run() error {
 	if err != nil {
 		return fmt.Errorf("list %s: %w", d.dir, err)
 	}
+	byIno := map[uint64]*file{} // names of one file (hard links) share it
 	for _, e := range ents {
 		fi, err := e.Info()
 		if err != nil {
 			return fmt.Errorf("stat %s/%s: %w", d.dir, e.Name(), err)
 		}
-		d.files[e.Name()] = &file{size: fi.Size()}
+		ino := fi.Sys().(*syscall.Stat_t).Ino
+		if byIno[ino] == nil {
+			byIno[ino] = &file{size: fi.Size()}
+		}
+		d.files[e.Name()] = byIno[ino]
 		d.used[e.Name()] = true
 	}
 	for {
@@ -250,10 +255,13 @@ func (d *driver) step() error {
 	name := d.pick()
 	f := d.files[name]
 	if f == nil || f.fd == nil {
-		// A file must be open for anything but a rename or unlink.
+		// A file must be open for anything but a rename, link or unlink.
 		if f != nil && d.rng.IntN(6) == 0 {
-			if d.rng.IntN(3) == 0 {
+			switch d.rng.IntN(6) {
+			case 0, 1:
 				return d.unlink(name)
+			case 2, 3:
+				return d.link(name)
 			}
 			return d.rename(name)
 		}
@@ -277,8 +285,10 @@ func (d *driver) step() error {
 		return d.close(name, f)
 	case x < 92:
 		return d.read(name, f)
-	case x < 97:
+	case x < 95:
 		return d.rename(name)
+	case x < 97:
+		return d.link(name)
 	default:
 		if err := d.close(name, f); err != nil {
 			return err
@@ -546,8 +556,42 @@ func (d *driver) rename(src string) error {
 	}); err != nil {
 		return err
 	}
+	if d.files[dst] != d.files[src] { // two names of one file: nothing happens
+		d.files[dst], d.used[dst] = d.files[src], true
+		delete(d.files, src)
+	}
+	if m == 1 {
+		return d.see(0)
+	}
+	return nil
+}
+
+// link gives src's file another name, a free one, through either mount
+// (logged as "link SRC DST"): both names lead to the same file, open or not,
+// and it keeps its data until it loses the last.
+func (d *driver) link(src string) error {
+	var free []string
+	for i := range nameCount {
+		if name := fmt.Sprintf("f%d", i); d.files[name] == nil {
+			free = append(free, name)
+		}
+	}
+	if len(free) == 0 {
+		return nil
+	}
+	dst := free[d.rng.IntN(len(free))]
+	m := d.rng.IntN(2)
+	if m == 1 {
+		if err := d.see(1); err != nil {
+			return err
+		}
+	}
+	if err := d.do("link", m, []any{src, dst}, func() ([]any, error) {
+		return nil, unwrap(os.Link(d.path(m, src), d.path(m, dst)))
+	}); err != nil {
+		return err
+	}
 	d.files[dst], d.used[dst] = d.files[src], true
-	delete(d.files, src)
 	if m == 1 {
 		return d.see(0)
 	}
