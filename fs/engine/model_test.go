@@ -380,11 +380,24 @@ func sendPiecesParams() Params {
 	return p
 }
 
-func TestModelMem(t *testing.T) {
-	ops := 100_000
-	if testing.Short() {
-		ops = 10_000
+// modelOps is how many steps a randomized model test takes: full, or short
+// with -short, and a third of short under the race detector too, whose cost
+// grows with the bytes a test moves (a short run of TestModelMem's four
+// cases took four minutes there, the longest of the package): under it the
+// tests look for races; the full-size runs, without it (scripts/test), for
+// wrong answers.
+func modelOps(full, short int) int {
+	switch {
+	case !testing.Short():
+		return full
+	case raceDetector:
+		return short / 3
 	}
+	return short
+}
+
+func TestModelMem(t *testing.T) {
+	ops := modelOps(100_000, 10_000)
 	cases := []struct {
 		name   string
 		p      Params
@@ -408,10 +421,7 @@ func TestModelMem(t *testing.T) {
 // The model test with sending ahead while the store fails a fraction of the
 // uploads of objects in flight (and of the flush's own): nothing is lost.
 func TestModelFaultsInFlight(t *testing.T) {
-	ops := 20_000
-	if testing.Short() {
-		ops = 3_000
-	}
+	ops := modelOps(20_000, 3_000)
 	for _, c := range []struct {
 		name string
 		p    Params
@@ -570,10 +580,7 @@ func (m *twoWriters) flush(i int) {
 // against the serial model. A writer may fall many checkpoints behind, so
 // its objects' names collide with the other's.
 func TestModelTwoWriters(t *testing.T) {
-	ops := 20_000
-	if testing.Short() {
-		ops = 2_000
-	}
+	ops := modelOps(20_000, 2_000)
 	for _, c := range []struct {
 		name string
 		p    Params

@@ -11,10 +11,7 @@ func TestMain(m *testing.M) { s3test.Main(m) }
 
 // The randomized model test against a real S3 server on loopback.
 func TestModelS3(t *testing.T) {
-	ops := 5000
-	if testing.Short() {
-		ops = 600
-	}
+	ops := modelOps(5000, 600)
 	cases := []struct {
 		name string
 		p    Params

@@ -719,10 +719,7 @@ func TestWALPublishFailsThenRecovers(t *testing.T) {
 // The randomized model with the WAL on, crashes at random points included:
 // a crash keeps everything acknowledged.
 func TestModelWAL(t *testing.T) {
-	ops := 20_000
-	if testing.Short() {
-		ops = 3_000
-	}
+	ops := modelOps(20_000, 3_000)
 	for _, c := range []struct {
 		name  string
 		fm    segment.Format
