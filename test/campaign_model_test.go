@@ -1,6 +1,8 @@
 package test
 
 import (
+	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -183,5 +185,86 @@ func TestModelLinks(t *testing.T) {
 	c.apply(bad[0], &v, false, func(string, ...any) { failed = true })
 	if !failed {
 		t.Errorf("a link over an existing name of the model: accepted")
+	}
+}
+
+// The model's extended attribute: the last one set stays; a change in
+// flight at the kill may or may not have happened; names of one file share
+// it.
+func TestModelXattr(t *testing.T) {
+	ops, err := campaign.Parse([]string{
+		"B 1 10 open 0 f0 1 0", "E 1 11 ok",
+		"B 2 12 xattr 1 f0 v2", "E 2 13 ok",
+		"B 3 14 link 0 f0 f1", "E 3 15 ok",
+		"B 4 16 xattr 0 f1 v4", "E 4 17 ok",
+		"B 5 18 xattr 1 f0 -", // in flight at the kill
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &campaignRun{curDriver: 1}
+	v := nsView{dir: true, names: map[string]*mfile{}}
+	for i, op := range ops {
+		if !c.apply(op, &v, i == len(ops)-1, func(f string, a ...any) { t.Fatalf(f, a...) }) {
+			t.Fatalf("apply %v", op)
+		}
+	}
+	for _, tc := range []struct {
+		value string
+		ok    bool
+	}{{"v4", true}, {"", true}, {"v2", false}, {"v5", false}} {
+		if got := v.names["f0"].xattrOK(tc.value); got != tc.ok {
+			t.Errorf("%s %q after the kill: accepted %v, want %v", campaign.Xattr, tc.value, got, tc.ok)
+		}
+	}
+	if c.stats.xattrs != 2 {
+		t.Errorf("changes counted: %d, want 2", c.stats.xattrs)
+	}
+}
+
+// A chmod after the other mount's change reaches every history a merge may
+// have given: a read that keeps one of them later does not take the mode
+// back.
+func TestModelChmodInEveryHistory(t *testing.T) {
+	lines := []string{
+		"B 1 10 open 0 f0 1 0", "E 1 11 ok",
+		"B 2 12 write 0 f0 0 100", "E 2 13 ok",
+		"B 3 14 fsync 0 f0", "E 3 15 ok",
+		"B 4 16 write 0 f0 0 50", "E 4 17 ok",
+		"B 5 18 write 0 f0 100 10", "E 5 19 ok",
+		"B 6 20 owrite 1 f0 0 60", "E 6 21 ok",
+		"B 7 22 chmod 1 f0 600", "E 7 23 ok",
+	}
+	ops, err := campaign.Parse(lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &campaignRun{curDriver: 2, createMode: 0o644}
+	v := nsView{dir: true, names: map[string]*mfile{}}
+	fail := func(f string, a ...any) { t.Fatalf(f, a...) }
+	for _, op := range ops {
+		if !c.apply(op, &v, false, fail) {
+			t.Fatalf("apply %v", op)
+		}
+	}
+	f := v.names["f0"]
+	if len(f.choices) == 0 {
+		t.Fatal("the other mount's change left one history: the test does not tell")
+	}
+	// The read shows a history other than the first: the home mount had
+	// published its first write after the fsync before the other's change.
+	b := f.choices[0].homeView()
+	if bytes.Equal(b, f.homeView()) {
+		t.Fatal("the histories read alike: the test does not tell")
+	}
+	read, err := campaign.Parse([]string{"B 8 24 read 0 f0", fmt.Sprintf("E 8 25 ok %d %d", len(b), crc(b))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !c.apply(read[0], &v, false, fail) {
+		t.Fatal("apply the read")
+	}
+	if !f.modeOK(0o600) || f.modeOK(0o644) {
+		t.Errorf("after the read kept another history the mode is %o, want 600", f.mode)
 	}
 }

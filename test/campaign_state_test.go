@@ -29,6 +29,11 @@ type mfile struct {
 	// mode is its permission bits (0: not known); modeAlt the ones a chmod
 	// in flight at the end would have set.
 	mode, modeAlt uint32
+	// xattr is its attribute campaign.Xattr ("" when it has none);
+	// xattrAlt the value an xattr change in flight at the end would have
+	// left, when altXattr.
+	xattr, xattrAlt string
+	altXattr        bool
 	// The other mount's engine of the file shows the version its last open
 	// there showed: otherSeen when known, else one of states
 	// otherFrom..otherTo (a held descriptor reads it).
@@ -587,11 +592,35 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			fail("%v: bad mode", op)
 			return false
 		}
-		if uncertain {
-			f.modeAlt = uint32(m)
-		} else {
-			f.mode = uint32(m)
+		// In every history still possible: a read that tells them apart
+		// later keeps one of them.
+		for _, g := range append([]*mfile{f}, f.choices...) {
+			if uncertain {
+				g.modeAlt = uint32(m)
+			} else {
+				g.mode = uint32(m)
+			}
+		}
+		if !uncertain {
 			c.stats.chmods++
+		}
+	case "xattr":
+		if !needFile() {
+			return false
+		}
+		value := op.Args[1]
+		if value == "-" {
+			value = ""
+		}
+		for _, g := range append([]*mfile{f}, f.choices...) {
+			if uncertain {
+				g.xattrAlt, g.altXattr = value, true
+			} else {
+				g.xattr = value
+			}
+		}
+		if !uncertain {
+			c.stats.xattrs++
 		}
 	case "owrite", "otrunc", "ofalloc":
 		if !needFile() {
@@ -891,6 +920,12 @@ func (c *campaignRun) matches(f *mfile, content []byte) string {
 }
 
 func isCopy(kind string) bool { return kind == "copy" || kind == "pcopy" || kind == "toolcp" }
+
+// xattrOK reports whether value (of campaign.Xattr, "" for none) is one f may
+// have after the kill.
+func (f *mfile) xattrOK(value string) bool {
+	return value == f.xattr || f.altXattr && value == f.xattrAlt || f.alt != nil && f.alt.xattrOK(value)
+}
 
 // modeOK reports whether perm is a mode f may have after the kill.
 func (f *mfile) modeOK(perm uint32) bool {

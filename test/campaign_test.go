@@ -23,6 +23,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/inspect"
 	"github.com/ckptfs/ckptfs/fs/namespace"
@@ -181,6 +183,7 @@ type campaignStats struct {
 	fsyncs       int64 // fsyncs and closes that succeeded
 	copies       int64 // copies (copy_file_range, ckptfs cp) that succeeded
 	links        int64 // hard links made (a file's second name)
+	xattrs       int64 // extended attributes set or removed
 	// Where features meet: reads through the other mount (close-to-open),
 	// through a descriptor it held across the home mount's closes, of a
 	// name another mount had just unlinked or a lagging read-only mount
@@ -206,11 +209,11 @@ type campaignStats struct {
 func (s campaignStats) String() string {
 	return fmt.Sprintf("%d iterations, %d operations (%d succeeded: %d writes of %d bytes, %d fallocates, %d fsyncs and closes, %d copies, %d hard links; "+
 		"%d reads through the other mount, %d through a held descriptor, %d of names just unlinked or on the lagging read-only mount, %d of .checkpoints, "+
-		"%d O_CREAT opens through the other mount, %d chmods, %d changes through the other mount met by a merge or after it), "+
+		"%d O_CREAT opens through the other mount, %d chmods, %d extended attributes set or removed, %d changes through the other mount met by a merge or after it), "+
 		"%d SIGKILLs, %d mounts writing the parted format, %d operations failed with EIO under faults, %d with EINTR and %d with EBUSY (the WAL's lease of a copy the other mount still published), %d files and %d bytes checked after the kills, %d gc runs (%d failed), "+
 		"%d write requests from the read-only mount, %d files counted by fsck at the end (names at the end: %d of parted files, %d of stream files), faults: %d of %v",
 		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fallocs, s.fsyncs, s.copies, s.links,
-		s.crossReads, s.heldReads, s.staleReads, s.ckptReads, s.crossCreates, s.chmods, s.foreign,
+		s.crossReads, s.heldReads, s.staleReads, s.ckptReads, s.crossCreates, s.chmods, s.xattrs, s.foreign,
 		s.kills, s.partedMounts, s.eio, s.eintr, s.ebusy, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed,
 		s.thirdWrites, s.fsckFiles, s.partedFiles, s.streamFiles, s.proxy.Faults(), s.proxy)
 }
@@ -231,6 +234,7 @@ func (s *campaignStats) add(o campaignStats) {
 	s.ckptReads += o.ckptReads
 	s.crossCreates += o.crossCreates
 	s.chmods += o.chmods
+	s.xattrs += o.xattrs
 	s.foreign += o.foreign
 	s.thirdWrites += o.thirdWrites
 	s.fsckFiles += o.fsckFiles
@@ -364,6 +368,7 @@ type campaignRun struct {
 	base      []map[string][]byte
 	baseModes []map[string]uint32
 	baseInos  []map[string]uint64 // names of one file (hard links) share its inode number
+	baseXattr []map[string]string // campaign.Xattr of each name's file ("" for none)
 	// ghosts: per driver, the files that had each name in the last
 	// iteration (its model's names and past holders). The read-only
 	// mount C caught up in the check, but its kernel keeps the entries
@@ -411,8 +416,8 @@ func newCampaign(t *testing.T, seed uint64, wal, dirStore bool) *campaignRun {
 		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0xca)), wal: wal,
 		bin: bin, drv: drv, store: store, env: env, logs: logs, vol: v,
 		base: make([]map[string][]byte, campaignDrivers), baseModes: make([]map[string]uint32, campaignDrivers),
-		baseInos: make([]map[string]uint64, campaignDrivers),
-		ghosts:   make([]map[string][]holder, campaignDrivers),
+		baseInos: make([]map[string]uint64, campaignDrivers), baseXattr: make([]map[string]string, campaignDrivers),
+		ghosts: make([]map[string][]holder, campaignDrivers),
 	}
 	um := syscall.Umask(0)
 	syscall.Umask(um)
@@ -1088,6 +1093,7 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 		ino := c.baseInos[d.id][name]
 		if byIno[ino] == nil {
 			byIno[ino] = newMfile(b, nil, c.baseModes[d.id][name])
+			byIno[ino].xattr = c.baseXattr[d.id][name]
 		}
 		view.names[name] = byIno[ino]
 	}
@@ -1196,6 +1202,9 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 		if perm := got.modes[name]; !f.modeOK(perm) {
 			fail("file %s: after the kill its mode is %o, want %o (or %o, if a chmod in flight happened)", name, perm, f.mode, f.modeAlt)
 		}
+		if x := got.xattrs[name]; !f.xattrOK(x) {
+			fail("file %s: after the kill its %s is %q, want %q (or %q, if a change in flight happened; \"\": none)", name, campaign.Xattr, x, f.xattr, f.xattrAlt)
+		}
 	}
 	// Names of one file (hard links) show one inode number, names of
 	// different files different ones.
@@ -1224,6 +1233,9 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 			}
 			if got.modes[name] != gotB.modes[name] {
 				fail("file %s: mount A shows mode %o, mount B %o", name, got.modes[name], gotB.modes[name])
+			}
+			if got.xattrs[name] != gotB.xattrs[name] {
+				fail("file %s: mount A shows %s %q, mount B %q", name, campaign.Xattr, got.xattrs[name], gotB.xattrs[name])
 			}
 		}
 	}
@@ -1255,9 +1267,9 @@ func ghostsOf(view nsView, alt *nsView) map[string][]holder {
 // adopt makes got the starting point of driver d's next iteration.
 func (c *campaignRun) adopt(d *driverProc, got gotDir) {
 	if got.dir {
-		c.base[d.id], c.baseModes[d.id], c.baseInos[d.id] = got.files, got.modes, got.inos
+		c.base[d.id], c.baseModes[d.id], c.baseInos[d.id], c.baseXattr[d.id] = got.files, got.modes, got.inos, got.xattrs
 	} else {
-		c.base[d.id], c.baseModes[d.id], c.baseInos[d.id] = nil, nil, nil
+		c.base[d.id], c.baseModes[d.id], c.baseInos[d.id], c.baseXattr[d.id] = nil, nil, nil, nil
 	}
 }
 
@@ -1281,13 +1293,14 @@ func (c *campaignRun) checkThird(d *driverProc, got gotDir, fail func(string, ..
 		// to another file that holds the same (an empty one, say).
 		same := sameNamesGot(got, gotC)
 		for name, b := range got.files {
-			same = same && bytes.Equal(b, gotC.files[name]) && got.modes[name] == gotC.modes[name] && got.inos[name] == gotC.inos[name]
+			same = same && bytes.Equal(b, gotC.files[name]) && got.modes[name] == gotC.modes[name] && got.inos[name] == gotC.inos[name] &&
+				got.xattrs[name] == gotC.xattrs[name]
 		}
 		if same {
 			return
 		}
 		if time.Now().After(deadline) {
-			fail("the read-only mount C shows %s %v, mount A %s %v, %v after A was checked", describeGot(gotC), gotC.modes, describeGot(got), got.modes, campaignThirdCatchUp)
+			fail("the read-only mount C shows %s %v %q, mount A %s %v %q, %v after A was checked", describeGot(gotC), gotC.modes, gotC.xattrs, describeGot(got), got.modes, got.xattrs, campaignThirdCatchUp)
 			return
 		}
 		time.Sleep(200 * time.Millisecond)
@@ -1335,6 +1348,8 @@ type gotDir struct {
 	files map[string][]byte
 	modes map[string]uint32 // permission bits
 	inos  map[string]uint64 // inode numbers: every mount derives them from the namespace alike
+	// xattrs: each file's campaign.Xattr ("" for none).
+	xattrs map[string]string
 }
 
 func (c *campaignRun) readDir(d *driverProc, fail func(string, ...any)) (gotDir, bool) {
@@ -1353,7 +1368,7 @@ func (c *campaignRun) readDirOn(idx int, d *driverProc, fail func(string, ...any
 	var mu sync.Mutex
 	doing := "list " + dir
 	go func() {
-		g := gotDir{files: map[string][]byte{}, modes: map[string]uint32{}, inos: map[string]uint64{}}
+		g := gotDir{files: map[string][]byte{}, modes: map[string]uint32{}, inos: map[string]uint64{}, xattrs: map[string]string{}}
 		ents, err := os.ReadDir(dir)
 		if errors.Is(err, os.ErrNotExist) {
 			res <- result{g: g}
@@ -1387,6 +1402,16 @@ func (c *campaignRun) readDirOn(idx int, d *driverProc, fail func(string, ...any
 			g.modes[e.Name()] = uint32(fi.Mode().Perm())
 			if st, ok := fi.Sys().(*syscall.Stat_t); ok {
 				g.inos[e.Name()] = st.Ino
+			}
+			buf := make([]byte, 64)
+			n, err := unix.Getxattr(p, campaign.Xattr, buf)
+			switch {
+			case errors.Is(err, unix.ENODATA):
+			case err != nil:
+				res <- result{err: fmt.Errorf("getxattr %s: %w", p, err)}
+				return
+			default:
+				g.xattrs[e.Name()] = string(buf[:n])
 			}
 		}
 		res <- result{g: g}

@@ -62,6 +62,10 @@ import (
 	"strings"
 )
 
+// Xattr is the extended attribute the drivers set and remove (logged as
+// "xattr NAME VALUE", VALUE "-" for a removal).
+const Xattr = "user.campaign"
+
 // Pattern returns the n bytes that write seq of driver id puts at offset off
 // of a file. Every byte depends on (id, seq, off), so a byte read back names
 // the write it came from and no other write's byte can pass for it.

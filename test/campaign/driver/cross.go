@@ -29,8 +29,10 @@ func (d *driver) crossStep(name string) (done bool, err error) {
 			return false, nil
 		}
 		return true, d.holdRead(name, f)
-	case x < 58:
+	case x < 52:
 		return true, d.chmod(name)
+	case x < 58:
+		return true, d.setXattr(name)
 	case x < 73:
 		if len(f.cnos) == 0 && d.rng.IntN(2) == 0 {
 			return false, nil
@@ -197,6 +199,33 @@ func (d *driver) chmod(name string) error {
 	mode := []os.FileMode{0o600, 0o640, 0o644, 0o664}[d.rng.IntN(4)]
 	return d.do("chmod", m, []any{name, fmt.Sprintf("%o", mode)}, func() ([]any, error) {
 		return nil, unwrap(os.Chmod(d.path(m, name), mode))
+	})
+}
+
+// setXattr sets name's attribute campaign.Xattr to a value of its own, or
+// removes it (one time in four), through either mount: an attribute lives
+// in the namespace with its node, stored before the call returns. A removal
+// of none is no error.
+func (d *driver) setXattr(name string) error {
+	m := d.rng.IntN(2)
+	if m == 1 {
+		if err := d.see(1); err != nil {
+			return err
+		}
+	}
+	value := fmt.Sprintf("v%d", d.seq+1)
+	if d.rng.IntN(4) == 0 {
+		value = "-"
+	}
+	return d.do("xattr", m, []any{name, value}, func() ([]any, error) {
+		p := d.path(m, name)
+		if value == "-" {
+			if err := unix.Removexattr(p, campaign.Xattr); err != nil && !errors.Is(err, unix.ENODATA) {
+				return nil, unwrap(err)
+			}
+			return nil, nil
+		}
+		return nil, unwrap(unix.Setxattr(p, campaign.Xattr, []byte(value), 0))
 	})
 }
 

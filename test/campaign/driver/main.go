@@ -25,7 +25,8 @@
 //     mount's closes and reading through it later), opens a name with
 //     O_CREAT and without O_EXCL right after the home mount created it,
 //     opens a name right after the home mount unlinked it, changes modes
-//     through either mount, and reads old checkpoints under .checkpoints;
+//     through either mount, sets and removes an extended attribute through
+//     either mount, and reads old checkpoints under .checkpoints;
 //   - -foreign: the other mount writes, truncates or fallocates a file the
 //     home mount has open with changes not yet flushed, and the home
 //     mount's fsync then merges (no periodic flush on the home mount, so
