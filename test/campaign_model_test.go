@@ -134,12 +134,31 @@ func TestModelFallocated(t *testing.T) {
 	}
 }
 
+// applyLog parses a driver's log made by hand and applies it to an empty
+// directory of c's model; with lastInFlight its last operation is the one
+// in flight at the kill.
+func applyLog(t *testing.T, c *campaignRun, lines []string, lastInFlight bool) nsView {
+	t.Helper()
+	ops, err := campaign.Parse(lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := nsView{dir: true, names: map[string]*mfile{}}
+	for i, op := range ops {
+		if !c.apply(op, &v, lastInFlight && i == len(ops)-1, func(f string, a ...any) { t.Fatalf(f, a...) }) {
+			t.Fatalf("apply %v", op)
+		}
+	}
+	return v
+}
+
 // The model's hard links: a second name leads to the same file, written
 // through it; a rename between two names of one file does nothing; the file
 // stays with its second name after its first is unlinked.
 func TestModelLinks(t *testing.T) {
 	const id = 4
-	ops, err := campaign.Parse([]string{
+	c := &campaignRun{curDriver: id}
+	v := applyLog(t, c, []string{
 		"B 1 10 open 0 f0 1 0", "E 1 11 ok",
 		"B 2 12 write 0 f0 0 100", "E 2 13 ok",
 		"B 3 14 close 0 f0", "E 3 15 ok",
@@ -149,17 +168,7 @@ func TestModelLinks(t *testing.T) {
 		"B 7 22 fsync 0 f0", "E 7 23 ok",
 		"B 8 24 rename 0 f0 f1", "E 8 25 ok",
 		"B 9 26 unlink 1 f0", "E 9 27 ok",
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &campaignRun{curDriver: id}
-	v := nsView{dir: true, names: map[string]*mfile{}}
-	for _, op := range ops {
-		if !c.apply(op, &v, false, func(f string, a ...any) { t.Fatalf(f, a...) }) {
-			t.Fatalf("apply %v", op)
-		}
-	}
+	}, false)
 	if len(v.names) != 1 || v.names["f1"] == nil {
 		t.Fatalf("names after the unlink: %v, want f1 alone", v.names)
 	}
@@ -192,23 +201,14 @@ func TestModelLinks(t *testing.T) {
 // flight at the kill may or may not have happened; names of one file share
 // it.
 func TestModelXattr(t *testing.T) {
-	ops, err := campaign.Parse([]string{
+	c := &campaignRun{curDriver: 1}
+	v := applyLog(t, c, []string{
 		"B 1 10 open 0 f0 1 0", "E 1 11 ok",
 		"B 2 12 xattr 1 f0 v2", "E 2 13 ok",
 		"B 3 14 link 0 f0 f1", "E 3 15 ok",
 		"B 4 16 xattr 0 f1 v4", "E 4 17 ok",
 		"B 5 18 xattr 1 f0 -", // in flight at the kill
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &campaignRun{curDriver: 1}
-	v := nsView{dir: true, names: map[string]*mfile{}}
-	for i, op := range ops {
-		if !c.apply(op, &v, i == len(ops)-1, func(f string, a ...any) { t.Fatalf(f, a...) }) {
-			t.Fatalf("apply %v", op)
-		}
-	}
+	}, true)
 	for _, tc := range []struct {
 		value string
 		ok    bool
@@ -226,7 +226,8 @@ func TestModelXattr(t *testing.T) {
 // have given: a read that keeps one of them later does not take the mode
 // back.
 func TestModelChmodInEveryHistory(t *testing.T) {
-	lines := []string{
+	c := &campaignRun{curDriver: 2, createMode: 0o644}
+	v := applyLog(t, c, []string{
 		"B 1 10 open 0 f0 1 0", "E 1 11 ok",
 		"B 2 12 write 0 f0 0 100", "E 2 13 ok",
 		"B 3 14 fsync 0 f0", "E 3 15 ok",
@@ -234,19 +235,7 @@ func TestModelChmodInEveryHistory(t *testing.T) {
 		"B 5 18 write 0 f0 100 10", "E 5 19 ok",
 		"B 6 20 owrite 1 f0 0 60", "E 6 21 ok",
 		"B 7 22 chmod 1 f0 600", "E 7 23 ok",
-	}
-	ops, err := campaign.Parse(lines)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c := &campaignRun{curDriver: 2, createMode: 0o644}
-	v := nsView{dir: true, names: map[string]*mfile{}}
-	fail := func(f string, a ...any) { t.Fatalf(f, a...) }
-	for _, op := range ops {
-		if !c.apply(op, &v, false, fail) {
-			t.Fatalf("apply %v", op)
-		}
-	}
+	}, false)
 	f := v.names["f0"]
 	if len(f.choices) == 0 {
 		t.Fatal("the other mount's change left one history: the test does not tell")
@@ -261,7 +250,7 @@ func TestModelChmodInEveryHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !c.apply(read[0], &v, false, fail) {
+	if !c.apply(read[0], &v, false, func(f string, a ...any) { t.Fatalf(f, a...) }) {
 		t.Fatal("apply the read")
 	}
 	if !f.modeOK(0o600) || f.modeOK(0o644) {

@@ -667,12 +667,12 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		if !needFile() {
 			return false
 		}
-		if dst := op.Args[1]; v.names[dst] != nil {
+		dst := op.Args[1]
+		if v.names[dst] != nil {
 			fail("%v: linked over an existing file of the model", op)
 			return false
-		} else {
-			v.names[dst] = f
 		}
+		v.names[dst] = f
 		if !uncertain {
 			c.stats.links++
 		}

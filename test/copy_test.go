@@ -3,7 +3,6 @@ package test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"io"
 	"os"
 	"os/exec"
@@ -13,8 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/fs/cleaner"
-	"github.com/ckptfs/ckptfs/fs/inspect"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/counting"
 )
@@ -98,16 +95,9 @@ func TestCopyByReference(t *testing.T) {
 		t.Fatal(err)
 	}
 	m.unmount()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	st := v.store()
-	later := time.Now().Add(48 * time.Hour)
-	for range 2 {
-		rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour, Now: func() time.Time { return later }})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("gc: %d deleted, %d kept", len(rep.Deleted), rep.Kept)
+	if n, ref := cleanLater(t, st); n != 0 || ref != 1 {
+		t.Fatalf("the cleaner deleted %d orphans and kept %d for a copy, want 0 and 1 (the source)", n, ref)
 	}
 	m2 := v.mount("metrics=127.0.0.1:0")
 	run(t, m2.dir, "cmp", big, "big.copy2")
@@ -119,17 +109,7 @@ func TestCopyByReference(t *testing.T) {
 	if samples, err := scrape(m2.fsys.MetricsAddr()); err != nil || samples[`ckptfs_copy_file_range_total{how="reference"}`] != 1 {
 		t.Fatalf("the copy over an existing file was not by reference: %v, %v", samples[`ckptfs_copy_file_range_total{how="reference"}`], err)
 	}
-	iv, err := inspect.Open(ctx, st, "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := iv.Fsck(ctx, "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if !r.OK() {
-		t.Fatalf("fsck after the copies and gc: %+v", r.Problems)
-	}
+	fsckClean(t, st)
 }
 
 // TestCopyByReferenceInPieces: a file larger than one copy_file_range answer

@@ -21,7 +21,9 @@ import (
 	"go.uber.org/zap/zaptest"
 
 	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
+	"github.com/ckptfs/ckptfs/fs/inspect"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/s3"
 	"github.com/ckptfs/ckptfs/staging/s3test"
@@ -258,5 +260,43 @@ func openToOthers(t *testing.T, m *mount) {
 		if filepath.Dir(d) == filepath.Clean(os.TempDir()) {
 			break
 		}
+	}
+}
+
+// cleanLater runs the cleaner twice, keeping one checkpoint, the second run
+// as if every grace period had passed since the first (a clock two days on),
+// and returns the number of orphans the runs deleted and of those the last
+// kept whole for a copy by reference.
+func cleanLater(t *testing.T, st staging.Store) (deleted, referenced int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	later := time.Now().Add(48 * time.Hour)
+	for _, now := range []time.Time{time.Now(), later} {
+		rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Keep: 1, Grace: time.Hour, Now: func() time.Time { return now }})
+		if err != nil {
+			t.Fatalf("cleaner: %v", err)
+		}
+		deleted += len(rep.Orphans)
+		referenced = len(rep.Referenced)
+	}
+	return deleted, referenced
+}
+
+// fsckClean fails the test unless fsck finds no problem in the volume.
+func fsckClean(t *testing.T, st staging.Store) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	iv, err := inspect.Open(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := iv.Fsck(ctx, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !r.OK() {
+		t.Fatalf("fsck: %+v", r.Problems)
 	}
 }

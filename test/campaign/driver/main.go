@@ -1,19 +1,21 @@
 // Command driver is the program the crash-and-fault campaign runs through
 // ckptfs mounts: it writes, overwrites, truncates, punches holes and zeroes
-// ranges (fallocate), fsyncs, closes, reads, renames, links and unlinks the files
-// of its own directory with ordinary syscalls, by a seeded random plan, and
-// logs every operation and its outcome (package campaign) on standard
-// output. It stops at its first error, or when standard input closes.
+// ranges (fallocate), fsyncs, closes, reads, renames, links and unlinks the
+// files of its own directory with ordinary syscalls, by a seeded random
+// plan, and logs every operation and its outcome (package campaign) on
+// standard output. It stops at its first error, or when standard input
+// closes.
 //
 //	driver -id N -seed S -dir NAME -home MOUNT -other MOUNT [-max-size BYTES]
 //	       [-copies] [-cross] [-foreign] [-cno] [-third MOUNT]
 //	       [-ckptfs BIN -store STORE -store-opts OPTS]
 //
-// Data operations go through the home mount; renames, links and unlinks through
-// either. Before a change through the other mount the driver waits until
-// that mount shows its directory as the home mount does (another mount's
-// view lags by ns_refresh while in use, ns_refresh_max while idle), and after it until the home mount shows what
-// the other one does, logging both waits as "see".
+// Data operations go through the home mount; renames, links and unlinks
+// through either. Before a change through the other mount the driver waits
+// until that mount shows its directory as the home mount does (another
+// mount's view lags by ns_refresh while in use, ns_refresh_max while idle),
+// and after it until the home mount shows what the other one does, logging
+// both waits as "see".
 //
 // The flags add what the campaign checks where features meet:
 //
