@@ -245,10 +245,7 @@ func (l *Log) refuseLocked() error {
 		return fmt.Errorf("append to wal of %s: the log failed: %w", l.prefix, l.failed)
 	case l.leaseLost != nil:
 		if !l.lostFinal {
-			select {
-			case l.poke <- struct{}{}:
-			default:
-			}
+			l.renewNow()
 		}
 		return fmt.Errorf("append to wal of %s: %w", l.prefix, l.leaseLost)
 	}
@@ -633,10 +630,7 @@ func (l *Log) Closing() {
 	if l.lease.closing.Swap(true) {
 		return
 	}
-	select {
-	case l.poke <- struct{}{}:
-	default:
-	}
+	l.renewNow()
 }
 
 // NotClosing takes Closing back: the writer goes on writing after all (a
@@ -646,6 +640,12 @@ func (l *Log) NotClosing() {
 	if !l.lease.closing.Swap(false) {
 		return
 	}
+	l.renewNow()
+}
+
+// renewNow wakes the lease's renewer without waiting for it: it takes a
+// lost lease back, or writes the owner object's new closing mark, at once.
+func (l *Log) renewNow() {
 	select {
 	case l.poke <- struct{}{}:
 	default:

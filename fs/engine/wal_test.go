@@ -370,12 +370,7 @@ func TestWALLetGoWhileOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	if _, err := a.WriteAt(ctx, []byte("aaaa"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	writeFlush(t, a, []byte("aaaa"), 0)
 	a.LetGoWAL(ctx)
 	if held, err := wal.Held(ctx, st, "g/"); err != nil || held {
 		t.Fatalf("lease held after LetGoWAL: %v %v", held, err)
@@ -414,9 +409,19 @@ func TestWALLetGoWhileOpen(t *testing.T) {
 	if held, err := wal.Held(ctx, st, "g/"); err != nil || !held {
 		t.Fatalf("lease let go with a change unpublished: %v %v", held, err)
 	}
-	if body, _, err := st.Get(ctx, "g/"+wal.Dir+wal.OwnerName, staging.Range{}); err != nil || bytes.Contains(body, []byte("closing")) {
-		t.Fatalf("owner %s %v, want one not closing", body, err)
+	if owner := walOwnerBody(t, st, "g/"); strings.Contains(owner, "closing") {
+		t.Fatalf("owner %s, want one not closing", owner)
 	}
+}
+
+// walOwnerBody is the owner object (the lease) of the file at prefix.
+func walOwnerBody(t *testing.T, st staging.Store, prefix string) string {
+	t.Helper()
+	body, _, err := st.Get(context.Background(), prefix+wal.Dir+wal.OwnerName, staging.Range{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(body)
 }
 
 // A change that comes while LetGoWAL waits for the last publish keeps the
@@ -437,25 +442,14 @@ func TestWALLetGoTakesTheMarkBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.Close()
-	if _, err := a.WriteAt(ctx, []byte("aaaa"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	writeFlush(t, a, []byte("aaaa"), 0)
 	<-gate.arrived // the publish's head waits
 	letGo := make(chan struct{})
 	go func() {
 		defer close(letGo)
 		a.LetGoWAL(ctx)
 	}()
-	owner := func() string {
-		body, _, err := st.Get(ctx, "g/"+wal.Dir+wal.OwnerName, staging.Range{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return string(body)
-	}
+	owner := func() string { return walOwnerBody(t, st, "g/") }
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()
 		for deadline := time.Now().Add(5 * time.Second); !ok(); time.Sleep(5 * time.Millisecond) {
