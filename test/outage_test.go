@@ -88,24 +88,54 @@ func startOutageMount(t *testing.T, bin, store, opts string, env []string, dir, 
 // watchdog (its stack in the kernel is logged: a D state shows there).
 func runBounded(t *testing.T, name string, args ...string) (string, error, time.Duration) {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	return startBounded(t, name, args...).wait(t, time.Now().Add(outageWatchdog))
+}
+
+// boundedCmd is a program started by startBounded, running until wait.
+type boundedCmd struct {
+	name  string
+	args  []string
+	cmd   *exec.Cmd
+	out   bytes.Buffer
+	start time.Time
+	done  chan error
+}
+
+// startBounded starts a program (its output and errors in one buffer) and
+// kills it when the test ends if it is still running, so that several can
+// run at once and a test that fails waiting on one leaves none behind.
+func startBounded(t *testing.T, name string, args ...string) *boundedCmd {
+	t.Helper()
+	b := &boundedCmd{name: name, args: args, cmd: exec.Command(name, args...), done: make(chan error, 1)}
+	b.cmd.Stdout, b.cmd.Stderr = &b.out, &b.out
+	b.start = time.Now()
+	if err := b.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	exited := make(chan struct{})
+	go func() {
+		err := b.cmd.Wait()
+		b.done <- err
+		close(exited)
+	}()
+	t.Cleanup(func() {
+		_ = b.cmd.Process.Kill()
+		<-exited
+	})
+	return b
+}
+
+// wait returns the program's output, error and run time once it exits; it
+// fails the test if the program still runs at the deadline.
+func (b *boundedCmd) wait(t *testing.T, deadline time.Time) (string, error, time.Duration) {
+	t.Helper()
 	select {
-	case err := <-done:
-		return out.String(), err, time.Since(start)
-	case <-time.After(outageWatchdog):
-		stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stack", cmd.Process.Pid))
-		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatalf("%s %v hangs past %v\nstatus:\n%s\nkernel stack:\n%s", name, args, outageWatchdog, status, stack)
+	case err := <-b.done:
+		return b.out.String(), err, time.Since(b.start)
+	case <-time.After(time.Until(deadline)):
+		stack, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stack", b.cmd.Process.Pid))
+		status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", b.cmd.Process.Pid))
+		t.Fatalf("%s %v hangs after %v\nstatus:\n%s\nkernel stack:\n%s", b.name, b.args, time.Since(b.start).Round(time.Second), status, stack)
 		return "", nil, 0
 	}
 }
