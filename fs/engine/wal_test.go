@@ -1203,3 +1203,49 @@ func TestWALOverlayWriterPublishesMeanwhile(t *testing.T) {
 		want = readAll(t, a)
 	}
 }
+
+// TestWALOpenAfterWriterLetGo: a reader opens while the writer publishes
+// and lets its lease go (the close of its last handle): the reader read the
+// head before the publish and listed the records before the writer deleted
+// them, then takes the lease the writer let go. It must show the writer's
+// checkpoint (the head read again once the lease is its own), not the old
+// head without the records, which are gone, nor fail on a record gone.
+func TestWALOpenAfterWriterLetGo(t *testing.T) {
+	ctx := context.Background()
+	mem := mem.New()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "lg"}
+	a, err := Create(ctx, mem, "lg/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		if _, err := a.WriteAt(ctx, bytes.Repeat([]byte{'a' + byte(i)}, 3000), int64(i)*3000); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want := readAll(t, a)
+	closed := false
+	st := &getHookStore{Store: mem, match: "/" + wal.Dir + wal.OwnerName, hook: func() {
+		if err := a.Sync(ctx); err != nil {
+			t.Errorf("writer's fsync: %v", err)
+		}
+		if err := a.Close(); err != nil {
+			t.Errorf("writer's close: %v", err)
+		}
+		closed = true
+	}}
+	b, err := Open(ctx, st, "lg/", o)
+	if err != nil {
+		t.Fatalf("open while the writer lets its lease go: %v", err)
+	}
+	defer b.Close()
+	if !closed {
+		t.Fatal("the writer did not close while the reader took the lease")
+	}
+	if got := readAll(t, b); !bytes.Equal(got, want) || b.Stat().Cno == 0 {
+		t.Fatalf("reader: %d bytes, %+v; want the writer's %d, published", len(got), b.Stat(), len(want))
+	}
+	if seqs, err := wal.List(ctx, mem, "lg/"); err != nil || len(seqs) != 0 {
+		t.Fatalf("records left: %v, %v", seqs, err)
+	}
+}

@@ -303,6 +303,23 @@ func (f *File) openReplay(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("open %s: %w", f.prefix, err)
 	}
+	// The lease may be free because its writer published and let it go
+	// after the head was read: its records are gone (deleted once the lease
+	// went, or being deleted) and its checkpoint is the head now. With the
+	// lease ours the head can no longer move: read again, it says which
+	// records are still to replay, those the log listed after the take.
+	moved, err := f.headMoved(ctx, f.headETag)
+	if err == nil && moved {
+		if err = f.reloadLocked(ctx); err == nil {
+			log.SetNext(f.w.applied + 1) // numbers the checkpoint holds are used
+		}
+	}
+	if err != nil {
+		if cerr := log.Close(ctx); cerr != nil {
+			f.log.Debug("closing the write-ahead log after a failed open", zap.Error(cerr))
+		}
+		return fmt.Errorf("open %s: %w", f.prefix, err)
+	}
 	f.w.log = log
 	_, err = f.replayLocked(ctx, log.Found())
 	// The lease is let go once the records are published, writer or not: an
