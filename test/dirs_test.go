@@ -193,3 +193,130 @@ func TestCreateInDirectoryHeldOpenAcrossMounts(t *testing.T) {
 		t.Fatalf("the root on A: %v, %v; want only out", list, err)
 	}
 }
+
+// TestChangesInDirectoryReplacedOnOtherMount: mount A removes a directory
+// and makes another under its name (rm -r latest; mkdir latest), as a job's
+// first rank does before the others write their shards; right after, a
+// program on mount B, whose view and kernel still lead to the old directory,
+// runs mkdir -p and creates, renames, links and removes names in it. Every
+// call must act on the new directory (the path names it), as on a local
+// filesystem, not fail with ENOENT because the old one is gone. The same
+// with the directory above replaced (rm -r ckpt; mkdir -p ckpt/latest). A
+// directory removed and not made again is ENOENT, as it should be.
+func TestChangesInDirectoryReplacedOnOtherMount(t *testing.T) {
+	v := newVolume(t)
+	a, b := v.mount(""), v.mount("")
+	if err := os.MkdirAll(a.path("ckpt/latest"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error { _, err := os.Stat(b.path("ckpt/latest")); return err })
+	replace := func(dir string) {
+		t.Helper()
+		if err := os.RemoveAll(a.path(dir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.MkdirAll(a.path("ckpt/latest"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	steps := []struct {
+		what string
+		do   func() error
+		want string // the name the step leaves in ckpt/latest on A
+	}{
+		{"create", func() error { return os.WriteFile(b.path("ckpt/latest/shard"), []byte("shard"), 0o644) }, "shard"},
+		{"mkdir", func() error { return os.Mkdir(b.path("ckpt/latest/sub"), 0o755) }, "sub"},
+		{"symlink", func() error { return os.Symlink("shard", b.path("ckpt/latest/link")) }, "link"},
+	}
+	for _, top := range []string{"ckpt/latest", "ckpt"} {
+		for _, s := range steps {
+			// B looks at the directory (its kernel and view now hold the
+			// old one), then A replaces it.
+			if _, err := os.Stat(b.path("ckpt/latest")); err != nil {
+				t.Fatal(err)
+			}
+			replace(top)
+			if err := os.MkdirAll(b.path("ckpt/latest"), 0o755); err != nil {
+				t.Fatalf("replaced %s: mkdir -p on B: %v", top, err)
+			}
+			if err := s.do(); err != nil {
+				t.Fatalf("replaced %s: %s on B: %v", top, s.what, err)
+			}
+			waitFor(t, 10*time.Second, func() error {
+				list, err := os.ReadDir(a.path("ckpt/latest"))
+				if err != nil || len(list) != 1 || list[0].Name() != s.want {
+					return fmt.Errorf("replaced %s: %s on B left %v (%v) in ckpt/latest on A, want %s", top, s.what, list, err, s.want)
+				}
+				return nil
+			})
+		}
+	}
+
+	// Rename, link and unlink in a directory replaced with one that holds
+	// the same names. (A name only the new directory holds may be missed
+	// by B's view for up to ns_refresh, as any name another mount made.)
+	if err := os.WriteFile(b.path("ckpt/latest/x"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error { _, err := os.Stat(a.path("ckpt/latest/x")); return err })
+	replace("ckpt/latest")
+	if err := os.WriteFile(a.path("ckpt/latest/x"), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(b.path("ckpt/latest/x"), b.path("ckpt/latest/y")); err != nil {
+		t.Fatalf("rename on B in the replaced directory: %v", err)
+	}
+	waitRead(t, a.path("ckpt/latest/y"), "new")
+	replace("ckpt/latest")
+	if err := os.WriteFile(a.path("ckpt/latest/y"), []byte("newer"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Link(b.path("ckpt/latest/y"), b.path("ckpt/latest/z")); err != nil {
+		t.Fatalf("link on B in the replaced directory: %v", err)
+	}
+	waitRead(t, a.path("ckpt/latest/z"), "newer")
+	if err := os.Remove(b.path("ckpt/latest/z")); err != nil {
+		t.Fatalf("unlink on B: %v", err)
+	}
+	if err := os.WriteFile(b.path("ckpt/latest/w"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error { _, err := os.Stat(a.path("ckpt/latest/w")); return err })
+	replace("ckpt/latest")
+	if err := os.WriteFile(a.path("ckpt/latest/w"), []byte("new"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(b.path("ckpt/latest/w")); err != nil {
+		t.Fatalf("unlink on B in the replaced directory: %v", err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		if list, err := os.ReadDir(a.path("ckpt/latest")); err != nil || len(list) != 0 {
+			return fmt.Errorf("ckpt/latest on A after B's unlink: %v, %v; want it empty", list, err)
+		}
+		return nil
+	})
+
+	// Removed, not made again: ENOENT.
+	if _, err := os.Stat(b.path("ckpt/latest")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.RemoveAll(a.path("ckpt")); err != nil {
+		t.Fatal(err)
+	}
+	err := os.WriteFile(b.path("ckpt/latest/late"), nil, 0o644)
+	if !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("create on B in a directory A removed: %v, want ENOENT", err)
+	}
+}
+
+// waitRead waits until the file at p holds want.
+func waitRead(t *testing.T, p, want string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() error {
+		got, err := os.ReadFile(p)
+		if err != nil || string(got) != want {
+			return fmt.Errorf("read %s: %q, %v; want %q", p, got, err, want)
+		}
+		return nil
+	})
+}

@@ -50,11 +50,11 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 	// The umask, or the directory's default ACL (acl.go).
 	mode, acls, err := n.fsys.inherit(n.ino, kind, mode)
 	if err != nil {
-		return nil, n.fsys.errnoOf("mknod "+n.where(name), err)
+		return nil, n.dirErrno(ctx, "mknod "+n.where(name), err, n)
 	}
 	nn, err := n.fsys.ns.Mknod(changeCtx(ctx), n.ino, name, kind, mode, owner(ctx))
 	if err != nil {
-		return nil, n.fsys.errnoOf("mknod "+n.where(name), err)
+		return nil, n.dirErrno(ctx, "mknod "+n.where(name), err, n)
 	}
 	if err := n.fsys.applyInherited(context.WithoutCancel(ctx), nn.Ino, acls); err != nil {
 		return nil, n.fsys.errnoOf("mknod "+n.where(name)+": its inherited ACL", err)

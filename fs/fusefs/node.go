@@ -234,7 +234,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	nn, err := n.fsys.lookup(ctx, n.ino, name)
 	if err != nil {
-		return nil, n.fsys.errnoOf("lookup "+n.where(name), err)
+		return nil, n.dirErrno(ctx, "lookup "+n.where(name), err, n)
 	}
 	return n.child(ctx, nn, out)
 }
@@ -524,7 +524,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	}
 	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindFile, mode)
 	if err != nil {
-		return nil, nil, 0, n.fsys.errnoOf("create "+n.where(name), err)
+		return nil, nil, 0, n.dirErrno(ctx, "create "+n.where(name), err, n)
 	}
 	nn, err := n.fsys.ns.Create(changeCtx(ctx), n.ino, name, mode, owner(ctx))
 	if errors.Is(err, namespace.ErrExist) && flags&syscall.O_EXCL == 0 {
@@ -537,7 +537,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, syscall.ESTALE
 	}
 	if err != nil {
-		return nil, nil, 0, n.fsys.errnoOf("create "+n.where(name), err)
+		return nil, nil, 0, n.dirErrno(ctx, "create "+n.where(name), err, n)
 	}
 	// The name is in the log now: an interrupt must not leave it there
 	// behind an error, so the rest (the head, or the undo of the name) is
@@ -580,11 +580,11 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	}
 	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindDir, mode)
 	if err != nil {
-		return nil, n.fsys.errnoOf("mkdir "+n.where(name), err)
+		return nil, n.dirErrno(ctx, "mkdir "+n.where(name), err, n)
 	}
 	nn, err := n.fsys.ns.Mkdir(changeCtx(ctx), n.ino, name, mode, owner(ctx))
 	if err != nil {
-		return nil, n.fsys.errnoOf("mkdir "+n.where(name), err)
+		return nil, n.dirErrno(ctx, "mkdir "+n.where(name), err, n)
 	}
 	if acls.access != nil || acls.dflt != nil {
 		// As in Create: the name is in the log; its ACLs, or its undo,
@@ -609,7 +609,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 	}
 	nn, err := n.fsys.ns.Symlink(changeCtx(ctx), n.ino, name, target, owner(ctx))
 	if err != nil {
-		return nil, n.fsys.errnoOf("symlink "+n.where(name), err)
+		return nil, n.dirErrno(ctx, "symlink "+n.where(name), err, n)
 	}
 	return n.child(ctx, nn, out)
 }
@@ -636,7 +636,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 	}
 	nn, err := n.fsys.ns.Link(changeCtx(ctx), t.ino, n.ino, name)
 	if err != nil {
-		return nil, n.fsys.errnoOf("link "+n.where(name), err)
+		return nil, n.dirErrno(ctx, "link "+n.where(name), err, n, t)
 	}
 	// The reply carries the new link count to the kernel for every name of
 	// the node at once (they share one inode).
@@ -647,7 +647,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 	n.fsys.touch()
 	nn, err := n.fsys.ns.Unlink(changeCtx(ctx), n.ino, name)
 	if err != nil {
-		return n.fsys.errnoOf("unlink "+n.where(name), err)
+		return n.dirErrno(ctx, "unlink "+n.where(name), err, n)
 	}
 	n.fsys.orphaned(nn)
 	return 0
@@ -656,7 +656,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 	n.fsys.touch()
 	if err := n.fsys.ns.Rmdir(changeCtx(ctx), n.ino, name); err != nil {
-		return n.fsys.errnoOf("rmdir "+n.where(name), err)
+		return n.dirErrno(ctx, "rmdir "+n.where(name), err, n)
 	}
 	return 0
 }
@@ -690,7 +690,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 	}
 	replaced, err := n.fsys.ns.Rename(changeCtx(ctx), n.ino, name, np.ino, newName, rf)
 	if err != nil {
-		return n.fsys.errnoOf("rename "+n.where(name), err)
+		return n.dirErrno(ctx, "rename "+n.where(name), err, n, np)
 	}
 	n.fsys.orphaned(replaced)
 	return 0

@@ -1,0 +1,76 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"syscall"
+	"time"
+
+	"github.com/ckptfs/ckptfs/fs/namespace"
+)
+
+// A lookup or a change of names the kernel sends names its directory by
+// the node it holds for the path it walked. That node may be a directory
+// another mount has since removed and made again under the same name
+// (rm -r out; mkdir out), or under the name of a directory above it: this
+// mount's lookups answered from its view, which lags the log by up to
+// ns_refresh, and led the kernel to the old one. Once the view shows the
+// old directory gone (a refused change has read the log to its end before
+// answering; a lookup that missed reads it when it is older than twice
+// ns_refresh), ENOENT would be wrong: the path names a directory. ESTALE has
+// the kernel walk the path again, once, revalidating every name on it
+// (LOOKUP_REVAL), and the lookups now answer from the view that knows the
+// new directory: the call goes there, as on a local filesystem. When the
+// path leads nowhere now (the directory removed), the answer stays ENOENT,
+// which a second walk could not change. A walk that starts at the old
+// directory itself (a working directory, a descriptor for openat) meets
+// ESTALE again, which the kernel hands to the caller, as NFS does.
+
+// dirErrno is the errno of a lookup or change of names that failed with
+// err in the directories dirs (as the kernel reached them): ESTALE when one
+// of them is gone and the name the kernel reached it by now names another
+// node, else errnoOf's. The retry the ESTALE asks for is owed to the caller
+// (see staleRetries), so that an open it leads to does not answer a second
+// one for a stale size, which the kernel would hand to the caller.
+func (n *node) dirErrno(ctx context.Context, op string, err error, dirs ...*node) syscall.Errno {
+	if errors.Is(err, namespace.ErrNotExist) {
+		for _, d := range dirs {
+			if n.fsys.replaced(d) {
+				n.fsys.staleRetries.owe(callerTid(ctx), time.Now())
+				return syscall.ESTALE
+			}
+		}
+	}
+	return n.fsys.errnoOf(op, err)
+}
+
+// replaced says whether node d is gone from the namespace and the path the
+// kernel reached it by now leads elsewhere: going up the names the kernel
+// knows it by, the first directory still there holds the name of the next
+// one down, and the node the name leads to is another.
+func (fsys *FS) replaced(d *node) bool {
+	if _, err := fsys.ns.GetNode(d.ino); err == nil {
+		return false
+	}
+	cur := d
+	for range maxDepth {
+		name, parent := cur.Parent()
+		if parent == nil {
+			return false
+		}
+		p, ok := parent.Operations().(*node)
+		if !ok {
+			return false
+		}
+		if _, err := fsys.ns.GetNode(p.ino); err != nil {
+			cur = p // gone too: look one level up
+			continue
+		}
+		got, err := fsys.ns.Lookup(p.ino, name)
+		return err == nil && got.Ino != cur.ino
+	}
+	return false
+}
+
+// maxDepth bounds the walk up: a path of PATH_MAX bytes has fewer names.
+const maxDepth = 4096
