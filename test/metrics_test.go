@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -137,20 +138,33 @@ func scrape(addr string) (map[string]float64, error) {
 
 // writeRandom writes n random bytes to path, closing it (a flush) at the end.
 func writeRandom(path string, n int64) error {
+	return writeRandomThen(path, n, nil)
+}
+
+// writeRandomThen is writeRandom calling after, if not nil, with the bytes
+// written so far after each MiB, the file still open.
+func writeRandomThen(path string, n int64, after func(written int64) error) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
 	r := rand.NewChaCha8([32]byte{1, 2, 3})
 	buf := make([]byte, 1<<20)
-	for n > 0 {
-		k := min(int64(len(buf)), n)
+	var written int64
+	for written < n {
+		k := min(int64(len(buf)), n-written)
 		_, _ = r.Read(buf[:k])
 		if _, err := f.Write(buf[:k]); err != nil {
 			f.Close()
 			return err
 		}
-		n -= k
+		written += k
+		if after != nil {
+			if err := after(written); err != nil {
+				f.Close()
+				return err
+			}
+		}
 	}
 	return f.Close()
 }
@@ -185,11 +199,35 @@ func TestMetricsDuringWrite(t *testing.T) {
 	}
 
 	n := size(384<<20, 96<<20)
+	// The writer itself scrapes at a quarter and at three quarters of the
+	// file (so that two scrapes fall within the write however fast it
+	// goes), and the test every 200ms besides; every scrape is kept.
+	var (
+		mu            sync.Mutex
+		scrapes       []map[string]float64
+		quarter, most map[string]float64
+	)
+	take := func() (map[string]float64, error) {
+		s, err := scrape(addr)
+		if err == nil {
+			mu.Lock()
+			scrapes = append(scrapes, s)
+			mu.Unlock()
+		}
+		return s, err
+	}
 	done := make(chan error, 1)
-	go func() { done <- writeRandom(m.path("big"), n) }()
-
-	// Scrape every 200ms until the write ends; keep every scrape.
-	var scrapes []map[string]float64
+	go func() {
+		done <- writeRandomThen(m.path("big"), n, func(written int64) (err error) {
+			switch written {
+			case n / 4:
+				quarter, err = take()
+			case n * 3 / 4:
+				most, err = take()
+			}
+			return err
+		})
+	}()
 	var werr error
 	tick := time.NewTicker(200 * time.Millisecond)
 loop:
@@ -198,21 +236,16 @@ loop:
 		case werr = <-done:
 			break loop
 		case <-tick.C:
-			s, err := scrape(addr)
-			if err != nil {
+			if _, err := take(); err != nil {
 				t.Fatalf("scrape during the write: %v", err)
 			}
-			scrapes = append(scrapes, s)
 		}
 	}
 	tick.Stop()
 	if werr != nil {
 		t.Fatalf("write: %v", werr)
 	}
-	if len(scrapes) < 2 {
-		t.Fatalf("only %d scrapes during the write", len(scrapes))
-	}
-	mid, last := scrapes[0], scrapes[len(scrapes)-1]
+	mid, last := quarter, most
 	reqs := func(s map[string]float64) float64 {
 		var sum float64
 		for k, v := range s {
