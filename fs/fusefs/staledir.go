@@ -27,9 +27,9 @@ import (
 // ESTALE again, which the kernel hands to the caller, as NFS does.
 
 // dirErrno is the errno of a lookup or change of names that failed with
-// err in the directories dirs (as the kernel reached them): ESTALE when one
-// of them is gone and the name the kernel reached it by now names another
-// node, else errnoOf's. The retry the ESTALE asks for is owed to the caller
+// err on the nodes dirs (its directories as the kernel reached them, and a
+// link's source): ESTALE when one of them is gone and the name the kernel
+// reached it by now names another node, else errnoOf's. The retry the ESTALE asks for is owed to the caller
 // (see staleRetries), so that an open it leads to does not answer a second
 // one for a stale size, which the kernel would hand to the caller.
 func (n *node) dirErrno(ctx context.Context, op string, err error, dirs ...*node) syscall.Errno {
