@@ -16,8 +16,8 @@ import (
 // mount's lookups answered from its view, which lags the log by up to
 // ns_refresh, and led the kernel to the old one. Once the view shows the
 // old directory gone (a refused change has read the log to its end before
-// answering; a lookup that missed reads it when it is older than twice
-// ns_refresh), ENOENT would be wrong: the path names a directory. ESTALE has
+// answering, and a call that finds its directory gone reads it once more),
+// ENOENT would be wrong: the path names a directory. ESTALE has
 // the kernel walk the path again, once, revalidating every name on it
 // (LOOKUP_REVAL), and the lookups now answer from the view that knows the
 // new directory: the call goes there, as on a local filesystem. When the
@@ -33,43 +33,71 @@ import (
 // (see staleRetries), so that an open it leads to does not answer a second
 // one for a stale size, which the kernel would hand to the caller.
 func (n *node) dirErrno(ctx context.Context, op string, err error, dirs ...*node) syscall.Errno {
-	if errors.Is(err, namespace.ErrNotExist) {
+	if !errors.Is(err, namespace.ErrNotExist) {
+		return n.fsys.errnoOf(op, err)
+	}
+	gone := false
+	for _, d := range dirs {
+		r, g := n.fsys.replaced(d)
+		if r {
+			return n.stale(ctx)
+		}
+		gone = gone || g
+	}
+	// A node gone whose name leads nowhere in the view may be one the view
+	// shows half way through its replacement (another mount's removal read,
+	// the new directory not yet: a lookup or a default ACL read from the
+	// view, which no refusal read to the end first). The log is read once
+	// more, bounded and interruptible, and the names looked at again.
+	if gone && n.fsys.refreshNow(ctx) {
 		for _, d := range dirs {
-			if n.fsys.replaced(d) {
-				n.fsys.staleRetries.owe(callerTid(ctx), time.Now())
-				return syscall.ESTALE
+			if r, _ := n.fsys.replaced(d); r {
+				return n.stale(ctx)
 			}
 		}
 	}
 	return n.fsys.errnoOf(op, err)
 }
 
-// replaced says whether node d is gone from the namespace and the path the
-// kernel reached it by now leads elsewhere: going up the names the kernel
-// knows it by, the first directory still there holds the name of the next
-// one down, and the node the name leads to is another.
-func (fsys *FS) replaced(d *node) bool {
+// stale answers ESTALE, owing the kernel's retry to the caller.
+func (n *node) stale(ctx context.Context) syscall.Errno {
+	n.fsys.staleRetries.owe(callerTid(ctx), time.Now())
+	return syscall.ESTALE
+}
+
+// refreshNow reads what other mounts changed, now, and says whether it did.
+func (fsys *FS) refreshNow(ctx context.Context) bool {
+	rctx, cancel := context.WithTimeout(ctx, requestBound(fsys.cfg))
+	defer cancel()
+	return fsys.ns.Refresh(rctx) == nil
+}
+
+// replaced says whether node d is gone from the namespace (gone) and the
+// path the kernel reached it by now leads elsewhere (replaced): going up the
+// names the kernel knows it by, the first directory still there holds the
+// name of the next one down, and the node the name leads to is another.
+func (fsys *FS) replaced(d *node) (replaced, gone bool) {
 	if _, err := fsys.ns.GetNode(d.ino); err == nil {
-		return false
+		return false, false
 	}
 	cur := d
 	for range maxDepth {
 		name, parent := cur.Parent()
 		if parent == nil {
-			return false
+			return false, true
 		}
 		p, ok := parent.Operations().(*node)
 		if !ok {
-			return false
+			return false, true
 		}
 		if _, err := fsys.ns.GetNode(p.ino); err != nil {
 			cur = p // gone too: look one level up
 			continue
 		}
 		got, err := fsys.ns.Lookup(p.ino, name)
-		return err == nil && got.Ino != cur.ino
+		return err == nil && got.Ino != cur.ino, true
 	}
-	return false
+	return false, true
 }
 
 // maxDepth bounds the walk up: a path of PATH_MAX bytes has fewer names.
