@@ -203,15 +203,21 @@ func TestCreateInDirectoryHeldOpenAcrossMounts(t *testing.T) {
 // filesystem, not fail with ENOENT because the old one is gone. The same
 // with the directory above replaced (rm -r ckpt; mkdir -p ckpt/latest). A
 // directory removed and not made again is ENOENT, as it should be.
+//
+// B reads the namespace log only when a change of its own needs it
+// (ns_refresh=1m): its view is the one before A's replacement until a call
+// of its own is refused, never a view part way through A's changes (the
+// old directory emptied, not yet removed), where a lookup misses a name,
+// as it may for up to ns_refresh with any name another mount made.
 func TestChangesInDirectoryReplacedOnOtherMount(t *testing.T) {
 	v := newVolume(t)
-	a, b := v.mount(""), v.mount("")
-	if err := os.MkdirAll(a.path("ckpt/latest"), 0o755); err != nil {
+	a, b := v.mount(""), v.mount("ns_refresh=1m")
+	if err := os.MkdirAll(b.path("ckpt/latest"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() error { _, err := os.Stat(b.path("ckpt/latest")); return err })
 	replace := func(dir string) {
 		t.Helper()
+		waitFor(t, 10*time.Second, func() error { _, err := os.Stat(a.path(dir)); return err })
 		if err := os.RemoveAll(a.path(dir)); err != nil {
 			t.Fatal(err)
 		}
