@@ -17,9 +17,10 @@ import (
 // RENAME_NOREPLACE and RENAME_EXCHANGE), while log writes are lost before or
 // after the store took them. Each mount decides from its own view, which the
 // other's changes make stale: a directory removed under it, a name taken, a
-// directory renamed into the one it is moving. Every call must succeed or
-// give one of the errors a local filesystem gives for such a race, see its
-// own change at once, and in the end both mounts and a fresh one must hold
+// directory renamed into the one it is moving. Every call must succeed and
+// show its change at once, or fail with an error whose cause the mount's
+// view shows right after it (a refusal is decided at the log's end, not on
+// a stale view), or with the lost write; in the end both mounts and a fresh one must hold
 // one tree: every directory reachable from the root exactly once (no cycle,
 // none cut off), under the parent it names, and every file's link count the
 // number of its names.
