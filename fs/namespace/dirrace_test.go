@@ -19,8 +19,8 @@ import (
 // other's changes make stale: a directory removed under it, a name taken, a
 // directory renamed into the one it is moving. Every call must succeed and
 // show its change at once, or fail with an error whose cause the mount's
-// view shows right after it (a refusal is decided at the log's end, not on
-// a stale view), or with the lost write; in the end both mounts and a fresh one must hold
+// view shows right after it (the view it was decided on), or with the lost
+// write; in the end both mounts and a fresh one must hold
 // one tree: every directory reachable from the root exactly once (no cycle,
 // none cut off), under the parent it names, and every file's link count the
 // number of its names.
