@@ -131,6 +131,19 @@ func (f *File) refreshOnce(ctx context.Context) (changed, again bool, err error)
 			if seqs, err = wal.List(ctx, f.st, f.prefix); err != nil {
 				return false, false, fmt.Errorf("refresh %s: %w", f.prefix, err)
 			}
+			// A first record past the next one: the writer published,
+			// deleted the records its checkpoint holds and wrote again
+			// after the head was looked at. The records left, over the
+			// head looked at, would miss the deleted ones' writes.
+			if gapAfter(seqs, from) {
+				moved, err := f.headMoved(ctx, info.ETag)
+				if err != nil {
+					return false, false, fmt.Errorf("refresh %s: %w", f.prefix, err)
+				}
+				if moved {
+					return false, true, nil
+				}
+			}
 		} else {
 			// Nothing pending may also be a writer that published, and
 			// deleted its records, after the head was looked at (as at

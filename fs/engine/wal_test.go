@@ -1249,3 +1249,57 @@ func TestWALOpenAfterWriterLetGo(t *testing.T) {
 		t.Fatalf("records left: %v, %v", seqs, err)
 	}
 }
+
+// TestWALOpenBetweenPublishAndNextWrite: a reader reads the head, and before
+// it lists the log the live writer publishes (deleting the records its
+// checkpoint holds) and writes again. The listing then starts past the
+// head's next record: applied over the head the reader read, the later
+// record alone would show its bytes without the earlier writes (a hole
+// where the first write was). The reader must read the head again, and so
+// must a Refresh that meets the same gap.
+func TestWALOpenBetweenPublishAndNextWrite(t *testing.T) {
+	ctx := context.Background()
+	for _, refresh := range []bool{false, true} {
+		mem := mem.New()
+		o := Options{Params: walParams(segment.FormatStream), FileID: "gp"}
+		a, err := Create(ctx, mem, "gp/", o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.WriteAt(ctx, []byte("one"), 0); err != nil {
+			t.Fatal(err)
+		}
+		hs := &listHookStore{Store: mem, hook: func() {}}
+		var b *File
+		if refresh {
+			// The reader opens first: the head without "one", and its
+			// record; it refreshes later.
+			if b, err = Open(ctx, hs, "gp/", o); err != nil {
+				t.Fatal(err)
+			}
+			hs.once = sync.Once{}
+		}
+		hs.hook = func() {
+			publishAndWait(t, a, mem, "gp/")
+			if _, err := a.WriteAt(ctx, []byte("two"), 3); err != nil {
+				t.Errorf("writer: %v", err)
+			}
+		}
+		if refresh {
+			if _, err := a.WriteAt(ctx, []byte("six"), 6); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := b.Refresh(ctx); err != nil {
+				t.Fatalf("refresh: %v", err)
+			}
+		} else if b, err = Open(ctx, hs, "gp/", o); err != nil {
+			t.Fatalf("open: %v", err)
+		}
+		want := readAll(t, a)
+		if got := readAll(t, b); !bytes.Equal(got, want) {
+			t.Fatalf("refresh %v: the reader shows %q, the writer %q", refresh, got, want)
+		}
+		b.Close()
+		a.Close()
+	}
+}

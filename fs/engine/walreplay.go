@@ -78,6 +78,18 @@ func (f *File) replayLocked(ctx context.Context, seqs []uint64) (FlushTiming, er
 	return t, nil
 }
 
+// gapAfter says whether the first of seqs (ascending) above from is not
+// from+1: the records in between were deleted, which their writer does once
+// a checkpoint holds them, so the head that says from may be an old one.
+func gapAfter(seqs []uint64, from uint64) bool {
+	for _, seq := range seqs {
+		if seq > from {
+			return seq != from+1
+		}
+	}
+	return false
+}
+
 // after returns the seqs above from (seqs ascending).
 func after(seqs []uint64, from uint64) []uint64 {
 	var todo []uint64
@@ -260,8 +272,9 @@ func (f *File) openReplay(ctx context.Context) error {
 	}
 	// No record past the head may also be a writer that published, and
 	// deleted its records, after the head was read: then the head has
-	// moved, and is read again.
-	for try := 1; (len(seqs) == 0 || seqs[len(seqs)-1] <= f.w.applied) && try < overlayAttempts; try++ {
+	// moved, and is read again. So may a first record past the head's next
+	// one: the writer published, deleted, and wrote again.
+	for try := 1; (len(seqs) == 0 || seqs[len(seqs)-1] <= f.w.applied || gapAfter(seqs, f.w.applied)) && try < overlayAttempts; try++ {
 		moved, err := f.headMoved(ctx, f.headETag)
 		if err != nil {
 			return fmt.Errorf("open %s: %w", f.prefix, err)
