@@ -126,14 +126,7 @@ func (fsys *FS) freshen(ctx context.Context) bool {
 		return false
 	}
 	ch := fsys.nsFlight.DoChan("refresh", func() (any, error) {
-		rctx, cancel := context.WithTimeout(fsys.ctx, requestBound(fsys.cfg))
-		defer cancel()
-		start := time.Now()
-		err := fsys.ns.Refresh(rctx)
-		if err == nil {
-			fsys.refreshedAt.Store(start.UnixNano())
-		}
-		return nil, err
+		return nil, fsys.readLog(fsys.ctx)
 	})
 	select {
 	case r := <-ch:
@@ -141,6 +134,26 @@ func (fsys *FS) freshen(ctx context.Context) bool {
 	case <-ctx.Done():
 		return false
 	}
+}
+
+// refreshNow reads what other mounts changed, starting now, and says
+// whether it did: not shared with a read in flight, which may have begun
+// before the caller found what it must look at again (staledir.go).
+func (fsys *FS) refreshNow(ctx context.Context) bool {
+	return fsys.readLog(ctx) == nil
+}
+
+// readLog reads the namespace log to its end, bounded by the request bounds
+// and by ctx, and records when it began.
+func (fsys *FS) readLog(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, requestBound(fsys.cfg))
+	defer cancel()
+	start := time.Now()
+	err := fsys.ns.Refresh(rctx)
+	if err == nil {
+		fsys.refreshedAt.Store(start.UnixNano())
+	}
+	return err
 }
 
 // flushAll publishes a checkpoint of every dirty file.

@@ -65,13 +65,6 @@ func (n *node) stale(ctx context.Context) syscall.Errno {
 	return syscall.ESTALE
 }
 
-// refreshNow reads what other mounts changed, now, and says whether it did.
-func (fsys *FS) refreshNow(ctx context.Context) bool {
-	rctx, cancel := context.WithTimeout(ctx, requestBound(fsys.cfg))
-	defer cancel()
-	return fsys.ns.Refresh(rctx) == nil
-}
-
 // replaced says whether node d is gone from the namespace (gone) and the
 // path the kernel reached it by now leads elsewhere (replaced): going up the
 // names the kernel knows it by, the first directory still there holds the
