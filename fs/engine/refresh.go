@@ -134,8 +134,10 @@ func (f *File) refreshOnce(ctx context.Context) (changed, again bool, err error)
 			// A first record past the next one: the writer published,
 			// deleted the records its checkpoint holds and wrote again
 			// after the head was looked at. The records left, over the
-			// head looked at, would miss the deleted ones' writes.
-			if gapAfter(seqs, from) {
+			// head looked at, would miss the deleted ones' writes. So
+			// does none past it, the record wal.After found gone: the
+			// writer published and deleted it between the two looks.
+			if len(seqs) == 0 || seqs[len(seqs)-1] <= from || gapAfter(seqs, from) {
 				moved, err := f.headMoved(ctx, info.ETag)
 				if err != nil {
 					return false, false, fmt.Errorf("refresh %s: %w", f.prefix, err)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,15 +15,17 @@ import (
 	"github.com/ckptfs/ckptfs/wal"
 )
 
-// listHookStore runs hook once, before the first listing of the log.
+// listHookStore runs hook once, before the first listing of the log after
+// the skip listings it lets through.
 type listHookStore struct {
 	staging.Store
 	once sync.Once
 	hook func()
+	skip atomic.Int32
 }
 
 func (s *listHookStore) List(ctx context.Context, prefix, startAfter string, max int) (staging.ListPage, error) {
-	if strings.Contains(prefix, wal.Dir) {
+	if strings.Contains(prefix, wal.Dir) && s.skip.Add(-1) < 0 {
 		s.once.Do(s.hook)
 	}
 	return s.Store.List(ctx, prefix, startAfter, max)
@@ -133,6 +136,52 @@ func TestWALRefreshWriterPublishedBeforeListing(t *testing.T) {
 	}
 }
 
+// The same between a refresh's two looks at the log: the first finds a
+// record past what the reader shows, and before the listing that would read
+// it the writer publishes and deletes it. The listing has nothing past the
+// head the reader looked at: the head has moved, and is read again. (An open
+// through another mount right after a WAL writer's fallocate, in the
+// campaign, showed the file as it was before.)
+func TestWALRefreshWriterPublishedBetweenLooks(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "pb"}
+	a, err := Create(ctx, st, "pb/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.WriteAt(ctx, bytes.Repeat([]byte{'f'}, 9000), 0); err != nil {
+		t.Fatal(err)
+	}
+	published := false
+	hs := &listHookStore{Store: st, hook: func() {}}
+	b, err := Open(ctx, hs, "pb/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if err := a.ZeroRange(ctx, 3000, 2000, true); err != nil {
+		t.Fatal(err)
+	}
+	want := readAll(t, a)
+	// wal.After finds the record; the listing after it meets the hook.
+	hs.once = sync.Once{}
+	hs.skip.Store(1)
+	hs.hook = func() {
+		published = publishAndWait(t, a, st, "pb/")
+	}
+	if _, err := b.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !published {
+		t.Fatal("the writer did not publish between the refresh's two looks at the log")
+	}
+	if got := readAll(t, b); !bytes.Equal(got, want) {
+		t.Fatalf("reader after refresh: %d bytes, first difference at %d; want the writer's %d", len(got), commonPrefix(got, want), len(want))
+	}
+}
+
 // The same when the refresh read a new head: the writer publishes again
 // and deletes the records after it before the reader looks for them. The
 // reader reads the head again instead of showing the head it read without
@@ -178,5 +227,42 @@ func TestWALRefreshNewHeadThenWriterPublished(t *testing.T) {
 	}
 	if got := readAll(t, r); string(got) != "aaaabbcc" {
 		t.Fatalf("after the refresh the reader shows %q, want %q (every acknowledged write)", got, "aaaabbcc")
+	}
+}
+
+// The same gap for ViewWAL (a stat of a file another mount writes with the
+// WAL): between its look at the head and at the log the writer publishes a
+// truncate, deletes its record and writes again. The later record alone,
+// over the head looked at, would give the size before the truncate.
+func TestWALViewBetweenPublishAndNextWrite(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "vg"}
+	a, err := Create(ctx, st, "vg/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	if _, err := a.WriteAt(ctx, []byte("0123456789"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if !publishAndWait(t, a, st, "vg/") {
+		return
+	}
+	if err := a.Truncate(ctx, 2); err != nil {
+		t.Fatal(err)
+	}
+	hs := &listHookStore{Store: st, hook: func() {
+		publishAndWait(t, a, st, "vg/")
+		if _, err := a.WriteAt(ctx, []byte("two"), 3); err != nil {
+			t.Errorf("writer: %v", err)
+		}
+	}}
+	v, err := ViewWAL(ctx, hs, "vg/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := a.Stat().Size; v.Size != want {
+		t.Fatalf("ViewWAL: size %d, the writer's %d", v.Size, want)
 	}
 }

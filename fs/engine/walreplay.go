@@ -446,9 +446,11 @@ func (f *File) viewWAL(ctx context.Context) (WALView, error) {
 		return v, fmt.Errorf("view %s: %w", f.prefix, err)
 	}
 	todo := after(seqs, applied)
-	if len(todo) == 0 {
+	if len(todo) == 0 || gapAfter(seqs, applied) {
 		// As openReplay: a writer may have published, and deleted its
-		// records, after the head was read; the view starts over.
+		// records, after the head was read (and written again: the
+		// first record left is past the head's next); the view starts
+		// over.
 		moved, err := f.headMoved(ctx, info.ETag)
 		if err != nil {
 			return v, fmt.Errorf("view %s: %w", f.prefix, err)
