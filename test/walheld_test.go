@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -49,7 +50,7 @@ func testWALOpenWhileHeld(t *testing.T, renamed bool) {
 	check := func(when string) {
 		t.Helper()
 		var got []byte
-		waitFor(t, 10e9, func() error { // the name shows within ns_refresh
+		waitFor(t, 10*time.Second, func() error { // the name shows within ns_refresh
 			var err error
 			got, err = os.ReadFile(b.path(name))
 			return err
@@ -75,10 +76,11 @@ func testWALOpenWhileHeld(t *testing.T, renamed bool) {
 		}
 	}
 
-	steps := []struct {
+	type step struct {
 		name string
 		do   func() error
-	}{
+	}
+	steps := []step{
 		{"a write", func() error {
 			copy(want[1000:], "written")
 			_, err := fa.WriteAt([]byte("written"), 1000)
@@ -105,11 +107,7 @@ func testWALOpenWhileHeld(t *testing.T, renamed bool) {
 	// A fsync with the WAL returns once its publish has started; the
 	// records it holds are deleted when it lands, while B may be looking.
 	for i := range 40 {
-		i := i
-		steps = append(steps, struct {
-			name string
-			do   func() error
-		}{fmt.Sprintf("write %d", i), func() error {
+		steps = append(steps, step{fmt.Sprintf("write %d", i), func() error {
 			b := []byte(fmt.Sprintf("<%d>", i))
 			copy(want[100*i:], b)
 			_, err := fa.WriteAt(b, int64(100*i))
