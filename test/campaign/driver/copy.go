@@ -14,19 +14,32 @@ import (
 
 // pickCopy picks an existing file and a name that is free, if there are.
 func (d *driver) pickCopy() (src, dst string, ok bool) {
-	var have, free []string
+	var have []string
 	for i := range nameCount {
-		name := fmt.Sprintf("f%d", i)
-		if d.files[name] != nil {
+		if name := fmt.Sprintf("f%d", i); d.files[name] != nil {
 			have = append(have, name)
-		} else {
+		}
+	}
+	if len(have) == 0 {
+		return "", "", false
+	}
+	src = have[d.rng.IntN(len(have))]
+	dst, ok = d.pickFree()
+	return src, dst, ok
+}
+
+// pickFree picks a name no file has.
+func (d *driver) pickFree() (string, bool) {
+	var free []string
+	for i := range nameCount {
+		if name := fmt.Sprintf("f%d", i); d.files[name] == nil {
 			free = append(free, name)
 		}
 	}
-	if len(have) == 0 || len(free) == 0 {
-		return "", "", false
+	if len(free) == 0 {
+		return "", false
 	}
-	return have[d.rng.IntN(len(have))], free[d.rng.IntN(len(free))], true
+	return free[d.rng.IntN(len(free))], true
 }
 
 // copyFile copies src to the new name dst through mount m with

@@ -311,10 +311,17 @@ func (d *driver) step() error {
 // aftermath still runs on the home mount (the release a close sends after it
 // returns, a WAL publish, the records it replaces deleted and the lease let
 // go), where a reader that looked at the file a moment too early once showed
-// an older version or none.
+// an older version. A quarter of them (with -copies) copy it to a new name
+// there instead: a copy by reference reads the head and looks for records
+// as an open does.
 func (d *driver) readAfterFlush(name string, f *file) error {
 	if !d.cross || d.rng.IntN(3) != 0 {
 		return nil
+	}
+	if d.copies && d.rng.IntN(4) == 0 {
+		if dst, ok := d.pickFree(); ok {
+			return d.copyFile(1, name, dst)
+		}
 	}
 	return d.otherRead(name, f, false)
 }
