@@ -96,89 +96,65 @@ func TestWALOpenWriterPublishedBeforeListing(t *testing.T) {
 
 // The same between a refresh's look at the head and its look at the log:
 // a reader that holds the file open and opens it again (close-to-open)
-// shows the writer's checkpoint.
+// shows the writer's checkpoint. And between its two looks at the log: the
+// first (wal.After) finds a record past what the reader shows, and before
+// the listing that would read it the writer publishes and deletes it; the
+// listing has nothing past the head the reader looked at, the head has
+// moved and is read again. (An open through another mount right after a
+// WAL writer's fsync, in the campaign, showed the file without its
+// fallocate.)
 func TestWALRefreshWriterPublishedBeforeListing(t *testing.T) {
-	ctx := context.Background()
-	st := mem.New()
-	o := Options{Params: walParams(segment.FormatStream), FileID: "pr"}
-	a, err := Create(ctx, st, "pr/", o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if _, err := a.WriteAt(ctx, []byte("first"), 0); err != nil {
-		t.Fatal(err)
-	}
-	published := false
-	hs := &listHookStore{Store: st, hook: func() {}}
-	b, err := Open(ctx, hs, "pr/", o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if _, err := a.WriteAt(ctx, bytes.Repeat([]byte{'w'}, 7743), 5); err != nil {
-		t.Fatal(err)
-	}
-	want := readAll(t, a)
-	// The next look at the log finds the writer published: wal.After lists.
-	hs.once = sync.Once{}
-	hs.hook = func() {
-		published = publishAndWait(t, a, st, "pr/")
-	}
-	if _, err := b.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !published {
-		t.Fatal("the writer did not publish between the refresh's look at the head and at the log")
-	}
-	if got := readAll(t, b); !bytes.Equal(got, want) {
-		t.Fatalf("reader after refresh: %d bytes; want the writer's %d", len(got), len(want))
-	}
-}
-
-// The same between a refresh's two looks at the log: the first finds a
-// record past what the reader shows, and before the listing that would read
-// it the writer publishes and deletes it. The listing has nothing past the
-// head the reader looked at: the head has moved, and is read again. (An open
-// through another mount right after a WAL writer's fallocate, in the
-// campaign, showed the file as it was before.)
-func TestWALRefreshWriterPublishedBetweenLooks(t *testing.T) {
-	ctx := context.Background()
-	st := mem.New()
-	o := Options{Params: walParams(segment.FormatStream), FileID: "pb"}
-	a, err := Create(ctx, st, "pb/", o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer a.Close()
-	if _, err := a.WriteAt(ctx, bytes.Repeat([]byte{'f'}, 9000), 0); err != nil {
-		t.Fatal(err)
-	}
-	published := false
-	hs := &listHookStore{Store: st, hook: func() {}}
-	b, err := Open(ctx, hs, "pb/", o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
-	if err := a.ZeroRange(ctx, 3000, 2000, true); err != nil {
-		t.Fatal(err)
-	}
-	want := readAll(t, a)
-	// wal.After finds the record; the listing after it meets the hook.
-	hs.once = sync.Once{}
-	hs.skip.Store(1)
-	hs.hook = func() {
-		published = publishAndWait(t, a, st, "pb/")
-	}
-	if _, err := b.Refresh(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if !published {
-		t.Fatal("the writer did not publish between the refresh's two looks at the log")
-	}
-	if got := readAll(t, b); !bytes.Equal(got, want) {
-		t.Fatalf("reader after refresh: %d bytes, first difference at %d; want the writer's %d", len(got), commonPrefix(got, want), len(want))
+	for _, tc := range []struct {
+		name   string
+		skip   int32 // looks at the log before the one the publish precedes
+		change func(ctx context.Context, a *File) error
+	}{
+		{"before the first look", 0, func(ctx context.Context, a *File) error {
+			_, err := a.WriteAt(ctx, bytes.Repeat([]byte{'w'}, 7743), 5)
+			return err
+		}},
+		{"between the looks", 1, func(ctx context.Context, a *File) error {
+			return a.ZeroRange(ctx, 3000, 2000, true)
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := mem.New()
+			o := Options{Params: walParams(segment.FormatStream), FileID: "pr"}
+			a, err := Create(ctx, st, "pr/", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer a.Close()
+			if _, err := a.WriteAt(ctx, bytes.Repeat([]byte{'f'}, 9000), 0); err != nil {
+				t.Fatal(err)
+			}
+			published := false
+			hs := &listHookStore{Store: st, hook: func() {}}
+			b, err := Open(ctx, hs, "pr/", o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer b.Close()
+			if err := tc.change(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+			want := readAll(t, a)
+			hs.once = sync.Once{}
+			hs.skip.Store(tc.skip)
+			hs.hook = func() {
+				published = publishAndWait(t, a, st, "pr/")
+			}
+			if _, err := b.Refresh(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !published {
+				t.Fatal("the writer did not publish where the test put it")
+			}
+			if got := readAll(t, b); !bytes.Equal(got, want) {
+				t.Fatalf("reader after refresh: %d bytes, first difference at %d; want the writer's %d", len(got), commonPrefix(got, want), len(want))
+			}
+		})
 	}
 }
 
