@@ -94,6 +94,9 @@ func NewObjectLoader(st staging.Store, prefix string, fileTag uint64, f segment.
 	}
 }
 
+// Format is the layout the loader reads objects as, fixed at its making.
+func (l *ObjectLoader) Format() segment.Format { return l.format }
+
 // Resolver says which key holds the object name of a file's block map and
 // the tag that object must carry: a file copied by reference points into the
 // objects of the files it was copied from (segment.Lineage).

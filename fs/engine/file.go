@@ -791,6 +791,12 @@ func (f *File) adopt(ino segment.Inode, etag string) {
 	f.mtime = time.Unix(0, ino.MtimeNs)
 	f.head = ino
 	f.headETag = etag
+	// A File made empty in this mount's format (a file with no head yet)
+	// takes the format of the first head another mount published: its
+	// objects are read as that format lays them out.
+	if f.loader != nil && f.loader.Format() != ino.Format {
+		f.loader = nil
+	}
 	if f.loader == nil {
 		f.loader = blockmap.NewResolvingLoader(f.st, f.prefix, f.tag, f.resolveObject, f.format, f.p.NodeCacheBytes)
 	}
