@@ -455,7 +455,13 @@ func (req cpRequest) copyData(ctx context.Context, src *cpSource, id string) (st
 // writeCopy writes size bytes of r by reference into the new file id and
 // publishes them: r is read as the blocks upload, never held whole.
 func writeCopy(ctx context.Context, v *cpVolume, id string, p engine.Params, r io.ReaderAt, size int64) (int64, error) {
-	f, err := engine.Create(ctx, v.st, v.prefix(id), v.options(id, p, false))
+	// The head is stored at once, as a mount's create stores it: an empty
+	// copy publishes nothing else, and a file with no head is opened on
+	// each mount in that mount's format, which the first head to land may
+	// not be (a writer on the other then cannot merge onto it).
+	o := v.options(id, p, false)
+	o.StoreHead = true
+	f, err := engine.Create(ctx, v.st, v.prefix(id), o)
 	if err != nil {
 		return 0, fmt.Errorf("create the copy: %w", err)
 	}

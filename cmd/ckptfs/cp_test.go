@@ -629,3 +629,32 @@ func TestCpAfterWALWriterGone(t *testing.T) {
 		t.Errorf("copied %q, want it by reference (of the replayed checkpoint)", out.String())
 	}
 }
+
+// TestCpEmptyStoresHead: a copy of an empty file, and an empty file
+// imported, have a head at once, in the format the tool wrote them in: a
+// file without one is opened on each mount in that mount's format, which
+// the first head to land may not be.
+func TestCpEmptyStoresHead(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	v := formatStore(t, st)
+	importFile(t, v, "/src", nil)
+	if err := cpRun(ctx, cpRequest{dst: v, src: "/src", dstPath: "/dst"}, io.Discard); err != nil {
+		t.Fatalf("cp: %v", err)
+	}
+	v = reopen(t, st)
+	for _, p := range []string{"/src", "/dst"} {
+		n, err := v.resolve(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := engine.Open(ctx, v.st, v.prefix(n.FileID), v.options(n.FileID, engine.Params{}, true))
+		if err != nil {
+			t.Fatalf("%s: open: %v (want an empty file with a head)", p, err)
+		}
+		if s := f.Stat(); s.Size != 0 || s.Format.String() != v.desc.Format {
+			t.Errorf("%s: %d bytes in format %v, want an empty file in the volume's %s", p, s.Size, s.Format, v.desc.Format)
+		}
+		f.Close()
+	}
+}
