@@ -113,10 +113,16 @@ func (fsys *FS) acquireFile(ctx context.Context, id string, reading bool) (*open
 		// brought back: only a file still named once the namespace is read
 		// again is opened empty here (one made before heads were stored at
 		// create and never written, or one whose create on another mount
-		// has not stored its head yet). Nothing is sent: its first publish
-		// creates the head with If-None-Match.
+		// has not stored its head yet). Its empty head is stored now, with
+		// If-None-Match, as a create stores it: the file's format is
+		// whichever landed first, this mount's or the creator's (which then
+		// opens this one), before either writes; a file made here with no
+		// head, in this mount's format, could not build on a head of the
+		// other format landing before its first publish.
 		if err = fsys.missingHead(ctx, id, start); err == nil {
-			f, err = engine.Create(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
+			o := fsys.engineOptions(id)
+			o.StoreHead = !fsys.cfg.ReadOnly
+			f, err = engine.Create(ctx, fsys.st, fsys.prefix(id), o)
 			if errors.Is(err, engine.ErrExists) {
 				f, err = engine.Open(ctx, fsys.st, fsys.prefix(id), fsys.engineOptions(id))
 			}
