@@ -16,14 +16,22 @@ import (
 )
 
 // TestS3ReusesConnections: small requests of every kind, at most inFlight at
-// once, dial no more connections than inFlight (plus a little slack for a
-// connection the server closes): each answer's connection goes back to the
-// pool, bodies read to their end, errors included.
+// once, dial no more connections than inFlight, with slack: each answer's
+// connection goes back to the pool, bodies read to their end, errors
+// included. A client that closed them would dial one per request.
+//
+// The slack is for connections dialled that no one closed. net/http hands
+// a connection back to its pool after the answer's body ended, from its own
+// goroutine: a request that starts before its worker's last connection is
+// back dials one, and keeps whichever comes first (the other stays in the
+// pool). A loaded machine widens that window (11 dials of 200 requests,
+// once, under the race detector beside the end-to-end tests); a server
+// that closes a connection costs one more too.
 func TestS3ReusesConnections(t *testing.T) {
 	const (
 		requests = 200
 		inFlight = 8
-		slack    = 2
+		slack    = inFlight
 	)
 	ctx := context.Background()
 	s := newS3(t, s3test.Config(t))
