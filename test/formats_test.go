@@ -23,17 +23,22 @@ type headDelayStore struct {
 
 func (s *headDelayStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
 	if opts.IfNoneMatch && strings.HasSuffix(key, "/"+engine.HeadKey) && s.armed.CompareAndSwap(true, false) {
-		time.Sleep(s.delay)
+		select {
+		case <-time.After(s.delay):
+		case <-ctx.Done():
+			return staging.ObjectInfo{}, ctx.Err()
+		}
 	}
 	return s.Store.Put(ctx, key, data, opts)
 }
 
 // TestCreateOpenedOnAnotherMountOfAnotherFormat: mount A (Stream) creates a
 // file; before its head lands, mount B (Parted) opens the name; once it has
-// landed B writes and fsyncs, then A writes another range and fsyncs. Both writes must be
-// stored: one file, one format, whichever mount fixed it. B once made its
-// file in its own format with no head, and its fsync could not build on the
-// head A stored meanwhile, of the other format (EIO, every time).
+// landed B writes and fsyncs, then A writes another range and fsyncs. Both
+// writes must be stored: one file, one format, whichever mount fixed it. B
+// once made its file in its own format with no head, and its fsync could
+// not build on the head A stored meanwhile, of the other format (EIO, every
+// time).
 func TestCreateOpenedOnAnotherMountOfAnotherFormat(t *testing.T) {
 	v := newVolume(t)
 	delay := &headDelayStore{delay: 1500 * time.Millisecond}

@@ -9,11 +9,12 @@ import (
 	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
-// A file with no head yet (made empty by a tool, or by a mount before heads
-// were stored at create) is opened empty on two mounts of different formats;
-// the first head is the format of whichever publishes first. The other File,
-// made in its own mount's format, takes that head at its next refresh and
-// must read the published checkpoint in the head's format. (The campaign's
+// A file with no head yet (made empty by an older ckptfs cp, or by a mount
+// before heads were stored at create) is opened empty, without storing a
+// head, in two Files of different formats; the first head is the format of
+// whichever publishes first. The other File, made in its own mount's format,
+// takes that head at its next refresh and must read the published
+// checkpoint in the head's format. (The campaign's
 // dir mode: a file ckptfs cp made from an empty one, written on one mount,
 // read through a descriptor held on the other: a corrupt object refused,
 // EIO, since the reader's map loader kept its mount's format.)
