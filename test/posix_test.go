@@ -333,3 +333,37 @@ func getxattr(t *testing.T, p, name string) string {
 	}
 	return string(b[:n])
 }
+
+// TestWritePastMaxSize: a write at or past the largest file size (2^60) is
+// EFBIG, as on ext4 and as POSIX has it; one that crosses it is short, up
+// to the limit, as on ext4; a truncate past it is EFBIG too.
+func TestWritePastMaxSize(t *testing.T) {
+	m := newVolume(t).mount("")
+	f, err := os.Create(m.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const limit = 1 << 60
+	for _, off := range []int64{limit, limit + 4096, 1 << 62} {
+		if n, err := syscall.Pwrite(int(f.Fd()), []byte("x"), off); !errors.Is(err, syscall.EFBIG) {
+			t.Errorf("pwrite at %d: %d, %v, want EFBIG", off, n, err)
+		}
+	}
+	if n, err := syscall.Pwrite(int(f.Fd()), []byte("12345678"), limit-3); err != nil || n != 3 {
+		t.Errorf("pwrite of 8 bytes at 2^60-3: %d, %v, want a short write of 3", n, err)
+	}
+	b := make([]byte, 3)
+	if n, err := syscall.Pread(int(f.Fd()), b, limit-3); err != nil || n != 3 || string(b) != "123" {
+		t.Errorf("pread at 2^60-3: %q, %v, want \"123\"", b, err)
+	}
+	if err := f.Truncate(limit + 1); !errors.Is(err, syscall.EFBIG) {
+		t.Errorf("ftruncate to 2^60+1: %v, want EFBIG", err)
+	}
+	if err := os.Truncate(m.path("f"), 1<<62); !errors.Is(err, syscall.EFBIG) {
+		t.Errorf("truncate to 2^62: %v, want EFBIG", err)
+	}
+	if err := f.Truncate(limit); err != nil {
+		t.Errorf("ftruncate to 2^60: %v", err)
+	}
+}

@@ -296,6 +296,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 		if nn.Kind != namespace.KindFile {
 			return syscall.EISDIR
 		}
+		if sz > engine.MaxFileSize {
+			return syscall.EFBIG // as ext4 answers past its largest size
+		}
 		if errno := n.truncate(ctx, f, nn.FileID, int64(sz)); errno != 0 {
 			return errno
 		}
