@@ -367,3 +367,46 @@ func TestWritePastMaxSize(t *testing.T) {
 		t.Errorf("ftruncate to 2^60: %v", err)
 	}
 }
+
+// TestCreateWithModeZero: open(O_CREAT) with mode 0, mkdir and mkfifo with
+// mode 0, and chmod 0 leave mode 0000 (umask 0), as on a local filesystem:
+// programs make files of mode 0 on purpose (lock files, FreeBSD's mv -f),
+// and a POSIX conformance suite's open/26.t checks it. Root may still open
+// them.
+func TestCreateWithModeZero(t *testing.T) {
+	m := newVolume(t).mount("")
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	fd, err := syscall.Open(m.path("lock"), syscall.O_CREAT|syscall.O_WRONLY|syscall.O_EXCL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fd)
+	if err := syscall.Mkdir(m.path("dir"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(m.path("fifo"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.path("chmodded"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(m.path("chmodded"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		typ  uint32
+	}{{"lock", syscall.S_IFREG}, {"dir", syscall.S_IFDIR}, {"fifo", syscall.S_IFIFO}, {"chmodded", syscall.S_IFREG}} {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(m.path(c.name), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode != c.typ {
+			t.Errorf("%s: mode %o, want %o", c.name, st.Mode, c.typ)
+		}
+	}
+	if b, err := os.ReadFile(m.path("chmodded")); err != nil || string(b) != "x" {
+		t.Errorf("root reads a file of mode 0: %q, %v", b, err)
+	}
+}
