@@ -165,7 +165,8 @@ type Config struct {
 	// NoSuid (nosuid) ignores set-user-id and set-group-id bits; on by
 	// default, as fusermount3 does for every user mount.
 	NoSuid bool
-	// NoDev (nodev) refuses device files; on by default.
+	// NoDev (nodev) refuses to open device files; always on (Validate
+	// refuses false): device nodes come from the bucket.
 	NoDev bool
 	// NoAtime (noatime) has the kernel not update access times.
 	NoAtime bool

@@ -448,7 +448,7 @@ func TestValidate(t *testing.T) {
 			"data_block_size", "meta_block_size", "segment_max_object_bytes",
 			"segment_mpu_chunk_size", "segment_mpu_max_concurrency",
 			"data_cache_dirty_max_blocks_threshold", "format", "flush_conflict_policy",
-			"wal_lease", "log", "emulate_link", "ns_refresh",
+			"wal_lease", "log", "nodev", "emulate_link", "ns_refresh",
 			"s3_connect_timeout", "s3_request_timeout", "s3_stall_timeout", "s3_retry_max_time",
 		}},
 	}
@@ -522,8 +522,8 @@ func TestParse(t *testing.T) {
 			func(c *Config) {}},
 		{"mount flags on", "ro,noexec,nosuid,nodev,noatime",
 			func(c *Config) { c.ReadOnly, c.NoExec, c.NoSuid, c.NoDev, c.NoAtime = true, true, true, true, true }},
-		{"mount flags off", "ro,noexec,noatime,rw,exec,suid,dev,atime",
-			func(c *Config) { c.NoSuid, c.NoDev = false, false }},
+		{"mount flags off", "ro,noexec,noatime,rw,exec,suid,atime",
+			func(c *Config) { c.NoSuid = false }},
 		{"relatime and strictatime turn noatime off", "noatime,relatime", func(c *Config) {}},
 		{"strictatime", "noatime,strictatime", func(c *Config) {}},
 		{"intr", "intr", func(c *Config) { c.Intr = true }},
@@ -572,6 +572,9 @@ func TestParseErrors(t *testing.T) {
 		{"generic flag with a value is not generic", "rw=1", []string{"rw"}, []error{ErrUnknownOption}},
 		{"bare non-boolean", "memory_limit", []string{"memory_limit"}, []error{ErrSyntax}},
 		{"nonempty refused", "nonempty", []string{"nonempty"}, []error{ErrInvalidValue}},
+		// A device node comes from the bucket: a mount is always nodev.
+		{"dev refused", "dev", []string{"dev"}, []error{ErrInvalidValue}},
+		{"nodev=false refused", "nodev=false", []string{"nodev"}, []error{ErrInvalidValue}},
 		{"alias with a value is unknown", "exec=1", []string{"exec"}, []error{ErrUnknownOption}},
 		{"allow_root with allow_other", "allow_other,allow_root", []string{"allow_root"}, []error{ErrInvalidValue}},
 		{"uid (uid_t)-1", "uid=4294967295", []string{"uid"}, []error{ErrInvalidValue}},
@@ -648,7 +651,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 	every.AllowRoot = true
 	every.AutoUnmount = true
 	every.UID, every.GID, every.Umask, every.FileMode, every.DirMode = 1001, 0, 0o22, 0o640, 0o1750
-	every.NoExec, every.NoSuid, every.NoDev, every.NoAtime = true, false, false, true
+	every.NoExec, every.NoSuid, every.NoDev, every.NoAtime = true, false, true, true
 	every.Intr = true
 	every.S3ConnectTimeout = 3 * time.Second
 	every.S3RequestTimeout = 45 * time.Second

@@ -304,7 +304,7 @@ var options = []option{
 		func(c *Config) *bool { return &c.NoExec }),
 	boolOpt("nosuid", "NoSuid", "the kernel ignores set-user-id and set-group-id bits (suid: not, root only)",
 		func(c *Config) *bool { return &c.NoSuid }),
-	boolOpt("nodev", "NoDev", "the kernel refuses device files of the mount (dev: not, root only)",
+	boolOpt("nodev", "NoDev", "the kernel refuses to open device files of the mount (EACCES); always on: a device node comes from the bucket, which is not trusted, so dev and nodev=false are refused",
 		func(c *Config) *bool { return &c.NoDev }),
 	boolOpt("noatime", "NoAtime", "the kernel does not update access times (atime, relatime, strictatime: the kernel's default, relatime)",
 		func(c *Config) *bool { return &c.NoAtime }),
@@ -369,7 +369,7 @@ var genericMountFlags = map[string]bool{
 // "exec" as noexec=false, and "nointr" (NFS's word) as intr=false. relatime and strictatime turn noatime off: FUSE
 // mounts get the kernel's default, relatime.
 var mountFlagAliases = map[string]string{
-	"rw": "ro", "exec": "noexec", "suid": "nosuid", "dev": "nodev",
+	"rw": "ro", "exec": "noexec", "suid": "nosuid",
 	"atime": "noatime", "relatime": "noatime", "strictatime": "noatime",
 	"nointr": "intr",
 }
@@ -378,7 +378,12 @@ var mountFlagAliases = map[string]string{
 // with the reason.
 var unsupportedFlags = map[string]string{
 	"nonempty": "not supported: FUSE 3 dropped it, and ckptfs refuses a non-empty mount point (files under it would be hidden): mount on an empty directory",
+	"dev":      "not supported: " + devRefused,
 }
+
+// devRefused is why dev (nodev=false) is refused: a device node's number is
+// whatever was stored in the bucket.
+const devRefused = "a ckptfs mount is always nodev: device nodes are stored in the bucket, and whoever may write to it could otherwise make one that opens any device of this machine"
 
 // isGenericMountFlag reports whether item is a flag Parse ignores: one of
 // genericMountFlags, or an "x-" option, which mount(8) defines as a comment
@@ -415,8 +420,8 @@ func (c Config) Get(name string) (string, error) {
 // read the same; empty items are ignored). A bare name sets a boolean option
 // to true. Later items win over earlier ones. Generic mount flags (rw, nodev,
 // _netdev, nofail, defaults, x-..., and the like) are accepted and ignored;
-// rw, exec, suid, dev, atime and relatime turn ro, noexec, nosuid, nodev and
-// noatime off, and nonempty is refused with the reason.
+// rw, exec, suid, atime and relatime turn ro, noexec, nosuid and noatime
+// off, and nonempty and dev are refused with the reason.
 //
 // Every problem is reported at once, as an errors.Join of *OptionError; on
 // error Parse returns base unchanged.

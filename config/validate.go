@@ -96,6 +96,7 @@ func (c Config) Validate() error {
 		"must be from 3s to 10m")
 	v.check("log", c.Log >= LogDebug && c.Log <= LogError,
 		"must be debug, info, warn or error")
+	v.check("nodev", c.NoDev, "must be true: "+devRefused)
 
 	switch {
 	case c.MemoryLimit < 0:

@@ -333,3 +333,80 @@ func getxattr(t *testing.T, p, name string) string {
 	}
 	return string(b[:n])
 }
+
+// TestWritePastMaxSize: a write at or past the largest file size (2^60) is
+// EFBIG, as on ext4 and as POSIX has it; one that crosses it is short, up
+// to the limit, as on ext4; a truncate past it is EFBIG too.
+func TestWritePastMaxSize(t *testing.T) {
+	m := newVolume(t).mount("")
+	f, err := os.Create(m.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const limit = 1 << 60
+	for _, off := range []int64{limit, limit + 4096, 1 << 62} {
+		if n, err := syscall.Pwrite(int(f.Fd()), []byte("x"), off); !errors.Is(err, syscall.EFBIG) {
+			t.Errorf("pwrite at %d: %d, %v, want EFBIG", off, n, err)
+		}
+	}
+	if n, err := syscall.Pwrite(int(f.Fd()), []byte("12345678"), limit-3); err != nil || n != 3 {
+		t.Errorf("pwrite of 8 bytes at 2^60-3: %d, %v, want a short write of 3", n, err)
+	}
+	b := make([]byte, 3)
+	if n, err := syscall.Pread(int(f.Fd()), b, limit-3); err != nil || n != 3 || string(b) != "123" {
+		t.Errorf("pread at 2^60-3: %q, %v, want \"123\"", b, err)
+	}
+	if err := f.Truncate(limit + 1); !errors.Is(err, syscall.EFBIG) {
+		t.Errorf("ftruncate to 2^60+1: %v, want EFBIG", err)
+	}
+	if err := os.Truncate(m.path("f"), 1<<62); !errors.Is(err, syscall.EFBIG) {
+		t.Errorf("truncate to 2^62: %v, want EFBIG", err)
+	}
+	if err := f.Truncate(limit); err != nil {
+		t.Errorf("ftruncate to 2^60: %v", err)
+	}
+}
+
+// TestCreateWithModeZero: open(O_CREAT) with mode 0, mkdir and mkfifo with
+// mode 0, and chmod 0 leave mode 0000 (umask 0), as on a local filesystem:
+// programs make files of mode 0 on purpose (lock files, FreeBSD's mv -f),
+// and a POSIX conformance suite's open/26.t checks it. Root may still open
+// them.
+func TestCreateWithModeZero(t *testing.T) {
+	m := newVolume(t).mount("")
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	fd, err := syscall.Open(m.path("lock"), syscall.O_CREAT|syscall.O_WRONLY|syscall.O_EXCL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	syscall.Close(fd)
+	if err := syscall.Mkdir(m.path("dir"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(m.path("fifo"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(m.path("chmodded"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(m.path("chmodded"), 0); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name string
+		typ  uint32
+	}{{"lock", syscall.S_IFREG}, {"dir", syscall.S_IFDIR}, {"fifo", syscall.S_IFIFO}, {"chmodded", syscall.S_IFREG}} {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(m.path(c.name), &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode != c.typ {
+			t.Errorf("%s: mode %o, want %o", c.name, st.Mode, c.typ)
+		}
+	}
+	if b, err := os.ReadFile(m.path("chmodded")); err != nil || string(b) != "x" {
+		t.Errorf("root reads a file of mode 0: %q, %v", b, err)
+	}
+}

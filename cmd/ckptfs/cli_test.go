@@ -129,6 +129,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ckptfs", "mount", "mem://", "/m", "-o"}, 2, "flag needs an argument: 'o'"},
 		{[]string{"ckptfs", "mount", "--frobnicate", "mem://", "/m"}, 2, "unknown flag: --frobnicate"},
 		{[]string{"mount.ckptfs", "mem://"}, 2, "ckptfs mount: want STORE and MOUNTPOINT"},
+		// A device node comes from the bucket: a mount is always nodev.
+		{[]string{"ckptfs", "mount", "-o", "dev", "mem://", "/m"}, 2, "option dev: not supported: a ckptfs mount is always nodev"},
+		{[]string{"mount.ckptfs", "mem://", "/m", "-o", "rw,dev"}, 2, "option dev: not supported: a ckptfs mount is always nodev"},
+		{[]string{"ckptfs", "mount", "-o", "nodev=false", "mem://", "/m"}, 2, "option nodev=false: must be true: a ckptfs mount is always nodev"},
 		// The operation fails: 1.
 		{[]string{"ckptfs", "ls", empty}, 1, "ckptfs ls: no ckptfs volume at " + empty},
 		{[]string{"ckptfs", "fsck", "ftp://x"}, 1, "ckptfs fsck: store"},

@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"text/tabwriter"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
@@ -53,7 +56,7 @@ func newLsCmd() *cobra.Command {
 	c := &cobra.Command{
 		Use:               "ls [flags] STORE [PATH]",
 		Short:             "list a directory of the volume (kind, size, checkpoint, name)",
-		Long:              "ckptfs ls: lists the directory PATH (default the root) of the volume of STORE,\nread from the bucket without mounting: kind, size, checkpoint number, name.",
+		Long:              "ckptfs ls: lists the directory PATH (default the root) of the volume of STORE,\nread from the bucket without mounting: kind, size, checkpoint number, name.\nA name (or symlink target) that holds a character that is not printable (a newline,\na tab, bytes that are not UTF-8), begins with a double quote, ends with a space or\nholds \" -> \" is printed quoted, with Go's escapes (\"a\\nb\"), so that each line is one entry.",
 		Args:              argsBetween(1, 2, "STORE [PATH]"),
 		ValidArgsFunction: storeCompletion,
 		RunE: func(c *cobra.Command, args []string) error {
@@ -69,9 +72,9 @@ func newLsCmd() *cobra.Command {
 			}
 			tw := tabwriter.NewWriter(c.OutOrStdout(), 0, 8, 2, ' ', 0)
 			for _, e := range entries {
-				name := e.Name
+				name := lsQuote(e.Name)
 				if e.Target != "" {
-					name += " -> " + e.Target
+					name += " -> " + lsQuote(e.Target)
 				}
 				fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", e.Kind, e.Size, e.Cno, name)
 			}
@@ -80,6 +83,27 @@ func newLsCmd() *cobra.Command {
 	}
 	tf.register(c)
 	return c
+}
+
+// lsQuote is name as ls prints it: as it is, unless that would be read as
+// something else — a newline or tab splits the line or the columns, other
+// control characters and bytes that are not UTF-8 show as nothing or as
+// garbage, a leading double quote looks quoted, a trailing space is lost,
+// " -> " looks like a symlink's target — then quoted with Go's escapes
+// (strconv.Quote), which read back exactly (strconv.Unquote).
+func lsQuote(name string) string {
+	plain := utf8.ValidString(name) && !strings.HasPrefix(name, `"`) &&
+		!strings.HasSuffix(name, " ") && !strings.Contains(name, " -> ")
+	for _, r := range name {
+		if !plain {
+			break
+		}
+		plain = strconv.IsPrint(r)
+	}
+	if plain {
+		return name
+	}
+	return strconv.Quote(name)
 }
 
 // argAt is args[i], or "" when there are fewer.

@@ -255,9 +255,14 @@ func (fsys *FS) Mount(mountpoint string) error {
 			ExtraCapabilities: fuse.CAP_DONT_MASK | fuse.CAP_SETXATTR_EXT,
 			Options:           kopts,
 		},
-		RootStableAttr: &fs.StableAttr{Ino: uint64(namespace.RootIno), Mode: syscall.S_IFDIR},
-		UID:            uint32(os.Getuid()),
-		GID:            uint32(os.Getgid()),
+		// A mode of 0000 is shown as it is (open(O_CREAT, 0), mkdir(p, 0),
+		// chmod 0), not as 0644 or 0755: the kernel checks permissions
+		// (default_permissions), so go-fuse's fill-in for filesystems
+		// without modes is not needed.
+		NullPermissions: true,
+		RootStableAttr:  &fs.StableAttr{Ino: uint64(namespace.RootIno), Mode: syscall.S_IFDIR},
+		UID:             uint32(os.Getuid()),
+		GID:             uint32(os.Getgid()),
 	}
 	if fsys.fsName == "" {
 		opts.MountOptions.FsName = "ckptfs"

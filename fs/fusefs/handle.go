@@ -127,7 +127,16 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	return fuse.ReadResultData(b), 0
 }
 
+// Write: a write at or past the largest file size is EFBIG, as on ext4
+// (the kernel's own limit for FUSE is higher), and one that crosses it
+// writes up to it, a short write, as ext4 does.
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if off >= engine.MaxFileSize {
+		return 0, syscall.EFBIG
+	}
+	if int64(len(data)) > engine.MaxFileSize-off {
+		data = data[:engine.MaxFileSize-off]
+	}
 	n, err := h.of.f.WriteAt(ctx, data, off)
 	if err != nil {
 		return uint32(n), h.fsys.errnoOf("write file "+h.of.id, err)

@@ -18,8 +18,11 @@ import (
 
 // kernelOptions are the mount options and, for a mount made with mount(2)
 // directly, the flags, that carry ro, noexec, nosuid, nodev and noatime to the
-// kernel. go-fuse turns the words nodev, nosuid and noexec (and dev, suid,
-// exec) into flags of mount(2) itself, but passes any other word on as a FUSE
+// kernel. nodev is always given, whatever c says (config refuses dev): the
+// namespace stores device nodes with the numbers the bucket holds, and only
+// nodev keeps such a node from opening a device of this machine. go-fuse
+// turns the words nodev, nosuid and noexec (and suid, exec) into flags of
+// mount(2) itself, but passes any other word on as a FUSE
 // option, which the kernel refuses (EINVAL): noatime is a flag of mount(2)
 // only, so a direct mount gets it in the flags and fusermount3 as a word
 // (should a direct mount fail and go-fuse fall back to fusermount3, noatime
@@ -38,7 +41,7 @@ func kernelOptions(c config.Config, direct bool) (opts []string, flags uintptr) 
 	}
 	word(c.NoExec, "noexec", "exec")
 	word(c.NoSuid, "nosuid", "suid")
-	word(c.NoDev, "nodev", "dev")
+	opts = append(opts, "nodev")
 	flags = syscall.MS_NOSUID | syscall.MS_NODEV // adjusted by the words above
 	if c.NoAtime {
 		if direct {

@@ -24,7 +24,7 @@ func TestKernelOptions(t *testing.T) {
 	}{
 		{"defaults", "", true, []string{"default_permissions", "exec", "nosuid", "nodev"}, syscall.MS_NOSUID | syscall.MS_NODEV},
 		{"noexec", "noexec", true, []string{"default_permissions", "noexec", "nosuid", "nodev"}, syscall.MS_NOSUID | syscall.MS_NODEV},
-		{"suid and dev", "suid,dev", true, []string{"default_permissions", "exec", "suid", "dev"}, syscall.MS_NOSUID | syscall.MS_NODEV},
+		{"suid", "suid", true, []string{"default_permissions", "exec", "suid", "nodev"}, syscall.MS_NOSUID | syscall.MS_NODEV},
 		{"ro", "ro", false, []string{"default_permissions", "ro", "exec", "nosuid", "nodev"}, syscall.MS_NOSUID | syscall.MS_NODEV},
 		// mount(2) refuses noatime as a FUSE option word: a flag only.
 		{"noatime direct", "noatime", true, []string{"default_permissions", "exec", "nosuid", "nodev"}, syscall.MS_NOSUID | syscall.MS_NODEV | syscall.MS_NOATIME},
@@ -42,6 +42,13 @@ func TestKernelOptions(t *testing.T) {
 				t.Fatalf("kernelOptions = %q, %#x; want %q, %#x", got, flags, tt.want, tt.wantFlags)
 			}
 		})
+	}
+	// A config that says otherwise without Parse (which refuses dev) is
+	// still mounted nodev: device nodes come from the bucket.
+	c := config.Default()
+	c.NoDev = false
+	if got, flags := kernelOptions(c, true); !slices.Contains(got, "nodev") || slices.Contains(got, "dev") || flags&syscall.MS_NODEV == 0 {
+		t.Errorf("kernelOptions without NoDev = %q, %#x; want nodev", got, flags)
 	}
 }
 

@@ -147,6 +147,10 @@ func kindMode(k namespace.Kind) uint32 {
 		return syscall.S_IFIFO
 	case namespace.KindSocket:
 		return syscall.S_IFSOCK
+	case namespace.KindCharDev:
+		return syscall.S_IFCHR
+	case namespace.KindBlockDev:
+		return syscall.S_IFBLK
 	}
 	return syscall.S_IFREG
 }
@@ -188,6 +192,8 @@ func (fsys *FS) fillAttr(ctx context.Context, n namespace.Node, out *fuse.Attr) 
 		out.Size = uint64(len(n.Target))
 	case namespace.KindDir:
 		out.Size = 4096
+	case namespace.KindCharDev, namespace.KindBlockDev:
+		out.Rdev = encodeDev(n.Major, n.Minor)
 	}
 	out.Blocks = (out.Size + 511) / 512
 	if known {
@@ -295,6 +301,9 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	if sz, ok := in.GetSize(); ok {
 		if nn.Kind != namespace.KindFile {
 			return syscall.EISDIR
+		}
+		if sz > engine.MaxFileSize {
+			return syscall.EFBIG // as ext4 answers past its largest size
 		}
 		if errno := n.truncate(ctx, f, nn.FileID, int64(sz)); errno != 0 {
 			return errno

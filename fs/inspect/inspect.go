@@ -387,7 +387,7 @@ func (v *Volume) StoreInfo(ctx context.Context) (StoreInfo, error) {
 		case namespace.KindSymlink:
 			si.Symlinks++
 			return nil
-		case namespace.KindFIFO, namespace.KindSocket:
+		case namespace.KindFIFO, namespace.KindSocket, namespace.KindCharDev, namespace.KindBlockDev:
 			return nil // no data
 		}
 		si.Files++

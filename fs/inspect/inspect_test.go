@@ -478,3 +478,62 @@ func TestFsckDirectory(t *testing.T) {
 		})
 	}
 }
+
+// TestNodesWithoutData: FIFOs, sockets and device nodes are listed with
+// their kind and no size, are not files to StoreInfo, and fsck of the
+// volume, of their directory or of one of them passes them by.
+func TestNodesWithoutData(t *testing.T) {
+	st, _, _, v2 := makeVolume(t)
+	ctx := context.Background()
+	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ns.Lookup(namespace.RootIno, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Mknod(ctx, d.Ino, "fifo", namespace.KindFIFO, 0o644, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Mknod(ctx, d.Ino, "sock", namespace.KindSocket, 0o755, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.MknodDevice(ctx, d.Ino, "null", namespace.KindCharDev, 0o666, 1, 3, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.MknodDevice(ctx, d.Ino, "sda", namespace.KindBlockDev, 0o660, 8, 0, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := Open(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := v.List(ctx, "/d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var kinds []string
+	for _, e := range ents {
+		if e.Size != 0 || e.Cno != 0 || e.FileID != "" {
+			t.Errorf("entry %+v has data", e)
+		}
+		kinds = append(kinds, e.Name+":"+e.Kind)
+	}
+	if got := strings.Join(kinds, " "); got != "fifo:fifo null:chardev sda:blockdev sock:socket" {
+		t.Errorf("List /d: %s", got)
+	}
+	si, err := v.StoreInfo(ctx)
+	if err != nil || si.Files != 1 || si.Dirs != 2 || si.FileBytes != int64(len(v2)) {
+		t.Fatalf("StoreInfo: %+v, %v", si, err)
+	}
+	for _, p := range []string{"/", "/d"} {
+		r, err := v.Fsck(ctx, p, nil)
+		if err != nil || !r.OK() {
+			t.Errorf("fsck %s: %+v, %v", p, r, err)
+		}
+	}
+	if _, err := v.Fsck(ctx, "/d/null", nil); !errors.Is(err, ErrNotFile) {
+		t.Errorf("fsck of a device node: %v, want ErrNotFile", err)
+	}
+}

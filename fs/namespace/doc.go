@@ -13,6 +13,16 @@
 // (format.go), so that builds before FIFOs refuse such a volume instead of
 // misreading it; a volume without them is written as before.
 //
+// # Device nodes
+//
+// MknodDevice makes a character or block device node (KindCharDev,
+// KindBlockDev): such a node with its device number (major and minor,
+// within Linux's 12 and 20 bits) besides. Entries that make one, and
+// snapshots while the volume holds one, are in envelope version 4, which
+// builds before devices refuse (those of version 3 included). The number
+// is stored, not trusted: mounts are nodev, so a node read from the bucket
+// never opens a device.
+//
 // # Objects
 //
 // The namespace is an ordered log of changes under <root>/ns/log/, one object

@@ -82,16 +82,20 @@ func parseSeq(key, dirPrefix string) (uint64, bool) {
 // Version 1 is every snapshot and every entry of one op; version 2 an entry
 // of several ("ops", group commit); version 3 a snapshot that holds a FIFO
 // or socket node (KindFIFO, KindSocket) and an entry, of one op or several,
-// that holds a mknod op. A build that predates a version refuses it as a
+// that holds a mknod op; version 4 a snapshot that holds a device node
+// (KindCharDev, KindBlockDev, with its "ma" and "mi") and an entry that
+// holds a mknod of one. A build that predates a version refuses it as a
 // version it does not know rather than misreads it, and only what needs a
-// version is written in it: a volume without FIFOs or sockets stays in 1
-// and 2, readable by builds before them. Versions 1 and 2 holding such a
-// node or op are corrupt, and so is version 3 without one.
+// version is written in it: a volume without FIFOs, sockets or devices stays
+// in 1 and 2, readable by builds before them, and one without devices in 1
+// to 3. An object in a version below what it holds is corrupt, and so is
+// one in a version above it.
 //
-//	version  snapshot                  log entry
-//	1        no FIFO or socket node    "op", not mknod
-//	2        (never)                   "ops", no mknod
-//	3        a FIFO or socket node     "op" or "ops", a mknod among them
+//	version  snapshot                          log entry
+//	1        no FIFO, socket or device node    "op", not mknod
+//	2        (never)                           "ops", no mknod
+//	3        a FIFO or socket node, no device  "op" or "ops", a mknod among them, none of a device
+//	4        a device node                     "op" or "ops", a mknod of a device among them
 //
 // These constants are part of the format.
 const (
@@ -99,6 +103,7 @@ const (
 	envVersion      = 1
 	envVersionOps   = 2
 	envVersionNodes = 3
+	envVersionDevs  = 4
 	envHeaderLen    = 16
 	kindEntry       = 1
 	kindSnapshot    = 2
@@ -127,7 +132,7 @@ func unseal(key string, kind byte, data []byte) ([]byte, byte, error) {
 	if string(data[:4]) != envMagic {
 		return nil, 0, corruptf(key, "bad magic %q", data[:4])
 	}
-	if data[4] != envVersion && data[4] != envVersionNodes && !(kind == kindEntry && data[4] == envVersionOps) {
+	if data[4] != envVersion && data[4] != envVersionNodes && data[4] != envVersionDevs && !(kind == kindEntry && data[4] == envVersionOps) {
 		return nil, 0, corruptf(key, "unknown format version %d", data[4])
 	}
 	if data[5] != kind {
@@ -215,7 +220,7 @@ const (
 	opSetXattr    = "setxattr"
 	opRemoveXattr = "removexattr"
 	opForget      = "forget"
-	opMknod       = "mknod" // envelope version 3 only
+	opMknod       = "mknod" // envelope version 3 or 4 only
 )
 
 // entry is the body of one log entry: one op, or several (changes made at
@@ -280,7 +285,9 @@ type op struct {
 	Flags     uint32   `json:"fl,omitempty"`
 	Attr      *attrRec `json:"a,omitempty"`
 	Value     []byte   `json:"v,omitempty"`
-	Type      Kind     `json:"ty,omitempty"` // mknod: KindFIFO or KindSocket
+	Type      Kind     `json:"ty,omitempty"` // mknod: KindFIFO, KindSocket, KindCharDev or KindBlockDev
+	Major     uint32   `json:"ma,omitempty"` // mknod of a device: its number (envelope version 4)
+	Minor     uint32   `json:"mi,omitempty"`
 }
 
 // attrRec is the change of a setattr: nil fields are left alone.
@@ -299,17 +306,10 @@ func encodeEntry(e *entry) []byte {
 		// Every field has a total encoding; failing here is a bug.
 		panic(fmt.Sprintf("namespace: encode entry: %v", err))
 	}
-	version := byte(envVersion)
-	if e.Op == nil {
-		version = envVersionOps
-	}
-	if e.mknods() {
-		version = envVersionNodes
-	}
-	return seal(kindEntry, version, body)
+	return seal(kindEntry, e.version(), body)
 }
 
-// mknods says whether e holds a mknod op (so needs envelope version 3).
+// mknods says whether e holds a mknod op (so needs envelope version 3 or 4).
 func (e *entry) mknods() bool {
 	for _, o := range e.ops() {
 		if o.Kind == opMknod {
@@ -317,6 +317,30 @@ func (e *entry) mknods() bool {
 		}
 	}
 	return false
+}
+
+// mknodsDevice says whether e holds a mknod of a device (so needs envelope
+// version 4).
+func (e *entry) mknodsDevice() bool {
+	for _, o := range e.ops() {
+		if o.Kind == opMknod && o.Type.device() {
+			return true
+		}
+	}
+	return false
+}
+
+// version is the envelope version e is written in.
+func (e *entry) version() byte {
+	switch {
+	case e.mknodsDevice():
+		return envVersionDevs
+	case e.mknods():
+		return envVersionNodes
+	case e.Op == nil:
+		return envVersionOps
+	}
+	return envVersion
 }
 
 // decodeEntry parses the log entry stored under key. wantSeq 0 skips the
@@ -330,7 +354,7 @@ func decodeEntry(key string, wantSeq uint64, data []byte) (*entry, error) {
 	if err := decodeJSON(key, body, &e); err != nil {
 		return nil, err
 	}
-	if version != envVersionNodes && (version == envVersionOps) != (e.Ops != nil) {
+	if version < envVersionNodes && (version == envVersionOps) != (e.Ops != nil) {
 		return nil, corruptf(key, "format version %d with \"op\"=%v and \"ops\"=%v", version, e.Op != nil, e.Ops != nil)
 	}
 	if e.Seq == 0 {
@@ -352,19 +376,26 @@ func decodeEntry(key string, wantSeq uint64, data []byte) (*entry, error) {
 	case len(e.Ops) > maxEntryOps:
 		return nil, corruptf(key, "%d ops, at most %d", len(e.Ops), maxEntryOps)
 	}
-	if version == envVersionNodes && !e.mknods() {
-		return nil, corruptf(key, "format version %d without a mknod", version)
+	if version >= envVersionNodes && version != e.version() {
+		return nil, corruptf(key, "format version %d for an entry of version %d (mknod: %v, of a device: %v)",
+			version, e.version(), e.mknods(), e.mknodsDevice())
 	}
 	for i, o := range e.ops() {
 		switch o.Kind {
 		case opCreate, opMkdir, opSymlink, opLink, opUnlink, opRmdir, opRename,
 			opSetAttr, opSetXattr, opRemoveXattr, opForget:
 		case opMknod:
-			if version != envVersionNodes {
+			if version < envVersionNodes {
 				return nil, corruptf(key, "op %d: mknod in format version %d", i, version)
+			}
+			if err := checkDevice(o.Type, o.Major, o.Minor); err != nil {
+				return nil, corruptf(key, "op %d: %v", i, err)
 			}
 		default:
 			return nil, corruptf(key, "op %d: unknown operation %q", i, o.Kind)
+		}
+		if (o.Major != 0 || o.Minor != 0) && o.Kind != opMknod {
+			return nil, corruptf(key, "op %d: a device number in a %s", i, o.Kind)
 		}
 		if o.Kind == opSetAttr && o.Attr == nil {
 			return nil, corruptf(key, "op %d: setattr without attributes", i)
@@ -398,6 +429,8 @@ type nodeRec struct {
 	MtimeSet int64       `json:"ms,omitempty"`
 	FileID   string      `json:"f,omitempty"`
 	Target   bname       `json:"l,omitempty"`
+	Major    uint32      `json:"ma,omitempty"` // devices (envelope version 4)
+	Minor    uint32      `json:"mi,omitempty"`
 	Xattrs   []xattrRec  `json:"x,omitempty"`
 	Children []direntRec `json:"c,omitempty"`
 }
@@ -418,15 +451,11 @@ func encodeSnapshot(st *state) []byte {
 	if err != nil {
 		panic(fmt.Sprintf("namespace: encode snapshot: %v", err))
 	}
-	version := byte(envVersion)
-	if st.holdsSpecial() {
-		version = envVersionNodes
-	}
-	return seal(kindSnapshot, version, body)
+	return seal(kindSnapshot, st.version(), body)
 }
 
 // holdsSpecial says whether st has a FIFO or socket node (so its snapshot
-// needs envelope version 3).
+// needs envelope version 3, or 4 with a device).
 func (st *state) holdsSpecial() bool {
 	for _, n := range st.nodes {
 		if n.kind.special() {
@@ -434,6 +463,28 @@ func (st *state) holdsSpecial() bool {
 		}
 	}
 	return false
+}
+
+// holdsDevice says whether st has a device node (so its snapshot needs
+// envelope version 4).
+func (st *state) holdsDevice() bool {
+	for _, n := range st.nodes {
+		if n.kind.device() {
+			return true
+		}
+	}
+	return false
+}
+
+// version is the envelope version a snapshot of st is written in.
+func (st *state) version() byte {
+	switch {
+	case st.holdsDevice():
+		return envVersionDevs
+	case st.holdsSpecial():
+		return envVersionNodes
+	}
+	return envVersion
 }
 
 // decodeSnapshot parses and checks a snapshot; wantSeq 0 skips the check
@@ -454,8 +505,9 @@ func decodeSnapshot(key string, wantSeq uint64, data []byte) (*state, error) {
 	if err != nil {
 		return nil, corruptf(key, "%v", err)
 	}
-	if (version == envVersionNodes) != st.holdsSpecial() {
-		return nil, corruptf(key, "format version %d with FIFO or socket nodes: %v", version, st.holdsSpecial())
+	if version != st.version() {
+		return nil, corruptf(key, "format version %d for a snapshot of version %d (FIFO or socket nodes: %v, device nodes: %v)",
+			version, st.version(), st.holdsSpecial(), st.holdsDevice())
 	}
 	return st, nil
 }

@@ -30,6 +30,14 @@ func FuzzDecodeEntry(f *testing.F) {
 		{Kind: opLink, Ino: 6 << 16, Parent: 65536, Name: "p2"},
 		{Kind: opUnlink, Parent: 1, Name: "p"},
 	})))
+	// Devices (envelope version 4): one at the largest number, one renamed.
+	f.Add(encodeEntry(newEntry(6, NewFileID(), 2, []op{
+		{Kind: opMknod, Parent: 1, Name: "null", Type: KindCharDev, Mode: 0o666, Major: 1, Minor: 3},
+		{Kind: opMknod, Parent: 65536, Name: "disk", Type: KindBlockDev, Mode: 0o660, Major: MaxMajor, Minor: MaxMinor},
+		{Kind: opRename, Parent: 65536, Name: "disk", NewParent: 1, NewName: "disk2"},
+	})))
+	f.Add(encodeEntry(&entry{Seq: 6, ID: NewFileID(), Time: 2,
+		Op: &op{Kind: opMknod, Parent: 1, Name: "c", Type: KindCharDev, Mode: 0o600, Minor: 1}}))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := decodeEntry("fuzz", 0, data)
 		if err != nil {
@@ -65,7 +73,7 @@ func FuzzDecodeEntry(f *testing.F) {
 
 // fuzzState is a small state for entries to apply to: / with d/ (65536),
 // d/f (131072), s -> f (196608) and the orphan o (262144).
-func fuzzState(t *testing.T) *state {
+func fuzzState(t testing.TB) *state {
 	st := newState()
 	id := func(c byte) string {
 		b := make([]byte, 32)
@@ -93,6 +101,17 @@ func fuzzState(t *testing.T) *state {
 // invariant and re-encodes to the same state.
 func FuzzDecodeSnapshot(f *testing.F) {
 	f.Add(encodeSnapshot(newState()))
+	withDevices := fuzzState(f)
+	for i, o := range []op{
+		{Kind: opMknod, Parent: 1, Name: "p", Type: KindFIFO, Mode: 0o644},
+		{Kind: opMknod, Parent: 65536, Name: "c", Type: KindCharDev, Mode: 0o666, Major: 1, Minor: 3},
+		{Kind: opMknod, Parent: 1, Name: "b", Type: KindBlockDev, Mode: 0o660, Major: MaxMajor, Minor: MaxMinor},
+	} {
+		if err := withDevices.apply(&entry{Seq: withDevices.seq + 1, ID: NewFileID(), Time: int64(i), Op: &o}, false); err != nil {
+			f.Fatal(err)
+		}
+	}
+	f.Add(encodeSnapshot(withDevices))
 	f.Add([]byte("CKNS\x01\x02\x00\x00"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		st, err := decodeSnapshot("fuzz", 0, data)

@@ -68,18 +68,38 @@ func (ns *Namespace) Mkdir(ctx context.Context, parent Ino, name string, mode ui
 }
 
 // Mknod makes a FIFO or a Unix socket file (kind KindFIFO or KindSocket):
-// a node with its mode and owner and no data. Any other kind is ErrInvalid.
-// The entry, and every snapshot while the volume holds such a node, is
-// written in envelope version 3 (format.go).
+// a node with its mode and owner and no data. Any other kind is ErrInvalid
+// (a device: MknodDevice). The entry, and every snapshot while the volume
+// holds such a node, is written in envelope version 3 (format.go).
 func (ns *Namespace) Mknod(ctx context.Context, parent Ino, name string, kind Kind, mode uint32, owner Owner) (Node, error) {
 	if !kind.special() {
 		return Node{}, fmt.Errorf("mknod %q in %d: kind %v: %w", name, parent, kind, ErrInvalid)
 	}
-	var n Node
-	err := ns.change(ctx, op{Kind: opMknod, Parent: parent, Name: bname(name), Type: kind, Mode: mode,
-		Uid: owner.Uid, Gid: owner.Gid}, created(&n))
-	if err != nil {
+	return ns.mknod(ctx, op{Kind: opMknod, Parent: parent, Name: bname(name), Type: kind, Mode: mode,
+		Uid: owner.Uid, Gid: owner.Gid})
+}
+
+// MknodDevice makes a character or block device node (kind KindCharDev or
+// KindBlockDev) with device number major:minor (at most MaxMajor:MaxMinor):
+// a node with its mode, owner and number and no data. Any other kind, or a
+// number past the bounds, is ErrInvalid. The entry, and every snapshot
+// while the volume holds such a node, is written in envelope version 4
+// (format.go), which builds before devices refuse.
+func (ns *Namespace) MknodDevice(ctx context.Context, parent Ino, name string, kind Kind, mode, major, minor uint32, owner Owner) (Node, error) {
+	if !kind.device() {
+		return Node{}, fmt.Errorf("mknod %q in %d: kind %v: %w", name, parent, kind, ErrInvalid)
+	}
+	if err := checkDevice(kind, major, minor); err != nil {
 		return Node{}, fmt.Errorf("mknod %q in %d: %w", name, parent, err)
+	}
+	return ns.mknod(ctx, op{Kind: opMknod, Parent: parent, Name: bname(name), Type: kind, Mode: mode,
+		Uid: owner.Uid, Gid: owner.Gid, Major: major, Minor: minor})
+}
+
+func (ns *Namespace) mknod(ctx context.Context, o op) (Node, error) {
+	var n Node
+	if err := ns.change(ctx, o, created(&n)); err != nil {
+		return Node{}, fmt.Errorf("mknod %q in %d: %w", o.Name, o.Parent, err)
 	}
 	return n, nil
 }

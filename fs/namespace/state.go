@@ -28,10 +28,26 @@ const (
 	// version 3 (format.go), so that builds before them refuse it.
 	KindFIFO   Kind = 4
 	KindSocket Kind = 5
+	// KindCharDev and KindBlockDev are character and block device nodes:
+	// a node with its mode, owner and device number (Major, Minor) and no
+	// data. The number means something only to the kernel of the machine
+	// that made the node; every mount is nodev, so that a node read from the
+	// bucket never opens a device. A volume that holds one is written in
+	// envelope version 4 (format.go).
+	KindCharDev  Kind = 6
+	KindBlockDev Kind = 7
 )
 
-// special says whether k is a kind that only envelope version 3 may hold.
+// special says whether k is a FIFO or a socket: a kind that envelope
+// version 3 or 4 may hold.
 func (k Kind) special() bool { return k == KindFIFO || k == KindSocket }
+
+// device says whether k is a device kind: only envelope version 4 holds
+// them.
+func (k Kind) device() bool { return k == KindCharDev || k == KindBlockDev }
+
+// Mknodable says whether Mknod makes nodes of kind k.
+func (k Kind) Mknodable() bool { return k.special() || k.device() }
 
 func (k Kind) String() string {
 	switch k {
@@ -45,6 +61,10 @@ func (k Kind) String() string {
 		return "fifo"
 	case KindSocket:
 		return "socket"
+	case KindCharDev:
+		return "chardev"
+	case KindBlockDev:
+		return "blockdev"
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))
 }
@@ -61,6 +81,10 @@ const (
 	// stress-ng's xattr stressor does) grows one node, every snapshot and
 	// every mount's memory without end.
 	MaxXattrsLen = 256 << 10
+	// MaxMajor and MaxMinor bound a device number, as Linux's dev_t has
+	// them (12 and 20 bits): the numbers mknod(2) can make.
+	MaxMajor = 1<<12 - 1
+	MaxMinor = 1<<20 - 1
 	// ModeMask is the bits Mode may hold: permissions, setuid, setgid,
 	// sticky. The type is Kind.
 	ModeMask = 0o7777
@@ -106,6 +130,9 @@ type Node struct {
 	FileID     string // files: the data prefix f/<FileID>/
 	Target     string // symlinks
 	Parent     Ino    // directories: the parent (the root's is itself)
+	// Major and Minor are a device node's number (KindCharDev,
+	// KindBlockDev); 0 for other kinds.
+	Major, Minor uint32
 }
 
 // Dirent is one directory entry. Cookie is unique in the directory and stays
@@ -143,6 +170,8 @@ type node struct {
 	mtimeSet int64
 	fileID   string
 	target   string
+	major    uint32 // devices
+	minor    uint32 // devices
 	xattrs   map[string][]byte
 	parent   Ino               // directories
 	children map[string]dirent // directories
@@ -153,6 +182,7 @@ func (n *node) public() Node {
 		Ino: n.ino, Kind: n.kind, Mode: n.mode, Uid: n.uid, Gid: n.gid,
 		Nlink: n.nlink, AtimeNs: n.atime, MtimeNs: n.mtime, CtimeNs: n.ctime,
 		MtimeSetNs: n.mtimeSet, FileID: n.fileID, Target: n.target, Parent: n.parent,
+		Major: n.major, Minor: n.minor,
 	}
 }
 
@@ -376,8 +406,9 @@ func (st *state) applyOp(o *op, ino Ino, t int64, dry bool) error {
 
 // applyNew: create (Parent, Name, Mode, Uid, Gid, FileID), mkdir (Parent,
 // Name, Mode, Uid, Gid), symlink (Parent, Name, Target, Uid, Gid), mknod
-// (Parent, Name, Type: KindFIFO or KindSocket, Mode, Uid, Gid). The new node
-// is ino (inoOf of the op's place in its entry).
+// (Parent, Name, Type: KindFIFO, KindSocket, KindCharDev or KindBlockDev,
+// Mode, Uid, Gid; Major and Minor for a device). The new node is ino (inoOf
+// of the op's place in its entry).
 func (st *state) applyNew(o *op, ino Ino, t int64, dry bool) error {
 	d, err := st.dir(o.Parent)
 	if err != nil {
@@ -419,10 +450,13 @@ func (st *state) applyNew(o *op, ino Ino, t int64, dry bool) error {
 		}
 		n.kind, n.mode, n.target = KindSymlink, 0o777, t
 	case opMknod:
-		if !o.Type.special() {
+		if !o.Type.Mknodable() {
 			return fmt.Errorf("mknod of kind %v: %w", o.Type, ErrInvalid)
 		}
-		n.kind = o.Type
+		if err := checkDevice(o.Type, o.Major, o.Minor); err != nil {
+			return err
+		}
+		n.kind, n.major, n.minor = o.Type, o.Major, o.Minor
 	}
 	if dry {
 		return nil
@@ -513,7 +547,7 @@ func (st *state) dropName(d, n *node, t int64) {
 	case KindDir:
 		d.nlink--
 		st.delNode(n.ino)
-	case KindSymlink, KindFIFO, KindSocket:
+	case KindSymlink, KindFIFO, KindSocket, KindCharDev, KindBlockDev:
 		// No data: the node goes with its last name.
 		n.nlink--
 		if n.nlink == 0 {
@@ -766,7 +800,7 @@ func (st *state) record() *snapRec {
 		r := nodeRec{
 			Ino: n.ino, Kind: n.kind, Mode: n.mode, Uid: n.uid, Gid: n.gid,
 			Atime: n.atime, Mtime: n.mtime, Ctime: n.ctime, MtimeSet: n.mtimeSet,
-			FileID: n.fileID, Target: bname(n.target),
+			FileID: n.fileID, Target: bname(n.target), Major: n.major, Minor: n.minor,
 		}
 		for name, v := range n.xattrs {
 			r.Xattrs = append(r.Xattrs, xattrRec{Name: bname(name), Value: v})
@@ -798,8 +832,12 @@ func stateFromRecord(rec *snapRec) (*state, error) {
 		if r.Mode&^ModeMask != 0 {
 			return nil, fmt.Errorf("node %d: mode %o", r.Ino, r.Mode)
 		}
+		if err := checkDevice(r.Kind, r.Major, r.Minor); err != nil {
+			return nil, fmt.Errorf("node %d: %v", r.Ino, err)
+		}
 		n := &node{ino: r.Ino, kind: r.Kind, mode: r.Mode, uid: r.Uid, gid: r.Gid,
-			atime: r.Atime, mtime: r.Mtime, ctime: r.Ctime, mtimeSet: r.MtimeSet}
+			atime: r.Atime, mtime: r.Mtime, ctime: r.Ctime, mtimeSet: r.MtimeSet,
+			major: r.Major, minor: r.Minor}
 		switch r.Kind {
 		case KindFile:
 			if !validID(r.FileID) {
@@ -819,7 +857,7 @@ func stateFromRecord(rec *snapRec) (*state, error) {
 				return nil, fmt.Errorf("symlink %d: bad target", r.Ino)
 			}
 			n.target = t
-		case KindFIFO, KindSocket:
+		case KindFIFO, KindSocket, KindCharDev, KindBlockDev:
 		default:
 			return nil, fmt.Errorf("node %d: kind %d", r.Ino, r.Kind)
 		}
@@ -914,4 +952,16 @@ func stateFromRecord(rec *snapRec) (*state, error) {
 		return nil, fmt.Errorf("%d directories not reachable from the root", dirs-seen)
 	}
 	return st, nil
+}
+
+// checkDevice checks the device number of a node of kind k: within Linux's
+// bounds for a device, 0 for any other kind.
+func checkDevice(k Kind, major, minor uint32) error {
+	switch {
+	case !k.device() && (major != 0 || minor != 0):
+		return fmt.Errorf("a device number on a %v: %w", k, ErrInvalid)
+	case major > MaxMajor || minor > MaxMinor:
+		return fmt.Errorf("device number %d:%d past %d:%d: %w", major, minor, MaxMajor, MaxMinor, ErrInvalid)
+	}
+	return nil
 }
