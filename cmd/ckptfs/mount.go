@@ -525,8 +525,12 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	}
 	// Before the store is reached: a mount here would stack on the one
 	// already there.
-	if err := checkMountPoint(m.mountpoint); err != nil {
+	cleared, err := checkMountPoint(m.mountpoint)
+	if err != nil {
 		return fail(err)
+	}
+	if cleared != "" {
+		warn(cleared)
 	}
 	sink, logFile, err := mountLogSink(so, cfg, report != nil, stderr, warn)
 	if err != nil {
