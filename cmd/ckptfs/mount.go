@@ -275,6 +275,8 @@ func (so storeOpts) s3Only() string {
 		name string
 		set  bool
 	}{
+		{"endpoint", so.endpoint != ""}, {"region", so.region != ""}, {"profile", so.profile != ""},
+		{"path_style", so.pathStyle},
 		{"sse", so.sse != ""}, {"sse_kms_key_id", so.sseKMSKeyID != ""}, {"storage_class", so.storageClass != ""},
 		{"checksum", so.checksum != ""}, {"ca_bundle", so.caBundle != ""}, {"requester_pays", so.requesterPays},
 	} {
