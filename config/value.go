@@ -40,7 +40,7 @@ func (e *OptionError) Error() string {
 		if e.Suggestion != "" {
 			return fmt.Sprintf("unknown option %q (did you mean %s?)", e.Name, e.Suggestion)
 		}
-		return fmt.Sprintf("unknown option %q (known: %s)", e.Name, strings.Join(names(), ", "))
+		return fmt.Sprintf("unknown option %q (known: %s)", e.Name, strings.Join(append(names(), storeOwnNames...), ", "))
 	}
 	if e.Value == "" {
 		return fmt.Sprintf("option %s: %v", e.Name, e.Err)

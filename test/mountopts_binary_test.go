@@ -3,9 +3,12 @@ package test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -242,4 +245,136 @@ func mountInfo(t testing.TB, dir string) string {
 		}
 	}
 	return ""
+}
+
+// TestMountNoPath: mount(8) runs mount.ckptfs with the environment it was
+// given, and an fstab mount at boot (or `env -i mount -a`) gives no PATH.
+// The mount must find fusermount3 and unmount without one: an fstab line
+// with auto_unmount mounts, and kill -9 of its process still unmounts it; a
+// mount process started with an empty environment unmounts on SIGTERM while
+// a file in it is held open (lazily, then exits once the file is closed).
+func TestMountNoPath(t *testing.T) {
+	need(t, "fusermount3")
+	t.Run("fstab auto_unmount", func(t *testing.T) {
+		installHelper(t)
+		mount, err := exec.LookPath("mount")
+		if err != nil {
+			t.Fatal(err)
+		}
+		store := "file://" + t.TempDir()
+		dir := mountpoint(t)
+		t.Cleanup(func() {
+			if isMounted(t, dir) {
+				runErr("", "umount", "-l", dir)
+			}
+		})
+		fstab := filepath.Join(t.TempDir(), "fstab")
+		line := store + " " + dir + " ckptfs create,auto_unmount,log_file=" + filepath.Join(t.TempDir(), "log") + " 0 0\n"
+		if err := os.WriteFile(fstab, []byte(line), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		run(t, "", "env", "-i", mount, "-a", "-T", fstab)
+		waitFor(t, 10*time.Second, func() error {
+			if !isMounted(t, dir) {
+				return errors.New("env -i mount -a: not mounted")
+			}
+			return nil
+		})
+		run(t, dir, "sh", "-c", "echo hello > greeting")
+		pid := mountProcess(t, dir)
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, 10*time.Second, func() error {
+			if isMounted(t, dir) {
+				return errors.New("still mounted after kill -9 of a mount made with auto_unmount")
+			}
+			return nil
+		})
+	})
+	t.Run("busy SIGTERM", func(t *testing.T) {
+		store := "file://" + t.TempDir()
+		dir := mountpoint(t)
+		t.Cleanup(func() {
+			if isMounted(t, dir) {
+				runErr("", "umount", "-l", dir)
+			}
+		})
+		cmd := exec.Command(ckptfsBinary(t), "mount", "-f", "-o", "create,log=warn", store, dir)
+		cmd.Env = []string{} // no PATH, nothing at all
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		exited := make(chan struct{})
+		go func() { cmd.Wait(); close(exited) }()
+		t.Cleanup(func() {
+			cmd.Process.Kill()
+			<-exited
+		})
+		waitFor(t, 30*time.Second, func() error {
+			if !isMounted(t, dir) {
+				return errors.New("not mounted yet")
+			}
+			return nil
+		})
+		if err := os.WriteFile(filepath.Join(dir, "held"), []byte("held\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		held, err := os.Open(filepath.Join(dir, "held"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer held.Close()
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Fatal(err)
+		}
+		// The busy mount is detached at once; the process waits for the
+		// file held open.
+		waitFor(t, 30*time.Second, func() error {
+			if isMounted(t, dir) {
+				return fmt.Errorf("still mounted after SIGTERM with a file held open; stderr: %s", stderr.String())
+			}
+			return nil
+		})
+		if b, err := io.ReadAll(held); err != nil || string(b) != "held\n" {
+			t.Fatalf("read of the held file after the lazy unmount: %q, %v", b, err)
+		}
+		held.Close()
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			t.Fatal("mount process still running 30s after its last file was closed")
+		}
+		if !cmd.ProcessState.Success() {
+			t.Fatalf("mount process after SIGTERM: %v; stderr: %s", cmd.ProcessState, stderr.String())
+		}
+	})
+}
+
+// mountProcess is the pid of the ckptfs process serving dir (not the
+// fusermount3 that auto_unmount keeps beside it).
+func mountProcess(t *testing.T, dir string) int {
+	t.Helper()
+	procs, err := filepath.Glob("/proc/[0-9]*/cmdline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		args := strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
+		if !strings.Contains(filepath.Base(args[0]), "ckptfs") || !slices.Contains(args, dir) {
+			continue
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
+		if err == nil {
+			return pid
+		}
+	}
+	t.Fatalf("no ckptfs process serves %s", dir)
+	return 0
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -71,5 +72,69 @@ func TestMountPointInUse(t *testing.T) {
 	}
 	if isMounted(t, dir) {
 		t.Error("still mounted after the first mount exited")
+	}
+}
+
+// TestRestartAfterKill: a mount killed with kill -9 (no auto_unmount)
+// leaves its mount point dead (ENOTCONN); the same mount command run again,
+// with nothing in between, unmounts the dead mount, mounts, and shows every
+// write the dead process acknowledged: with wal=on one it never flushed.
+func TestRestartAfterKill(t *testing.T) {
+	store := "file://" + t.TempDir()
+	dir := mountpoint(t)
+	t.Cleanup(func() {
+		for i := 0; i < 3 && isMounted(t, dir); i++ {
+			runErr("", "umount", "-l", dir)
+		}
+	})
+	const opts = "create,wal=on,log=warn"
+	first := startForeground(t, store, dir, opts)
+	f, err := os.Create(filepath.Join(dir, "acked"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("acknowledged, never flushed\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := first.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-first.exited
+	f.Close() // the server is gone: nothing is flushed by this
+	if _, err := os.Stat(dir); !errors.Is(err, syscall.ENOTCONN) {
+		t.Fatalf("stat of the mount point after kill -9: %v, want ENOTCONN", err)
+	}
+
+	cmd := exec.Command(ckptfsBinary(t), "mount", "-f", "-o", opts, store, dir)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+	})
+	waitFor(t, 30*time.Second, func() error {
+		select {
+		case <-exited:
+			t.Fatalf("the mount started again after kill -9 exited: %v: %s", cmd.ProcessState, stderr.String())
+		default:
+		}
+		_, err := os.ReadDir(dir)
+		return err
+	})
+	if !strings.Contains(stderr.String(), "dead ckptfs mount") {
+		t.Errorf("the restarted mount did not say it cleared a dead mount; stderr: %s", stderr.String())
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "acked")); err != nil || string(b) != "acknowledged, never flushed\n" {
+		t.Fatalf("the killed mount's acknowledged write, read after the restart: %q, %v", b, err)
 	}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -55,21 +54,6 @@ func fuseConnection(dir string) string {
 	return filepath.Join(fuseConnections, strconv.FormatUint(uint64(unix.Minor(st.Dev)), 10))
 }
 
-// lazyUnmount detaches the busy mount at dir from the file tree: new
-// lookups no longer reach it, and files already open keep working until
-// they are closed.
-func lazyUnmount(dir string) error {
-	var errs []error
-	for _, argv := range [][]string{{"fusermount3", "-u", "-z", dir}, {"fusermount", "-u", "-z", dir}, {"umount", "-l", dir}} {
-		out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
-		if err == nil {
-			return nil
-		}
-		errs = append(errs, fmt.Errorf("%s: %w: %s", argv[0], err, out))
-	}
-	return fmt.Errorf("lazy unmount of %s: %w", dir, errors.Join(errs...))
-}
-
 // abortConnection ends the FUSE connection conn (see fuseConnection): the
 // programs still using the mount get ENOTCONN, and the server stops. It
 // mounts fusectl first when it is not (root only), as systemd does at boot.
@@ -104,7 +88,7 @@ func stopMount(fsys *fusefs.FS, dir, conn string, done <-chan struct{}, log *zap
 	}
 	log.Warn("mount busy: unmounting lazily; files still open get time to close", zap.String("mountpoint", dir),
 		zap.Duration("grace", busyGrace))
-	if lerr := lazyUnmount(dir); lerr != nil {
+	if lerr := fusefs.LazyUnmount(dir); lerr != nil {
 		return fmt.Errorf("%w: %w; %w", errStillMounted, err, lerr)
 	}
 	select {

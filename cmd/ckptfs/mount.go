@@ -275,6 +275,8 @@ func (so storeOpts) s3Only() string {
 		name string
 		set  bool
 	}{
+		{"endpoint", so.endpoint != ""}, {"region", so.region != ""}, {"profile", so.profile != ""},
+		{"path_style", so.pathStyle},
 		{"sse", so.sse != ""}, {"sse_kms_key_id", so.sseKMSKeyID != ""}, {"storage_class", so.storageClass != ""},
 		{"checksum", so.checksum != ""}, {"ca_bundle", so.caBundle != ""}, {"requester_pays", so.requesterPays},
 	} {
@@ -487,6 +489,9 @@ func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger
 	if err != nil {
 		return nil, explainStart(ctx, err, raw, spec, so)
 	}
+	if merr := fsys.MetricsProblem(); merr != nil {
+		warn(fmt.Sprintf("%v: mounted without metrics; give -o metrics= a free address (or none) to have them", merr))
+	}
 	if cfg.ReadOnly {
 		return fsys, nil
 	}
@@ -525,8 +530,12 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	}
 	// Before the store is reached: a mount here would stack on the one
 	// already there.
-	if err := checkMountPoint(m.mountpoint); err != nil {
+	cleared, err := checkMountPoint(m.mountpoint)
+	if err != nil {
 		return fail(err)
+	}
+	if cleared != "" {
+		warn(cleared)
 	}
 	sink, logFile, err := mountLogSink(so, cfg, report != nil, stderr, warn)
 	if err != nil {

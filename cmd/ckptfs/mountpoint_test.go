@@ -46,19 +46,19 @@ func TestMountedAt(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = mountedAt(mounts, "/mnt/my vol", "/mnt/my vol")
+	_, err = mountedAt(mounts, "/mnt/my vol", "/mnt/my vol")
 	if !errors.Is(err, errAlreadyMounted) {
 		t.Fatalf("mountedAt(/mnt/my vol) = %v, want errAlreadyMounted", err)
 	}
 	if want := "/mnt/my vol is already a mount point (fuse.ckptfs); unmount it first: fusermount3 -u /mnt/my vol"; err.Error() != want {
 		t.Errorf("message %q, want %q", err, want)
 	}
-	if err := mountedAt(mounts, "x", "/mnt/back\\slash\ttab"); err == nil || !strings.Contains(err.Error(), "umount x") || strings.Contains(err.Error(), "fusermount") {
+	if _, err := mountedAt(mounts, "x", "/mnt/back\\slash\ttab"); err == nil || !strings.Contains(err.Error(), "umount x") || strings.Contains(err.Error(), "fusermount") {
 		t.Errorf("tmpfs: %v, want umount named", err)
 	}
 	// A directory inside a mount, or a parent of one, is not a mount point.
 	for _, p := range []string{"/mnt/my vol/sub", "/mnt", "/mnt/my"} {
-		if err := mountedAt(mounts, p, p); err != nil {
+		if _, err := mountedAt(mounts, p, p); err != nil {
 			t.Errorf("mountedAt(%q) = %v, want nil", p, err)
 		}
 	}

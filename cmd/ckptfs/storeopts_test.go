@@ -52,6 +52,10 @@ func TestOpenStoreS3OptionsRefused(t *testing.T) {
 		{"file://" + t.TempDir(), []string{"sse=AES256"}, "option sse is for s3:// stores only"},
 		{"mem://", []string{"requester_pays"}, "option requester_pays is for s3:// stores only"},
 		{"mem://", []string{"checksum=off"}, "option checksum is for s3:// stores only"},
+		{"file://" + t.TempDir(), []string{"endpoint=http://127.0.0.1:7070"}, "option endpoint is for s3:// stores only"},
+		{"file://" + t.TempDir(), []string{"region=eu-west-1"}, "option region is for s3:// stores only"},
+		{"mem://", []string{"profile=prod"}, "option profile is for s3:// stores only"},
+		{"mem://", []string{"path_style"}, "option path_style is for s3:// stores only"},
 		{s3, []string{"sse=aes256"}, `sse "aes256": want AES256, aws:kms or aws:kms:dsse`},
 		{s3, []string{"sse_kms_key_id=k"}, "sse_kms_key_id needs sse=aws:kms or sse=aws:kms:dsse"},
 		{s3, []string{"sse=AES256", "sse_kms_key_id=k"}, "sse_kms_key_id needs sse=aws:kms"},
@@ -63,7 +67,9 @@ func TestOpenStoreS3OptionsRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		so.endpoint, so.region, so.pathStyle = base.endpoint, base.region, base.pathStyle
+		if tc.spec == s3 {
+			so.endpoint, so.region, so.pathStyle = base.endpoint, base.region, base.pathStyle
+		}
 		_, _, err = openStore(ctx, tc.spec, so)
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("openStore(%s, %q) = %v, want an error with %q", tc.spec, tc.opts, err, tc.want)

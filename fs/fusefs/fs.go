@@ -114,6 +114,7 @@ type FS struct {
 
 	metrics    *Metrics
 	metricsSrv *metricsServer // nil when -o metrics is off
+	metricsErr error          // why -o metrics is not served (its address taken), or nil
 
 	server    *fuse.Server
 	auto      *autoUnmount // the fusermount3 watcher of an auto_unmount mount; nil without
@@ -167,9 +168,11 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 	metrics.fsys = fsys
 	fsys.refreshedAt.Store(time.Now().UnixNano()) // Open read the namespace
 	if o.Config.Metrics != "" {
+		// A port taken (by another mount's metrics, or anything) costs the
+		// counters, not the mount: the files are what the user came for.
 		if err := fsys.startMetrics(o.Config.Metrics); err != nil {
-			cancel()
-			return nil, err
+			fsys.metricsErr = err
+			fsys.log.Warn("no metrics: the mount goes on without them", zap.String("addr", o.Config.Metrics), zap.Error(err))
 		}
 	}
 	fsys.wg.Add(1)

@@ -338,6 +338,11 @@ func (fsys *FS) startMetrics(addr string) error {
 	return nil
 }
 
+// MetricsProblem is why the metrics listener asked for (-o metrics=) is not
+// serving, or nil: the mount goes on without it, and the command tells the
+// user.
+func (fsys *FS) MetricsProblem() error { return fsys.metricsErr }
+
 // loopback says whether a is a TCP address on a loopback interface only (not
 // the unspecified address, which is every interface).
 func loopback(a net.Addr) bool {

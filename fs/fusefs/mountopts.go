@@ -316,18 +316,69 @@ type autoUnmount struct {
 // follows.
 var errFusermount = errors.New("fusermount failed")
 
-// fusermountBinary finds fusermount3 on PATH, else fusermount (the name on
+// programDirs are where distributions install fusermount3, fusermount and
+// umount, searched after PATH: mount(8) runs a helper (mount.ckptfs) with
+// the environment it was given, and an fstab mount at boot or `env -i mount`
+// gives none, so PATH may be empty or lack /usr/bin.
+var programDirs = []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"}
+
+// Program finds the program name on PATH, else in the usual places
+// (programDirs), so that the mount needs no PATH.
+func Program(name string) (string, error) {
+	if bin, err := exec.LookPath(name); err == nil {
+		return bin, nil
+	}
+	for _, dir := range programDirs {
+		bin := dir + "/" + name
+		if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return bin, nil
+		}
+	}
+	return "", fmt.Errorf("%s is neither on PATH (%q) nor in %s", name, os.Getenv("PATH"), strings.Join(programDirs, ", "))
+}
+
+// fusermountBinary finds fusermount3, else fusermount (the name on
 // systems that ship only it), as go-fuse does for its own mounts, so
 // auto_unmount works wherever a plain mount does.
 func fusermountBinary() (string, error) {
-	if bin, err := exec.LookPath("fusermount3"); err == nil {
+	bin, err3 := Program("fusermount3")
+	if err3 == nil {
 		return bin, nil
 	}
-	bin, err := exec.LookPath("fusermount")
+	bin, err := Program("fusermount")
 	if err != nil {
-		return "", fmt.Errorf("neither fusermount3 nor fusermount on PATH: %w", err)
+		return "", fmt.Errorf("neither fusermount3 nor fusermount found: %w; %w", err3, err)
 	}
 	return bin, nil
+}
+
+// LazyUnmount detaches the busy mount at dir from the file tree: new
+// lookups no longer reach it, and files already open keep working until
+// they are closed. As root it is umount2(MNT_DETACH) itself, no program
+// needed; otherwise fusermount3 -u -z (or fusermount), then umount -l,
+// each found with Program.
+func LazyUnmount(dir string) error {
+	var errs []error
+	if os.Geteuid() == 0 {
+		err := syscall.Unmount(dir, syscall.MNT_DETACH)
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("umount2(MNT_DETACH): %w", err))
+	}
+	for _, argv := range [][]string{{"fusermount3", "-u", "-z", dir}, {"fusermount", "-u", "-z", dir}, {"umount", "-l", dir}} {
+		bin, err := Program(argv[0])
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		out, err := exec.Command(bin, argv[1:]...).CombinedOutput()
+		if err == nil {
+			return nil
+		}
+		errs = append(errs, fmt.Errorf("%s: %w: %s", bin, err, bytes.TrimSpace(out)))
+	}
+	return fmt.Errorf("lazy unmount of %s: %w", dir, errors.Join(errs...))
 }
 
 // mountAutoUnmount has fusermount3 mount dir with opts (already escaped

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -198,5 +199,22 @@ func TestFusermountFallback(t *testing.T) {
 	cur := fake("fusermount3")
 	if got, err := fusermountBinary(); err != nil || got != cur {
 		t.Fatalf("fusermountBinary() = %q, %v; want %q", got, err, cur)
+	}
+}
+
+// TestProgramWithoutPath: with PATH empty (mount(8) running mount.ckptfs
+// from an fstab line at boot) a program is found where distributions put
+// it, and one that exists nowhere is an error naming where it looked.
+func TestProgramWithoutPath(t *testing.T) {
+	t.Setenv("PATH", "")
+	bin, err := Program("sh")
+	if err != nil {
+		t.Fatalf("Program(sh) without PATH: %v", err)
+	}
+	if !filepath.IsAbs(bin) {
+		t.Fatalf("Program(sh) = %q, want an absolute path", bin)
+	}
+	if _, err := Program("no-such-program-anywhere"); err == nil || !strings.Contains(err.Error(), "/usr/bin") {
+		t.Fatalf("Program of a missing program: %v, want an error naming where it looked", err)
 	}
 }
