@@ -3,6 +3,7 @@ package test
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"syscall"
 	"testing"
@@ -13,8 +14,9 @@ import (
 // appends 8 bytes, and both close (in either order). Two appends given in
 // some serial order leave both, one after the other, past the base: each
 // mount reads the one the first close published first, and the second
-// closer's fstat after its fsync shows the merged size. An append through
-// the second closer's descriptor after that lands at the merged end.
+// closer's fstat after its fsync shows the merged size (its offset stays
+// where its own write ended). An append through the second closer's
+// descriptor after that lands at the merged end.
 func TestAppendOnTwoMounts(t *testing.T) {
 	for _, aFirst := range []bool{true, false} {
 		t.Run(fmt.Sprintf("aClosesFirst=%v", aFirst), func(t *testing.T) {
@@ -67,6 +69,10 @@ func TestAppendOnTwoMounts(t *testing.T) {
 			}
 			if st.Size() != int64(len(want)) {
 				t.Errorf("the second appender's fstat after its fsync: %d bytes, want %d", st.Size(), len(want))
+			}
+			// The offset the kernel keeps is where its own write ended.
+			if pos, err := second.Seek(0, io.SeekCurrent); err != nil || pos != 13 {
+				t.Errorf("the second appender's offset after its fsync: %d (%v), want 13", pos, err)
 			}
 			if _, err := second.Write([]byte("again\n")); err != nil {
 				t.Fatal(err)

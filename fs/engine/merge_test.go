@@ -344,3 +344,43 @@ func TestMergeAfterAcknowledgedSameSizeTruncate(t *testing.T) {
 		mustEqual(t, "read afresh", readAll(t, c), want)
 	}
 }
+
+// TestMergeAppendsAgain: a writer that appends, merges onto another's
+// appends, and appends again after its checkpoint merges again as the
+// first time: each of its appends lands past the other's published before
+// its flush, and its size (Stat) is the merged file's after each.
+func TestMergeAppendsAgain(t *testing.T) {
+	ctx := context.Background()
+	st, p, a, b := twoOnThousand(t)
+	defer a.Close()
+	defer b.Close()
+	want := bytes.Repeat([]byte{'X'}, 1000)
+	for i, n := range []int64{8, 700} {
+		ours, theirs := ap(n, byte('a'+i)), ap(n+3, byte('c'+i))
+		if err := ours.do(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := theirs.do(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want = ours.apply(theirs.apply(want))
+		ft, err := a.Flush(ctx)
+		if err != nil {
+			t.Fatalf("flush %d: %v", i, err)
+		}
+		if ft.Attempts < 2 {
+			t.Fatalf("flush %d met no conflict", i)
+		}
+		if got := a.Stat().Size; got != int64(len(want)) {
+			t.Fatalf("after merge %d this writer's size is %d, want %d", i, got, len(want))
+		}
+		mustEqual(t, "this writer after the merge", readAll(t, a), want)
+		if _, err := b.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustEqual(t, "a fresh open", readAll(t, mustOpen(t, st, "z/", p)), want)
+}
