@@ -1,6 +1,7 @@
 package test
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -8,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestAppendOnTwoMounts: two mounts open one file with O_APPEND, each
@@ -195,4 +198,52 @@ func TestWALAppendAfterOtherWriter(t *testing.T) {
 	a.unmount()
 	b.unmount()
 	checkShared(t, v, "base\nfrom-m1\nfrom-m2\n")
+}
+
+// TestAppendDescriptorAndSharedMapping: the pages of a shared mapping of a
+// descriptor opened with O_APPEND are written back through that descriptor
+// (the kernel sends them with no caller): they stay at their offsets, not
+// appended.
+func TestAppendDescriptorAndSharedMapping(t *testing.T) {
+	v := newVolume(t)
+	m := v.mount("flush_interval=0")
+	base := bytes.Repeat([]byte{'x'}, 8192)
+	if err := os.WriteFile(m.path("f"), base, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(m.path("f"), os.O_RDWR|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	mm, err := unix.Mmap(int(f.Fd()), 0, len(base), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(mm[100:], "MM")
+	copy(mm[5000:], "NN")
+	if err := unix.Msync(mm, unix.MS_SYNC); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Munmap(mm); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write([]byte("tail")); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := append([]byte(nil), base...)
+	copy(want[100:], "MM")
+	copy(want[5000:], "NN")
+	want = append(want, "tail"...)
+	c := v.mount("")
+	got, err := os.ReadFile(c.path("f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("after writing through a shared mapping: %s, want %s", describe(got), describe(want))
+	}
 }
