@@ -297,6 +297,11 @@ type File struct {
 	writeEnd  int64
 	zeroAfter []byteRange
 	zeroPast  int64
+	// edits counts the changes recorded for a merge (merge.go); appends
+	// is the run of appends made last, which a merge places at the end of
+	// the winner's file.
+	edits   uint64
+	appends appendRun
 
 	// The checkpoint being built.
 	pendingCno uint64 // 0: not taken yet
@@ -863,6 +868,7 @@ func (f *File) resetSince() {
 	f.writeEnd = 0
 	f.zeroAfter = nil
 	f.zeroPast = noTruncate
+	f.appends = appendRun{}
 	f.pendingCno = 0
 	f.nextPart = 1
 	f.leafImages = make(map[uint64]segment.Ptr)

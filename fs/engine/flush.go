@@ -555,7 +555,8 @@ func (f *File) rollbackLocked(theirs segment.Head, etag string, applied uint64) 
 // stored keep their pointers); a block it set in part takes its other bytes
 // from the winner's block, never from the head it started from; the size is
 // this writer's when it truncated, otherwise the larger of the winner's and
-// the furthest end this writer wrote. A failed rebase leaves f as it was.
+// the furthest end this writer wrote; the appends this writer made last go
+// to that end (appendRun). A failed rebase leaves f as it was.
 func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag string, applied uint64) error {
 	theirs := theirsHead.Inode
 	count := blockCount{cno: theirs.Cno, n: int64(theirsHead.Blocks), known: theirsHead.BlocksKnown}
@@ -612,6 +613,77 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 			visit[fbn] = struct{}{}
 		}
 	}
+	// The run of appends this writer made last goes to the end of the file
+	// its earlier changes give over the winner's (appendRun): the blocks
+	// where it is and where it goes are composed anew, its bytes read from
+	// where it is first.
+	to, shift := f.appendShiftLocked(int64(theirs.Size))
+	from, end := f.appends.from, f.appends.end
+	newEnd := to + (end - from)
+	inRun := func(fbn uint64) bool {
+		lo, hi := int64(fbn)*bs, int64(fbn+1)*bs
+		return shift && (lo < end && from < hi || lo < newEnd && to < hi)
+	}
+	var runBlocks map[uint64][]byte
+	if shift {
+		runBlocks = make(map[uint64][]byte)
+		var rrefs []blockRef
+		var rbufs [][]byte
+		for fbn := uint64(from / bs); fbn <= uint64((end-1)/bs); fbn++ {
+			b := make([]byte, f.bs)
+			runBlocks[fbn] = b
+			if d := f.dirty[fbn]; d != nil {
+				got, err := d.bytes(b)
+				if err != nil {
+					return fmt.Errorf("appended block %d: %w", fbn, err)
+				}
+				copy(b, got)
+			} else if w, ok := f.written[fbn]; ok {
+				rrefs = append(rrefs, blockRef{fbn: fbn, v: w})
+				rbufs = append(rbufs, b)
+			} else {
+				return fmt.Errorf("appended block %d is neither dirty nor stored", fbn)
+			}
+			visit[fbn] = struct{}{}
+		}
+		if len(rrefs) > 0 {
+			if err := f.fetchBlocks(ctx, rrefs, rbufs); err != nil {
+				return fmt.Errorf("appended blocks: %w", err)
+			}
+		}
+		for fbn := uint64(to / bs); fbn <= uint64((newEnd-1)/bs); fbn++ {
+			visit[fbn] = struct{}{}
+		}
+	}
+	// runSet is what of block fbn, of the run's, is this writer's: its
+	// bytes before the run, and the run's new place.
+	runSet := func(fbn uint64) *setBytes {
+		start := int64(fbn) * bs
+		s := &setBytes{}
+		if start < from {
+			lim := int(min(bs, from-start))
+			if p, ok := f.partial[fbn]; ok {
+				s = p.clone()
+				s.cut(lim)
+			} else if f.ownedLocked(fbn) {
+				s.add(0, lim, f.bs)
+			}
+		}
+		if lo, hi := max(to, start), min(newEnd, start+bs); lo < hi {
+			s.add(int(lo-start), int(hi-start), f.bs)
+		}
+		return s
+	}
+	// placeRun copies the run's bytes that go to block fbn into b.
+	placeRun := func(fbn uint64, b []byte) {
+		start := int64(fbn) * bs
+		for pos := max(to, start); pos < min(newEnd, start+bs); {
+			src := pos - to + from
+			n := min(start+bs-pos, bs-src%bs, newEnd-pos)
+			copy(b[pos-start:pos-start+n], runBlocks[uint64(src/bs)][src%bs:])
+			pos += n
+		}
+	}
 	zeroedIn := func(fbn uint64) (touched, whole bool) {
 		lo, hi := int64(fbn)*bs, int64(fbn+1)*bs
 		for _, r := range zeroAfter {
@@ -628,6 +700,8 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 		fbn  uint64
 		buf  []byte // nil: the block is the winner's as it stands, or a hole
 		hole bool
+		set  *setBytes // this writer's bytes of the block
+		run  bool      // a block of the run of appends (inRun)
 	}
 	var merged []mergedBlock
 	var refs []blockRef
@@ -643,11 +717,15 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 	ours := make(map[int]int) // merged index -> our bytes to lay over
 	var ourBufs [][]byte
 	for fbn := range visit {
-		if f.ownedLocked(fbn) {
+		run := inRun(fbn)
+		if !run && f.ownedLocked(fbn) {
 			continue
 		}
 		set := f.partial[fbn] // nil for the cut's block untouched here
-		m := mergedBlock{fbn: fbn}
+		if run {
+			set = runSet(fbn)
+		}
+		m := mergedBlock{fbn: fbn, set: set, run: run}
 		start := int64(fbn) * bs
 		var v blockmap.Value
 		present := false
@@ -717,17 +795,23 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 		}
 		if k, ok := ours[i]; ok {
 			ob := ourBufs[k]
-			f.partial[m.fbn].each(f.bs, func(lo, hi int) { copy(m.buf[lo:hi], ob[lo:hi]) })
+			if m.run {
+				placeRun(m.fbn, ob)
+			}
+			m.set.each(f.bs, func(lo, hi int) { copy(m.buf[lo:hi], ob[lo:hi]) })
 		}
 	}
 	// Wholly ours: stored blocks keep their pointers, holes stay holes.
 	for fbn := range f.zeroed {
+		if inRun(fbn) {
+			continue // merged
+		}
 		if err := t.Delete(ctx, fbn); err != nil {
 			return fail(err)
 		}
 	}
 	for fbn, v := range f.written {
-		if !f.ownedLocked(fbn) {
+		if !f.ownedLocked(fbn) || inRun(fbn) {
 			continue
 		}
 		if err := t.Set(ctx, fbn, v); err != nil {
@@ -745,6 +829,16 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 	for _, m := range merged {
 		d := f.dirty[m.fbn]
 		delete(f.written, m.fbn)
+		if m.run {
+			delete(f.zeroed, m.fbn)
+			delete(f.partial, m.fbn)
+			if m.buf != nil && !m.set.full(f.bs) {
+				if f.partial == nil {
+					f.partial = map[uint64]*setBytes{}
+				}
+				f.partial[m.fbn] = m.set
+			}
+		}
 		if m.buf == nil {
 			if d != nil {
 				f.dropDirtyLocked(m.fbn, d)
@@ -766,7 +860,7 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 		if f.sendAheadOn() {
 			f.s.markUnsent(m.fbn)
 		}
-		if _, ok := f.partial[m.fbn]; !ok {
+		if _, ok := f.partial[m.fbn]; !ok && !m.run {
 			// A block of a range zeroed past this writer's end that it
 			// set nothing of: an empty record keeps it the winner's but
 			// for the zeros, should another merge come.
@@ -775,6 +869,10 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 			}
 			f.partial[m.fbn] = &setBytes{}
 		}
+	}
+	if shift {
+		f.writeEnd = max(f.appends.before, newEnd)
+		f.appends.from, f.appends.end = to, newEnd
 	}
 	if f.minSize == noTruncate {
 		f.size = max(int64(theirs.Size), f.writeEnd)

@@ -66,6 +66,7 @@ func (f *File) noteZeroAfterLocked(lo, hi int64) {
 	if lo >= hi {
 		return
 	}
+	f.edits++
 	if f.zeroPast != noTruncate {
 		f.zeroPast = min(f.zeroPast, lo) // too many ranges already
 		return
@@ -189,6 +190,19 @@ func (s *setBytes) each(bs int, fn func(lo, hi int)) {
 	}
 }
 
+// full says whether every byte of a block of bs bytes is set.
+func (s *setBytes) full(bs int) bool {
+	if s.bits == nil {
+		return len(s.spans) == 1 && s.spans[0].lo == 0 && int(s.spans[0].hi) == bs
+	}
+	for i := 0; i < bs; i++ {
+		if s.bits[i/64]&(1<<(i%64)) == 0 {
+			return false
+		}
+	}
+	return true
+}
+
 func (s *setBytes) clone() *setBytes {
 	c := &setBytes{}
 	if s.bits != nil {
@@ -235,6 +249,7 @@ type setUndo struct {
 // noteSetLocked records that this writer sets bytes [lo, hi) of block fbn.
 // The caller calls it before the change makes the block dirty.
 func (f *File) noteSetLocked(fbn uint64, lo, hi int) setUndo {
+	f.edits++
 	s, part := f.partial[fbn]
 	if lo == 0 && hi == f.bs {
 		// Wholly ours from now on (the block becomes dirty, or a hole).
@@ -281,6 +296,7 @@ func (f *File) undoSetLocked(fbn uint64, u setUndo) {
 // owned is whether the block holding size was wholly ours before the
 // truncate zeroed its tail.
 func (f *File) noteTruncateLocked(size int64, owned bool) {
+	f.edits++
 	f.minSize = min(f.minSize, size)
 	bs := int64(f.bs)
 	keep := uint64((size + bs - 1) / bs)
@@ -301,4 +317,51 @@ func (f *File) noteTruncateLocked(size int64, owned bool) {
 			f.partial[fbn] = &setBytes{}
 		}
 	}
+}
+
+// appendRun is bytes [from, end) of this writer's file: what its appends
+// (O_APPEND writes, File.Append) wrote, in order, each at the end the file
+// had, with no other change of this writer since the first of them
+// (File.edits has not moved since the last: edits). In the serial order a
+// merge gives, the appends come after the winner's checkpoint and this
+// writer's changes before them, so they land at the end of that file, not
+// at from: a merge moves the run there (rebaseLocked).
+//
+// A change other than an append after the run (a write at an offset, a
+// truncate, a zeroed range, a grown size) ends it: its bytes become writes
+// at the offsets they have, as every write is, since where the later change
+// falls was chosen against them there.
+type appendRun struct {
+	ok        bool
+	from, end int64
+	before    int64  // writeEnd before the first append of the run
+	edits     uint64 // File.edits after the last append of the run
+}
+
+// noteAppendLocked records an append of bytes [off, end), off being the
+// file's size (the caller holds mu since it read it and prepared the
+// write, which moved edits).
+func (f *File) noteAppendLocked(off, end int64, prevEdits uint64, prevWriteEnd int64) {
+	a := &f.appends
+	if a.ok && a.edits == prevEdits && a.end == off {
+		a.end, a.edits = end, f.edits
+		return
+	}
+	*a = appendRun{ok: true, from: off, end: end, before: prevWriteEnd, edits: f.edits}
+}
+
+// appendShiftLocked says where a merge onto a winner of size theirs puts
+// the run of appends (to), when it moves it: it is kept, it is the last of
+// this writer's changes, and the file this writer's changes before it give
+// over the winner's ends elsewhere. With a truncate of this writer's among
+// those changes the file's size is its own (the run is where it was); else
+// it is the larger of the winner's and the furthest end this writer wrote
+// before the run.
+func (f *File) appendShiftLocked(theirs int64) (to int64, ok bool) {
+	a := f.appends
+	if !a.ok || a.edits != f.edits || a.end != f.size || f.minSize != noTruncate {
+		return 0, false
+	}
+	to = max(theirs, a.before)
+	return to, to != a.from
 }

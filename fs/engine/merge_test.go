@@ -11,16 +11,18 @@ import (
 )
 
 // mergeOp is one change of a two-writer test: a write of n bytes of val at
-// off, a truncate to off (trunc), or a zeroed range of n bytes at off.
+// off, a truncate to off (trunc), a zeroed range of n bytes at off, or an
+// append of n bytes of val (app).
 type mergeOp struct {
-	trunc, zero bool
-	off, n      int64
-	val         byte
+	trunc, zero, app bool
+	off, n           int64
+	val              byte
 }
 
 func wr(off, n int64, val byte) mergeOp { return mergeOp{off: off, n: n, val: val} }
 func tr(size int64) mergeOp             { return mergeOp{trunc: true, off: size} }
 func zr(off, n int64) mergeOp           { return mergeOp{zero: true, off: off, n: n} }
+func ap(n int64, val byte) mergeOp      { return mergeOp{app: true, n: n, val: val} }
 
 // apply applies op to a model of the file's bytes.
 func (op mergeOp) apply(b []byte) []byte {
@@ -35,6 +37,8 @@ func (op mergeOp) apply(b []byte) []byte {
 			b[i] = 0
 		}
 		return b
+	case op.app:
+		return append(b, bytes.Repeat([]byte{op.val}, int(op.n))...)
 	}
 	if end := op.off + op.n; end > int64(len(b)) {
 		b = append(b, make([]byte, end-int64(len(b)))...)
@@ -52,6 +56,9 @@ func (op mergeOp) do(ctx context.Context, f *File) error {
 		return f.Truncate(ctx, op.off)
 	case op.zero:
 		return f.Zero(ctx, op.off, op.n)
+	case op.app:
+		_, _, err := f.Append(ctx, bytes.Repeat([]byte{op.val}, int(op.n)))
+		return err
 	}
 	_, err := f.WriteAt(ctx, bytes.Repeat([]byte{op.val}, int(op.n)), op.off)
 	return err
@@ -93,6 +100,16 @@ func TestMergeIsSerial(t *testing.T) {
 		{"they truncate and write, we write whole and part blocks", []mergeOp{tr(0), wr(0, 2*bs+30, 'b')}, []mergeOp{wr(bs-20, 2*bs+40, 'a')}},
 		{"they write, we write, truncate and write again", []mergeOp{wr(0, base, 'b')}, []mergeOp{wr(bs+1, 2*bs, 'a'), tr(2 * bs), wr(bs+100, 10, 'c')}},
 		{"they write, we zero part of a block", []mergeOp{wr(0, base, 'b')}, []mergeOp{zr(bs+10, 100), zr(3*bs, bs)}},
+		{"both append", []mergeOp{ap(8, 'b')}, []mergeOp{ap(8, 'a')}},
+		{"both append, ours in pieces across blocks", []mergeOp{ap(bs+30, 'b')}, []mergeOp{ap(100, 'a'), ap(2*bs, 'c'), ap(7, 'd')}},
+		{"they append whole blocks, we append", []mergeOp{ap(3*bs-100, 'b')}, []mergeOp{ap(2*bs+5, 'a')}},
+		{"they truncate inside a block, we append", []mergeOp{tr(2*bs + 300)}, []mergeOp{ap(bs+20, 'a')}},
+		{"they truncate to 0, we append", []mergeOp{tr(0)}, []mergeOp{ap(3*bs, 'a')}},
+		{"they truncate, we write then append", []mergeOp{tr(bs + 7)}, []mergeOp{wr(10, 20, 'a'), ap(bs, 'c')}},
+		{"they truncate below our write, we write past it then append", []mergeOp{tr(bs + 7)}, []mergeOp{wr(3*bs, 20, 'a'), ap(bs, 'c')}},
+		{"they append, we zero a block then append", []mergeOp{ap(2*bs, 'b')}, []mergeOp{zr(bs, bs), ap(bs+1, 'a')}},
+		{"they truncate, we zero a block then append over it", []mergeOp{tr(bs)}, []mergeOp{zr(2*bs, bs), ap(3*bs, 'a')}},
+		{"they append, we truncate then append", []mergeOp{ap(bs, 'b')}, []mergeOp{tr(bs + 10), ap(20, 'a')}},
 	}
 	variants := []struct {
 		name  string
@@ -326,4 +343,44 @@ func TestMergeAfterAcknowledgedSameSizeTruncate(t *testing.T) {
 		c := mustOpen(t, st, "t/", p)
 		mustEqual(t, "read afresh", readAll(t, c), want)
 	}
+}
+
+// TestMergeAppendsAgain: a writer that appends, merges onto another's
+// appends, and appends again after its checkpoint merges again as the
+// first time: each of its appends lands past the other's published before
+// its flush, and its size (Stat) is the merged file's after each.
+func TestMergeAppendsAgain(t *testing.T) {
+	ctx := context.Background()
+	st, p, a, b := twoOnThousand(t)
+	defer a.Close()
+	defer b.Close()
+	want := bytes.Repeat([]byte{'X'}, 1000)
+	for i, n := range []int64{8, 700} {
+		ours, theirs := ap(n, byte('a'+i)), ap(n+3, byte('c'+i))
+		if err := ours.do(ctx, a); err != nil {
+			t.Fatal(err)
+		}
+		if err := theirs.do(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		want = ours.apply(theirs.apply(want))
+		ft, err := a.Flush(ctx)
+		if err != nil {
+			t.Fatalf("flush %d: %v", i, err)
+		}
+		if ft.Attempts < 2 {
+			t.Fatalf("flush %d met no conflict", i)
+		}
+		if got := a.Stat().Size; got != int64(len(want)) {
+			t.Fatalf("after merge %d this writer's size is %d, want %d", i, got, len(want))
+		}
+		mustEqual(t, "this writer after the merge", readAll(t, a), want)
+		if _, err := b.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mustEqual(t, "a fresh open", readAll(t, mustOpen(t, st, "z/", p)), want)
 }

@@ -455,10 +455,12 @@ func TestModelFaultsInFlight(t *testing.T) {
 }
 
 // twoWriters drives two Files on one file of one store with random writes,
-// truncates, zeroed ranges and flushes. Each writer reads its base plus its
-// own changes; every flush that succeeds must publish the serial order
-// "the checkpoint published last, then this writer's changes since its
-// base, in order" (a merge when the other writer published meanwhile).
+// appends, truncates, zeroed ranges and flushes. Each writer reads its base
+// plus its own changes; every flush that succeeds must publish the serial
+// order "the checkpoint published last, then this writer's changes since
+// its base, in order" (a merge when the other writer published meanwhile).
+// Appends followed by another change since the base are writes at the
+// offsets they had (appendRun): the model takes them so.
 type twoWriters struct {
 	t         *testing.T
 	ctx       context.Context
@@ -503,6 +505,10 @@ func (m *twoWriters) step() {
 	f := m.f[i]
 	var op mergeOp
 	switch k := m.rng.IntN(100); {
+	case k < 8:
+		n := 1 + m.rng.Int64N(3000)
+		op = ap(n, byte(1+m.rng.IntN(255)))
+		op.off = int64(len(m.local[i])) // where it lands in this writer's view
 	case k < 50:
 		n := 1 + m.rng.Int64N(3000)
 		if m.rng.IntN(10) == 0 {
@@ -542,6 +548,14 @@ func (m *twoWriters) step() {
 		m.fatalf("writer %d: %+v: %v", i, op, err)
 	}
 	m.local[i] = op.apply(m.local[i])
+	if !op.app {
+		// The run of appends before it ends: they stay where they are.
+		for j, o := range m.ops[i] {
+			if o.app {
+				m.ops[i][j].app = false
+			}
+		}
+	}
 	m.ops[i] = append(m.ops[i], op)
 }
 

@@ -81,6 +81,7 @@ func (f *File) ZeroRange(ctx context.Context, off, n int64, keepSize bool) error
 func (f *File) growLocked(size int64) {
 	f.size = size
 	f.writeEnd = max(f.writeEnd, size)
+	f.edits++
 	f.changed = true
 }
 

@@ -1303,3 +1303,51 @@ func TestWALOpenBetweenPublishAndNextWrite(t *testing.T) {
 		a.Close()
 	}
 }
+
+// TestWALAppendAfterOtherWriter: with the WAL an append lands at the end the
+// file has once the lease is this writer's, not at the size it last knew:
+// another writer appended and let the lease go meanwhile. Its record holds
+// the offset it took, so a replay after a crash puts the bytes there too.
+func TestWALAppendAfterOtherWriter(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	o := Options{Params: walParams(segment.FormatStream), FileID: "ap"}
+	a, err := Create(ctx, st, "ap/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	writeFlush(t, a, []byte("base\n"), 0)
+	a.LetGoWAL(ctx)
+	b, err := Open(ctx, st, "ap/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if at, _, err := a.Append(ctx, []byte("from-a\n")); err != nil || at != 5 {
+		t.Fatalf("append on a: at %d, %v", at, err)
+	}
+	if _, err := a.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	a.LetGoWAL(ctx)
+	at, _, err := b.Append(ctx, []byte("from-b\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const want = "base\nfrom-a\nfrom-b\n"
+	if at != 12 {
+		t.Errorf("b appended at %d, want 12 (the end a left)", at)
+	}
+	if got := readAll(t, b); string(got) != want {
+		t.Fatalf("b reads %q, want %q", got, want)
+	}
+	crash(t, b)
+	c, err := Open(ctx, st, "ap/", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if got := readAll(t, c); string(got) != want {
+		t.Fatalf("after b's crash, its record replayed: %q, want %q", got, want)
+	}
+}

@@ -76,11 +76,37 @@ const MaxFileSize = 1 << 60
 // block is busy until then: sending ahead, partial segments and the
 // completion check leave busy blocks alone.
 func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	n, _, err := f.write(ctx, p, off, false)
+	return n, err
+}
+
+// Append writes p at the end of the file, as a write to a descriptor opened
+// with O_APPEND does, and returns where it wrote. The end is the file's size
+// here when the write is applied (after the WAL's lease is taken, which may
+// read another writer's changes), whatever the caller last knew of it. A
+// merge places appends at the end of the winner's file (appendRun).
+func (f *File) Append(ctx context.Context, p []byte) (int64, int, error) {
+	for {
+		f.mu.Lock()
+		off := f.size
+		f.mu.Unlock()
+		n, moved, err := f.write(ctx, p, off, true)
+		if !moved {
+			return off, n, err
+		}
+		// The size changed between the look and the write (the WAL's
+		// lease read another writer's records): look again.
+	}
+}
+
+// write is WriteAt, or Append when app: then off is the size the caller
+// found, and moved says the size is no longer off (nothing was written).
+func (f *File) write(ctx context.Context, p []byte, off int64, app bool) (int, bool, error) {
 	if off < 0 || off+int64(len(p)) > MaxFileSize {
-		return 0, fmt.Errorf("write %s at %d: %w", f.prefix, off, ErrInvalid)
+		return 0, false, fmt.Errorf("write %s at %d: %w", f.prefix, off, ErrInvalid)
 	}
 	if len(p) == 0 {
-		return 0, nil
+		return 0, false, nil
 	}
 	bs := int64(f.bs)
 	release := f.ranges.lock(uint64(off/bs), uint64((off+int64(len(p))+bs-1)/bs), true)
@@ -89,16 +115,24 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 	if f.walOn() {
 		var err error
 		if log, err = f.walLog(ctx); err != nil {
-			return 0, fmt.Errorf("write %s at %d: %w", f.prefix, off, err)
+			return 0, false, fmt.Errorf("write %s at %d: %w", f.prefix, off, err)
 		}
 	}
 
 	f.mu.Lock()
 	if err := f.writable(); err != nil {
 		f.mu.Unlock()
-		return 0, err
+		return 0, false, err
 	}
+	if app && f.size != off {
+		f.mu.Unlock()
+		return 0, true, nil
+	}
+	prevEdits, prevEnd := f.edits, f.writeEnd
 	segs, perr := f.prepareLocked(ctx, p, off)
+	if app && perr == nil {
+		f.noteAppendLocked(off, off+int64(len(p)), prevEdits, prevEnd)
+	}
 	// Sending ahead needs each whole block's checksum: the copy computes it
 	// while the bytes are in the CPU's cache.
 	sums := f.sendAheadOn()
@@ -118,7 +152,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 			f.mu.Lock()
 			f.unprepareLocked(segs)
 			f.mu.Unlock()
-			return 0, fmt.Errorf("write %s at %d: %w", f.prefix, off, err)
+			return 0, false, fmt.Errorf("write %s at %d: %w", f.prefix, off, err)
 		}
 	}
 
@@ -165,7 +199,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 		f.w.seq = max(f.w.seq, seq)
 	}
 	if perr != nil {
-		return done, perr
+		return done, false, perr
 	}
 	// What follows moves data toward the store; the write itself has
 	// succeeded (its data is in the dirty tier, and the flush writes it if
@@ -180,7 +214,7 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 			f.log.Warn("partial segment failed; data stays dirty", zap.Error(err))
 		}
 	}
-	return done, nil
+	return done, false, nil
 }
 
 // writeSeg is one block's part of a write: p[src:src+n] goes to d.buf[in:].

@@ -127,17 +127,41 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	return fuse.ReadResultData(b), 0
 }
 
-// Write: a write at or past the largest file size is EFBIG, as on ext4
-// (the kernel's own limit for FUSE is higher), and one that crosses it
-// writes up to it, a short write, as ext4 does.
+// Write writes data at off, or at the end of the file for a descriptor
+// opened with O_APPEND: the kernel gives an append the offset of the size it
+// caches, which may be older than the file's (another mount's bytes taken
+// since, with the WAL or by a merge), and the engine must know an append is
+// one to place it past those, and past another mount's at a merge
+// (engine.File.Append). A write the kernel sends of its own (pages of a
+// shared mapping written back, without a caller: pid 0) is at its offset,
+// whatever descriptor it goes through.
+//
+// A write at or past the largest file size is EFBIG, as on ext4 (the
+// kernel's own limit for FUSE is higher), and one that crosses it writes up
+// to it, a short write, as ext4 does; an append the engine places past it
+// is EFBIG too.
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	if off >= engine.MaxFileSize {
 		return 0, syscall.EFBIG
 	}
-	if int64(len(data)) > engine.MaxFileSize-off {
-		data = data[:engine.MaxFileSize-off]
+	var n int
+	var err error
+	if h.flags&syscall.O_APPEND != 0 && callerTid(ctx) != 0 {
+		var at int64
+		at, n, err = h.of.f.Append(ctx, data)
+		if errors.Is(err, engine.ErrInvalid) && n == 0 && at+int64(len(data)) > engine.MaxFileSize {
+			return 0, syscall.EFBIG
+		}
+		if n > 0 && at != off {
+			// The kernel's pages hold the bytes at off.
+			h.fsys.dropPagesLater(h.of)
+		}
+	} else {
+		if int64(len(data)) > engine.MaxFileSize-off {
+			data = data[:engine.MaxFileSize-off]
+		}
+		n, err = h.of.f.WriteAt(ctx, data, off)
 	}
-	n, err := h.of.f.WriteAt(ctx, data, off)
 	if err != nil {
 		return uint32(n), h.fsys.errnoOf("write file "+h.of.id, err)
 	}

@@ -131,6 +131,24 @@ func (fsys *FS) dropStalePages(of *openFile) {
 	}
 }
 
+// dropPagesLater has the kernel drop the pages and the size it caches of
+// of's file, once the write being answered is: an append the engine placed
+// past the size the kernel gave it left the kernel's pages holding its bytes
+// where the file does not. Not before the answer: the kernel holds the
+// pages the write filled until then.
+func (fsys *FS) dropPagesLater(of *openFile) {
+	fsys.mu.Lock()
+	inodes := slices.Clone(of.pages.inodes)
+	fsys.mu.Unlock()
+	fsys.tasks.goFn(func() {
+		for _, in := range inodes {
+			if errno := in.NotifyContent(0, 0); errno != 0 && errno != syscall.ENOENT {
+				fsys.log.Warn("dropping the kernel's pages of a file after an append failed", zap.String("file", of.id), zap.Error(errno))
+			}
+		}
+	})
+}
+
 // dropCachedAttrs has the kernel forget the attributes it caches of in, an
 // inode of of's file being opened, so that the size and mtime it uses next
 // (a read past the size it knew is cut there, an fstat) are the engine's as
