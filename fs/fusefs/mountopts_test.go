@@ -189,6 +189,9 @@ func TestFusermountFallback(t *testing.T) {
 		return p
 	}
 	t.Setenv("PATH", dir)
+	saved := programDirs
+	programDirs = []string{t.TempDir()} // not the machine's own fusermount3
+	t.Cleanup(func() { programDirs = saved })
 	if _, err := fusermountBinary(); err == nil {
 		t.Fatal("found a fusermount in an empty PATH")
 	}
