@@ -134,6 +134,11 @@ type Config struct {
 	// retried: no retry is begun once this much time has passed since the
 	// first attempt.
 	S3RetryMaxTime time.Duration
+	// OpTimeout (op_timeout) bounds one filesystem call that waits for the
+	// store (open, create, fsync, a rename, a read of data not in memory,
+	// ...): its requests and their retries together. Past it the call
+	// answers ETIMEDOUT; a change already sent may still land.
+	OpTimeout time.Duration
 	// AllowOther (allow_other) lets users other than the mounting one access
 	// the mount.
 	AllowOther bool
@@ -211,6 +216,7 @@ func Default() Config {
 		S3RequestTimeout:                 s3.DefaultRequestTimeout,
 		S3StallTimeout:                   s3.DefaultStallTimeout,
 		S3RetryMaxTime:                   s3.DefaultRetryMaxTime,
+		OpTimeout:                        DefaultOpTimeout,
 		AllowOther:                       false,
 		ReadOnly:                         false,
 		AllowRoot:                        false,
@@ -235,6 +241,11 @@ const (
 )
 
 // MountDefault returns what `ckptfs mount` starts from on a machine with
+// DefaultOpTimeout is op_timeout's default: well under a minute, so that a
+// program meets a store that stopped answering as an error it can act on,
+// and longer than a healthy store's slowest single request takes.
+const DefaultOpTimeout = 30 * time.Second
+
 // totalRAM bytes of memory (0 when unknown: the smallest budget is used).
 // It differs from Default so that sending ahead works out of the box.
 func MountDefault(totalRAM uint64) Config {

@@ -64,7 +64,7 @@ func TestDefault(t *testing.T) {
 		{"memory_limit", "0"}, {"emulate_link", "none"}, {"metrics", ""},
 		{"ns_refresh", "1s"}, {"ns_refresh_max", "0s"}, {"allow_other", "false"}, {"ro", "false"},
 		{"s3_connect_timeout", "10s"}, {"s3_request_timeout", "1m0s"},
-		{"s3_stall_timeout", "30s"}, {"s3_retry_max_time", "2m0s"},
+		{"s3_stall_timeout", "30s"}, {"s3_retry_max_time", "2m0s"}, {"op_timeout", "30s"},
 	}
 	for _, w := range want {
 		got, err := c.Get(w.name)
@@ -252,6 +252,7 @@ func TestSetEveryOption(t *testing.T) {
 		{"s3_request_timeout", map[string]string{"90s": "1m30s"}, []string{"1 m"}},
 		{"s3_stall_timeout", map[string]string{"5s": "5s"}, []string{"never"}},
 		{"s3_retry_max_time", map[string]string{"1h": "1h0m0s"}, []string{"forever"}},
+		{"op_timeout", map[string]string{"5s": "5s", "1m": "1m0s"}, []string{"soon"}},
 		{"allow_other", map[string]string{"1": "true", "no": "false"}, []string{"everyone"}},
 		{"ro", map[string]string{"yes": "true", "false": "false"}, []string{"rw"}},
 		{"allow_root", map[string]string{"true": "true", "0": "false"}, []string{"root"}},
@@ -393,6 +394,8 @@ func TestValidate(t *testing.T) {
 		{"s3 timeouts above their bounds", func(c *Config) {
 			c.S3ConnectTimeout, c.S3RequestTimeout, c.S3StallTimeout, c.S3RetryMaxTime = 11*time.Minute, 2*time.Hour, 2*time.Hour, 2*time.Hour
 		}, []string{"s3_connect_timeout", "s3_request_timeout", "s3_stall_timeout", "s3_retry_max_time"}},
+		{"op timeout below a second", func(c *Config) { c.OpTimeout = 999 * time.Millisecond }, []string{"op_timeout"}},
+		{"op timeout above an hour", func(c *Config) { c.OpTimeout = 2 * time.Hour }, []string{"op_timeout"}},
 		{"stream negative", func(c *Config) { c.StreamSegmentBytes = -1 }, []string{"stream_segment_bytes"}},
 		{"stream above max object is capped, not refused", func(c *Config) { c.SegmentMaxObjectBytes = 256 << 20 }, nil},
 		{"dirty bytes negative", func(c *Config) { c.DataCacheDirtyMaxBytesThreshold = -1 }, []string{"data_cache_dirty_max_bytes_threshold"}},
@@ -450,7 +453,7 @@ func TestValidate(t *testing.T) {
 			"segment_mpu_chunk_size", "segment_mpu_max_concurrency",
 			"data_cache_dirty_max_blocks_threshold", "format", "flush_conflict_policy",
 			"wal_lease", "log", "nodev", "emulate_link", "ns_refresh",
-			"s3_connect_timeout", "s3_request_timeout", "s3_stall_timeout", "s3_retry_max_time",
+			"s3_connect_timeout", "s3_request_timeout", "s3_stall_timeout", "s3_retry_max_time", "op_timeout",
 		}},
 	}
 	for _, tt := range tests {

@@ -139,6 +139,8 @@ func (c Config) Validate() error {
 		"must be from 1s to 1h")
 	v.check("s3_retry_max_time", c.S3RetryMaxTime >= time.Second && c.S3RetryMaxTime <= time.Hour,
 		"must be from 1s to 1h")
+	v.check("op_timeout", c.OpTimeout >= time.Second && c.OpTimeout <= time.Hour,
+		"must be from 1s to 1h")
 
 	v.check("allow_root", !(c.AllowRoot && c.AllowOther), "excludes allow_other (allow_root lets root alone in besides the mounting user)")
 	for _, id := range []struct {

@@ -84,6 +84,8 @@ func (d *ckptDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOu
 func (d *ckptDir) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno { return 0 }
 
 func (d *ckptDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := d.fsys.opCtx(ctx)
+	defer done()
 	nn, err := d.fsys.ns.Lookup(d.ino, name)
 	if err != nil {
 		return nil, d.fsys.errnoOf("lookup", err)
@@ -107,6 +109,8 @@ func (d *ckptDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 }
 
 func (d *ckptDir) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	ctx, done := d.fsys.opCtx(ctx)
+	defer done()
 	ents, err := d.fsys.ns.ReadDir(d.ino)
 	if err != nil {
 		return nil, d.fsys.errnoOf("readdir", err)
@@ -151,6 +155,8 @@ func (l *ckptList) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrO
 func (l *ckptList) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) syscall.Errno { return 0 }
 
 func (l *ckptList) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
+	ctx, done := l.fsys.opCtx(ctx)
+	defer done()
 	pts, err := l.fsys.ckptChain(ctx, l.id)
 	if err != nil {
 		return nil, l.fsys.errnoOf("readdir checkpoints", err)
@@ -163,6 +169,8 @@ func (l *ckptList) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 }
 
 func (l *ckptList) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := l.fsys.opCtx(ctx)
+	defer done()
 	cno, err := strconv.ParseUint(name, 10, 64)
 	if err != nil || cno == 0 || strconv.FormatUint(cno, 10) != name {
 		return nil, syscall.ENOENT
@@ -215,6 +223,8 @@ func (c *ckptFile) fill(nn namespace.Node, out *fuse.Attr) {
 }
 
 func (c *ckptFile) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	ctx, done := c.fsys.opCtx(ctx)
+	defer done()
 	nn, err := c.fsys.ns.GetNode(c.ino)
 	if err != nil {
 		return c.fsys.errnoOf("getattr checkpoint", err)
@@ -225,6 +235,8 @@ func (c *ckptFile) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrO
 }
 
 func (c *ckptFile) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ctx, done := c.fsys.opCtx(ctx)
+	defer done()
 	if flags&syscall.O_ACCMODE != syscall.O_RDONLY {
 		return nil, 0, syscall.EROFS
 	}
@@ -249,6 +261,8 @@ var (
 )
 
 func (h *ckptHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	ctx, done := h.fsys.opCtx(ctx)
+	defer done()
 	n, err := h.f.ReadAt(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		return nil, h.fsys.readErrno(ctx, "read checkpoint", h.id, h.cno, err)

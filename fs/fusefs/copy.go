@@ -34,6 +34,8 @@ const copyChunk = math.MaxUint32 &^ 4095
 // piece (copyPiece); else it is EOPNOTSUPP and the kernel copies the rest.
 func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64, out *fs.Inode,
 	fhOut fs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	sz, errno := n.copyFileRange(ctx, fhIn, offIn, fhOut, offOut, length, flags)
 	switch {

@@ -88,6 +88,8 @@ const (
 // whence values never reach it; EINVAL, not ENOSYS (which the kernel takes
 // as "no lseek" for the whole mount).
 func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, syscall.Errno) {
+	ctx, done := h.fsys.opCtx(ctx)
+	defer done()
 	if off > math.MaxInt64 {
 		return 0, syscall.ENXIO
 	}
@@ -117,6 +119,8 @@ func (h *handle) Lseek(ctx context.Context, off uint64, whence uint32) (uint64, 
 // of them in dest: go-fuse only writes them to the device, and they are
 // never changed.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	ctx, done := h.fsys.opCtx(ctx)
+	defer done()
 	b, err := h.of.f.ReadStreamView(ctx, dest, off)
 	if err != nil && !errors.Is(err, io.EOF) {
 		// The version this handle shows may be one the cleaner dropped
@@ -141,6 +145,8 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 // to it, a short write, as ext4 does; an append the engine places past it
 // is EFBIG too.
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	ctx, done := h.fsys.opCtx(ctx)
+	defer done()
 	if off >= engine.MaxFileSize {
 		return 0, syscall.EFBIG
 	}
@@ -179,6 +185,8 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 // a checkpoint before close returns, so that a successful close means the
 // data is safe.
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	ctx, done := h.fsys.opCtx(ctx)
+	defer done()
 	if !h.fsys.cfg.FlushOnClose || h.fsys.isOrphan(h.of.id) {
 		return 0
 	}
@@ -186,6 +194,8 @@ func (h *handle) Flush(ctx context.Context) syscall.Errno {
 }
 
 func (h *handle) Fsync(ctx context.Context, flags uint32) syscall.Errno {
+	ctx, done := h.fsys.opCtx(ctx)
+	defer done()
 	if h.fsys.isOrphan(h.of.id) {
 		return 0
 	}
@@ -261,6 +271,8 @@ const (
 // A range ending past the largest file size is EFBIG, as on ext4 (the
 // kernel refuses one past its own limit before it gets here).
 func (h *handle) Allocate(ctx context.Context, off, size uint64, mode uint32) syscall.Errno {
+	ctx, done := h.fsys.opCtx(ctx)
+	defer done()
 	if off > engine.MaxFileSize || size > engine.MaxFileSize-off {
 		return syscall.EFBIG
 	}

@@ -419,8 +419,35 @@ func (fsys *FS) fileHead(ctx context.Context, id string) (headInfo, error) {
 	if cached && time.Since(h.seen) < fsys.headTTL() {
 		return h, nil
 	}
-	return fsys.fetchHead(ctx, id)
+	if !cached {
+		return fsys.fetchHead(ctx, id)
+	}
+	// Seen before, so an outage gets the attributes the mount last saw
+	// rather than a wait of op_timeout a file (ls -l): at once while the
+	// store is silent, else after statWait. The read goes on in the
+	// background and refreshes the cache when the store answers. Opens
+	// still read the head (close-to-open): only stat is lenient.
+	if fsys.storeSilent() {
+		fsys.tasks.goFn(func() { fsys.sharedHead(id) }) // it remembers what it finds
+		fsys.staleStat(id, h.seen, errStoreSilent)
+		return h, nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, statWait)
+	fresh, err := fsys.fetchHead(wctx, id)
+	cancel()
+	switch {
+	case err == nil:
+		return fresh, nil
+	case ctx.Err() == nil && unanswered(err):
+		fsys.staleStat(id, h.seen, err)
+		return h, nil
+	}
+	return fresh, err
 }
+
+// errStoreSilent: the store answered nothing for statWait with requests in
+// flight.
+var errStoreSilent = errors.New("the store answered no request for a few seconds")
 
 // readHead reads the head object of file id and remembers what it says (see
 // replayedHead for a head that WAL records may follow). ctx is the mount's:

@@ -148,6 +148,7 @@ func newMetrics(st staging.Store, build BuildInfo, volume string) (*Metrics, sta
 	for op := staging.OpPut; op <= staging.OpListUploads; op++ {
 		in.seconds[op] = storeSeconds.WithLabelValues(op.String())
 	}
+	in.answered.Store(time.Now().UnixNano())
 	m.inflight = in
 	m.regr.MustRegister(buildInfo, m.flushSeconds, m.flushSentAhead, m.fuseSeconds, storeSeconds, in.walSeconds, m.copies,
 		&mountCollector{m: m},
@@ -381,6 +382,20 @@ type inflightStore struct {
 	// walSeconds: the latency of the PUTs of WAL records alone, told by
 	// their key (walRecordKey)
 	walSeconds prometheus.Histogram
+	// answered: when (Unix ns) the store last answered a request, success
+	// or a refusal of its own (storeAnswered): the clock of op_timeout
+	answered atomic.Int64
+	// staleSaid: a stat answered from memory was logged in this outage
+	staleSaid atomic.Bool
+}
+
+// inFlight is the number of store requests under way.
+func (s *inflightStore) inFlight() int64 {
+	var n int64
+	for i := range s.n {
+		n += s.n[i].Load()
+	}
+	return n
 }
 
 var _ staging.Store = (*inflightStore)(nil)
@@ -397,6 +412,10 @@ func (s *inflightStore) begin(op staging.Op) func(*error) {
 		}
 		if errors.Is(*err, staging.ErrTimeout) {
 			s.timeouts[op].Add(1)
+		}
+		if storeAnswered(*err) {
+			s.answered.Store(time.Now().UnixNano())
+			s.staleSaid.Store(false)
 		}
 	}
 }

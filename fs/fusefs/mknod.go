@@ -27,6 +27,8 @@ import (
 // refuses to open a device node of the mount (EACCES). A regular file
 // (S_IFREG, or no type) is made as by creat, and closed at once.
 func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	if n.reserved(name) {
 		return nil, syscall.EPERM

@@ -227,6 +227,8 @@ func (n *node) child(ctx context.Context, nn namespace.Node, out *fuse.EntryOut)
 }
 
 func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	if n.reserved(name) {
 		root, errno := n.get()
@@ -264,6 +266,8 @@ func (n *node) get() (namespace.Node, syscall.Errno) {
 }
 
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	nn, errno := n.get()
 	if errno != 0 {
@@ -293,6 +297,8 @@ func (n *node) dropEntry() {
 }
 
 func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	nn, errno := n.get()
 	if errno != 0 {
@@ -469,6 +475,8 @@ func (n *node) truncate(ctx context.Context, f fs.FileHandle, id string, size in
 }
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	nn, errno := n.get()
 	if errno != 0 {
@@ -527,6 +535,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 }
 
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *fuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	if n.reserved(name) {
 		return nil, nil, 0, syscall.EPERM
@@ -583,6 +593,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 }
 
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	if n.reserved(name) {
 		return nil, syscall.EPERM
@@ -612,6 +624,8 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 }
 
 func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	if n.reserved(name) {
 		return nil, syscall.EPERM
@@ -624,6 +638,8 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 }
 
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	nn, errno := n.get()
 	if errno != 0 {
 		return nil, errno
@@ -635,6 +651,8 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	if n.reserved(name) {
 		return nil, syscall.EPERM
@@ -653,6 +671,8 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 }
 
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	nn, err := n.fsys.ns.Unlink(changeCtx(ctx), n.ino, name)
 	if err != nil {
@@ -663,6 +683,8 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 }
 
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	if err := n.fsys.ns.Rmdir(changeCtx(ctx), n.ino, name); err != nil {
 		return n.dirErrno(ctx, "rmdir "+n.where(name), err, n)
@@ -677,6 +699,8 @@ const (
 )
 
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	n.fsys.touch()
 	np, ok := newParent.(*node)
 	if !ok {
@@ -742,6 +766,8 @@ func (n *node) virtualXattr(ctx context.Context, name string) ([]byte, bool, sys
 }
 
 func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	if isACLName(attr) || isStoredACLName(attr) {
 		return n.getACLXattr(attr, dest)
 	}
@@ -762,6 +788,8 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 }
 
 func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	if attr == xattrCno || attr == xattrFormat || isStoredACLName(attr) {
 		return syscall.EPERM
 	}
@@ -776,6 +804,8 @@ func (n *node) Setxattr(ctx context.Context, attr string, data []byte, flags uin
 }
 
 func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	if attr == xattrCno || attr == xattrFormat || isStoredACLName(attr) {
 		return syscall.EPERM
 	}
@@ -792,6 +822,8 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 // name, and left out so that cp -a, rsync -X and tar --xattrs do not copy
 // them onto other files.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	ctx, done := n.fsys.opCtx(ctx)
+	defer done()
 	names, err := n.fsys.ns.ListXattr(n.ino)
 	if err != nil {
 		return 0, n.fsys.errnoOf("listxattr "+n.where(""), err)

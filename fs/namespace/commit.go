@@ -104,6 +104,23 @@ func (ns *Namespace) changeHooked(ctx context.Context, o op, before, done hook) 
 		return ctx.Err()
 	}
 	ns.qmu.Unlock()
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		// The call's deadline (the mount's op_timeout) passed with the
+		// entry sent: its outcome is not known yet, and it may land. The
+		// caller is told so, and the change finishes without it, as for a
+		// caller that is gone.
+		select {
+		case err := <-p.res:
+			return err
+		default:
+		}
+		p.hookMu.Lock()
+		p.left = true
+		p.hookMu.Unlock()
+		ns.log.Warn("a change was sent and not answered within the call's deadline: the call fails, and the change may yet land (every mount then shows it whole)",
+			zap.String("op", o.Kind), zap.String("name", string(o.Name)))
+		return fmt.Errorf("%s %q: sent, not answered within the call's deadline; it may yet land: %w", o.Kind, string(o.Name), context.DeadlineExceeded)
+	}
 	gone, _ := ctx.Value(goneKey{}).(func() bool)
 	if gone == nil {
 		return <-p.res
