@@ -590,7 +590,7 @@ func (l *Log) takeBack(ctx context.Context, lost error) error {
 	l.mu.Lock()
 	// Records stored after the lease could be proven ours may have landed
 	// after a taker listed the log: whatever happens next, they fail.
-	late := l.failLateLocked(lost)
+	late := l.takeLateLocked()
 	switch {
 	case err == nil:
 		l.log.Info("took the wal lease back: no other writer wrote meanwhile", zap.String("prefix", l.prefix), zap.NamedError("lost", lost))
@@ -607,7 +607,11 @@ func (l *Log) takeBack(ctx context.Context, lost error) error {
 	}
 	l.cond.Broadcast()
 	l.mu.Unlock()
-	l.dropAll(ctx, late)
+	// Not bounded by the renewal's deadline, which the take-back may have
+	// spent: a failed record left is one a replay may apply.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.lease.ttl)
+	defer cancel()
+	l.failLate(dctx, late, lost)
 	return err
 }
 
@@ -633,23 +637,28 @@ func (l *Log) renewed(sent time.Time) {
 	}
 }
 
-// failLateLocked fails the records waiting in late (cause wraps
-// ErrLeaseLost) and returns their seqs, for the caller to delete once mu is
-// let go.
-func (l *Log) failLateLocked(cause error) []uint64 {
-	var seqs []uint64
-	for _, b := range l.late {
-		seqs = append(seqs, b.seq)
-		l.finishLocked(b, 0, l.lateErr(b.seq, cause))
-	}
+// takeLateLocked takes the records waiting in late, to be failed
+// (failLate): they stay counted in flight until then.
+func (l *Log) takeLateLocked() []*batch {
+	late := l.late
 	l.late = nil
-	return seqs
+	return late
 }
 
-// dropAll deletes the records seqs, whose Appends failed.
-func (l *Log) dropAll(ctx context.Context, seqs []uint64) {
-	for _, seq := range seqs {
-		l.dropFailed(ctx, RecordKey(l.prefix, seq))
+// failLate deletes the records of late, then fails their Appends (cause
+// wraps ErrLeaseLost): a write reported failed is gone from the log by
+// then, unless the delete failed too. Called without mu.
+func (l *Log) failLate(ctx context.Context, late []*batch, cause error) {
+	if len(late) == 0 {
+		return
+	}
+	for _, b := range late {
+		l.dropFailed(ctx, RecordKey(l.prefix, b.seq))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range late {
+		l.finishLocked(b, 0, l.lateErr(b.seq, cause))
 	}
 }
 
@@ -792,9 +801,9 @@ func (l *Log) Close(ctx context.Context) error {
 	// them ended first) cannot be proven held any more.
 	l.mu.Lock()
 	l.stopped = true
-	late := l.failLateLocked(fmt.Errorf("wal of %s closed before a renewal proved its lease: %w", l.prefix, ErrLeaseLost))
+	late := l.takeLateLocked()
 	l.mu.Unlock()
-	l.dropAll(ctx, late)
+	l.failLate(ctx, late, fmt.Errorf("wal of %s closed before a renewal proved its lease: %w", l.prefix, ErrLeaseLost))
 
 	// The lease goes before the covered records: a writer waiting for it
 	// numbers its records past them (past the head's), so deleting them
@@ -842,7 +851,10 @@ func (l *Log) Abandon() {
 	// A killed writer acknowledges nothing more (and deletes nothing).
 	l.mu.Lock()
 	l.stopped = true
-	l.failLateLocked(fmt.Errorf("wal of %s abandoned: %w", l.prefix, ErrLeaseLost))
+	cause := fmt.Errorf("wal of %s abandoned: %w", l.prefix, ErrLeaseLost)
+	for _, b := range l.takeLateLocked() {
+		l.finishLocked(b, 0, l.lateErr(b.seq, cause))
+	}
 	l.mu.Unlock()
 }
 
