@@ -139,14 +139,26 @@
 // the Log tries again at each tick (and when an Append fails so); when
 // another writer appended or changed the file, the lease is lost for good.
 // Appends in flight meanwhile are not stopped: records are kept apart by
-// their names, not by the lease. Close deletes the owner object if it still
-// names this writer, and then the records a published checkpoint covers.
+// their names. Close deletes the owner object if it still names this
+// writer, and then the records a published checkpoint covers.
 //
-// The lease makes a second writer fail fast; it is not what keeps records
-// apart. Two writers that both believe they hold the lease (clocks apart, a
-// writer paused past its TTL) still cannot overwrite each other's records:
-// the second create of a name fails, and the log that lost fails with
-// ErrTaken.
+// Two writers that both believe they hold the lease (clocks apart, a writer
+// paused past its TTL) cannot overwrite each other's records: the second
+// create of a name fails, and the log that lost fails with ErrTaken. But a
+// taker lists the log once, publishes a checkpoint that says it holds every
+// record up to its own, and deletes them, which frees their names: a record
+// the old holder stores after that listing is never replayed. So a record is
+// acknowledged only while the lease is provably this log's: its PUT returned
+// before the send time of the last write of the owner object that landed
+// (the take, a renewal with If-Match on our own last write, a take-back)
+// plus two thirds of the TTL, on this process's monotonic clock. A record
+// stored later waits, its Append with it, until a renewal sent after it
+// landed lands (no taker came between: acknowledged), or the lease is found
+// lost, taken back, or the Log closes (its Append fails with ErrLeaseLost
+// and the record is deleted). A taker takes the lease once its wall clock is
+// past the expiry the holder wrote (the send time plus the TTL, on the
+// holder's wall clock): the last third of the TTL is the margin for the two
+// clocks, which must agree within it.
 //
 // # Group commit
 //

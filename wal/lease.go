@@ -298,10 +298,22 @@ type lease struct {
 	ttl  time.Duration
 	log  *zap.Logger
 	etag string // of our last write of the owner object
+	// sent is when our last write of the owner object that landed was
+	// sent (this process's monotonic clock): the lease is provably ours
+	// until sent plus validFor (see Log.valid).
+	sent time.Time
 	// closing is set by Log.Closing; every write of the owner object from
 	// then on says so.
 	closing atomic.Bool
 }
+
+// validFor is how long after the send of a write of the owner object that
+// landed the writer counts the lease as its own, to acknowledge records by:
+// two thirds of the TTL. A taker judges the lease expired by the expiry the
+// write carried, the send time plus the TTL, on its own wall clock: the
+// third left is the margin for the two clocks (see "Lease" in the package
+// doc).
+func (ls *lease) validFor() time.Duration { return ls.ttl - ls.ttl/3 }
 
 func (ls *lease) body(now time.Time) []byte {
 	return encodeOwner(OwnerInfo{Version: OwnerVersion, Writer: ls.id, Host: ls.me.host, PID: ls.me.pid, PIDNS: ls.me.pidns,
@@ -361,10 +373,11 @@ func (ls *lease) take(ctx context.Context) error {
 	b, info, err := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
 	switch {
 	case errors.Is(err, staging.ErrNotFound):
-		put, err := ls.st.Put(ctx, ls.key, ls.body(time.Now()), staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true}})
+		sent := time.Now()
+		put, err := ls.st.Put(ctx, ls.key, ls.body(sent), staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true}})
 		if err != nil {
 			if etag, ok := ls.landed(ctx); ok {
-				ls.etag = etag
+				ls.etag, ls.sent = etag, sent
 				return nil
 			}
 		}
@@ -374,7 +387,7 @@ func (ls *lease) take(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("create wal lease %s: %w", ls.key, err)
 		}
-		ls.etag = put.ETag
+		ls.etag, ls.sent = put.ETag, sent
 		return nil
 	case err != nil:
 		return fmt.Errorf("read wal lease %s: %w", ls.key, err)
@@ -395,7 +408,7 @@ func (ls *lease) take(ctx context.Context) error {
 	put, err := ls.st.Put(ctx, ls.key, ls.body(now), staging.PutOptions{Conditions: staging.Conditions{IfMatch: info.ETag}})
 	if err != nil {
 		if etag, ok := ls.landed(ctx); ok {
-			ls.etag = etag
+			ls.etag, ls.sent = etag, now
 			return nil
 		}
 	}
@@ -406,7 +419,7 @@ func (ls *lease) take(ctx context.Context) error {
 		return fmt.Errorf("take over wal lease %s: %w", ls.key, err)
 	}
 	ls.log.Debug("took over a stale wal lease", zap.String("key", ls.key), zap.String("writer", o.Writer))
-	ls.etag = put.ETag
+	ls.etag, ls.sent = put.ETag, now
 	return nil
 }
 
@@ -425,32 +438,42 @@ func (ls *lease) landed(ctx context.Context) (string, bool) {
 	return info.ETag, true
 }
 
-// renew extends the lease. It returns ErrLeaseLost when another writer holds
-// it; any other error is transient.
+// renew extends the lease, conditionally on our last write of the owner
+// object, and sets sent to when the renewal was sent: a renewal that lands
+// proves that no other writer took the lease since our last write landed.
+// It returns ErrLeaseLost when another writer holds it; any other error is
+// transient.
 func (ls *lease) renew(ctx context.Context) error {
-	put, err := ls.st.Put(ctx, ls.key, ls.body(time.Now()), staging.PutOptions{Conditions: staging.Conditions{IfMatch: ls.etag}})
-	if err == nil {
-		ls.etag = put.ETag
-		return nil
+	for try := 0; ; try++ {
+		sent := time.Now()
+		put, err := ls.st.Put(ctx, ls.key, ls.body(sent), staging.PutOptions{Conditions: staging.Conditions{IfMatch: ls.etag}})
+		if err == nil {
+			ls.etag, ls.sent = put.ETag, sent
+			return nil
+		}
+		if !errors.Is(err, staging.ErrPrecondition) {
+			return fmt.Errorf("renew wal lease %s: %w", ls.key, err)
+		}
+		// Our last renewal may have landed with its answer lost: the object then
+		// still names us, under an ETag we did not see.
+		b, info, gerr := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
+		switch {
+		case errors.Is(gerr, staging.ErrNotFound):
+			return fmt.Errorf("wal lease %s was deleted: %w", ls.key, ErrLeaseLost)
+		case gerr != nil:
+			return fmt.Errorf("renew wal lease %s: read after a precondition failure: %w", ls.key, gerr)
+		}
+		o, perr := parseOwner(b)
+		if perr != nil || o.Writer != ls.id {
+			return fmt.Errorf("wal lease %s was taken by writer %q: %w", ls.key, o.Writer, ErrLeaseLost)
+		}
+		ls.etag = info.ETag
+		// When that write was sent is not known: renewed again against it,
+		// the lease is ours from a send time we know.
+		if try > 0 {
+			return fmt.Errorf("renew wal lease %s: the owner object keeps changing under our own writer id", ls.key)
+		}
 	}
-	if !errors.Is(err, staging.ErrPrecondition) {
-		return fmt.Errorf("renew wal lease %s: %w", ls.key, err)
-	}
-	// Our last renewal may have landed with its answer lost: the object then
-	// still names us, under an ETag we did not see.
-	b, info, gerr := staging.GetLimited(ctx, ls.st, ls.key, maxOwnerBytes)
-	switch {
-	case errors.Is(gerr, staging.ErrNotFound):
-		return fmt.Errorf("wal lease %s was deleted: %w", ls.key, ErrLeaseLost)
-	case gerr != nil:
-		return fmt.Errorf("renew wal lease %s: read after a precondition failure: %w", ls.key, gerr)
-	}
-	o, perr := parseOwner(b)
-	if perr != nil || o.Writer != ls.id {
-		return fmt.Errorf("wal lease %s was taken by writer %q: %w", ls.key, o.Writer, ErrLeaseLost)
-	}
-	ls.etag = info.ETag
-	return nil
 }
 
 // release deletes the owner object if it still names us. The store has no

@@ -78,6 +78,10 @@ type batch struct {
 	seq  uint64 // set when sent
 	done bool
 	err  error
+	// A record stored too late to be acknowledged at once (Log.late): its
+	// encoded size, and when its PUT returned.
+	n      int
+	stored time.Time
 }
 
 // Log is the write-ahead log of one file, held under its lease. Its methods
@@ -110,6 +114,19 @@ type Log struct {
 	drained   chan struct{} // GUARDED_BY(mu); made by Close, closed when nothing is pending or in flight
 	covered   uint64        // GUARDED_BY(mu)
 	toDelete  []uint64      // GUARDED_BY(mu); seqs stored (or maybe stored) and not deleted yet
+	// valid: the lease is provably this log's until then (this process's
+	// monotonic clock): the send of the last write of the owner object
+	// that landed, plus lease.validFor. A record stored by then is
+	// acknowledged; one stored later waits in late for a renewal sent
+	// after it was stored to land (no taker came between: acknowledged),
+	// or for the lease to be found lost (failed, and deleted). A taker
+	// lists the records only once the lease is past its expiry, so every
+	// record acknowledged is in its listing.
+	valid time.Time // GUARDED_BY(mu)
+	late  []*batch  // GUARDED_BY(mu); stored, not yet acknowledged; still counted in inflight
+	// stopped: the renewing goroutine is gone (Close, Abandon); nothing
+	// can prove the lease any more.
+	stopped bool // GUARDED_BY(mu)
 
 	kick chan struct{} // capacity 1: the cleaner has work
 	poke chan struct{} // capacity 1: renew now (the lease is lost: take it back; or Closing)
@@ -202,6 +219,7 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Log
 		kick:        make(chan struct{}, 1),
 		poke:        make(chan struct{}, 1),
 		retakeOK:    opt.Retake,
+		valid:       ls.sent.Add(ls.validFor()),
 	}
 	l.cond = sync.NewCond(&l.mu)
 	// The goroutines outlive Open's ctx (keeping its values) until Close.
@@ -335,7 +353,43 @@ func (l *Log) sendLocked(ctx context.Context) {
 	l.inflight++
 	l.mu.Unlock()
 	n, err := l.put(context.WithoutCancel(ctx), b)
+	stored := time.Now()
 	l.mu.Lock()
+	if err == nil {
+		switch {
+		case l.leaseLost != nil || l.stopped && stored.After(l.valid):
+			// Stored after the lease was found lost (or when it can no
+			// longer be proven ours): a taker may have listed the log
+			// before it landed.
+			cause := l.leaseLost
+			if cause == nil {
+				cause = fmt.Errorf("wal of %s closed: %w", l.prefix, ErrLeaseLost)
+			}
+			err = l.lateErr(b.seq, cause)
+			l.mu.Unlock()
+			l.dropFailed(context.WithoutCancel(ctx), RecordKey(l.prefix, b.seq))
+			l.mu.Lock()
+		case stored.After(l.valid):
+			// Stored after the lease is proven ours: acknowledged once a
+			// renewal sent from now on lands.
+			b.n, b.stored = n, stored
+			l.late = append(l.late, b)
+			l.renewNow()
+			return
+		}
+	}
+	l.finishLocked(b, n, err)
+}
+
+// lateErr is the failure of record seq, stored when the lease could no
+// longer be proven this log's, and lost since (cause).
+func (l *Log) lateErr(seq uint64, cause error) error {
+	return fmt.Errorf("append wal record %d of %s: stored after the lease could be proven ours, and the lease was lost meanwhile: %w", seq, l.prefix, cause)
+}
+
+// finishLocked records how the PUT of batch b ended (n bytes stored, or
+// err) and wakes its Appends.
+func (l *Log) finishLocked(b *batch, n int, err error) {
 	l.inflight--
 	b.done, b.err = true, err
 	// A failed PUT may have stored its record (a lost answer): covered, it
@@ -506,7 +560,9 @@ func (l *Log) renewLoop(ctx context.Context) {
 		rctx, cancel := context.WithTimeout(ctx, every)
 		err := lost
 		if lost == nil {
-			err = l.lease.renew(rctx)
+			if err = l.lease.renew(rctx); err == nil {
+				l.renewed(l.lease.sent)
+			}
 		}
 		if errors.Is(err, ErrLeaseLost) {
 			err = l.takeBack(rctx, err)
@@ -532,12 +588,14 @@ func (l *Log) renewLoop(ctx context.Context) {
 func (l *Log) takeBack(ctx context.Context, lost error) error {
 	final, err := l.retake(ctx)
 	l.mu.Lock()
-	defer l.mu.Unlock()
+	// Records stored after the lease could be proven ours may have landed
+	// after a taker listed the log: whatever happens next, they fail.
+	late := l.takeLateLocked()
 	switch {
 	case err == nil:
 		l.log.Info("took the wal lease back: no other writer wrote meanwhile", zap.String("prefix", l.prefix), zap.NamedError("lost", lost))
 		l.leaseLost = nil
-		return nil
+		l.valid = l.lease.sent.Add(l.lease.validFor())
 	case final:
 		l.log.Warn("wal lease lost; appends fail from now on", zap.String("prefix", l.prefix), zap.Error(err))
 		l.leaseLost, l.lostFinal = err, true
@@ -548,7 +606,60 @@ func (l *Log) takeBack(ctx context.Context, lost error) error {
 		l.leaseLost = err
 	}
 	l.cond.Broadcast()
+	l.mu.Unlock()
+	// Not bounded by the renewal's deadline, which the take-back may have
+	// spent: a failed record left is one a replay may apply.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), l.lease.ttl)
+	defer cancel()
+	l.failLate(dctx, late, lost)
 	return err
+}
+
+// renewed follows a renewal sent at sent that landed: the lease is ours
+// until sent plus validFor, and the records stored before sent are
+// acknowledged (no taker came between their landing and the renewal's).
+func (l *Log) renewed(sent time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.valid = sent.Add(l.lease.validFor())
+	keep := l.late[:0]
+	for _, b := range l.late {
+		if b.stored.Before(sent) {
+			l.finishLocked(b, b.n, nil)
+		} else {
+			keep = append(keep, b)
+		}
+	}
+	clear(l.late[len(keep):])
+	l.late = keep
+	if len(keep) > 0 {
+		l.renewNow() // stored while this renewal was on its way
+	}
+}
+
+// takeLateLocked takes the records waiting in late, to be failed
+// (failLate): they stay counted in flight until then.
+func (l *Log) takeLateLocked() []*batch {
+	late := l.late
+	l.late = nil
+	return late
+}
+
+// failLate deletes the records of late, then fails their Appends (cause
+// wraps ErrLeaseLost): a write reported failed is gone from the log by
+// then, unless the delete failed too. Called without mu.
+func (l *Log) failLate(ctx context.Context, late []*batch, cause error) {
+	if len(late) == 0 {
+		return
+	}
+	for _, b := range late {
+		l.dropFailed(ctx, RecordKey(l.prefix, b.seq))
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, b := range late {
+		l.finishLocked(b, 0, l.lateErr(b.seq, cause))
+	}
 }
 
 // retake takes back the lease if no live writer holds it and no one else
@@ -614,7 +725,7 @@ func (l *Log) retake(ctx context.Context) (final bool, err error) {
 	if err != nil {
 		return lost(false, "take it back: %v", err)
 	}
-	ls.etag = put.ETag
+	ls.etag, ls.sent = put.ETag, now
 	return false, nil
 }
 
@@ -686,6 +797,13 @@ func (l *Log) Close(ctx context.Context) error {
 	}
 	l.stop()
 	l.wg.Wait()
+	// Records still waiting for a renewal to be acknowledged (the wait for
+	// them ended first) cannot be proven held any more.
+	l.mu.Lock()
+	l.stopped = true
+	late := l.takeLateLocked()
+	l.mu.Unlock()
+	l.failLate(ctx, late, fmt.Errorf("wal of %s closed before a renewal proved its lease: %w", l.prefix, ErrLeaseLost))
 
 	// The lease goes before the covered records: a writer waiting for it
 	// numbers its records past them (past the head's), so deleting them
@@ -730,6 +848,14 @@ func (l *Log) Abandon() {
 	l.mu.Unlock()
 	l.stop()
 	l.wg.Wait()
+	// A killed writer acknowledges nothing more (and deletes nothing).
+	l.mu.Lock()
+	l.stopped = true
+	cause := fmt.Errorf("wal of %s abandoned: %w", l.prefix, ErrLeaseLost)
+	for _, b := range l.takeLateLocked() {
+		l.finishLocked(b, 0, l.lateErr(b.seq, cause))
+	}
+	l.mu.Unlock()
 }
 
 // After reports whether a record with a seq above seq is stored (one List):

@@ -164,8 +164,10 @@ type ConflictError struct {
 	Theirs segment.Inode // the winner's inode, now loaded
 	head   segment.Head  // the winner's head (Theirs with its count and copy of part 0)
 	etag   string        // the winner's head ETag
-	// walApplied is the last WAL record the winner's checkpoint holds.
+	// walApplied is the last WAL record the winner's checkpoint holds;
+	// walTracked, that its head says the file is written with the WAL.
 	walApplied uint64
+	walTracked bool
 }
 
 func (e *ConflictError) Error() string {
@@ -958,6 +960,7 @@ func (f *File) Close() error {
 		unlock()
 		return nil
 	}
+	f.w.recoverAtCloseLocked()
 	f.closed = true
 	f.s.stop()
 	for _, d := range f.dirty {

@@ -125,7 +125,7 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 		}
 		f.stats.Conflicts++
 		if f.p.ConflictPolicy == ConflictFailFast {
-			f.rollbackLocked(ce.theirsHead(), ce.theirsETag(), ce.walApplied)
+			f.rollbackLocked(ce.theirsHead(), ce.theirsETag(), ce.walMark())
 			if err := f.discardWALLocked(ctx); err != nil {
 				t.fill(&c, start, f.s.requests.Load())
 				return t, fmt.Errorf("%w (and %w)", ce, err)
@@ -141,7 +141,7 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 			// The winner made the file a copy of another (or a file again):
 			// its names mean other objects than ours, so nothing of ours
 			// can be laid over it. The whole file was replaced: it wins.
-			f.rollbackLocked(ce.theirsHead(), ce.theirsETag(), ce.walApplied)
+			f.rollbackLocked(ce.theirsHead(), ce.theirsETag(), ce.walMark())
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: replaced by a copy on another mount: %w", f.prefix, ce)
 		}
@@ -149,11 +149,11 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 			// This writer zeroed more ranges past its end than it keeps
 			// (maxZeroAfter) and the winner has bytes there: no merge
 			// gives what zeroing after the winner would, so it gives way.
-			f.rollbackLocked(ce.theirsHead(), ce.theirsETag(), ce.walApplied)
+			f.rollbackLocked(ce.theirsHead(), ce.theirsETag(), ce.walMark())
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: a range zeroed past this writer's end has bytes of checkpoint %d: %w", f.prefix, ce.Theirs.Cno, ce)
 		}
-		if err := f.rebaseLocked(ctx, ce.theirsHead(), ce.theirsETag(), ce.walApplied); err != nil {
+		if err := f.rebaseLocked(ctx, ce.theirsHead(), ce.theirsETag(), ce.walMark()); err != nil {
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: rebase on checkpoint %d: %w", f.prefix, ce.Theirs.Cno, err)
 		}
@@ -530,21 +530,30 @@ func (f *File) putHead(ctx context.Context, hd segment.Head, etag string, w walM
 	if herr != nil {
 		return "", fmt.Errorf("flush %s: write head: %w (and reading it back: %v)", f.prefix, err, herr)
 	}
-	applied, _, _ := parseWALMeta(hinfo.Metadata)
-	return "", &ConflictError{Prefix: f.prefix, Ours: ino.Cno, Theirs: theirs.Inode, head: theirs, etag: hinfo.ETag, walApplied: applied}
+	applied, tracked, _ := parseWALMeta(hinfo.Metadata)
+	return "", &ConflictError{Prefix: f.prefix, Ours: ino.Cno, Theirs: theirs.Inode, head: theirs, etag: hinfo.ETag, walApplied: applied, walTracked: tracked}
 }
 
 // rollbackLocked returns to the winner's checkpoint: what this writer did
 // since its head is dropped, so a read shows the winner. A rollback that
 // drops changes counts a loss (see Losses).
-func (f *File) rollbackLocked(theirs segment.Head, etag string, applied uint64) {
+func (f *File) rollbackLocked(theirs segment.Head, etag string, w walMark) {
 	if f.changed || len(f.dirty) > 0 || f.w.failed != nil {
 		f.losses.Add(1)
 	}
 	f.adoptHead(theirs, etag)
 	f.wm.release(math.MaxUint64) // given up
-	f.w.applied = applied
-	f.w.seq = max(f.w.seq, applied)
+	f.adoptWALMarkLocked(w)
+}
+
+// adoptWALMarkLocked takes what the head this writer now builds on says of
+// the WAL. A file once written with the WAL stays so: a head that dropped
+// the mark would leave the records after it, acknowledged writes of a WAL
+// writer whose publish lost to this one, to no opener.
+func (f *File) adoptWALMarkLocked(w walMark) {
+	f.w.applied = w.applied
+	f.w.tracked = f.w.tracked || w.tracked
+	f.w.seq = max(f.w.seq, w.applied)
 }
 
 // rebaseLocked merges what this writer did since its head onto the winner's
@@ -557,7 +566,7 @@ func (f *File) rollbackLocked(theirs segment.Head, etag string, applied uint64) 
 // this writer's when it truncated, otherwise the larger of the winner's and
 // the furthest end this writer wrote; the appends this writer made last go
 // to that end (appendRun). A failed rebase leaves f as it was.
-func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag string, applied uint64) error {
+func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag string, w walMark) error {
 	theirs := theirsHead.Inode
 	count := blockCount{cno: theirs.Cno, n: int64(theirsHead.Blocks), known: theirsHead.BlocksKnown}
 	bo := blockmap.Options{MetaBlockSize: f.mbs}
@@ -883,8 +892,7 @@ func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag s
 	f.headETag = etag
 	f.headCount = count
 	f.setEmbedLocked(their)
-	f.w.applied = applied
-	f.w.seq = max(f.w.seq, applied)
+	f.adoptWALMarkLocked(w)
 	f.pendingCno = max(f.pendingCno, theirs.Cno+1)
 	f.changed = true
 	// Which dirty blocks the new map lacks (Stat's count of blocks).
@@ -918,11 +926,11 @@ func (f *File) Rollback(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rollback %s: %w", f.prefix, err)
 	}
-	applied, _, err := parseWALMeta(info.Metadata)
+	applied, tracked, err := parseWALMeta(info.Metadata)
 	if err != nil {
 		return fmt.Errorf("rollback %s: %w", f.prefix, err)
 	}
-	f.rollbackLocked(hd, info.ETag, applied)
+	f.rollbackLocked(hd, info.ETag, walMark{tracked, applied})
 	if err := f.discardWALLocked(ctx); err != nil {
 		return fmt.Errorf("rollback %s: %w", f.prefix, err)
 	}
@@ -930,6 +938,9 @@ func (f *File) Rollback(ctx context.Context) error {
 }
 
 func (e *ConflictError) theirsETag() string { return e.etag }
+
+// walMark is what the winner's head says of the WAL.
+func (e *ConflictError) walMark() walMark { return walMark{e.walTracked, e.walApplied} }
 
 // theirsHead is the winner's head as read (its count, its copy of part 0).
 func (e *ConflictError) theirsHead() segment.Head {

@@ -725,6 +725,27 @@ func (f *File) LetGoWAL(ctx context.Context) {
 	}
 }
 
+// recoverAtCloseLocked publishes, before the lease goes, what a WAL publish
+// that did not land left: its records, replayed onto the head as it is now
+// (recoverLocked), within closeWait. A publish that lost its If-Match to
+// another writer's checkpoint (a mount without the WAL, say) would
+// otherwise leave acknowledged records for the next open to find, with no
+// flush of this file to come. Only a holder of the log does it: records
+// under a lease another writer took are that writer's to publish. The
+// caller holds every block and mu (Close).
+func (w *walState) recoverAtCloseLocked() {
+	f := w.f
+	if w.failed == nil || w.log == nil || !f.walOn() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), w.closeWait())
+	defer cancel()
+	if _, err := f.recoverLocked(ctx); err != nil {
+		f.log.Warn("close: the write-ahead log's records could not be published; they replay at the next open",
+			zap.String("file", f.prefix), zap.Error(err))
+	}
+}
+
 // close waits for the publish goroutine (cancelled or finished by now:
 // Close has taken lockAll) and releases the log, within closeWait.
 func (w *walState) close() {

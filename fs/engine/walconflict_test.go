@@ -1,0 +1,239 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
+	"github.com/ckptfs/ckptfs/wal"
+)
+
+// armedGateStore holds the first Put of a key that match accepts, made
+// once armed, until release is closed; arrived is closed when it comes.
+type armedGateStore struct {
+	staging.Store
+	match   func(key string) bool
+	armed   atomic.Bool
+	arrived chan struct{}
+	release chan struct{}
+}
+
+func newArmedGate(st staging.Store, match func(key string) bool) *armedGateStore {
+	return &armedGateStore{Store: st, match: match, arrived: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *armedGateStore) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+	if g.match(key) && g.armed.CompareAndSwap(true, false) {
+		close(g.arrived)
+		<-g.release
+	}
+	return g.Store.Put(ctx, key, data, o)
+}
+
+func isHeadKey(key string) bool { return strings.HasSuffix(key, "/"+HeadKey) }
+
+// headWAL reads what the stored head says of the WAL.
+func headWAL(t *testing.T, st staging.Store, prefix string) (applied uint64, tracked bool) {
+	t.Helper()
+	info, err := st.Head(context.Background(), prefix+HeadKey)
+	if err != nil {
+		t.Fatalf("read the head of %s: %v", prefix, err)
+	}
+	applied, tracked, err = HeadWAL(info)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return applied, tracked
+}
+
+// A mount without the WAL holds a write of A×100,000 over X×200,000; a
+// WAL mount truncates the file to 0 and publishes it (fsync), and closes
+// it. When the plain mount's flush lands first, merging onto the head the
+// WAL writer had marked, the WAL writer's publish loses its If-Match, with
+// no later flush of its file to come: the plain mount's head must still
+// say the file is written with the WAL, and the WAL writer's close must
+// publish its acknowledged truncate over the plain mount's checkpoint (the
+// write, then the truncate: empty). When the WAL publish lands first, the
+// plain mount's flush merges onto it (the truncate, then the write:
+// A×100,000) and keeps the mark. Never a mix of both. Before, the plain
+// mount's head dropped the WAL's mark, the close left the truncate's
+// record behind for good, and the file read as A×100,000 then X×100,000
+// everywhere.
+func TestWALPublishLostToPlainFlushIsMerged(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		walFirst bool
+		want     int // As at the end
+	}{
+		{"plain flush lands first", false, 0},
+		{"WAL publish lands first", true, 100_000},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := mem.New()
+			const prefix = "tw/"
+			plain := smallParams(segment.FormatStream)
+			c := mustCreate(t, st, prefix, plain)
+			if _, err := c.WriteAt(ctx, bytes.Repeat([]byte{'X'}, 200_000), 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := c.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			c.Close()
+
+			p := mustOpen(t, st, prefix, plain)
+			defer p.Close()
+			as := bytes.Repeat([]byte{'A'}, 100_000)
+			if _, err := p.WriteAt(ctx, as, 0); err != nil {
+				t.Fatal(err)
+			}
+
+			gate := newArmedGate(st, isHeadKey)
+			w, err := Open(ctx, gate, prefix, Options{Params: walParams(segment.FormatStream), FileID: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := w.Truncate(ctx, 0); err != nil {
+				t.Fatal(err)
+			}
+			if tc.walFirst {
+				close(gate.release)
+			}
+			gate.armed.Store(true)
+			if _, err := w.Flush(ctx); err != nil { // the fsync: acknowledged
+				t.Fatal(err)
+			}
+			<-gate.arrived // the publish's head is held back, or not
+			if tc.walFirst {
+				waitPublished(w)
+			}
+
+			if _, err := p.Flush(ctx); err != nil {
+				t.Fatalf("plain mount's flush: %v", err)
+			}
+			if _, tracked := headWAL(t, st, prefix); !tracked {
+				t.Errorf("the plain mount's flush over a head written with the WAL published a head without %s: records after it are found by no opener", walMeta)
+			}
+			if !tc.walFirst {
+				close(gate.release)
+			}
+			waitPublished(w)
+			if err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if applied, _ := headWAL(t, st, prefix); applied < 1 {
+				t.Errorf("after the WAL writer's close the head holds WAL records up to %d: its acknowledged truncate (record 1) is not published", applied)
+			}
+			if seqs, err := wal.List(ctx, st, prefix); err != nil || len(seqs) != 0 {
+				t.Errorf("records left after the WAL writer's close: %v %v", seqs, err)
+			}
+
+			r, err := Open(ctx, st, prefix, Options{Params: walParams(segment.FormatStream), FileID: prefix})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if got := readAll(t, r); !bytes.Equal(got, as[:tc.want]) {
+				t.Fatalf("file of %d bytes (%d of them A, from the start); want %d A", len(got), commonPrefix(got, as), tc.want)
+			}
+		})
+	}
+}
+
+// ownerExpired says whether the lease stored under prefix has expired by
+// what its owner object says.
+func ownerExpired(st staging.Store, prefix string) bool {
+	b, _, err := st.Get(context.Background(), prefix+wal.Dir+wal.OwnerName, staging.Whole())
+	var o struct{ Expires time.Time }
+	return err == nil && json.Unmarshal(b, &o) == nil && time.Now().After(o.Expires)
+}
+
+// A WAL writer's record whose PUT lands only after its lease expired and
+// another mount took it, replayed the records it found and published, is
+// not acknowledged: the taker's checkpoint says it holds every record up
+// to the last one it found, past this one, so the record is never
+// replayed. Here the writer has two records in flight: the first held
+// back, the second stored at once; its renewals fail (the owner object is
+// out of reach), the lease expires, and the opener takes it, replays the
+// second record and publishes. Before, the held record's write returned
+// success once it landed, and was on no mount.
+func TestWALRecordStoredAfterLeaseTakenIsNotAcknowledged(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	faults := faulty.New(st, 1)
+	isRecord := func(key string) bool {
+		_, ok := wal.ParseRecordName(key[strings.LastIndexByte(key, '/')+1:])
+		return ok && strings.Contains(key, wal.Dir)
+	}
+	gate := newArmedGate(faults, isRecord)
+	const prefix = "lt/"
+	o := Options{Params: walParams(segment.FormatStream), FileID: prefix}
+	o.Params.WALLeaseTTL = 150 * time.Millisecond
+	l, err := Create(ctx, gate, prefix, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := int64(l.Stat().BlockSize)
+	write := func(off int64, s string) error {
+		_, err := l.WriteAt(ctx, []byte(s), off)
+		return err
+	}
+	if err := write(0, "first"); err != nil { // the lease is taken
+		t.Fatal(err)
+	}
+	gate.armed.Store(true)
+	held := make(chan error, 1)
+	go func() { held <- write(10*bs, "held back") }()
+	<-gate.arrived
+	if err := write(20*bs, "stored"); err != nil {
+		t.Fatal(err)
+	}
+	// The writer's renewals fail from now on; its lease expires.
+	outage := faults.Add(faulty.Rule{Op: staging.OpAny, KeyPrefix: prefix + wal.Dir + wal.OwnerName, Kind: faulty.Error})
+	for deadline := time.Now().Add(10 * time.Second); !ownerExpired(st, prefix); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the lease did not expire")
+		}
+	}
+	taker, err := Open(ctx, st, prefix, o)
+	if err != nil {
+		t.Fatalf("open with the writer's lease expired: %v", err)
+	}
+	if taker.Stat().Cno == 0 {
+		t.Fatalf("the opener did not replay and publish the records it found: %+v", taker.Stat())
+	}
+	taker.Close()
+	close(gate.release) // the held record lands now
+	faults.Remove(outage)
+	heldErr := <-held
+	crash(t, l)
+
+	r, err := Open(ctx, st, prefix, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	got := readAll(t, r)
+	at := func(off int64, n int) string {
+		if off+int64(n) > int64(len(got)) {
+			return ""
+		}
+		return string(got[off : off+int64(n)])
+	}
+	if at(0, 5) != "first" || at(20*bs, 6) != "stored" {
+		t.Fatalf("acknowledged writes before the take lost: %q at 0, %q at %d", at(0, 5), at(20*bs, 6), 20*bs)
+	}
+	if heldErr == nil && at(10*bs, 9) != "held back" {
+		t.Fatalf("a write acknowledged after its record landed past the lease is on no mount: %q at %d", at(10*bs, 9), 10*bs)
+	}
+	t.Logf("the held write: %v", heldErr)
+}
