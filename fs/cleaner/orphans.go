@@ -49,6 +49,11 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 		p.orphOld = nil // rewritten
 	}
 	p.orphRec = pending{}
+	for id, at := range old {
+		if !p.rng.holds(id) {
+			p.orphRec[id] = at // another pass's
+		}
+	}
 	wait := max(o.Grace, o.NSLag)
 	cand := map[string]bool{}
 	ids := slices.Sorted(maps.Keys(orphans))
@@ -169,7 +174,12 @@ func (p *Plan) reapOrphans(ctx context.Context, rep *Report) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			var r Report
-			err := p.reap(ctx, or, &r)
+			err := p.o.fence(ctx)
+			if err == nil {
+				err = p.reap(ctx, or, &r)
+			} else {
+				or.id = "" // not forgotten: kept this run
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			rep.Deleted = append(rep.Deleted, r.Deleted...)
@@ -243,6 +253,9 @@ func (p *Plan) forgetOrphans(ctx context.Context, rep *Report) error {
 		errs []error
 		wg   sync.WaitGroup
 	)
+	if err := p.o.fence(ctx); err != nil {
+		return err
+	}
 	sem := make(chan struct{}, 64)
 	for _, or := range p.orphans {
 		if or.id == "" {

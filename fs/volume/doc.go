@@ -36,6 +36,9 @@
 //	                                 fs/cleaner/pending.go)
 //	    files/<file-id>              what a run found unreferenced in one file
 //	    orphans                      orphaned files a run found
+//	    lease                        the background cleaner's lease (GCLeaseKey;
+//	                                 fs/cleaner/lease.go): JSON, created with
+//	                                 If-None-Match, replaced with If-Match
 //	<root>probe/<32 hex digits>      the conditional-write check of ckptfs mount
 //	                                 (ProbeDir; cmd/ckptfs/probe.go): written and
 //	                                 deleted at start, listed by nothing

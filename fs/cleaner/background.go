@@ -1,0 +1,211 @@
+package cleaner
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/ckptfs/ckptfs/staging"
+)
+
+// BackgroundOptions are those of a mount's background cleaner.
+type BackgroundOptions struct {
+	// Options are the cleaner's rules (Keep, KeepFor, Grace, MinAge,
+	// NSLag); After, MaxFiles and Fence are the background's own.
+	Options
+	// Interval is the time between two passes (and between two tries to
+	// take the lease).
+	Interval time.Duration
+	// MaxFiles bounds the files of one pass.
+	MaxFiles int
+	// LeaseTTL is how long the lease lasts unrenewed (DefaultLeaseTTL when
+	// zero).
+	LeaseTTL time.Duration
+	// Release bounds the letting go of the lease at Stop.
+	Release time.Duration
+	// OnPass, when set, is told of each pass's report and error.
+	OnPass func(rep *Report, err error)
+}
+
+// DefaultPassFiles is the default of BackgroundOptions.MaxFiles.
+const DefaultPassFiles = 1000
+
+// Background runs the cleaner of one volume in a mount, in passes, while
+// its lease is this mount's (lease.go): one pass every Interval over at most
+// MaxFiles files, resuming where the last pass ended (the cursor is kept in
+// the lease, so a mount that takes the lease over goes on from there).
+type Background struct {
+	st    staging.Store
+	root  string
+	o     BackgroundOptions
+	lease *Lease
+
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	mu      sync.Mutex
+	sweep   LeaseState // the sweep under way: its objects and bytes so far; GUARDED_BY(mu)
+	whole   bool       // the sweep under way began at the first file, by this cleaner; GUARDED_BY(mu)
+	next    string     // where this cleaner's sweep goes on; GUARDED_BY(mu)
+	stored  LeaseState // the last whole sweep's (or the lease's, read); GUARDED_BY(mu)
+	hasTot  bool       // GUARDED_BY(mu)
+	passes  int        // GUARDED_BY(mu)
+	lastErr error      // GUARDED_BY(mu)
+}
+
+// StartBackground starts the background cleaner of the volume at root in
+// st. Stop ends it.
+func StartBackground(st staging.Store, root string, o BackgroundOptions) *Background {
+	if o.LeaseTTL <= 0 {
+		o.LeaseTTL = DefaultLeaseTTL
+	}
+	if o.MaxFiles <= 0 {
+		o.MaxFiles = DefaultPassFiles
+	}
+	if o.Release <= 0 {
+		o.Release = 10 * time.Second
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b := &Background{st: st, root: root, o: o, lease: NewLease(st, root, o.LeaseTTL, nil),
+		cancel: cancel, done: make(chan struct{})}
+	go b.run(ctx)
+	return b
+}
+
+// Stop ends the cleaner, waits for its pass to stop and lets its lease go.
+func (b *Background) Stop() {
+	b.cancel()
+	<-b.done
+}
+
+// Stored says what the volume's files hold in the bucket: as of the last
+// whole sweep of this mount's cleaner, or, before one, as the lease records
+// it (the last sweep of whichever mount cleaned); ok is false when neither
+// is known yet.
+func (b *Background) Stored() (objects, bytes int64, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.stored.StoredObjects, b.stored.StoredBytes, b.hasTot
+}
+
+// Passes is how many passes this cleaner has made.
+func (b *Background) Passes() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.passes
+}
+
+func (b *Background) run(ctx context.Context) {
+	defer close(b.done)
+	defer func() {
+		rctx, cancel := context.WithTimeout(context.Background(), b.o.Release)
+		defer cancel()
+		b.lease.Release(rctx)
+	}()
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		b.renew(ctx)
+	}()
+	t := time.NewTimer(b.o.Interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.tick(ctx)
+		t.Reset(b.o.Interval)
+	}
+}
+
+// renew renews a held lease every third of its TTL, beside the pass.
+func (b *Background) renew(ctx context.Context) {
+	t := time.NewTicker(b.o.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		b.lease.mu.Lock()
+		held := b.lease.etag != ""
+		b.lease.mu.Unlock()
+		if held {
+			b.lease.Renew(ctx) // a lease lost shows in the fence
+		}
+	}
+}
+
+// tick takes (or renews) the lease and, if it is held, makes one pass.
+func (b *Background) tick(ctx context.Context) {
+	held, err := b.lease.Acquire(ctx)
+	if !held {
+		if err == nil {
+			b.adopt()
+		}
+		b.report(nil, err)
+		return
+	}
+	b.adopt()
+	st := b.lease.State()
+	o := b.o.Options
+	o.After, o.MaxFiles, o.Fence = st.Cursor, b.o.MaxFiles, b.lease.Check
+	rep, err := CleanVolume(ctx, b.st, b.root, o)
+	if ctx.Err() != nil || errors.Is(err, ErrFenced) {
+		b.report(rep, err)
+		return
+	}
+	b.mu.Lock()
+	if st.Cursor == "" || st.Cursor != b.next {
+		// A sweep begins, or goes on from another cleaner's pass: only
+		// a sweep of this cleaner's from the first file counts whole.
+		b.sweep, b.whole = LeaseState{}, st.Cursor == ""
+	}
+	if rep != nil {
+		b.sweep.StoredObjects += rep.StoredObjects
+		b.sweep.StoredBytes += rep.StoredBytes
+		// A pass that fails goes on from where it planned to end all the
+		// same: its files are tried again next sweep, and one file that
+		// always fails does not hold the rest back.
+		st.Cursor, b.next = rep.Next, rep.Next
+		if rep.Next == "" && b.whole {
+			b.sweep.StoredAt = time.Now().UTC()
+			b.stored, b.hasTot = b.sweep, true
+		}
+	}
+	st.StoredObjects, st.StoredBytes, st.StoredAt = b.stored.StoredObjects, b.stored.StoredBytes, b.stored.StoredAt
+	b.mu.Unlock()
+	b.lease.SetState(st)
+	b.lease.Renew(ctx) // the cursor and totals, stored now
+	b.report(rep, err)
+}
+
+// adopt takes the totals the lease records while this cleaner has made no
+// whole sweep of its own.
+func (b *Background) adopt() {
+	st := b.lease.State()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !st.StoredAt.IsZero() && (!b.hasTot || st.StoredAt.After(b.stored.StoredAt)) {
+		b.stored.StoredObjects, b.stored.StoredBytes, b.stored.StoredAt = st.StoredObjects, st.StoredBytes, st.StoredAt
+		b.hasTot = true
+	}
+}
+
+func (b *Background) report(rep *Report, err error) {
+	b.mu.Lock()
+	if rep != nil {
+		b.passes++
+	}
+	b.lastErr = err
+	b.mu.Unlock()
+	if b.o.OnPass != nil {
+		b.o.OnPass(rep, err)
+	}
+}
