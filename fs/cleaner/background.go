@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ckptfs/ckptfs/staging"
@@ -43,6 +44,7 @@ type Background struct {
 
 	cancel context.CancelFunc
 	done   chan struct{}
+	inPass atomic.Bool // a pass is under way: the lease is renewed
 
 	mu      sync.Mutex
 	sweep   LeaseState // the sweep under way: its objects and bytes so far; GUARDED_BY(mu)
@@ -123,7 +125,10 @@ func (b *Background) run(ctx context.Context) {
 	}
 }
 
-// renew renews a held lease every third of its TTL, beside the pass.
+// renew renews the lease every third of its TTL while a pass is under way.
+// Between passes it is left to lapse: an idle mount costs one GET and one
+// PUT of it per interval, and if it dies another mount takes over within
+// one interval plus the TTL.
 func (b *Background) renew(ctx context.Context) {
 	t := time.NewTicker(b.o.LeaseTTL / 3)
 	defer t.Stop()
@@ -136,7 +141,7 @@ func (b *Background) renew(ctx context.Context) {
 		b.lease.mu.Lock()
 		held := b.lease.etag != ""
 		b.lease.mu.Unlock()
-		if held {
+		if held && b.inPass.Load() {
 			b.lease.Renew(ctx) // a lease lost shows in the fence
 		}
 	}
@@ -156,7 +161,9 @@ func (b *Background) tick(ctx context.Context) {
 	st := b.lease.State()
 	o := b.o.Options
 	o.After, o.MaxFiles, o.Fence = st.Cursor, b.o.MaxFiles, b.lease.Check
+	b.inPass.Store(true)
 	rep, err := CleanVolume(ctx, b.st, b.root, o)
+	b.inPass.Store(false)
 	if ctx.Err() != nil || errors.Is(err, ErrFenced) {
 		b.report(rep, err)
 		return

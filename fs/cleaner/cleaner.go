@@ -223,6 +223,18 @@ type Options struct {
 	// lease is still its own (Lease.Check): a holder slow enough that its
 	// lease was taken stops before its next batch.
 	Fence func(ctx context.Context) error
+	// Workers bounds the orphans reaped (and forgotten) at once; 0: 16
+	// reaped and 64 forgotten. A background cleaner keeps it low, beside
+	// the mount's own requests.
+	Workers int
+}
+
+// workers is o.Workers, or n when it is not set.
+func (o *Options) workers(n int) int {
+	if o.Workers > 0 {
+		return o.Workers
+	}
+	return n
 }
 
 // ErrFenced: an execution stopped because its fence (Options.Fence)

@@ -163,7 +163,7 @@ func (p *Plan) reapOrphans(ctx context.Context, rep *Report) error {
 		errs []error
 		wg   sync.WaitGroup
 	)
-	sem := make(chan struct{}, 16)
+	sem := make(chan struct{}, p.o.workers(16))
 	for _, or := range p.orphans {
 		if ctx.Err() != nil {
 			break
@@ -256,7 +256,7 @@ func (p *Plan) forgetOrphans(ctx context.Context, rep *Report) error {
 	if err := p.o.fence(ctx); err != nil {
 		return err
 	}
-	sem := make(chan struct{}, 64)
+	sem := make(chan struct{}, p.o.workers(64))
 	for _, or := range p.orphans {
 		if or.id == "" {
 			continue
