@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ckptfs/ckptfs/fs/cleaner"
+	"github.com/ckptfs/ckptfs/fs/volume"
 )
 
 const gcLong = `ckptfs gc: deletes the objects no retained checkpoint references, failed
@@ -31,7 +32,11 @@ uploads) counts as abandoned, and how long a dead marker is kept; it must
 exceed the time of one request. A file without a name is deleted once both
 --grace and --ns-lag have passed since a run first found it so: --ns-lag
 covers mounts whose view of the namespace lags (ns_refresh_max, up to 10m,
-and the kernel's caches). --dry-run prints the plan and records nothing.`
+and the kernel's caches). --dry-run prints the plan and records nothing.
+
+--keep and --keep-for default to the volume's retention policy (ckptfs tune;
+the newest 3 checkpoints and those younger than 1h when it stores none), the
+policy the background cleaner of every mount follows.`
 
 // defaultMinAge covers another mount's writer whose view of the head is a
 // little old; see package cleaner.
@@ -63,13 +68,13 @@ func newGcCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return gcRun(args[0], so, o, c.OutOrStdout(), c.ErrOrStderr())
+			return gcRun(args[0], so, o, c.Flags().Changed("keep"), c.Flags().Changed("keep-for"), c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
 	addOptsFlag(c, &opts, "store options, as for mount: endpoint=URL, region=NAME, path_style, profile=NAME, s3_request_timeout=D, ... (repeatable)")
 	f := c.Flags()
-	f.IntVar(&o.Keep, "keep", 0, "retain the newest `N` checkpoints of each file (0: all)")
-	durationFlag(f, &o.KeepFor, "keep-for", 0, "also retain checkpoints younger than this (e.g. 24h, 7d)")
+	f.IntVar(&o.Keep, "keep", 0, "retain the newest `N` checkpoints of each file (0: all; default: the volume's policy)")
+	durationFlag(f, &o.KeepFor, "keep-for", 0, "also retain checkpoints younger than this (e.g. 24h, 7d; default: the volume's policy)")
 	durationFlag(f, &o.Grace, "grace", o.Grace, "age before unfinished work no live writer covers counts as abandoned")
 	durationFlag(f, &o.MinAge, "min-age", o.MinAge, "how long a finished object must have been unreferenced before it is deleted")
 	durationFlag(f, &o.NSLag, "ns-lag", o.NSLag, "how long a file must have had no name before it is deleted, for mounts whose namespace view lags")
@@ -78,7 +83,9 @@ func newGcCmd() *cobra.Command {
 }
 
 // gcRun cleans the volume of spec and prints what it deleted.
-func gcRun(spec string, so storeOpts, o cleaner.Options, stdout, stderr io.Writer) error {
+// --keep and --keep-for not given (keepSet, forSet) are the volume's
+// retention policy.
+func gcRun(spec string, so storeOpts, o cleaner.Options, keepSet, forSet bool, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	st, root, err := openStore(ctx, spec, so)
 	if err == nil {
@@ -86,6 +93,18 @@ func gcRun(spec string, so storeOpts, o cleaner.Options, stdout, stderr io.Write
 	}
 	if err != nil {
 		return err
+	}
+	if !keepSet || !forSet {
+		p, _, _, err := volume.ReadPolicy(ctx, st, root)
+		if err != nil {
+			return fmt.Errorf("%w (give --keep and --keep-for, or store a policy with ckptfs tune)", err)
+		}
+		if !keepSet {
+			o.Keep = p.Keep
+		}
+		if !forSet {
+			o.KeepFor = p.KeepFor
+		}
 	}
 	p := newProgress(stderr, "gc: objects examined")
 	o.Progress = p.Add

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
@@ -25,6 +26,10 @@ type BackgroundOptions struct {
 	LeaseTTL time.Duration
 	// Release bounds the letting go of the lease at Stop.
 	Release time.Duration
+	// VolumePolicy: the volume's retention policy (volume.ReadPolicy),
+	// when it stores one, overrides Keep and KeepFor; it is read at each
+	// pass, and a pass is not made while it cannot be read.
+	VolumePolicy bool
 	// OnPass, when set, is told of each pass's report and error.
 	OnPass func(rep *Report, err error)
 }
@@ -161,6 +166,16 @@ func (b *Background) tick(ctx context.Context) {
 	st := b.lease.State()
 	o := b.o.Options
 	o.After, o.MaxFiles, o.Fence = st.Cursor, b.o.MaxFiles, b.lease.Check
+	if b.o.VolumePolicy {
+		p, _, stored, err := volume.ReadPolicy(ctx, b.st, b.root)
+		if err != nil {
+			b.report(nil, err)
+			return
+		}
+		if stored {
+			o.Keep, o.KeepFor = p.Keep, p.KeepFor
+		}
+	}
 	b.inPass.Store(true)
 	rep, err := CleanVolume(ctx, b.st, b.root, o)
 	b.inPass.Store(false)

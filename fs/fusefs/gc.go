@@ -24,9 +24,10 @@ func (fsys *FS) startCleaner() {
 	o := cleaner.BackgroundOptions{
 		Options: cleaner.Options{Keep: c.GCKeep, KeepFor: c.GCKeepFor, Grace: c.GCGrace,
 			MinAge: c.GCMinAge, NSLag: c.GCNSLag, Workers: gcWorkers},
-		Interval: c.GCInterval,
-		MaxFiles: c.GCFiles,
-		Release:  requestBound(c),
+		Interval:     c.GCInterval,
+		VolumePolicy: true,
+		MaxFiles:     c.GCFiles,
+		Release:      requestBound(c),
 		OnPass: func(rep *cleaner.Report, err error) {
 			if err != nil {
 				log.Warn("cleaner pass", zap.Error(err))
