@@ -86,7 +86,7 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 				continue
 			}
 			if now.Sub(obj.LastModified) <= o.Grace {
-				holders[id] = append(holders[id], hold{copyID, !orphans[copyID]})
+				holders[id] = append(holders[id], hold{copyID, !orphans[copyID] && !p.otherOrphans[copyID]})
 				continue
 			}
 			r, err := p.refs.get(ctx, copyID)
@@ -99,7 +99,7 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 				continue
 			}
 			if !r.stale(id) {
-				holders[id] = append(holders[id], hold{copyID, !orphans[copyID]})
+				holders[id] = append(holders[id], hold{copyID, !orphans[copyID] && !p.otherOrphans[copyID]})
 			}
 		}
 	}

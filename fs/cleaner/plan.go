@@ -26,6 +26,10 @@ type Plan struct {
 	view *writerView
 	refs *referrers
 	rng  idRange // the files of this pass (PlanVolume)
+	// otherOrphans are the orphans of other passes: a copy among them
+	// that holds an orphan of this pass keeps it this pass without
+	// starting its grace again (it is no file with a name).
+	otherOrphans map[string]bool
 
 	rep      Report // what planning found; Deleted, Aborted and Orphans empty
 	files    []*filePlan
@@ -156,9 +160,12 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 		return nil, fmt.Errorf("read the namespace of %q: %w", root, err)
 	}
 	orphans := map[string]bool{}
+	p.otherOrphans = map[string]bool{}
 	for _, or := range p.ns.Orphans() {
 		if p.rng.holds(or.FileID) {
 			orphans[or.FileID] = true
+		} else {
+			p.otherOrphans[or.FileID] = true
 		}
 	}
 	if err := p.planOrphans(ctx, orphans, byFile, hasRec); err != nil {
