@@ -155,6 +155,9 @@ func (b *Background) renew(ctx context.Context) {
 // tick takes (or renews) the lease and, if it is held, makes one pass.
 func (b *Background) tick(ctx context.Context) {
 	held, err := b.lease.Acquire(ctx)
+	if ctx.Err() != nil {
+		return // stopping
+	}
 	if !held {
 		if err == nil {
 			b.adopt()
@@ -169,7 +172,9 @@ func (b *Background) tick(ctx context.Context) {
 	if b.o.VolumePolicy {
 		p, _, stored, err := volume.ReadPolicy(ctx, b.st, b.root)
 		if err != nil {
-			b.report(nil, err)
+			if ctx.Err() == nil {
+				b.report(nil, err)
+			}
 			return
 		}
 		if stored {
@@ -179,7 +184,10 @@ func (b *Background) tick(ctx context.Context) {
 	b.inPass.Store(true)
 	rep, err := CleanVolume(ctx, b.st, b.root, o)
 	b.inPass.Store(false)
-	if ctx.Err() != nil || errors.Is(err, ErrFenced) {
+	if ctx.Err() != nil {
+		return // stopping: the pass was cut short, and goes on from its cursor next time
+	}
+	if errors.Is(err, ErrFenced) {
 		b.report(rep, err)
 		return
 	}
