@@ -34,9 +34,10 @@ exceed the time of one request. A file without a name is deleted once both
 covers mounts whose view of the namespace lags (ns_refresh_max, up to 10m,
 and the kernel's caches). --dry-run prints the plan and records nothing.
 
---keep and --keep-for default to the volume's retention policy (ckptfs tune;
-the newest 3 checkpoints and those younger than 1h when it stores none), the
-policy the background cleaner of every mount follows.`
+Without --keep and --keep-for a run keeps the volume's retention policy
+(ckptfs tune; the newest 3 checkpoints and those younger than 1h when it
+stores none), the policy the background cleaner of every mount follows;
+given either, the flags are the policy (the other one 0).`
 
 // defaultMinAge covers another mount's writer whose view of the head is a
 // little old; see package cleaner.
@@ -73,8 +74,8 @@ func newGcCmd() *cobra.Command {
 	}
 	addOptsFlag(c, &opts, "store options, as for mount: endpoint=URL, region=NAME, path_style, profile=NAME, s3_request_timeout=D, ... (repeatable)")
 	f := c.Flags()
-	f.IntVar(&o.Keep, "keep", 0, "retain the newest `N` checkpoints of each file (0: all; default: the volume's policy)")
-	durationFlag(f, &o.KeepFor, "keep-for", 0, "also retain checkpoints younger than this (e.g. 24h, 7d; default: the volume's policy)")
+	f.IntVar(&o.Keep, "keep", 0, "retain the newest `N` checkpoints of each file (0: all; without --keep and --keep-for: the volume's policy)")
+	durationFlag(f, &o.KeepFor, "keep-for", 0, "also retain checkpoints younger than this (e.g. 24h, 7d)")
 	durationFlag(f, &o.Grace, "grace", o.Grace, "age before unfinished work no live writer covers counts as abandoned")
 	durationFlag(f, &o.MinAge, "min-age", o.MinAge, "how long a finished object must have been unreferenced before it is deleted")
 	durationFlag(f, &o.NSLag, "ns-lag", o.NSLag, "how long a file must have had no name before it is deleted, for mounts whose namespace view lags")
@@ -83,8 +84,9 @@ func newGcCmd() *cobra.Command {
 }
 
 // gcRun cleans the volume of spec and prints what it deleted.
-// --keep and --keep-for not given (keepSet, forSet) are the volume's
-// retention policy.
+// Without --keep and --keep-for (keepSet, forSet) the retention is the
+// volume's policy; given either, the flags are the whole policy, as before
+// there was one.
 func gcRun(spec string, so storeOpts, o cleaner.Options, keepSet, forSet bool, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	st, root, err := openStore(ctx, spec, so)
@@ -94,17 +96,12 @@ func gcRun(spec string, so storeOpts, o cleaner.Options, keepSet, forSet bool, s
 	if err != nil {
 		return err
 	}
-	if !keepSet || !forSet {
+	if !keepSet && !forSet {
 		p, _, _, err := volume.ReadPolicy(ctx, st, root)
 		if err != nil {
 			return fmt.Errorf("%w (give --keep and --keep-for, or store a policy with ckptfs tune)", err)
 		}
-		if !keepSet {
-			o.Keep = p.Keep
-		}
-		if !forSet {
-			o.KeepFor = p.KeepFor
-		}
+		o.Keep, o.KeepFor = p.Keep, p.KeepFor
 	}
 	p := newProgress(stderr, "gc: objects examined")
 	o.Progress = p.Add
