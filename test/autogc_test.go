@@ -96,6 +96,12 @@ func TestBackgroundCleaner(t *testing.T) {
 		used := int64(fs.Blocks-fs.Bfree) * fs.Bsize
 		return used == (held+fs.Bsize-1)/fs.Bsize*fs.Bsize && fs.Files-fs.Ffree == 2
 	})
+	m.unmount()
+	fsckClean(t, st) // the lease and the pending records are no problem
+	b, _, err = staging.GetLimited(context.Background(), st, ckvolume.GCLeaseKey(""), 1<<20)
+	if err != nil || !strings.Contains(string(b), `"holder":""`) {
+		t.Fatalf("the lease after unmount: %s, %v; want it let go", b, err)
+	}
 }
 
 // keepID is the one id of ids.
