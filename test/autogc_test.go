@@ -111,3 +111,56 @@ func keepID(ids map[string]int) string {
 	}
 	return ""
 }
+
+// TestBackgroundCleanerKeepsOpenOrphan: a file removed while this mount
+// still holds it open keeps its objects, however long past its grace, and
+// they go once it is closed. Another file removed after it shows that the
+// grace of the first has passed and the passes ran.
+func TestBackgroundCleanerKeepsOpenOrphan(t *testing.T) {
+	v := newVolume(t)
+	st := v.store()
+	m := v.mount(autoGCOpts)
+	newIDs := func(before map[string]int) string {
+		now, _ := filesHeld(t, st)
+		for id := range now {
+			if before[id] == 0 {
+				return id
+			}
+		}
+		t.Fatal("the file stored no object")
+		return ""
+	}
+	ids0, _ := filesHeld(t, st)
+	randomFile(t, m.path("open.bin"), 1<<20)
+	open := newIDs(ids0)
+	f, err := os.Open(m.path("open.bin"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := os.Remove(m.path("open.bin")); err != nil {
+		t.Fatal(err)
+	}
+	ids1, _ := filesHeld(t, st)
+	randomFile(t, m.path("later.bin"), 1<<20)
+	later := newIDs(ids1)
+	if err := os.Remove(m.path("later.bin")); err != nil {
+		t.Fatal(err)
+	}
+	poll(t, "the file removed later reaped", func() bool {
+		ids, _ := filesHeld(t, st)
+		return ids[later] == 0
+	})
+	if ids, _ := filesHeld(t, st); ids[open] == 0 {
+		t.Fatal("the cleaner reaped a file this mount holds open")
+	}
+	buf := make([]byte, 1<<20)
+	if n, err := f.ReadAt(buf, 0); n != len(buf) {
+		t.Fatalf("read of the open file: %d bytes, %v", n, err)
+	}
+	f.Close()
+	poll(t, "the file reaped once closed", func() bool {
+		ids, _ := filesHeld(t, st)
+		return ids[open] == 0
+	})
+}

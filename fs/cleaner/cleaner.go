@@ -223,6 +223,11 @@ type Options struct {
 	// lease is still its own (Lease.Check): a holder slow enough that its
 	// lease was taken stops before its next batch.
 	Fence func(ctx context.Context) error
+	// Open, when set, says whether a file is open in this process (a
+	// mount's own cleaner: its open handles): an orphan open here is not
+	// reaped while it is, whatever its grace, and goes at the first run
+	// after it is closed once its grace has passed.
+	Open func(fileID string) bool
 	// Workers bounds the orphans reaped (and forgotten) at once; 0: 16
 	// reaped and 64 forgotten. A background cleaner keeps it low, beside
 	// the mount's own requests.

@@ -67,7 +67,9 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 			return fmt.Errorf("orphaned file %s: %w", id, err)
 		}
 		// A mount still writing the file (an open handle) keeps a live marker.
-		if now.Sub(since) >= wait && !anyLive(ws, now) {
+		// A handle of this process on it keeps it (o.Open): a mount's own
+		// cleaner does not cut its reader off.
+		if now.Sub(since) >= wait && !anyLive(ws, now) && (o.Open == nil || !o.Open(id)) {
 			cand[id] = true
 		}
 	}

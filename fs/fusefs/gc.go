@@ -23,7 +23,7 @@ func (fsys *FS) startCleaner() {
 	log := fsys.log.Named("gc")
 	o := cleaner.BackgroundOptions{
 		Options: cleaner.Options{Keep: c.GCKeep, KeepFor: c.GCKeepFor, Grace: c.GCGrace,
-			MinAge: c.GCMinAge, NSLag: c.GCNSLag, Workers: gcWorkers},
+			MinAge: c.GCMinAge, NSLag: c.GCNSLag, Workers: gcWorkers, Open: fsys.isOpen},
 		Interval:     c.GCInterval,
 		VolumePolicy: true,
 		MaxFiles:     c.GCFiles,
@@ -52,4 +52,13 @@ func (fsys *FS) stored() (objects, bytes int64, ok bool) {
 		return 0, 0, false
 	}
 	return fsys.gc.Stored()
+}
+
+// isOpen says whether the file is open on this mount: the background
+// cleaner does not reap an orphan a handle here still reads.
+func (fsys *FS) isOpen(id string) bool {
+	fsys.mu.Lock()
+	defer fsys.mu.Unlock()
+	_, ok := fsys.files[id]
+	return ok
 }
