@@ -194,3 +194,20 @@ func TestLeaseFencesSlowHolder(t *testing.T) {
 		t.Fatalf("the slow holder deleted %d objects of other files after its lease was taken (report: %d deleted)", n, len(rep.Deleted))
 	}
 }
+
+func FuzzDecodeLease(f *testing.F) {
+	f.Add([]byte(`{"version":1,"holder":"ab","ttl_ms":60000,"cursor":"c","stored_objects":3,"stored_bytes":9,"stored_at":"2026-01-02T03:04:05Z"}`))
+	f.Add([]byte(`{"version":1,"ttl_ms":-5}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		holder, ttl, s, err := cleaner.DecodeLease(b)
+		if err != nil {
+			return
+		}
+		if ttl < time.Second || ttl > time.Hour {
+			t.Fatalf("TTL %v outside its bounds", ttl)
+		}
+		if s.StoredBytes < 0 || s.StoredObjects < 0 || len(holder) > 64 || len(s.Cursor) > 1024 {
+			t.Fatalf("decoded out of bounds: %q %+v", holder, s)
+		}
+	})
+}
