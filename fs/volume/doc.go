@@ -13,6 +13,9 @@
 //
 //	<root>ckptfs.json                the volume descriptor (DescriptorKey; this
 //	                                 package): created once with If-None-Match: *
+//	<root>policy.json                the retention policy (PolicyKey; policy.go):
+//	                                 created with If-None-Match, changed with
+//	                                 If-Match; absent: DefaultPolicy
 //	<root>ns/                        the namespace (NamespaceDir; fs/namespace)
 //	    log/<seq, 20 digits>         one change, created with If-None-Match: *
 //	    snap/<seq, 20 digits>        the whole namespace as of log entry <seq>
