@@ -203,6 +203,12 @@ func (b *Background) tick(ctx context.Context) {
 		// A pass that fails goes on from where it planned to end all the
 		// same: its files are tried again next sweep, and one file that
 		// always fails does not hold the rest back.
+		// A pass that failed before its listing says nothing of the
+		// volume: the sweep starts again, and its totals are not
+		// published.
+		if !rep.Listed {
+			b.whole = false
+		}
 		st.Cursor, b.next = rep.Next, rep.Next
 		if rep.Next == "" && b.whole {
 			b.sweep.StoredAt = time.Now().UTC()

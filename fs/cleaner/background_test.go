@@ -2,6 +2,7 @@ package cleaner_test
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -112,4 +113,61 @@ func countKeys(t *testing.T, st staging.Store, prefix string) int {
 		t.Fatal(err)
 	}
 	return len(objs)
+}
+
+// failList fails the listings of the files while fail is set.
+type failList struct {
+	staging.Store
+	fail  atomic.Bool
+	tried atomic.Int32
+}
+
+func (s *failList) List(ctx context.Context, prefix, after string, max int) (staging.ListPage, error) {
+	if prefix == "f/" && s.fail.Load() {
+		s.tried.Add(1)
+		return staging.ListPage{}, errors.New("injected: list failed")
+	}
+	return s.Store.List(ctx, prefix, after, max)
+}
+
+// A pass whose listing fails says nothing of what the volume holds: df
+// keeps no figure from it (it showed 0 bytes used), and the next whole
+// sweep gives the figure.
+func TestBackgroundFailedListingCountsNothing(t *testing.T) {
+	ctx := context.Background()
+	raw := mem.New()
+	ns, err := namespace.Open(ctx, raw, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := ns.Create(ctx, namespace.RootIno, "f", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeHistory(t, raw, n.FileID, params(segment.FormatStream, false), 2, 1)
+	ns.Close()
+	want := int64(0)
+	objs, err := staging.ListAll(ctx, raw, "f/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		want += o.Size
+	}
+	st := &failList{Store: raw}
+	st.fail.Store(true)
+	b := cleaner.StartBackground(st, "", cleaner.BackgroundOptions{
+		Options:  cleaner.Options{Grace: time.Hour},
+		Interval: time.Millisecond, LeaseTTL: time.Hour,
+	})
+	defer b.Stop()
+	waitFor(t, "a failed pass", func() bool { return st.tried.Load() > 2 })
+	if _, bytes, ok := b.Stored(); ok {
+		t.Fatalf("a pass whose listing failed counted %d bytes stored", bytes)
+	}
+	st.fail.Store(false)
+	waitFor(t, "a whole sweep", func() bool { _, _, ok := b.Stored(); return ok })
+	if _, bytes, _ := b.Stored(); bytes != want {
+		t.Fatalf("stored %d bytes; the files hold %d", bytes, want)
+	}
 }

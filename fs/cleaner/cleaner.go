@@ -308,6 +308,9 @@ type Report struct {
 	// hold in the bucket once it is done.
 	StoredObjects int64
 	StoredBytes   int64
+	// Listed: the listing of the run's files succeeded, so the Stored
+	// counts are whole whatever failed after it.
+	Listed bool
 }
 
 // DeletedBytes sums the sizes of the deleted objects.

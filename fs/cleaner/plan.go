@@ -126,7 +126,7 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 		return nil, fmt.Errorf("list files under %q: %w", fp, err)
 	}
 	p.rng = idRange{after: o.After, end: end}
-	p.rep.Next = end
+	p.rep.Next, p.rep.Listed = end, true
 	byFile := map[string][]staging.ObjectInfo{}
 	var ids []string
 	for _, obj := range objs {
