@@ -313,7 +313,7 @@ var options = []option{
 	boolOpt("gc", "GC", "run the cleaner in the background of a writable mount (one mount of a volume at a time: the one holding its lease, gc/lease); gc=off leaves the cleaning to ckptfs gc or ckptfs-gc@.timer",
 		func(c *Config) *bool { return &c.GC }),
 	durationOpt("gc_interval", "GCInterval", "from 1s to 24h",
-		"time between two passes of the background cleaner; a pass cleans at most gc_files files from where the last ended (each costs a few GETs: its listing, head and checkpoints' headers), so df's figures are at most one sweep of the volume old",
+		"time between two passes of the background cleaner; a pass cleans at most gc_files files from where the last ended (each costs a few GETs: its listing, head and checkpoints' headers), and df counts each file as of the last pass over it",
 		func(c *Config) *time.Duration { return &c.GCInterval }),
 	intOpt("gc_files", "GCFiles", "1 to 1000000",
 		"files one pass of the background cleaner cleans",

@@ -51,11 +51,17 @@ type Background struct {
 	done   chan struct{}
 	inPass atomic.Bool // a pass is under way: the lease is renewed
 
-	mu      sync.Mutex
-	sweep   LeaseState // the sweep under way: its objects and bytes so far; GUARDED_BY(mu)
+	mu sync.Mutex
+	// files are what each file held as this cleaner's last pass over it
+	// counted (Report.StoredFiles), and sum their total: once a sweep of
+	// this cleaner's has covered the volume (covered), what df shows,
+	// at most one pass old. GUARDED_BY(mu)
+	files   map[string]Held
+	sum     Held
+	covered bool
 	whole   bool       // the sweep under way began at the first file, by this cleaner; GUARDED_BY(mu)
 	next    string     // where this cleaner's sweep goes on; GUARDED_BY(mu)
-	stored  LeaseState // the last whole sweep's (or the lease's, read); GUARDED_BY(mu)
+	stored  LeaseState // what df shows: sum once covered, else the lease's, read; GUARDED_BY(mu)
 	hasTot  bool       // GUARDED_BY(mu)
 	passes  int        // GUARDED_BY(mu)
 	lastErr error      // GUARDED_BY(mu)
@@ -75,7 +81,7 @@ func StartBackground(st staging.Store, root string, o BackgroundOptions) *Backgr
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	b := &Background{st: st, root: root, o: o, lease: NewLease(st, root, o.LeaseTTL, nil),
-		cancel: cancel, done: make(chan struct{})}
+		cancel: cancel, done: make(chan struct{}), files: map[string]Held{}}
 	go b.run(ctx)
 	return b
 }
@@ -86,10 +92,10 @@ func (b *Background) Stop() {
 	<-b.done
 }
 
-// Stored says what the volume's files hold in the bucket: as of the last
-// whole sweep of this mount's cleaner, or, before one, as the lease records
-// it (the last sweep of whichever mount cleaned); ok is false when neither
-// is known yet.
+// Stored says what the volume's files hold in the bucket: each file as of
+// this cleaner's last pass over it, once a sweep of its own has covered the
+// volume, or, before that, as the lease records it (whichever mount cleaned
+// last); ok is false when neither is known yet.
 func (b *Background) Stored() (objects, bytes int64, ok bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -194,25 +200,41 @@ func (b *Background) tick(ctx context.Context) {
 	b.mu.Lock()
 	if st.Cursor == "" || st.Cursor != b.next {
 		// A sweep begins, or goes on from another cleaner's pass: only
-		// a sweep of this cleaner's from the first file counts whole.
-		b.sweep, b.whole = LeaseState{}, st.Cursor == ""
+		// a sweep of this cleaner's from the first file covers the
+		// volume.
+		b.whole = st.Cursor == ""
 	}
 	if rep != nil {
-		b.sweep.StoredObjects += rep.StoredObjects
-		b.sweep.StoredBytes += rep.StoredBytes
+		if rep.Listed {
+			// The files of the pass replace what was counted of them.
+			rng := idRange{after: st.Cursor, end: rep.Next}
+			for id, h := range b.files {
+				if rng.holds(id) {
+					b.sum.Objects -= h.Objects
+					b.sum.Bytes -= h.Bytes
+					delete(b.files, id)
+				}
+			}
+			for id, h := range rep.StoredFiles {
+				b.files[id] = h
+				b.sum.Objects += h.Objects
+				b.sum.Bytes += h.Bytes
+			}
+		} else {
+			// A pass that failed before its listing says nothing of
+			// the volume: the sweep starts again.
+			b.whole = false
+		}
 		// A pass that fails goes on from where it planned to end all the
 		// same: its files are tried again next sweep, and one file that
 		// always fails does not hold the rest back.
-		// A pass that failed before its listing says nothing of the
-		// volume: the sweep starts again, and its totals are not
-		// published.
-		if !rep.Listed {
-			b.whole = false
-		}
 		st.Cursor, b.next = rep.Next, rep.Next
 		if rep.Next == "" && b.whole {
-			b.sweep.StoredAt = time.Now().UTC()
-			b.stored, b.hasTot = b.sweep, true
+			b.covered = true
+		}
+		if b.covered {
+			b.stored = LeaseState{StoredObjects: b.sum.Objects, StoredBytes: b.sum.Bytes, StoredAt: time.Now().UTC()}
+			b.hasTot = true
 		}
 	}
 	st.StoredObjects, st.StoredBytes, st.StoredAt = b.stored.StoredObjects, b.stored.StoredBytes, b.stored.StoredAt

@@ -83,7 +83,14 @@ func TestBackgroundOneAtATime(t *testing.T) {
 		}
 		return true
 	})
-	waitFor(t, "b shows the holder's totals", func() bool { _, _, ok := b.Stored(); return ok })
+	// The volume no longer changes: the holder's figure, each file as of
+	// its last pass (4 files a pass), comes to what the files hold.
+	var held int64
+	for _, o := range listAll(t, st, "f/") {
+		held += o.Size
+	}
+	waitFor(t, "a shows what the files hold", func() bool { _, n, ok := a.Stored(); return ok && n == held })
+	waitFor(t, "b shows the holder's totals", func() bool { _, n, ok := b.Stored(); return ok && n == held })
 	if n := pb.Load(); n != 0 {
 		t.Fatalf("b made %d passes while a held the lease", n)
 	}
@@ -170,4 +177,13 @@ func TestBackgroundFailedListingCountsNothing(t *testing.T) {
 	if _, bytes, _ := b.Stored(); bytes != want {
 		t.Fatalf("stored %d bytes; the files hold %d", bytes, want)
 	}
+}
+
+func listAll(t *testing.T, st staging.Store, prefix string) []staging.ObjectInfo {
+	t.Helper()
+	objs, err := staging.ListAll(context.Background(), st, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return objs
 }

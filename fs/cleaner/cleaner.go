@@ -308,10 +308,16 @@ type Report struct {
 	// hold in the bucket once it is done.
 	StoredObjects int64
 	StoredBytes   int64
+	// StoredFiles are the same counts by file id (PlanVolume): what each
+	// file of the pass holds once it is done.
+	StoredFiles map[string]Held
 	// Listed: the listing of the run's files succeeded, so the Stored
 	// counts are whole whatever failed after it.
 	Listed bool
 }
+
+// Held counts the objects of one file and their bytes.
+type Held struct{ Objects, Bytes int64 }
 
 // DeletedBytes sums the sizes of the deleted objects.
 func (r *Report) DeletedBytes() int64 {

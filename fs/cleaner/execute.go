@@ -31,6 +31,13 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 		for _, d := range rep.Deleted {
 			rep.StoredObjects--
 			rep.StoredBytes -= d.Size
+			if id, _, ok := volume.SplitFileKey(volume.FilesPrefix(p.root), d.Key); ok && rep.StoredFiles != nil {
+				if h, ok := rep.StoredFiles[id]; ok {
+					h.Objects--
+					h.Bytes -= d.Size
+					rep.StoredFiles[id] = h
+				}
+			}
 		}
 	}()
 	// A fence that fails stops the run where it is: the lease it guards is

@@ -127,12 +127,19 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 	}
 	p.rng = idRange{after: o.After, end: end}
 	p.rep.Next, p.rep.Listed = end, true
+	p.rep.StoredFiles = map[string]Held{}
 	byFile := map[string][]staging.ObjectInfo{}
 	var ids []string
 	for _, obj := range objs {
 		p.rep.StoredObjects++
 		p.rep.StoredBytes += obj.Size
 		id, _, ok := volume.SplitFileKey(fp, obj.Key)
+		if ok {
+			h := p.rep.StoredFiles[id]
+			h.Objects++
+			h.Bytes += obj.Size
+			p.rep.StoredFiles[id] = h
+		}
 		if !ok || id == "" {
 			p.rep.Skipped = append(p.rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: "not under a file"})
 			continue
