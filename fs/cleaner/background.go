@@ -21,8 +21,8 @@ type BackgroundOptions struct {
 	Interval time.Duration
 	// MaxFiles bounds the files of one pass.
 	MaxFiles int
-	// LeaseTTL is how long the lease lasts unrenewed (DefaultLeaseTTL when
-	// zero).
+	// LeaseTTL is how long the lease lasts unrenewed; zero: two intervals
+	// and DefaultLeaseTTL, at most an hour.
 	LeaseTTL time.Duration
 	// Release bounds the letting go of the lease at Stop.
 	Release time.Duration
@@ -32,6 +32,13 @@ type BackgroundOptions struct {
 	VolumePolicy bool
 	// OnPass, when set, is told of each pass's report and error.
 	OnPass func(rep *Report, err error)
+}
+
+// LeaseTTLFor is the TTL of the lease of a cleaner that tries to take or
+// renew it every interval: two intervals and DefaultLeaseTTL, at most an
+// hour.
+func LeaseTTLFor(interval time.Duration) time.Duration {
+	return min(2*interval+DefaultLeaseTTL, maxLeaseTTL)
 }
 
 // DefaultPassFiles is the default of BackgroundOptions.MaxFiles.
@@ -71,7 +78,11 @@ type Background struct {
 // st. Stop ends it.
 func StartBackground(st staging.Store, root string, o BackgroundOptions) *Background {
 	if o.LeaseTTL <= 0 {
-		o.LeaseTTL = DefaultLeaseTTL
+		// The holder writes the lease at each pass, once an interval: a
+		// TTL of two intervals (and a minute for a slow pass's start)
+		// keeps a contender from taking it from a live holder whose
+		// writes fell just outside its looks.
+		o.LeaseTTL = LeaseTTLFor(o.Interval)
 	}
 	if o.MaxFiles <= 0 {
 		o.MaxFiles = DefaultPassFiles
@@ -137,9 +148,9 @@ func (b *Background) run(ctx context.Context) {
 }
 
 // renew renews the lease every third of its TTL while a pass is under way.
-// Between passes it is left to lapse: an idle mount costs one GET and one
-// PUT of it per interval, and if it dies another mount takes over within
-// one interval plus the TTL.
+// Between passes the pass's own writes renew it, once an interval: an idle
+// mount costs one GET and one PUT of it per interval, and if it dies
+// another mount takes over within an interval and the TTL.
 func (b *Background) renew(ctx context.Context) {
 	t := time.NewTicker(b.o.LeaseTTL / 3)
 	defer t.Stop()
@@ -152,7 +163,9 @@ func (b *Background) renew(ctx context.Context) {
 		b.lease.mu.Lock()
 		held := b.lease.etag != ""
 		b.lease.mu.Unlock()
-		if held && b.inPass.Load() {
+		// Between passes too when the TTL is shorter than two
+		// intervals (an interval past half an hour).
+		if held && (b.inPass.Load() || b.o.LeaseTTL < 2*b.o.Interval) {
 			b.lease.Renew(ctx) // a lease lost shows in the fence
 		}
 	}

@@ -56,8 +56,9 @@ const (
 	maxLeaseTTL = time.Hour
 )
 
-// DefaultLeaseTTL is how long the background cleaner's lease lasts
-// unrenewed: how long a mount that died keeps the others from cleaning.
+// DefaultLeaseTTL is what the background cleaner's lease lasts unrenewed
+// beyond two intervals: how long a mount that died keeps the others from
+// cleaning.
 const DefaultLeaseTTL = time.Minute
 
 // ErrLeaseLost: the lease is not this cleaner's (any more).

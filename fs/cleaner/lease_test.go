@@ -211,3 +211,47 @@ func FuzzDecodeLease(f *testing.F) {
 		}
 	})
 }
+
+// A holder that writes its lease once an interval (its passes), late by up
+// to half an interval, keeps it from a contender that looks once an
+// interval: with the TTL of LeaseTTLFor the contender always finds it
+// changed. With a TTL of a minute and passes every 5 minutes the contender
+// takes it from the live holder.
+func TestLeaseIntervalTTL(t *testing.T) {
+	const interval = 5 * time.Minute
+	for _, tc := range []struct {
+		ttl   time.Duration
+		taken bool
+	}{{cleaner.LeaseTTLFor(interval), false}, {time.Minute, true}} {
+		st := mem.New()
+		clk := fakeclock.New()
+		a := cleaner.NewLease(st, "", tc.ttl, clk.Now)
+		b := cleaner.NewLease(st, "", tc.ttl, clk.Now)
+		if !acquire(t, a) {
+			t.Fatal("no lease")
+		}
+		taken := false
+		// a's writes at k*interval + late, b's looks at k*interval + 1s.
+		lates := []time.Duration{0, interval / 2, 0, interval / 3, interval / 2, 0, interval / 2, interval / 2}
+		at := time.Duration(0)
+		for k, late := range lates {
+			look := time.Duration(k)*interval + time.Second
+			write := time.Duration(k)*interval + late
+			for _, ev := range []struct {
+				at    time.Duration
+				write bool
+			}{{min(look, write), write < look}, {max(look, write), write >= look}} {
+				clk.Advance(ev.at - at)
+				at = ev.at
+				if ev.write {
+					a.Acquire(context.Background())
+				} else if acquire(t, b) {
+					taken = true
+				}
+			}
+		}
+		if taken != tc.taken {
+			t.Errorf("TTL %v: the contender took the live holder's lease: %v; want %v", tc.ttl, taken, tc.taken)
+		}
+	}
+}
