@@ -179,6 +179,25 @@ type Config struct {
 	// context is canceled and what changed nothing yet fails with EINTR.
 	// Off (the default), only a fatal signal does, as on a local disk.
 	Intr bool
+	// GC (gc) runs the cleaner in the background of a writable mount, on
+	// the one mount that holds the volume's cleaner lease.
+	GC bool
+	// GCInterval (gc_interval) is the time between two passes of the
+	// background cleaner (and between two tries to take its lease).
+	GCInterval time.Duration
+	// GCFiles (gc_files) bounds the files one pass cleans.
+	GCFiles int
+	// GCKeep (gc_keep) and GCKeepFor (gc_keep_for) are the retention
+	// policy: the newest gc_keep checkpoints of each file (0: all), and
+	// every one younger than gc_keep_for. A volume's policy
+	// (ckptfs tune, <root>policy.json) overrides them.
+	GCKeep    int
+	GCKeepFor time.Duration
+	// GCGrace (gc_grace), GCMinAge (gc_min_age) and GCNSLag (gc_ns_lag)
+	// are the cleaner's --grace, --min-age and --ns-lag.
+	GCGrace  time.Duration
+	GCMinAge time.Duration
+	GCNSLag  time.Duration
 }
 
 // Unset is the value of UID, GID, FileMode and DirMode that shows each file's
@@ -231,6 +250,14 @@ func Default() Config {
 		NoDev:                            true,
 		NoAtime:                          false,
 		Intr:                             false,
+		GC:                               true,
+		GCInterval:                       5 * time.Minute,
+		GCFiles:                          1000,
+		GCKeep:                           3,
+		GCKeepFor:                        time.Hour,
+		GCGrace:                          time.Hour,
+		GCMinAge:                         10 * time.Minute,
+		GCNSLag:                          11 * time.Minute,
 	}
 }
 

@@ -267,6 +267,14 @@ func TestSetEveryOption(t *testing.T) {
 		{"nodev", map[string]string{"true": "true", "false": "false"}, []string{"never"}},
 		{"noatime", map[string]string{"true": "true", "false": "false"}, []string{"relatime"}},
 		{"intr", map[string]string{"true": "true", "false": "false"}, []string{"soft"}},
+		{"gc", map[string]string{"on": "true", "off": "false"}, []string{"sometimes"}},
+		{"gc_interval", map[string]string{"5s": "5s", "1h": "1h0m0s"}, []string{"5", "hourly"}},
+		{"gc_files", map[string]string{"1": "1", "5000": "5000"}, []string{"many", "1K"}},
+		{"gc_keep", map[string]string{"0": "0", "3": "3"}, []string{"all", "-"}},
+		{"gc_keep_for", map[string]string{"0": "0s", "7d": "168h0m0s"}, []string{"week"}},
+		{"gc_grace", map[string]string{"2s": "2s", "1h": "1h0m0s"}, []string{"2"}},
+		{"gc_min_age", map[string]string{"0": "0s", "10m": "10m0s"}, []string{"10"}},
+		{"gc_ns_lag", map[string]string{"0": "0s", "11m": "11m0s"}, []string{"11"}},
 	}
 	seen := map[string]bool{}
 	for _, tt := range tests {
@@ -312,7 +320,7 @@ func TestSetUnknown(t *testing.T) {
 		t.Fatalf("Set(foo) = %v, want an *OptionError wrapping ErrUnknownOption", err)
 	}
 	if !strings.HasPrefix(err.Error(), `unknown option "foo" (known: data_block_size, meta_block_size, `) ||
-		!strings.HasSuffix(err.Error(), "allow_other, ro, allow_root, auto_unmount, uid, gid, umask, file_mode, dir_mode, noexec, nosuid, nodev, noatime, intr, "+
+		!strings.HasSuffix(err.Error(), "allow_other, ro, allow_root, auto_unmount, uid, gid, umask, file_mode, dir_mode, noexec, nosuid, nodev, noatime, intr, gc, gc_interval, gc_files, gc_keep, gc_keep_for, gc_grace, gc_min_age, gc_ns_lag, "+
 			"endpoint, region, profile, path_style, sse, sse_kms_key_id, storage_class, requester_pays, ca_bundle, checksum, log_file, create, mount_timeout, single_writer)") {
 		t.Errorf("message %q", err)
 	}
@@ -448,11 +456,19 @@ func TestValidate(t *testing.T) {
 		// bound follows it (RefreshMax).
 		{"ns refresh over the default max", func(c *Config) { c.NSRefresh = time.Minute }, nil},
 		{"ns refresh over a max set", func(c *Config) { c.NSRefresh, c.NSRefreshMax = time.Minute, 30*time.Second }, []string{"ns_refresh_max"}},
+		{"gc interval a second", func(c *Config) { c.GCInterval = time.Second }, nil},
+		{"gc interval past a day", func(c *Config) { c.GCInterval = 25 * time.Hour }, []string{"gc_interval"}},
+		{"gc keep negative", func(c *Config) { c.GCKeep = -1 }, []string{"gc_keep"}},
+		{"gc keep all", func(c *Config) { c.GCKeep = 0 }, nil},
+		{"gc keep for negative", func(c *Config) { c.GCKeepFor = -time.Second }, []string{"gc_keep_for"}},
+		{"gc grace below a second", func(c *Config) { c.GCGrace = 500 * time.Millisecond }, []string{"gc_grace"}},
+		{"gc short settings", func(c *Config) { c.GCGrace, c.GCMinAge, c.GCNSLag, c.GCKeepFor = time.Second, 0, 0, 0 }, nil},
+		{"gc files none", func(c *Config) { c.GCFiles = 0 }, []string{"gc_files"}},
 		{"everything wrong at once", func(c *Config) { *c = Config{} }, []string{
 			"data_block_size", "meta_block_size", "segment_max_object_bytes",
 			"segment_mpu_chunk_size", "segment_mpu_max_concurrency",
 			"data_cache_dirty_max_blocks_threshold", "format", "flush_conflict_policy",
-			"wal_lease", "log", "nodev", "emulate_link", "ns_refresh",
+			"wal_lease", "log", "nodev", "emulate_link", "gc_interval", "gc_files", "gc_grace", "ns_refresh",
 			"s3_connect_timeout", "s3_request_timeout", "s3_stall_timeout", "s3_retry_max_time", "op_timeout",
 		}},
 	}
@@ -661,6 +677,8 @@ func TestEncodeRoundTrip(t *testing.T) {
 	every.S3RequestTimeout = 45 * time.Second
 	every.S3StallTimeout = 7 * time.Second
 	every.S3RetryMaxTime = 30 * time.Second
+	every.GC, every.GCInterval, every.GCFiles = false, 90*time.Second, 77
+	every.GCKeep, every.GCKeepFor, every.GCGrace, every.GCMinAge, every.GCNSLag = 5, 36*time.Hour, 2*time.Hour, time.Minute, 3*time.Minute
 	if err := every.Validate(); err != nil {
 		t.Fatalf("test config invalid: %v", err)
 	}

@@ -36,6 +36,7 @@ const (
 	// The backoff of an idle mount's refresh stops here: beyond minutes a
 	// mount would show other mounts' changes too late to be of use.
 	maxNamespaceRefresh   = 10 * time.Minute
+	maxGCFiles            = 1000000
 	maxPort               = 65535
 	maxID                 = 1<<32 - 1
 	dirtyLimitDescription = "min(max(data_cache_dirty_max_bytes_threshold, data_cache_dirty_max_blocks_threshold × data_block_size), segment_buffer_size)"
@@ -119,6 +120,16 @@ func (c Config) Validate() error {
 			v.fail("metrics", err.Error())
 		}
 	}
+
+	v.check("gc_interval", c.GCInterval >= time.Second && c.GCInterval <= 24*time.Hour, "must be from 1s to 24h")
+	v.check("gc_files", c.GCFiles >= 1 && c.GCFiles <= maxGCFiles, "must be from 1 to 1000000")
+	v.check("gc_keep", c.GCKeep >= 0 && c.GCKeep <= maxGCFiles, "must be from 0 (all) to 1000000")
+	v.check("gc_keep_for", c.GCKeepFor >= 0, "must not be negative")
+	// The grace must exceed the time of one request (a flush's part 0
+	// before its head): below a second it is a typo.
+	v.check("gc_grace", c.GCGrace >= time.Second, "must be at least 1s")
+	v.check("gc_min_age", c.GCMinAge >= 0, "must not be negative")
+	v.check("gc_ns_lag", c.GCNSLag >= 0, "must not be negative")
 
 	v.check("ns_refresh", c.NSRefresh >= minNamespaceRefresh, "must be at least 10ms")
 	switch {

@@ -118,6 +118,22 @@ func TestPackage(t *testing.T) {
 		if out, err := runErr("", "systemd-analyze", "verify", "--man=no", inst); err != nil || strings.TrimSpace(out) != "" {
 			t.Errorf("systemd-analyze verify ckptfs@.service: %v\n%s", err, out)
 		}
+		// The timed cleaner: the timer and the service it starts.
+		var insts []string
+		for _, u := range []string{"ckptfs-gc@.service", "ckptfs-gc@.timer"} {
+			b, err := os.ReadFile("/usr/lib/systemd/system/" + u)
+			if err != nil {
+				t.Fatalf("the systemd unit %s: %v", u, err)
+			}
+			p := filepath.Join(t.TempDir(), strings.Replace(u, "@", "@check", 1))
+			if err := os.WriteFile(p, b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			insts = append(insts, p)
+		}
+		if out, err := runErr("", "systemd-analyze", append([]string{"verify", "--man=no"}, insts...)...); err != nil || strings.TrimSpace(out) != "" {
+			t.Errorf("systemd-analyze verify ckptfs-gc@.service ckptfs-gc@.timer: %v\n%s", err, out)
+		}
 	}
 
 	// A volume, formatted by the installed binary, and its fstab line.

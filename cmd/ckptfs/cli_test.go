@@ -26,13 +26,14 @@ func TestCommandHelp(t *testing.T) {
 		cmd   string
 		flags []string
 	}{
-		{"format", []string{"-o, --options"}},
+		{"format", []string{"-o, --options", "--keep", "--keep-for"}},
 		{"mount", []string{"-o, --options", "-f, --foreground"}},
 		{"ls", []string{"-o, --options"}},
 		{"info", []string{"-o, --options", "--json"}},
 		{"cat", []string{"-o, --options", "--cno", "--offset", "--length"}},
 		{"fsck", []string{"-o, --options"}},
 		{"gc", []string{"-o, --options", "--keep", "--keep-for", "--grace", "--min-age", "--ns-lag", "-n, --dry-run"}},
+		{"tune", []string{"-o, --options", "--keep", "--keep-for"}},
 		{"bench", []string{"--table", "--size", "--profile", "--rates", "--hot", "--repeats", "--duration", "--writers"}},
 		{"version", nil},
 		{"completion", []string{"bash", "zsh", "fish", "powershell"}},

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -15,19 +16,31 @@ import (
 // descriptor of a new volume, with the block-pointer format and block sizes
 // of the options, and refuses a store that already holds one.
 func newFormatCmd() *cobra.Command {
-	var opts []string
+	var (
+		opts    []string
+		keep    int
+		keepFor time.Duration
+	)
 	c := &cobra.Command{
 		Use:   "format [flags] STORE",
 		Short: "create the volume of STORE (once per volume)",
 		Long: "ckptfs format: creates the volume of STORE, with the format and block sizes of\n" +
 			"its -o options (format=, data_block_size=, meta_block_size=; see ckptfs --help),\n" +
 			"and refuses a store that already holds one. Once per volume; a mount with\n" +
-			"-o create does the same.",
+			"-o create does the same. --keep and --keep-for store the volume's retention\n" +
+			"policy (see ckptfs tune) with it.",
 		Args:              argsBetween(1, 1, "STORE"),
 		ValidArgsFunction: storeCompletion,
 		RunE: func(c *cobra.Command, args []string) error {
 			spec := args[0]
-			v, err := formatRun(spec, opts)
+			var policy *volume.Policy
+			if c.Flags().Changed("keep") || c.Flags().Changed("keep-for") {
+				policy = &volume.Policy{Keep: keep, KeepFor: keepFor}
+				if err := policyFlags(*policy); err != nil {
+					return err
+				}
+			}
+			v, err := formatRun(spec, opts, policy)
 			if errors.Is(err, volume.ErrExists) {
 				return &userError{fmt.Sprintf("%s is already a volume (its %s is there); nothing written", redactStore(spec), volume.DescriptorKey), err}
 			}
@@ -36,14 +49,20 @@ func newFormatCmd() *cobra.Command {
 			}
 			fmt.Fprintf(c.OutOrStdout(), "created volume %s: format=%s data_block_size=%d meta_block_size=%d\n",
 				redactStore(spec), v.Format, v.DataBlockSize, v.MetaBlockSize)
+			if policy != nil {
+				fmt.Fprintf(c.OutOrStdout(), "retention policy: keep=%d keep_for=%v\n", policy.Keep, policy.KeepFor)
+			}
 			return nil
 		},
 	}
 	addOptsFlag(c, &opts, "store options and the volume's tunables (format=, data_block_size=, ...; repeatable)")
+	f := c.Flags()
+	f.IntVar(&keep, "keep", volume.DefaultPolicy.Keep, "retention policy: keep the newest `N` checkpoints of each file (0: all)")
+	durationFlag(f, &keepFor, "keep-for", volume.DefaultPolicy.KeepFor, "retention policy: also keep checkpoints younger than this")
 	return c
 }
 
-func formatRun(spec string, opts []string) (volume.Descriptor, error) {
+func formatRun(spec string, opts []string, policy *volume.Policy) (volume.Descriptor, error) {
 	so, cfg, err := parseMountOpts(opts)
 	if err != nil {
 		return volume.Descriptor{}, err
@@ -57,6 +76,11 @@ func formatRun(spec string, opts []string) (volume.Descriptor, error) {
 	v, err := volume.CreateDescriptor(ctx, st, root, cfg)
 	if err != nil && !errors.Is(err, volume.ErrExists) {
 		return v, explainStart(ctx, err, st, spec, so)
+	}
+	if err == nil && policy != nil {
+		if err := volume.WritePolicy(ctx, st, root, *policy, ""); err != nil {
+			return v, fmt.Errorf("volume created, its retention policy not stored (ckptfs tune stores it): %w", err)
+		}
 	}
 	return v, err
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/ckptfs/ckptfs/fs/cleaner"
+	"github.com/ckptfs/ckptfs/fs/volume"
 )
 
 const gcLong = `ckptfs gc: deletes the objects no retained checkpoint references, failed
@@ -31,7 +32,12 @@ uploads) counts as abandoned, and how long a dead marker is kept; it must
 exceed the time of one request. A file without a name is deleted once both
 --grace and --ns-lag have passed since a run first found it so: --ns-lag
 covers mounts whose view of the namespace lags (ns_refresh_max, up to 10m,
-and the kernel's caches). --dry-run prints the plan and records nothing.`
+and the kernel's caches). --dry-run prints the plan and records nothing.
+
+Without --keep and --keep-for a run keeps the volume's retention policy
+(ckptfs tune; the newest 3 checkpoints and those younger than 1h when it
+stores none), the policy the background cleaner of every mount follows;
+given either, the flags are the policy (the other one 0).`
 
 // defaultMinAge covers another mount's writer whose view of the head is a
 // little old; see package cleaner.
@@ -63,12 +69,12 @@ func newGcCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			return gcRun(args[0], so, o, c.OutOrStdout(), c.ErrOrStderr())
+			return gcRun(args[0], so, o, c.Flags().Changed("keep"), c.Flags().Changed("keep-for"), c.OutOrStdout(), c.ErrOrStderr())
 		},
 	}
 	addOptsFlag(c, &opts, "store options, as for mount: endpoint=URL, region=NAME, path_style, profile=NAME, s3_request_timeout=D, ... (repeatable)")
 	f := c.Flags()
-	f.IntVar(&o.Keep, "keep", 0, "retain the newest `N` checkpoints of each file (0: all)")
+	f.IntVar(&o.Keep, "keep", 0, "retain the newest `N` checkpoints of each file (0: all; without --keep and --keep-for: the volume's policy)")
 	durationFlag(f, &o.KeepFor, "keep-for", 0, "also retain checkpoints younger than this (e.g. 24h, 7d)")
 	durationFlag(f, &o.Grace, "grace", o.Grace, "age before unfinished work no live writer covers counts as abandoned")
 	durationFlag(f, &o.MinAge, "min-age", o.MinAge, "how long a finished object must have been unreferenced before it is deleted")
@@ -78,7 +84,10 @@ func newGcCmd() *cobra.Command {
 }
 
 // gcRun cleans the volume of spec and prints what it deleted.
-func gcRun(spec string, so storeOpts, o cleaner.Options, stdout, stderr io.Writer) error {
+// Without --keep and --keep-for (keepSet, forSet) the retention is the
+// volume's policy; given either, the flags are the whole policy, as before
+// there was one.
+func gcRun(spec string, so storeOpts, o cleaner.Options, keepSet, forSet bool, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	st, root, err := openStore(ctx, spec, so)
 	if err == nil {
@@ -86,6 +95,13 @@ func gcRun(spec string, so storeOpts, o cleaner.Options, stdout, stderr io.Write
 	}
 	if err != nil {
 		return err
+	}
+	if !keepSet && !forSet {
+		p, _, _, err := volume.ReadPolicy(ctx, st, root)
+		if err != nil {
+			return fmt.Errorf("%w (give --keep and --keep-for, or store a policy with ckptfs tune)", err)
+		}
+		o.Keep, o.KeepFor = p.Keep, p.KeepFor
 	}
 	p := newProgress(stderr, "gc: objects examined")
 	o.Progress = p.Add

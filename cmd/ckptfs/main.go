@@ -142,6 +142,7 @@ func newRootCmd(mount mountFunc, stdout, stderr io.Writer) *cobra.Command {
 		newCpCmd(),
 		newFsckCmd(),
 		newGcCmd(),
+		newTuneCmd(),
 		newBenchCmd(),
 		newVersionCmd(),
 		newManCmd(),

@@ -206,6 +206,55 @@ type Options struct {
 	// Progress, when set, is told of each object examined, possibly from
 	// several goroutines at once.
 	Progress func(n int64)
+
+	// After and MaxFiles make a run of PlanVolume one pass of an
+	// incremental sweep: it takes the files whose ids come after After in
+	// the listing's order ("" from the first), at most MaxFiles of them (0:
+	// every one), and the orphans and pending records of those ids; the
+	// report's Next says where the next pass starts. The rules are those of
+	// a whole run: a file is planned and executed whole, from one listing
+	// of it. Multipart uploads are looked at by the pass that ends a sweep.
+	After    string
+	MaxFiles int
+	// Fence, when set, is called right before each batch of writes of an
+	// execution (a file's deletions, an orphan's, a record stored, the
+	// namespace's forgets, uploads aborted); an error stops the execution
+	// there, and is returned. A background cleaner checks there that its
+	// lease is still its own (Lease.Check): a holder slow enough that its
+	// lease was taken stops before its next batch.
+	Fence func(ctx context.Context) error
+	// Open, when set, says whether a file is open in this process (a
+	// mount's own cleaner: its open handles): an orphan open here is not
+	// reaped while it is, whatever its grace, and goes at the first run
+	// after it is closed once its grace has passed.
+	Open func(fileID string) bool
+	// Workers bounds the orphans reaped (and forgotten) at once; 0: 16
+	// reaped and 64 forgotten. A background cleaner keeps it low, beside
+	// the mount's own requests.
+	Workers int
+}
+
+// workers is o.Workers, or n when it is not set.
+func (o *Options) workers(n int) int {
+	if o.Workers > 0 {
+		return o.Workers
+	}
+	return n
+}
+
+// ErrFenced: an execution stopped because its fence (Options.Fence)
+// failed.
+var ErrFenced = errors.New("cleaner stopped by its fence")
+
+// fence calls o.Fence, if any; its error is ErrFenced.
+func (o *Options) fence(ctx context.Context) error {
+	if o.Fence == nil {
+		return nil
+	}
+	if err := o.Fence(ctx); err != nil {
+		return fmt.Errorf("%w: %w", ErrFenced, err)
+	}
+	return nil
 }
 
 // DefaultGrace is the default of Options.Grace for the command line.
@@ -250,7 +299,25 @@ type Report struct {
 	// PendingOrphans are ids of orphaned files found orphaned whose Grace
 	// and NSLag have not passed since.
 	PendingOrphans []string
+	// Next is where the next pass of a sweep starts (Options.After): the
+	// last file id this pass took, or "" when it reached the end of the
+	// volume.
+	Next string
+	// StoredObjects and StoredBytes count the objects under the files of
+	// the run (or pass) as listed, less what it deleted: what the files
+	// hold in the bucket once it is done.
+	StoredObjects int64
+	StoredBytes   int64
+	// StoredFiles are the same counts by file id (PlanVolume): what each
+	// file of the pass holds once it is done.
+	StoredFiles map[string]Held
+	// Listed: the listing of the run's files succeeded, so the Stored
+	// counts are whole whatever failed after it.
+	Listed bool
 }
+
+// Held counts the objects of one file and their bytes.
+type Held struct{ Objects, Bytes int64 }
 
 // DeletedBytes sums the sizes of the deleted objects.
 func (r *Report) DeletedBytes() int64 {

@@ -26,12 +26,40 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 		return p.Report(), nil
 	}
 	var errs []error
-	errs = append(errs, p.reapOrphans(ctx, &rep))
-	if ctx.Err() == nil {
-		errs = append(errs, p.forgetOrphans(ctx, &rep))
+	defer func() {
+		// What the files hold once the run is done.
+		for _, d := range rep.Deleted {
+			rep.StoredObjects--
+			rep.StoredBytes -= d.Size
+			if id, _, ok := volume.SplitFileKey(volume.FilesPrefix(p.root), d.Key); ok && rep.StoredFiles != nil {
+				if h, ok := rep.StoredFiles[id]; ok {
+					h.Objects--
+					h.Bytes -= d.Size
+					rep.StoredFiles[id] = h
+				}
+			}
+		}
+	}()
+	// A fence that fails stops the run where it is: the lease it guards is
+	// another cleaner's now.
+	fenced := func(err error) bool { return err != nil && errors.Is(err, ErrFenced) }
+	var err error
+	if err = p.reapOrphans(ctx, &rep); err != nil {
+		errs = append(errs, err)
 	}
-	if p.orphKey != "" && ctx.Err() == nil && (p.orphHad || len(p.orphRec) > 0) && !samePending(p.orphRec, p.orphOld) {
-		errs = append(errs, writePending(ctx, p.st, p.orphKey, p.orphRec))
+	if ctx.Err() == nil && !fenced(err) {
+		if err = p.forgetOrphans(ctx, &rep); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if p.orphKey != "" && ctx.Err() == nil && !fenced(err) && (p.orphHad || len(p.orphRec) > 0) && !samePending(p.orphRec, p.orphOld) {
+		if err = p.o.fence(ctx); err == nil {
+			err = writePending(ctx, p.st, p.orphKey, p.orphRec)
+		}
+		errs = append(errs, err)
+	}
+	if fenced(err) {
+		return &rep, errors.Join(errs...)
 	}
 	// Two passes over the files: first every file's part 0s (of dropped
 	// checkpoints, of failed flushes), then the rest. A checkpoint of a
@@ -51,6 +79,9 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 			break
 		}
 		r, err := p.cutChain(ctx, f, &rep)
+		if fenced(err) {
+			return &rep, errors.Join(append(errs, err)...)
+		}
 		if err != nil {
 			errs = append(errs, err)
 			cutFailed = true
@@ -64,6 +95,14 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 		}
 		if err := p.finishFile(ctx, r, cutFailed && len(r.f.refs) > 0, &rep); err != nil {
 			errs = append(errs, err)
+			if fenced(err) {
+				return &rep, errors.Join(errs...)
+			}
+		}
+	}
+	if len(p.oldFiles) > 0 {
+		if err := p.o.fence(ctx); err != nil {
+			return &rep, errors.Join(append(errs, err)...)
 		}
 	}
 	for _, key := range p.oldFiles {
@@ -74,7 +113,10 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 			errs = append(errs, fmt.Errorf("delete pending record %s: %w", key, err))
 		}
 	}
-	if ctx.Err() == nil {
+	if ctx.Err() == nil && len(p.uploads) > 0 {
+		if err := p.o.fence(ctx); err != nil {
+			return &rep, errors.Join(append(errs, err)...)
+		}
 		errs = append(errs, p.abortUploads(ctx, &rep))
 	}
 	if err := ctx.Err(); err != nil {
@@ -212,6 +254,9 @@ func (p *Plan) finishFile(ctx context.Context, r *fileRun, keep bool, rep *Repor
 	if !f.recHad && len(f.rec) == 0 || f.recHad && samePending(f.rec, f.recOld) {
 		return nil // nothing to store, or no change
 	}
+	if err := p.o.fence(ctx); err != nil {
+		return err
+	}
 	return writePending(ctx, p.st, f.recKey, f.rec)
 }
 
@@ -250,6 +295,9 @@ func (p *Plan) settle(ctx context.Context, f *filePlan, left []doomedObject, rep
 // markers say now keeps them; names deleted are added to done.
 func (p *Plan) remove(ctx context.Context, f *filePlan, ds []doomedObject, done map[string]bool, rep *Report) error {
 	st, o := p.st, p.o
+	if err := o.fence(ctx); err != nil {
+		return err
+	}
 	for _, d := range ds {
 		ws, err := p.view.fresh(ctx, f.prefix)
 		if err != nil {

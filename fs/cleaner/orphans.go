@@ -49,6 +49,11 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 		p.orphOld = nil // rewritten
 	}
 	p.orphRec = pending{}
+	for id, at := range old {
+		if !p.rng.holds(id) {
+			p.orphRec[id] = at // another pass's
+		}
+	}
 	wait := max(o.Grace, o.NSLag)
 	cand := map[string]bool{}
 	ids := slices.Sorted(maps.Keys(orphans))
@@ -62,7 +67,9 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 			return fmt.Errorf("orphaned file %s: %w", id, err)
 		}
 		// A mount still writing the file (an open handle) keeps a live marker.
-		if now.Sub(since) >= wait && !anyLive(ws, now) {
+		// A handle of this process on it keeps it (o.Open): a mount's own
+		// cleaner does not cut its reader off.
+		if now.Sub(since) >= wait && !anyLive(ws, now) && (o.Open == nil || !o.Open(id)) {
 			cand[id] = true
 		}
 	}
@@ -81,7 +88,7 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 				continue
 			}
 			if now.Sub(obj.LastModified) <= o.Grace {
-				holders[id] = append(holders[id], hold{copyID, !orphans[copyID]})
+				holders[id] = append(holders[id], hold{copyID, !orphans[copyID] && !p.otherOrphans[copyID]})
 				continue
 			}
 			r, err := p.refs.get(ctx, copyID)
@@ -94,7 +101,7 @@ func (p *Plan) planOrphans(ctx context.Context, orphans map[string]bool, byFile 
 				continue
 			}
 			if !r.stale(id) {
-				holders[id] = append(holders[id], hold{copyID, !orphans[copyID]})
+				holders[id] = append(holders[id], hold{copyID, !orphans[copyID] && !p.otherOrphans[copyID]})
 			}
 		}
 	}
@@ -158,7 +165,7 @@ func (p *Plan) reapOrphans(ctx context.Context, rep *Report) error {
 		errs []error
 		wg   sync.WaitGroup
 	)
-	sem := make(chan struct{}, 16)
+	sem := make(chan struct{}, p.o.workers(16))
 	for _, or := range p.orphans {
 		if ctx.Err() != nil {
 			break
@@ -169,7 +176,12 @@ func (p *Plan) reapOrphans(ctx context.Context, rep *Report) error {
 			defer wg.Done()
 			defer func() { <-sem }()
 			var r Report
-			err := p.reap(ctx, or, &r)
+			err := p.o.fence(ctx)
+			if err == nil {
+				err = p.reap(ctx, or, &r)
+			} else {
+				or.id = "" // not forgotten: kept this run
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			rep.Deleted = append(rep.Deleted, r.Deleted...)
@@ -243,7 +255,10 @@ func (p *Plan) forgetOrphans(ctx context.Context, rep *Report) error {
 		errs []error
 		wg   sync.WaitGroup
 	)
-	sem := make(chan struct{}, 64)
+	if err := p.o.fence(ctx); err != nil {
+		return err
+	}
+	sem := make(chan struct{}, p.o.workers(64))
 	for _, or := range p.orphans {
 		if or.id == "" {
 			continue

@@ -25,6 +25,11 @@ type Plan struct {
 	ns   *namespace.Namespace
 	view *writerView
 	refs *referrers
+	rng  idRange // the files of this pass (PlanVolume)
+	// otherOrphans are the orphans of other passes: a copy among them
+	// that holds an orphan of this pass keeps it this pass without
+	// starting its grace again (it is no file with a name).
+	otherOrphans map[string]bool
 
 	rep      Report // what planning found; Deleted, Aborted and Orphans empty
 	files    []*filePlan
@@ -116,14 +121,25 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 	p := &Plan{st: st, root: root, o: o, view: newWriterView(st), orphKey: volume.PendingOrphansKey(root)}
 	fp := volume.FilesPrefix(root)
 	p.refs = newReferrers(st, fp, o)
-	objs, err := staging.ListAll(ctx, st, fp)
+	objs, end, err := listFiles(ctx, st, fp, o.After, o.MaxFiles)
 	if err != nil {
 		return nil, fmt.Errorf("list files under %q: %w", fp, err)
 	}
+	p.rng = idRange{after: o.After, end: end}
+	p.rep.Next, p.rep.Listed = end, true
+	p.rep.StoredFiles = map[string]Held{}
 	byFile := map[string][]staging.ObjectInfo{}
 	var ids []string
 	for _, obj := range objs {
+		p.rep.StoredObjects++
+		p.rep.StoredBytes += obj.Size
 		id, _, ok := volume.SplitFileKey(fp, obj.Key)
+		if ok {
+			h := p.rep.StoredFiles[id]
+			h.Objects++
+			h.Bytes += obj.Size
+			p.rep.StoredFiles[id] = h
+		}
 		if !ok || id == "" {
 			p.rep.Skipped = append(p.rep.Skipped, Object{Key: obj.Key, Size: obj.Size, Reason: "not under a file"})
 			continue
@@ -133,7 +149,7 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 		}
 		byFile[id] = append(byFile[id], obj)
 	}
-	recs, err := staging.ListAll(ctx, st, volume.PendingFilesPrefix(root))
+	recs, err := p.rng.list(ctx, st, volume.PendingFilesPrefix(root))
 	if err != nil {
 		return nil, fmt.Errorf("list pending records: %w", err)
 	}
@@ -151,8 +167,13 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 		return nil, fmt.Errorf("read the namespace of %q: %w", root, err)
 	}
 	orphans := map[string]bool{}
+	p.otherOrphans = map[string]bool{}
 	for _, or := range p.ns.Orphans() {
-		orphans[or.FileID] = true
+		if p.rng.holds(or.FileID) {
+			orphans[or.FileID] = true
+		} else {
+			p.otherOrphans[or.FileID] = true
+		}
 	}
 	if err := p.planOrphans(ctx, orphans, byFile, hasRec); err != nil {
 		return p, err
@@ -165,10 +186,85 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 			return p, err
 		}
 	}
-	if err := p.planUploads(ctx, fp); err != nil {
-		return p, err
+	if end == "" {
+		if err := p.planUploads(ctx, fp); err != nil {
+			return p, err
+		}
 	}
 	return p, nil
+}
+
+// idRange is the files of one pass of a sweep: the ids after after and up
+// to end ("" for either: from the first, to the last), in the order of the
+// listing of the files' keys ("<id>/...").
+type idRange struct{ after, end string }
+
+// holds says whether the file id is in the range.
+func (r idRange) holds(id string) bool {
+	k := id + "/"
+	return (r.after == "" || k > r.after+"/") && (r.end == "" || k <= r.end+"/")
+}
+
+// list lists the keys "<prefix><id>" of the ids the range holds (the
+// pending records of its files).
+func (r idRange) list(ctx context.Context, st staging.Store, prefix string) ([]staging.ObjectInfo, error) {
+	var out []staging.ObjectInfo
+	after := ""
+	if r.after != "" {
+		after = prefix + r.after
+	}
+	for {
+		page, err := st.List(ctx, prefix, after, staging.MaxListKeys)
+		if err != nil {
+			return out, err
+		}
+		for _, obj := range page.Objects {
+			if id := strings.TrimPrefix(obj.Key, prefix); r.holds(id) {
+				out = append(out, obj)
+			} else if r.end != "" && id+"/" > r.end+"/" {
+				return out, nil
+			}
+		}
+		if !page.Truncated || len(page.Objects) == 0 {
+			return out, nil
+		}
+		after = page.Objects[len(page.Objects)-1].Key
+	}
+}
+
+// listFiles lists the objects under files ("<root>f/") of the files after
+// the id after, at most max files of them (0: all). end is the last id
+// listed when more files follow, "" when the listing reached the end. A
+// file is listed whole: its keys are contiguous, and the listing goes on
+// until the next file's first key.
+func listFiles(ctx context.Context, st staging.Store, files, after string, max int) (objs []staging.ObjectInfo, end string, err error) {
+	start := ""
+	if after != "" {
+		// Past every key of "<after>/": '0' sorts right after '/'.
+		start = files + after + "0"
+	}
+	last, n := "", 0
+	for {
+		page, err := st.List(ctx, files, start, staging.MaxListKeys)
+		if err != nil {
+			return objs, "", err
+		}
+		for _, obj := range page.Objects {
+			id, _, ok := volume.SplitFileKey(files, obj.Key)
+			if ok && id != "" && id != last {
+				if max > 0 && n == max {
+					return objs, last, nil
+				}
+				last = id
+				n++
+			}
+			objs = append(objs, obj)
+		}
+		if !page.Truncated || len(page.Objects) == 0 {
+			return objs, "", nil
+		}
+		start = page.Objects[len(page.Objects)-1].Key
+	}
 }
 
 // PlanFile plans the cleaning of one file, the one with id under prefix.

@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
@@ -116,6 +117,10 @@ type FS struct {
 	metricsSrv *metricsServer // nil when -o metrics is off
 	metricsErr error          // why -o metrics is not served (its address taken), or nil
 
+	// gc is the background cleaner (gc.go); nil on a read-only mount or
+	// with gc=off.
+	gc *cleaner.Background
+
 	server    *fuse.Server
 	auto      *autoUnmount // the fusermount3 watcher of an auto_unmount mount; nil without
 	closeOnce sync.Once
@@ -177,6 +182,7 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 	}
 	fsys.wg.Add(1)
 	go fsys.loop()
+	fsys.startCleaner()
 	return fsys, nil
 }
 
@@ -441,6 +447,9 @@ func (fsys *FS) Close() error {
 	fsys.closeOnce.Do(func() {
 		defer fsys.stopMetrics()
 		fsys.cancel()
+		if fsys.gc != nil {
+			fsys.gc.Stop() // its pass ends at its next request; its lease let go
+		}
 		fsys.wg.Wait()
 		fsys.tasks.close() // head reads and prefetches, canceled above
 		fsys.ns.Close()    // trimming stopped; changes whose callers were killed, each bounded

@@ -730,16 +730,26 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 }
 
 func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
-	// Object storage has no fixed capacity: report a large, honest-looking
-	// free space so that tools that check it proceed.
+	// Object storage has no fixed capacity: the total is a large number
+	// (4 PiB), and what is used is what the volume's files hold in the
+	// bucket as the background cleaner last counted it (none before its
+	// first count, or with gc off), so that df shows what is stored and
+	// tools that check free space proceed.
 	const blocks = 1 << 40
-	out.Bsize = 4096
-	out.Frsize = 4096
+	const bsize = 4096
+	out.Bsize = bsize
+	out.Frsize = bsize
 	out.Blocks = blocks
-	out.Bfree = blocks
-	out.Bavail = blocks
-	out.Files = 1 << 40
-	out.Ffree = 1 << 40
+	used := uint64(0)
+	if _, b, ok := n.fsys.stored(); ok && b > 0 {
+		used = min((uint64(b)+bsize-1)/bsize, blocks)
+	}
+	out.Bfree = blocks - used
+	out.Bavail = blocks - used
+	const files = 1 << 40
+	nodes := min(uint64(n.fsys.ns.Nodes()), files)
+	out.Files = files
+	out.Ffree = files - nodes
 	out.NameLen = namespace.MaxNameLen
 	return 0
 }

@@ -283,6 +283,14 @@ func (ns *Namespace) Orphans() []Orphan {
 	return ns.st.orphans()
 }
 
+// Nodes counts the namespace's nodes (files, directories and the rest,
+// orphans included): what df shows as files in use.
+func (ns *Namespace) Nodes() int {
+	ns.mu.RLock()
+	defer ns.mu.RUnlock()
+	return len(ns.st.nodes)
+}
+
 // Orphaned reports whether fileID is an orphan: a file with no name left.
 // It costs O(1), whatever the namespace.
 func (ns *Namespace) Orphaned(fileID string) bool {

@@ -13,6 +13,9 @@
 //
 //	<root>ckptfs.json                the volume descriptor (DescriptorKey; this
 //	                                 package): created once with If-None-Match: *
+//	<root>policy.json                the retention policy (PolicyKey; policy.go):
+//	                                 created with If-None-Match, changed with
+//	                                 If-Match; absent: DefaultPolicy
 //	<root>ns/                        the namespace (NamespaceDir; fs/namespace)
 //	    log/<seq, 20 digits>         one change, created with If-None-Match: *
 //	    snap/<seq, 20 digits>        the whole namespace as of log entry <seq>
@@ -36,6 +39,9 @@
 //	                                 fs/cleaner/pending.go)
 //	    files/<file-id>              what a run found unreferenced in one file
 //	    orphans                      orphaned files a run found
+//	    lease                        the background cleaner's lease (GCLeaseKey;
+//	                                 fs/cleaner/lease.go): JSON, created with
+//	                                 If-None-Match, replaced with If-Match
 //	<root>probe/<32 hex digits>      the conditional-write check of ckptfs mount
 //	                                 (ProbeDir; cmd/ckptfs/probe.go): written and
 //	                                 deleted at start, listed by nothing

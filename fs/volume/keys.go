@@ -37,10 +37,12 @@ const (
 	WALDir = wal.Dir
 )
 
-// pendingFilesDir and pendingOrphans are the cleaner's names under GCDir.
+// pendingFilesDir, pendingOrphans and gcLease are the cleaner's names
+// under GCDir.
 const (
 	pendingFilesDir = "files/"
 	pendingOrphans  = "orphans"
+	gcLease         = "lease"
 )
 
 // CleanRoot is the volume root named by s: "" for the bucket's top, else s
@@ -139,6 +141,10 @@ func PendingFilesPrefix(root string) string { return GCPrefix(root) + pendingFil
 
 // PendingOrphansKey is the cleaner's pending record of orphaned files.
 func PendingOrphansKey(root string) string { return GCPrefix(root) + pendingOrphans }
+
+// GCLeaseKey is the lease of the background cleaner of the volume at root:
+// the one mount that cleans it (fs/cleaner/lease.go).
+func GCLeaseKey(root string) string { return GCPrefix(root) + gcLease }
 
 // ProbePrefix is where the conditional-write check of a mount of the volume
 // at root writes.
