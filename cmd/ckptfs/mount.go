@@ -117,6 +117,7 @@ type storeOpts struct {
 	// S3 only (s3.Config checks them)
 	sse, sseKMSKeyID, storageClass, checksum string
 	caBundle                                 string // absolute
+	credentialsFile                          string // absolute
 	requesterPays                            bool
 	logFile                                  string        // not a store option: where a detached mount logs
 	timeouts                                 s3.Timeouts   // from the mount's configuration; zero: defaults
@@ -141,12 +142,15 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 	var rest []string
 	for _, item := range opts {
 		name, value, has := strings.Cut(item, "=")
-		// s3fs's names for path_style and log_file.
+		// s3fs's names for path_style, log_file and credentials_file
+		// (whose s3fs format the file's text tells).
 		switch name {
 		case "use_path_request_style":
 			name = "path_style"
 		case "logfile":
 			name = "log_file"
+		case "passwd_file":
+			name = "credentials_file"
 		}
 		switch name {
 		case "use_sse":
@@ -176,16 +180,20 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 			so.storageClass = strings.ToUpper(value)
 		case "checksum":
 			so.checksum = value
-		case "ca_bundle":
+		case "ca_bundle", "credentials_file":
 			// A detached mount may not run in this directory.
 			if value != "" {
 				abs, err := filepath.Abs(value)
 				if err != nil {
-					return so, nil, fmt.Errorf("option ca_bundle=%q: %w", value, err)
+					return so, nil, fmt.Errorf("option %s=%q: %w", name, value, err)
 				}
 				value = abs
 			}
-			so.caBundle = value
+			if name == "ca_bundle" {
+				so.caBundle = value
+			} else {
+				so.credentialsFile = value
+			}
 		case "mount_timeout":
 			d, err := config.ParseDuration(value)
 			if err != nil || d <= 0 {
@@ -276,6 +284,7 @@ func (so storeOpts) s3Only() string {
 		set  bool
 	}{
 		{"endpoint", so.endpoint != ""}, {"region", so.region != ""}, {"profile", so.profile != ""},
+		{"credentials_file", so.credentialsFile != ""},
 		{"path_style", so.pathStyle},
 		{"sse", so.sse != ""}, {"sse_kms_key_id", so.sseKMSKeyID != ""}, {"storage_class", so.storageClass != ""},
 		{"checksum", so.checksum != ""}, {"ca_bundle", so.caBundle != ""}, {"requester_pays", so.requesterPays},
@@ -326,7 +335,7 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 		}
 		s, err := s3.New(ctx, s3.Config{
 			Bucket: u.Host, Prefix: prefix, Endpoint: so.endpoint, Region: so.region,
-			PathStyle: so.pathStyle, Profile: so.profile, Timeouts: so.timeouts,
+			PathStyle: so.pathStyle, Profile: so.profile, CredentialsFile: so.credentialsFile, Timeouts: so.timeouts,
 			SSE: so.sse, SSEKMSKeyID: so.sseKMSKeyID, StorageClass: so.storageClass,
 			RequesterPays: so.requesterPays, CABundle: so.caBundle, Checksum: so.checksum,
 			Logger: so.logger,

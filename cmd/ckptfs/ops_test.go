@@ -172,7 +172,7 @@ func TestMountErrorsS3(t *testing.T) {
 			`no bucket "no-such-bucket-ckptfs" at ` + c.Endpoint + `: check the bucket name in the store URL (and endpoint=)`, s3.ErrNoSuchBucket},
 		{"bad secret", store, func(so storeOpts) storeOpts { return so },
 			func(t *testing.T) { t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong"+c.SecretKey) },
-			`the secret key does not match the access key: bucket "` + c.Bucket + `" at ` + c.Endpoint + ` refused the credentials: check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the profile)`, s3.ErrBadCredentials},
+			`the secret key does not match the access key: bucket "` + c.Bucket + `" at ` + c.Endpoint + ` refused the credentials: check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, credentials_file= or the profile)`, s3.ErrBadCredentials},
 		{"closed port", store, func(so storeOpts) storeOpts { so.endpoint = closed; so.mountTimeout = 2 * time.Second; return so }, nil,
 			`gave up after mount_timeout=2s reaching ` + closed + `: connection refused: cannot reach ` + closed + ` for bucket "` + c.Bucket + `": check endpoint= and that the server is up`, s3.ErrUnreachable},
 	}
