@@ -564,7 +564,13 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	if err := fsys.Mount(m.mountpoint); err != nil {
+	mount := func() error { return fsys.Mount(m.mountpoint) }
+	if report != nil {
+		err = mountDetached(mount)
+	} else {
+		err = mount()
+	}
+	if err != nil {
 		fsys.Close()
 		return fail(err)
 	}
