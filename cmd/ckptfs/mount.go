@@ -546,7 +546,7 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	if cleared != "" {
 		warn(cleared)
 	}
-	sink, logFile, err := mountLogSink(so, cfg, report != nil, stderr, warn)
+	sink, logFile, note, err := mountLogSink(so, cfg, report != nil, stderr, warn)
 	if err != nil {
 		return fail(err)
 	}
@@ -558,6 +558,9 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	// having no terminal to say them on.
 	log, life := mountLoggers(sink, cfg.Log, report != nil || os.Getenv("NOTIFY_SOCKET") != "")
 	defer log.Sync()
+	if note != "" {
+		life.Info(note) // at the default level too, as the start's lines
+	}
 
 	setHeapLimit(cfg.MemoryLimit)
 	fsys, err := openFS(m.store, so, cfg, log, warn)
@@ -612,9 +615,9 @@ const fallbackLogFile = "/var/log/ckptfs.log"
 // journal under systemd, else the system log, else fallbackLogFile; in the
 // foreground, stderr. logFile is the file it opened (log_file= or the
 // fallback), for the caller to close and SIGHUP to reopen (nil without
-// one); warn receives where a detached mount's log went, or why it is
-// discarded.
-func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writer, warn func(string)) (sink logSink, logFile *reopenFile, err error) {
+// one); warn receives why a detached mount's log is discarded, and note,
+// for the log itself, why it went to fallbackLogFile.
+func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writer, warn func(string)) (sink logSink, logFile *reopenFile, note string, err error) {
 	var jc *journalCore
 	if detached && so.logFile == "" {
 		jc = newJournalCore(cfg.Log.ZapLevel())
@@ -622,7 +625,7 @@ func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writ
 	switch {
 	case so.logFile != "":
 		if logFile, err = openLogFile(so.logFile); err != nil {
-			return nil, nil, fmt.Errorf("option log_file: %w", err)
+			return nil, nil, "", fmt.Errorf("option log_file: %w", err)
 		}
 		sink = writerSink(logFile)
 	case jc != nil:
@@ -636,15 +639,17 @@ func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writ
 			break
 		}
 		if f, ferr := openLogFile(fallbackLogFile); ferr == nil {
+			// Where the help says the log goes: a note in the log, not
+			// a warning at every mount (a container has no /dev/log).
 			logFile, sink = f, writerSink(f)
-			warn(fmt.Sprintf("%v: the mount logs to %s; give -o log_file=PATH to choose another file", err, fallbackLogFile))
+			note = fmt.Sprintf("no journal and no system log (/dev/log): logging to %s; -o log_file=PATH chooses another file", fallbackLogFile)
 		} else {
 			warn(fmt.Sprintf("%v, and %v: the mount's log is discarded; give -o log_file=PATH to keep it", err, ferr))
 		}
 	default:
 		sink = writerSink(stderr)
 	}
-	return sink, logFile, nil
+	return sink, logFile, note, nil
 }
 
 // reopenLog reopens the log file on SIGHUP (logrotate); logFile is nil
