@@ -147,3 +147,58 @@ func TestOpsNoSyslog(t *testing.T) {
 		return nil
 	})
 }
+
+// TestOpsLogrotate: the package's logrotate file (scripts/package/logrotate,
+// /etc/logrotate.d/ckptfs) rotates a detached mount's log_file with
+// copytruncate, no signal: what was logged before is in the rotated file,
+// and the mount's next lines start the emptied one (the log is opened
+// O_APPEND: no hole of the old length before them).
+func TestOpsLogrotate(t *testing.T) {
+	need(t, "fusermount3", "logrotate")
+	conf, err := os.ReadFile(filepath.Join(repoRoot(t), "scripts", "package", "logrotate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const paths = "/var/log/ckptfs.log /var/log/ckptfs/*.log {"
+	if !strings.Contains(string(conf), paths) {
+		t.Fatalf("scripts/package/logrotate has no %q", paths)
+	}
+	work := t.TempDir()
+	logFile := filepath.Join(work, "ckptfs.log")
+	confFile := filepath.Join(work, "logrotate.conf")
+	if err := os.WriteFile(confFile, []byte(strings.Replace(string(conf), paths, logFile+" {", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := mountpoint(t)
+	if out, err := runErr("", ckptfsBinary(t), "mount", "-o", "create,log=info,log_file="+logFile, "file://"+filepath.Join(work, "store"), dir); err != nil {
+		t.Fatalf("ckptfs mount: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if isMounted(t, dir) {
+			runErr("", "fusermount3", "-u", dir)
+		}
+	})
+	waitFor(t, 30*time.Second, func() error {
+		if b, _ := os.ReadFile(logFile); !strings.Contains(string(b), "\tmounted\t") {
+			return errors.New("the log does not say mounted yet")
+		}
+		return nil
+	})
+	if out, err := runErr("", "logrotate", "-f", "-s", filepath.Join(work, "state"), confFile); err != nil {
+		t.Fatalf("logrotate: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(logFile + ".1"); err != nil || !strings.Contains(string(b), "\tmounted\t") {
+		t.Fatalf("the rotated log %s.1: %v\n%s", logFile, err, b)
+	}
+	run(t, "", "fusermount3", "-u", dir)
+	waitFor(t, 30*time.Second, func() error {
+		b, err := os.ReadFile(logFile)
+		if err != nil || !strings.Contains(string(b), "\tunmounted\t") {
+			return errors.New("the log after rotation does not say unmounted yet")
+		}
+		if b[0] == 0 || strings.Contains(string(b), "\tmounted\t") {
+			t.Fatalf("the log after rotation:\n%q\nwant only what came after it, from its first byte", b)
+		}
+		return nil
+	})
+}
