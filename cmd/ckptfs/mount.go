@@ -87,6 +87,9 @@ func newMountCmd(mount mountFunc) *cobra.Command {
 			if _, _, err := parseMountOpts(m.opts); err != nil {
 				return err
 			}
+			if _, err := parseStore(m.store); err != nil {
+				return err
+			}
 			if code := mount(m, c.OutOrStdout(), c.ErrOrStderr()); code != exitOK {
 				return exitStatus(code)
 			}
@@ -296,9 +299,10 @@ func (so storeOpts) s3Only() string {
 	return ""
 }
 
-// openStore opens STORE; it returns the store, the volume root in it and the
-// name shown in the mount table.
-func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, string, error) {
+// parseStore reads STORE. One that is none of its forms is a usage error
+// (exit 2), as a wrong number of arguments is: the command line is wrong,
+// not the store.
+func parseStore(spec string) (*url.URL, error) {
 	u, err := url.Parse(spec)
 	spec = staging.RedactURL(spec) // only printed from here on
 	if err != nil {
@@ -306,8 +310,32 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, "", fmt.Errorf("store %q: %w", spec, err)
+		return nil, &usageError{fmt.Errorf("store %q: %w", spec, err)}
 	}
+	switch u.Scheme {
+	case "mem":
+	case "file":
+		if u.Host != "" || u.User != nil || !filepath.IsAbs(u.Path) {
+			return nil, usagef("store %q: want file:///absolute/dir", spec)
+		}
+	case "s3":
+		if u.Host == "" {
+			return nil, usagef("store %q: want s3://bucket[/prefix]", spec)
+		}
+	default:
+		return nil, usagef("store %q: want s3://bucket[/prefix], file:///dir or mem://", spec)
+	}
+	return u, nil
+}
+
+// openStore opens STORE; it returns the store, the volume root in it and the
+// name shown in the mount table.
+func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, string, error) {
+	u, err := parseStore(spec)
+	if err != nil {
+		return nil, "", err
+	}
+	spec = staging.RedactURL(spec) // only printed from here on
 	if u.Scheme != "s3" {
 		if name := so.s3Only(); name != "" {
 			return nil, "", fmt.Errorf("store %s: option %s is for s3:// stores only", spec, name)
@@ -317,18 +345,12 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 	case "mem":
 		return mem.New(), "", nil
 	case "file":
-		if u.Host != "" || u.User != nil || !filepath.IsAbs(u.Path) {
-			return nil, "", fmt.Errorf("store %q: want file:///absolute/dir", spec)
-		}
 		d, err := dir.New(u.Path)
 		if err != nil {
 			return nil, "", fmt.Errorf("store %s: %w", spec, err)
 		}
 		return d, "", nil
 	case "s3":
-		if u.Host == "" {
-			return nil, "", fmt.Errorf("store %q: want s3://bucket[/prefix]", spec)
-		}
 		prefix := strings.Trim(u.Path, "/")
 		if prefix != "" {
 			prefix += "/"
@@ -345,7 +367,7 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 		}
 		return s, "", nil
 	}
-	return nil, "", fmt.Errorf("store %q: want s3://bucket[/prefix], file:///dir or mem://", spec)
+	return nil, "", fmt.Errorf("store %q: want s3://bucket[/prefix], file:///dir or mem://", spec) // parseStore refused it
 }
 
 // descriptorShown is the volume descriptor of the store spec as the store
