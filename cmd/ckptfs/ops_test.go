@@ -110,6 +110,10 @@ func TestFormat(t *testing.T) {
 	if code := run([]string{"ckptfs", "format", "-o", "format=parted,data_block_size=128K", store}, &out, &errOut); code != 0 {
 		t.Fatalf("format exited %d: %s", code, errOut.String())
 	}
+	// The sizes as options write them, so that the line serves as -o.
+	if want := "created volume " + store + ": format=parted data_block_size=128K meta_block_size=4K\n"; out.String() != want {
+		t.Errorf("format printed %q, want %q", out.String(), want)
+	}
 	v, err := volume.ReadDescriptor(context.Background(), d, "")
 	if err != nil || v.Format != "parted" || v.DataBlockSize != 128<<10 {
 		t.Fatalf("descriptor after format: %+v (%v)", v, err)
