@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -27,5 +28,15 @@ func TestMountDetachedSaysStderr(t *testing.T) {
 	}
 	if err := mountDetached(func() error { return nil }); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestReportFailureOneLine: an error ending in a newline (go-fuse's
+// "fusermount exited with code 256\n") is one line without a dangling "; ".
+func TestReportFailureOneLine(t *testing.T) {
+	var b strings.Builder
+	reportFailure(nil, &b, errors.New("mount /m: fusermount exited with code 256\n"))
+	if want := "ckptfs mount: mount /m: fusermount exited with code 256\n"; b.String() != want {
+		t.Fatalf("%q, want %q", b.String(), want)
 	}
 }

@@ -701,7 +701,7 @@ func childReport() *os.File {
 // reportFailure says why the mount failed, to the parent (report, nil in
 // the foreground) and on stderr, and returns the exit status.
 func reportFailure(report *os.File, stderr io.Writer, err error) int {
-	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
 	if report != nil {
 		fmt.Fprintf(report, "error: %s\n", msg)
 		report.Close()
