@@ -171,8 +171,8 @@ func TestMountArgs(t *testing.T) {
 		args []string
 		want mountArgs
 	}{
-		{[]string{"/sbin/mount.ckptfs", "SRC", "DIR", "-o", "log=debug"}, mountArgs{store: "SRC", mountpoint: "DIR", opts: []string{"log=debug"}}},
-		{[]string{"mount.ckptfs", "-o", "log=debug", "SRC", "DIR"}, mountArgs{store: "SRC", mountpoint: "DIR", opts: []string{"log=debug"}}},
+		{[]string{"/sbin/mount.ckptfs", "mem://", "DIR", "-o", "log=debug"}, mountArgs{store: "mem://", mountpoint: "DIR", opts: []string{"log=debug"}}},
+		{[]string{"mount.ckptfs", "-o", "log=debug", "file:///srv/vol", "DIR"}, mountArgs{store: "file:///srv/vol", mountpoint: "DIR", opts: []string{"log=debug"}}},
 		{[]string{"mount.ckptfs", "s3://b", "/mnt", "-o", "rw,_netdev", "-n"}, mountArgs{store: "s3://b", mountpoint: "/mnt", opts: []string{"rw", "_netdev"}}},
 		{[]string{"mount.ckptfs", "s3://b", "/mnt", "-s", "-f", "-n", "-v", "-o", "wal"}, mountArgs{store: "s3://b", mountpoint: "/mnt", opts: []string{"wal"}, foreground: true}},
 		{[]string{"mount.ckptfs", "s3://b", "/mnt", "-sfnv"}, mountArgs{store: "s3://b", mountpoint: "/mnt", foreground: true}},
