@@ -145,7 +145,7 @@ func iniKeys(ctx context.Context, path, profile string) (fileKeys, error) {
 // which win; blank lines and lines starting with # are skipped. A line that
 // is neither is an error naming its number, not its text.
 func passwdKeys(path string, b []byte, bucket string) (fileKeys, error) {
-	var any, mine *fileKeys
+	var every, mine *fileKeys
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	sc.Buffer(nil, credentialsFileMost+1)
 	for n := 1; sc.Scan(); n++ {
@@ -162,8 +162,8 @@ func passwdKeys(path string, b []byte, bucket string) (fileKeys, error) {
 		}
 		switch len(f) {
 		case 2:
-			if any == nil {
-				any = &fileKeys{access: f[0], secret: f[1]}
+			if every == nil {
+				every = &fileKeys{access: f[0], secret: f[1]}
 			}
 		case 3:
 			if f[0] == bucket && mine == nil {
@@ -177,8 +177,8 @@ func passwdKeys(path string, b []byte, bucket string) (fileKeys, error) {
 	switch {
 	case mine != nil:
 		return *mine, nil
-	case any != nil:
-		return *any, nil
+	case every != nil:
+		return *every, nil
 	}
 	return fileKeys{}, &credsFileError{path: path, what: "no keys for bucket " + bucket,
 		fix: "add an ACCESS_KEY:SECRET_KEY line, or " + bucket + ":ACCESS_KEY:SECRET_KEY"}
