@@ -321,7 +321,7 @@ func TestSetUnknown(t *testing.T) {
 	}
 	if !strings.HasPrefix(err.Error(), `unknown option "foo" (known: data_block_size, meta_block_size, `) ||
 		!strings.HasSuffix(err.Error(), "allow_other, ro, allow_root, auto_unmount, uid, gid, umask, file_mode, dir_mode, noexec, nosuid, nodev, noatime, intr, gc, gc_interval, gc_files, gc_keep, gc_keep_for, gc_grace, gc_min_age, gc_ns_lag, "+
-			"endpoint, region, profile, path_style, sse, sse_kms_key_id, storage_class, requester_pays, ca_bundle, checksum, log_file, create, mount_timeout, single_writer)") {
+			"endpoint, region, profile, credentials_file, path_style, sse, sse_kms_key_id, storage_class, requester_pays, ca_bundle, checksum, log_file, create, mount_timeout, single_writer)") {
 		t.Errorf("message %q", err)
 	}
 	if _, err := c.Get("foo"); !errors.Is(err, ErrUnknownOption) {

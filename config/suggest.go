@@ -14,15 +14,15 @@ var storeOptionNames = append(slices.Clone(storeOwnNames), storeAliasNames...)
 // storeOwnNames are the store options under their own names, listed by an
 // unknown option's message beside the tunables.
 var storeOwnNames = []string{
-	"endpoint", "region", "profile", "path_style", "sse", "sse_kms_key_id",
+	"endpoint", "region", "profile", "credentials_file", "path_style", "sse", "sse_kms_key_id",
 	"storage_class", "requester_pays", "ca_bundle", "checksum", "log_file",
 	"create", "mount_timeout", "single_writer",
 }
 
 // storeAliasNames are s3fs's names of store options: use_path_request_style
-// is path_style, logfile is log_file, use_sse is sse (and sse_kms_key_id with
-// kmsid:ID).
-var storeAliasNames = []string{"use_path_request_style", "logfile", "use_sse"}
+// is path_style, logfile is log_file, passwd_file is credentials_file,
+// use_sse is sse (and sse_kms_key_id with kmsid:ID).
+var storeAliasNames = []string{"use_path_request_style", "logfile", "passwd_file", "use_sse"}
 
 // storeFlagNames are the store options that take no value.
 var storeFlagNames = []string{"path_style", "use_path_request_style", "requester_pays", "create", "single_writer"}

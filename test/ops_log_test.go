@@ -99,7 +99,9 @@ func TestOpsLogReopen(t *testing.T) {
 }
 
 // TestOpsNoSyslog: a detached mount without log_file on a machine without
-// /dev/log says, before detaching, that its log is discarded.
+// /dev/log (a container) logs to /var/log/ckptfs.log when it may (root), and
+// says why in one info line there, not in a warning at every mount; when it
+// may not, it says before detaching that its log is discarded.
 func TestOpsNoSyslog(t *testing.T) {
 	need(t, "fusermount3")
 	if _, err := os.Stat("/dev/log"); err == nil {
@@ -120,24 +122,83 @@ func TestOpsNoSyslog(t *testing.T) {
 			runErr("", "fusermount3", "-u", dir)
 		}
 	})
-	if !strings.Contains(string(out), "warning: no system log") || !strings.Contains(string(out), "log_file=PATH") {
-		t.Fatalf("no warning of where the log goes:\n%s", out)
+	run(t, "", "fusermount3", "-u", dir)
+	if os.Geteuid() != 0 {
+		if !strings.Contains(string(out), "warning: no system log") || !strings.Contains(string(out), "log is discarded") ||
+			!strings.Contains(string(out), "log_file=PATH") {
+			t.Fatalf("no warning that the log is discarded:\n%s", out)
+		}
+		return
+	}
+	// Root may write /var/log: the log goes there, with a note of why,
+	// mounted and unmounted; the terminal is told nothing.
+	if len(out) != 0 {
+		t.Fatalf("the mount printed\n%s\nwant nothing: the log goes where --help says", out)
+	}
+	note := "info\tckptfs\tno journal and no system log (/dev/log): logging to /var/log/ckptfs.log; -o log_file=PATH chooses another file\n"
+	waitFor(t, 10*time.Second, func() error {
+		b, err := os.ReadFile("/var/log/ckptfs.log")
+		if err != nil {
+			return err
+		}
+		if !strings.Contains(string(b), dir) || !strings.Contains(string(b), "unmounted") || !strings.Contains(string(b), note) {
+			return fmt.Errorf("/var/log/ckptfs.log has no note, or no mounted and unmounted lines of %s", dir)
+		}
+		return nil
+	})
+}
+
+// TestOpsLogrotate: the package's logrotate file (scripts/package/logrotate,
+// /etc/logrotate.d/ckptfs) rotates a detached mount's log_file with
+// copytruncate, no signal: what was logged before is in the rotated file,
+// and the mount's next lines start the emptied one (the log is opened
+// O_APPEND: no hole of the old length before them).
+func TestOpsLogrotate(t *testing.T) {
+	need(t, "fusermount3", "logrotate")
+	conf, err := os.ReadFile(filepath.Join(repoRoot(t), "scripts", "package", "logrotate"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const paths = "/var/log/ckptfs.log /var/log/ckptfs/*.log {"
+	if !strings.Contains(string(conf), paths) {
+		t.Fatalf("scripts/package/logrotate has no %q", paths)
+	}
+	work := t.TempDir()
+	logFile := filepath.Join(work, "ckptfs.log")
+	confFile := filepath.Join(work, "logrotate.conf")
+	if err := os.WriteFile(confFile, []byte(strings.Replace(string(conf), paths, logFile+" {", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := mountpoint(t)
+	if out, err := runErr("", ckptfsBinary(t), "mount", "-o", "create,log=info,log_file="+logFile, "file://"+filepath.Join(work, "store"), dir); err != nil {
+		t.Fatalf("ckptfs mount: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		if isMounted(t, dir) {
+			runErr("", "fusermount3", "-u", dir)
+		}
+	})
+	waitFor(t, 30*time.Second, func() error {
+		if b, _ := os.ReadFile(logFile); !strings.Contains(string(b), "\tmounted\t") {
+			return errors.New("the log does not say mounted yet")
+		}
+		return nil
+	})
+	if out, err := runErr("", "logrotate", "-f", "-s", filepath.Join(work, "state"), confFile); err != nil {
+		t.Fatalf("logrotate: %v\n%s", err, out)
+	}
+	if b, err := os.ReadFile(logFile + ".1"); err != nil || !strings.Contains(string(b), "\tmounted\t") {
+		t.Fatalf("the rotated log %s.1: %v\n%s", logFile, err, b)
 	}
 	run(t, "", "fusermount3", "-u", dir)
-	if os.Geteuid() == 0 {
-		// Root may write /var/log: the log goes there, mounted and unmounted.
-		if !strings.Contains(string(out), "/var/log/ckptfs.log") {
-			t.Fatalf("the warning does not name /var/log/ckptfs.log:\n%s", out)
+	waitFor(t, 30*time.Second, func() error {
+		b, err := os.ReadFile(logFile)
+		if err != nil || !strings.Contains(string(b), "\tunmounted\t") {
+			return errors.New("the log after rotation does not say unmounted yet")
 		}
-		waitFor(t, 10*time.Second, func() error {
-			b, err := os.ReadFile("/var/log/ckptfs.log")
-			if err != nil {
-				return err
-			}
-			if !strings.Contains(string(b), dir) || !strings.Contains(string(b), "unmounted") {
-				return fmt.Errorf("/var/log/ckptfs.log has no mounted and unmounted lines of %s", dir)
-			}
-			return nil
-		})
-	}
+		if b[0] == 0 || strings.Contains(string(b), "\tmounted\t") {
+			t.Fatalf("the log after rotation:\n%q\nwant only what came after it, from its first byte", b)
+		}
+		return nil
+	})
 }

@@ -99,9 +99,28 @@ func TestPackage(t *testing.T) {
 		t.Fatalf("/sbin/mount.ckptfs leads to %q (%v), want /usr/bin/ckptfs", target, err)
 	}
 	checkManPage(t, "/usr/share/man/man1/ckptfs-mount.1.gz")
+	checkManPage(t, "/usr/share/man/man8/mount.ckptfs.8.gz")
 	if _, err := exec.LookPath("man"); err == nil {
 		if got := strings.TrimSpace(run(t, "", "man", "-w", "ckptfs")); got != "/usr/share/man/man1/ckptfs.1.gz" {
 			t.Errorf("man -w ckptfs: %q", got)
+		}
+		if got := strings.TrimSpace(run(t, "", "man", "-w", "mount.ckptfs")); got != "/usr/share/man/man8/mount.ckptfs.8.gz" {
+			t.Errorf("man -w mount.ckptfs: %q", got)
+		}
+	}
+	// The logrotate file, a conffile: rotation without a signal.
+	rot, err := os.ReadFile("/etc/logrotate.d/ckptfs")
+	if err != nil || !bytes.Contains(rot, []byte("/var/log/ckptfs.log")) || !bytes.Contains(rot, []byte("copytruncate")) {
+		t.Fatalf("/etc/logrotate.d/ckptfs: %v\n%s", err, rot)
+	}
+	if out := run(t, "", "dpkg-query", "-W", "-f=${Conffiles}", "ckptfs"); !strings.Contains(out, "/etc/logrotate.d/ckptfs ") {
+		t.Errorf("conffiles: %q, want /etc/logrotate.d/ckptfs", out)
+	}
+	if _, err := exec.LookPath("logrotate"); err == nil {
+		// -d reads the configuration and rotates nothing.
+		if out, err := runErr("", "logrotate", "-d", "-s", filepath.Join(t.TempDir(), "state"), "/etc/logrotate.d/ckptfs"); err != nil ||
+			strings.Contains(out, "error:") {
+			t.Errorf("logrotate -d /etc/logrotate.d/ckptfs: %v\n%s", err, out)
 		}
 	}
 	unit, err := os.ReadFile("/usr/lib/systemd/system/ckptfs@.service")

@@ -18,6 +18,8 @@ func TestStoreOptionAliases(t *testing.T) {
 		{[]string{"use_path_request_style"}, storeOpts{pathStyle: true}},
 		{[]string{"use_path_request_style=false"}, storeOpts{}},
 		{[]string{"logfile=/var/log/ckptfs.log"}, storeOpts{logFile: "/var/log/ckptfs.log"}},
+		{[]string{"passwd_file=/etc/passwd-s3fs"}, storeOpts{credentialsFile: "/etc/passwd-s3fs"}},
+		{[]string{"credentials_file=/etc/ckptfs/keys"}, storeOpts{credentialsFile: "/etc/ckptfs/keys"}},
 		{[]string{"use_sse"}, storeOpts{sse: "AES256"}},
 		{[]string{"use_sse=1"}, storeOpts{sse: "AES256"}},
 		{[]string{"use_sse=0"}, storeOpts{}},
@@ -37,7 +39,7 @@ func TestStoreOptionAliases(t *testing.T) {
 			t.Errorf("takeStoreOpts(%q) = %+v, %q, %v; want %+v", tc.opts, so, rest, err, tc.want)
 		}
 	}
-	for _, bad := range []string{"use_sse=custom", "use_sse=c", "use_sse=kmsid:", "use_sse=maybe", "logfile="} {
+	for _, bad := range []string{"use_sse=custom", "use_sse=c", "use_sse=kmsid:", "use_sse=maybe", "logfile=", "passwd_file=", "credentials_file"} {
 		if _, _, err := takeStoreOpts([]string{bad}); err == nil {
 			t.Errorf("takeStoreOpts(%q) accepted", bad)
 		}

@@ -84,6 +84,9 @@ func flagError(c *cobra.Command, err error) error {
 func argsBetween(lo, hi int, what string) cobra.PositionalArgs {
 	return func(_ *cobra.Command, args []string) error {
 		if len(args) < lo || len(args) > hi {
+			if len(args) == 1 {
+				return usagef("want %s, got 1 argument", what)
+			}
 			return usagef("want %s, got %d arguments", what, len(args))
 		}
 		return nil

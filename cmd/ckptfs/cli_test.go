@@ -126,7 +126,17 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ckptfs", "help", "ls", "x"}, 2, `unknown help topic "ls x"`},
 		{[]string{"ckptfs", "completion"}, 2, "ckptfs completion: want a shell"},
 		{[]string{"ckptfs", "completion", "tcsh"}, 2, `unknown shell "tcsh"`},
-		{[]string{"ckptfs", "mount", "mem://"}, 2, "ckptfs mount: want STORE and MOUNTPOINT, got 1"},
+		{[]string{"ckptfs", "mount", "mem://"}, 2, "ckptfs mount: want STORE and MOUNTPOINT, got 1 argument (see"},
+		// A STORE of none of its forms is a usage error too.
+		{[]string{"ckptfs", "fsck", "ftp://x"}, 2, `ckptfs fsck: store "ftp://x": want s3://bucket[/prefix], file:///dir or mem://`},
+		{[]string{"ckptfs", "ls", "s3:/bucket"}, 2, `ckptfs ls: store "s3:/bucket": want s3://bucket[/prefix]`},
+		{[]string{"ckptfs", "format", "s3://"}, 2, `ckptfs format: store "s3://": want s3://bucket[/prefix]`},
+		{[]string{"ckptfs", "info", "file://rel/dir"}, 2, `ckptfs info: store "file://rel/dir": want file:///absolute/dir`},
+		{[]string{"ckptfs", "cat", "%zz", "/f"}, 2, `ckptfs cat: store "%zz": invalid URL escape "%zz"`},
+		{[]string{"ckptfs", "cp", "bucket/vol", "/a", "/b"}, 2, `ckptfs cp: store "bucket/vol": want s3://bucket[/prefix], file:///dir or mem://`},
+		{[]string{"ckptfs", "gc", "/var/lib/vol"}, 2, `ckptfs gc: store "/var/lib/vol": want`},
+		{[]string{"ckptfs", "mount", "bucket", "/m"}, 2, `ckptfs mount: store "bucket": want`},
+		{[]string{"mount.ckptfs", "s3:bucket", "/m", "-o", "rw"}, 2, `ckptfs mount: store "s3:bucket": want s3://bucket[/prefix]`},
 		{[]string{"ckptfs", "mount", "mem://", "/m", "-o"}, 2, "flag needs an argument: 'o'"},
 		{[]string{"ckptfs", "mount", "--frobnicate", "mem://", "/m"}, 2, "unknown flag: --frobnicate"},
 		{[]string{"mount.ckptfs", "mem://"}, 2, "ckptfs mount: want STORE and MOUNTPOINT"},
@@ -136,7 +146,6 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"ckptfs", "mount", "-o", "nodev=false", "mem://", "/m"}, 2, "option nodev=false: must be true: a ckptfs mount is always nodev"},
 		// The operation fails: 1.
 		{[]string{"ckptfs", "ls", empty}, 1, "ckptfs ls: no ckptfs volume at " + empty},
-		{[]string{"ckptfs", "fsck", "ftp://x"}, 1, "ckptfs fsck: store"},
 		{[]string{"ckptfs", "gc", empty}, 1, "ckptfs gc: no ckptfs volume"},
 	}
 	for _, c := range cases {
@@ -163,8 +172,8 @@ func TestMountArgs(t *testing.T) {
 		args []string
 		want mountArgs
 	}{
-		{[]string{"/sbin/mount.ckptfs", "SRC", "DIR", "-o", "log=debug"}, mountArgs{store: "SRC", mountpoint: "DIR", opts: []string{"log=debug"}}},
-		{[]string{"mount.ckptfs", "-o", "log=debug", "SRC", "DIR"}, mountArgs{store: "SRC", mountpoint: "DIR", opts: []string{"log=debug"}}},
+		{[]string{"/sbin/mount.ckptfs", "mem://", "DIR", "-o", "log=debug"}, mountArgs{store: "mem://", mountpoint: "DIR", opts: []string{"log=debug"}}},
+		{[]string{"mount.ckptfs", "-o", "log=debug", "file:///srv/vol", "DIR"}, mountArgs{store: "file:///srv/vol", mountpoint: "DIR", opts: []string{"log=debug"}}},
 		{[]string{"mount.ckptfs", "s3://b", "/mnt", "-o", "rw,_netdev", "-n"}, mountArgs{store: "s3://b", mountpoint: "/mnt", opts: []string{"rw", "_netdev"}}},
 		{[]string{"mount.ckptfs", "s3://b", "/mnt", "-s", "-f", "-n", "-v", "-o", "wal"}, mountArgs{store: "s3://b", mountpoint: "/mnt", opts: []string{"wal"}, foreground: true}},
 		{[]string{"mount.ckptfs", "s3://b", "/mnt", "-sfnv"}, mountArgs{store: "s3://b", mountpoint: "/mnt", foreground: true}},

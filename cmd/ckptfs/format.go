@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -47,8 +48,10 @@ func newFormatCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(c.OutOrStdout(), "created volume %s: format=%s data_block_size=%d meta_block_size=%d\n",
-				redactStore(spec), v.Format, v.DataBlockSize, v.MetaBlockSize)
+			// Sizes as options are written, so that the line can be given
+			// back as -o.
+			fmt.Fprintf(c.OutOrStdout(), "created volume %s: format=%s data_block_size=%s meta_block_size=%s\n",
+				redactStore(spec), v.Format, config.FormatSize(v.DataBlockSize), config.FormatSize(v.MetaBlockSize))
 			if policy != nil {
 				fmt.Fprintf(c.OutOrStdout(), "retention policy: keep=%d keep_for=%v\n", policy.Keep, policy.KeepFor)
 			}

@@ -26,7 +26,8 @@ var storeOptDocs = []storeOptDoc{
 	{"endpoint=URL", `S3-compatible server ("http://127.0.0.1:7070"; host:port is http://host:port); default AWS`},
 	{"region=NAME", "region; default from the environment or profile, else (AWS) the bucket's own, asked of S3 at start"},
 	{"path_style", "address the bucket in the path (most S3-compatible servers); also use_path_request_style"},
-	{"profile=NAME", "profile of the shared AWS config files"},
+	{"profile=NAME", "profile of the shared AWS config files (of credentials_file, when it is in AWS's format)"},
+	{"credentials_file=PATH", "file of keys, mode 600: AWS's credentials file ([default] with aws_access_key_id and aws_secret_access_key) or s3fs's passwd file (ACCESS_KEY:SECRET_KEY, or BUCKET:ACCESS_KEY:SECRET_KEY); its keys win over the environment's. Also passwd_file"},
 	{"sse=KIND", "server-side encryption of written objects: AES256, aws:kms or aws:kms:dsse; default the bucket's. Also s3fs's use_sse: bare for AES256, use_sse=kmsid[:KEY-ID] for aws:kms"},
 	{"sse_kms_key_id=ID", "KMS key of aws:kms and aws:kms:dsse (id, ARN or alias); default the account's AWS managed key"},
 	{"storage_class=NAME", "storage class of written objects (STANDARD, INTELLIGENT_TIERING, STANDARD_IA, ...; any case); default STANDARD"},
@@ -61,8 +62,8 @@ func storeOptsHelp() string {
 		"reach the store ("+strings.Join(toolTunables, ", ")+"), so that a mount's -o string "+
 		"serves its tools (they keep no log: log= changes nothing there); the other tunables "+
 		"shape a mount and are refused there as for mount only.", ""))
-	b.WriteString(wrapText("Credentials come the AWS way: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, "+
-		"a profile, SSO, or an instance role. They are never logged.", ""))
+	b.WriteString(wrapText("Credentials come from credentials_file=, else the AWS way: AWS_ACCESS_KEY_ID and "+
+		"AWS_SECRET_ACCESS_KEY, a profile, SSO, or an instance role. They are never logged.", ""))
 	return strings.TrimSuffix(b.String(), "\n")
 }
 

@@ -78,7 +78,7 @@ func TestManPages(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("ckptfs man: exit %d: %s", code, errOut)
 	}
-	pages, err := filepath.Glob(filepath.Join(dir, "*.1"))
+	pages, err := filepath.Glob(filepath.Join(dir, "*.[18]"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func TestManPages(t *testing.T) {
 	for _, p := range pages {
 		names[filepath.Base(p)] = true
 	}
-	for _, want := range []string{"ckptfs.1", "ckptfs-mount.1", "ckptfs-gc.1", "ckptfs-cat.1"} {
+	for _, want := range []string{"ckptfs.1", "ckptfs-mount.1", "ckptfs-gc.1", "ckptfs-cat.1", "mount.ckptfs.8"} {
 		if !names[want] {
 			t.Errorf("no %s among %v", want, names)
 		}
@@ -103,9 +103,21 @@ func TestManPages(t *testing.T) {
 			t.Errorf("ckptfs-mount.1 lacks %q", want)
 		}
 	}
+	// man mount.ckptfs: section 8, under the helper's name, with the
+	// mount command's options.
+	helper, err := os.ReadFile(filepath.Join(dir, "mount.ckptfs.8"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`.TH "MOUNT.CKPTFS" "8"`, "mount.ckptfs - mount a ckptfs volume", `\fBmount.ckptfs STORE MOUNTPOINT`,
+		"credentials_file=PATH", "data_block_size=<size> (default 64K)", "--foreground"} {
+		if !strings.Contains(string(helper), want) {
+			t.Errorf("mount.ckptfs.8 lacks %q", want)
+		}
+	}
 	const docs = "../../docs/man"
 	if *updateMan {
-		old, _ := filepath.Glob(filepath.Join(docs, "*.1"))
+		old, _ := filepath.Glob(filepath.Join(docs, "*.[18]"))
 		for _, p := range old {
 			if err := os.Remove(p); err != nil {
 				t.Fatal(err)

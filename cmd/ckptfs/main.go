@@ -67,7 +67,7 @@ const exitText = `Exit status (every command):
   0  success
   1  the operation failed (fsck: problems found)
   2  usage error: unknown command, unknown flag, wrong number of arguments,
-     a bad flag value or -o option
+     a bad flag value or -o option, a STORE of none of its forms
 Errors are printed as one line on stderr: "ckptfs COMMAND: what went wrong".`
 
 // tunablesText is the list of tunables, shown after the flags of the root's

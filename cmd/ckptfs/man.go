@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -38,6 +40,46 @@ func writeManPages(dir string) error {
 	header := &doc.GenManHeader{Title: "CKPTFS", Section: "1", Source: "ckptfs", Manual: "ckptfs manual"}
 	if err := doc.GenManTree(root, header, dir); err != nil {
 		return fmt.Errorf("man pages in %s: %w", dir, err)
+	}
+	return writeHelperPage(root, dir)
+}
+
+// helperManText opens mount.ckptfs(8): how mount(8) comes to run it.
+const helperManText = `mount(8) runs mount.ckptfs for /etc/fstab lines of type ckptfs and for
+"mount -t ckptfs": "mount -t ckptfs -o OPTIONS STORE MOUNTPOINT" runs
+"mount.ckptfs STORE MOUNTPOINT -o OPTIONS". It is a link to ckptfs (the
+package installs /sbin/mount.ckptfs) and is "ckptfs mount" under another
+name: the same options, the same detaching, the same exit statuses. -s, -n
+and -v, which mount(8) passes on, change nothing. See ckptfs-mount(1) for
+the command, fstab(5) and mount(8).
+
+An /etc/fstab line (the keys in a file of mode 600, as an fstab line sets no
+environment):
+  s3://bucket/vol1  /mnt/vol1  ckptfs  _netdev,nofail,region=eu-west-1,credentials_file=/etc/ckptfs/keys  0  0`
+
+// writeHelperPage writes mount.ckptfs.8 into dir: the page "man
+// mount.ckptfs" finds, in section 8 as mount(8)'s helpers' are (mount.nfs,
+// mount.cifs), made from the mount command's help under the helper's name
+// and synopsis.
+func writeHelperPage(root *cobra.Command, dir string) error {
+	mount, _, err := root.Find([]string{"mount"})
+	if err != nil || mount == root {
+		return fmt.Errorf("man page of mount.ckptfs: no mount command")
+	}
+	helper := &cobra.Command{
+		Use:   "mount.ckptfs STORE MOUNTPOINT [-sfnv] [-o name=value,...]",
+		Short: "mount a ckptfs volume: the helper mount(8) runs for type ckptfs",
+		Long:  manMarkdown(helperManText) + "\n" + mount.Long,
+		Run:   func(*cobra.Command, []string) {},
+	}
+	helper.Flags().AddFlagSet(mount.LocalNonPersistentFlags())
+	var b bytes.Buffer
+	header := &doc.GenManHeader{Title: "MOUNT.CKPTFS", Section: "8", Source: "ckptfs", Manual: "ckptfs manual"}
+	if err := doc.GenMan(helper, header, &b); err != nil {
+		return fmt.Errorf("man page of mount.ckptfs: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "mount.ckptfs.8"), b.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("man page of mount.ckptfs: %w", err)
 	}
 	return nil
 }

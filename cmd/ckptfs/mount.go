@@ -87,6 +87,9 @@ func newMountCmd(mount mountFunc) *cobra.Command {
 			if _, _, err := parseMountOpts(m.opts); err != nil {
 				return err
 			}
+			if _, err := parseStore(m.store); err != nil {
+				return err
+			}
 			if code := mount(m, c.OutOrStdout(), c.ErrOrStderr()); code != exitOK {
 				return exitStatus(code)
 			}
@@ -117,6 +120,7 @@ type storeOpts struct {
 	// S3 only (s3.Config checks them)
 	sse, sseKMSKeyID, storageClass, checksum string
 	caBundle                                 string // absolute
+	credentialsFile                          string // absolute
 	requesterPays                            bool
 	logFile                                  string        // not a store option: where a detached mount logs
 	timeouts                                 s3.Timeouts   // from the mount's configuration; zero: defaults
@@ -141,12 +145,15 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 	var rest []string
 	for _, item := range opts {
 		name, value, has := strings.Cut(item, "=")
-		// s3fs's names for path_style and log_file.
+		// s3fs's names for path_style, log_file and credentials_file
+		// (whose s3fs format the file's text tells).
 		switch name {
 		case "use_path_request_style":
 			name = "path_style"
 		case "logfile":
 			name = "log_file"
+		case "passwd_file":
+			name = "credentials_file"
 		}
 		switch name {
 		case "use_sse":
@@ -176,16 +183,20 @@ func takeStoreOpts(opts []string) (storeOpts, []string, error) {
 			so.storageClass = strings.ToUpper(value)
 		case "checksum":
 			so.checksum = value
-		case "ca_bundle":
+		case "ca_bundle", "credentials_file":
 			// A detached mount may not run in this directory.
 			if value != "" {
 				abs, err := filepath.Abs(value)
 				if err != nil {
-					return so, nil, fmt.Errorf("option ca_bundle=%q: %w", value, err)
+					return so, nil, fmt.Errorf("option %s=%q: %w", name, value, err)
 				}
 				value = abs
 			}
-			so.caBundle = value
+			if name == "ca_bundle" {
+				so.caBundle = value
+			} else {
+				so.credentialsFile = value
+			}
 		case "mount_timeout":
 			d, err := config.ParseDuration(value)
 			if err != nil || d <= 0 {
@@ -276,6 +287,7 @@ func (so storeOpts) s3Only() string {
 		set  bool
 	}{
 		{"endpoint", so.endpoint != ""}, {"region", so.region != ""}, {"profile", so.profile != ""},
+		{"credentials_file", so.credentialsFile != ""},
 		{"path_style", so.pathStyle},
 		{"sse", so.sse != ""}, {"sse_kms_key_id", so.sseKMSKeyID != ""}, {"storage_class", so.storageClass != ""},
 		{"checksum", so.checksum != ""}, {"ca_bundle", so.caBundle != ""}, {"requester_pays", so.requesterPays},
@@ -287,9 +299,10 @@ func (so storeOpts) s3Only() string {
 	return ""
 }
 
-// openStore opens STORE; it returns the store, the volume root in it and the
-// name shown in the mount table.
-func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, string, error) {
+// parseStore reads STORE. One that is none of its forms is a usage error
+// (exit 2), as a wrong number of arguments is: the command line is wrong,
+// not the store.
+func parseStore(spec string) (*url.URL, error) {
 	u, err := url.Parse(spec)
 	spec = staging.RedactURL(spec) // only printed from here on
 	if err != nil {
@@ -297,8 +310,32 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 		if errors.As(err, &ue) {
 			err = ue.Err
 		}
-		return nil, "", fmt.Errorf("store %q: %w", spec, err)
+		return nil, &usageError{fmt.Errorf("store %q: %w", spec, err)}
 	}
+	switch u.Scheme {
+	case "mem":
+	case "file":
+		if u.Host != "" || u.User != nil || !filepath.IsAbs(u.Path) {
+			return nil, usagef("store %q: want file:///absolute/dir", spec)
+		}
+	case "s3":
+		if u.Host == "" {
+			return nil, usagef("store %q: want s3://bucket[/prefix]", spec)
+		}
+	default:
+		return nil, usagef("store %q: want s3://bucket[/prefix], file:///dir or mem://", spec)
+	}
+	return u, nil
+}
+
+// openStore opens STORE; it returns the store, the volume root in it and the
+// name shown in the mount table.
+func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, string, error) {
+	u, err := parseStore(spec)
+	if err != nil {
+		return nil, "", err
+	}
+	spec = staging.RedactURL(spec) // only printed from here on
 	if u.Scheme != "s3" {
 		if name := so.s3Only(); name != "" {
 			return nil, "", fmt.Errorf("store %s: option %s is for s3:// stores only", spec, name)
@@ -308,25 +345,19 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 	case "mem":
 		return mem.New(), "", nil
 	case "file":
-		if u.Host != "" || u.User != nil || !filepath.IsAbs(u.Path) {
-			return nil, "", fmt.Errorf("store %q: want file:///absolute/dir", spec)
-		}
 		d, err := dir.New(u.Path)
 		if err != nil {
 			return nil, "", fmt.Errorf("store %s: %w", spec, err)
 		}
 		return d, "", nil
 	case "s3":
-		if u.Host == "" {
-			return nil, "", fmt.Errorf("store %q: want s3://bucket[/prefix]", spec)
-		}
 		prefix := strings.Trim(u.Path, "/")
 		if prefix != "" {
 			prefix += "/"
 		}
 		s, err := s3.New(ctx, s3.Config{
 			Bucket: u.Host, Prefix: prefix, Endpoint: so.endpoint, Region: so.region,
-			PathStyle: so.pathStyle, Profile: so.profile, Timeouts: so.timeouts,
+			PathStyle: so.pathStyle, Profile: so.profile, CredentialsFile: so.credentialsFile, Timeouts: so.timeouts,
 			SSE: so.sse, SSEKMSKeyID: so.sseKMSKeyID, StorageClass: so.storageClass,
 			RequesterPays: so.requesterPays, CABundle: so.caBundle, Checksum: so.checksum,
 			Logger: so.logger,
@@ -336,7 +367,7 @@ func openStore(ctx context.Context, spec string, so storeOpts) (staging.Store, s
 		}
 		return s, "", nil
 	}
-	return nil, "", fmt.Errorf("store %q: want s3://bucket[/prefix], file:///dir or mem://", spec)
+	return nil, "", fmt.Errorf("store %q: want s3://bucket[/prefix], file:///dir or mem://", spec) // parseStore refused it
 }
 
 // descriptorShown is the volume descriptor of the store spec as the store
@@ -537,7 +568,7 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	if cleared != "" {
 		warn(cleared)
 	}
-	sink, logFile, err := mountLogSink(so, cfg, report != nil, stderr, warn)
+	sink, logFile, note, err := mountLogSink(so, cfg, report != nil, stderr, warn)
 	if err != nil {
 		return fail(err)
 	}
@@ -549,13 +580,22 @@ func mountMain(m mountArgs, stdout, stderr io.Writer) int {
 	// having no terminal to say them on.
 	log, life := mountLoggers(sink, cfg.Log, report != nil || os.Getenv("NOTIFY_SOCKET") != "")
 	defer log.Sync()
+	if note != "" {
+		life.Info(note) // at the default level too, as the start's lines
+	}
 
 	setHeapLimit(cfg.MemoryLimit)
 	fsys, err := openFS(m.store, so, cfg, log, warn)
 	if err != nil {
 		return fail(err)
 	}
-	if err := fsys.Mount(m.mountpoint); err != nil {
+	mount := func() error { return fsys.Mount(m.mountpoint) }
+	if report != nil {
+		err = mountDetached(mount)
+	} else {
+		err = mount()
+	}
+	if err != nil {
 		fsys.Close()
 		return fail(err)
 	}
@@ -597,9 +637,9 @@ const fallbackLogFile = "/var/log/ckptfs.log"
 // journal under systemd, else the system log, else fallbackLogFile; in the
 // foreground, stderr. logFile is the file it opened (log_file= or the
 // fallback), for the caller to close and SIGHUP to reopen (nil without
-// one); warn receives where a detached mount's log went, or why it is
-// discarded.
-func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writer, warn func(string)) (sink logSink, logFile *reopenFile, err error) {
+// one); warn receives why a detached mount's log is discarded, and note,
+// for the log itself, why it went to fallbackLogFile.
+func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writer, warn func(string)) (sink logSink, logFile *reopenFile, note string, err error) {
 	var jc *journalCore
 	if detached && so.logFile == "" {
 		jc = newJournalCore(cfg.Log.ZapLevel())
@@ -607,7 +647,7 @@ func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writ
 	switch {
 	case so.logFile != "":
 		if logFile, err = openLogFile(so.logFile); err != nil {
-			return nil, nil, fmt.Errorf("option log_file: %w", err)
+			return nil, nil, "", fmt.Errorf("option log_file: %w", err)
 		}
 		sink = writerSink(logFile)
 	case jc != nil:
@@ -621,15 +661,17 @@ func mountLogSink(so storeOpts, cfg config.Config, detached bool, stderr io.Writ
 			break
 		}
 		if f, ferr := openLogFile(fallbackLogFile); ferr == nil {
+			// Where the help says the log goes: a note in the log, not
+			// a warning at every mount (a container has no /dev/log).
 			logFile, sink = f, writerSink(f)
-			warn(fmt.Sprintf("%v: the mount logs to %s; give -o log_file=PATH to choose another file", err, fallbackLogFile))
+			note = fmt.Sprintf("no journal and no system log (/dev/log): logging to %s; -o log_file=PATH chooses another file", fallbackLogFile)
 		} else {
 			warn(fmt.Sprintf("%v, and %v: the mount's log is discarded; give -o log_file=PATH to keep it", err, ferr))
 		}
 	default:
 		sink = writerSink(stderr)
 	}
-	return sink, logFile, nil
+	return sink, logFile, note, nil
 }
 
 // reopenLog reopens the log file on SIGHUP (logrotate); logFile is nil
@@ -659,7 +701,7 @@ func childReport() *os.File {
 // reportFailure says why the mount failed, to the parent (report, nil in
 // the foreground) and on stderr, and returns the exit status.
 func reportFailure(report *os.File, stderr io.Writer, err error) int {
-	msg := strings.ReplaceAll(err.Error(), "\n", "; ")
+	msg := strings.ReplaceAll(strings.TrimSpace(err.Error()), "\n", "; ")
 	if report != nil {
 		fmt.Fprintf(report, "error: %s\n", msg)
 		report.Close()

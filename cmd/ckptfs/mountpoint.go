@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/moby/sys/mountinfo"
 	"golang.org/x/sys/unix"
 
 	"github.com/ckptfs/ckptfs/fs/fusefs"
@@ -24,66 +24,24 @@ type mountEntry struct {
 	fstype string // "fuse.ckptfs", "ext4", ...
 }
 
-// maxMountinfoLine bounds one line of mountinfo (a kernel file, but read as
-// input all the same): longer lines are an error, not an allocation.
-const maxMountinfoLine = 64 << 10
-
-// parseMountinfo reads /proc/PID/mountinfo (proc(5)):
-//
-//	36 35 98:0 /mnt1 /mnt2 rw,noatime master:1 - ext3 /dev/root rw,errors=continue
-//	(1)(2)(3)   (4)   (5)      (6)      (7)   (8) (9)    (10)         (11)
-//
-// (5) is the mount point, with space, tab, newline and backslash written as
-// \040, \011, \012, \134; (7) is zero or more optional fields ended by "-";
-// (9) the file system type. Lines without the separator or with too few
-// fields are an error.
+// parseMountinfo reads /proc/PID/mountinfo (proc(5)) with moby's parser,
+// which unescapes the kernel's octal escapes (\040 for a space) and refuses
+// a line without its fields or its "-" separator, or longer than 64 KiB. An
+// entry without a file system type is refused too: the check decides on it.
 func parseMountinfo(r io.Reader) ([]mountEntry, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 4096), maxMountinfoLine)
-	var out []mountEntry
-	for n := 1; sc.Scan(); n++ {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
-		}
-		sep := -1
-		for i := 6; i < len(f); i++ {
-			if f[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(f) < 7 || sep < 0 || sep+1 >= len(f) {
-			return nil, fmt.Errorf("mountinfo line %d: %d fields, no file system type", n, len(f))
-		}
-		out = append(out, mountEntry{point: unescapeMountinfo(f[4]), fstype: unescapeMountinfo(f[sep+1])})
-	}
-	if err := sc.Err(); err != nil {
+	infos, err := mountinfo.GetMountsFromReader(r, nil)
+	if err != nil {
 		return nil, fmt.Errorf("mountinfo: %w", err)
+	}
+	out := make([]mountEntry, 0, len(infos))
+	for i, m := range infos {
+		if m.FSType == "" {
+			return nil, fmt.Errorf("mountinfo line %d: no file system type", i+1)
+		}
+		out = append(out, mountEntry{point: m.Mountpoint, fstype: m.FSType})
 	}
 	return out, nil
 }
-
-// unescapeMountinfo undoes the kernel's octal escapes (\NNN); anything else
-// stays as it is.
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && s[i+1] <= '3' && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			v := (s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0')
-			b.WriteByte(v)
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // checkMountPoint refuses dir when it is a mount point in this process's
 // mount namespace: the mount would stack on it, hiding it. Only dir itself

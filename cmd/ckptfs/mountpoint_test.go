@@ -31,13 +31,13 @@ func TestParseMountinfo(t *testing.T) {
 			t.Errorf("entry %d = %q, want %q", i, got[i], want[i])
 		}
 	}
-	for _, bad := range []string{"1 2 3 4 5 6 7\n", "1 2 3 4 /x rw -\n", "1 2 3\n"} {
+	for _, bad := range []string{"1 2 3 4 5 6 7\n", "1 2 3 4 /x rw -\n", "1 2 3\n", "1 2 3:4 / /x rw - \n", "1 2 3:4 / /x rw a b c d\n"} {
 		if _, err := parseMountinfo(strings.NewReader(bad)); err == nil {
 			t.Errorf("parseMountinfo(%q) accepted", bad)
 		}
 	}
-	if _, err := parseMountinfo(strings.NewReader(strings.Repeat("x", maxMountinfoLine+1))); err == nil {
-		t.Error("a line past maxMountinfoLine accepted")
+	if _, err := parseMountinfo(strings.NewReader(strings.Repeat("x", 64<<10+1))); err == nil {
+		t.Error("a line past 64 KiB accepted")
 	}
 }
 

@@ -110,6 +110,10 @@ func TestFormat(t *testing.T) {
 	if code := run([]string{"ckptfs", "format", "-o", "format=parted,data_block_size=128K", store}, &out, &errOut); code != 0 {
 		t.Fatalf("format exited %d: %s", code, errOut.String())
 	}
+	// The sizes as options write them, so that the line serves as -o.
+	if want := "created volume " + store + ": format=parted data_block_size=128K meta_block_size=4K\n"; out.String() != want {
+		t.Errorf("format printed %q, want %q", out.String(), want)
+	}
 	v, err := volume.ReadDescriptor(context.Background(), d, "")
 	if err != nil || v.Format != "parted" || v.DataBlockSize != 128<<10 {
 		t.Fatalf("descriptor after format: %+v (%v)", v, err)
@@ -172,7 +176,7 @@ func TestMountErrorsS3(t *testing.T) {
 			`no bucket "no-such-bucket-ckptfs" at ` + c.Endpoint + `: check the bucket name in the store URL (and endpoint=)`, s3.ErrNoSuchBucket},
 		{"bad secret", store, func(so storeOpts) storeOpts { return so },
 			func(t *testing.T) { t.Setenv("AWS_SECRET_ACCESS_KEY", "wrong"+c.SecretKey) },
-			`the secret key does not match the access key: bucket "` + c.Bucket + `" at ` + c.Endpoint + ` refused the credentials: check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the profile)`, s3.ErrBadCredentials},
+			`the secret key does not match the access key: bucket "` + c.Bucket + `" at ` + c.Endpoint + ` refused the credentials: check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, credentials_file= or the profile)`, s3.ErrBadCredentials},
 		{"closed port", store, func(so storeOpts) storeOpts { so.endpoint = closed; so.mountTimeout = 2 * time.Second; return so }, nil,
 			`gave up after mount_timeout=2s reaching ` + closed + `: connection refused: cannot reach ` + closed + ` for bucket "` + c.Bucket + `": check endpoint= and that the server is up`, s3.ErrUnreachable},
 	}

@@ -16,12 +16,12 @@ func TestTakeStoreOptsS3(t *testing.T) {
 		t.Fatal(err)
 	}
 	so, rest, err := takeStoreOpts([]string{"sse=aws:kms", "sse_kms_key_id=alias/k", "storage_class=STANDARD_IA",
-		"checksum=crc64nvme", "ca_bundle=ca.pem", "requester_pays", "rw"})
+		"checksum=crc64nvme", "ca_bundle=ca.pem", "credentials_file=keys", "requester_pays", "rw"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := storeOpts{sse: "aws:kms", sseKMSKeyID: "alias/k", storageClass: "STANDARD_IA", checksum: "crc64nvme",
-		caBundle: filepath.Join(wd, "ca.pem"), requesterPays: true}
+		caBundle: filepath.Join(wd, "ca.pem"), credentialsFile: filepath.Join(wd, "keys"), requesterPays: true}
 	if so != want {
 		t.Errorf("store options %+v, want %+v", so, want)
 	}
@@ -56,6 +56,9 @@ func TestOpenStoreS3OptionsRefused(t *testing.T) {
 		{"file://" + t.TempDir(), []string{"region=eu-west-1"}, "option region is for s3:// stores only"},
 		{"mem://", []string{"profile=prod"}, "option profile is for s3:// stores only"},
 		{"mem://", []string{"path_style"}, "option path_style is for s3:// stores only"},
+		{"file://" + t.TempDir(), []string{"credentials_file=/etc/ckptfs/keys"}, "option credentials_file is for s3:// stores only"},
+		{"mem://", []string{"passwd_file=/etc/passwd-s3fs"}, "option credentials_file is for s3:// stores only"},
+		{s3, []string{"credentials_file=/no/such/keys"}, "credentials file /no/such/keys: no such file: create it with"},
 		{s3, []string{"sse=aes256"}, `sse "aes256": want AES256, aws:kms or aws:kms:dsse`},
 		{s3, []string{"sse_kms_key_id=k"}, "sse_kms_key_id needs sse=aws:kms or sse=aws:kms:dsse"},
 		{s3, []string{"sse=AES256", "sse_kms_key_id=k"}, "sse_kms_key_id needs sse=aws:kms"},

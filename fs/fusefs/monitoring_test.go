@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,5 +109,39 @@ func TestMonitoringMetricNames(t *testing.T) {
 			sort.Strings(unknown)
 			t.Errorf("%s names metrics no mount serves: %v", path, unknown)
 		}
+	}
+}
+
+// Every family a mount serves is in docs/operations.md's table of metrics,
+// by its name or a pattern there (ckptfs_wal_*).
+func TestMetricsDocumented(t *testing.T) {
+	fsys, err := New(context.Background(), mem.New(), Options{Config: config.MountDefault(1 << 30)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fsys.Close()
+	fsys.metrics.fuseSeconds.WithLabelValues("lookup").Observe(0.001)
+	fsys.metrics.copies.WithLabelValues("reference").Inc()
+	_, mfs := scrape(t, fsys)
+	b, err := os.ReadFile("../../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var documented []*regexp.Regexp
+	for _, m := range regexp.MustCompile("`(ckptfs_[a-z0-9_*]+)").FindAllStringSubmatch(string(b), -1) {
+		documented = append(documented, regexp.MustCompile("^"+strings.ReplaceAll(m[1], "*", "[a-z0-9_]+")+"$"))
+	}
+	var missing []string
+	for name := range mfs {
+		if !strings.HasPrefix(name, "ckptfs_") {
+			continue
+		}
+		if !slices.ContainsFunc(documented, func(re *regexp.Regexp) bool { return re.MatchString(name) }) {
+			missing = append(missing, name)
+		}
+	}
+	sort.Strings(missing)
+	if len(missing) > 0 {
+		t.Errorf("docs/operations.md's table of metrics lacks %v", missing)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -84,6 +85,22 @@ func New(ctx context.Context, c Config) (*Store, error) {
 		config.WithResponseChecksumValidation(aws.ResponseChecksumValidationWhenRequired),
 		config.WithLogger(newSDKLogger(c.Logger)),
 	}
+	var credsFiles []string // nil: the SDK's
+	if c.CredentialsFile != "" {
+		k, err := readCredentialsFile(ctx, c.CredentialsFile, c.Profile, c.Bucket)
+		if err != nil {
+			return nil, err
+		}
+		// The file's keys win over the environment's, as s3fs's
+		// passwd_file does: the option is what the mount was told.
+		c.AccessKey, c.SecretKey, c.SessionToken = k.access, k.secret, k.token
+		if k.ini {
+			// profile= then names a section of this file, which the
+			// SDK looks for too.
+			credsFiles = []string{c.CredentialsFile}
+			opts = append(opts, config.WithSharedCredentialsFiles(credsFiles))
+		}
+	}
 	if c.staticCredentials() {
 		// No credentials to fetch from the instance metadata service, and
 		// no probe of it either (defaults mode auto asks it for the
@@ -102,6 +119,11 @@ func New(ctx context.Context, c Config) (*Store, error) {
 			credentials.NewStaticCredentialsProvider(c.AccessKey, c.SecretKey, c.SessionToken)))
 	}
 	cfg, err := config.LoadDefaultConfig(ctx, opts...)
+	var noProfile config.SharedConfigProfileNotExistError
+	if errors.As(err, &noProfile) {
+		return nil, &configError{fmt.Sprintf("no profile %q in %s: check profile= (or AWS_PROFILE), or add the profile (aws configure --profile %s)",
+			noProfile.Profile, strings.Join(sharedFiles(credsFiles), " or "), noProfile.Profile), err}
+	}
 	if err != nil {
 		return nil, fmt.Errorf("s3 bucket %s: load AWS config: %w", c.Bucket, err)
 	}
@@ -253,4 +275,31 @@ func validRegion(r string) bool {
 		}
 	}
 	return true
+}
+
+// configError is a failure to load the AWS configuration as the user reads
+// it: what is wrong and what to do, the SDK's error still reachable.
+type configError struct {
+	msg string
+	err error
+}
+
+func (e *configError) Error() string { return e.msg }
+func (e *configError) Unwrap() error { return e.err }
+
+// sharedFiles are the shared AWS files the SDK reads profiles from: the
+// config file and credsFiles, or the credentials file when credsFiles is
+// nil, each as the environment names it or at its default place.
+func sharedFiles(credsFiles []string) []string {
+	file := func(env, def string) string {
+		if v := os.Getenv(env); v != "" {
+			return v
+		}
+		return def
+	}
+	out := []string{file("AWS_CONFIG_FILE", config.DefaultSharedConfigFilename())}
+	if credsFiles == nil {
+		credsFiles = []string{file("AWS_SHARED_CREDENTIALS_FILE", config.DefaultSharedCredentialsFilename())}
+	}
+	return append(out, credsFiles...)
 }

@@ -17,7 +17,7 @@ import (
 //
 // Credentials come from the SDK's standard chain (environment, shared config
 // and credentials files, SSO, web identity, container and instance roles)
-// unless AccessKey and SecretKey are given. String redacts the secrets, so a
+// unless AccessKey and SecretKey, or a CredentialsFile, are given. String redacts the secrets, so a
 // configuration may be printed.
 type Config struct {
 	// Bucket is the bucket name. A name ending in "--x-s3" is a directory
@@ -40,8 +40,14 @@ type Config struct {
 	AccessKey    string
 	SecretKey    string
 	SessionToken string
-	// Profile selects a profile of the shared config files.
+	// Profile selects a profile of the shared config files (of
+	// CredentialsFile, when that is in AWS's format).
 	Profile string
+	// CredentialsFile is a file of keys: an AWS shared credentials file
+	// or an s3fs passwd file (ACCESS_KEY:SECRET_KEY lines), open to its
+	// owner only. Its keys win over the environment's. See
+	// readCredentialsFile.
+	CredentialsFile string
 	// DirectoryBucket forces directory-bucket behaviour for a bucket whose
 	// name does not end in "--x-s3".
 	DirectoryBucket bool
@@ -117,8 +123,8 @@ func (c Config) String() string {
 		}
 		return "<redacted>"
 	}
-	return fmt.Sprintf("{Bucket:%s Prefix:%s Endpoint:%s Region:%s PathStyle:%t AccessKey:%s SecretKey:%s SessionToken:%s Profile:%s DirectoryBucket:%t SignPayload:%t MaxIdleConns:%d Timeouts:%+v SSE:%s SSEKMSKeyID:%s StorageClass:%s RequesterPays:%t CABundle:%s Checksum:%s}",
-		c.Bucket, c.Prefix, staging.RedactURL(c.Endpoint), c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns, c.Timeouts,
+	return fmt.Sprintf("{Bucket:%s Prefix:%s Endpoint:%s Region:%s PathStyle:%t AccessKey:%s SecretKey:%s SessionToken:%s Profile:%s CredentialsFile:%s DirectoryBucket:%t SignPayload:%t MaxIdleConns:%d Timeouts:%+v SSE:%s SSEKMSKeyID:%s StorageClass:%s RequesterPays:%t CABundle:%s Checksum:%s}",
+		c.Bucket, c.Prefix, staging.RedactURL(c.Endpoint), c.Region, c.PathStyle, redact(c.AccessKey), redact(c.SecretKey), redact(c.SessionToken), c.Profile, c.CredentialsFile, c.DirectoryBucket, c.SignPayload, c.MaxIdleConns, c.Timeouts,
 		c.SSE, c.SSEKMSKeyID, c.StorageClass, c.RequesterPays, c.CABundle, c.Checksum)
 }
 
@@ -158,6 +164,9 @@ func (c Config) validate() error {
 	}
 	if (c.AccessKey == "") != (c.SecretKey == "") {
 		errs = append(errs, errors.New("give both access key and secret key, or neither"))
+	}
+	if c.CredentialsFile != "" && c.AccessKey != "" {
+		errs = append(errs, errors.New("give credentials as keys or in a credentials file, not both"))
 	}
 	if c.SessionToken != "" && c.AccessKey == "" {
 		errs = append(errs, errors.New("session token without access key"))

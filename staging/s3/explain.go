@@ -68,9 +68,9 @@ func (p *Problem) Error() string {
 	case ErrAccessDenied:
 		return fmt.Sprintf("access denied to bucket %q at %s: check that the credentials' policy allows ckptfs's S3 actions on it (docs/operations.md)", p.Bucket, p.Endpoint)
 	case ErrBadCredentials:
-		return fmt.Sprintf("%s: bucket %q at %s refused the credentials: check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY or the profile)", p.Detail, p.Bucket, p.Endpoint)
+		return fmt.Sprintf("%s: bucket %q at %s refused the credentials: check the access key and secret key (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, credentials_file= or the profile)", p.Detail, p.Bucket, p.Endpoint)
 	case ErrNoCredentials:
-		return fmt.Sprintf("no credentials for bucket %q at %s: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, profile=, or give the machine a role", p.Bucket, p.Endpoint)
+		return fmt.Sprintf("no credentials for bucket %q at %s: give credentials_file=PATH (a file of keys, mode 600), set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, name a profile= of ~/.aws, or give the machine a role", p.Bucket, p.Endpoint)
 	case ErrUnreachable:
 		return fmt.Sprintf("%s: cannot reach %s for bucket %q: check endpoint= and that the server is up", p.Detail, p.Endpoint, p.Bucket)
 	case ErrWrongRegion:

@@ -124,7 +124,7 @@ func TestS3ExplainKinds(t *testing.T) {
 		{"unknown key", api("InvalidAccessKeyId"), s3.ErrBadCredentials, "unknown access key"},
 		{"dns", &net.OpError{Op: "dial", Err: &net.DNSError{Name: "nohost.example", Err: "no such host"}}, s3.ErrUnreachable, "lookup nohost.example: no such host: cannot reach"},
 		{"no credentials", errors.New("operation error S3: GetObject, get identity: get credentials: failed to refresh cached credentials, no EC2 IMDS role found"),
-			s3.ErrNoCredentials, `no credentials for bucket "b" at AWS S3 (region eu-west-1): set AWS_ACCESS_KEY_ID`},
+			s3.ErrNoCredentials, `no credentials for bucket "b" at AWS S3 (region eu-west-1): give credentials_file=PATH`},
 		{"server error", status(500, nil), nil, ""},
 		{"missing key", api("NoSuchKey"), nil, ""},
 		{"other", errors.New("boom"), nil, ""},

@@ -1,6 +1,8 @@
 package s3
 
 import (
+	"context"
+
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/smithy-go/logging"
 	"go.uber.org/zap"
@@ -46,3 +48,10 @@ func SetMaxKnownUploads(s *Store, n int) { s.maxUploads = n }
 
 // SDKLogger is the SDK logger of a store whose Config.Logger is l.
 func SDKLogger(l *zap.Logger) logging.Logger { return newSDKLogger(l) }
+
+// ReadCredentialsFile is readCredentialsFile: the keys of bucket in the
+// file at path.
+func ReadCredentialsFile(path, profile, bucket string) (access, secret, token string, err error) {
+	k, err := readCredentialsFile(context.Background(), path, profile, bucket)
+	return k.access, k.secret, k.token, err
+}

@@ -3,6 +3,7 @@ package s3
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/aws/smithy-go/logging"
 	"go.uber.org/zap"
@@ -16,12 +17,19 @@ type sdkLogger struct{ l *zap.Logger }
 
 func (s sdkLogger) Logf(c logging.Classification, format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
-	if c == logging.Warn {
+	if c == logging.Warn && !strings.HasPrefix(msg, imdsV1Fallback) {
 		s.l.Warn(msg)
 		return
 	}
 	s.l.Debug(msg)
 }
+
+// imdsV1Fallback begins the SDK's warning that the instance metadata
+// service gave no IMDSv2 token. Without other credentials it is the first
+// thing the credential chain says, before the failure that matters (no
+// credentials, said with what to do); with an instance role the role works
+// over IMDSv1. Either way there is nothing to do about it: debug.
+const imdsV1Fallback = "falling back to IMDSv1"
 
 // newSDKLogger is the SDK's logger writing to l; nil l discards the lines.
 func newSDKLogger(l *zap.Logger) logging.Logger {

@@ -18,16 +18,20 @@ import (
 func TestSDKLoggerRoutesToZap(t *testing.T) {
 	core, logs := observer.New(zapcore.DebugLevel)
 	l := s3.SDKLogger(zap.New(core))
-	l.Logf(logging.Warn, "falling back to IMDSv1: %v", "404")
+	l.Logf(logging.Warn, "Response has no supported checksum. Not validating response payload.")
 	l.Logf(logging.Debug, "request %d", 7)
+	// Nothing to do about it, and the first line of a chain that finds
+	// no credentials: debug.
+	l.Logf(logging.Warn, "falling back to IMDSv1: %v", "404")
 	got := logs.AllUntimed()
-	if len(got) != 2 {
-		t.Fatalf("%d entries, want 2: %+v", len(got), got)
+	if len(got) != 3 {
+		t.Fatalf("%d entries, want 3: %+v", len(got), got)
 	}
 	for i, want := range []struct {
 		level zapcore.Level
 		msg   string
-	}{{zapcore.WarnLevel, "falling back to IMDSv1: 404"}, {zapcore.DebugLevel, "request 7"}} {
+	}{{zapcore.WarnLevel, "Response has no supported checksum. Not validating response payload."}, {zapcore.DebugLevel, "request 7"},
+		{zapcore.DebugLevel, "falling back to IMDSv1: 404"}} {
 		if got[i].Level != want.level || got[i].Message != want.msg || got[i].LoggerName != "aws" {
 			t.Errorf("entry %d: %s %q (logger %q), want %s %q (logger aws)", i, got[i].Level, got[i].Message, got[i].LoggerName, want.level, want.msg)
 		}
@@ -63,17 +67,21 @@ func fakeIMDS(t *testing.T) *atomic.Int64 {
 // configuration or the environment) and a region, a store never asks the
 // instance metadata service, not even in defaults mode auto, which asks it
 // for the region. Without credentials it does (the chain's last resort), and
-// the SDK's warning then goes to the store's logger.
+// the SDK's note of a fall-back to IMDSv1 goes to the store's logger at
+// debug: a warning before the error that says there are no credentials
+// only misled.
 func TestS3NoIMDSWithStaticCredentials(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
 		keys     bool // in the Config
 		envKeys  bool
+		file     bool // a credentials file
 		wantIMDS bool
 	}{
-		{"config keys", true, false, false},
-		{"environment keys", false, true, false},
-		{"no keys", false, false, true},
+		{"config keys", true, false, false, false},
+		{"environment keys", false, true, false, false},
+		{"credentials file", false, false, true, false},
+		{"no keys", false, false, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			imds := fakeIMDS(t)
@@ -88,18 +96,22 @@ func TestS3NoIMDSWithStaticCredentials(t *testing.T) {
 			if tc.keys {
 				c.AccessKey, c.SecretKey = "a", "s"
 			}
+			if tc.file {
+				c.CredentialsFile = credsFile(t, "a:s\n", 0o600)
+			}
 			s := newS3(t, c)
 			_, err := s.Head(t.Context(), "k")
 			if got := imds.Load() > 0; got != tc.wantIMDS {
 				t.Fatalf("IMDS got %d requests (head: %v), want requests: %t", imds.Load(), err, tc.wantIMDS)
 			}
 			if tc.wantIMDS {
-				if logs.FilterMessageSnippet("IMDSv1").FilterLevelExact(zapcore.WarnLevel).Len() == 0 {
-					var msgs []string
-					for _, e := range logs.AllUntimed() {
-						msgs = append(msgs, e.Message)
-					}
-					t.Errorf("no IMDSv1 warning in the store's log: %s", strings.Join(msgs, "; "))
+				var msgs []string
+				for _, e := range logs.AllUntimed() {
+					msgs = append(msgs, e.Level.String()+" "+e.Message)
+				}
+				if logs.FilterMessageSnippet("IMDSv1").FilterLevelExact(zapcore.DebugLevel).Len() == 0 ||
+					logs.FilterLevelExact(zapcore.WarnLevel).Len() > 0 {
+					t.Errorf("the store's log: %s; want the IMDSv1 fall-back at debug and no warning", strings.Join(msgs, "; "))
 				}
 			}
 		})
