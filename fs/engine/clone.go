@@ -35,6 +35,13 @@ import (
 // the caller copies the bytes instead.
 var ErrCloneUnsupported = errors.New("cannot copy by reference")
 
+// ErrSourceMoved: a copy by reference was refused (it matches
+// ErrCloneUnsupported too) because the source's head was replaced while the
+// copy was made, or before, unseen by the source's File: what an open of
+// the source reads now is another version, which the caller may have the
+// File take (Refresh) and copy instead.
+var ErrSourceMoved = errors.New("the source's head was replaced while it was copied")
+
 // CloneFrom makes f, which must be empty (size 0, nothing written), a copy by
 // reference of src, another file of the same volume opened for reading or
 // writing. It returns an error matching ErrCloneUnsupported, and f is
@@ -325,8 +332,11 @@ func (f *File) publishedForCopy(ctx context.Context) (segment.Inode, blockCount,
 func (f *File) stillCurrent(ctx context.Context, etag string, c *flushCounters) error {
 	c.requests.Add(1)
 	info, err := f.st.Head(ctx, f.prefix+HeadKey)
-	if errors.Is(err, staging.ErrNotFound) || (err == nil && info.ETag != etag) {
-		return fmt.Errorf("the source's head was replaced while it was copied: %w", ErrCloneUnsupported)
+	if errors.Is(err, staging.ErrNotFound) {
+		return fmt.Errorf("the source's head is gone: %w", ErrCloneUnsupported)
+	}
+	if err == nil && info.ETag != etag {
+		return fmt.Errorf("%w: %w", ErrSourceMoved, ErrCloneUnsupported)
 	}
 	if err != nil {
 		return fmt.Errorf("read the source's head again: %w", err)

@@ -36,7 +36,9 @@ const copyChunk = math.MaxUint32 &^ 4095
 // shows by then (another mount may have rewritten it, and another process
 // here opened the newer one); one that cannot (the copy itself was written
 // meanwhile) leaves the kernel to copy bytes only while the source still
-// shows the version, and fails with ESTALE otherwise, never mixing two.
+// shows the version, and fails with ESTALE otherwise, never mixing two. A
+// copy whose first call the kernel makes of the bytes goes on so too
+// (copyBytes).
 func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64, out *fs.Inode,
 	fhOut fs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
 	n.fsys.touch()
@@ -53,20 +55,30 @@ func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 	return sz, errno
 }
 
-// copyPiece is what a copy by reference leaves on its destination's handle
-// for the calls after it: the source's handle, the version of the source
-// the copy took, where the copy ends and a mark of the copy then
-// (fileMark), so that the next call extends the copy by reference only if
-// nothing else changed it. GUARDED_BY(handle.mu), of the destination.
+// copyPiece is what a copy's first call leaves on its destination's handle
+// for the calls after it: the source's handle, and the version of the
+// source the copy takes. A copy by reference holds that version, where the
+// copy ends and a mark of the copy then (fileMark), so that the next call
+// extends the copy by reference only if nothing else changed it. A copy
+// the kernel makes of the bytes (bytes) holds the source's count of
+// foreign changes when the kernel started reading it: while it stays there
+// the source shows the version it showed then, with no other mount's head
+// or records taken since. GUARDED_BY(handle.mu), of the destination.
 type copyPiece struct {
 	src      *handle
-	version  *engine.CopyVersion
-	end      int64 // the copy's size: where the next call starts
+	version  *engine.CopyVersion // nil: the kernel copied from the start
+	end      int64               // the copy's size: where the next call starts
 	copyMark fileMark
-	// bytes: the kernel copies the rest (the copy changed since a piece);
-	// it may while the source shows the version.
-	bytes bool
+	bytes    bool
+	foreign  uint64
 }
+
+// copyAttempts bounds the copies by reference a first call makes of a
+// source another mount keeps replacing: each one that finds the source's
+// head replaced while it was made takes the new head and tries again,
+// rather than leave the kernel to copy bytes that another version may
+// replace before it is done (which fails the copy, ESTALE).
+const copyAttempts = 3
 
 // fileMark is what shows that the copy changed other than by its own
 // publish: a write or a truncate moves its mtime (and maybe its size), the
@@ -88,7 +100,7 @@ func (m fileMark) same(o fileMark) bool {
 
 // errCopyVersionGone: a copy's later call can copy neither by reference
 // nor as bytes of the version its first call took (ESTALE).
-var errCopyVersionGone = errors.New("the source no longer shows the version the copy took, and the copy changed since its last piece")
+var errCopyVersionGone = errors.New("the source shows another version than the one the copy took")
 
 func (n *node) copyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64,
 	fhOut fs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
@@ -108,16 +120,28 @@ func (n *node) copyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 	if n.fsys.copySized != nil {
 		n.fsys.copySized()
 	}
+	if dst.Size() != 0 {
+		return 0, syscall.EOPNOTSUPP // not a copy of a file: a write into one
+	}
+	hout.setPiece(nil)
 	// The whole file, or the first piece of more than one answer. The size
 	// is only what decides to try: the answer is of the version the copy
 	// takes, which may be another by then.
-	if size <= 0 || dst.Size() != 0 || (length < uint64(size) && length < copyChunk) {
-		return 0, syscall.EOPNOTSUPP
+	if size <= 0 || (length < uint64(size) && length < copyChunk) {
+		return n.copyBytes(hin, hout)
 	}
-	hout.setPiece(nil)
 	v, err := dst.CloneTaking(ctx, src)
+	for try := 1; errors.Is(err, engine.ErrSourceMoved) && try < copyAttempts; try++ {
+		if _, rerr := src.Refresh(ctx); rerr != nil {
+			break
+		}
+		v, err = dst.CloneTaking(ctx, src)
+	}
 	if err != nil {
-		return 0, n.cloneErrno(hin.of, hout.of, err)
+		if errno := n.cloneErrno(hin.of, hout.of, err); errno != syscall.EOPNOTSUPP {
+			return 0, errno
+		}
+		return n.copyBytes(hin, hout)
 	}
 	// What this call answers: what was asked, of the version taken, of
 	// what one answer can say.
@@ -127,6 +151,14 @@ func (n *node) copyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 	}
 	hout.setPiece(&copyPiece{src: hin, version: v, end: end, copyMark: markOf(dst)})
 	return uint32(end), 0
+}
+
+// copyBytes leaves a copy's first call to the kernel, which copies the
+// bytes (EOPNOTSUPP), and has the later calls of the copy go on so only
+// while the source shows the version the kernel started to read.
+func (n *node) copyBytes(hin, hout *handle) (uint32, syscall.Errno) {
+	hout.setPiece(&copyPiece{src: hin, bytes: true, foreign: hin.of.f.ForeignChanges()})
+	return 0, syscall.EOPNOTSUPP
 }
 
 // cloneErrno is the answer to a copy by reference that failed: EOPNOTSUPP
@@ -154,14 +186,16 @@ func (n *node) cutCopy(ctx context.Context, sof, dof *openFile, end int64) sysca
 	return 0
 }
 
-// copyOn answers a later call of a copy by reference, at off: more of the
-// version the first call took, [off, end). At the copy's end, the copy
-// unchanged since, the copy is made again, a new checkpoint by reference of
-// that version, and cut at end: the same bytes up to off, and the piece
-// after them. A call at or past the version's end answers 0. Anything else
-// is the kernel's bytes (EOPNOTSUPP) while the source shows the version,
-// else ESTALE: the copy fails rather than mix two versions. A call not
-// after a copy by reference into this handle from that source is EOPNOTSUPP.
+// copyOn answers a later call of a copy, at off: more of the version the
+// first call took, [off, end). For a copy by reference at the copy's end,
+// the copy unchanged since, the copy is made again, a new checkpoint by
+// reference of that version, and cut at end: the same bytes up to off, and
+// the piece after them; a call at or past the version's end answers 0. The
+// kernel copies bytes (EOPNOTSUPP) for a copy it began, or one by reference
+// whose copy changed since its last piece (a piece by reference would undo
+// that), while the source shows the version; else the call fails (ESTALE)
+// rather than mix two versions. A call not after a first call into this
+// handle from that source is EOPNOTSUPP.
 func (n *node) copyOn(ctx context.Context, hin, hout *handle, off int64, length uint64) (uint32, syscall.Errno) {
 	sof, dof := hin.of, hout.of
 	p := hout.takePiece()
@@ -169,20 +203,25 @@ func (n *node) copyOn(ctx context.Context, hin, hout *handle, off int64, length 
 		return 0, syscall.EOPNOTSUPP
 	}
 	v := p.version
-	if off >= v.Size() {
+	if v != nil && off >= v.Size() {
 		hout.setPiece(p)
 		return 0, 0
 	}
-	if p.bytes || off != p.end || !p.copyMark.same(markOf(dof.f)) {
-		// A piece by reference would undo what changed the copy.
-		p.bytes = true
-		hout.setPiece(p)
-		if sof.f.Shows(v) {
-			return 0, syscall.EOPNOTSUPP
+	if !p.bytes && (off != p.end || !p.copyMark.same(markOf(dof.f))) {
+		// The count first: a head taken after it is seen at the next call.
+		foreign := sof.f.ForeignChanges()
+		if !sof.f.Shows(v) {
+			hout.setPiece(p)
+			return n.copyVersionGone(sof, dof, off)
 		}
-		err := fmt.Errorf("copy %s into %s at %d: %w", sof.id, dof.id, off, errCopyVersionGone)
-		n.fsys.log.Warn("copy_file_range failed rather than mix two versions of its source", zap.Error(err))
-		return 0, n.fsys.errnoOf("copy_file_range to "+dof.id, err)
+		p.bytes, p.foreign = true, foreign
+	}
+	if p.bytes {
+		hout.setPiece(p)
+		if sof.f.ForeignChanges() != p.foreign {
+			return n.copyVersionGone(sof, dof, off)
+		}
+		return 0, syscall.EOPNOTSUPP
 	}
 	end := off + int64(min(length, uint64(v.Size()-off), copyChunk))
 	// Emptied first: CloneAgain makes a copy of an empty file. From here on
@@ -201,6 +240,14 @@ func (n *node) copyOn(ctx context.Context, hin, hout *handle, off int64, length 
 	}
 	hout.setPiece(&copyPiece{src: hin, version: v, end: end, copyMark: markOf(dof.f)})
 	return uint32(end - off), 0
+}
+
+// copyVersionGone fails a copy's call that could only copy another version
+// of the source than the copy holds.
+func (n *node) copyVersionGone(sof, dof *openFile, off int64) (uint32, syscall.Errno) {
+	err := fmt.Errorf("copy %s into %s at %d: %w", sof.id, dof.id, off, errCopyVersionGone)
+	n.fsys.log.Warn("copy_file_range failed rather than mix two versions of its source", zap.Error(err))
+	return 0, n.fsys.errnoOf("copy_file_range to "+dof.id, err)
 }
 
 // setPiece leaves p (nil: nothing) for the next call of a copy into h.

@@ -238,3 +238,45 @@ func TestCopyPiecesTakeTheVersionOfTheFirst(t *testing.T) {
 		})
 	}
 }
+
+// A copy the kernel makes of the bytes (the first call asked for less than
+// the file, here) goes on, call after call, only while the source shows the
+// version it showed at the first call: once this mount took another
+// mount's newer version, the next call fails (ESTALE) rather than have the
+// kernel copy the rest of the newer one after the older one's start.
+func TestCopyOfBytesStaysOnTheVersion(t *testing.T) {
+	for _, seen := range []bool{false, true} {
+		t.Run(map[bool]string{false: "newer version not seen", true: "newer version seen"}[seen], func(t *testing.T) {
+			t.Parallel()
+			r := newCopyRig(t)
+			writeVersion(t, r.sof, 8<<10, fill('1', 8<<10))
+			if got, errno := r.copyAt(0, 4<<10); errno != syscall.EOPNOTSUPP {
+				t.Fatalf("first copy_file_range of half the file: %d bytes, %v; want EOPNOTSUPP", got, errno)
+			}
+			r.rewrite(t, 40<<10, fill('2', 40<<10), seen)
+			want := syscall.EOPNOTSUPP
+			if seen {
+				want = syscall.ESTALE
+			}
+			if got, errno := r.copyAt(4<<10, 4<<10); errno != want {
+				t.Fatalf("second copy_file_range: %d bytes, %v; want %v", got, errno, want)
+			}
+		})
+	}
+}
+
+// Mount b rewrote the source after cp's open on mount a read its head: the
+// copy by reference, made of the head a's engine holds, finds the source's
+// head replaced; it takes the new one, what an open reads now, and copies
+// it. It was left to the kernel, whose bytes another version could replace
+// before it was done.
+func TestCopyTakesTheHeadThatReplacedIt(t *testing.T) {
+	t.Parallel()
+	r := newCopyRig(t)
+	writeVersion(t, r.sof, 8<<10, fill('1', 8<<10))
+	r.rewrite(t, 40<<10, fill('2', 40<<10), false)
+	if got, errno := r.copyAt(0, 1<<30); errno != 0 || got != 40<<10 {
+		t.Fatalf("copy_file_range of a source replaced on another mount: %d bytes, %v; want %d", got, errno, 40<<10)
+	}
+	r.dstHolds(t, 40<<10, fill('2', 40<<10))
+}
