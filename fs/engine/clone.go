@@ -35,6 +35,13 @@ import (
 // the caller copies the bytes instead.
 var ErrCloneUnsupported = errors.New("cannot copy by reference")
 
+// ErrSourceMoved: a copy by reference was refused (it matches
+// ErrCloneUnsupported too) because the source's head was replaced while the
+// copy was made, or before, unseen by the source's File: what an open of
+// the source reads now is another version, which the caller may have the
+// File take (Refresh) and copy instead.
+var ErrSourceMoved = errors.New("the source's head was replaced while it was copied")
+
 // CloneFrom makes f, which must be empty (size 0, nothing written), a copy by
 // reference of src, another file of the same volume opened for reading or
 // writing. It returns an error matching ErrCloneUnsupported, and f is
@@ -43,6 +50,90 @@ var ErrCloneUnsupported = errors.New("cannot copy by reference")
 // formats, a lineage MaxLineage deep, files of unknown volumes, a source
 // whose changes could not be published, or another writer's head in the way.
 func (f *File) CloneFrom(ctx context.Context, src *File) error {
+	_, err := f.CloneTaking(ctx, src)
+	return err
+}
+
+// A CopyVersion is the checkpoint of a source that a copy by reference took
+// (CloneTaking): a copy made in pieces makes each later piece of it
+// (CloneAgain), whatever the source shows by then, so that the copy is one
+// version of its source.
+type CopyVersion struct {
+	src    string // the source's prefix
+	etag   string // the source's head's ETag when it was taken
+	ino    segment.Inode
+	blocks blockCount
+	// lin is the lineage of a copy of it: the source's own, then the
+	// source up to ino.Cno.
+	lin []segment.LineageEntry
+}
+
+// Size is the size of the version: what a whole copy of it holds.
+func (v *CopyVersion) Size() int64 { return int64(v.ino.Size) }
+
+// CloneTaking is CloneFrom, and returns the version of src the copy took:
+// its size, and what CloneAgain makes f a copy of again.
+func (f *File) CloneTaking(ctx context.Context, src *File) (*CopyVersion, error) {
+	if err := f.cloneable(src); err != nil {
+		return nil, err
+	}
+	sino, sblocks, setag, err := src.publishedForCopy(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if sino.Cno == 0 {
+		return nil, fmt.Errorf("copy %s into %s: the source has no checkpoint: %w", src.prefix, f.prefix, ErrCloneUnsupported)
+	}
+	v := &CopyVersion{src: src.prefix, etag: setag, ino: sino, blocks: sblocks}
+	if sino.Lineage != 0 {
+		l, err := src.space.Lineage(ctx, sino.Lineage)
+		if err != nil {
+			return nil, fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
+		}
+		v.lin = append(v.lin, l.Entries...)
+	}
+	if len(v.lin) >= segment.MaxLineage {
+		return nil, fmt.Errorf("copy %s into %s: a copy of copies %d deep: %w", src.prefix, f.prefix, len(v.lin), ErrCloneUnsupported)
+	}
+	v.lin = append(v.lin, segment.LineageEntry{FileID: src.space.id, Upto: sino.Cno})
+	if err := f.clone(ctx, src, v, true); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// CloneAgain makes f, which must be empty, a copy by reference of v, the
+// version of src that an earlier copy into f took (CloneTaking), whatever
+// src shows now. It is how a copy in pieces makes its later pieces: f
+// emptied, copied again whole and cut further on.
+//
+// The source's head is not read again: since the first copy, what v points
+// at is kept by f's own checkpoints (the cleaner keeps what a retained
+// checkpoint of a copy points at, through the reference markers, and
+// MinAge covers one that f's retention dropped since), and f's head, which
+// must still be f's (If-Match), is replaced by one pointing at it again.
+func (f *File) CloneAgain(ctx context.Context, src *File, v *CopyVersion) error {
+	if err := f.cloneable(src); err != nil {
+		return err
+	}
+	if v.src != src.prefix {
+		return fmt.Errorf("copy %s into %s: the version is of %s: %w", src.prefix, f.prefix, v.src, ErrInvalid)
+	}
+	return f.clone(ctx, src, v, false)
+}
+
+// Shows reports whether f shows exactly the version v now: its head is the
+// one v was taken from, with nothing over it (no change, no WAL record).
+func (f *File) Shows(v *CopyVersion) bool {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.prefix == v.src && f.headETag == v.etag && f.head.Cno == v.ino.Cno &&
+		!f.changed && len(f.dirty) == 0 && !f.w.overlay && f.w.seq <= f.w.applied
+}
+
+// cloneable refuses a copy of src into f that can never be made by
+// reference.
+func (f *File) cloneable(src *File) error {
 	unsupported := func(why string) error {
 		return fmt.Errorf("copy %s into %s: %s: %w", src.prefix, f.prefix, why, ErrCloneUnsupported)
 	}
@@ -56,25 +147,17 @@ func (f *File) CloneFrom(ctx context.Context, src *File) error {
 	case !segment.ValidFileID(src.space.id) || !segment.ValidFileID(f.space.id):
 		return unsupported("file ids that cannot name objects")
 	}
-	sino, sblocks, setag, err := src.publishedForCopy(ctx)
-	if err != nil {
-		return err
+	return nil
+}
+
+// clone makes f a copy of v, checking that v is still src's head once the
+// markers are stored when current (a copy of what src shows now).
+func (f *File) clone(ctx context.Context, src *File, v *CopyVersion, current bool) error {
+	unsupported := func(why string) error {
+		return fmt.Errorf("copy %s into %s: %s: %w", src.prefix, f.prefix, why, ErrCloneUnsupported)
 	}
-	if sino.Cno == 0 {
-		return unsupported("the source has no checkpoint")
-	}
-	var lin segment.Lineage
-	if sino.Lineage != 0 {
-		l, err := src.space.Lineage(ctx, sino.Lineage)
-		if err != nil {
-			return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
-		}
-		lin.Entries = append(lin.Entries, l.Entries...)
-	}
-	if len(lin.Entries) >= segment.MaxLineage {
-		return unsupported(fmt.Sprintf("a copy of copies %d deep", len(lin.Entries)))
-	}
-	lin.Entries = append(lin.Entries, segment.LineageEntry{FileID: src.space.id, Upto: sino.Cno})
+	sino, sblocks, setag := v.ino, v.blocks, v.etag
+	lin := segment.Lineage{Entries: append([]segment.LineageEntry(nil), v.lin...)}
 
 	unlock, err := f.lockAll(ctx)
 	if err != nil {
@@ -168,12 +251,15 @@ func (f *File) CloneFrom(ctx context.Context, src *File) error {
 	// The markers are stored: from now on the cleaner keeps what the copy
 	// points at. Until now only the source's head did, so it must still be
 	// the one copied, and nothing newer than it (WAL records) may be what
-	// an open of the source reads.
-	var sc flushCounters
-	err = src.stillCurrent(ctx, setag, &sc)
-	f.s.requests.Add(sc.requests.Load())
-	if err != nil {
-		return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
+	// an open of the source reads. (A copy made again, CloneAgain, is of
+	// what the copy's own checkpoints have kept since.)
+	if current {
+		var sc flushCounters
+		err = src.stillCurrent(ctx, setag, &sc)
+		f.s.requests.Add(sc.requests.Load())
+		if err != nil {
+			return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
+		}
 	}
 	hd := segment.Head{FileTag: f.tag, Inode: ino}
 	if sblocks.known {
@@ -246,8 +332,11 @@ func (f *File) publishedForCopy(ctx context.Context) (segment.Inode, blockCount,
 func (f *File) stillCurrent(ctx context.Context, etag string, c *flushCounters) error {
 	c.requests.Add(1)
 	info, err := f.st.Head(ctx, f.prefix+HeadKey)
-	if errors.Is(err, staging.ErrNotFound) || (err == nil && info.ETag != etag) {
-		return fmt.Errorf("the source's head was replaced while it was copied: %w", ErrCloneUnsupported)
+	if errors.Is(err, staging.ErrNotFound) {
+		return fmt.Errorf("the source's head is gone: %w", ErrCloneUnsupported)
+	}
+	if err == nil && info.ETag != etag {
+		return fmt.Errorf("%w: %w", ErrSourceMoved, ErrCloneUnsupported)
 	}
 	if err != nil {
 		return fmt.Errorf("read the source's head again: %w", err)

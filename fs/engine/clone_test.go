@@ -356,3 +356,59 @@ func TestCloneLineageReadFailsOnce(t *testing.T) {
 	}
 	mustEqual(t, "second read", readAll(t, d2), want)
 }
+
+// A copy made again of the version an earlier copy took (a copy in pieces)
+// is of that version, whatever the source shows by then: another writer
+// rewrote it, shorter, and this one's engine of it read that head. The
+// source shows the version until it changes; a new copy takes the newer.
+func TestCloneAgainTakesTheVersion(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	p := smallParams(segment.FormatStream)
+	x := createIn(t, st, "x", p)
+	v1 := pattern(200<<10+77, 1)
+	writeFlush(t, x, v1, 0)
+	d := createIn(t, st, "d", p)
+	v, err := d.CloneTaking(ctx, x)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Size() != int64(len(v1)) || !x.Shows(v) {
+		t.Fatalf("the version taken: %d bytes, shown by the source %v; want %d, shown", v.Size(), x.Shows(v), len(v1))
+	}
+	if err := d.Truncate(ctx, 100<<10); err != nil { // a first piece
+		t.Fatal(err)
+	}
+	if _, err := d.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	other := openIn(t, st, "x", p)
+	if err := other.Truncate(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	v2 := pattern(3000, 2)
+	writeFlush(t, other, v2, 0)
+	if _, err := x.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if x.Shows(v) {
+		t.Fatal("the source shows the version taken after it was rewritten")
+	}
+
+	if err := d.Truncate(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.CloneAgain(ctx, x, v); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "the copy made again", readAll(t, openIn(t, st, "d", p)), v1)
+	if err := d.CloneAgain(ctx, other, v); !errors.Is(err, ErrCloneUnsupported) {
+		t.Fatalf("a copy into a file not empty: %v, want ErrCloneUnsupported", err)
+	}
+	e := createIn(t, st, "e", p)
+	if err := e.CloneFrom(ctx, x); err != nil {
+		t.Fatal(err)
+	}
+	mustEqual(t, "a new copy", readAll(t, openIn(t, st, "e", p)), v2)
+}

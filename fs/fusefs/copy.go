@@ -3,8 +3,10 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"go.uber.org/zap"
@@ -25,13 +27,18 @@ const copyChunk = math.MaxUint32 &^ 4095
 // between mounts — is EOPNOTSUPP, on which the kernel copies the bytes
 // itself, through read and write.
 //
-// A call answers exactly what it copied, at most copyChunk bytes (the reply
-// counts in 32 bits), and never copies more than it was asked: a copy of
-// more than one answer (a file over 4 GiB, or its first 6 GiB) is asked for
-// in pieces. The first makes the copy and cuts it to its answer; each later
-// piece, at the copy's end, extends it by reference (a new copy of the
-// source, cut at the new end) while neither file changed since the last
-// piece (copyPiece); else it is EOPNOTSUPP and the kernel copies the rest.
+// A copy is one version of its source: the one its first call took. That
+// call answers what it copied of that version, all of it or as much as was
+// asked, at most copyChunk bytes (the reply counts in 32 bits), and leaves
+// the version on the destination's handle (copyPiece). cp calls again at
+// the copy's end until an answer of 0: each later call copies more of that
+// same version by reference, or answers 0 at its end, whatever the source
+// shows by then (another mount may have rewritten it, and another process
+// here opened the newer one); one that cannot (the copy itself was written
+// meanwhile) leaves the kernel to copy bytes only while the source still
+// shows the version, and fails with ESTALE otherwise, never mixing two. A
+// copy whose first call the kernel makes of the bytes goes on so too
+// (copyBytes).
 func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64, out *fs.Inode,
 	fhOut fs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
 	ctx, done := n.fsys.opCtx(ctx)
@@ -41,6 +48,7 @@ func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 	switch {
 	case errno == syscall.EOPNOTSUPP:
 		n.fsys.metrics.copies.WithLabelValues("bytes").Inc()
+	case errno == 0 && sz == 0: // the end of the version copied
 	case errno == 0 && offIn > 0:
 		n.fsys.metrics.copies.WithLabelValues("piece").Inc()
 	case errno == 0:
@@ -49,35 +57,52 @@ func (n *node) CopyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 	return sz, errno
 }
 
-// copyPiece is what a copy by reference in pieces left on its destination
-// after its last piece: the source it copies, and marks of both files then
-// (fileMark), so that the next piece extends the copy only if nothing else
-// changed either. GUARDED_BY(FS.mu), on the destination's openFile.
+// copyPiece is what a copy's first call leaves on its destination's handle
+// for the calls after it: the source's handle, and the version of the
+// source the copy takes. A copy by reference holds that version, where the
+// copy ends and a mark of the copy then (fileMark), so that the next call
+// extends the copy by reference only if nothing else changed it. A copy
+// the kernel makes of the bytes (bytes) holds the source's count of
+// foreign changes when the kernel started reading it: while it stays there
+// the source shows the version it showed then, with no other mount's head
+// or records taken since. GUARDED_BY(handle.mu), of the destination.
 type copyPiece struct {
-	src      *openFile
-	end      int64 // the copy's size: where the next piece starts
-	srcMark  fileMark
+	src      *handle
+	version  *engine.CopyVersion // nil: the kernel copied from the start
+	end      int64               // the copy's size: where the next call starts
 	copyMark fileMark
+	bytes    bool
+	foreign  uint64
 }
 
-// fileMark is what shows that a file changed: a write or a truncate moves
-// its mtime (and maybe its size), a publish its checkpoint, the
+// copyAttempts bounds the copies by reference a first call makes of a
+// source another mount keeps replacing: each one that finds the source's
+// head replaced while it was made takes the new head and tries again,
+// rather than leave the kernel to copy bytes that another version may
+// replace before it is done (which fails the copy, ESTALE).
+const copyAttempts = 3
+
+// fileMark is what shows that the copy changed other than by its own
+// publish: a write or a truncate moves its mtime (and maybe its size), the
 // adoption of another mount's head its count of foreign changes.
 type fileMark struct {
-	st      engine.Stat
+	size    int64
+	mtime   time.Time
 	foreign uint64
 }
 
 func markOf(f *engine.File) fileMark {
 	st := f.Stat()
-	return fileMark{st: engine.Stat{Size: st.Size, Cno: st.Cno, Dirty: st.Dirty, Mtime: st.Mtime},
-		foreign: f.ForeignChanges()}
+	return fileMark{size: st.Size, mtime: st.Mtime, foreign: f.ForeignChanges()}
 }
 
 func (m fileMark) same(o fileMark) bool {
-	return m.foreign == o.foreign && m.st.Size == o.st.Size && m.st.Cno == o.st.Cno &&
-		m.st.Dirty == o.st.Dirty && m.st.Mtime.Equal(o.st.Mtime)
+	return m.foreign == o.foreign && m.size == o.size && m.mtime.Equal(o.mtime)
 }
+
+// errCopyVersionGone: a copy's later call can copy neither by reference
+// nor as bytes of the version its first call took (ESTALE).
+var errCopyVersionGone = errors.New("the source shows another version than the one the copy took")
 
 func (n *node) copyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint64,
 	fhOut fs.FileHandle, offOut uint64, length uint64, flags uint64) (uint32, syscall.Errno) {
@@ -86,52 +111,75 @@ func (n *node) copyFileRange(ctx context.Context, fhIn fs.FileHandle, offIn uint
 	if !ok || !ok2 || flags != 0 || n.fsys.cfg.ReadOnly {
 		return 0, syscall.EOPNOTSUPP
 	}
-	if hin.of == hout.of {
+	if hin.of == hout.of || offIn != offOut || length == 0 {
 		return 0, syscall.EOPNOTSUPP
+	}
+	if offIn > 0 {
+		return n.copyOn(ctx, hin, hout, int64(offIn), length)
 	}
 	src, dst := hin.of.f, hout.of.f
 	size := src.Size()
-	if size <= 0 || offIn != offOut || offIn >= uint64(size) || length == 0 {
-		return 0, syscall.EOPNOTSUPP
+	if n.fsys.copySized != nil {
+		n.fsys.copySized()
 	}
-	// What this call may answer: what was asked, of what there is, of what
-	// one answer can say.
-	want := min(length, uint64(size)-offIn, copyChunk)
-	if offIn > 0 {
-		return n.copyPieceAt(ctx, hin.of, hout.of, int64(offIn), int64(offIn+want))
+	if dst.Size() != 0 {
+		return 0, syscall.EOPNOTSUPP // not a copy of a file: a write into one
 	}
-	// The whole file, or the first piece of more than one answer.
-	if dst.Size() != 0 || (want < uint64(size) && want < copyChunk) {
-		return 0, syscall.EOPNOTSUPP
+	hout.setPiece(nil)
+	// The whole file, or the first piece of more than one answer. The size
+	// is only what decides to try: the answer is of the version the copy
+	// takes, which may be another by then.
+	if size <= 0 || (length < uint64(size) && length < copyChunk) {
+		return n.copyBytes(hin, hout)
 	}
-	n.fsys.forgetPiece(hout.of)
-	if errno := n.cloneCut(ctx, hin.of, hout.of, int64(want)); errno != 0 {
+	v, err := dst.CloneTaking(ctx, src)
+	for try := 1; errors.Is(err, engine.ErrSourceMoved) && try < copyAttempts; try++ {
+		if _, rerr := src.Refresh(ctx); rerr != nil {
+			break
+		}
+		v, err = dst.CloneTaking(ctx, src)
+	}
+	if err != nil {
+		if errno := n.cloneErrno(hin.of, hout.of, err); errno != syscall.EOPNOTSUPP {
+			return 0, errno
+		}
+		return n.copyBytes(hin, hout)
+	}
+	// What this call answers: what was asked, of the version taken, of
+	// what one answer can say.
+	end := int64(min(length, uint64(v.Size()), copyChunk))
+	if errno := n.cutCopy(ctx, hin.of, hout.of, end); errno != 0 {
 		return 0, errno
 	}
-	got := dst.Size()
-	if got < src.Size() {
-		n.fsys.notePiece(hin.of, hout.of, got)
-	}
-	return uint32(got), 0
+	hout.setPiece(&copyPiece{src: hin, version: v, end: end, copyMark: markOf(dst)})
+	return uint32(end), 0
 }
 
-// cloneCut makes dst a copy by reference of src (as published now; src is
-// published first if it must be) cut to at most end bytes.
-func (n *node) cloneCut(ctx context.Context, sof, dof *openFile, end int64) syscall.Errno {
-	src, dst := sof.f, dof.f
-	if err := dst.CloneFrom(ctx, src); err != nil {
-		if errors.Is(err, engine.ErrCloneUnsupported) {
-			n.fsys.log.Debug("copy by reference not possible; the kernel copies the bytes",
-				zap.String("from", sof.id), zap.String("to", dof.id), zap.Error(err))
-			return syscall.EOPNOTSUPP
-		}
-		return n.fsys.errnoOf("copy_file_range to "+dof.id, err)
+// copyBytes leaves a copy's first call to the kernel, which copies the
+// bytes (EOPNOTSUPP), and has the later calls of the copy go on so only
+// while the source shows the version the kernel started to read.
+func (n *node) copyBytes(hin, hout *handle) (uint32, syscall.Errno) {
+	hout.setPiece(&copyPiece{src: hin, bytes: true, foreign: hin.of.f.ForeignChanges()})
+	return 0, syscall.EOPNOTSUPP
+}
+
+// cloneErrno is the answer to a copy by reference that failed: EOPNOTSUPP
+// when it cannot be made so (the kernel copies the bytes).
+func (n *node) cloneErrno(sof, dof *openFile, err error) syscall.Errno {
+	if errors.Is(err, engine.ErrCloneUnsupported) {
+		n.fsys.log.Debug("copy by reference not possible; the kernel copies the bytes",
+			zap.String("from", sof.id), zap.String("to", dof.id), zap.Error(err))
+		return syscall.EOPNOTSUPP
 	}
+	return n.fsys.errnoOf("copy_file_range to "+dof.id, err)
+}
+
+// cutCopy cuts the copy just made, of a whole version, to what the call
+// answers (a prefix, or a piece).
+func (n *node) cutCopy(ctx context.Context, sof, dof *openFile, end int64) syscall.Errno {
+	dst := dof.f
 	n.fsys.log.Debug("copied by reference", zap.String("from", sof.id), zap.String("to", dof.id),
 		zap.Int64("bytes", min(dst.Size(), end)))
-	// The copy is of the source as published at the call, which may be
-	// longer than was asked (a prefix, a piece, or the source grew after
-	// the caller looked): cut it to what this call answers.
 	if dst.Size() > end {
 		if err := dst.Truncate(ctx, end); err != nil {
 			return n.fsys.errnoOf("copy_file_range to "+dof.id, err)
@@ -140,53 +188,83 @@ func (n *node) cloneCut(ctx context.Context, sof, dof *openFile, end int64) sysc
 	return 0
 }
 
-// copyPieceAt answers a later piece of a copy by reference, [off, end): the
-// copy ends at off, as the last piece left it, and neither file changed
-// since. The copy is then made again, a new checkpoint by reference of the
-// source as it still is, and cut at end: the same bytes up to off, and the
-// piece after them. Anything else is EOPNOTSUPP (the kernel copies bytes).
-func (n *node) copyPieceAt(ctx context.Context, sof, dof *openFile, off, end int64) (uint32, syscall.Errno) {
-	src, dst := sof.f, dof.f
-	n.fsys.mu.Lock()
-	p := dof.piece
-	dof.piece = nil
-	n.fsys.mu.Unlock()
-	if p == nil || p.src != sof || p.end != off || !p.srcMark.same(markOf(src)) || !p.copyMark.same(markOf(dst)) {
+// copyOn answers a later call of a copy, at off: more of the version the
+// first call took, [off, end). For a copy by reference at the copy's end,
+// the copy unchanged since, the copy is made again, a new checkpoint by
+// reference of that version, and cut at end: the same bytes up to off, and
+// the piece after them; a call at or past the version's end answers 0. The
+// kernel copies bytes (EOPNOTSUPP) for a copy it began, or one by reference
+// whose copy changed since its last piece (a piece by reference would undo
+// that), while the source shows the version; else the call fails (ESTALE)
+// rather than mix two versions. A call not after a first call into this
+// handle from that source is EOPNOTSUPP.
+func (n *node) copyOn(ctx context.Context, hin, hout *handle, off int64, length uint64) (uint32, syscall.Errno) {
+	sof, dof := hin.of, hout.of
+	p := hout.takePiece()
+	if p == nil || p.src != hin {
 		return 0, syscall.EOPNOTSUPP
 	}
-	// Emptied first: CloneFrom makes a copy of an empty file. From here on
+	v := p.version
+	if v != nil && off >= v.Size() {
+		hout.setPiece(p)
+		return 0, 0
+	}
+	if !p.bytes && (off != p.end || !p.copyMark.same(markOf(dof.f))) {
+		// The count first: a head taken after it is seen at the next call.
+		foreign := sof.f.ForeignChanges()
+		if !sof.f.Shows(v) {
+			hout.setPiece(p)
+			return n.copyVersionGone(sof, dof, off)
+		}
+		p.bytes, p.foreign = true, foreign
+	}
+	if p.bytes {
+		hout.setPiece(p)
+		if sof.f.ForeignChanges() != p.foreign {
+			return n.copyVersionGone(sof, dof, off)
+		}
+		return 0, syscall.EOPNOTSUPP
+	}
+	end := off + int64(min(length, uint64(v.Size()-off), copyChunk))
+	// Emptied first: CloneAgain makes a copy of an empty file. From here on
 	// a failure leaves the copy empty, and is the call's error.
-	if err := dst.Truncate(ctx, 0); err != nil {
+	if err := dof.f.Truncate(ctx, 0); err != nil {
 		return 0, n.fsys.errnoOf("copy_file_range to "+dof.id, err)
 	}
-	if errno := n.cloneCut(ctx, sof, dof, end); errno != 0 {
-		if errno == syscall.EOPNOTSUPP {
-			errno = syscall.EIO // the earlier pieces are gone: not a byte copy's to finish
-		}
+	if err := dof.f.CloneAgain(ctx, sof.f, v); err != nil {
+		// Even one that cannot be made by reference now (another writer's
+		// head on the copy) is the call's error: the earlier pieces are
+		// gone, not a byte copy's to finish.
+		return 0, n.fsys.errnoOf("copy_file_range to "+dof.id, fmt.Errorf("a later piece, the copy emptied for it: %w", err))
+	}
+	if errno := n.cutCopy(ctx, sof, dof, end); errno != 0 {
 		return 0, errno
 	}
-	got := dst.Size()
-	if got <= off {
-		// The source shrank under the copy: nothing of this piece copied.
-		return 0, syscall.EIO
-	}
-	if got < src.Size() {
-		n.fsys.notePiece(sof, dof, got)
-	}
-	return uint32(got - off), 0
+	hout.setPiece(&copyPiece{src: hin, version: v, end: end, copyMark: markOf(dof.f)})
+	return uint32(end - off), 0
 }
 
-// notePiece records that dof is a copy of sof, by reference, cut at end,
-// which a next piece may extend.
-func (fsys *FS) notePiece(sof, dof *openFile, end int64) {
-	p := &copyPiece{src: sof, end: end, srcMark: markOf(sof.f), copyMark: markOf(dof.f)}
-	fsys.mu.Lock()
-	dof.piece = p
-	fsys.mu.Unlock()
+// copyVersionGone fails a copy's call that could only copy another version
+// of the source than the copy holds.
+func (n *node) copyVersionGone(sof, dof *openFile, off int64) (uint32, syscall.Errno) {
+	err := fmt.Errorf("copy %s into %s at %d: %w", sof.id, dof.id, off, errCopyVersionGone)
+	n.fsys.log.Warn("copy_file_range failed rather than mix two versions of its source", zap.Error(err))
+	return 0, n.fsys.errnoOf("copy_file_range to "+dof.id, err)
 }
 
-func (fsys *FS) forgetPiece(dof *openFile) {
-	fsys.mu.Lock()
-	dof.piece = nil
-	fsys.mu.Unlock()
+// setPiece leaves p (nil: nothing) for the next call of a copy into h.
+func (h *handle) setPiece(p *copyPiece) {
+	h.mu.Lock()
+	h.piece = p
+	h.mu.Unlock()
+}
+
+// takePiece returns what the last call of a copy into h left, and leaves
+// nothing.
+func (h *handle) takePiece() *copyPiece {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	p := h.piece
+	h.piece = nil
+	return p
 }

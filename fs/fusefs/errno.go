@@ -47,7 +47,8 @@ var errnoTable = []struct {
 	{wal.ErrBusy, syscall.EBUSY}, // another writer holds the file's write-ahead log
 	{context.Canceled, syscall.EINTR},
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},
-	{staging.ErrNotFound, syscall.EIO}, // an object the file needs is gone
+	{staging.ErrNotFound, syscall.EIO},   // an object the file needs is gone
+	{errCopyVersionGone, syscall.ESTALE}, // a copy's source shows another version (copy.go)
 }
 
 // errnoOf maps err to an errno; op names the operation and what it was on.

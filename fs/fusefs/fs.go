@@ -113,6 +113,10 @@ type FS struct {
 	refreshedAt atomic.Int64
 	nsFlight    singleflight.Group
 
+	// copySized, for tests, runs when a copy_file_range has read its
+	// source's size.
+	copySized func()
+
 	metrics    *Metrics
 	metricsSrv *metricsServer // nil when -o metrics is off
 	metricsErr error          // why -o metrics is not served (its address taken), or nil

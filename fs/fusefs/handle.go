@@ -26,6 +26,9 @@ type handle struct {
 	// losses is the engine's count of rollbacks that dropped unflushed
 	// changes, as this handle last reported it; GUARDED_BY(mu)
 	losses uint64
+	// piece is what a copy by reference into this handle left for its
+	// next call (copy.go); GUARDED_BY(mu).
+	piece *copyPiece
 }
 
 // newHandle opens a handle on of: losses before it opened are not its own.

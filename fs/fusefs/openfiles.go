@@ -32,9 +32,6 @@ type openFile struct {
 	// pages is what is known of the kernel's pages of the file
 	// (pagecache.go); GUARDED_BY(FS.mu).
 	pages pagesState
-	// piece is what the last piece of a copy by reference into this file
-	// left for the next one (copy.go); GUARDED_BY(FS.mu).
-	piece *copyPiece
 }
 
 // snapshotFiles lists the files whose engine is open.
