@@ -125,13 +125,24 @@ func (fsys *FS) freshen(ctx context.Context) bool {
 	if time.Since(time.Unix(0, fsys.refreshedAt.Load())) < 2*fsys.cfg.NSRefresh {
 		return false
 	}
+	// A store that has answered nothing for a while is not waited for: the
+	// miss answers from what the mount knows (a create after it is still
+	// arbitrated by the log). Nor is a slow one for longer than statWait,
+	// so that a lookup during an outage costs seconds, not op_timeout.
+	if fsys.storeSilent() {
+		return false
+	}
 	ch := fsys.nsFlight.DoChan("refresh", func() (any, error) {
 		return nil, fsys.readLog(fsys.ctx)
 	})
+	wait := time.NewTimer(statWait)
+	defer wait.Stop()
 	select {
 	case r := <-ch:
 		return r.Err == nil
 	case <-ctx.Done():
+		return false
+	case <-wait.C:
 		return false
 	}
 }
