@@ -3,6 +3,7 @@ package test
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -255,5 +256,173 @@ func TestModelChmodInEveryHistory(t *testing.T) {
 	}
 	if !f.modeOK(0o600) || f.modeOK(0o644) {
 		t.Errorf("after the read kept another history the mode is %o, want 600", f.mode)
+	}
+}
+
+// applyLogFails is applyLog that returns the failures instead of stopping.
+func applyLogFails(t *testing.T, c *campaignRun, lines []string, lastInFlight bool) (nsView, []string) {
+	t.Helper()
+	ops, err := campaign.Parse(lines)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := nsView{dir: true, names: map[string]*mfile{}}
+	var fails []string
+	for i, op := range ops {
+		c.apply(op, &v, lastInFlight && i == len(ops)-1, func(f string, a ...any) { fails = append(fails, fmt.Sprintf(f, a...)) })
+	}
+	return v, fails
+}
+
+// sumOf is the logged <len> <crc32c> of b.
+func sumOf(b []byte) string { return fmt.Sprintf("%d %d", len(b), crc(b)) }
+
+// The optional operations' checks accept what may be and refuse the faults
+// they were made to find (docs/campaign.md, "Optional operations").
+func TestModelOptional(t *testing.T) {
+	const id = 5
+	pat := func(seq int64, off, n int) []byte { return campaign.Pattern(id, seq, int64(off), n) }
+	cat := func(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
+	base := pat(2, 0, 100)
+	start := []string{
+		"B 1 10 open 0 f0 1 0", "E 1 11 ok",
+		"B 2 12 write 0 f0 0 100", "E 2 13 ok",
+		"B 3 14 close 0 f0", "E 3 15 ok",
+	}
+	run := func(wal bool, lines ...string) (nsView, []string) {
+		c := &campaignRun{curDriver: id, createMode: 0o644, wal: wal}
+		return applyLogFails(t, c, append(slices.Clone(start), lines...), false)
+	}
+
+	// O_APPEND through both mounts: a serial order, never one append over
+	// another's place.
+	a1, b1, a2 := pat(4|1<<40, 0, 10), pat(4|2<<40, 0, 20), pat(4|3<<40, 0, 5)
+	for _, tc := range []struct {
+		name string
+		got  []byte
+		ok   bool
+	}{
+		{"home's, then the other's", cat(base, a1, a2, b1), true},
+		{"interleaved", cat(base, a1, b1, a2), true},
+		{"the other's first", cat(base, b1, a1, a2), true},
+		{"one mount's out of its order", cat(base, a2, a1, b1), false},
+		{"the home's merged at their offset over the other's", cat(base, a1, a2, b1[15:]), false},
+		{"one vanished", cat(base, a1, a2), false},
+	} {
+		v, fails := run(false, "B 4 16 append 1 f0 0:10 1:20 0:5", "E 4 17 ok "+sumOf(tc.got))
+		if (len(fails) == 0) != tc.ok {
+			t.Errorf("append, %s: accepted %v, want %v (%q)", tc.name, len(fails) == 0, tc.ok, fails)
+		}
+		if tc.ok && !bytes.Equal(v.names["f0"].cur(), tc.got) {
+			t.Errorf("append, %s: the model's state is not what was read", tc.name)
+		}
+	}
+
+	// A copy while the other mount rewrites the source: one version.
+	r1 := pat(4|1<<40, 0, 100)
+	r2 := pat(4|2<<40, 0, 100)
+	for _, tc := range []struct {
+		name string
+		got  []byte
+		ok   bool
+	}{
+		{"the source before", base, true},
+		{"the last rewrite", r2, true},
+		{"a mix of two rewrites", cat(r1[:50], r2[50:]), false},
+		{"a mix of the source and a rewrite", cat(base[:40], r1[40:]), false},
+	} {
+		_, fails := run(false, "B 4 16 cprw 1 f0 f1 0 100:100:60", "E 4 17 ok 100 "+sumOf(tc.got)+" 2")
+		if (len(fails) == 0) != tc.ok {
+			t.Errorf("cprw, %s: accepted %v, want %v (%q)", tc.name, len(fails) == 0, tc.ok, fails)
+		}
+	}
+
+	// A write beside a slow lease holder: acknowledged writes stay.
+	hw, ow := pat(4|1<<40, 10, 5), pat(4|2<<40, 50, 5)
+	withHW := cat(base[:10], hw, base[15:])
+	withOW := cat(base[:50], ow, base[55:])
+	both := cat(withHW[:50], ow, withHW[55:])
+	for _, tc := range []struct {
+		name, res string
+		got       []byte
+		ok        bool
+	}{
+		{"both acknowledged, both there", "ok ok ok", both, true},
+		{"the lease taken, the holder's write failed", "5 ok 5", withOW, true},
+		{"the lease refused", "ok 16 ok", withHW, true},
+		{"the holder's acknowledged write lost", "ok ok ok", withOW, false},
+		{"the other's acknowledged write lost", "ok ok 5", withHW, false},
+	} {
+		_, fails := run(true, "B 4 16 olease 1 f0 10 5 50 5", "E 4 17 ok "+tc.res+" "+sumOf(tc.got))
+		if (len(fails) == 0) != tc.ok {
+			t.Errorf("olease, %s: accepted %v, want %v (%q)", tc.name, len(fails) == 0, tc.ok, fails)
+		}
+	}
+
+	// A plain writer beside a WAL writer that truncates: the truncate, then
+	// the write.
+	w := pat(6, 20, 30)
+	truncThenWrite := cat(base[:20], w)
+	writeOverUntruncated := cat(base[:20], w, base[50:])
+	mix := []string{
+		"B 4 16 open 0 f0 0 0", "E 4 17 ok",
+		"B 5 18 mopen 3 f0", "E 5 19 ok",
+		"B 6 20 mwrite 3 f0 20 30", "E 6 21 ok",
+		"B 7 22 trunc 0 f0 30", "E 7 23 ok",
+		"B 8 24 fsync 0 f0", "E 8 25 ok",
+	}
+	for _, tc := range []struct {
+		name string
+		got  []byte
+		ok   bool
+	}{
+		{"the truncate, then the write", truncThenWrite, true},
+		{"the acknowledged truncate lost", writeOverUntruncated, false},
+	} {
+		_, fails := run(true, append(slices.Clone(mix), "B 9 26 mflush 3 f0", "E 9 27 ok", "B 10 28 close 0 f0", "E 10 29 ok",
+			"B 11 30 mread 3 f0", "E 11 31 ok "+sumOf(tc.got))...)
+		if (len(fails) == 0) != tc.ok {
+			t.Errorf("walmix, %s: accepted %v, want %v (%q)", tc.name, len(fails) == 0, tc.ok, fails)
+		}
+	}
+	// Killed before the plain mount flushed: its write may be there or not,
+	// the truncate is.
+	c := &campaignRun{curDriver: id, createMode: 0o644, wal: true}
+	v, fails := applyLogFails(t, c, append(slices.Clone(start), mix...), false)
+	if len(fails) != 0 {
+		t.Fatal(fails)
+	}
+	for _, tc := range []struct {
+		name string
+		got  []byte
+		ok   bool
+	}{
+		{"the truncate", base[:30], true},
+		{"the truncate and the pending write", truncThenWrite, true},
+		{"the truncate lost", writeOverUntruncated, false},
+	} {
+		if msg := c.matches(v.names["f0"], tc.got); (msg == "") != tc.ok {
+			t.Errorf("walmix killed before the plain mount's fsync, %s: accepted %v, want %v (%s)", tc.name, msg == "", tc.ok, msg)
+		}
+	}
+
+	// A descriptor held across its file's unlink and reaping reads the
+	// version its open showed, or ESTALE.
+	held := []string{
+		"B 4 16 oread 1 f0 1", "E 4 17 ok " + sumOf(base) + " 100",
+		"B 5 18 unlink 0 f0", "E 5 19 ok",
+	}
+	for _, tc := range []struct {
+		name, res string
+		ok        bool
+	}{
+		{"the version it showed", "3 " + sumOf(base), true},
+		{"gone", "gone 116", true},
+		{"other bytes", "3 " + sumOf(base[:50]), false},
+	} {
+		_, fails := run(false, append(slices.Clone(held), "B 6 20 hreap 1 f0", "E 6 21 ok "+tc.res)...)
+		if (len(fails) == 0) != tc.ok {
+			t.Errorf("hreap, %s: accepted %v, want %v (%q)", tc.name, len(fails) == 0, tc.ok, fails)
+		}
 	}
 }

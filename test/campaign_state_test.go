@@ -72,6 +72,12 @@ type mfile struct {
 	// viewDirty: it changed the file since, so its next flush merges.
 	view               []byte
 	viewSet, viewDirty bool
+	// anyOf are contents the file may also hold after the kill: those an
+	// optional operation in flight at the end may have left.
+	anyOf [][]byte
+	// mPending are the plain mount's changes not flushed yet (walmix): the
+	// file may hold any state from the acknowledged one with them applied.
+	mPending []*campaign.Op
 }
 
 func newMfile(first []byte, op *campaign.Op, mode uint32) *mfile {
@@ -148,7 +154,7 @@ func cands(f *mfile, from, to int, partial bool, wantLen int64, yield func([]byt
 	}
 	for k := from + 1; k <= to; k++ {
 		op := f.by[k]
-		if op == nil || op.Kind != "write" && op.Kind != "owrite" {
+		if op == nil || !isWrite(op.Kind) {
 			continue
 		}
 		prev, next := f.states[k-1], f.states[k]
@@ -204,7 +210,9 @@ func window(src []byte, off, n, dstOff int64) ([]byte, int64) {
 // through either mount, or an open with O_TRUNC).
 func (c *campaignRun) applyChange(b []byte, op *campaign.Op) []byte {
 	switch op.Kind {
-	case "write", "owrite":
+	case "set":
+		return bytes.Clone(op.Data)
+	case "write", "owrite", "mwrite", campaign.OpROCreat:
 		off, n := op.Int(1), op.Int(2)
 		nb := make([]byte, max(int64(len(b)), off+n))
 		copy(nb, b)
@@ -683,6 +691,9 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		v.drop(name)
 	case "copy", "pcopy", "toolcp":
 		return c.applyCopy(op, v, f, uncertain, fail)
+	case campaign.OpAppend, campaign.OpROCreat, campaign.OpCopyRewritten, campaign.OpReap,
+		"mopen", "mwrite", "mflush", "mread", campaign.OpLease:
+		return c.applyOptional(op, v, f, uncertain, fail)
 	case "see":
 	default:
 		fail("%v: unknown operation", op)
@@ -875,6 +886,20 @@ func (c *campaignRun) matches(f *mfile, content []byte) string {
 			return ""
 		}
 	}
+	for _, b := range f.anyOf {
+		if bytes.Equal(content, b) {
+			return ""
+		}
+	}
+	for k := f.acked; len(f.mPending) > 0 && k <= f.last(); k++ {
+		b := f.states[k]
+		for _, op := range f.mPending {
+			b = c.applyChange(b, op)
+		}
+		if bytes.Equal(content, b) {
+			return ""
+		}
+	}
 	if f.copying {
 		// A copy in flight at the end.
 		if len(content) == 0 {
@@ -895,7 +920,7 @@ func (c *campaignRun) matches(f *mfile, content []byte) string {
 		op := f.by[k]
 		// A write after the acknowledged state may be there in part
 		// (without the WAL; with it only the one in flight).
-		partialOK := k > f.acked && op != nil && op.Kind == "write" && (!c.wal || (f.uncertain && k == last))
+		partialOK := k > f.acked && op != nil && (op.Kind == "write" || op.Kind == campaign.OpROCreat) && (!c.wal || (f.uncertain && k == last))
 		if partialOK && partialMatch(content, f.states[k-1], f.states[k], op.Int(1), op.Int(2)) {
 			return ""
 		}
@@ -919,7 +944,14 @@ func (c *campaignRun) matches(f *mfile, content []byte) string {
 		len(content), crc(content), f.acked, last, where, f.history())
 }
 
-func isCopy(kind string) bool { return kind == "copy" || kind == "pcopy" || kind == "toolcp" }
+func isCopy(kind string) bool {
+	return kind == "copy" || kind == "pcopy" || kind == "toolcp" || kind == campaign.OpCopyRewritten
+}
+
+// isWrite: a write of Pattern(id, seq, off, len), args <name> <off> <len>.
+func isWrite(kind string) bool {
+	return kind == "write" || kind == "owrite" || kind == "mwrite" || kind == campaign.OpROCreat
+}
 
 // xattrOK reports whether value (of campaign.Xattr, "" for none) is one f may
 // have after the kill.
@@ -937,7 +969,7 @@ func (f *mfile) modeOK(perm uint32) bool {
 func (c *campaignRun) whoWrote(f *mfile, content []byte, off int64) string {
 	for k := len(f.by) - 1; k >= 1; k-- {
 		op := f.by[k]
-		if op == nil || op.Kind != "write" && op.Kind != "owrite" {
+		if op == nil || !isWrite(op.Kind) {
 			continue
 		}
 		wo, wn := op.Int(1), op.Int(2)
@@ -989,4 +1021,315 @@ func (f *mfile) history() string {
 		parts = append(parts, fmt.Sprintf("state %d: %d bytes crc %08x by %s%s", k, len(f.states[k]), crc(f.states[k]), s, mark))
 	}
 	return "history: " + strings.Join(parts, "; ")
+}
+
+// applyOptional follows the optional operations (campaign.Optional;
+// docs/campaign.md, "Optional operations").
+func (c *campaignRun) applyOptional(op *campaign.Op, v *nsView, f *mfile, uncertain bool, fail func(string, ...any)) bool {
+	name := op.Args[0]
+	if f == nil && op.Kind != campaign.OpReap {
+		fail("%v: the model has no file %s", op, name)
+		return false
+	}
+	// synth is a write the log names only through op: piece j of it.
+	synth := func(j int, off, n int64) *campaign.Op {
+		return &campaign.Op{Seq: op.Seq | int64(j+1)<<40, Kind: "write", Mount: op.Mount, Args: []string{name, strconv.FormatInt(off, 10), strconv.FormatInt(n, 10)}, Ended: true, OK: true}
+	}
+	// set makes b the file's next state in every history still possible
+	// (acknowledged), as the result of op.
+	set := func(b []byte) {
+		for _, g := range append([]*mfile{f}, f.choices...) {
+			g.push(b, &campaign.Op{Seq: op.Seq, Kind: "set", Mount: op.Mount, Args: op.Args, Ended: true, OK: true, Result: op.Result, Data: b})
+			g.acked = g.last()
+			g.viewSet, g.open = false, false
+			g.otherKnown, g.otherFrom, g.otherTo = false, g.last(), g.last()
+		}
+	}
+	switch op.Kind {
+	case campaign.OpAppend:
+		// The home mount's descriptor was closed first: the file holds
+		// its current state on both mounts.
+		var mounts []int
+		var pieces [][]byte
+		for j, a := range op.Args[1:] {
+			m, n, _ := strings.Cut(a, ":")
+			mounts = append(mounts, int(parseInt(m)))
+			pieces = append(pieces, campaign.Pattern(c.curDriver, op.Seq|int64(j+1)<<40, 0, int(parseInt(n))))
+		}
+		if uncertain {
+			for _, g := range append([]*mfile{f}, f.choices...) {
+				g.anyOf = append(g.anyOf, appendOrders(g.cur(), mounts, pieces, true)...)
+				g.open = false
+			}
+			return true
+		}
+		var got []byte
+		narrow(f, func(g *mfile) bool {
+			for _, b := range appendOrders(g.cur(), mounts, pieces, false) {
+				if sumIs(b, op.Result[0], op.Result[1]) {
+					return true
+				}
+			}
+			return false
+		})
+		orders := appendOrders(f.cur(), mounts, pieces, false)
+		for _, b := range orders {
+			if sumIs(b, op.Result[0], op.Result[1]) {
+				got = b
+			}
+		}
+		if got == nil {
+			holds := ""
+			for _, b := range appendOrders(f.cur(), mounts, pieces, true) {
+				if sumIs(b, op.Result[0], op.Result[1]) {
+					holds = fmt.Sprintf("; it is an order of some of them, %d of their %d bytes: appends lost", len(b)-len(f.cur()), len(orders[0])-len(f.cur()))
+				}
+			}
+			fail("%v: after O_APPEND writes through both mounts the file holds %s bytes with crc32c %s, none of the %d serial orders of the appends after its %d bytes (an append lost, or placed over another)%s: %s",
+				op, op.Result[0], op.Result[1], len(orders), len(f.cur()), holds, f.history())
+			return false
+		}
+		set(got)
+		c.stats.appends++
+	case campaign.OpROCreat:
+		if !uncertain {
+			home := op.Result[len(op.Result)-2]
+			for _, ino := range op.Result[:len(op.Result)-2] {
+				if ino != home {
+					fail("%v: open(O_RDONLY|O_CREAT) through the other mount opened inode %s, the home mount's file is inode %s", op, ino, home)
+					return false
+				}
+			}
+			c.stats.roCreats++
+		}
+		// The appends are a write of the home mount.
+		for i, g := range append([]*mfile{f}, f.choices...) {
+			g.push(c.applyChange(g.cur(), op), op)
+			g.uncertain = uncertain
+			if c.wal && !uncertain {
+				g.acked = g.last()
+			}
+			if i == 0 && !uncertain {
+				c.stats.writes++
+				c.stats.bytesWritten += op.Int(2)
+			}
+			g.otherKnown, g.otherFrom, g.otherTo = false, g.acked, g.last()
+		}
+	case campaign.OpCopyRewritten:
+		return c.applyCopyRewritten(op, v, f, uncertain, synth, fail)
+	case campaign.OpReap:
+		if uncertain || op.Result[0] == "gone" {
+			// ESTALE: the version the descriptor shows was removed.
+			if !uncertain {
+				c.stats.reapReads++
+			}
+			return true
+		}
+		hs := v.past[name]
+		if len(hs) == 0 {
+			fail("%v: the model has no file that had the name %s", op, name)
+			return false
+		}
+		h := hs[len(hs)-1].f
+		n, sum := op.Result[1], op.Result[2]
+		if h.otherKnown {
+			if !sumIs(h.otherSeen, n, sum) {
+				fail("%v: a descriptor held on the other mount across the file's unlink and its reaping read %s bytes with crc32c %s, not the version its open showed (%d bytes, crc %d): %s",
+					op, n, sum, len(h.otherSeen), crc(h.otherSeen), h.history())
+				return false
+			}
+		} else if _, ok := find(h, h.otherFrom, h.otherTo, !c.wal, parseInt(n), func(b []byte) bool { return sumIs(b, n, sum) }); !ok {
+			fail("%v: a descriptor held on the other mount across the file's unlink and its reaping read %s bytes with crc32c %s, none of the states %d..%d it may show: %s",
+				op, n, sum, h.otherFrom, h.otherTo, h.history())
+			return false
+		}
+		c.stats.reapReads++
+	case "mopen":
+		f.mPending = []*campaign.Op{}
+	case "mwrite":
+		f.mPending = append(f.mPending, op)
+	case "mflush":
+		// The plain mount's changes follow every acknowledged change of
+		// the WAL writer (a merge is serial).
+		for _, w := range f.mPending {
+			for _, g := range append([]*mfile{f}, f.choices...) {
+				g.push(c.applyChange(g.cur(), w), w)
+				g.uncertain = uncertain
+				if !uncertain {
+					g.acked = g.last()
+				}
+			}
+		}
+		if !uncertain {
+			for _, g := range append([]*mfile{f}, f.choices...) {
+				g.mPending = nil
+			}
+		}
+	case "mread":
+		if uncertain {
+			return true
+		}
+		if !sumIs(f.cur(), op.Result[0], op.Result[1]) {
+			fail("%v: a new open through the plain mount reads %s bytes with crc32c %s, want the WAL writer's acknowledged changes and then the plain mount's (%d bytes, crc %d): %s",
+				op, op.Result[0], op.Result[1], len(f.cur()), crc(f.cur()), f.history())
+			return false
+		}
+		c.stats.walMixes++
+	case campaign.OpLease:
+		home := synth(0, op.Int(1), op.Int(2))
+		other := synth(1, op.Int(3), op.Int(4))
+		cur := f.cur()
+		all := [][]byte{cur, c.applyChange(cur, home), c.applyChange(cur, other),
+			c.applyChange(c.applyChange(cur, home), other), c.applyChange(c.applyChange(cur, other), home)}
+		if uncertain {
+			f.anyOf = append(f.anyOf, all...)
+			f.open = false
+			return true
+		}
+		hw, ow := op.Result[0] == "ok", op.Result[1] == "ok"
+		// What the file may hold: every serial order of the writes
+		// acknowledged, and of those not, with or without them.
+		var allowed [][]byte
+		switch {
+		case hw && ow:
+			allowed = all[3:]
+		case hw:
+			allowed = all[1:2]
+		case ow:
+			allowed = [][]byte{all[2], all[3], all[4]}
+		default:
+			allowed = all[:2]
+		}
+		var got []byte
+		for _, b := range allowed {
+			if sumIs(b, op.Result[3], op.Result[4]) {
+				got = b
+			}
+		}
+		if got == nil {
+			holds := "neither write's bytes where they went"
+			for i, what := range []string{"neither write", "the home mount's write alone", "the other mount's write alone", "both writes", "both writes, the other's first"} {
+				if sumIs(all[i], op.Result[3], op.Result[4]) {
+					holds = what
+				}
+			}
+			fail("%v: after the other mount wrote while the home mount's requests were held longer than the lease (home write %s, other %s), a new open reads %s bytes with crc32c %s, none of the serial orders of the acknowledged writes (it holds %s): %s",
+				op, op.Result[0], op.Result[1], op.Result[3], op.Result[4], holds, f.history())
+			return false
+		}
+		set(got)
+		c.stats.leases++
+		if ow {
+			c.stats.leasesTaken++
+		}
+	}
+	return true
+}
+
+// appendOrders is every content base may hold after the appends (pieces,
+// piece j through mounts[j]): base followed by the pieces in an order that
+// keeps each mount's own; with prefixes, of any prefix of each mount's.
+func appendOrders(base []byte, mounts []int, pieces [][]byte, prefixes bool) [][]byte {
+	var by [2][][]byte
+	for j, p := range pieces {
+		by[mounts[j]] = append(by[mounts[j]], p)
+	}
+	var out [][]byte
+	var walk func(b []byte, i, j int)
+	walk = func(b []byte, i, j int) {
+		if prefixes || i == len(by[0]) && j == len(by[1]) {
+			out = append(out, b)
+		}
+		if i < len(by[0]) {
+			walk(append(bytes.Clone(b), by[0][i]...), i+1, j)
+		}
+		if j < len(by[1]) {
+			walk(append(bytes.Clone(b), by[1][j]...), i, j+1)
+		}
+	}
+	walk(bytes.Clone(base), 0, 0)
+	return out
+}
+
+// applyCopyRewritten follows cprw: the copy holds exactly one version of
+// the source, what it held or one of the other mount's rewrites, each of
+// which is acknowledged by its close.
+func (c *campaignRun) applyCopyRewritten(op *campaign.Op, v *nsView, f *mfile, uncertain bool, synth func(int, int64, int64) *campaign.Op, fail func(string, ...any)) bool {
+	dst := op.Args[1]
+	if v.names[dst] != nil {
+		fail("%v: copied over an existing file of the model", op)
+		return false
+	}
+	trunc := op.Int(2) == 1
+	var lens []int64
+	for _, l := range strings.Split(op.Args[3], ":") {
+		lens = append(lens, parseInt(l))
+	}
+	k := len(lens) // in flight at the kill: as many as it may have made
+	if !uncertain {
+		k = int(parseInt(op.Result[3]))
+	}
+	from, to, _ := c.c2o(f)
+	if op.Mount == 0 {
+		from = to
+	}
+	var versions [][]byte
+	for s := from; s <= to; s++ {
+		versions = append(versions, f.states[s])
+	}
+	// Each rewrite is a change (with O_TRUNC two: the empty file, which a
+	// periodic flush may publish, then the write).
+	var rewrites []*campaign.Op
+	b := f.cur()
+	for i := range k {
+		if trunc {
+			t := &campaign.Op{Seq: op.Seq, Kind: "trunc", Mount: op.Mount, Args: []string{op.Args[0], "0"}, Ended: true, OK: true}
+			rewrites = append(rewrites, t)
+			b = nil
+			versions = append(versions, b)
+		}
+		w := synth(i, 0, lens[i])
+		rewrites = append(rewrites, w)
+		b = c.applyChange(b, w)
+		versions = append(versions, b)
+	}
+	for _, g := range append([]*mfile{f}, f.choices...) {
+		for _, w := range rewrites {
+			g.push(c.applyChange(g.cur(), w), w)
+		}
+		g.uncertain = uncertain
+		if !uncertain {
+			g.acked = g.last()
+		}
+		g.otherKnown, g.otherFrom, g.otherTo = false, g.acked, g.last()
+	}
+	// With the WAL, the rewrites through the other mount leave it the
+	// lease, let go once their last publish lands (see byOther).
+	f.byOther = f.byOther || op.Mount == 0
+	cp := newMfile(nil, op, c.createMode)
+	cp.byOther = op.Mount == 1
+	v.names[dst] = cp
+	if uncertain {
+		cp.uncertain, cp.copying, cp.prefixOf = true, true, versions
+		return true
+	}
+	for _, b := range versions {
+		if strconv.Itoa(len(b)) == op.Result[0] && sumIs(b, op.Result[1], op.Result[2]) {
+			cp.push(b, op)
+			cp.acked = 1
+			c.stats.copies++
+			c.stats.copiesRewritten++
+			return true
+		}
+	}
+	what := "a mix of two, or one it never had"
+	n := parseInt(op.Result[1])
+	for i, b := range versions {
+		if n >= 0 && int64(len(b)) > n && sumIs(b[:n], op.Result[1], op.Result[2]) {
+			what = fmt.Sprintf("version %d of %d bytes cut to another's size", i, len(b))
+		}
+	}
+	fail("%v: a copy while the other mount rewrote the source holds %s bytes with crc32c %s (%s copied), none of the source's %d versions (%s): %s",
+		op, op.Result[1], op.Result[2], op.Result[0], len(versions), what, f.history())
+	return false
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"os"
@@ -122,6 +123,52 @@ const campaignThirdOpts = "ro,ns_refresh=2s,ns_refresh_max=4s,log=info"
 // a flush has objects above the head and a kill lands between them.
 const campaignMountOpts = "create,ns_refresh=200ms,data_block_size=4K,stream_segment_bytes=128K,segment_max_object_bytes=8M,segment_mpu_chunk_size=5M,log=info"
 
+// campaignOptional lists the optional operations and modes
+// (campaign.Optional; docs/campaign.md, "Optional operations") a run does
+// unless CKPTFS_CAMPAIGN_OPS says otherwise. Each was made to find one
+// fault: one is listed here once its fault is fixed, so that the default
+// run (scripts/test) stays green.
+var campaignOptional = []string{}
+
+// campaignOps: CKPTFS_CAMPAIGN_OPS, names of campaign.Optional separated by
+// commas ("all": every one; set and empty: none), or campaignOptional.
+func campaignOps(t *testing.T) map[string]bool {
+	names := campaignOptional
+	if s, ok := os.LookupEnv("CKPTFS_CAMPAIGN_OPS"); ok {
+		names = strings.Split(s, ",")
+		if strings.TrimSpace(s) == "all" {
+			names = campaign.Optional
+		}
+	}
+	ops := map[string]bool{}
+	for _, n := range names {
+		if n = strings.TrimSpace(n); n == "" {
+			continue
+		}
+		if !campaign.IsOptional(n) {
+			t.Fatalf("CKPTFS_CAMPAIGN_OPS: %q is not one of %v", n, campaign.Optional)
+		}
+		ops[n] = true
+	}
+	return ops
+}
+
+// campaignSlowRule is the proxy's rule of the slow mode while the drivers
+// run: 60 % of requests answered 503, and 30 % delayed by up to 10 s, so
+// that a retry outlives every window of the mount's (a lease, a refresh, a
+// request's timeout).
+func campaignSlowRule(seed uint64) faultproxy.Rule {
+	return faultproxy.Rule{Seed: seed, Error503: 0.6, Delay: 0.3, MaxDelay: 10 * time.Second}
+}
+
+// campaignSlowAfter: in the slow mode the store is slow from this long
+// after the drivers start.
+const campaignSlowAfter = 10 * time.Second
+
+// campaignSlowOpTimeout: in the slow mode an operation is a hang only
+// after this long (its requests are retried, each delayed up to 10 s).
+const campaignSlowOpTimeout = 5 * time.Minute
+
 // campaignIterations: CKPTFS_CAMPAIGN_ITERATIONS per mode (without and with
 // the WAL), 3 by default and 1 with -short.
 func campaignIterations(t *testing.T) int {
@@ -204,6 +251,17 @@ type campaignStats struct {
 	gcRuns                                       int64
 	gcFailed                                     int64
 	proxy                                        faultproxy.Counters
+
+	// The optional operations (campaignOps): appends through both mounts,
+	// O_RDONLY|O_CREAT opens beside a creator's appends, copies while the
+	// other mount rewrote the source, reads of a held descriptor past its
+	// file's reaping, plain writers merged over a WAL writer's truncate,
+	// lease operations with the holder's requests held (and of those, the
+	// ones whose other write succeeded: the lease taken), iterations with
+	// the slow store.
+	appends, roCreats, copiesRewritten, reapReads int64
+	walMixes, leases, leasesTaken                 int64
+	slowIterations                                int
 }
 
 func (s campaignStats) String() string {
@@ -215,7 +273,17 @@ func (s campaignStats) String() string {
 		s.iterations, s.ops, s.okOps, s.writes, s.bytesWritten, s.fallocs, s.fsyncs, s.copies, s.links,
 		s.crossReads, s.heldReads, s.staleReads, s.ckptReads, s.crossCreates, s.chmods, s.xattrs, s.foreign,
 		s.kills, s.partedMounts, s.eio, s.eintr, s.ebusy, s.filesChecked, s.bytesChecked, s.gcRuns, s.gcFailed,
-		s.thirdWrites, s.fsckFiles, s.partedFiles, s.streamFiles, s.proxy.Faults(), s.proxy)
+		s.thirdWrites, s.fsckFiles, s.partedFiles, s.streamFiles, s.proxy.Faults(), s.proxy) + s.optional()
+}
+
+// optional is the figures of the optional operations, "" when none ran.
+func (s campaignStats) optional() string {
+	if s.appends+s.roCreats+s.copiesRewritten+s.reapReads+s.walMixes+s.leases == 0 && s.slowIterations == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; optional: %d appends through both mounts, %d O_RDONLY|O_CREAT opens beside appends, %d copies while the source was rewritten, "+
+		"%d held descriptors read past their file's reaping, %d plain writers merged over a WAL writer, %d writes beside a slow lease holder (%d took the lease), %d iterations with the slow store",
+		s.appends, s.roCreats, s.copiesRewritten, s.reapReads, s.walMixes, s.leases, s.leasesTaken, s.slowIterations)
 }
 
 func (s *campaignStats) add(o campaignStats) {
@@ -247,19 +315,17 @@ func (s *campaignStats) add(o campaignStats) {
 	s.ebusy += o.ebusy
 	s.bytesChecked += o.bytesChecked
 	s.filesChecked += o.filesChecked
+	s.appends += o.appends
+	s.roCreats += o.roCreats
+	s.copiesRewritten += o.copiesRewritten
+	s.reapReads += o.reapReads
+	s.walMixes += o.walMixes
+	s.leases += o.leases
+	s.leasesTaken += o.leasesTaken
+	s.slowIterations += o.slowIterations
 	s.gcRuns += o.gcRuns
 	s.gcFailed += o.gcFailed
-	p := &s.proxy
-	p.Conns += o.proxy.Conns
-	p.Requests += o.proxy.Requests
-	p.Forwarded += o.proxy.Forwarded
-	p.Error503 += o.proxy.Error503
-	p.Error500 += o.proxy.Error500
-	p.Delayed += o.proxy.Delayed
-	p.Lost += o.proxy.Lost
-	p.Stalled += o.proxy.Stalled
-	p.Failed += o.proxy.Failed
-	p.Gone += o.proxy.Gone
+	addCounters(&s.proxy, o.proxy)
 }
 
 // TestCampaign runs the campaign without and with the WAL.
@@ -267,26 +333,36 @@ func TestCampaign(t *testing.T) {
 	need(t, "fusermount3", "unshare") // mount B runs in a PID namespace of its own
 	iterations := campaignIterations(t)
 	seed := campaignSeed(t)
-	t.Logf("campaign: seed %d (CKPTFS_CAMPAIGN_SEED), %d iterations per mode (CKPTFS_CAMPAIGN_ITERATIONS)", seed, iterations)
+	ops := campaignOps(t)
+	t.Logf("campaign: seed %d (CKPTFS_CAMPAIGN_SEED), %d iterations per mode (CKPTFS_CAMPAIGN_ITERATIONS), optional operations %v (CKPTFS_CAMPAIGN_OPS)", seed, iterations, slices.Sorted(maps.Keys(ops)))
 	start := time.Now()
 	var total campaignStats
 	for i, m := range []struct {
 		name          string
 		wal, dirStore bool
 		iterations    int
+		slow          bool
 	}{
-		{"plain", false, false, iterations},
-		{"wal", true, false, iterations},
+		{"plain", false, false, iterations, false},
+		{"wal", true, false, iterations, false},
 		// Two mounts of a file:// volume (no proxy, no faults): the
 		// directory store's listings under concurrent renames (a gap in
 		// the namespace log's listing is re-checked before it is
 		// believed), and the most operations and merges per second of
 		// the three. A third of the others' iterations: longer runs of
 		// it alone find more (docs/campaign.md).
-		{"dir", false, true, max(1, iterations/3)},
+		{"dir", false, true, max(1, iterations/3), false},
+		// Without the WAL on S3, with a store slow enough that a retry
+		// outlives every window (campaignSlowRule) while the drivers run;
+		// only with "slow" in CKPTFS_CAMPAIGN_OPS, and few iterations.
+		{"slow", false, false, max(1, iterations/3), true},
 	} {
+		if m.slow && !ops[campaign.ModeSlow] {
+			continue
+		}
 		t.Run(m.name, func(t *testing.T) {
 			c := newCampaign(t, seed+uint64(i), m.wal, m.dirStore)
+			c.setOptional(ops, m.slow)
 			s := c.run(m.iterations)
 			t.Logf("campaign %s: %v", m.name, s)
 			total.add(s)
@@ -351,15 +427,17 @@ type campaignRun struct {
 	// again every iteration, and C (index 2), read-only, lagging, through
 	// a proxy of its own that counts its write requests, for the whole
 	// run.
-	dirs        [3]string
-	mounts      [3]*mountProc
+	// D (index 3): a mount without the WAL beside WAL mounts (walmix),
+	// started and killed with A and B.
+	dirs        [4]string
+	mounts      [4]*mountProc
 	thirdOpts   string
 	thirdWrites atomic.Int64
 	createMode  uint32       // a new file's mode: 0644 less the umask
 	killed      []*mountProc // killed, not yet detached
 	// drivers and killedAt (unix ns, 0: alive) of the iteration running.
 	drivers  []*driverProc
-	killedAt [2]int64
+	killedAt [4]int64
 	logs     string // folder of mount logs, kept when the campaign fails
 	logN     int
 
@@ -385,6 +463,19 @@ type campaignRun struct {
 
 	faultMu sync.Mutex
 	faults  []faultproxy.Event // every fault the proxy injected
+
+	// The optional operations (campaignOps) this mode's drivers do.
+	ops map[string]bool
+	// slow: the slow mode (campaignSlowRule while the drivers run).
+	slow      bool
+	opTimeout time.Duration
+	// mountProxy, with olease in the wal mode: A's and B's own proxies, so
+	// that one holder's requests can be held back longer than the lease
+	// (holdBack); mountOpts are their store options.
+	mountProxy [2]*faultproxy.Proxy
+	mountOpts  [2]string
+	holdMu     sync.Mutex
+	holding    [2]int // holdBack calls running, per mount
 
 	gcStop chan struct{}
 	gcDone chan struct{}
@@ -413,7 +504,7 @@ func newCampaign(t *testing.T, seed uint64, wal, dirStore bool) *campaignRun {
 		t.Fatal(err)
 	}
 	c := &campaignRun{
-		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0xca)), wal: wal,
+		t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0xca)), wal: wal, opTimeout: campaignOpTimeout,
 		bin: bin, drv: drv, store: store, env: env, logs: logs, vol: v,
 		base: make([]map[string][]byte, campaignDrivers), baseModes: make([]map[string]uint32, campaignDrivers),
 		baseInos: make([]map[string]uint64, campaignDrivers), baseXattr: make([]map[string]string, campaignDrivers),
@@ -430,11 +521,7 @@ func newCampaign(t *testing.T, seed uint64, wal, dirStore bool) *campaignRun {
 		return c
 	}
 	rule := campaignRule(seed)
-	rule.OnFault = func(e faultproxy.Event) {
-		c.faultMu.Lock()
-		c.faults = append(c.faults, e)
-		c.faultMu.Unlock()
-	}
+	rule.OnFault = c.recordFault
 	proxy, err := faultproxy.Start(v.cfg.Endpoint, rule)
 	if err != nil {
 		t.Fatal(err)
@@ -464,6 +551,109 @@ func newCampaign(t *testing.T, seed uint64, wal, dirStore bool) *campaignRun {
 	})
 	c.thirdOpts = "endpoint=" + thirdProxy.URL() + ",path_style,region=" + v.cfg.Region
 	return c
+}
+
+// recordFault keeps a fault the proxy injected, for faultsDuring.
+func (c *campaignRun) recordFault(e faultproxy.Event) {
+	c.faultMu.Lock()
+	c.faults = append(c.faults, e)
+	c.faultMu.Unlock()
+}
+
+// setOptional makes the mode's drivers do the optional operations ops
+// (those that apply to it), and makes it the slow mode.
+func (c *campaignRun) setOptional(ops map[string]bool, slow bool) {
+	c.ops, c.slow = ops, slow
+	if slow {
+		c.opTimeout = campaignSlowOpTimeout
+	}
+	if !c.wal || !ops[campaign.OpLease] || c.proxy == nil {
+		return
+	}
+	// A's and B's own proxies, with the rule of the shared one.
+	for i := range c.mountProxy {
+		rule := campaignRule(c.seed ^ uint64(0x10+i))
+		rule.OnFault = c.recordFault
+		p, err := faultproxy.Start(c.vol.cfg.Endpoint, rule)
+		if err != nil {
+			c.t.Fatal(err)
+		}
+		c.t.Cleanup(func() {
+			p.Stall(false)
+			if err := p.Close(); err != nil {
+				c.t.Error(err)
+			}
+		})
+		c.mountProxy[i] = p
+		c.mountOpts[i] = "endpoint=" + p.URL() + ",path_style,region=" + c.vol.cfg.Region
+	}
+}
+
+// driverOps are the optional operations this mode's drivers do: O_APPEND
+// writers need two mounts that write one file at once (not with the WAL,
+// whose lease refuses the second), a plain writer beside a WAL writer and
+// a lease taken from a slow holder need the WAL.
+func (c *campaignRun) driverOps() []string {
+	var out []string
+	for _, n := range campaign.Optional {
+		switch {
+		case !c.ops[n], n == campaign.ModeSlow:
+		case n == campaign.OpAppend && c.wal:
+		case (n == campaign.OpWALMix || n == campaign.OpLease) && !c.wal:
+		case n == campaign.OpLease && c.mountProxy[0] == nil:
+		default:
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// startPlain starts mount D, without the WAL, beside the WAL mounts A and
+// B, when the drivers do walmix.
+func (c *campaignRun) startPlain() {
+	if c.wal && c.ops[campaign.OpWALMix] {
+		c.startMount(3, "")
+	}
+}
+
+// holdBack holds every request of mount idx (its own proxy) back for
+// longer than the WAL lease, from the moment a driver begins olease with
+// idx as its home: the holder's renewals stop, its lease runs out, and the
+// other mount's write may take it while the holder's write waits.
+func (c *campaignRun) holdBack(idx int) {
+	p := c.mountProxy[idx]
+	c.holdMu.Lock()
+	c.holding[idx]++
+	p.Stall(true)
+	c.holdMu.Unlock()
+	time.Sleep(campaignWALLease + 3*time.Second)
+	c.holdMu.Lock()
+	c.holding[idx]--
+	if c.holding[idx] == 0 {
+		p.Stall(false)
+	}
+	c.holdMu.Unlock()
+}
+
+// usesBoth: optional operations that use both mounts (A and B), whatever
+// mount their log names.
+func usesBoth(kind string) bool {
+	return kind == campaign.OpAppend || kind == campaign.OpROCreat || kind == campaign.OpCopyRewritten || kind == campaign.OpLease
+}
+
+// addCounters adds o to p.
+func addCounters(p *faultproxy.Counters, o faultproxy.Counters) {
+	p.Conns += o.Conns
+	p.Ended += o.Ended
+	p.Requests += o.Requests
+	p.Forwarded += o.Forwarded
+	p.Error503 += o.Error503
+	p.Error500 += o.Error500
+	p.Delayed += o.Delayed
+	p.Lost += o.Lost
+	p.Stalled += o.Stalled
+	p.Failed += o.Failed
+	p.Gone += o.Gone
 }
 
 // cleanup kills and detaches the mounts and stops the drivers and the gc
@@ -502,7 +692,10 @@ func (c *campaignRun) startMount(idx int, extra string) *mountProc {
 		t.Fatal(err)
 	}
 	opts := c.opts + "," + campaignMountOpts + extra
-	if c.wal {
+	if idx < 2 && c.mountOpts[idx] != "" {
+		opts = c.mountOpts[idx] + "," + campaignMountOpts + extra
+	}
+	if c.wal && idx != 3 {
 		opts += fmt.Sprintf(",wal=on,wal_lease=%v", campaignWALLease)
 	}
 	if idx == 2 {
@@ -636,7 +829,7 @@ func (c *campaignRun) runGC() {
 				return
 			default:
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*campaignOpTimeout)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*c.opTimeout)
 			minAge := campaignMinAge
 			if c.proxy == nil {
 				minAge = campaignDirMinAge
@@ -659,7 +852,7 @@ func (c *campaignRun) runGC() {
 					tail = tail[len(tail)-2000:]
 				}
 				if timedOut {
-					c.gcHang = fmt.Sprintf("gc ran longer than %v:\n%s", 2*campaignOpTimeout, out.String())
+					c.gcHang = fmt.Sprintf("gc ran longer than %v:\n%s", 2*c.opTimeout, out.String())
 				}
 				if len(c.gcErrs) < 20 {
 					c.gcErrs = append(c.gcErrs, fmt.Sprintf("%v: %s", err, tail))
@@ -719,6 +912,12 @@ func (c *campaignRun) startDriver(id, home int, iter int) *driverProc {
 		"-third", c.dirs[2], "-copies", "-cross",
 		"-ckptfs", c.bin, "-store", c.store, "-store-opts", c.opts)
 	d.cmd.Env = c.env // ckptfs cp reaches the store
+	if ops := c.driverOps(); len(ops) > 0 {
+		d.cmd.Args = append(d.cmd.Args, "-ops", strings.Join(ops, ","))
+		if c.ops[campaign.OpWALMix] && c.wal {
+			d.cmd.Args = append(d.cmd.Args, "-plain", c.dirs[3])
+		}
+	}
 	if !c.wal {
 		// Checkpoint numbers name what an fsync or close acknowledged
 		// (with the WAL the checkpoint is published later).
@@ -748,6 +947,9 @@ func (c *campaignRun) startDriver(id, home int, iter int) *driverProc {
 			d.lines = append(d.lines, l)
 			if strings.HasPrefix(l, "B ") {
 				d.inFlight, d.since = l, time.Now()
+				if f := strings.Fields(l); len(f) > 3 && f[3] == campaign.OpLease && c.mountProxy[home] != nil {
+					go c.holdBack(home)
+				}
 			} else {
 				d.inFlight = ""
 				d.ended++
@@ -772,7 +974,7 @@ func (c *campaignRun) watch(drivers []*driverProc, done func() bool) {
 			d.mu.Lock()
 			op, since := d.inFlight, d.since
 			d.mu.Unlock()
-			if op != "" && time.Since(since) > campaignOpTimeout {
+			if op != "" && time.Since(since) > c.opTimeout {
 				c.hang(fmt.Sprintf("driver %d (home mount %c): operation %q has not returned for %v", d.id, 'A'+d.home, op, time.Since(since).Round(time.Second)))
 			}
 		}
@@ -791,6 +993,7 @@ func (c *campaignRun) run(iterations int) campaignStats {
 	for i := range 2 {
 		c.startMount(i, c.mountExtra(i))
 	}
+	c.startPlain()
 	c.startMount(2, "")
 	t.Logf("mounted in %v", time.Since(start).Round(time.Millisecond))
 	c.runGC()
@@ -816,6 +1019,11 @@ func (c *campaignRun) run(iterations int) campaignStats {
 	if c.proxy != nil {
 		c.stats.proxy = c.proxy.Counters()
 	}
+	for _, p := range c.mountProxy {
+		if p != nil {
+			addCounters(&c.stats.proxy, p.Counters())
+		}
+	}
 	return c.stats
 }
 
@@ -838,7 +1046,7 @@ func (c *campaignRun) finalClean() {
 	for range 2 {
 		// The grace counts from the first run that found a thing
 		// unreferenced: the second deletes what the first recorded.
-		out, err := c.tool(2*campaignOpTimeout, "gc", "--keep", campaignKeep, "--grace", "0s", "--min-age", "0s", "--ns-lag", "0s", "-o", c.opts, c.store)
+		out, err := c.tool(2*c.opTimeout, "gc", "--keep", campaignKeep, "--grace", "0s", "--min-age", "0s", "--ns-lag", "0s", "-o", c.opts, c.store)
 		if err != nil {
 			t.Errorf("the last gc: %v\n%s", err, out)
 			return
@@ -852,7 +1060,7 @@ func (c *campaignRun) finalClean() {
 			pinned++
 		}
 	}
-	out, err := c.tool(2*campaignOpTimeout, "fsck", "-o", c.opts, c.store)
+	out, err := c.tool(2*c.opTimeout, "fsck", "-o", c.opts, c.store)
 	if err != nil {
 		t.Errorf("fsck after the last gc: %v\n%s", err, out)
 		return
@@ -980,6 +1188,19 @@ func (c *campaignRun) iteration(iter int) {
 	c.drivers = drivers
 	runFor := time.Duration(1500+c.rngN(4500)) * time.Millisecond
 	until := time.Now().Add(runFor)
+	if c.slow {
+		// The drivers make and write files at the usual speed for a
+		// while, then meet the slow store, where one does a few
+		// operations a minute: opens of files that exist among them.
+		runFor = campaignSlowAfter + time.Duration(30+c.rngN(30))*time.Second
+		until = time.Now().Add(runFor)
+		slowFrom := time.Now().Add(campaignSlowAfter)
+		c.watch(drivers, func() bool { return time.Now().After(slowFrom) })
+		rule := campaignSlowRule(c.seed + uint64(iter))
+		rule.OnFault = c.recordFault
+		c.proxy.SetRule(rule)
+		c.stats.slowIterations++
+	}
 	c.watch(drivers, func() bool { return time.Now().After(until) })
 	// Before the kill, every driver that still runs must finish the
 	// operation it is in and one more: an operation that hangs is found
@@ -1009,8 +1230,14 @@ func (c *campaignRun) iteration(iter int) {
 	})
 	time.Sleep(time.Duration(c.rngN(300)) * time.Millisecond)
 	first := c.rngN(2)
-	c.killedAt = [2]int64{}
+	c.killedAt = [4]int64{}
 	killedAt := &c.killedAt
+	if m := c.mounts[3]; m != nil {
+		// D first: a driver's exit would close its descriptors there,
+		// and D flush what it holds after the others died.
+		killedAt[3] = time.Now().UnixNano()
+		c.kill(m)
+	}
 	for k, idx := range []int{first, 1 - first} {
 		if k == 1 {
 			gap := time.Now().Add(time.Duration(c.rngN(800)) * time.Millisecond)
@@ -1037,11 +1264,18 @@ func (c *campaignRun) iteration(iter int) {
 	})
 	c.detach()
 	stopped := time.Now()
+	if c.slow {
+		// The check reads through the faults of the other modes.
+		rule := campaignRule(c.seed)
+		rule.OnFault = c.recordFault
+		c.proxy.SetRule(rule)
+	}
 
 	// New mounts, and the check.
 	for i := range 2 {
 		c.startMount(i, c.mountExtra(i))
 	}
+	c.startPlain()
 	mounted := time.Now()
 	for _, d := range drivers {
 		c.check(iter, d, *killedAt)
@@ -1052,7 +1286,7 @@ func (c *campaignRun) iteration(iter int) {
 		mounted.Sub(stopped).Round(time.Millisecond), time.Since(mounted).Round(time.Millisecond))
 }
 
-func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
+func (c *campaignRun) check(iter int, d *driverProc, killedAt [4]int64) {
 	t := c.t
 	c.curDriver = d.id
 	d.mu.Lock()
@@ -1108,11 +1342,14 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [2]int64) {
 				return
 			}
 			abs := d.home
-			if op.Mount == 1 {
+			switch op.Mount {
+			case 1:
 				abs = 1 - d.home
+			case 3:
+				abs = 3
 			}
-			killed := op.Mount < 2 && killedAt[abs] != 0 && (!op.Ended || killedAt[abs] <= op.End)
-			if op.Kind == "see" || op.Kind == "toolcp" || op.Kind == "ocreat" { // it uses both mounts
+			killed := op.Mount != 2 && killedAt[abs] != 0 && (!op.Ended || killedAt[abs] <= op.End)
+			if op.Kind == "see" || op.Kind == "toolcp" || op.Kind == "ocreat" || usesBoth(op.Kind) { // it uses both mounts
 				for _, k := range killedAt {
 					killed = killed || k != 0 && (!op.Ended || k <= op.End)
 				}

@@ -87,15 +87,18 @@ func (s *inFlight) ListMultipartUploads(ctx context.Context, prefix string) ([]s
 // TestConnsUntar: untarring 100 small files into a mount on S3, over real
 // TCP through faultproxy's Link (a handshake cost per new connection, a
 // latency per request, a bandwidth per connection), and reading them back
-// in a second mount, opens no more connections than the requests the mount
-// had in flight at once, plus its retries: every connection is kept and
-// reused, none closed and dialled again (issue 27 saw 80 closed by the
-// client for one untar). The figures go to docs/benchmarks.md,
-// "Connections"; with -v the test logs them.
+// in a second mount, closes no connection while the mount works: every
+// connection is kept and reused (issue 27 saw 80 closed by the client for
+// one untar). That is what a client that closes connections breaks, and it
+// does not depend on timing; how many the mount dials does: net/http dials
+// for a request that starts before a worker's last connection is back in
+// its pool and keeps the loser idle, closing nothing (17 for 16 in flight
+// once, on a loaded machine). The counts go to docs/benchmarks.md,
+// "Connections", which says how to measure them; with -v the test logs
+// them.
 func TestConnsUntar(t *testing.T) {
 	need(t, "tar", "cat")
 	const files, fileSize = 100, 4 << 10
-	link := faultproxy.Link{Handshake: 30 * time.Millisecond, Latency: 2 * time.Millisecond, Bandwidth: 150 << 20}
 
 	src := filepath.Join(t.TempDir(), "src")
 	if err := os.Mkdir(src, 0o755); err != nil {
@@ -110,16 +113,12 @@ func TestConnsUntar(t *testing.T) {
 	run(t, src, "tar", "-cf", tarball, ".")
 
 	v := newVolume(t)
-	p, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{Link: &link})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { p.Close() })
-	cfg := v.cfg
-	cfg.Endpoint = p.URL()
+	link := faultproxy.Link{Handshake: 30 * time.Millisecond, Latency: 2 * time.Millisecond, Bandwidth: 150 << 20}
 
-	// Each step mounts anew, works, and unmounts (every upload done), so
-	// that its connections, requests and peak are its own.
+	// Each step mounts anew, through a proxy of its own, works, and
+	// unmounts (every upload done), so that its connections, requests and
+	// peak are its own, and a connection the last step's unmount closed
+	// is not counted as this one's.
 	steps := []struct {
 		name string
 		work func(dir string)
@@ -133,34 +132,39 @@ func TestConnsUntar(t *testing.T) {
 		}},
 	}
 	for _, step := range steps {
-		before := p.Counters()
+		p, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{Link: &link})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := v.cfg
+		cfg.Endpoint = p.URL()
 		start := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		st, err := s3.New(ctx, cfg)
 		cancel()
 		if err != nil {
+			p.Close()
 			t.Fatal(err)
 		}
 		opening := p.Counters() // what s3.New asked, one request at a time
 		counted := &inFlight{Store: st}
 		m := mountStore(t, counted, "")
 		step.work(m.dir)
+		worked := p.Counters() // before the unmount closes the pool
 		m.unmount()
 		elapsed := time.Since(start)
-
 		after := p.Counters()
-		conns := after.Conns - before.Conns
-		requests := after.Requests - before.Requests
+		p.Close()
+
 		retries := after.Requests - opening.Requests - counted.calls.Load()
-		peak := max(counted.peak.Load(), 1)
 		t.Logf("%s: %v; %d connections (the store dialled %d), %d requests, %d store calls, at most %d in flight at once, %d retries",
-			step.name, elapsed.Round(time.Millisecond), conns, st.Dials(), requests, counted.calls.Load(), peak, retries)
-		if after.Faults() != before.Faults() || after.Failed != before.Failed {
+			step.name, elapsed.Round(time.Millisecond), after.Conns, st.Dials(), after.Requests, counted.calls.Load(), max(counted.peak.Load(), 1), retries)
+		if after.Faults() != 0 || after.Failed != 0 {
 			t.Errorf("%s: the proxy met faults or failures: %v", step.name, after)
 		}
-		if conns > peak+retries {
-			t.Errorf("%s: %d connections for at most %d requests in flight at once and %d retries: connections were closed and dialled again (%v)",
-				step.name, conns, peak, retries, after)
+		if worked.Ended != 0 {
+			t.Errorf("%s: %d of %d connections closed while the mount worked: a closed connection is dialled again (%v)",
+				step.name, worked.Ended, worked.Conns, worked)
 		}
 	}
 	if t.Failed() {

@@ -51,6 +51,36 @@
 //	owrite  1 <name> <off> <len>                  open, pwrite of Pattern, close through the other mount
 //	otrunc  1 <name> <size>                       open, ftruncate, close through the other mount
 //
+// The optional operations (Optional; the driver's -ops), each switched on
+// by name:
+//
+//	append  1 <name> <m>:<len>...                 O_APPEND opens on both mounts, appends through mount m
+//	                                              in the order given (the j-th writes Pattern(id,
+//	                                              seq|(j+1)<<40, 0, len)), both closed; results: <len>
+//	                                              <crc32c> of a new open through the home mount
+//	rocreat 1 <name> <off> <len>                  right after the home mount created name, appends through
+//	                                              it (together Pattern(id, seq, off, len)) while the other
+//	                                              mount opens name O_RDONLY|O_CREAT four times; results:
+//	                                              <ino>x4 <home ino> ok
+//	cprw    m <src> <dst> <trunc> <len>:<len>...  copy whole through mount m while the other mount rewrites
+//	                                              src until the copy is done, at most once per len
+//	                                              (rewrite i: open, with O_TRUNC when trunc is 1,
+//	                                              Pattern(id, seq|(i+1)<<40, 0, len i) at 0, close);
+//	                                              results as copy, then the number of rewrites made
+//	hreap   1 <name>                              after an oread that held a descriptor and the name's
+//	                                              unlink, reads through it until the cleaner may have
+//	                                              reaped the file; results: <reads> <len> <crc32c> | gone <errno>
+//	mopen   3 <name>                              open through the plain mount beside WAL mounts
+//	mwrite  3 <name> <off> <len>                  pwrite there, not flushed (the home then truncates, fsyncs)
+//	mflush  3 <name>                              fsync and close there: a merge over the home's truncate
+//	mread   3 <name>                              a new open there, read; results: <len> <crc32c>
+//	olease  1 <name> <off> <len> <ooff> <olen>    with the WAL: the home writes Pattern(id, seq|1<<40, ...)
+//	                                              while the campaign holds its requests longer than the
+//	                                              lease, the other mount writes Pattern(id, seq|2<<40,
+//	                                              ...) meanwhile; then the home closes; results: <home
+//	                                              write> <other write> <home close> (ok or errno) <len>
+//	                                              <crc32c> of a new open through the other mount
+//
 // Names are file names inside the driver's directory. After its first error
 // a driver stops: the operation that failed is the only one whose outcome is
 // unknown.
@@ -61,6 +91,32 @@ import (
 	"strconv"
 	"strings"
 )
+
+// The optional operations and modes, by the name that switches each on.
+const (
+	OpAppend        = "append"  // O_APPEND writers on both mounts
+	OpROCreat       = "rocreat" // O_RDONLY|O_CREAT opens beside a creator's appends
+	OpCopyRewritten = "cprw"    // a copy while the other mount rewrites the source
+	OpReap          = "hreap"   // reads of a held descriptor while the cleaner reaps the file
+	OpWALMix        = "walmix"  // a plain writer beside a WAL writer that truncates
+	OpLease         = "olease"  // a lease taken from a slow WAL holder
+	// ModeSlow is not an operation: a mode whose store is slow enough that
+	// a retry outlives every window (test/campaign_test.go).
+	ModeSlow = "slow"
+)
+
+// Optional lists the optional operations and modes.
+var Optional = []string{OpAppend, OpROCreat, OpCopyRewritten, OpReap, OpWALMix, OpLease, ModeSlow}
+
+// IsOptional reports whether name is one of Optional.
+func IsOptional(name string) bool {
+	for _, n := range Optional {
+		if n == name {
+			return true
+		}
+	}
+	return false
+}
 
 // Xattr is the extended attribute the drivers set and remove (logged as
 // "xattr NAME VALUE", VALUE "-" for a removal).
@@ -107,6 +163,9 @@ type Op struct {
 	Errno  int      // when !OK
 	InRead bool     // when !OK: the error came from read(2), the open having succeeded
 	Result []string // when OK
+	// Data, in an operation the model makes up (never parsed), is the
+	// content it leaves: a state found among several the log allows.
+	Data []byte
 }
 
 func (o *Op) String() string {

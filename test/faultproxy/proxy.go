@@ -89,6 +89,7 @@ func (p *Proxy) InFlight() []Request {
 // Counters are what a proxy did since it started.
 type Counters struct {
 	Conns     int64 // client connections accepted
+	Ended     int64 // client connections ended: closed by the client, or by a lost answer
 	Requests  int64 // requests received
 	Forwarded int64 // requests sent to the server (lost answers included)
 	Error503  int64
@@ -104,8 +105,8 @@ type Counters struct {
 func (c Counters) Faults() int64 { return c.Error503 + c.Error500 + c.Delayed + c.Lost }
 
 func (c Counters) String() string {
-	return fmt.Sprintf("%d connections, %d requests: %d forwarded, %d answered 503, %d answered 500, %d delayed, %d answers lost, %d stalled, %d unreachable, %d clients gone",
-		c.Conns, c.Requests, c.Forwarded, c.Error503, c.Error500, c.Delayed, c.Lost, c.Stalled, c.Failed, c.Gone)
+	return fmt.Sprintf("%d connections (%d ended), %d requests: %d forwarded, %d answered 503, %d answered 500, %d delayed, %d answers lost, %d stalled, %d unreachable, %d clients gone",
+		c.Conns, c.Ended, c.Requests, c.Forwarded, c.Error503, c.Error500, c.Delayed, c.Lost, c.Stalled, c.Failed, c.Gone)
 }
 
 // Proxy is a running fault-injecting proxy.
@@ -130,7 +131,7 @@ type Proxy struct {
 	closeOnce sync.Once
 	handlers  sync.WaitGroup // requests being served, waited for by Close
 
-	conns, requests, forwarded, e503, e500, delayed, lost, stalled, failed, gone atomic.Int64
+	conns, ended, requests, forwarded, e503, e500, delayed, lost, stalled, failed, gone atomic.Int64
 }
 
 // Start starts a proxy on 127.0.0.1 (a free port) to target, an http URL
@@ -162,7 +163,12 @@ func Start(target string, rule Rule) (*Proxy, error) {
 	}
 	ln.p = p
 	p.setRule(rule)
-	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: time.Minute}
+	p.srv = &http.Server{Handler: p, ReadHeaderTimeout: time.Minute, ConnState: func(_ net.Conn, st http.ConnState) {
+		// A hijacked connection is a lost answer's, closed at once.
+		if st == http.StateClosed || st == http.StateHijacked {
+			p.ended.Add(1)
+		}
+	}}
 	go func() {
 		defer close(p.served)
 		_ = p.srv.Serve(ln) // returns http.ErrServerClosed after Close
@@ -200,7 +206,7 @@ func (p *Proxy) Stall(on bool) {
 // Counters returns what the proxy did so far.
 func (p *Proxy) Counters() Counters {
 	return Counters{
-		Conns: p.conns.Load(), Requests: p.requests.Load(), Forwarded: p.forwarded.Load(),
+		Conns: p.conns.Load(), Ended: p.ended.Load(), Requests: p.requests.Load(), Forwarded: p.forwarded.Load(),
 		Error503: p.e503.Load(), Error500: p.e500.Load(), Delayed: p.delayed.Load(),
 		Lost: p.lost.Load(), Stalled: p.stalled.Load(), Failed: p.failed.Load(), Gone: p.gone.Load(),
 	}

@@ -72,47 +72,7 @@ func (d *driver) copyRange(kind string, m int, src, dst string, extra []any, off
 		}
 	}
 	args := append([]any{src, dst}, extra...)
-	err := d.do(kind, m, args, func() ([]any, error) {
-		in, err := os.Open(d.path(m, src))
-		if err != nil {
-			return nil, unwrap(err)
-		}
-		defer in.Close()
-		// As cp does: an fstat first, which leaves the kernel the size the
-		// mount shows (copy_file_range is cut at the size the kernel holds;
-		// docs/design.md, "Close-to-open across mounts").
-		if _, err := in.Stat(); err != nil {
-			return nil, unwrap(err)
-		}
-		out, err := os.OpenFile(d.path(m, dst), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
-		if err != nil {
-			return nil, unwrap(err)
-		}
-		defer out.Close()
-		var total int64
-		for total < n {
-			so, do := off+total, dstOff+total
-			k, err := unix.CopyFileRange(int(in.Fd()), &so, int(out.Fd()), &do, int(min(n-total, 1<<30)), 0)
-			if err != nil {
-				return nil, unwrap(err)
-			}
-			if k == 0 {
-				break
-			}
-			total += int64(k)
-		}
-		if err := out.Sync(); err != nil {
-			return nil, unwrap(err)
-		}
-		if err := out.Close(); err != nil {
-			return nil, unwrap(err)
-		}
-		l, sum, err := readAll(d.path(m, dst))
-		if err != nil {
-			return nil, err
-		}
-		return []any{total, l, sum}, nil
-	})
+	err := d.do(kind, m, args, func() ([]any, error) { return d.copyOnce(m, src, dst, off, n, dstOff) })
 	if err != nil {
 		return err
 	}
@@ -183,4 +143,49 @@ func (d *driver) waitName(name string) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// copyOnce copies n bytes from off of src into the new file dst at dstOff
+// through mount m, fsyncs and closes the copy and reads it back: results
+// <bytes copied> <len> <crc32c>.
+func (d *driver) copyOnce(m int, src, dst string, off, n, dstOff int64) ([]any, error) {
+	in, err := os.Open(d.path(m, src))
+	if err != nil {
+		return nil, unwrap(err)
+	}
+	defer in.Close()
+	// As cp does: an fstat first, which leaves the kernel the size the
+	// mount shows (copy_file_range is cut at the size the kernel holds;
+	// docs/design.md, "Close-to-open across mounts").
+	if _, err := in.Stat(); err != nil {
+		return nil, unwrap(err)
+	}
+	out, err := os.OpenFile(d.path(m, dst), os.O_CREATE|os.O_EXCL|os.O_RDWR, 0o644)
+	if err != nil {
+		return nil, unwrap(err)
+	}
+	defer out.Close()
+	var total int64
+	for total < n {
+		so, do := off+total, dstOff+total
+		k, err := unix.CopyFileRange(int(in.Fd()), &so, int(out.Fd()), &do, int(min(n-total, 1<<30)), 0)
+		if err != nil {
+			return nil, unwrap(err)
+		}
+		if k == 0 {
+			break
+		}
+		total += int64(k)
+	}
+	if err := out.Sync(); err != nil {
+		return nil, unwrap(err)
+	}
+	if err := out.Close(); err != nil {
+		return nil, unwrap(err)
+	}
+	l, sum, err := readAll(d.path(m, dst))
+	if err != nil {
+		return nil, err
+	}
+	return []any{total, l, sum}, nil
 }

@@ -97,6 +97,9 @@ func (d *driver) otherCreate(name string, f *file) error {
 	}); err != nil {
 		return err
 	}
+	if d.ops[campaign.OpROCreat] && d.rng.IntN(2) == 0 {
+		return d.rocreat(name, f)
+	}
 	return d.do("ocreat", 1, []any{name}, func() ([]any, error) {
 		o, err := os.OpenFile(d.path(1, name), os.O_CREATE|os.O_RDWR, 0o644)
 		if err != nil {

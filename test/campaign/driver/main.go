@@ -8,6 +8,7 @@
 //
 //	driver -id N -seed S -dir NAME -home MOUNT -other MOUNT [-max-size BYTES]
 //	       [-copies] [-cross] [-foreign] [-cno] [-third MOUNT]
+//	       [-ops LIST] [-plain MOUNT]
 //	       [-ckptfs BIN -store STORE -store-opts OPTS]
 //
 // Data operations go through the home mount; renames, links and unlinks
@@ -36,7 +37,13 @@
 //   - -cno: after each fsync and close the file's checkpoint number
 //     (user.ckptfs.cno) is logged, for the reads of .checkpoints;
 //   - -third: a read-only mount that lags (a long ns_refresh), where a name
-//     may still lead to a file the others renamed over or unlinked.
+//     may still lead to a file the others renamed over or unlinked;
+//   - -ops: the optional operations named (package campaign's Optional):
+//     O_APPEND writers on both mounts, O_RDONLY|O_CREAT opens beside a
+//     creator's appends, a copy while the other mount rewrites the source,
+//     reads of a held descriptor while the cleaner reaps its file, a plain
+//     mount (-plain) writing beside a WAL writer that truncates, and a
+//     lease taken from a slow WAL holder.
 package main
 
 import (
@@ -77,7 +84,7 @@ type file struct {
 type driver struct {
 	id          int
 	dir         string
-	mounts      [3]string // home, other, third ("" without -third)
+	mounts      [4]string // home, other, third ("" without -third), plain ("" without -plain)
 	maxSize     int64
 	rng         *rand.Rand
 	seq         int64
@@ -90,7 +97,9 @@ type driver struct {
 	cross       bool
 	foreign     bool
 	cno         bool
-	tool        []string // ckptfs cp's command line up to SRC: bin, cp, -o, opts, store
+	tool        []string        // ckptfs cp's command line up to SRC: bin, cp, -o, opts, store
+	ops         map[string]bool // -ops
+	reaped      bool            // a heldWhileReaped ran (one a run)
 }
 
 // errStop ends the run at the first failed operation.
@@ -113,14 +122,21 @@ func main() {
 		bin       = flag.String("ckptfs", "", "the ckptfs binary, for ckptfs cp")
 		store     = flag.String("store", "", "the volume's STORE, for ckptfs cp")
 		storeOpts = flag.String("store-opts", "", "the store's -o options, for ckptfs cp")
+		opsFlag   = flag.String("ops", "", "optional operations, comma-separated (package campaign's Optional)")
+		plain     = flag.String("plain", "", "mount point of a mount without the WAL, beside WAL mounts (walmix)")
 	)
 	flag.Parse()
 	if *dir == "" || *home == "" || *other == "" || *id < 0 || *id > 255 {
 		fmt.Fprintln(os.Stderr, "usage: driver -id N -seed S -dir NAME -home MOUNT -other MOUNT")
 		os.Exit(2)
 	}
+	ops, err := parseOps(*opsFlag)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "driver:", err)
+		os.Exit(2)
+	}
 	d := &driver{
-		id: *id, dir: *dir, mounts: [3]string{*home, *other, *third}, maxSize: *maxSize,
+		id: *id, dir: *dir, mounts: [4]string{*home, *other, *third, *plain}, maxSize: *maxSize, ops: ops,
 		rng:   rand.New(rand.NewPCG(*seed, uint64(*id))),
 		seq:   *seqBase,
 		files: map[string]*file{}, used: map[string]bool{}, out: os.Stdout, stop: make(chan struct{}),
@@ -251,6 +267,13 @@ func (d *driver) step() error {
 	if d.cross && d.rng.IntN(5) == 0 {
 		if name, ok := d.pickHave(); ok {
 			if done, err := d.crossStep(name); done || err != nil {
+				return err
+			}
+		}
+	}
+	if len(d.ops) > 0 && d.rng.IntN(12) == 0 {
+		if name, ok := d.pickHave(); ok {
+			if done, err := d.extraStep(name); done || err != nil {
 				return err
 			}
 		}
