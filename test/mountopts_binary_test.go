@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -301,8 +302,8 @@ func TestMountNoPath(t *testing.T) {
 			}
 		})
 		cmd := exec.Command(ckptfsBinary(t), "mount", "-f", "-o", "create,log=warn", store, dir)
-		cmd.Env = []string{} // no PATH, nothing at all
-		var stderr strings.Builder
+		cmd.Env = []string{}  // no PATH, nothing at all
+		var stderr lockedText // read while the mount runs
 		cmd.Stderr = &stderr
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -377,4 +378,23 @@ func mountProcess(t *testing.T, dir string) int {
 	}
 	t.Fatalf("no ckptfs process serves %s", dir)
 	return 0
+}
+
+// lockedText keeps a process's output; it may be read while the process
+// still writes it.
+type lockedText struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedText) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedText) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

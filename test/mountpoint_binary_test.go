@@ -106,7 +106,7 @@ func TestRestartAfterKill(t *testing.T) {
 	}
 
 	cmd := exec.Command(ckptfsBinary(t), "mount", "-f", "-o", opts, store, dir)
-	var stderr strings.Builder
+	var stderr lockedText // read while the mount runs
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
