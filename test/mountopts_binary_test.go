@@ -17,40 +17,52 @@ import (
 )
 
 // fgMount is a `ckptfs mount -f` process; exited is closed once it was
-// waited for, and cmd.ProcessState may be read then.
+// waited for, and cmd.ProcessState may be read then; stderr is what it wrote
+// there, readable while it runs.
 type fgMount struct {
 	cmd    *exec.Cmd
 	exited chan struct{}
+	stderr *lockedText
 }
 
 // startForeground runs `ckptfs mount -f` of a file:// store and waits until
 // dir is mounted.
 func startForeground(t *testing.T, store, dir, opts string) fgMount {
 	t.Helper()
-	cmd := exec.Command(ckptfsBinary(t), "mount", "-f", "-o", opts, store, dir)
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan struct{})
-	go func() { cmd.Wait(); close(exited) }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		<-exited
-	})
-	waitFor(t, 30*time.Second, func() error {
-		select {
-		case <-exited:
-			t.Fatalf("ckptfs mount -o %s exited: %s", opts, stderr.String())
-		default:
-		}
+	return startForegroundWith(t, store, dir, opts, nil, func() error {
 		if !isMounted(t, dir) {
 			return errors.New("not mounted yet")
 		}
 		return nil
 	})
-	return fgMount{cmd: cmd, exited: exited}
+}
+
+// startForegroundWith is startForeground with env as the mount's whole
+// environment (nil: this process's) and ready saying when it serves (a dead
+// mount at dir is in the mount table already).
+func startForegroundWith(t *testing.T, store, dir, opts string, env []string, ready func() error) fgMount {
+	t.Helper()
+	m := fgMount{cmd: exec.Command(ckptfsBinary(t), "mount", "-f", "-o", opts, store, dir),
+		exited: make(chan struct{}), stderr: &lockedText{}}
+	m.cmd.Env = env
+	m.cmd.Stderr = m.stderr
+	if err := m.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { m.cmd.Wait(); close(m.exited) }()
+	t.Cleanup(func() {
+		m.cmd.Process.Kill()
+		<-m.exited
+	})
+	waitFor(t, 30*time.Second, func() error {
+		select {
+		case <-m.exited:
+			t.Fatalf("ckptfs mount -o %s exited: %v: %s", opts, m.cmd.ProcessState, m.stderr.String())
+		default:
+		}
+		return ready()
+	})
+	return m
 }
 
 // TestMountOptsAutoUnmount: after kill -9 of the mount process, a mount made
@@ -301,25 +313,14 @@ func TestMountNoPath(t *testing.T) {
 				runErr("", "umount", "-l", dir)
 			}
 		})
-		cmd := exec.Command(ckptfsBinary(t), "mount", "-f", "-o", "create,log=warn", store, dir)
-		cmd.Env = []string{}  // no PATH, nothing at all
-		var stderr lockedText // read while the mount runs
-		cmd.Stderr = &stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		exited := make(chan struct{})
-		go func() { cmd.Wait(); close(exited) }()
-		t.Cleanup(func() {
-			cmd.Process.Kill()
-			<-exited
-		})
-		waitFor(t, 30*time.Second, func() error {
+		// No PATH, nothing at all in the environment.
+		m := startForegroundWith(t, store, dir, "create,log=warn", []string{}, func() error {
 			if !isMounted(t, dir) {
 				return errors.New("not mounted yet")
 			}
 			return nil
 		})
+		cmd, exited, stderr := m.cmd, m.exited, m.stderr
 		if err := os.WriteFile(filepath.Join(dir, "held"), []byte("held\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}

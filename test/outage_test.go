@@ -164,11 +164,14 @@ func TestOutage(t *testing.T) {
 	}
 }
 
-func testOutage(t *testing.T, wal bool) {
-	need(t, "fusermount3", "touch", "mkdir", "stat", "cat")
-	bin := ckptfsBinary(t)
+// stallableVolume is a new volume on the test's S3 server behind a proxy
+// that can stall every request: the binary, the store, the environment, the
+// proxy, and the options that reach the store through it.
+func stallableVolume(t *testing.T) (bin, store string, env []string, proxy *faultproxy.Proxy, reach string) {
+	t.Helper()
+	bin = ckptfsBinary(t)
 	v := newVolume(t)
-	store, _, env := s3Args(t, v)
+	store, _, env = s3Args(t, v)
 	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{})
 	if err != nil {
 		t.Fatal(err)
@@ -179,7 +182,13 @@ func testOutage(t *testing.T, wal bool) {
 			t.Error(err)
 		}
 	})
-	opts := "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region + "," + outageOpts
+	return bin, store, env, proxy, "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region
+}
+
+func testOutage(t *testing.T, wal bool) {
+	need(t, "fusermount3", "touch", "mkdir", "stat", "cat")
+	bin, store, env, proxy, reach := stallableVolume(t)
+	opts := reach + "," + outageOpts
 	if wal {
 		opts += ",wal=on"
 	}
@@ -413,20 +422,8 @@ func testOutage(t *testing.T, wal bool) {
 // not stay running unmounted.
 func TestOutageSigterm(t *testing.T) {
 	need(t, "fusermount3")
-	bin := ckptfsBinary(t)
-	v := newVolume(t)
-	store, _, env := s3Args(t, v)
-	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		proxy.Stall(false)
-		if err := proxy.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	opts := "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region + "," + outageOpts
+	bin, store, env, proxy, reach := stallableVolume(t)
+	opts := reach + "," + outageOpts
 	dir := mountpoint(t)
 	m := startOutageMount(t, bin, store, opts, env, dir, filepath.Join(t.TempDir(), "mount.log"))
 	f, err := os.Create(filepath.Join(dir, "dirty"))
@@ -690,21 +687,9 @@ func TestFallocatePastMaxSize(t *testing.T) {
 // not.
 func TestOutageDeadline(t *testing.T) {
 	need(t, "fusermount3", "touch", "stat", "ls", "cat")
-	bin := ckptfsBinary(t)
-	v := newVolume(t)
-	store, _, env := s3Args(t, v)
-	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		proxy.Stall(false)
-		if err := proxy.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	bin, store, env, proxy, reach := stallableVolume(t)
 	const opTimeout = 3 * time.Second
-	opts := "endpoint=" + proxy.URL() + ",path_style,region=" + v.cfg.Region + ",create,log=info,op_timeout=3s"
+	opts := reach + ",create,log=info,op_timeout=3s"
 	dir := mountpoint(t)
 	m := startOutageMount(t, bin, store, opts, env, dir, filepath.Join(t.TempDir(), "mount.log"))
 	p := func(name string) string { return filepath.Join(dir, name) }
