@@ -59,53 +59,101 @@ var (
 )
 
 // staleSizeQuiet: an open answers ESTALE for a stale size at most once in
-// this while per file, and a retry owed stays owed this long. The kernel
-// retries once, and a second ESTALE would reach the caller: the retry's
-// lookup may still answer a size the engine no longer has; the while keeps
-// that second answer from coming.
+// this while per file, so that openers of a file another mount keeps
+// changing are not all sent back each time it moves.
 const staleSizeQuiet = 5 * time.Second
 
-// staleRetries are the kernel's retries owed to callers whose open answered
-// ESTALE for a stale size: by the calling thread, not by file, because the
-// retry walks the path again and its lookup may lead to another file (the
-// name renamed over in between, or another mount's rename read meanwhile),
-// whose size may be stale too.
+// maxOwedRetries bounds the retries owed (staleRetries): one whose retry
+// never came (its walk failed in the kernel) is dropped, oldest first, once
+// this many are owed.
+const maxOwedRetries = 4096
+
+// staleRetries are the kernel's retries owed to callers whose open (or a
+// lookup or change in a directory another mount replaced) answered ESTALE: by the calling thread, not by file, because the retry
+// walks the path again and its lookup may lead to another file (the name
+// renamed over in between, or another mount's rename read meanwhile), whose
+// size may be stale too. A retry owed stays owed until that thread's next
+// open takes it, however long the retry takes (its lookup and open
+// wait on the store, seconds on a slow or failing link), or until a lookup of
+// that thread fails: the walk ended there, and no open of it comes.
 type staleRetries struct {
 	mu   sync.Mutex
-	owed map[uint32]int64 // by the caller's thread id: when (unix ns); GUARDED_BY(mu)
+	owed map[uint32]owedRetry // by the caller's thread id; GUARDED_BY(mu)
+	seq  uint64               // numbers the entries, oldest first; GUARDED_BY(mu)
+	// now is the clock of the per-file quiet while (staleSizeQuiet); nil
+	// is time.Now (a test sets a fake).
+	now func() time.Time
 }
 
-// owe records that caller tid's open answered ESTALE; owed retries older than
-// staleSizeQuiet (a retry whose lookup failed never comes) are dropped.
-func (r *staleRetries) owe(tid uint32, now time.Time) {
+// owedRetry is what callers of one thread id are owed: n retries (more than
+// one only for callers outside the mount's PID namespace, who share id 0).
+type owedRetry struct {
+	n   int
+	seq uint64
+}
+
+// clock is the time now, for the per-file quiet while.
+func (r *staleRetries) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
+}
+
+// owe records that caller tid's request answered ESTALE: the kernel retries.
+func (r *staleRetries) owe(tid uint32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.owed == nil {
-		r.owed = map[uint32]int64{}
+		r.owed = map[uint32]owedRetry{}
 	}
-	for k, at := range r.owed {
-		if now.Sub(time.Unix(0, at)) > staleSizeQuiet {
-			delete(r.owed, k)
+	if _, ok := r.owed[tid]; !ok && len(r.owed) >= maxOwedRetries {
+		oldest, first := uint32(0), true
+		for k, o := range r.owed {
+			if first || o.seq < r.owed[oldest].seq {
+				oldest, first = k, false
+			}
 		}
+		delete(r.owed, oldest)
 	}
-	r.owed[tid] = now.UnixNano()
+	r.seq++
+	o := r.owed[tid]
+	r.owed[tid] = owedRetry{n: o.n + 1, seq: r.seq}
 }
 
-// take takes the retry owed to caller tid, if any.
-func (r *staleRetries) take(tid uint32, now time.Time) bool {
+// ended forgets the retry owed to caller tid, whose lookup failed: a walk
+// that fails at a lookup opens nothing, so the retry it was is over. Not for
+// callers outside the mount's PID namespace, who share id 0: the lookup may
+// be another's.
+func (r *staleRetries) ended(tid uint32) {
+	if tid == 0 {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	at, ok := r.owed[tid]
+	delete(r.owed, tid)
+}
+
+// take takes a retry owed to caller tid, if any.
+func (r *staleRetries) take(tid uint32) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	o, ok := r.owed[tid]
 	if !ok {
 		return false
 	}
-	delete(r.owed, tid)
-	return now.Sub(time.Unix(0, at)) <= staleSizeQuiet
+	if o.n <= 1 {
+		delete(r.owed, tid)
+	} else {
+		o.n--
+		r.owed[tid] = o
+	}
+	return true
 }
 
 // callerTid is the thread id of the request's caller, as the kernel gives
 // it: 0 for a caller outside the mount's PID namespace, whose opens then
-// share one owed retry (one may take another's: the per-file quiet while
+// share their owed retries (one may take another's: the per-file quiet while
 // still keeps most second ESTALEs away).
 func callerTid(ctx context.Context) uint32 {
 	if c, ok := fuse.FromContext(ctx); ok {
@@ -234,6 +282,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	nn, err := n.fsys.lookup(ctx, n.ino, name)
 	if err != nil {
+		n.fsys.staleRetries.ended(callerTid(ctx))
 		return nil, n.dirErrno(ctx, "lookup "+n.where(name), err, n)
 	}
 	return n.child(ctx, nn, out)
@@ -461,6 +510,10 @@ func (n *node) truncate(ctx context.Context, f fs.FileHandle, id string, size in
 
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	n.fsys.touch()
+	// The kernel's retry of a request of this caller that answered ESTALE,
+	// if one is owed, is this open: taken whatever it answers.
+	tid := callerTid(ctx)
+	retry := n.fsys.staleRetries.take(tid)
 	nn, errno := n.get()
 	if errno != 0 {
 		return nil, 0, errno
@@ -491,18 +544,19 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// if at the end of the file. ESTALE has the kernel walk the path again,
 	// looking the name up (the answer carries the size this engine shows
 	// now), and open once more. It retries once only, and would hand a
-	// second ESTALE to the caller: an open by a caller owed a retry takes
-	// it, whatever the file and the sizes (however long the retry took: its
-	// refresh may wait on the store).
+	// second ESTALE to the caller: an open by a caller owed a retry (this
+	// one's, or a walk's through a replaced directory) is that retry,
+	// whatever the file and the sizes, and however long the retry took (its
+	// lookup and this open wait on the store).
 	// Only for an open for reading (what a copy's source is): the kernel
 	// sends no O_CREAT to an open, so the retry of a create that met
 	// another mount's name (Create's ESTALE), owing nothing, must not meet
 	// it, and such an open is for writing.
 	shown := n.shownSize.Load()
 	stale := flags&syscall.O_ACCMODE == syscall.O_RDONLY && shown != 0 && shown-1 != of.f.Stat().Size
-	now, tid := time.Now(), callerTid(ctx)
-	if !n.fsys.staleRetries.take(tid, now) && stale && now.Sub(time.Unix(0, n.staleAt.Load())) > staleSizeQuiet {
-		n.fsys.staleRetries.owe(tid, now)
+	now := n.fsys.staleRetries.clock()
+	if !retry && stale && now.Sub(time.Unix(0, n.staleAt.Load())) > staleSizeQuiet {
+		n.fsys.staleRetries.owe(tid)
 		n.staleAt.Store(now.UnixNano())
 		n.fsys.release(ctx, of, false)
 		return nil, 0, syscall.ESTALE
