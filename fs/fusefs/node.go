@@ -68,12 +68,13 @@ const staleSizeQuiet = 5 * time.Second
 // this many are owed.
 const maxOwedRetries = 4096
 
-// staleRetries are the kernel's retries owed to callers whose open (or a
-// lookup or change in a directory another mount replaced) answered ESTALE: by the calling thread, not by file, because the retry
+// staleRetries are the kernel's retries owed to callers whose open (or
+// create, or a lookup or change in a directory another mount replaced)
+// answered ESTALE: by the calling thread, not by file, because the retry
 // walks the path again and its lookup may lead to another file (the name
 // renamed over in between, or another mount's rename read meanwhile), whose
 // size may be stale too. A retry owed stays owed until that thread's next
-// open takes it, however long the retry takes (its lookup and open
+// open or create takes it, however long the retry takes (its lookup and open
 // wait on the store, seconds on a slow or failing link), or until a lookup of
 // that thread fails: the walk ended there, and no open of it comes.
 type staleRetries struct {
@@ -545,13 +546,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// looking the name up (the answer carries the size this engine shows
 	// now), and open once more. It retries once only, and would hand a
 	// second ESTALE to the caller: an open by a caller owed a retry (this
-	// one's, or a walk's through a replaced directory) is that retry,
-	// whatever the file and the sizes, and however long the retry took (its
-	// lookup and this open wait on the store).
-	// Only for an open for reading (what a copy's source is): the kernel
-	// sends no O_CREAT to an open, so the retry of a create that met
-	// another mount's name (Create's ESTALE), owing nothing, must not meet
-	// it, and such an open is for writing.
+	// one's, a create's that met another mount's name, or a walk's through
+	// a replaced directory) is that retry, whatever the file and the sizes,
+	// and however long the retry took (its lookup and this open wait on the
+	// store). Only for an open for reading (what a copy's source is).
 	shown := n.shownSize.Load()
 	stale := flags&syscall.O_ACCMODE == syscall.O_RDONLY && shown != 0 && shown-1 != of.f.Stat().Size
 	now := n.fsys.staleRetries.clock()
@@ -576,6 +574,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if n.reserved(name) {
 		return nil, nil, 0, syscall.EPERM
 	}
+	// A retry owed to the caller (its open's walk led here the second
+	// time: the name went meanwhile) is this create.
+	n.fsys.staleRetries.take(callerTid(ctx))
 	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindFile, mode)
 	if err != nil {
 		return nil, nil, 0, n.dirErrno(ctx, "create "+n.where(name), err, n)
@@ -587,8 +588,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		// create has now read. Without O_EXCL the open must open it: ESTALE
 		// has the kernel walk the path again, find the name, and open it as
 		// any existing file (checking its permissions, applying O_TRUNC),
-		// which answering here as if created would skip.
-		return nil, nil, 0, syscall.ESTALE
+		// which answering here as if created would skip. That open is the
+		// retry owed to the caller: for reading (O_RDONLY|O_CREAT, as lock
+		// files and flock(1) open), it must not meet ESTALE for a size that
+		// moved since its lookup, which the kernel would hand the caller.
+		// (A create that was itself a retry gets none: the owed one stays
+		// for this caller's next open, which skips one answer of a stale
+		// size, the lesser harm.)
+		return nil, nil, 0, n.stale(ctx)
 	}
 	if err != nil {
 		return nil, nil, 0, n.dirErrno(ctx, "create "+n.where(name), err, n)
