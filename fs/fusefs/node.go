@@ -310,6 +310,14 @@ func (n *node) get() (namespace.Node, syscall.Errno) {
 func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	n.fsys.touch()
 	nn, errno := n.get()
+	if _, held := f.(*handle); held && errno == syscall.ENOENT {
+		// A descriptor held on a file the namespace no longer knows:
+		// another mount removed its last name and a cleaner deleted its
+		// objects, then forgot it. The kernel asks through it before a
+		// read past the size it caches: the descriptor is stale, as its
+		// read says (readErrno); ENOENT has no meaning for either.
+		return syscall.ESTALE
+	}
 	if errno != 0 {
 		return errno
 	}
