@@ -78,19 +78,14 @@ const maxOwedRetries = 4096
 // wait on the store, seconds on a slow or failing link), or until a lookup of
 // that thread fails: the walk ended there, and no open of it comes.
 type staleRetries struct {
-	mu   sync.Mutex
-	owed map[uint32]owedRetry // by the caller's thread id; GUARDED_BY(mu)
-	seq  uint64               // numbers the entries, oldest first; GUARDED_BY(mu)
+	mu sync.Mutex
+	// owed: by the caller's thread id, when owed (a sequence number, for
+	// dropping the oldest); GUARDED_BY(mu)
+	owed map[uint32]uint64
+	seq  uint64 // GUARDED_BY(mu)
 	// now is the clock of the per-file quiet while (staleSizeQuiet); nil
 	// is time.Now (a test sets a fake).
 	now func() time.Time
-}
-
-// owedRetry is what callers of one thread id are owed: n retries (more than
-// one only for callers outside the mount's PID namespace, who share id 0).
-type owedRetry struct {
-	n   int
-	seq uint64
 }
 
 // clock is the time now, for the per-file quiet while.
@@ -106,20 +101,19 @@ func (r *staleRetries) owe(tid uint32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.owed == nil {
-		r.owed = map[uint32]owedRetry{}
+		r.owed = map[uint32]uint64{}
 	}
 	if _, ok := r.owed[tid]; !ok && len(r.owed) >= maxOwedRetries {
 		oldest, first := uint32(0), true
-		for k, o := range r.owed {
-			if first || o.seq < r.owed[oldest].seq {
+		for k, seq := range r.owed {
+			if first || seq < r.owed[oldest] {
 				oldest, first = k, false
 			}
 		}
 		delete(r.owed, oldest)
 	}
 	r.seq++
-	o := r.owed[tid]
-	r.owed[tid] = owedRetry{n: o.n + 1, seq: r.seq}
+	r.owed[tid] = r.seq
 }
 
 // ended forgets the retry owed to caller tid, whose lookup failed: a walk
@@ -135,26 +129,18 @@ func (r *staleRetries) ended(tid uint32) {
 	delete(r.owed, tid)
 }
 
-// take takes a retry owed to caller tid, if any.
+// take takes the retry owed to caller tid, if any.
 func (r *staleRetries) take(tid uint32) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	o, ok := r.owed[tid]
-	if !ok {
-		return false
-	}
-	if o.n <= 1 {
-		delete(r.owed, tid)
-	} else {
-		o.n--
-		r.owed[tid] = o
-	}
-	return true
+	_, ok := r.owed[tid]
+	delete(r.owed, tid)
+	return ok
 }
 
 // callerTid is the thread id of the request's caller, as the kernel gives
 // it: 0 for a caller outside the mount's PID namespace, whose opens then
-// share their owed retries (one may take another's: the per-file quiet while
+// share one owed retry (one may take another's: the per-file quiet while
 // still keeps most second ESTALEs away).
 func callerTid(ctx context.Context) uint32 {
 	if c, ok := fuse.FromContext(ctx); ok {
