@@ -586,9 +586,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		// retry owed to the caller: for reading (O_RDONLY|O_CREAT, as lock
 		// files and flock(1) open), it must not meet ESTALE for a size that
 		// moved since its lookup, which the kernel would hand the caller.
-		// (A create that was itself a retry gets none: the owed one stays
-		// for this caller's next open, which skips one answer of a stale
-		// size, the lesser harm.)
+		// (When this create was itself the kernel's retry, no other comes:
+		// the retry owed here stays for the caller's next open, which then
+		// skips one answer of a stale size, the lesser harm.)
 		return nil, nil, 0, n.stale(ctx)
 	}
 	if err != nil {
