@@ -272,17 +272,40 @@ func (h *ckptHandle) Read(ctx context.Context, dest []byte, off int64) (fuse.Rea
 
 // readErrno is the errno of a failed read of checkpoint cno of file id (op
 // names the read): ESTALE when an object it needs is missing because the
-// cleaner removed that checkpoint (ckptGone), since a new open reads what
-// is there now; errnoOf's answer otherwise (a lost object is EIO, logged).
+// cleaner removed that checkpoint (ckptGone), or the whole file, which has
+// no name left (reapedFile), since a new open reads what is there now;
+// errnoOf's answer otherwise (a lost object is EIO, logged).
 func (fsys *FS) readErrno(ctx context.Context, op, id string, cno uint64, err error) syscall.Errno {
-	if cno != 0 && errors.Is(err, staging.ErrNotFound) {
+	if !errors.Is(err, staging.ErrNotFound) {
+		return fsys.errnoOf(op, err)
+	}
+	if cno != 0 {
 		if gone, gerr := fsys.ckptGone(ctx, id, cno); gerr == nil && gone {
 			fsys.log.Info("a version of a file the cleaner removed was read; a new open reads the newest",
 				zap.String("file", id), zap.Uint64("cno", cno), zap.Error(err))
 			return syscall.ESTALE
 		}
 	}
+	if fsys.reapedFile(ctx, id) {
+		fsys.log.Info("a file removed on another mount and deleted by the cleaner was read through a descriptor held on it",
+			zap.String("file", id), zap.Error(err))
+		return syscall.ESTALE
+	}
 	return fsys.errnoOf(op, err)
+}
+
+// reapedFile says whether file id, an object of which a read found
+// missing, has no name left: the cleaner deletes the objects of such a file
+// (the head last, so the file's checkpoint is not yet gone for ckptGone
+// while it runs), and of no other whole. The view of the names may lag
+// the removal, which is in the log before a cleaner deletes anything: when
+// it still names the file, the log is read once more (only on this error
+// path).
+func (fsys *FS) reapedFile(ctx context.Context, id string) bool {
+	if !fsys.ns.Named(id) {
+		return true
+	}
+	return fsys.refreshNow(ctx) && !fsys.ns.Named(id)
 }
 
 // ckptGone says whether checkpoint cno of file id is gone: its part 0 is,

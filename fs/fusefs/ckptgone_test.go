@@ -7,9 +7,12 @@ import (
 	"syscall"
 	"testing"
 
+	gofs "github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/mem"
@@ -209,5 +212,83 @@ func TestCheckpointCarriedByHeadNotGone(t *testing.T) {
 	h := newHandle(fsys, of, syscall.O_RDONLY)
 	if errno := firstErrno(h, 0, 16<<20); errno != syscall.EIO {
 		t.Fatalf("read with %s lost under the head's own checkpoint %d: %v, want EIO", lost, cnos[1], errno)
+	}
+}
+
+// A descriptor held on a file whose name another mount removed (a copy
+// renamed over it), and whose objects the cleaner then deleted: its read
+// is ESTALE, as for a version the cleaner dropped, whether the cleaner is
+// part way (the head, deleted last, still there) or done and has forgotten
+// the file. The read past the size the kernel caches asks for the
+// attributes first, through the handle: they are ESTALE too, not ENOENT
+// (10 of 56 reads, with ckptfs gc in a loop).
+func TestReapedWhileHeld(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		forget bool // the cleaner is done: the head deleted, the file forgotten
+	}{
+		{"head left", false},
+		{"forgotten", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			st := mem.New()
+			fsys, nn, f := newTestFile(t, st, smallObjects())
+			if _, err := f.WriteAt(ctx, bytes.Repeat([]byte{'a'}, 16<<20), 0); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := f.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			root := &node{fsys: fsys, ino: namespace.RootIno}
+			gofs.NewNodeFS(root, &gofs.Options{})
+			var eo fuse.EntryOut
+			in, errno := root.Lookup(ctx, "f", &eo)
+			if errno != 0 {
+				t.Fatalf("lookup: %v", errno)
+			}
+			n := in.Operations().(*node)
+			fh, _, errno := n.Open(ctx, syscall.O_RDONLY)
+			if errno != 0 {
+				t.Fatalf("open: %v", errno)
+			}
+			h := fh.(*handle)
+			defer h.Release(ctx)
+			if errno := firstErrno(h, 0, 1); errno != 0 {
+				t.Fatalf("read before the name went: %v", errno)
+			}
+
+			// Another mount's rename over the name, read here; then the
+			// cleaner: every object, the head last, and the file forgotten.
+			if _, err := fsys.ns.Unlink(ctx, namespace.RootIno, "f"); err != nil {
+				t.Fatal(err)
+			}
+			prefix := fsys.prefix(nn.FileID)
+			objs, err := staging.ListAll(ctx, st, prefix)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range objs {
+				if strings.TrimPrefix(o.Key, prefix) == volume.HeadName && !tc.forget {
+					continue
+				}
+				if err := st.Delete(ctx, o.Key); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.forget {
+				if err := fsys.ns.Forget(ctx, nn.FileID); err != nil {
+					t.Fatal(err)
+				}
+				var out fuse.AttrOut
+				if errno := n.Getattr(ctx, h, &out); errno != syscall.ESTALE {
+					t.Fatalf("attributes through the held descriptor: %v, want ESTALE", errno)
+				}
+			}
+			if errno := firstErrno(h, 1<<20, 16<<20); errno != syscall.ESTALE {
+				t.Fatalf("read through the held descriptor: %v, want ESTALE", errno)
+			}
+		})
 	}
 }

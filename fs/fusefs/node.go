@@ -59,48 +59,83 @@ var (
 )
 
 // staleSizeQuiet: an open answers ESTALE for a stale size at most once in
-// this while per file, and a retry owed stays owed this long. The kernel
-// retries once, and a second ESTALE would reach the caller: the retry's
-// lookup may still answer a size the engine no longer has; the while keeps
-// that second answer from coming.
+// this while per file, so that openers of a file another mount keeps
+// changing are not all sent back each time it moves.
 const staleSizeQuiet = 5 * time.Second
 
-// staleRetries are the kernel's retries owed to callers whose open answered
-// ESTALE for a stale size: by the calling thread, not by file, because the
-// retry walks the path again and its lookup may lead to another file (the
-// name renamed over in between, or another mount's rename read meanwhile),
-// whose size may be stale too.
+// maxOwedRetries bounds the retries owed (staleRetries): one whose retry
+// never came (its walk failed in the kernel) is dropped, oldest first, once
+// this many are owed.
+const maxOwedRetries = 4096
+
+// staleRetries are the kernel's retries owed to callers whose open (or
+// create, or a lookup or change in a directory another mount replaced)
+// answered ESTALE: by the calling thread, not by file, because the retry
+// walks the path again and its lookup may lead to another file (the name
+// renamed over in between, or another mount's rename read meanwhile), whose
+// size may be stale too. A retry owed stays owed until that thread's next
+// open or create takes it, however long the retry takes (its lookup and open
+// wait on the store, seconds on a slow or failing link), or until a lookup of
+// that thread fails: the walk ended there, and no open of it comes.
 type staleRetries struct {
-	mu   sync.Mutex
-	owed map[uint32]int64 // by the caller's thread id: when (unix ns); GUARDED_BY(mu)
+	mu sync.Mutex
+	// owed: by the caller's thread id, when owed (a sequence number, for
+	// dropping the oldest); GUARDED_BY(mu)
+	owed map[uint32]uint64
+	seq  uint64 // GUARDED_BY(mu)
+	// now is the clock of the per-file quiet while (staleSizeQuiet); nil
+	// is time.Now (a test sets a fake).
+	now func() time.Time
 }
 
-// owe records that caller tid's open answered ESTALE; owed retries older than
-// staleSizeQuiet (a retry whose lookup failed never comes) are dropped.
-func (r *staleRetries) owe(tid uint32, now time.Time) {
+// clock is the time now, for the per-file quiet while.
+func (r *staleRetries) clock() time.Time {
+	if r.now != nil {
+		return r.now()
+	}
+	return time.Now()
+}
+
+// owe records that caller tid's request answered ESTALE: the kernel retries.
+func (r *staleRetries) owe(tid uint32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.owed == nil {
-		r.owed = map[uint32]int64{}
+		r.owed = map[uint32]uint64{}
 	}
-	for k, at := range r.owed {
-		if now.Sub(time.Unix(0, at)) > staleSizeQuiet {
-			delete(r.owed, k)
+	if _, ok := r.owed[tid]; !ok && len(r.owed) >= maxOwedRetries {
+		oldest, first := uint32(0), true
+		for k, seq := range r.owed {
+			if first || seq < r.owed[oldest] {
+				oldest, first = k, false
+			}
 		}
+		delete(r.owed, oldest)
 	}
-	r.owed[tid] = now.UnixNano()
+	r.seq++
+	r.owed[tid] = r.seq
+}
+
+// ended forgets the retry owed to caller tid, whose lookup failed: a walk
+// that fails at a lookup opens nothing, so the retry it was is over. Not for
+// callers outside the mount's PID namespace, who share id 0: the lookup may
+// be another's.
+func (r *staleRetries) ended(tid uint32) {
+	if tid == 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.owed, tid)
 }
 
 // take takes the retry owed to caller tid, if any.
-func (r *staleRetries) take(tid uint32, now time.Time) bool {
+func (r *staleRetries) take(tid uint32) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	at, ok := r.owed[tid]
-	if !ok {
-		return false
-	}
+	_, ok := r.owed[tid]
 	delete(r.owed, tid)
-	return now.Sub(time.Unix(0, at)) <= staleSizeQuiet
+	return ok
 }
 
 // callerTid is the thread id of the request's caller, as the kernel gives
@@ -242,6 +277,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	}
 	nn, err := n.fsys.lookup(ctx, n.ino, name)
 	if err != nil {
+		n.fsys.staleRetries.ended(callerTid(ctx))
 		return nil, n.dirErrno(ctx, "lookup "+n.where(name), err, n)
 	}
 	return n.child(ctx, nn, out)
@@ -270,6 +306,14 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	defer done()
 	n.fsys.touch()
 	nn, errno := n.get()
+	if _, held := f.(*handle); held && errno == syscall.ENOENT {
+		// A descriptor held on a file the namespace no longer knows:
+		// another mount removed its last name and a cleaner deleted its
+		// objects, then forgot it. The kernel asks through it before a
+		// read past the size it caches: the descriptor is stale, as its
+		// read says (readErrno); ENOENT has no meaning for either.
+		return syscall.ESTALE
+	}
 	if errno != 0 {
 		return errno
 	}
@@ -478,6 +522,10 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	ctx, done := n.fsys.opCtx(ctx)
 	defer done()
 	n.fsys.touch()
+	// The kernel's retry of a request of this caller that answered ESTALE,
+	// if one is owed, is this open: taken whatever it answers.
+	tid := callerTid(ctx)
+	retry := n.fsys.staleRetries.take(tid)
 	nn, errno := n.get()
 	if errno != 0 {
 		return nil, 0, errno
@@ -508,18 +556,16 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// if at the end of the file. ESTALE has the kernel walk the path again,
 	// looking the name up (the answer carries the size this engine shows
 	// now), and open once more. It retries once only, and would hand a
-	// second ESTALE to the caller: an open by a caller owed a retry takes
-	// it, whatever the file and the sizes (however long the retry took: its
-	// refresh may wait on the store).
-	// Only for an open for reading (what a copy's source is): the kernel
-	// sends no O_CREAT to an open, so the retry of a create that met
-	// another mount's name (Create's ESTALE), owing nothing, must not meet
-	// it, and such an open is for writing.
+	// second ESTALE to the caller: an open by a caller owed a retry (this
+	// one's, a create's that met another mount's name, or a walk's through
+	// a replaced directory) is that retry, whatever the file and the sizes,
+	// and however long the retry took (its lookup and this open wait on the
+	// store). Only for an open for reading (what a copy's source is).
 	shown := n.shownSize.Load()
 	stale := flags&syscall.O_ACCMODE == syscall.O_RDONLY && shown != 0 && shown-1 != of.f.Stat().Size
-	now, tid := time.Now(), callerTid(ctx)
-	if !n.fsys.staleRetries.take(tid, now) && stale && now.Sub(time.Unix(0, n.staleAt.Load())) > staleSizeQuiet {
-		n.fsys.staleRetries.owe(tid, now)
+	now := n.fsys.staleRetries.clock()
+	if !retry && stale && now.Sub(time.Unix(0, n.staleAt.Load())) > staleSizeQuiet {
+		n.fsys.staleRetries.owe(tid)
 		n.staleAt.Store(now.UnixNano())
 		n.fsys.release(ctx, of, false)
 		return nil, 0, syscall.ESTALE
@@ -541,6 +587,9 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if n.reserved(name) {
 		return nil, nil, 0, syscall.EPERM
 	}
+	// A retry owed to the caller (its open's walk led here the second
+	// time: the name went meanwhile) is this create.
+	n.fsys.staleRetries.take(callerTid(ctx))
 	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindFile, mode)
 	if err != nil {
 		return nil, nil, 0, n.dirErrno(ctx, "create "+n.where(name), err, n)
@@ -552,8 +601,14 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		// create has now read. Without O_EXCL the open must open it: ESTALE
 		// has the kernel walk the path again, find the name, and open it as
 		// any existing file (checking its permissions, applying O_TRUNC),
-		// which answering here as if created would skip.
-		return nil, nil, 0, syscall.ESTALE
+		// which answering here as if created would skip. That open is the
+		// retry owed to the caller: for reading (O_RDONLY|O_CREAT, as lock
+		// files and flock(1) open), it must not meet ESTALE for a size that
+		// moved since its lookup, which the kernel would hand the caller.
+		// (When this create was itself the kernel's retry, no other comes:
+		// the retry owed here stays for the caller's next open, which then
+		// skips one answer of a stale size, the lesser harm.)
+		return nil, nil, 0, n.stale(ctx)
 	}
 	if err != nil {
 		return nil, nil, 0, n.dirErrno(ctx, "create "+n.where(name), err, n)

@@ -9,6 +9,7 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/ckptfs/ckptfs/fs/engine/fakeclock"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 )
 
@@ -70,5 +71,72 @@ func TestStaleOpenRetryFollowsTheCaller(t *testing.T) {
 	}
 	if errno := openAs(ns[2], 43); errno != 0 {
 		t.Fatalf("its retry: %v, want it opened", errno)
+	}
+}
+
+// The retry owed after an open answered ESTALE for a stale size is owed to
+// the retry, however long it takes: its lookup and open wait on the store,
+// seconds each on a slow or failing link (a reader mount whose requests took
+// up to 10 s: 13 of 66 opens failed with ESTALE when a retry owed lapsed
+// after staleSizeQuiet and the retry met a second one). The file's size
+// moved again meanwhile.
+func TestStaleOpenRetryTakesLong(t *testing.T) {
+	t.Parallel()
+	fsys, _ := newIdleFS(t, time.Second, time.Second)
+	clk := fakeclock.New()
+	fsys.staleRetries.now = clk.Now
+	ns := staleNodes(t, fsys, "a")
+	if errno := openAs(ns[0], 42); errno != syscall.ESTALE {
+		t.Fatalf("open of a file whose size the kernel holds stale: %v, want ESTALE", errno)
+	}
+	clk.Advance(time.Minute) // the retry's lookup and open on a slow store
+	ns[0].shownSize.Store(200 + 1)
+	if errno := openAs(ns[0], 42); errno != 0 {
+		t.Fatalf("the kernel's retry a minute later, the size moved again: %v, want it opened", errno)
+	}
+}
+
+// A retry owed whose walk failed at a lookup never opens: the caller's
+// next open of a stale file, later, is sent back as any other.
+func TestStaleRetryEndsAtFailedLookup(t *testing.T) {
+	t.Parallel()
+	fsys, _ := newIdleFS(t, time.Second, time.Second)
+	ns := staleNodes(t, fsys, "a", "b")
+	if errno := openAs(ns[0], 42); errno != syscall.ESTALE {
+		t.Fatalf("open of a file whose size the kernel holds stale: %v, want ESTALE", errno)
+	}
+	root := ns[0].EmbeddedInode().Root().Operations().(*node)
+	ctx := fuse.NewContext(context.Background(), &fuse.Caller{Owner: fuse.Owner{Uid: 0, Gid: 0}, Pid: 42})
+	var eo fuse.EntryOut
+	if _, errno := root.Lookup(ctx, "gone", &eo); errno != syscall.ENOENT {
+		t.Fatalf("lookup of a missing name: %v, want ENOENT", errno)
+	}
+	if errno := openAs(ns[1], 42); errno != syscall.ESTALE {
+		t.Fatalf("the caller's open of another stale file after its retry's walk failed: %v, want ESTALE", errno)
+	}
+}
+
+// open(O_RDONLY|O_CREAT) of a name another mount just made: the create,
+// refused by the log, answers ESTALE, and the kernel's retry opens the
+// name for reading. Its lookup answered a size that moved before the open
+// read the head (the other mount appends): the open is the retry owed to
+// the caller, not a second ESTALE (7 of 120 on a file:// volume, as lock
+// files and flock(1) open).
+func TestCreateStaleRetryOpensForReading(t *testing.T) {
+	t.Parallel()
+	fsys, _ := newIdleFS(t, time.Second, time.Second)
+	ns := staleNodes(t, fsys, "lock")
+	root := ns[0].EmbeddedInode().Root().Operations().(*node)
+	ctx := fuse.NewContext(context.Background(), &fuse.Caller{Owner: fuse.Owner{Uid: 0, Gid: 0}, Pid: 42})
+	var eo fuse.EntryOut
+	if _, _, _, errno := root.Create(ctx, "lock", syscall.O_RDONLY|syscall.O_CREAT, 0o644, &eo); errno != syscall.ESTALE {
+		t.Fatalf("create of a name another mount made: %v, want ESTALE", errno)
+	}
+	if errno := openAs(ns[0], 42); errno != 0 {
+		t.Fatalf("the kernel's retry, for reading, the size moved since its lookup: %v, want it opened", errno)
+	}
+	// Owed once: the caller's next open of a stale file is sent back.
+	if errno := openAs(ns[0], 42); errno != syscall.ESTALE {
+		t.Fatalf("the caller's next open of the stale file: %v, want ESTALE", errno)
 	}
 }

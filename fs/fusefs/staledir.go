@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"syscall"
-	"time"
 
 	"github.com/ckptfs/ckptfs/fs/namespace"
 )
@@ -61,7 +60,7 @@ func (n *node) dirErrno(ctx context.Context, op string, err error, dirs ...*node
 
 // stale answers ESTALE, owing the kernel's retry to the caller.
 func (n *node) stale(ctx context.Context) syscall.Errno {
-	n.fsys.staleRetries.owe(callerTid(ctx), time.Now())
+	n.fsys.staleRetries.owe(callerTid(ctx))
 	return syscall.ESTALE
 }
 
