@@ -234,7 +234,7 @@ func checkOps(ops []Op, required bool) error {
 			return fmt.Errorf("op %d: %v", i, err)
 		}
 		if seen[ops[i].target()] {
-			return fmt.Errorf("op %d: a second op on %s", i, ops[i].target())
+			return fmt.Errorf("op %d: a second op on %q", i, ops[i].target())
 		}
 		seen[ops[i].target()] = true
 	}
