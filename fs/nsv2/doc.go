@@ -54,7 +54,9 @@
 // ver is 1. kind is 1 dentry, 2 inode object, 3 decision, 4 batch claim,
 // 5 lease, 6 seal, 7 digest, 8 orphan record. The CRC-32C (Castagnoli)
 // covers header bytes 0..11 and the body. Each kind bounds its body length
-// (MaxBody). The body is decoded strictly: an unknown field, data after the
+// (maxBody): a dentry's and a decision's 16 MiB (2 + MaxOps nodes, each
+// with up to 256 KiB of extended attributes), an inode object's 2 MiB, a
+// digest's 64 MiB, the others' 4 KiB. The body is decoded strictly: an unknown field, data after the
 // body, an empty list written as [] (the encoder omits it), a value out of
 // its bound, or a body that names another key than the one it was read from
 // is corruption, reported as a *namespace.CorruptError naming the key
@@ -62,6 +64,16 @@
 // says (directory and name, ino, id) so that an object copied to another key
 // is refused. Names, symlink targets and attribute names are JSON strings
 // when they are UTF-8, else {"b":"<base64>"}, as in v1.
+//
+// # Objects
+//
+// The body of each kind is drawn next to its type: Dentry (a name's
+// binding, tombstone or lock, with the op list of a change of several
+// names), Inode, Decision, Batch, Lease, Seal, Digest and Orphan; Binding,
+// Attrs and Op are their parts. Lists and strings are bounded: MaxOps,
+// MaxLinks, MaxDigestNames, MaxETagLen, and v1's bounds on names, targets,
+// modes, device numbers and extended attributes (namespace.MaxNameLen and
+// the rest).
 //
 // Each Encode function checks the object as its Decode function does and
 // returns an error wrapping namespace.ErrInvalid for one it would refuse, so

@@ -31,11 +31,11 @@ const (
 	kindOrphan   byte = 8
 )
 
-// MaxBody bounds the body of each kind of object, so that a damaged length
+// maxBody bounds the body of each kind of object, so that a damaged length
 // never makes a reader allocate more. A dentry or decision holds up to
 // 2 + MaxOps nodes, each with up to namespace.MaxXattrsLen of attributes;
 // a digest up to MaxDigestNames names.
-var MaxBody = map[byte]int{
+var maxBody = map[byte]int{
 	kindDentry:   16 << 20,
 	kindInode:    2 << 20,
 	kindDecision: 16 << 20,
@@ -71,8 +71,8 @@ func encode(kind byte, v any, check func() error) ([]byte, error) {
 		// Every field has a total encoding; failing here is a bug.
 		panic(fmt.Sprintf("nsv2: encode %s: %v", kindNames[kind], err))
 	}
-	if len(body) > MaxBody[kind] {
-		return nil, invalidf(kind, "body of %d bytes, over %d", len(body), MaxBody[kind])
+	if len(body) > maxBody[kind] {
+		return nil, invalidf(kind, "body of %d bytes, over %d", len(body), maxBody[kind])
 	}
 	out := make([]byte, envHeaderLen+len(body))
 	copy(out, envMagic)
@@ -107,8 +107,8 @@ func decode(key string, kind byte, data []byte, v any, check func() error) error
 		return corruptf(key, "reserved header bytes are not zero")
 	}
 	n := binary.LittleEndian.Uint32(data[8:])
-	if int64(n) > int64(MaxBody[kind]) {
-		return corruptf(key, "body length %d, over the %s's %d", n, kindNames[kind], MaxBody[kind])
+	if int64(n) > int64(maxBody[kind]) {
+		return corruptf(key, "body length %d, over the %s's %d", n, kindNames[kind], maxBody[kind])
 	}
 	if int64(n) != int64(len(data)-envHeaderLen) {
 		return corruptf(key, "body length %d, object holds %d", n, len(data)-envHeaderLen)

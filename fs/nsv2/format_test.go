@@ -203,7 +203,7 @@ func TestEnvelopeRefused(t *testing.T) {
 		"trailing byte":   func(d []byte) []byte { return append(d, 0) },
 		"body byte":       func(d []byte) []byte { d[len(d)-2] ^= 0x20; return d },
 		"crc":             func(d []byte) []byte { d[12] ^= 1; return d },
-		"length over max": func(d []byte) []byte { binary.LittleEndian.PutUint32(d[8:], uint32(MaxBody[kindDentry]+1)); return d },
+		"length over max": func(d []byte) []byte { binary.LittleEndian.PutUint32(d[8:], uint32(maxBody[kindDentry]+1)); return d },
 		"unknown field": func([]byte) []byte {
 			return sealRaw(kindDentry, append(bytes.TrimSuffix(bytes.Clone(body), []byte("}")), []byte(`,"zz":1}`)...))
 		},
@@ -384,7 +384,7 @@ func TestDecodeAtBadKey(t *testing.T) {
 	wantCorrupt(t, "dentry at an orphan's key", key, err)
 }
 
-// The largest objects the bounds allow fit their kind's MaxBody.
+// The largest objects the bounds allow fit their kind's maxBody.
 func TestLargestObjectsFit(t *testing.T) {
 	most := func(ino namespace.Ino) Attrs {
 		a := Attrs{Mode: 0o7777, Uid: ^uint32(0), Gid: ^uint32(0), Atime: -1 << 63, Mtime: -1 << 63, Ctime: -1 << 63,
