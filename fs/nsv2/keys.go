@@ -318,19 +318,18 @@ func ParseDecisionKey(key string) (root, tx string, err error) {
 	return root, s[1], checkHH(key, s[0], s[1])
 }
 
-// BatchOf is the batch that holds ino; FirstIno the first ino of batch.
-func BatchOf(ino namespace.Ino) uint64     { return uint64(ino) >> BatchShift }
-func FirstIno(batch uint64) namespace.Ino  { return namespace.Ino(batch << BatchShift) }
-func checkBatch(batch uint64) bool         { return batch <= maxBatch }
-func batchSeg(batch uint64) string         { return hexN(batch, batchDigits) }
-func parseBatch(seg string) (uint64, bool) { return parseHexN(seg, batchDigits) }
+// BatchOf is the batch that holds ino.
+func BatchOf(ino namespace.Ino) uint64 { return uint64(ino) >> BatchShift }
+
+// FirstIno is the first ino of batch.
+func FirstIno(batch uint64) namespace.Ino { return namespace.Ino(batch << BatchShift) }
 
 // BatchKey is the key of the claim of inode batch batch.
 func BatchKey(root string, batch uint64) (string, error) {
-	if !checkBatch(batch) {
+	if batch > maxBatch {
 		return "", fmt.Errorf("batch key: batch %d past %d: %w", batch, uint64(maxBatch), ErrBadKey)
 	}
-	return finish(rootPrefix(root) + dirPrefix + "ino/" + batchSeg(batch))
+	return finish(rootPrefix(root) + dirPrefix + "ino/" + hexN(batch, batchDigits))
 }
 
 // ParseBatchKey parses a batch claim's key.
@@ -339,8 +338,8 @@ func ParseBatchKey(key string) (root string, batch uint64, err error) {
 	if err != nil {
 		return "", 0, err
 	}
-	batch, ok := parseBatch(s[0])
-	if !ok || !checkBatch(batch) {
+	batch, ok := parseHexN(s[0], batchDigits)
+	if !ok || batch > maxBatch {
 		return "", 0, badKey(key, "batch %q is not %d hex digits", s[0], batchDigits)
 	}
 	return root, batch, nil

@@ -217,3 +217,37 @@ func TestParseKeys(t *testing.T) {
 		}
 	}
 }
+
+// TestGolden pins keys and bytes: they are the format, and a change to the
+// hash, the escaping or the encoding would strand every stored object.
+func TestGolden(t *testing.T) {
+	keys := []struct {
+		got func() (string, error)
+		want string
+	}{
+		{func() (string, error) { return DentryKey("vol", 0x100005, 16, "shard_0007.pt") },
+			"vol/ns2/d/bf/0000000000100005/08/shard_0007.pt"},
+		{func() (string, error) { return InodeKey("vol/", 0x100007) }, "vol/ns2/i/c2/0000000000100007"},
+		{func() (string, error) { return DecisionKey("/vol", idA) }, "vol/ns2/tx/01/" + idA},
+		{func() (string, error) { return BatchKey("", 1) }, "ns2/ino/00000000001"},
+		{func() (string, error) { return LeaseKey("vol", 2, idB) }, "vol/ns2/lease/0000000000000002/" + idB},
+		{func() (string, error) { return SealKey("vol", 2) }, "vol/ns2/seal/0000000000000002"},
+		{func() (string, error) { return DigestKey("vol", 2, idB) }, "vol/ns2/digest/c9/0000000000000002/" + idB},
+		{func() (string, error) { return OrphanKey("vol", idA) }, "vol/ns2/orphan/" + idA},
+	}
+	for _, k := range keys {
+		if got, err := k.got(); err != nil || got != k.want {
+			t.Errorf("key %q, %v; want %q", got, err, k.want)
+		}
+	}
+	d, err := EncodeDentry(&Dentry{Dir: 2, Frags: 1, Name: "b", Change: idA,
+		Bound: &Binding{Ino: 3, Kind: namespace.KindFile, Node: &Attrs{Mode: 0o644, FileID: idB}}})
+	want := "CKN2\x01\x01\x00\x00\xa5\x00\x00\x00O\x9f\x15\xc2" +
+		`{"p":2,"pf":1,"n":"b","c":"` + idA + `","b":{"i":3,"k":1,"a":{"m":420,"u":0,"g":0,"at":0,"mt":0,"ct":0,"f":"` + idB + `"}}}`
+	if err != nil || string(d) != want {
+		t.Errorf("dentry %q, %v;\nwant %q", d, err, want)
+	}
+	if BatchOf(FirstIno(7)) != 7 || BatchOf(FirstIno(8)-1) != 7 || FirstIno(1) != 1<<20 {
+		t.Error("BatchOf and FirstIno disagree")
+	}
+}

@@ -443,7 +443,7 @@ type Batch struct {
 }
 
 func (b *Batch) check() error {
-	if !checkBatch(b.N) {
+	if b.N > maxBatch {
 		return fmt.Errorf("batch %d", b.N)
 	}
 	if !ValidID(b.Mount) {
