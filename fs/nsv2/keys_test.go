@@ -222,7 +222,7 @@ func TestParseKeys(t *testing.T) {
 // hash, the escaping or the encoding would strand every stored object.
 func TestGolden(t *testing.T) {
 	keys := []struct {
-		got func() (string, error)
+		got  func() (string, error)
 		want string
 	}{
 		{func() (string, error) { return DentryKey("vol", 0x100005, 16, "shard_0007.pt") },
