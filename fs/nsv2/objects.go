@@ -338,22 +338,40 @@ func atKey(key, root string, own func(root string) (string, error)) error {
 	return nil
 }
 
-// DecodeDentry decodes and checks the dentry read from key.
-func DecodeDentry(key string, data []byte) (*Dentry, error) {
-	root, _, err := ParseDentryKey(key)
+// object is what decodeAt needs of each kind.
+type object interface {
+	check() error
+	Key(root string) (string, error)
+}
+
+// decodeAt decodes the object of kind read from key: its envelope, its body,
+// its bounds, and that it belongs at key (rootOf parses key as its kind's).
+func decodeAt[T any, P interface {
+	*T
+	object
+}](key string, kind byte, data []byte, rootOf func(key string) (string, error)) (*T, error) {
+	root, err := rootOf(key)
 	if err != nil {
 		return nil, corruptf(key, "%v", err)
 	}
-	var d Dentry
-	if err := decode(key, kindDentry, data, &d, func() error {
-		if err := d.check(); err != nil {
+	v := P(new(T))
+	if err := decode(key, kind, data, v, func() error {
+		if err := v.check(); err != nil {
 			return err
 		}
-		return atKey(key, root, d.Key)
+		return atKey(key, root, v.Key)
 	}); err != nil {
 		return nil, err
 	}
-	return &d, nil
+	return (*T)(v), nil
+}
+
+// DecodeDentry decodes and checks the dentry read from key.
+func DecodeDentry(key string, data []byte) (*Dentry, error) {
+	return decodeAt[Dentry](key, kindDentry, data, func(k string) (string, error) {
+		root, _, err := ParseDentryKey(k)
+		return root, err
+	})
 }
 
 // Key is the key n belongs at.
@@ -364,20 +382,10 @@ func EncodeInode(n *Inode) ([]byte, error) { return encode(kindInode, n, n.check
 
 // DecodeInode decodes and checks the inode object read from key.
 func DecodeInode(key string, data []byte) (*Inode, error) {
-	root, _, err := ParseInodeKey(key)
-	if err != nil {
-		return nil, corruptf(key, "%v", err)
-	}
-	var n Inode
-	if err := decode(key, kindInode, data, &n, func() error {
-		if err := n.check(); err != nil {
-			return err
-		}
-		return atKey(key, root, n.Key)
-	}); err != nil {
-		return nil, err
-	}
-	return &n, nil
+	return decodeAt[Inode](key, kindInode, data, func(k string) (string, error) {
+		root, _, err := ParseInodeKey(k)
+		return root, err
+	})
 }
 
 // Outcomes of a decision. These strings are part of the format.
@@ -416,20 +424,10 @@ func EncodeDecision(x *Decision) ([]byte, error) { return encode(kindDecision, x
 
 // DecodeDecision decodes and checks the decision read from key.
 func DecodeDecision(key string, data []byte) (*Decision, error) {
-	root, _, err := ParseDecisionKey(key)
-	if err != nil {
-		return nil, corruptf(key, "%v", err)
-	}
-	var x Decision
-	if err := decode(key, kindDecision, data, &x, func() error {
-		if err := x.check(); err != nil {
-			return err
-		}
-		return atKey(key, root, x.Key)
-	}); err != nil {
-		return nil, err
-	}
-	return &x, nil
+	return decodeAt[Decision](key, kindDecision, data, func(k string) (string, error) {
+		root, _, err := ParseDecisionKey(k)
+		return root, err
+	})
 }
 
 // Batch is the claim of inode batch N by mount Mount, at BatchKey(N): the
@@ -460,20 +458,10 @@ func EncodeBatch(b *Batch) ([]byte, error) { return encode(kindBatch, b, b.check
 
 // DecodeBatch decodes and checks the batch claim read from key.
 func DecodeBatch(key string, data []byte) (*Batch, error) {
-	root, _, err := ParseBatchKey(key)
-	if err != nil {
-		return nil, corruptf(key, "%v", err)
-	}
-	var b Batch
-	if err := decode(key, kindBatch, data, &b, func() error {
-		if err := b.check(); err != nil {
-			return err
-		}
-		return atKey(key, root, b.Key)
-	}); err != nil {
-		return nil, err
-	}
-	return &b, nil
+	return decodeAt[Batch](key, kindBatch, data, func(k string) (string, error) {
+		root, _, err := ParseBatchKey(k)
+		return root, err
+	})
 }
 
 // Lease is mount Mount's create lease on directory Dir, at LeaseKey(Dir,
@@ -506,20 +494,10 @@ func EncodeLease(l *Lease) ([]byte, error) { return encode(kindLease, l, l.check
 
 // DecodeLease decodes and checks the lease read from key.
 func DecodeLease(key string, data []byte) (*Lease, error) {
-	root, _, _, err := ParseLeaseKey(key)
-	if err != nil {
-		return nil, corruptf(key, "%v", err)
-	}
-	var l Lease
-	if err := decode(key, kindLease, data, &l, func() error {
-		if err := l.check(); err != nil {
-			return err
-		}
-		return atKey(key, root, l.Key)
-	}); err != nil {
-		return nil, err
-	}
-	return &l, nil
+	return decodeAt[Lease](key, kindLease, data, func(k string) (string, error) {
+		root, _, _, err := ParseLeaseKey(k)
+		return root, err
+	})
 }
 
 // Seal says that directory Dir is being removed by change Tx (the rmdir),
@@ -549,20 +527,10 @@ func EncodeSeal(s *Seal) ([]byte, error) { return encode(kindSeal, s, s.check) }
 
 // DecodeSeal decodes and checks the seal read from key.
 func DecodeSeal(key string, data []byte) (*Seal, error) {
-	root, _, err := ParseSealKey(key)
-	if err != nil {
-		return nil, corruptf(key, "%v", err)
-	}
-	var s Seal
-	if err := decode(key, kindSeal, data, &s, func() error {
-		if err := s.check(); err != nil {
-			return err
-		}
-		return atKey(key, root, s.Key)
-	}); err != nil {
-		return nil, err
-	}
-	return &s, nil
+	return decodeAt[Seal](key, kindSeal, data, func(k string) (string, error) {
+		root, _, err := ParseSealKey(k)
+		return root, err
+	})
 }
 
 // Digest is mount Mount's names in directory Dir (of Frags fragments) with
@@ -625,20 +593,10 @@ func EncodeDigest(g *Digest) ([]byte, error) { return encode(kindDigest, g, g.ch
 
 // DecodeDigest decodes and checks the digest read from key.
 func DecodeDigest(key string, data []byte) (*Digest, error) {
-	root, _, _, err := ParseDigestKey(key)
-	if err != nil {
-		return nil, corruptf(key, "%v", err)
-	}
-	var g Digest
-	if err := decode(key, kindDigest, data, &g, func() error {
-		if err := g.check(); err != nil {
-			return err
-		}
-		return atKey(key, root, g.Key)
-	}); err != nil {
-		return nil, err
-	}
-	return &g, nil
+	return decodeAt[Digest](key, kindDigest, data, func(k string) (string, error) {
+		root, _, _, err := ParseDigestKey(k)
+		return root, err
+	})
 }
 
 // Orphan records that file FileID (node Ino) lost its last name, Name in
@@ -680,18 +638,8 @@ func EncodeOrphan(o *Orphan) ([]byte, error) { return encode(kindOrphan, o, o.ch
 
 // DecodeOrphan decodes and checks the orphan record read from key.
 func DecodeOrphan(key string, data []byte) (*Orphan, error) {
-	root, _, err := ParseOrphanKey(key)
-	if err != nil {
-		return nil, corruptf(key, "%v", err)
-	}
-	var o Orphan
-	if err := decode(key, kindOrphan, data, &o, func() error {
-		if err := o.check(); err != nil {
-			return err
-		}
-		return atKey(key, root, o.Key)
-	}); err != nil {
-		return nil, err
-	}
-	return &o, nil
+	return decodeAt[Orphan](key, kindOrphan, data, func(k string) (string, error) {
+		root, _, err := ParseOrphanKey(k)
+		return root, err
+	})
 }
