@@ -178,7 +178,7 @@ func split(key, dir string, n int) (root string, segs []string, err error) {
 	if at > 0 {
 		raw += "/"
 	}
-	// The root as RootPrefix writes it: no empty segment at either end.
+	// The root as rootPrefix writes it: no empty segment at either end.
 	if rootPrefix(root) != raw {
 		return "", nil, badKey(key, "root %q is not a root", root)
 	}
