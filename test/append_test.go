@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"syscall"
 	"testing"
 	"time"
@@ -245,5 +247,160 @@ func TestAppendDescriptorAndSharedMapping(t *testing.T) {
 	}
 	if !bytes.Equal(got, want) {
 		t.Fatalf("after writing through a shared mapping: %s, want %s", describe(got), describe(want))
+	}
+}
+
+// TestAppendFromOutsideThePIDNamespace: a mount run in a PID namespace of
+// its own (as in a container) is given no caller (pid 0) for a process
+// outside it, as for the kernel's write-back of a shared mapping. Its
+// O_APPEND writes are appends all the same: two mounts open a file with
+// O_APPEND, each appends, the other mount closes first, and the merge of
+// the namespaced mount's close places its append after the other's, not
+// over it at the size its kernel had cached.
+func TestAppendFromOutsideThePIDNamespace(t *testing.T) {
+	need(t, "unshare", "fusermount3")
+	if out, err := runErr("", "unshare", "-p", "-f", "true"); err != nil {
+		t.Skipf("cannot make a PID namespace here: %v %s", err, out)
+	}
+	v := newVolume(t)
+	a := v.mount("ns_refresh=100ms,flush_interval=0")
+	store, opts, env := s3Args(t, v)
+	dir := mountpoint(t)
+	cmd := exec.Command("unshare", "-p", "-f", "--kill-child", ckptfsBinary(t), "mount", "-f", "-o", opts+",ns_refresh=100ms,flush_interval=0,log=warn", store, dir)
+	cmd.Env = env
+	var stderr lockedText
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan struct{})
+	go func() { cmd.Wait(); close(exited) }()
+	t.Cleanup(func() {
+		if isMounted(t, dir) {
+			if out, err := runErr("", "fusermount3", "-u", dir); err != nil {
+				t.Errorf("fusermount3 -u %s: %v %s", dir, err, out)
+			}
+		}
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill() // --kill-child: the namespace dies with it
+			<-exited
+		}
+	})
+	waitFor(t, 30*time.Second, func() error {
+		select {
+		case <-exited:
+			t.Fatalf("the namespaced mount exited: %s", stderr.String())
+		default:
+		}
+		if !isMounted(t, dir) {
+			return errors.New("not mounted yet")
+		}
+		return nil
+	})
+	path := filepath.Join(dir, "log")
+	if err := os.WriteFile(a.path("log"), []byte("base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		st, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		if st.Size() != 5 {
+			return fmt.Errorf("the namespaced mount sees %d bytes", st.Size())
+		}
+		return nil
+	})
+	fa, err := os.OpenFile(a.path("log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	fb, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	if _, err := fa.Write([]byte("from-a, the longer\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fb.Write([]byte("from-b\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fa.Close(); err != nil {
+		t.Fatalf("close on a: %v", err)
+	}
+	if err := fb.Close(); err != nil {
+		t.Fatalf("close on the namespaced mount: %v", err)
+	}
+	want := "base\nfrom-a, the longer\nfrom-b\n"
+	for _, p := range []string{a.path("log"), path} {
+		got, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s reads %q, want %q", p, got, want)
+		}
+	}
+}
+
+// TestAppendSetWithFcntl: O_APPEND set with fcntl(F_SETFL) after the open
+// makes the descriptor's later writes appends (the kernel passes a write's
+// descriptor flags): the merge of its mount's close places its append after
+// the other mount's, published first, not over it.
+func TestAppendSetWithFcntl(t *testing.T) {
+	v := newVolume(t)
+	a := v.mount("ns_refresh=100ms,flush_interval=0")
+	b := v.mount("ns_refresh=100ms,flush_interval=0")
+	if err := os.WriteFile(a.path("log"), []byte("base\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, func() error {
+		st, err := os.Stat(b.path("log"))
+		if err != nil {
+			return err
+		}
+		if st.Size() != 5 {
+			return fmt.Errorf("b sees %d bytes", st.Size())
+		}
+		return nil
+	})
+	fa, err := os.OpenFile(a.path("log"), os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fa.Close()
+	fb, err := os.OpenFile(b.path("log"), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fb.Close()
+	if _, err := unix.FcntlInt(fb.Fd(), unix.F_SETFL, unix.O_APPEND); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fa.Write([]byte("from-a, the longer\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := fb.Write([]byte("from-b\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fa.Close(); err != nil {
+		t.Fatalf("close on a: %v", err)
+	}
+	if err := fb.Close(); err != nil {
+		t.Fatalf("close on b: %v", err)
+	}
+	want := "base\nfrom-a, the longer\nfrom-b\n"
+	for _, m := range []*mount{a, b} {
+		got, err := os.ReadFile(m.path("log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != want {
+			t.Errorf("%s reads %q, want %q", m.dir, got, want)
+		}
 	}
 }

@@ -43,13 +43,14 @@
 // Files are never opened with direct_io, so the page cache serves shared
 // mmap (reads and writes) as on a local filesystem.
 //
-// A handle opened with O_APPEND writes at the end of the file as the engine
-// holds it (engine.File.Append), not at the offset the kernel took from the
-// size it caches, and a merge places those bytes at the end of the merged
-// file (docs/design.md, "What a merge gives"). The handle knows only its
-// open flags (go-fuse's FileWriter is not given a write's): O_APPEND set
-// later with fcntl(F_SETFL), or pwritev2's RWF_APPEND, gives writes at the
-// offset the kernel took from its cached size.
+// A write of a descriptor with O_APPEND set (the kernel passes the
+// descriptor's flags with each write; umaskFS marks it for the handle:
+// appendMark) writes at the end of the file as the engine holds it
+// (engine.File.Append), not at the offset the kernel took from the size it
+// caches, and a merge places those bytes at the end of the merged file
+// (docs/design.md, "What a merge gives"). O_APPEND set with fcntl(F_SETFL)
+// counts from then on; pwritev2's RWF_APPEND, which the kernel does not pass
+// on, gives writes at the offset the kernel took from its cached size.
 //
 // # Unlinked files
 //

@@ -134,14 +134,14 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 	return fuse.ReadResultData(b), 0
 }
 
-// Write writes data at off, or at the end of the file for a descriptor
-// opened with O_APPEND: the kernel gives an append the offset of the size it
-// caches, which may be older than the file's (another mount's bytes taken
-// since, with the WAL or by a merge), and the engine must know an append is
-// one to place it past those, and past another mount's at a merge
-// (engine.File.Append). A write the kernel sends of its own (pages of a
-// shared mapping written back, without a caller: pid 0) is at its offset,
-// whatever descriptor it goes through.
+// Write writes data at off, or at the end of the file for a write of a
+// descriptor with O_APPEND set (appendMark): the kernel gives an append the
+// offset of the size it caches, which may be older than the file's (another
+// mount's bytes taken since, with the WAL or by a merge), and the engine
+// must know an append is one to place it past those, and past another
+// mount's at a merge (engine.File.Append). A write the kernel sends of its
+// own (pages of a shared mapping written back) is at its offset, whatever
+// descriptor it goes through.
 //
 // A write at or past the largest file size is EFBIG, as on ext4 (the
 // kernel's own limit for FUSE is higher), and one that crosses it writes up
@@ -150,12 +150,14 @@ func (h *handle) Read(ctx context.Context, dest []byte, off int64) (fuse.ReadRes
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	ctx, done := h.fsys.opCtx(ctx)
 	defer done()
+	app := off < 0 // appendMark
+	off &= math.MaxInt64
 	if off >= engine.MaxFileSize {
 		return 0, syscall.EFBIG
 	}
 	var n int
 	var err error
-	if h.flags&syscall.O_APPEND != 0 && callerTid(ctx) != 0 {
+	if app {
 		var at int64
 		at, n, err = h.of.f.Append(ctx, data)
 		if errors.Is(err, engine.ErrInvalid) && n == 0 && at+int64(len(data)) > engine.MaxFileSize {
@@ -182,6 +184,37 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 		}
 	}
 	return uint32(n), 0
+}
+
+// appendMark, set in a write's offset by umaskFS (the kernel's offsets are
+// never negative), says the write is one of a descriptor that had O_APPEND
+// set when it wrote (the request's flags), not the kernel's write-back of
+// pages (FUSE_WRITE_CACHE, no flags). go-fuse's node API passes a write
+// neither, and the caller's pid cannot tell them apart: the kernel gives
+// pid 0 to its write-back and to every caller outside the mount's PID
+// namespace alike (a mount run in a container of its own).
+const appendMark = uint64(1) << 63
+
+// Write marks an append's offset (appendMark).
+func (u *umaskFS) Write(c <-chan struct{}, in *fuse.WriteIn, data []byte) (uint32, fuse.Status) {
+	defer markAppend(in)()
+	return u.RawFileSystem.Write(c, in, data)
+}
+
+// Writev is what the server asks first for a write: it marks too.
+func (u *umaskFS) Writev(c <-chan struct{}, in *fuse.WriteIn, data [][]byte) (uint32, fuse.Status) {
+	defer markAppend(in)()
+	return u.RawFileSystem.Writev(c, in, data)
+}
+
+// markAppend sets appendMark in the offset of a write with O_APPEND in its
+// flags, and returns what puts the offset back.
+func markAppend(in *fuse.WriteIn) func() {
+	off := in.Offset
+	if in.Flags&syscall.O_APPEND != 0 && in.WriteFlags&fuse.WRITE_CACHE == 0 {
+		in.Offset |= appendMark
+	}
+	return func() { in.Offset = off }
 }
 
 // Flush is the close of one file descriptor: with flush_on_close it publishes
