@@ -258,8 +258,10 @@ type campaignStats struct {
 	// file's reaping, plain writers merged over a WAL writer's truncate,
 	// lease operations with the holder's requests held (and of those, the
 	// ones whose other write succeeded: the lease taken), iterations with
-	// the slow store.
+	// the slow store. copiesStale are those copies that failed with ESTALE
+	// (the source showed another version), holding a prefix of one.
 	appends, roCreats, copiesRewritten, reapReads int64
+	copiesStale                                   int64
 	walMixes, leases, leasesTaken                 int64
 	slowIterations                                int
 }
@@ -281,9 +283,9 @@ func (s campaignStats) optional() string {
 	if s.appends+s.roCreats+s.copiesRewritten+s.reapReads+s.walMixes+s.leases == 0 && s.slowIterations == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; optional: %d appends through both mounts, %d O_RDONLY|O_CREAT opens beside appends, %d copies while the source was rewritten, "+
+	return fmt.Sprintf("; optional: %d appends through both mounts, %d O_RDONLY|O_CREAT opens beside appends, %d copies while the source was rewritten (%d failed with ESTALE), "+
 		"%d held descriptors read past their file's reaping, %d plain writers merged over a WAL writer, %d writes beside a slow lease holder (%d took the lease), %d iterations with the slow store",
-		s.appends, s.roCreats, s.copiesRewritten, s.reapReads, s.walMixes, s.leases, s.leasesTaken, s.slowIterations)
+		s.appends, s.roCreats, s.copiesRewritten, s.copiesStale, s.reapReads, s.walMixes, s.leases, s.leasesTaken, s.slowIterations)
 }
 
 func (s *campaignStats) add(o campaignStats) {
@@ -318,6 +320,7 @@ func (s *campaignStats) add(o campaignStats) {
 	s.appends += o.appends
 	s.roCreats += o.roCreats
 	s.copiesRewritten += o.copiesRewritten
+	s.copiesStale += o.copiesStale
 	s.reapReads += o.reapReads
 	s.walMixes += o.walMixes
 	s.leases += o.leases
