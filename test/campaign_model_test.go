@@ -336,6 +336,23 @@ func TestModelOptional(t *testing.T) {
 			t.Errorf("cprw, %s: accepted %v, want %v (%q)", tc.name, len(fails) == 0, tc.ok, fails)
 		}
 	}
+	// One that failed with ESTALE (the source showed another version than
+	// the copy took): empty, or the start of one version.
+	for _, tc := range []struct {
+		name string
+		got  []byte
+		ok   bool
+	}{
+		{"empty", nil, true},
+		{"the start of the source before", base[:30], true},
+		{"the start of a rewrite", r1[:70], true},
+		{"the source's start and a rewrite's", cat(base[:20], r1[20:70]), false},
+	} {
+		_, fails := run(false, "B 4 16 cprw 1 f0 f1 0 100:100:60", "E 4 17 ok stale "+sumOf(tc.got)+" 2")
+		if (len(fails) == 0) != tc.ok {
+			t.Errorf("cprw failed with ESTALE, %s: accepted %v, want %v (%q)", tc.name, len(fails) == 0, tc.ok, fails)
+		}
+	}
 
 	// A write beside a slow lease holder: acknowledged writes stay.
 	hw, ow := pat(4|1<<40, 10, 5), pat(4|2<<40, 50, 5)

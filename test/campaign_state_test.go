@@ -1253,7 +1253,8 @@ func appendOrders(base []byte, mounts []int, pieces [][]byte, prefixes bool) [][
 
 // applyCopyRewritten follows cprw: the copy holds exactly one version of
 // the source, what it held or one of the other mount's rewrites, each of
-// which is acknowledged by its close.
+// which is acknowledged by its close; or it failed with ESTALE and holds
+// the start of one (an empty file is the start of every one).
 func (c *campaignRun) applyCopyRewritten(op *campaign.Op, v *nsView, f *mfile, uncertain bool, synth func(int, int64, int64) *campaign.Op, fail func(string, ...any)) bool {
 	dst := op.Args[1]
 	if v.names[dst] != nil {
@@ -1312,6 +1313,24 @@ func (c *campaignRun) applyCopyRewritten(op *campaign.Op, v *nsView, f *mfile, u
 	if uncertain {
 		cp.uncertain, cp.copying, cp.prefixOf = true, true, versions
 		return true
+	}
+	if op.Result[0] == "stale" {
+		// The copy failed with ESTALE: the source showed another version
+		// than the one the copy took. What it holds then is empty or the
+		// start of one version, never a part of two.
+		n := parseInt(op.Result[1])
+		for _, b := range versions {
+			if n >= 0 && int64(len(b)) >= n && sumIs(b[:n], op.Result[1], op.Result[2]) {
+				cp.push(bytes.Clone(b[:n]), op)
+				cp.acked = 1
+				c.stats.copiesRewritten++
+				c.stats.copiesStale++
+				return true
+			}
+		}
+		fail("%v: a copy that failed with ESTALE while the other mount rewrote the source holds %s bytes with crc32c %s, the start of none of the source's %d versions: %s",
+			op, op.Result[1], op.Result[2], len(versions), f.history())
+		return false
 	}
 	for _, b := range versions {
 		if strconv.Itoa(len(b)) == op.Result[0] && sumIs(b, op.Result[1], op.Result[2]) {

@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -206,12 +208,15 @@ var driverBin struct {
 func campaignDriver(t *testing.T) string {
 	t.Helper()
 	driverBin.once.Do(func() {
-		dir := filepath.Join(os.TempDir(), "ckptfs-e2e-bin")
+		// One folder per source tree, as the mount's binary's: two
+		// checkouts tested at once ran each other's driver.
+		_, file, _, _ := runtime.Caller(0)
+		sum := sha256.Sum256([]byte(filepath.Dir(file)))
+		dir := filepath.Join(os.TempDir(), "ckptfs-e2e-bin-"+hex.EncodeToString(sum[:4]))
 		if driverBin.err = os.MkdirAll(dir, 0o755); driverBin.err != nil {
 			return
 		}
 		driverBin.path = filepath.Join(dir, "campaign-driver")
-		_, file, _, _ := runtime.Caller(0)
 		driverBin.out, driverBin.err = runErr(filepath.Dir(file), "go", "build", "-o", driverBin.path, "github.com/ckptfs/ckptfs/test/campaign/driver")
 	})
 	if driverBin.err != nil {
@@ -258,8 +263,10 @@ type campaignStats struct {
 	// file's reaping, plain writers merged over a WAL writer's truncate,
 	// lease operations with the holder's requests held (and of those, the
 	// ones whose other write succeeded: the lease taken), iterations with
-	// the slow store.
+	// the slow store. copiesStale are those copies that failed with ESTALE
+	// (the source showed another version), holding a prefix of one.
 	appends, roCreats, copiesRewritten, reapReads int64
+	copiesStale                                   int64
 	walMixes, leases, leasesTaken                 int64
 	slowIterations                                int
 }
@@ -281,9 +288,9 @@ func (s campaignStats) optional() string {
 	if s.appends+s.roCreats+s.copiesRewritten+s.reapReads+s.walMixes+s.leases == 0 && s.slowIterations == 0 {
 		return ""
 	}
-	return fmt.Sprintf("; optional: %d appends through both mounts, %d O_RDONLY|O_CREAT opens beside appends, %d copies while the source was rewritten, "+
+	return fmt.Sprintf("; optional: %d appends through both mounts, %d O_RDONLY|O_CREAT opens beside appends, %d copies while the source was rewritten (%d failed with ESTALE), "+
 		"%d held descriptors read past their file's reaping, %d plain writers merged over a WAL writer, %d writes beside a slow lease holder (%d took the lease), %d iterations with the slow store",
-		s.appends, s.roCreats, s.copiesRewritten, s.reapReads, s.walMixes, s.leases, s.leasesTaken, s.slowIterations)
+		s.appends, s.roCreats, s.copiesRewritten, s.copiesStale, s.reapReads, s.walMixes, s.leases, s.leasesTaken, s.slowIterations)
 }
 
 func (s *campaignStats) add(o campaignStats) {
@@ -318,6 +325,7 @@ func (s *campaignStats) add(o campaignStats) {
 	s.appends += o.appends
 	s.roCreats += o.roCreats
 	s.copiesRewritten += o.copiesRewritten
+	s.copiesStale += o.copiesStale
 	s.reapReads += o.reapReads
 	s.walMixes += o.walMixes
 	s.leases += o.leases

@@ -253,7 +253,7 @@ print("whole", total, open("whole", "rb").read() == src2)
 }
 
 // TestCopyWithWALCopiesBytes: with wal=on a copy is not by reference (the
-// log must hold every byte); the kernel copies the bytes, which read back.
+// log must hold every byte); the mount copies the bytes, which read back.
 func TestCopyWithWALCopiesBytes(t *testing.T) {
 	need(t, "cp", "cmp")
 	v := newVolume(t)
@@ -268,7 +268,7 @@ func TestCopyWithWALCopiesBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	if samples[`ckptfs_copy_file_range_total{how="bytes"}`] < 1 || samples[`ckptfs_copy_file_range_total{how="reference"}`] != 0 {
-		t.Fatalf("copy with the WAL: %v by reference, %v left to the kernel", samples[`ckptfs_copy_file_range_total{how="reference"}`], samples[`ckptfs_copy_file_range_total{how="bytes"}`])
+		t.Fatalf("copy with the WAL: %v by reference, %v as bytes", samples[`ckptfs_copy_file_range_total{how="reference"}`], samples[`ckptfs_copy_file_range_total{how="bytes"}`])
 	}
 	m.unmount()
 	m2 := v.mount("")

@@ -49,6 +49,7 @@ var errnoTable = []struct {
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},
 	{staging.ErrNotFound, syscall.EIO},   // an object the file needs is gone
 	{errCopyVersionGone, syscall.ESTALE}, // a copy's source shows another version (copy.go)
+	{errCopyStaleSize, syscall.ESTALE},   // the kernel cut a copy at another version's size (copy.go)
 }
 
 // errnoOf maps err to an errno; op names the operation and what it was on.

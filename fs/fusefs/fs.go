@@ -116,6 +116,9 @@ type FS struct {
 	// copySized, for tests, runs when a copy_file_range has read its
 	// source's size.
 	copySized func()
+	// copyWrote, for tests, runs when a copy the mount makes of the bytes
+	// has written a buffer of them into the copy.
+	copyWrote func()
 
 	metrics    *Metrics
 	metricsSrv *metricsServer // nil when -o metrics is off

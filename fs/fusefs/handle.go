@@ -26,6 +26,10 @@ type handle struct {
 	// losses is the engine's count of rollbacks that dropped unflushed
 	// changes, as this handle last reported it; GUARDED_BY(mu)
 	losses uint64
+	// foreign is the engine's count of foreign changes when the handle
+	// opened (after the open's read of the head): the kernel's size of
+	// the file is the engine's then (see copy.go, staleCut).
+	foreign uint64
 	// piece is what a copy by reference into this handle left for its
 	// next call (copy.go); GUARDED_BY(mu).
 	piece *copyPiece
@@ -38,7 +42,7 @@ func newHandle(fsys *FS, of *openFile, flags uint32) *handle {
 		of.writers++
 		fsys.mu.Unlock()
 	}
-	return &handle{fsys: fsys, of: of, flags: flags, losses: of.f.Losses()}
+	return &handle{fsys: fsys, of: of, flags: flags, losses: of.f.Losses(), foreign: of.f.ForeignChanges()}
 }
 
 // writing says whether an open with flags may write.

@@ -138,7 +138,7 @@ func newMetrics(st staging.Store, build BuildInfo, volume string) (*Metrics, sta
 		Name: "ckptfs_fuse_operation_seconds", Help: "Time to answer FUSE requests, by operation.", Buckets: latencyBuckets}, []string{"op"})
 	m.copies = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "ckptfs_copy_file_range_total",
-		Help: "copy_file_range requests: how=reference (a copy by reference), piece (a later piece of one), bytes (declined: the kernel copied the bytes)."},
+		Help: "copy_file_range requests: how=reference (a copy by reference), piece (a later piece of one), bytes (copied as bytes: by the mount, or declined and by the kernel)."},
 		[]string{"how"})
 	storeSeconds := prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name: "ckptfs_store_request_seconds", Help: "Time of store requests, by operation.", Buckets: latencyBuckets}, []string{"op"})

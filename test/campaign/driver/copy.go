@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -148,6 +149,13 @@ func (d *driver) waitName(name string) error {
 // copyOnce copies n bytes from off of src into the new file dst at dstOff
 // through mount m, fsyncs and closes the copy and reads it back: results
 // <bytes copied> <len> <crc32c>.
+// copyCallError is a failure of copy_file_range itself in copyOnce, not of
+// the open, fsync or read back around it.
+type copyCallError struct{ errno syscall.Errno }
+
+func (e copyCallError) Error() string { return "copy_file_range: " + e.errno.Error() }
+func (e copyCallError) Unwrap() error { return e.errno }
+
 func (d *driver) copyOnce(m int, src, dst string, off, n, dstOff int64) ([]any, error) {
 	in, err := os.Open(d.path(m, src))
 	if err != nil {
@@ -170,7 +178,11 @@ func (d *driver) copyOnce(m int, src, dst string, off, n, dstOff int64) ([]any, 
 		so, do := off+total, dstOff+total
 		k, err := unix.CopyFileRange(int(in.Fd()), &so, int(out.Fd()), &do, int(min(n-total, 1<<30)), 0)
 		if err != nil {
-			return nil, unwrap(err)
+			var errno syscall.Errno
+			if errors.As(err, &errno) {
+				return nil, copyCallError{errno}
+			}
+			return nil, err
 		}
 		if k == 0 {
 			break
