@@ -55,6 +55,19 @@ func TestWALTruncateLostToPlainFlush(t *testing.T) {
 	}
 	gate := &replaceGate{arrived: make(chan struct{}), release: make(chan struct{})}
 	w := v.mountWrapped("wal=on", func(st staging.Store) staging.Store { gate.Store = st; return gate })
+	// The file is written with the WAL once (an X over its first byte,
+	// published at the close), so that the plain mount opens a head that
+	// says so. (A head the WAL writer's first change marks keeps its ETag
+	// on S3, the body being the same: a plain mount that opened it before
+	// does not learn of the records from it.)
+	if wf, err := os.OpenFile(w.path("f"), os.O_RDWR, 0); err != nil {
+		t.Fatal(err)
+	} else if _, err := wf.WriteAt([]byte{'X'}, 0); err != nil {
+		wf.Close()
+		t.Fatal(err)
+	} else if err := wf.Close(); err != nil {
+		t.Fatal(err)
+	}
 	pf, err := os.OpenFile(p.path("f"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
