@@ -158,6 +158,11 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: rebase on checkpoint %d: %w", f.prefix, ce.Theirs.Cno, err)
 		}
+		if !f.walOn() && f.w.log == nil {
+			// Records this writer showed (an overlay) are the winner's to
+			// hold now: its blocks replaced theirs (overlayIsBaseLocked).
+			f.w.seq, f.w.overlay = f.w.applied, false
+		}
 		if ce.walTracked {
 			// The winner may be a WAL writer's marked head with records
 			// after it (its first change marks the head): they go under

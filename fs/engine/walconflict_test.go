@@ -170,6 +170,21 @@ func TestWALPublishLostToPlainFlushIsMerged(t *testing.T) {
 // WAL writer's close replayed the truncate over it: 32,639 bytes, the
 // write's acknowledged bytes past them gone.
 func TestWALRecordsGoUnderPlainFlush(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		size, off, n int
+		trunc        int
+		overlay      bool // the base is a record the plain mount shows
+	}{
+		{"write across the truncate", 35_896, 32_566, 8_788, 32_639, false},
+		{"write past a gap", 43_620, 43_603, 13_125, 15_929, false},
+		{"write past a gap over records shown", 43_620, 43_603, 13_125, 15_929, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testWALRecordsGoUnderPlainFlush(t, tc.size, tc.off, tc.n, tc.trunc, tc.overlay) })
+	}
+}
+
+func testWALRecordsGoUnderPlainFlush(t *testing.T, size, off, n, trunc int, overlay bool) {
 	ctx := context.Background()
 	st := mem.New()
 	const prefix = "wm/"
@@ -178,14 +193,16 @@ func TestWALRecordsGoUnderPlainFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	base := pattern(35_896, 1)
-	if _, err := c.WriteAt(ctx, base, 0); err != nil {
-		t.Fatal(err)
+	base := pattern(size, 1)
+	if !overlay {
+		if _, err := c.WriteAt(ctx, base, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitPublished(c)
 	}
-	if _, err := c.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	waitPublished(c)
 	c.Close()
 
 	gate := newArmedGate(st, isHeadKey)
@@ -193,13 +210,19 @@ func TestWALRecordsGoUnderPlainFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if overlay {
+		// Acknowledged, not published: the plain mount's open shows it.
+		if _, err := w.WriteAt(ctx, base, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
 	p := mustOpen(t, st, prefix, smallParams(segment.FormatStream))
 	defer p.Close()
-	mine := pattern(8_788, 2)
-	if _, err := p.WriteAt(ctx, mine, 32_566); err != nil {
+	mine := pattern(n, 2)
+	if _, err := p.WriteAt(ctx, mine, int64(off)); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Truncate(ctx, 32_639); err != nil {
+	if err := w.Truncate(ctx, int64(trunc)); err != nil {
 		t.Fatal(err)
 	}
 	gate.armed.Store(true)
@@ -219,7 +242,7 @@ func TestWALRecordsGoUnderPlainFlush(t *testing.T) {
 		t.Errorf("records left after the WAL writer's close: %v %v", seqs, err)
 	}
 
-	want := append(append([]byte{}, base[:32_566]...), mine...)
+	want := append(append(append([]byte{}, base[:min(trunc, off)]...), make([]byte, max(0, off-trunc))...), mine...)
 	r := mustOpen(t, st, prefix, smallParams(segment.FormatStream))
 	defer r.Close()
 	if got := readAll(t, r); !bytes.Equal(got, want) {

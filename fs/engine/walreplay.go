@@ -378,6 +378,7 @@ func (f *File) overlayLocked(ctx context.Context, seqs []uint64) error {
 		if err == nil {
 			f.w.seq = max(f.w.seq, last)
 			f.changed = false // the writer's changes, not ours to publish
+			f.overlayIsBaseLocked()
 			return nil
 		}
 		if !errors.Is(err, staging.ErrNotFound) || try >= overlayAttempts {

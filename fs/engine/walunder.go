@@ -91,3 +91,31 @@ func (f *File) publishWALRecords(ctx context.Context) (bool, error) {
 	}
 	return true, nil
 }
+
+// overlayIsBaseLocked makes what an overlay applied part of what this file
+// builds on, not its own changes, for a merge: a writer without the WAL
+// that changes a file showing a live WAL writer's records merges its own
+// changes onto a checkpoint holding those records (walUnderLocked), and
+// must not lay the records' bytes over the later ones it holds (a
+// truncate's cut, say) as if it had written them. Every block the records
+// made dirty or a hole is set by no byte of this writer's until it writes
+// there (an empty entry of partial), and no truncate or end is its own.
+// The caller holds every block and mu, and f has no changes of its own.
+func (f *File) overlayIsBaseLocked() {
+	f.partial = map[uint64]*setBytes{} // the records' bytes, none ours
+	mark := func(fbn uint64) { f.partial[fbn] = &setBytes{} }
+	for fbn := range f.dirty {
+		mark(fbn)
+	}
+	for fbn := range f.written {
+		mark(fbn)
+	}
+	for fbn := range f.zeroed {
+		mark(fbn)
+	}
+	f.minSize = noTruncate
+	f.writeEnd = 0
+	f.zeroAfter = nil
+	f.zeroPast = noTruncate
+	f.appends = appendRun{}
+}
