@@ -206,11 +206,9 @@ var driverBin struct {
 func campaignDriver(t *testing.T) string {
 	t.Helper()
 	driverBin.once.Do(func() {
-		dir := filepath.Join(os.TempDir(), "ckptfs-e2e-bin")
-		if driverBin.err = os.MkdirAll(dir, 0o755); driverBin.err != nil {
-			return
-		}
-		driverBin.path = filepath.Join(dir, "campaign-driver")
+		// Beside the mount's binary: one folder per source tree, so that
+		// two checkouts tested at once never run each other's driver.
+		driverBin.path = filepath.Join(filepath.Dir(ckptfsBinary(t)), "campaign-driver")
 		_, file, _, _ := runtime.Caller(0)
 		driverBin.out, driverBin.err = runErr(filepath.Dir(file), "go", "build", "-o", driverBin.path, "github.com/ckptfs/ckptfs/test/campaign/driver")
 	})
