@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -208,15 +206,10 @@ var driverBin struct {
 func campaignDriver(t *testing.T) string {
 	t.Helper()
 	driverBin.once.Do(func() {
-		// One folder per source tree, as the mount's binary's: two
-		// checkouts tested at once ran each other's driver.
+		// Beside the mount's binary: one folder per source tree, so that
+		// two checkouts tested at once never run each other's driver.
+		driverBin.path = filepath.Join(filepath.Dir(ckptfsBinary(t)), "campaign-driver")
 		_, file, _, _ := runtime.Caller(0)
-		sum := sha256.Sum256([]byte(filepath.Dir(file)))
-		dir := filepath.Join(os.TempDir(), "ckptfs-e2e-bin-"+hex.EncodeToString(sum[:4]))
-		if driverBin.err = os.MkdirAll(dir, 0o755); driverBin.err != nil {
-			return
-		}
-		driverBin.path = filepath.Join(dir, "campaign-driver")
 		driverBin.out, driverBin.err = runErr(filepath.Dir(file), "go", "build", "-o", driverBin.path, "github.com/ckptfs/ckptfs/test/campaign/driver")
 	})
 	if driverBin.err != nil {

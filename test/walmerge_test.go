@@ -37,13 +37,16 @@ func (g *replaceGate) Put(ctx context.Context, key string, data []byte, o stagin
 // TestWALTruncateLostToPlainFlush: a mount without the WAL holds an
 // unflushed write of A×100,000 over X×200,000; a WAL mount truncates the
 // file to 0, fsyncs (its publish's head is held back) and closes it; the
-// plain mount's fsync lands first, merging onto the head the WAL writer
-// marked, and the WAL publish then loses its If-Match while the WAL
-// mount's close waits for it. The WAL mount's close must publish the
-// acknowledged truncate over the plain mount's checkpoint: the file ends
-// empty (the write, then the truncate) on a fresh mount. Before, the file
-// read as A×100,000 then X×100,000, for good: the plain mount's head
-// dropped the WAL's mark and the close left the truncate's record behind.
+// plain mount's fsync lands first, and the WAL publish then loses its
+// If-Match while the WAL mount's close waits for it. The truncate was
+// acknowledged before the plain mount's fsync began, so the file ends as
+// the truncate, then the write: A×100,000 on a fresh mount (the plain
+// flush publishes the WAL writer's records under its merge). Before
+// bfc1591 the file read as A×100,000 then X×100,000, for good: the plain
+// mount's head dropped the WAL's mark and the close left the truncate's
+// record behind; before the records went under the plain flush, it read
+// empty: the WAL mount's close replayed the truncate over the write the
+// plain mount's fsync had acknowledged.
 func TestWALTruncateLostToPlainFlush(t *testing.T) {
 	v := newVolume(t)
 	p := v.mount("")
@@ -52,6 +55,19 @@ func TestWALTruncateLostToPlainFlush(t *testing.T) {
 	}
 	gate := &replaceGate{arrived: make(chan struct{}), release: make(chan struct{})}
 	w := v.mountWrapped("wal=on", func(st staging.Store) staging.Store { gate.Store = st; return gate })
+	// The file is written with the WAL once (an X over its first byte,
+	// published at the close), so that the plain mount opens a head that
+	// says so. (A head the WAL writer's first change marks keeps its ETag
+	// on S3, the body being the same: a plain mount that opened it before
+	// does not learn of the records from it.)
+	if wf, err := os.OpenFile(w.path("f"), os.O_RDWR, 0); err != nil {
+		t.Fatal(err)
+	} else if _, err := wf.WriteAt([]byte{'X'}, 0); err != nil {
+		wf.Close()
+		t.Fatal(err)
+	} else if err := wf.Close(); err != nil {
+		t.Fatal(err)
+	}
 	pf, err := os.OpenFile(p.path("f"), os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -117,8 +133,8 @@ func TestWALTruncateLostToPlainFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 0 {
+	if !bytes.Equal(got, bytes.Repeat([]byte{'A'}, 100_000)) {
 		as := bytes.IndexFunc(got, func(c rune) bool { return c != 'A' })
-		t.Fatalf("file of %d bytes (%d A from the start); want it empty: the plain mount's write, then the WAL mount's acknowledged truncate", len(got), as)
+		t.Fatalf("file of %d bytes (%d A from the start); want 100000 A: the WAL mount's acknowledged truncate, then the plain mount's write its fsync acknowledged", len(got), as)
 	}
 }

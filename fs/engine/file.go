@@ -204,6 +204,9 @@ type File struct {
 	prefix string
 	tag    uint64
 	p      Params
+	// opts are the options f was made with (walunder.go opens the file
+	// again with them).
+	opts   Options
 	log    *zap.Logger
 	loader *blockmap.ObjectLoader
 	// space says whose objects the map's names are (lineage.go); linCno is
@@ -561,6 +564,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		tag:        segment.FileTag(o.FileID),
 		space:      NewObjectSpace(st, o.FilesPrefix, o.FileID, prefix),
 		p:          p,
+		opts:       o,
 		log:        log,
 		cache:      newBlockCache(p.CacheBytes, o.Budget),
 		budget:     o.Budget,

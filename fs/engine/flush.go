@@ -84,6 +84,7 @@ func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
 	if err := f.writable(); err != nil {
 		return FlushTiming{}, err
 	}
+	f.walUnderLocked(ctx)
 	return f.flushLocked(ctx)
 }
 
@@ -156,6 +157,17 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 		if err := f.rebaseLocked(ctx, ce.theirsHead(), ce.theirsETag(), ce.walMark()); err != nil {
 			t.fill(&c, start, f.s.requests.Load())
 			return t, fmt.Errorf("flush %s: rebase on checkpoint %d: %w", f.prefix, ce.Theirs.Cno, err)
+		}
+		if !f.walOn() && f.w.log == nil {
+			// Records this writer showed (an overlay) are the winner's to
+			// hold now: its blocks replaced theirs (overlayIsBaseLocked).
+			f.w.seq, f.w.overlay = f.w.applied, false
+		}
+		if ce.walTracked {
+			// The winner may be a WAL writer's marked head with records
+			// after it (its first change marks the head): they go under
+			// this writer's changes too.
+			f.walUnderLocked(ctx)
 		}
 		// Back off while holding the file: writers would only add to a flush
 		// that is about to retry, and the other writer needs no lock of ours.

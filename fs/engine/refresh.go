@@ -213,6 +213,7 @@ func (f *File) overlayMoreLocked(ctx context.Context, todo []uint64) error {
 	f.w.seq = max(f.w.seq, last)
 	f.changed = false // the writer's changes, not ours to publish
 	f.foreign.Add(1)
+	f.overlayIsBaseLocked()
 	if err == nil {
 		return nil
 	}

@@ -56,25 +56,31 @@ func headWAL(t *testing.T, st staging.Store, prefix string) (applied uint64, tra
 
 // A mount without the WAL holds a write of A×100,000 over X×200,000; a
 // WAL mount truncates the file to 0 and publishes it (fsync), and closes
-// it. When the plain mount's flush lands first, merging onto the head the
-// WAL writer had marked, the WAL writer's publish loses its If-Match, with
-// no later flush of its file to come: the plain mount's head must still
-// say the file is written with the WAL, and the WAL writer's close must
-// publish its acknowledged truncate over the plain mount's checkpoint (the
-// write, then the truncate: empty). When the WAL publish lands first, the
-// plain mount's flush merges onto it (the truncate, then the write:
-// A×100,000) and keeps the mark. Never a mix of both. Before, the plain
-// mount's head dropped the WAL's mark, the close left the truncate's
-// record behind for good, and the file read as A×100,000 then X×100,000
-// everywhere.
+// it. The truncate is acknowledged, and its fsync returned, before the
+// plain mount's flush begins: the file ends as the truncate, then the
+// write (A×100,000), whichever publish lands first. When the plain mount's
+// flush lands first, it publishes the WAL writer's records under its own
+// changes (a checkpoint holding them, then its merge onto it) and keeps the
+// mark; the WAL writer's publish loses its If-Match and its close finds
+// nothing left to replay. When the WAL publish lands first, the plain
+// mount's flush merges onto it. A plain flush that landed before the
+// truncate was made gives the write, then the truncate (empty). Never a
+// mix of both. Before bfc1591 the plain mount's head dropped the WAL's
+// mark, the close left the truncate's record behind for good, and the file
+// read as A×100,000 then X×100,000 everywhere; before the records went
+// under the plain flush, the plain flush landing first gave an empty file:
+// the truncate, acknowledged before that flush began, replayed over the
+// write the flush acknowledged.
 func TestWALPublishLostToPlainFlushIsMerged(t *testing.T) {
 	for _, tc := range []struct {
-		name     string
-		walFirst bool
-		want     int // As at the end
+		name        string
+		walFirst    bool
+		plainBefore bool // the plain flush lands before the truncate
+		want        int  // As at the end
 	}{
-		{"plain flush lands first", false, 0},
-		{"WAL publish lands first", true, 100_000},
+		{"plain flush lands first", false, false, 100_000},
+		{"WAL publish lands first", true, false, 100_000},
+		{"plain flush lands before the truncate", false, true, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := context.Background()
@@ -102,10 +108,15 @@ func TestWALPublishLostToPlainFlushIsMerged(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			if tc.plainBefore {
+				if _, err := p.Flush(ctx); err != nil {
+					t.Fatalf("plain mount's flush: %v", err)
+				}
+			}
 			if err := w.Truncate(ctx, 0); err != nil {
 				t.Fatal(err)
 			}
-			if tc.walFirst {
+			if tc.walFirst || tc.plainBefore {
 				close(gate.release)
 			}
 			gate.armed.Store(true)
@@ -123,7 +134,7 @@ func TestWALPublishLostToPlainFlushIsMerged(t *testing.T) {
 			if _, tracked := headWAL(t, st, prefix); !tracked {
 				t.Errorf("the plain mount's flush over a head written with the WAL published a head without %s: records after it are found by no opener", walMeta)
 			}
-			if !tc.walFirst {
+			if !tc.walFirst && !tc.plainBefore {
 				close(gate.release)
 			}
 			waitPublished(w)
@@ -146,6 +157,96 @@ func TestWALPublishLostToPlainFlushIsMerged(t *testing.T) {
 				t.Fatalf("file of %d bytes (%d of them A, from the start); want %d A", len(got), commonPrefix(got, as), tc.want)
 			}
 		})
+	}
+}
+
+// The crash-and-fault campaign's walmix, on a file written with the WAL
+// from its creation: a mount without the WAL writes 8,788 bytes at 32,566
+// of a 35,896-byte file without flushing; the WAL writer truncates it to
+// 32,639 and fsyncs (acknowledged, its publish held back); the plain
+// mount's fsync follows, then the WAL writer's close. The file holds the
+// truncate, then the plain write (41,354 bytes). Before, the plain flush
+// published over the head the WAL writer's records were after, and the
+// WAL writer's close replayed the truncate over it: 32,639 bytes, the
+// write's acknowledged bytes past them gone.
+func TestWALRecordsGoUnderPlainFlush(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		size, off, n int
+		trunc        int
+		overlay      bool // the base is a record the plain mount shows
+	}{
+		{"write across the truncate", 35_896, 32_566, 8_788, 32_639, false},
+		{"write past a gap", 43_620, 43_603, 13_125, 15_929, false},
+		{"write past a gap over records shown", 43_620, 43_603, 13_125, 15_929, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testWALRecordsGoUnderPlainFlush(t, tc.size, tc.off, tc.n, tc.trunc, tc.overlay) })
+	}
+}
+
+func testWALRecordsGoUnderPlainFlush(t *testing.T, size, off, n, trunc int, overlay bool) {
+	ctx := context.Background()
+	st := mem.New()
+	const prefix = "wm/"
+	wo := Options{Params: walParams(segment.FormatStream), FileID: prefix}
+	c, err := Create(ctx, st, prefix, wo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	base := pattern(size, 1)
+	if !overlay {
+		if _, err := c.WriteAt(ctx, base, 0); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		waitPublished(c)
+	}
+	c.Close()
+
+	gate := newArmedGate(st, isHeadKey)
+	w, err := Open(ctx, gate, prefix, wo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if overlay {
+		// Acknowledged, not published: the plain mount's open shows it.
+		if _, err := w.WriteAt(ctx, base, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p := mustOpen(t, st, prefix, smallParams(segment.FormatStream))
+	defer p.Close()
+	mine := pattern(n, 2)
+	if _, err := p.WriteAt(ctx, mine, int64(off)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Truncate(ctx, int64(trunc)); err != nil {
+		t.Fatal(err)
+	}
+	gate.armed.Store(true)
+	if _, err := w.Flush(ctx); err != nil { // the fsync: acknowledged
+		t.Fatal(err)
+	}
+	<-gate.arrived // the WAL publish's head waits
+	if _, err := p.Flush(ctx); err != nil {
+		t.Fatalf("plain mount's flush: %v", err)
+	}
+	close(gate.release)
+	waitPublished(w)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if seqs, err := wal.List(ctx, st, prefix); err != nil || len(seqs) != 0 {
+		t.Errorf("records left after the WAL writer's close: %v %v", seqs, err)
+	}
+
+	want := append(append(append([]byte{}, base[:min(trunc, off)]...), make([]byte, max(0, off-trunc))...), mine...)
+	r := mustOpen(t, st, prefix, smallParams(segment.FormatStream))
+	defer r.Close()
+	if got := readAll(t, r); !bytes.Equal(got, want) {
+		t.Fatalf("file of %d bytes (%d as the truncate then the plain write give); want %d", len(got), commonPrefix(got, want), len(want))
 	}
 }
 

@@ -24,6 +24,11 @@ func (f *File) recoverLocked(ctx context.Context) (FlushTiming, error) {
 	if err := f.reloadLocked(ctx); err != nil {
 		return FlushTiming{}, fmt.Errorf("flush %s: recover from %v: %w", f.prefix, cause, err)
 	}
+	if f.w.log != nil {
+		// The head may hold records of ours another writer published
+		// (a mount without the WAL publishes them under its changes).
+		f.w.log.Covered(f.w.applied)
+	}
 	seqs, err := wal.List(ctx, f.st, f.prefix)
 	if err != nil {
 		return FlushTiming{}, fmt.Errorf("flush %s: recover: %w", f.prefix, err)
@@ -373,6 +378,7 @@ func (f *File) overlayLocked(ctx context.Context, seqs []uint64) error {
 		if err == nil {
 			f.w.seq = max(f.w.seq, last)
 			f.changed = false // the writer's changes, not ours to publish
+			f.overlayIsBaseLocked()
 			return nil
 		}
 		if !errors.Is(err, staging.ErrNotFound) || try >= overlayAttempts {

@@ -63,7 +63,8 @@ func (d *driver) view(m int) (map[string]uint64, error) {
 	return v, nil
 }
 
-// see waits until mount m shows the driver's directory as mount 1-m does:
+// see waits until mount m shows the driver's directory as mount 1-m does
+// (the home mount, for the plain mount D, m 3):
 // the same names for the same files (inode numbers, which every mount
 // derives from the namespace log alike), both in listings and through the
 // kernel's cached entries. Another mount's changes reach a mount within
@@ -72,8 +73,12 @@ func (d *driver) view(m int) (map[string]uint64, error) {
 func (d *driver) see(m int) error {
 	return d.do("see", m, nil, func() ([]any, error) {
 		deadline := time.Now().Add(d.seeDeadline)
+		ref := 1 - m
+		if m > 1 {
+			ref = 0
+		}
 		for {
-			want, err := d.view(1 - m)
+			want, err := d.view(ref)
 			if err != nil {
 				return nil, unwrap(err)
 			}

@@ -404,7 +404,8 @@ func (d *driver) heldWhileReaped(name string, f *file) error {
 const reapWait = 16 * time.Second
 
 // walMix: beside the home mount, a WAL writer (wal=on), a plain mount of
-// the volume (-plain) opens name and writes without flushing; the home
+// the volume (-plain), once it shows the directory as the home does (see),
+// opens name and writes without flushing; the home
 // mount truncates and fsyncs (acknowledged); then the plain mount fsyncs
 // and closes, which merges its write over the truncate (serial: the
 // truncate, then the write), the home closes, and a new open through the
@@ -420,6 +421,11 @@ func (d *driver) walMix(name string, f *file) error {
 		if f.fd == nil {
 			return nil
 		}
+	}
+	// The plain mount shows a name the home mount made within ns_refresh
+	// (an open of it before may be ENOENT): it is waited for.
+	if err := d.see(3); err != nil {
+		return err
 	}
 	var fd *os.File
 	if err := d.do("mopen", 3, []any{name}, func() ([]any, error) {
