@@ -83,6 +83,10 @@ type staleRetries struct {
 	// dropping the oldest); GUARDED_BY(mu)
 	owed map[uint32]uint64
 	seq  uint64 // GUARDED_BY(mu)
+	// created: when a create refused for another mount's name answered
+	// ESTALE, by the inode number the name leads to; its retry opens that
+	// file, and the per-file quiet while starts then (see hush); GUARDED_BY(mu)
+	created map[namespace.Ino]int64
 	// now is the clock of the per-file quiet while (staleSizeQuiet); nil
 	// is time.Now (a test sets a fake).
 	now func() time.Time
@@ -127,6 +131,35 @@ func (r *staleRetries) ended(tid uint32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.owed, tid)
+}
+
+// hush starts the per-file quiet while (staleSizeQuiet) of file ino at now
+// (unix ns): a create refused for its name answered ESTALE, and the open
+// the kernel's retry makes of it must not be sent back for a stale size.
+// The retry owed to the caller covers it only while no other caller takes
+// it first, which one with the same id may: callers outside the mount's PID
+// namespace (a container's, or any when the mount runs in a namespace of
+// its own) all have id 0. Entries past the quiet are dropped here.
+func (r *staleRetries) hush(ino namespace.Ino, now int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.created == nil {
+		r.created = map[namespace.Ino]int64{}
+	}
+	for k, at := range r.created {
+		if now-at > int64(staleSizeQuiet) || len(r.created) >= maxOwedRetries {
+			delete(r.created, k)
+		}
+	}
+	r.created[ino] = now
+}
+
+// hushedAt is when a create refused for file ino's name last answered
+// ESTALE (unix ns; 0: not within the quiet while, as far as kept).
+func (r *staleRetries) hushedAt(ino namespace.Ino) int64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.created[ino]
 }
 
 // take takes the retry owed to caller tid, if any.
@@ -564,7 +597,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	shown := n.shownSize.Load()
 	stale := flags&syscall.O_ACCMODE == syscall.O_RDONLY && shown != 0 && shown-1 != of.f.Stat().Size
 	now := n.fsys.staleRetries.clock()
-	if !retry && stale && now.Sub(time.Unix(0, n.staleAt.Load())) > staleSizeQuiet {
+	last := max(n.staleAt.Load(), n.fsys.staleRetries.hushedAt(n.ino))
+	if !retry && stale && now.Sub(time.Unix(0, last)) > staleSizeQuiet {
 		n.fsys.staleRetries.owe(tid)
 		n.staleAt.Store(now.UnixNano())
 		n.fsys.release(ctx, of, false)
@@ -607,7 +641,12 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		// moved since its lookup, which the kernel would hand the caller.
 		// (When this create was itself the kernel's retry, no other comes:
 		// the retry owed here stays for the caller's next open, which then
-		// skips one answer of a stale size, the lesser harm.)
+		// skips one answer of a stale size, the lesser harm.) Another
+		// caller with the same id may take that retry first: the file's
+		// quiet while starts too, as after an open's ESTALE (hush).
+		if ex, lerr := n.fsys.ns.Lookup(n.ino, name); lerr == nil {
+			n.fsys.staleRetries.hush(ex.Ino, n.fsys.staleRetries.clock().UnixNano())
+		}
 		return nil, nil, 0, n.stale(ctx)
 	}
 	if err != nil {

@@ -125,6 +125,8 @@ func TestStaleRetryEndsAtFailedLookup(t *testing.T) {
 func TestCreateStaleRetryOpensForReading(t *testing.T) {
 	t.Parallel()
 	fsys, _ := newIdleFS(t, time.Second, time.Second)
+	clk := fakeclock.New()
+	fsys.staleRetries.now = clk.Now
 	ns := staleNodes(t, fsys, "lock")
 	root := ns[0].EmbeddedInode().Root().Operations().(*node)
 	ctx := fuse.NewContext(context.Background(), &fuse.Caller{Owner: fuse.Owner{Uid: 0, Gid: 0}, Pid: 42})
@@ -135,8 +137,35 @@ func TestCreateStaleRetryOpensForReading(t *testing.T) {
 	if errno := openAs(ns[0], 42); errno != 0 {
 		t.Fatalf("the kernel's retry, for reading, the size moved since its lookup: %v, want it opened", errno)
 	}
-	// Owed once: the caller's next open of a stale file is sent back.
+	// Owed once: the caller's next open of a stale file, past the file's
+	// quiet while, is sent back.
+	clk.Advance(staleSizeQuiet + time.Second)
 	if errno := openAs(ns[0], 42); errno != syscall.ESTALE {
 		t.Fatalf("the caller's next open of the stale file: %v, want ESTALE", errno)
+	}
+}
+
+// The retry owed after a create refused for another mount's name, by a
+// caller outside the mount's PID namespace (thread id 0, which its callers
+// share): another caller's open took the retry first, and the retry's open,
+// for reading, found the size moved since its lookup (the other mount
+// appends). Sent back a second time, the kernel handed ESTALE to the
+// program (the crash-and-fault campaign's rocreat through mount B, which
+// runs in a PID namespace of its own: "err 116: stale file handle").
+func TestCreateStaleRetryTakenByAnotherCaller(t *testing.T) {
+	t.Parallel()
+	fsys, _ := newIdleFS(t, time.Second, time.Second)
+	ns := staleNodes(t, fsys, "lock", "other")
+	root := ns[0].EmbeddedInode().Root().Operations().(*node)
+	ctx := fuse.NewContext(context.Background(), &fuse.Caller{Owner: fuse.Owner{Uid: 0, Gid: 0}, Pid: 0})
+	var eo fuse.EntryOut
+	if _, _, _, errno := root.Create(ctx, "lock", syscall.O_RDONLY|syscall.O_CREAT, 0o644, &eo); errno != syscall.ESTALE {
+		t.Fatalf("create of a name another mount made: %v, want ESTALE", errno)
+	}
+	if errno := openAs(ns[1], 0); errno != 0 {
+		t.Fatalf("another caller's open, which takes the retry owed to id 0: %v, want it opened", errno)
+	}
+	if errno := openAs(ns[0], 0); errno != 0 {
+		t.Fatalf("the kernel's retry of the create, for reading, the size moved since its lookup: %v, want it opened", errno)
 	}
 }
