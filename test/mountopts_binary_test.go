@@ -25,6 +25,16 @@ type fgMount struct {
 	stderr *lockedText
 }
 
+// unmountAtEnd detaches whatever is still mounted at dir (a mount killed
+// by the test, or stacked) when the test ends.
+func unmountAtEnd(t *testing.T, dir string) {
+	t.Cleanup(func() {
+		for i := 0; i < 3 && isMounted(t, dir); i++ {
+			runErr("", "umount", "-l", dir)
+		}
+	})
+}
+
 // startForeground runs `ckptfs mount -f` of a file:// store and waits until
 // dir is mounted.
 func startForeground(t *testing.T, store, dir, opts string) fgMount {
@@ -78,11 +88,7 @@ func TestMountOptsAutoUnmount(t *testing.T) {
 	}{{"auto_unmount", true}, {"", false}} {
 		t.Run(tt.opts, func(t *testing.T) {
 			dir := mountpoint(t)
-			t.Cleanup(func() {
-				if isMounted(t, dir) {
-					runErr("", "umount", "-l", dir)
-				}
-			})
+			unmountAtEnd(t, dir)
 			cmd := startForeground(t, store, dir, "create,log=warn,"+tt.opts).cmd
 			if err := os.WriteFile(filepath.Join(dir, "f-"+tt.opts), []byte("x"), 0o644); err != nil {
 				t.Fatal(err)
@@ -173,11 +179,7 @@ func TestMountOptsFstab(t *testing.T) {
 	installHelper(t)
 	store := "file://" + t.TempDir()
 	dir := mountpoint(t)
-	t.Cleanup(func() {
-		if isMounted(t, dir) {
-			runErr("", "umount", "-l", dir)
-		}
-	})
+	unmountAtEnd(t, dir)
 	fstab := filepath.Join(t.TempDir(), "fstab")
 	line := store + " " + dir + " ckptfs _netdev,nofail,x-systemd.automount,noexec,create,log_file=" +
 		filepath.Join(t.TempDir(), "log") + " 0 0\n"
@@ -276,11 +278,7 @@ func TestMountNoPath(t *testing.T) {
 		}
 		store := "file://" + t.TempDir()
 		dir := mountpoint(t)
-		t.Cleanup(func() {
-			if isMounted(t, dir) {
-				runErr("", "umount", "-l", dir)
-			}
-		})
+		unmountAtEnd(t, dir)
 		fstab := filepath.Join(t.TempDir(), "fstab")
 		line := store + " " + dir + " ckptfs create,auto_unmount,log_file=" + filepath.Join(t.TempDir(), "log") + " 0 0\n"
 		if err := os.WriteFile(fstab, []byte(line), 0o644); err != nil {
@@ -308,11 +306,7 @@ func TestMountNoPath(t *testing.T) {
 	t.Run("busy SIGTERM", func(t *testing.T) {
 		store := "file://" + t.TempDir()
 		dir := mountpoint(t)
-		t.Cleanup(func() {
-			if isMounted(t, dir) {
-				runErr("", "umount", "-l", dir)
-			}
-		})
+		unmountAtEnd(t, dir)
 		// No PATH, nothing at all in the environment.
 		m := startForegroundWith(t, store, dir, "create,log=warn", []string{}, func() error {
 			if !isMounted(t, dir) {

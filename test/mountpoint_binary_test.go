@@ -26,11 +26,7 @@ func TestMountPointInUse(t *testing.T) {
 	if err := os.Symlink(dir, link); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for i := 0; i < 3 && isMounted(t, dir); i++ {
-			runErr("", "umount", "-l", dir)
-		}
-	})
+	unmountAtEnd(t, dir)
 	first := startForeground(t, store, dir, "create,log=warn")
 	// While the first mount is empty: a mount point that is not empty is
 	// refused anyway, but an empty one was stacked on. A second mount that
@@ -82,11 +78,7 @@ func TestMountPointInUse(t *testing.T) {
 func TestRestartAfterKill(t *testing.T) {
 	store := "file://" + t.TempDir()
 	dir := mountpoint(t)
-	t.Cleanup(func() {
-		for i := 0; i < 3 && isMounted(t, dir); i++ {
-			runErr("", "umount", "-l", dir)
-		}
-	})
+	unmountAtEnd(t, dir)
 	const opts = "create,wal=on,log=warn"
 	first := startForeground(t, store, dir, opts)
 	f, err := os.Create(filepath.Join(dir, "acked"))
