@@ -31,16 +31,7 @@ func TestAppendOnTwoMounts(t *testing.T) {
 			if err := os.WriteFile(a.path("log"), []byte("base\n"), 0o644); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, 10*time.Second, func() error {
-				st, err := os.Stat(b.path("log"))
-				if err != nil {
-					return err
-				}
-				if st.Size() != 5 {
-					return fmt.Errorf("b sees %d bytes", st.Size())
-				}
-				return nil
-			})
+			waitSize(t, b.path("log"), 5)
 			open := func(m *mount) *os.File {
 				f, err := os.OpenFile(m.path("log"), os.O_WRONLY|os.O_APPEND, 0)
 				if err != nil {
@@ -87,16 +78,7 @@ func TestAppendOnTwoMounts(t *testing.T) {
 			}
 			want += "again\n"
 			for _, m := range []*mount{a, b} {
-				waitFor(t, 10*time.Second, func() error {
-					got, err := os.ReadFile(m.path("log"))
-					if err != nil {
-						return err
-					}
-					if string(got) != want {
-						return fmt.Errorf("%s reads %q, want %q", m.dir, got, want)
-					}
-					return nil
-				})
+				waitContent(t, m.path("log"), want)
 			}
 		})
 	}
@@ -113,16 +95,7 @@ func TestAppendOnTwoMountsAfterTruncate(t *testing.T) {
 	if err := os.WriteFile(a.path("log"), []byte("base\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() error {
-		st, err := os.Stat(b.path("log"))
-		if err != nil {
-			return err
-		}
-		if st.Size() != 5 {
-			return fmt.Errorf("b sees %d bytes", st.Size())
-		}
-		return nil
-	})
+	waitSize(t, b.path("log"), 5)
 	fb, err := os.OpenFile(b.path("log"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -139,16 +112,7 @@ func TestAppendOnTwoMountsAfterTruncate(t *testing.T) {
 	}
 	want := "bafrom-m2\n"
 	for _, m := range []*mount{a, b} {
-		waitFor(t, 10*time.Second, func() error {
-			got, err := os.ReadFile(m.path("log"))
-			if err != nil {
-				return err
-			}
-			if string(got) != want {
-				return fmt.Errorf("%s reads %q, want %q", m.dir, got, want)
-			}
-			return nil
-		})
+		waitContent(t, m.path("log"), want)
 	}
 }
 
@@ -303,16 +267,7 @@ func TestAppendFromOutsideThePIDNamespace(t *testing.T) {
 	if err := os.WriteFile(a.path("log"), []byte("base\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() error {
-		st, err := os.Stat(path)
-		if err != nil {
-			return err
-		}
-		if st.Size() != 5 {
-			return fmt.Errorf("the namespaced mount sees %d bytes", st.Size())
-		}
-		return nil
-	})
+	waitSize(t, path, 5)
 	fa, err := os.OpenFile(a.path("log"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -358,16 +313,7 @@ func TestAppendSetWithFcntl(t *testing.T) {
 	if err := os.WriteFile(a.path("log"), []byte("base\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 10*time.Second, func() error {
-		st, err := os.Stat(b.path("log"))
-		if err != nil {
-			return err
-		}
-		if st.Size() != 5 {
-			return fmt.Errorf("b sees %d bytes", st.Size())
-		}
-		return nil
-	})
+	waitSize(t, b.path("log"), 5)
 	fa, err := os.OpenFile(a.path("log"), os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -403,4 +349,35 @@ func TestAppendSetWithFcntl(t *testing.T) {
 			t.Errorf("%s reads %q, want %q", m.dir, got, want)
 		}
 	}
+}
+
+// waitSize waits until path shows size bytes (another mount's view catches
+// up within ns_refresh).
+func waitSize(t *testing.T, path string, size int64) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() error {
+		st, err := os.Stat(path)
+		if err != nil {
+			return err
+		}
+		if st.Size() != size {
+			return fmt.Errorf("%s shows %d bytes, want %d", path, st.Size(), size)
+		}
+		return nil
+	})
+}
+
+// waitContent waits until path reads want.
+func waitContent(t *testing.T, path, want string) {
+	t.Helper()
+	waitFor(t, 10*time.Second, func() error {
+		got, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		if string(got) != want {
+			return fmt.Errorf("%s reads %q, want %q", path, got, want)
+		}
+		return nil
+	})
 }
