@@ -17,12 +17,18 @@ import (
 // the log, the owner outage to remove, and the Append's answer to come.
 func lateRecord(t *testing.T, st *mem.Store) (*Log, *faulty.Store, faulty.RuleID, chan error) {
 	t.Helper()
+	return lateRecordCtx(t, st, context.Background())
+}
+
+// lateRecordCtx is lateRecord with the Append's context.
+func lateRecordCtx(t *testing.T, st *mem.Store, ctx context.Context) (*Log, *faulty.Store, faulty.RuleID, chan error) {
+	t.Helper()
 	f := faulty.New(st, 1)
 	g := newGate(f)
 	l := openLog(t, g, Options{LeaseTTL: 150 * time.Millisecond})
 	done := make(chan error, 1)
 	go func() {
-		_, err := l.Append(context.Background(), []Op{writeOp(0, "late")})
+		_, err := l.Append(ctx, []Op{writeOp(0, "late")})
 		done <- err
 	}()
 	<-g.started
@@ -60,6 +66,31 @@ func TestAppendStoredPastLeaseWaitsForRenewal(t *testing.T) {
 	if got := l.Stats(); got.Records != 1 || got.Failed != 0 {
 		t.Fatalf("stats %+v, want one record", got)
 	}
+	mustAppend(t, l, writeOp(4, "next"))
+}
+
+// A record waiting for a renewal while the store stays silent does not hold
+// its caller past the caller's deadline (the mount's op_timeout): the Append
+// ends with the context's error, and the record is still acknowledged once
+// a renewal lands.
+func TestAppendStoredPastLeaseEndsWithItsCaller(t *testing.T) {
+	st := mem.New()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	l, f, outage, done := lateRecordCtx(t, st, ctx)
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("append whose call ended while its record waited for a renewal: %v, want context.Canceled", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("append still waiting for a renewal 10s after its call ended, the store silent")
+	}
+	f.Remove(outage)
+	waitFor(t, "the record acknowledged by a renewal", func() bool {
+		return l.Stats().Records == 1
+	})
 	mustAppend(t, l, writeOp(4, "next"))
 }
 

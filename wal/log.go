@@ -321,10 +321,34 @@ func (l *Log) Append(ctx context.Context, ops []Op) (uint64, error) {
 	}
 	b.ops = append(b.ops, ops...)
 	b.size += size
+	var unwake func() bool
+	defer func() {
+		if unwake != nil {
+			unwake()
+		}
+	}()
 	for !b.done {
 		if l.inflight < l.maxInFlight && len(l.pending) > 0 {
 			l.sendLocked(ctx)
 			continue
+		}
+		if !b.stored.IsZero() {
+			// Stored past the lease, waiting for a renewal to prove it
+			// (late): that wait lasts as long as the store is silent, so
+			// the caller's deadline ends it. The record stays, and is
+			// acknowledged or deleted as the lease turns out; the write
+			// reported failed may so be in the file, as after any failed
+			// write(2).
+			if err := ctx.Err(); err != nil {
+				return 0, fmt.Errorf("append to wal of %s: record %d stored, its lease not proven before the call ended (it may yet be kept): %w", l.prefix, b.seq, err)
+			}
+			if unwake == nil {
+				unwake = context.AfterFunc(ctx, func() {
+					l.mu.Lock()
+					l.cond.Broadcast()
+					l.mu.Unlock()
+				})
+			}
 		}
 		l.cond.Wait()
 	}
