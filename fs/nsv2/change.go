@@ -152,8 +152,6 @@ func (n *Names) decide(ctx context.Context, x *Decision) (*Decision, error) {
 	r, err := put(ctx, n.st, key, body, staging.Conditions{IfNoneMatch: true}, kindDecision, DecodeDecision,
 		func(cur *Decision) bool { return cur.Outcome == x.Outcome })
 	switch {
-	case r.cur != nil:
-		return r.cur, nil // the other outcome stands (the write failing or refused)
 	case err != nil:
 		return nil, fmt.Errorf("decide %s: %w", x.Tx, err)
 	case r.landed:
@@ -162,7 +160,7 @@ func (n *Names) decide(ctx context.Context, x *Decision) (*Decision, error) {
 		// Refused, then gone: the cleaner dropped it (after TrimGrace).
 		return nil, fmt.Errorf("decide %s: refused, and no decision is stored", x.Tx)
 	}
-	return r.cur, nil
+	return r.cur, nil // the other outcome stands
 }
 
 // resolved is the dentry of l once its change is decided outcome: the new

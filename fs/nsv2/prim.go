@@ -139,12 +139,14 @@ func read[T any](ctx context.Context, st staging.Store, key string, kind byte, d
 // put writes body at key under cond, once. When the PUT fails it reads key
 // back: if the object there is this call's own (mine, by the id in its
 // body), the write landed and its answer was lost (or a resend of it by the
-// store's client was refused by the write itself). Otherwise a failed
-// condition is a refusal, with what the key holds; any other failure is the
-// error, the write not stored as far as the store shows; and a read-back
-// that fails leaves the write's fate unknown (err says both). A damaged
-// object at key (corrupt) is never this call's: it makes a refusal an
-// error matching namespace.ErrCorrupt, and any other failure "not stored".
+// store's client was refused by the write itself). Otherwise, if the
+// condition was refused, or does not hold for what the key holds now, the
+// write is refused, with what the key holds (whether it failed before or
+// after being applied and replaced, the caller acts on what is there). Any
+// other failure is the error, the write not stored as far as the store
+// shows; and a read-back that fails leaves the write's fate unknown (err
+// says both). A damaged object at key (corrupt) is never this call's: it
+// makes a refusal an error matching namespace.ErrCorrupt.
 func put[T any](ctx context.Context, st staging.Store, key string, body []byte, cond staging.Conditions,
 	kind byte, dec func(string, []byte) (*T, error), mine func(*T) bool) (putResult[T], error) {
 	info, err := st.Put(ctx, key, body, staging.PutOptions{Conditions: cond})
@@ -153,22 +155,25 @@ func put[T any](ctx context.Context, st staging.Store, key string, body []byte, 
 	}
 	what := fmt.Sprintf("write %s %s", kindNames[kind], staging.TruncKey(key))
 	cur, curInfo, rerr := read(ctx, st, key, kind, dec)
+	exists := true
 	switch {
 	case rerr == nil && mine(cur):
 		return putResult[T]{landed: true, etag: curInfo.ETag}, nil
 	case errors.Is(rerr, staging.ErrNotFound):
-		cur, rerr = nil, nil
+		cur, rerr, exists = nil, nil, false
 	}
 	corrupt := errors.Is(rerr, namespace.ErrCorrupt)
-	switch {
-	case errors.Is(err, staging.ErrPrecondition) && rerr == nil:
-		return putResult[T]{refused: true, cur: cur, curInfo: curInfo}, nil
-	case errors.Is(err, staging.ErrPrecondition) && corrupt:
-		return putResult[T]{}, fmt.Errorf("%s: refused by a damaged object: %w", what, rerr)
-	case rerr == nil || corrupt:
-		return putResult[T]{cur: cur, curInfo: curInfo}, fmt.Errorf("%s: %w (not stored)", what, err)
+	if rerr != nil && !corrupt {
+		return putResult[T]{unknown: true}, fmt.Errorf("%s: %w (not known whether stored: reading it back: %v)", what, err, rerr)
 	}
-	return putResult[T]{unknown: true}, fmt.Errorf("%s: %w (not known whether stored: reading it back: %v)", what, err, rerr)
+	holds := !(cond.IfNoneMatch && exists) && (cond.IfMatch == "" || exists && !corrupt && curInfo.ETag == cond.IfMatch)
+	switch {
+	case (errors.Is(err, staging.ErrPrecondition) || !holds) && corrupt:
+		return putResult[T]{}, fmt.Errorf("%s: refused by a damaged object: %w", what, rerr)
+	case errors.Is(err, staging.ErrPrecondition) || !holds:
+		return putResult[T]{refused: true, cur: cur, curInfo: curInfo}, nil
+	}
+	return putResult[T]{cur: cur, curInfo: curInfo}, fmt.Errorf("%s: %w (not stored)", what, err)
 }
 
 // dentryKey is the key of name, or ErrInvalid-wrapped error.
@@ -335,6 +340,7 @@ func (n *Names) ClaimBatch(ctx context.Context, mount string, from uint64) (uint
 		}
 		r, err := put(ctx, n.st, key, body, staging.Conditions{IfNoneMatch: true}, kindBatch, DecodeBatch,
 			func(cur *Batch) bool { return cur.Mount == mount })
+		// Refused, or taken by a damaged claim: the next one.
 		switch {
 		case errors.Is(err, namespace.ErrCorrupt):
 			continue
