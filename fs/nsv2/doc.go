@@ -1,7 +1,10 @@
 // Package nsv2 holds the on-object formats and the key names of namespace v2
 // (docs/namespace-v2.md, sections 3 to 7): where each object lives under a
-// mount root, and how each is encoded and checked. It reads and writes no
-// store; nothing uses it yet.
+// mount root, and how each is encoded and checked; and the primitives that
+// change names in a staging.Store (Names: Bind, Tombstone, Lock, Decide,
+// Finish, Resolve, ClaimBatch), each one conditional PUT where the design
+// says one, a lost answer resolved by reading back the id it wrote (see
+// prim.go). Nothing uses it yet.
 //
 // The package is fs/nsv2 rather than fs/namespace/v2: a final path element
 // "v2" reads to Go's tools as a module's major version, and goimports would
