@@ -7,15 +7,16 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
 
 	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // placeholderPart marks a block inserted in the map only to fix its structure
@@ -222,7 +223,7 @@ func (f *File) bumpCno() {
 // is; the next attempt finds out more.
 func (f *File) skipPastHeadLocked(ctx context.Context, c *flushCounters) {
 	c.requests.Add(1)
-	hd, _, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	hd, _, err := segment.ReadHead(ctx, f.st, volume.HeadKey(f.prefix), f.tag)
 	if err != nil || hd.Inode.Cno < f.pendingCno {
 		return
 	}
@@ -507,7 +508,7 @@ func (f *File) inodeLocked(cno uint64, committed *blockmap.Tree) segment.Inode {
 // seen; "" creates it). A precondition failure is checked against the write
 // id now on the head before it is called a conflict. A file written with the
 // WAL carries in the head's metadata the last WAL record the checkpoint holds
-// (walMeta); a writer without the WAL carries it forward, so that records a
+// (wal.HeadMeta); a writer without the WAL carries it forward, so that records a
 // checkpoint holds are never replayed over it.
 func (f *File) putHead(ctx context.Context, hd segment.Head, etag string, w walMark, c *flushCounters) (string, error) {
 	ino := hd.Inode
@@ -523,16 +524,16 @@ func (f *File) putHead(ctx context.Context, hd segment.Head, etag string, w walM
 	}
 	meta := map[string]string{writeIDMeta: id}
 	if w.tracked {
-		meta[walMeta] = strconv.FormatUint(w.applied, 10)
+		wal.MarkHead(meta, w.applied)
 	}
 	c.requests.Add(1)
-	info, err := f.st.Put(ctx, f.prefix+HeadKey, body, staging.PutOptions{Conditions: cond, Metadata: meta})
+	info, err := f.st.Put(ctx, volume.HeadKey(f.prefix), body, staging.PutOptions{Conditions: cond, Metadata: meta})
 	if err == nil {
 		return info.ETag, nil
 	}
 	// Did it land? A lost answer (resent or not) leaves our id on the head.
 	c.requests.Add(1)
-	theirs, hinfo, herr := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	theirs, hinfo, herr := segment.ReadHead(ctx, f.st, volume.HeadKey(f.prefix), f.tag)
 	if herr == nil && hinfo.Metadata[writeIDMeta] == id {
 		return hinfo.ETag, nil
 	}
@@ -542,7 +543,7 @@ func (f *File) putHead(ctx context.Context, hd segment.Head, etag string, w walM
 	if herr != nil {
 		return "", fmt.Errorf("flush %s: write head: %w (and reading it back: %v)", f.prefix, err, herr)
 	}
-	applied, tracked, _ := parseWALMeta(hinfo.Metadata)
+	applied, tracked, _ := wal.HeadApplied(hinfo.Metadata)
 	return "", &ConflictError{Prefix: f.prefix, Ours: ino.Cno, Theirs: theirs.Inode, head: theirs, etag: hinfo.ETag, walApplied: applied, walTracked: tracked}
 }
 
@@ -554,7 +555,7 @@ func (f *File) rollbackLocked(theirs segment.Head, etag string, w walMark) {
 		f.losses.Add(1)
 	}
 	f.adoptHead(theirs, etag)
-	f.wm.release(math.MaxUint64) // given up
+	f.wm.Release(math.MaxUint64) // given up
 	f.adoptWALMarkLocked(w)
 }
 
@@ -930,7 +931,7 @@ func (f *File) Rollback(ctx context.Context) error {
 		return err
 	}
 	f.s.rethrowLocked()
-	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	hd, info, err := segment.ReadHead(ctx, f.st, volume.HeadKey(f.prefix), f.tag)
 	if errors.Is(err, staging.ErrNotFound) && f.headETag == "" && f.head.Cno == 0 {
 		// Created and never published: the file is empty.
 		hd, info, err = segment.Head{FileTag: f.tag, Inode: f.head, BlocksKnown: true}, staging.ObjectInfo{}, nil
@@ -938,7 +939,7 @@ func (f *File) Rollback(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rollback %s: %w", f.prefix, err)
 	}
-	applied, tracked, err := parseWALMeta(info.Metadata)
+	applied, tracked, err := wal.HeadApplied(info.Metadata)
 	if err != nil {
 		return fmt.Errorf("rollback %s: %w", f.prefix, err)
 	}
