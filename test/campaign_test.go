@@ -26,7 +26,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/inspect"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
@@ -1093,7 +1092,7 @@ func (c *campaignRun) finalClean() {
 	}
 	for _, o := range objs {
 		id, rest, _ := strings.Cut(strings.TrimPrefix(o.Key, "f/"), "/")
-		if strings.HasPrefix(rest, engine.WritersDir) {
+		if strings.HasPrefix(rest, ckvolume.WritersDir) {
 			marked[id] = true
 		}
 	}

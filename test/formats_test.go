@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ckptfs/ckptfs/fs/engine"
+	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
 
@@ -22,7 +22,7 @@ type headDelayStore struct {
 }
 
 func (s *headDelayStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
-	if opts.IfNoneMatch && strings.HasSuffix(key, "/"+engine.HeadKey) && s.armed.CompareAndSwap(true, false) {
+	if opts.IfNoneMatch && strings.HasSuffix(key, "/"+ckvolume.HeadName) && s.armed.CompareAndSwap(true, false) {
 		select {
 		case <-time.After(s.delay):
 		case <-ctx.Done():

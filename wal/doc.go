@@ -183,6 +183,17 @@
 // Decode tells a record cut short (ErrTruncated: every strict prefix of a
 // record is one) from one damaged otherwise.
 //
+// # The head's mark
+//
+// A file's head object (package segment, "Head object") written with the
+// log on carries the metadata "ckptfs-wal" (HeadMeta): the seq, in decimal,
+// of the last record its checkpoint holds ("0": none yet). Its presence says
+// the file has been written with the log, so that any opener, with the log
+// or without, looks for records to replay; a writer without the log carries
+// it forward. Records up to it are published (Covered); later ones are
+// acknowledged changes not yet published. HeadApplied reads it, MarkHead
+// writes it; what replays the records is the engine's.
+//
 // # Cleanup
 //
 // Covered(n) says records with seq <= n are in a published checkpoint. A

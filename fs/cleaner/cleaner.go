@@ -39,15 +39,15 @@
 // published head names yet (sent ahead, partial segments, the data parts of a
 // flush in progress; after losing a race to another mount, even objects below
 // that mount's head, which it rebases onto and then publishes) keeps a writer
-// marker, "writers/<id>" under the file's prefix (engine.WriterMarker, see
-// fs/engine/writers.go), renewed while it holds them. A marker is live while
+// marker, "writers/<id>" under the file's prefix (package writermark, see
+// fs/writermark/doc.go), renewed while it holds them. A marker is live while
 // its LastModified is within its TTL; no object whose cno is at or above a
 // live marker's lo is deleted, whatever its age, and no multipart upload of
 // such an object is aborted. The markers of a file are read again right
 // before that file's objects are deleted, and again whenever more than
-// engine.WriterRecheck passed since they were last read. A marker dead for
+// writermark.Recheck passed since they were last read. A marker dead for
 // longer than its TTL plus Grace is deleted; one that does not decode is
-// reported and protects the whole file for engine.MaxWriterTTL.
+// reported and protects the whole file for writermark.MaxTTL.
 //
 // Without a live marker, objects with a cno greater than the head's cno are
 // deleted once their LastModified is older than Grace (default one hour): a
@@ -105,7 +105,7 @@
 // head.
 //
 // Cleaning a file, the map of a retained checkpoint whose inode has Lineage
-// L ≠ 0 is walked through the file's engine.ObjectSpace, and only the names
+// L ≠ 0 is walked through the file's volume.ObjectSpace, and only the names
 // the lineage leaves to the file itself are marked live: the others are
 // objects of other files, kept by those files' cleaning. The lineage object
 // of a retained checkpoint is live. One no retained checkpoint names goes by
@@ -146,7 +146,7 @@
 // name keeps starts again once it no longer does.
 //
 // Write-ahead log records ("wal/<seq>", package wal) that the head's
-// checkpoint holds (seq at most the head's engine.HeadWAL) are deleted once
+// checkpoint holds (seq at most the head's wal.HeadApplied) are deleted once
 // older than MinAge; a live writer deletes its own, so these are what a
 // crash or a failed delete left. Later records are acknowledged changes not
 // yet published and are never deleted; nor is the lease ("wal/owner").
@@ -170,8 +170,8 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/blockmap"
-	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/fs/writermark"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -357,12 +357,12 @@ type loaderKey struct {
 type fileMaps struct {
 	st      staging.Store
 	prefix  string
-	space   *engine.ObjectSpace
+	space   *volume.ObjectSpace
 	loaders map[loaderKey]*blockmap.ObjectLoader
 }
 
 func newFileMaps(st staging.Store, files, id, prefix string) *fileMaps {
-	return &fileMaps{st: st, prefix: prefix, space: engine.NewObjectSpace(st, files, id, prefix),
+	return &fileMaps{st: st, prefix: prefix, space: volume.NewObjectSpace(st, files, id, prefix),
 		loaders: map[loaderKey]*blockmap.ObjectLoader{}}
 }
 
@@ -485,7 +485,7 @@ type doomedObject struct {
 
 // deadLong says whether the marker at key, as read in ws, is still dead for
 // longer than its TTL plus grace (a marker gone since is not deleted again).
-func deadLong(ws []engine.Writer, key string, now time.Time, grace time.Duration) bool {
+func deadLong(ws []writermark.Stored, key string, now time.Time, grace time.Duration) bool {
 	for _, w := range ws {
 		if w.Key == key {
 			return w.Err == nil && now.Sub(w.Modified) > w.Marker.TTL+grace
@@ -495,7 +495,7 @@ func deadLong(ws []engine.Writer, key string, now time.Time, grace time.Duration
 }
 
 // covered says whether a live marker among ws protects objects of cno.
-func covered(ws []engine.Writer, now time.Time, cno uint64) bool {
+func covered(ws []writermark.Stored, now time.Time, cno uint64) bool {
 	for _, w := range ws {
 		if w.Live(now) && w.Covers(cno) {
 			return true
@@ -504,7 +504,7 @@ func covered(ws []engine.Writer, now time.Time, cno uint64) bool {
 	return false
 }
 
-func anyLive(ws []engine.Writer, now time.Time) bool {
+func anyLive(ws []writermark.Stored, now time.Time) bool {
 	for _, w := range ws {
 		if w.Live(now) {
 			return true
@@ -521,7 +521,7 @@ type writerView struct {
 }
 
 type writersRead struct {
-	ws []engine.Writer
+	ws []writermark.Stored
 	at time.Time
 }
 
@@ -530,14 +530,14 @@ func newWriterView(st staging.Store) *writerView {
 }
 
 // read reads the markers of the file at prefix that the listing objs holds.
-func (v *writerView) read(ctx context.Context, prefix string, objs []staging.ObjectInfo) ([]engine.Writer, error) {
+func (v *writerView) read(ctx context.Context, prefix string, objs []staging.ObjectInfo) ([]writermark.Stored, error) {
 	at := time.Now()
-	var ws []engine.Writer
+	var ws []writermark.Stored
 	for _, obj := range objs {
 		if !volume.IsWriterKey(strings.TrimPrefix(obj.Key, prefix)) {
 			continue
 		}
-		w, err := engine.ReadWriter(ctx, v.st, obj.Key)
+		w, err := writermark.Read(ctx, v.st, obj.Key)
 		if errors.Is(err, staging.ErrNotFound) {
 			continue
 		}
@@ -551,13 +551,13 @@ func (v *writerView) read(ctx context.Context, prefix string, objs []staging.Obj
 }
 
 // fresh returns the markers of the file at prefix, read again (listed and
-// read) unless the last reading began less than engine.WriterRecheck ago.
-func (v *writerView) fresh(ctx context.Context, prefix string) ([]engine.Writer, error) {
-	if r, ok := v.files[prefix]; ok && time.Since(r.at) < engine.WriterRecheck {
+// read) unless the last reading began less than writermark.Recheck ago.
+func (v *writerView) fresh(ctx context.Context, prefix string) ([]writermark.Stored, error) {
+	if r, ok := v.files[prefix]; ok && time.Since(r.at) < writermark.Recheck {
 		return r.ws, nil
 	}
 	at := time.Now()
-	ws, err := engine.ReadWriters(ctx, v.st, prefix)
+	ws, err := writermark.ReadAll(ctx, v.st, prefix)
 	if err != nil {
 		return nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/engine/fakeclock"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/fs/writermark"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/faulty"
@@ -667,7 +668,7 @@ func (s *clockStore) List(ctx context.Context, prefix, after string, max int) (s
 // waiting at each step for the renewal of the one writer holding objects.
 func passTime(t *testing.T, st *clockStore, d time.Duration) {
 	t.Helper()
-	step := engine.DefaultWriterTTL / 3
+	step := writermark.DefaultTTL / 3
 	for passed := time.Duration(0); passed < d; passed += step {
 		st.clk.Advance(step)
 		select {
@@ -827,7 +828,7 @@ func TestWriterMarkers(t *testing.T) {
 	}
 	head := live.cnos[len(live.cnos)-1]
 	marker := live.prefix + volume.WritersDir + "w1"
-	put(marker, engine.EncodeWriterMarker(engine.WriterMarker{Lo: head, TTL: time.Hour}))
+	put(marker, writermark.Encode(writermark.Marker{Lo: head, TTL: time.Hour}))
 	below := live.prefix + segment.ObjectName{Cno: head, Part: 7}.String() // rebased onto, say
 	above := live.prefix + segment.ObjectName{Cno: head + 1, Part: 1}.String()
 	put(below, []byte("x"))
@@ -908,7 +909,7 @@ func TestOrphanWithLiveWriter(t *testing.T) {
 	if _, err := ns.Unlink(ctx, namespace.RootIno, "open"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := st.Put(ctx, h.prefix+volume.WritersDir+"w", engine.EncodeWriterMarker(engine.WriterMarker{Lo: 1, TTL: 2 * time.Hour}), staging.PutOptions{}); err != nil {
+	if _, err := st.Put(ctx, h.prefix+volume.WritersDir+"w", writermark.Encode(writermark.Marker{Lo: 1, TTL: 2 * time.Hour}), staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct {

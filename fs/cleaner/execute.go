@@ -207,7 +207,7 @@ func (p *Plan) cutChain(ctx context.Context, f *filePlan, rep *Report) (*fileRun
 	// A writer may have started, or rebased onto objects listed here,
 	// since the listing: its markers are read again right before
 	// deleting, and again whenever the last reading is older than
-	// engine.WriterRecheck.
+	// writermark.Recheck.
 	p.view.forget(g.prefix)
 	if err := p.remove(ctx, g, g.del[:cut], r.done, rep); err != nil {
 		return nil, err

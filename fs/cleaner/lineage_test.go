@@ -11,6 +11,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/fs/writermark"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/mem"
@@ -81,7 +82,7 @@ func TestLineageObjectsAndStaleMarkers(t *testing.T) {
 			at := time.Now().Add(tc.elapsed)
 			if tc.writer {
 				// TTL beyond the elapsed time: live at the run's clock.
-				if _, err := st.Put(ctx, h.prefix+volume.WritersDir+"w", engine.EncodeWriterMarker(engine.WriterMarker{Lo: 9, TTL: 3 * time.Hour}), staging.PutOptions{}); err != nil {
+				if _, err := st.Put(ctx, h.prefix+volume.WritersDir+"w", writermark.Encode(writermark.Marker{Lo: 9, TTL: 3 * time.Hour}), staging.PutOptions{}); err != nil {
 					t.Fatal(err)
 				}
 			}

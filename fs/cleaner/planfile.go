@@ -9,10 +9,11 @@ import (
 	"strings"
 	"time"
 
-	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/fs/writermark"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // planFile plans the cleaning of one file given its objects as listed
@@ -54,7 +55,7 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 	}
 	fpl.head = hinfo
 	d := &fileDecision{o: o, rep: rep, fpl: fpl, headCno: hd.Inode.Cno, old: old}
-	if d.walApplied, _, err = engine.HeadWAL(hinfo); err != nil {
+	if d.walApplied, _, err = wal.HeadApplied(hinfo.Metadata); err != nil {
 		return fmt.Errorf("clean %s: %w", prefix, err)
 	}
 	rep.Checkpoints += len(chain)
@@ -63,7 +64,7 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 	if d.writers, err = p.view.read(ctx, prefix, objs); err != nil {
 		return fmt.Errorf("clean %s: %w", prefix, err)
 	}
-	d.byKey = map[string]engine.Writer{}
+	d.byKey = map[string]writermark.Stored{}
 	for _, w := range d.writers {
 		d.byKey[w.Key] = w
 		if w.Live(d.now) {
@@ -227,8 +228,8 @@ type fileDecision struct {
 	now     time.Time
 
 	walApplied  uint64 // the last WAL record the head's checkpoint holds
-	writers     []engine.Writer
-	byKey       map[string]engine.Writer      // writers by marker key
+	writers     []writermark.Stored
+	byKey       map[string]writermark.Stored  // writers by marker key
 	live        map[segment.ObjectName]bool   // the retained checkpoints point into
 	liveLineage map[uint64]bool               // the retained checkpoints name
 	dropped     map[string]bool               // keys of the dropped checkpoints' part 0s

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
@@ -45,7 +44,7 @@ func (rs *referrers) get(ctx context.Context, copyID string) (*referrer, error) 
 		return c.r, c.err
 	}
 	if rs.files == "" {
-		return nil, fmt.Errorf("copy %s: the prefix of the volume's files is not known: %w", copyID, engine.ErrInvalid)
+		return nil, fmt.Errorf("copy %s: %w", copyID, volume.ErrNoFilesPrefix)
 	}
 	r, err := rs.read(ctx, copyID)
 	if err != nil {

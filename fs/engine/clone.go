@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -25,7 +26,7 @@ import (
 // source is never changed by it.
 //
 // A copy costs a fixed number of requests whatever the file's size: a
-// reference marker under every file of the lineage (lineage.go) and the
+// reference marker under every file of the lineage (volume.RefKey) and the
 // lineage object and part 0 in parallel, then the head. The source is
 // flushed first when it has unpublished changes (and its embedded part 0
 // stored, when the store may not hold it yet), so that the copy holds
@@ -95,7 +96,7 @@ func (f *File) CloneTaking(ctx context.Context, src *File) (*CopyVersion, error)
 	if len(v.lin) >= segment.MaxLineage {
 		return nil, fmt.Errorf("copy %s into %s: a copy of copies %d deep: %w", src.prefix, f.prefix, len(v.lin), ErrCloneUnsupported)
 	}
-	v.lin = append(v.lin, segment.LineageEntry{FileID: src.space.id, Upto: sino.Cno})
+	v.lin = append(v.lin, segment.LineageEntry{FileID: src.space.ID(), Upto: sino.Cno})
 	if err := f.clone(ctx, src, v, true); err != nil {
 		return nil, err
 	}
@@ -142,9 +143,9 @@ func (f *File) cloneable(src *File) error {
 		return unsupported("the same file")
 	case f.walOn():
 		return unsupported("the write-ahead log holds every byte written")
-	case f.space.files == "" || f.space.files != src.space.files:
+	case f.space.Files() == "" || f.space.Files() != src.space.Files():
 		return unsupported("not files of one volume")
-	case !segment.ValidFileID(src.space.id) || !segment.ValidFileID(f.space.id):
+	case !segment.ValidFileID(src.space.ID()) || !segment.ValidFileID(f.space.ID()):
 		return unsupported("file ids that cannot name objects")
 	}
 	return nil
@@ -196,16 +197,16 @@ func (f *File) clone(ctx context.Context, src *File, v *CopyVersion, current boo
 	// The markers, the lineage and part 0 at once; then the head.
 	var c flushCounters
 	var reqs []func() error
-	seen := map[string]bool{f.space.id: true}
+	seen := map[string]bool{f.space.ID(): true}
 	for _, e := range lin.Entries {
 		if seen[e.FileID] {
 			continue
 		}
 		seen[e.FileID] = true
-		key := RefKey(f.space.FilePrefix(e.FileID), f.space.id)
+		key := volume.RefKey(f.space.FilePrefix(e.FileID), f.space.ID())
 		reqs = append(reqs, func() error {
 			c.requests.Add(1)
-			if _, err := f.st.Put(ctx, key, []byte(f.space.id), staging.PutOptions{}); err != nil {
+			if _, err := f.st.Put(ctx, key, []byte(f.space.ID()), staging.PutOptions{}); err != nil {
 				return fmt.Errorf("reference marker %s: %w", key, err)
 			}
 			return nil
@@ -275,9 +276,9 @@ func (f *File) clone(ctx context.Context, src *File, v *CopyVersion, current boo
 		}
 		return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
 	}
-	f.space.remember(&lin)
+	f.space.Remember(&lin)
 	f.adoptHead(hd, etag)
-	f.wm.release(cno)
+	f.wm.Release(cno)
 	f.stats.Flushes++
 	f.stats.Clones++
 	f.publishStatLocked()
@@ -331,7 +332,7 @@ func (f *File) publishedForCopy(ctx context.Context) (segment.Inode, blockCount,
 // records. One HEAD, and one LIST for a file written with the WAL.
 func (f *File) stillCurrent(ctx context.Context, etag string, c *flushCounters) error {
 	c.requests.Add(1)
-	info, err := f.st.Head(ctx, f.prefix+HeadKey)
+	info, err := f.st.Head(ctx, volume.HeadKey(f.prefix))
 	if errors.Is(err, staging.ErrNotFound) {
 		return fmt.Errorf("the source's head is gone: %w", ErrCloneUnsupported)
 	}
@@ -341,7 +342,7 @@ func (f *File) stillCurrent(ctx context.Context, etag string, c *flushCounters) 
 	if err != nil {
 		return fmt.Errorf("read the source's head again: %w", err)
 	}
-	applied, tracked, err := parseWALMeta(info.Metadata)
+	applied, tracked, err := wal.HeadApplied(info.Metadata)
 	if err != nil {
 		return fmt.Errorf("read the source's head again: %w", err)
 	}
@@ -370,7 +371,7 @@ func (f *File) IsCopyOf(ctx context.Context, src *File) bool {
 	src.mu.RLock()
 	sino, schanged := src.head, src.changed || len(src.dirty) > 0
 	src.mu.RUnlock()
-	if changed || schanged || ino.Lineage == 0 || ino.Lineage != ino.Cno || f.space.files != src.space.files {
+	if changed || schanged || ino.Lineage == 0 || ino.Lineage != ino.Cno || f.space.Files() != src.space.Files() {
 		return false
 	}
 	lin, err := f.space.Lineage(ctx, ino.Lineage)
@@ -378,5 +379,5 @@ func (f *File) IsCopyOf(ctx context.Context, src *File) bool {
 		return false
 	}
 	last := lin.Entries[len(lin.Entries)-1]
-	return last.FileID == src.space.id && last.Upto == sino.Cno && ino.Size == sino.Size
+	return last.FileID == src.space.ID() && last.Upto == sino.Cno && ino.Size == sino.Size
 }

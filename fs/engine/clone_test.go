@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/counting"
@@ -122,7 +123,7 @@ func TestCloneReadsAndDiverges(t *testing.T) {
 				t.Fatalf("lineage of the copy of a copy: %+v, %v", lin, err)
 			}
 			for _, id := range []string{"x", "d"} {
-				if _, _, err := st.Get(ctx, RefKey(cloneFiles+id+"/", "e"), staging.Range{}); err != nil {
+				if _, _, err := st.Get(ctx, volume.RefKey(cloneFiles+id+"/", "e"), staging.Range{}); err != nil {
 					t.Fatalf("marker of e under %s: %v", id, err)
 				}
 			}
@@ -297,8 +298,8 @@ func TestCloneForeignLineageRefused(t *testing.T) {
 // later write publishes reads back; the source never changes.
 func TestCloneUnderFaults(t *testing.T) {
 	for _, r := range []faulty.Rule{
-		{Op: staging.OpPut, KeyPrefix: cloneFiles + "x/" + RefsDir, Nth: 1, Kind: faulty.Error},
-		{Op: staging.OpPut, KeyPrefix: cloneFiles + "x/" + RefsDir, Nth: 1, Kind: faulty.LostAnswer},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "x/" + volume.RefsDir, Nth: 1, Kind: faulty.Error},
+		{Op: staging.OpPut, KeyPrefix: cloneFiles + "x/" + volume.RefsDir, Nth: 1, Kind: faulty.LostAnswer},
 		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/" + segment.LineageDir, Nth: 1, Kind: faulty.Error},
 		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/" + segment.LineageDir, Nth: 1, Kind: faulty.LostAnswer},
 		{Op: staging.OpPut, KeyPrefix: cloneFiles + "d/", KeySuffix: ".0", Nth: 1, Kind: faulty.Error},

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/counting"
@@ -65,7 +66,7 @@ func TestCreateRequests(t *testing.T) {
 			t.Fatal(err)
 		}
 		_ = f.Close()
-		_, err = cs.Head(ctx, "a/"+HeadKey)
+		_, err = cs.Head(ctx, volume.HeadKey("a/"))
 		if wal != (err == nil) || (!wal && !errors.Is(err, staging.ErrNotFound)) {
 			t.Fatalf("wal=%v: head after an unwritten close: %v", wal, err)
 		}

@@ -184,37 +184,3 @@ func (f *File) currentHeadLocked() segment.Head {
 	}
 	return hd
 }
-
-// markDirtyLocked counts a block that just became dirty: unmapped when the
-// map does not hold it (asked of the nodes in memory only; a block past the
-// head's end when they cannot tell), so Stat counts it among the blocks.
-func (f *File) markDirtyLocked(fbn uint64, d *dirtyBlock) {
-	present, known := f.tree.Peek(fbn)
-	if !known {
-		present = int64(fbn)*int64(f.bs) < int64(f.head.Size)
-	}
-	if !present {
-		d.unmapped = true
-		f.dirtyUnmapped++
-	}
-}
-
-// placedLocked notes that fbn was put in the map (added: it was not there):
-// a dirty block of it is counted by the map now.
-func (f *File) placedLocked(fbn uint64, added bool) {
-	if !added {
-		return
-	}
-	if d := f.dirty[fbn]; d != nil && d.unmapped {
-		d.unmapped = false
-		f.dirtyUnmapped--
-	}
-}
-
-// undirtyLocked notes that d leaves the dirty tier.
-func (f *File) undirtyLocked(d *dirtyBlock) {
-	if d != nil && d.unmapped {
-		d.unmapped = false
-		f.dirtyUnmapped--
-	}
-}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/counting"
@@ -98,7 +99,7 @@ func TestSmallFileOneRoundTrip(t *testing.T) {
 			}
 			_ = f.Close()
 			// Both objects are stored.
-			for _, k := range []string{"s/" + HeadKey, "s/0000000001.0"} {
+			for _, k := range []string{volume.HeadKey("s/"), "s/0000000001.0"} {
 				if _, err := mem.Head(ctx, k); err != nil {
 					t.Fatalf("%s: %v", k, err)
 				}
@@ -297,7 +298,7 @@ func TestLargeCheckpointNotEmbedded(t *testing.T) {
 	if _, err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hd, info, err := segment.ReadHead(ctx, mem, "b/"+HeadKey, f.tag)
+	hd, info, err := segment.ReadHead(ctx, mem, volume.HeadKey("b/"), f.tag)
 	if err != nil || hd.Embed != nil || info.Size != segment.HeadSize || hd.Blocks != 50 || !hd.BlocksKnown {
 		t.Fatalf("head of a 200 KiB checkpoint: %d bytes, embed %d, blocks %d (%v)", info.Size, len(hd.Embed), hd.Blocks, err)
 	}
@@ -356,7 +357,7 @@ func TestStatBlocks(t *testing.T) {
 	if _, err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	hd, _, err := segment.ReadHead(ctx, mem, "k/"+HeadKey, f.tag)
+	hd, _, err := segment.ReadHead(ctx, mem, volume.HeadKey("k/"), f.tag)
 	if err != nil || !hd.BlocksKnown || hd.Blocks != 1 {
 		t.Fatalf("head: %+v, %v; want 1 block recorded", hd, err)
 	}
@@ -389,7 +390,7 @@ func TestStatBlocksFromVersion1Head(t *testing.T) {
 	}
 	_ = f.Close()
 	// Rewrite the head as version 1 (what an older build wrote).
-	hd, info, err := segment.ReadHead(ctx, mem, "v/"+HeadKey, segment.FileTag("v/"))
+	hd, info, err := segment.ReadHead(ctx, mem, volume.HeadKey("v/"), segment.FileTag("v/"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -397,7 +398,7 @@ func TestStatBlocksFromVersion1Head(t *testing.T) {
 	if err != nil || !strings.HasPrefix(string(old), "CKPTHEAD\x01\x00") {
 		t.Fatalf("version 1 head: %v", err)
 	}
-	if _, err := mem.Put(ctx, "v/"+HeadKey, old, staging.PutOptions{Conditions: staging.Conditions{IfMatch: info.ETag}, Metadata: info.Metadata}); err != nil {
+	if _, err := mem.Put(ctx, volume.HeadKey("v/"), old, staging.PutOptions{Conditions: staging.Conditions{IfMatch: info.ETag}, Metadata: info.Metadata}); err != nil {
 		t.Fatal(err)
 	}
 	g := mustOpen(t, mem, "v/", p)
@@ -414,7 +415,7 @@ func TestStatBlocksFromVersion1Head(t *testing.T) {
 	if st := g.Stat(); !st.BlocksKnown || st.Blocks != 4 {
 		t.Fatalf("stat after the first flush: %+v, want 4 blocks", st)
 	}
-	hd, _, err = segment.ReadHead(ctx, mem, "v/"+HeadKey, segment.FileTag("v/"))
+	hd, _, err = segment.ReadHead(ctx, mem, volume.HeadKey("v/"), segment.FileTag("v/"))
 	if err != nil || !hd.BlocksKnown || hd.Blocks != 4 {
 		t.Fatalf("head after the first flush: %+v, %v", hd, err)
 	}
@@ -447,7 +448,7 @@ func TestEmbeddedPart0EnsureFails(t *testing.T) {
 	if _, err := f.Flush(ctx); err == nil {
 		t.Fatal("a flush whose base part 0 cannot be stored succeeded")
 	}
-	hd, _, err := segment.ReadHead(ctx, mem, "n/"+HeadKey, f.tag)
+	hd, _, err := segment.ReadHead(ctx, mem, volume.HeadKey("n/"), f.tag)
 	if err != nil || hd.Inode.Cno != 1 {
 		t.Fatalf("head after the failed flush: checkpoint %d, %v; want still 1", hd.Inode.Cno, err)
 	}

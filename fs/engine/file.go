@@ -12,6 +12,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/fs/writermark"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -19,9 +21,6 @@ import (
 
 // noTruncate is minSize when the file was not truncated since its head.
 const noTruncate = int64(math.MaxInt64)
-
-// HeadKey is the key of a file's head object under its prefix.
-const HeadKey = "inode"
 
 // writeIDMeta is the metadata key that carries the unique id of a conditional
 // write, so that a write whose answer was lost is recognised when resent.
@@ -209,10 +208,10 @@ type File struct {
 	opts   Options
 	log    *zap.Logger
 	loader *blockmap.ObjectLoader
-	// space says whose objects the map's names are (lineage.go); linCno is
+	// space says whose objects the map's names are (volume.ObjectSpace); linCno is
 	// the lineage of the map f reads now (its head's, carried by every
 	// checkpoint built on it), 0 for none.
-	space  *ObjectSpace
+	space  *volume.ObjectSpace
 	linCno atomic.Uint64
 	cache  *blockCache
 	// foreign counts the times f took content that its own writes did not
@@ -341,7 +340,7 @@ type File struct {
 
 	// wm is the writer marker that shows the cleaner what this writer may
 	// still publish (writers.go).
-	wm *writerMark
+	wm *writermark.Keeper
 }
 
 // stateMu is File.mu. Every exclusive hold ends in Unlock, which publishes
@@ -562,7 +561,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		st:         st,
 		prefix:     prefix,
 		tag:        segment.FileTag(o.FileID),
-		space:      NewObjectSpace(st, o.FilesPrefix, o.FileID, prefix),
+		space:      volume.NewObjectSpace(st, o.FilesPrefix, o.FileID, prefix),
 		p:          p,
 		opts:       o,
 		log:        log,
@@ -581,7 +580,7 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 	f.w.f = f
 	f.w.pubCtx, f.w.pubCancel = context.WithCancel(context.Background())
 	f.s = newSender(f)
-	f.wm = newWriterMark(st, prefix, o.Clock, log, &f.s.requests)
+	f.wm = writermark.NewKeeper(st, prefix, o.Clock, log, &f.s.requests)
 	f.publishStatLocked()
 	return f, nil
 }
@@ -623,20 +622,20 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 		if err := walExists(ctx, st, prefix); err != nil {
 			return nil, err
 		}
-		meta[walMeta] = "0"
+		wal.MarkHead(meta, 0)
 	}
 	head, err := segment.EncodeHead(segment.Head{FileTag: f.tag, Inode: ino, BlocksKnown: true})
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", prefix, err)
 	}
-	info, err := st.Put(ctx, prefix+HeadKey, head, staging.PutOptions{
+	info, err := st.Put(ctx, volume.HeadKey(prefix), head, staging.PutOptions{
 		Conditions: staging.Conditions{IfNoneMatch: true},
 		Metadata:   meta,
 	})
 	if err != nil {
 		// A lost answer, resent by the client, is refused as a precondition
 		// failure by our own head: our write id on it means it landed.
-		hinfo, herr := st.Head(ctx, prefix+HeadKey)
+		hinfo, herr := st.Head(ctx, volume.HeadKey(prefix))
 		switch {
 		case herr == nil && hinfo.Metadata[writeIDMeta] == id && hinfo.Size == int64(len(head)):
 			info = hinfo
@@ -669,7 +668,7 @@ func Open(ctx context.Context, st staging.Store, prefix string, o Options) (*Fil
 	}
 	f.keepHintLoader(hd.Inode)
 	f.adoptHead(hd, info.ETag)
-	f.w.applied, f.w.tracked, err = parseWALMeta(info.Metadata)
+	f.w.applied, f.w.tracked, err = wal.HeadApplied(info.Metadata)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", prefix, err)
 	}
@@ -734,7 +733,7 @@ func OpenAt(ctx context.Context, st staging.Store, prefix string, cno uint64, o 
 
 // readHead reads and decodes the head object (with its embedded part 0).
 func (f *File) readHead(ctx context.Context) (segment.Head, staging.ObjectInfo, error) {
-	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	hd, info, err := segment.ReadHead(ctx, f.st, volume.HeadKey(f.prefix), f.tag)
 	if errors.Is(err, staging.ErrNotFound) {
 		return segment.Head{}, info, fmt.Errorf("open %s: %w", f.prefix, ErrNotExist)
 	}
@@ -980,7 +979,7 @@ func (f *File) Close() error {
 	unlock()
 	f.rd.wg.Wait() // the reads ahead just ended
 	f.stopHint()
-	f.wm.close() // what it protected is published or given up
+	f.wm.Close() // what it protected is published or given up
 	f.w.close()
 	return nil
 }
@@ -998,7 +997,7 @@ func (f *File) writable() error {
 func (f *File) key(n segment.ObjectName) string { return f.prefix + n.String() }
 
 // resolveObject is where the object name of f's map lies, and its tag: f's
-// own, or that of a file f was copied from (lineage.go).
+// own, or that of a file f was copied from (volume.ObjectSpace).
 func (f *File) resolveObject(ctx context.Context, n segment.ObjectName) (string, uint64, error) {
 	return f.space.Key(ctx, f.linCno.Load(), n)
 }

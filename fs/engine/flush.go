@@ -7,15 +7,16 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync/atomic"
 	"time"
 
 	"github.com/zeebo/xxh3"
 
 	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/wal"
 )
 
 // placeholderPart marks a block inserted in the map only to fix its structure
@@ -222,7 +223,7 @@ func (f *File) bumpCno() {
 // is; the next attempt finds out more.
 func (f *File) skipPastHeadLocked(ctx context.Context, c *flushCounters) {
 	c.requests.Add(1)
-	hd, _, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	hd, _, err := segment.ReadHead(ctx, f.st, volume.HeadKey(f.prefix), f.tag)
 	if err != nil || hd.Inode.Cno < f.pendingCno {
 		return
 	}
@@ -507,7 +508,7 @@ func (f *File) inodeLocked(cno uint64, committed *blockmap.Tree) segment.Inode {
 // seen; "" creates it). A precondition failure is checked against the write
 // id now on the head before it is called a conflict. A file written with the
 // WAL carries in the head's metadata the last WAL record the checkpoint holds
-// (walMeta); a writer without the WAL carries it forward, so that records a
+// (wal.HeadMeta); a writer without the WAL carries it forward, so that records a
 // checkpoint holds are never replayed over it.
 func (f *File) putHead(ctx context.Context, hd segment.Head, etag string, w walMark, c *flushCounters) (string, error) {
 	ino := hd.Inode
@@ -523,16 +524,16 @@ func (f *File) putHead(ctx context.Context, hd segment.Head, etag string, w walM
 	}
 	meta := map[string]string{writeIDMeta: id}
 	if w.tracked {
-		meta[walMeta] = strconv.FormatUint(w.applied, 10)
+		wal.MarkHead(meta, w.applied)
 	}
 	c.requests.Add(1)
-	info, err := f.st.Put(ctx, f.prefix+HeadKey, body, staging.PutOptions{Conditions: cond, Metadata: meta})
+	info, err := f.st.Put(ctx, volume.HeadKey(f.prefix), body, staging.PutOptions{Conditions: cond, Metadata: meta})
 	if err == nil {
 		return info.ETag, nil
 	}
 	// Did it land? A lost answer (resent or not) leaves our id on the head.
 	c.requests.Add(1)
-	theirs, hinfo, herr := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	theirs, hinfo, herr := segment.ReadHead(ctx, f.st, volume.HeadKey(f.prefix), f.tag)
 	if herr == nil && hinfo.Metadata[writeIDMeta] == id {
 		return hinfo.ETag, nil
 	}
@@ -542,7 +543,7 @@ func (f *File) putHead(ctx context.Context, hd segment.Head, etag string, w walM
 	if herr != nil {
 		return "", fmt.Errorf("flush %s: write head: %w (and reading it back: %v)", f.prefix, err, herr)
 	}
-	applied, tracked, _ := parseWALMeta(hinfo.Metadata)
+	applied, tracked, _ := wal.HeadApplied(hinfo.Metadata)
 	return "", &ConflictError{Prefix: f.prefix, Ours: ino.Cno, Theirs: theirs.Inode, head: theirs, etag: hinfo.ETag, walApplied: applied, walTracked: tracked}
 }
 
@@ -554,7 +555,7 @@ func (f *File) rollbackLocked(theirs segment.Head, etag string, w walMark) {
 		f.losses.Add(1)
 	}
 	f.adoptHead(theirs, etag)
-	f.wm.release(math.MaxUint64) // given up
+	f.wm.Release(math.MaxUint64) // given up
 	f.adoptWALMarkLocked(w)
 }
 
@@ -566,353 +567,6 @@ func (f *File) adoptWALMarkLocked(w walMark) {
 	f.w.applied = w.applied
 	f.w.tracked = f.w.tracked || w.tracked
 	f.w.seq = max(f.w.seq, w.applied)
-}
-
-// rebaseLocked merges what this writer did since its head onto the winner's
-// checkpoint, as if its changes came after the winner's, in order (see
-// merge.go and docs/design.md, "What a merge gives"): the winner's bytes
-// past the lowest size a truncate of this writer gave are cut; a block this
-// writer set wholly is its own (dirty blocks stay dirty, blocks already
-// stored keep their pointers); a block it set in part takes its other bytes
-// from the winner's block, never from the head it started from; the size is
-// this writer's when it truncated, otherwise the larger of the winner's and
-// the furthest end this writer wrote; the appends this writer made last go
-// to that end (appendRun). A failed rebase leaves f as it was.
-func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag string, w walMark) error {
-	theirs := theirsHead.Inode
-	count := blockCount{cno: theirs.Cno, n: int64(theirsHead.Blocks), known: theirsHead.BlocksKnown}
-	bo := blockmap.Options{MetaBlockSize: f.mbs}
-	var t *blockmap.Tree
-	if theirs.Height == 0 {
-		t = blockmap.New(bo, f.loader)
-	} else {
-		t = blockmap.Open(bo, f.loader, theirs.Root, int(theirs.Height))
-		if count.known {
-			t.SetLen(count.n)
-		}
-	}
-	// The winner's part 0 may be in its head only: the replay below may
-	// read its nodes and blocks, and ours builds on it. (Pinning it leaves
-	// reads of this writer's own tree unchanged: other names.)
-	their := embedOf(theirsHead)
-	if their != nil {
-		meta := their.obj[their.hdr.MetaOffset(0) : their.hdr.MetaOffset(0)+their.hdr.MetaBytes()]
-		_ = f.loader.Pin(their.name, their.hdr, meta)
-	}
-	bs := int64(f.bs)
-	// Their bytes past cut do not survive this writer's changes.
-	cut := min(int64(theirs.Size), f.minSize)
-	if cut < int64(theirs.Size) {
-		if err := t.Truncate(ctx, uint64((cut+bs-1)/bs)); err != nil {
-			return err
-		}
-	}
-	// The blocks this writer changed, and the one the cut falls inside.
-	visit := make(map[uint64]struct{}, len(f.dirty)+len(f.written)+len(f.zeroed)+len(f.partial)+1)
-	for fbn := range f.dirty {
-		visit[fbn] = struct{}{}
-	}
-	for fbn := range f.written {
-		visit[fbn] = struct{}{}
-	}
-	for fbn := range f.zeroed {
-		visit[fbn] = struct{}{}
-	}
-	for fbn := range f.partial {
-		visit[fbn] = struct{}{}
-	}
-	cutBlock := uint64(cut / bs)
-	if cut < int64(theirs.Size) && cut%bs != 0 {
-		visit[cutBlock] = struct{}{}
-	}
-	// And the blocks of the ranges this writer zeroed past its end: the
-	// winner's bytes there are zeroed, then this writer's later ones laid
-	// over. A block wholly inside one range is a hole.
-	zeroAfter := f.zeroAfterIn(cut)
-	for _, r := range zeroAfter {
-		for fbn := uint64(r.lo / bs); fbn <= uint64((r.hi-1)/bs); fbn++ {
-			visit[fbn] = struct{}{}
-		}
-	}
-	// The run of appends this writer made last goes to the end of the file
-	// its earlier changes give over the winner's (appendRun): the blocks
-	// where it is and where it goes are composed anew, its bytes read from
-	// where it is first.
-	to, shift := f.appendShiftLocked(int64(theirs.Size))
-	from, end := f.appends.from, f.appends.end
-	newEnd := to + (end - from)
-	inRun := func(fbn uint64) bool {
-		lo, hi := int64(fbn)*bs, int64(fbn+1)*bs
-		return shift && (lo < end && from < hi || lo < newEnd && to < hi)
-	}
-	var runBlocks map[uint64][]byte
-	if shift {
-		runBlocks = make(map[uint64][]byte)
-		var rrefs []blockRef
-		var rbufs [][]byte
-		for fbn := uint64(from / bs); fbn <= uint64((end-1)/bs); fbn++ {
-			b := make([]byte, f.bs)
-			runBlocks[fbn] = b
-			if d := f.dirty[fbn]; d != nil {
-				got, err := d.bytes(b)
-				if err != nil {
-					return fmt.Errorf("appended block %d: %w", fbn, err)
-				}
-				copy(b, got)
-			} else if w, ok := f.written[fbn]; ok {
-				rrefs = append(rrefs, blockRef{fbn: fbn, v: w})
-				rbufs = append(rbufs, b)
-			} else {
-				return fmt.Errorf("appended block %d is neither dirty nor stored", fbn)
-			}
-			visit[fbn] = struct{}{}
-		}
-		if len(rrefs) > 0 {
-			if err := f.fetchBlocks(ctx, rrefs, rbufs); err != nil {
-				return fmt.Errorf("appended blocks: %w", err)
-			}
-		}
-		for fbn := uint64(to / bs); fbn <= uint64((newEnd-1)/bs); fbn++ {
-			visit[fbn] = struct{}{}
-		}
-	}
-	// runSet is what of block fbn, of the run's, is this writer's: its
-	// bytes before the run, and the run's new place.
-	runSet := func(fbn uint64) *setBytes {
-		start := int64(fbn) * bs
-		s := &setBytes{}
-		if start < from {
-			lim := int(min(bs, from-start))
-			if p, ok := f.partial[fbn]; ok {
-				s = p.clone()
-				s.cut(lim)
-			} else if f.ownedLocked(fbn) {
-				s.add(0, lim, f.bs)
-			}
-		}
-		if lo, hi := max(to, start), min(newEnd, start+bs); lo < hi {
-			s.add(int(lo-start), int(hi-start), f.bs)
-		}
-		return s
-	}
-	// placeRun copies the run's bytes that go to block fbn into b.
-	placeRun := func(fbn uint64, b []byte) {
-		start := int64(fbn) * bs
-		for pos := max(to, start); pos < min(newEnd, start+bs); {
-			src := pos - to + from
-			n := min(start+bs-pos, bs-src%bs, newEnd-pos)
-			copy(b[pos-start:pos-start+n], runBlocks[uint64(src/bs)][src%bs:])
-			pos += n
-		}
-	}
-	zeroedIn := func(fbn uint64) (touched, whole bool) {
-		lo, hi := int64(fbn)*bs, int64(fbn+1)*bs
-		for _, r := range zeroAfter {
-			if r.lo < hi && lo < r.hi {
-				touched = true
-				whole = whole || r.lo <= lo && hi <= r.hi
-			}
-		}
-		return touched, whole
-	}
-	// Blocks that are this writer's only in part (or not at all, the cut's)
-	// are composed into new buffers first; f changes only once all are.
-	type mergedBlock struct {
-		fbn  uint64
-		buf  []byte // nil: the block is the winner's as it stands, or a hole
-		hole bool
-		set  *setBytes // this writer's bytes of the block
-		run  bool      // a block of the run of appends (inRun)
-	}
-	var merged []mergedBlock
-	var refs []blockRef
-	var bufs [][]byte
-	fail := func(err error) error {
-		for _, m := range merged {
-			if m.buf != nil {
-				f.freeBlock(m.buf)
-			}
-		}
-		return err
-	}
-	ours := make(map[int]int) // merged index -> our bytes to lay over
-	var ourBufs [][]byte
-	for fbn := range visit {
-		run := inRun(fbn)
-		if !run && f.ownedLocked(fbn) {
-			continue
-		}
-		set := f.partial[fbn] // nil for the cut's block untouched here
-		if run {
-			set = runSet(fbn)
-		}
-		m := mergedBlock{fbn: fbn, set: set, run: run}
-		start := int64(fbn) * bs
-		var v blockmap.Value
-		present := false
-		if start < cut {
-			var err error
-			if v, present, err = t.Get(ctx, fbn); err != nil {
-				return fail(err)
-			}
-		}
-		empty := set == nil || set.empty()
-		touched, whole := zeroedIn(fbn)
-		switch {
-		case empty && (!present || whole):
-			m.hole = true
-		case empty && start+bs <= cut && !touched:
-			// The winner's block as it stands.
-		default:
-			m.buf = getBlockBuf(f.bs)
-			f.forceCopy(bs)
-			clear(m.buf)
-			if present {
-				refs = append(refs, blockRef{fbn: fbn, v: v})
-				bufs = append(bufs, m.buf)
-			}
-			if !empty {
-				ob := make([]byte, f.bs)
-				if d := f.dirty[fbn]; d != nil {
-					b, err := d.bytes(ob)
-					if err != nil {
-						merged = append(merged, m)
-						return fail(fmt.Errorf("block %d: %w", fbn, err))
-					}
-					copy(ob, b)
-				} else if w, ok := f.written[fbn]; ok {
-					refs = append(refs, blockRef{fbn: fbn, v: w})
-					bufs = append(bufs, ob)
-				}
-				ours[len(merged)] = len(ourBufs)
-				ourBufs = append(ourBufs, ob)
-			}
-		}
-		merged = append(merged, m)
-	}
-	if len(refs) > 0 {
-		// Their blocks may be in their head's copy of part 0; ours are in
-		// objects of the pending checkpoint, never in a head's copy.
-		saved := f.embed
-		f.embed = their
-		err := f.fetchBlocks(ctx, refs, bufs)
-		f.embed = saved
-		if err != nil {
-			return fail(fmt.Errorf("merge onto checkpoint %d: %w", theirs.Cno, err))
-		}
-	}
-	for i, m := range merged {
-		if m.buf == nil {
-			continue
-		}
-		start := int64(m.fbn) * bs
-		if in := cut - start; in > 0 && in < bs {
-			clear(m.buf[in:]) // cut
-		}
-		for _, r := range zeroAfter {
-			if lo, hi := max(r.lo, start), min(r.hi, start+bs); lo < hi {
-				clear(m.buf[lo-start : hi-start])
-			}
-		}
-		if k, ok := ours[i]; ok {
-			ob := ourBufs[k]
-			if m.run {
-				placeRun(m.fbn, ob)
-			}
-			m.set.each(f.bs, func(lo, hi int) { copy(m.buf[lo:hi], ob[lo:hi]) })
-		}
-	}
-	// Wholly ours: stored blocks keep their pointers, holes stay holes.
-	for fbn := range f.zeroed {
-		if inRun(fbn) {
-			continue // merged
-		}
-		if err := t.Delete(ctx, fbn); err != nil {
-			return fail(err)
-		}
-	}
-	for fbn, v := range f.written {
-		if !f.ownedLocked(fbn) || inRun(fbn) {
-			continue
-		}
-		if err := t.Set(ctx, fbn, v); err != nil {
-			return fail(err)
-		}
-	}
-	for _, m := range merged {
-		if m.hole {
-			if err := t.Delete(ctx, m.fbn); err != nil {
-				return fail(err)
-			}
-		}
-	}
-	// Nothing fails from here.
-	for _, m := range merged {
-		d := f.dirty[m.fbn]
-		delete(f.written, m.fbn)
-		if m.run {
-			delete(f.zeroed, m.fbn)
-			delete(f.partial, m.fbn)
-			if m.buf != nil && !m.set.full(f.bs) {
-				if f.partial == nil {
-					f.partial = map[uint64]*setBytes{}
-				}
-				f.partial[m.fbn] = m.set
-			}
-		}
-		if m.buf == nil {
-			if d != nil {
-				f.dropDirtyLocked(m.fbn, d)
-			}
-			continue
-		}
-		if d == nil {
-			d = &dirtyBlock{}
-			f.dirty[m.fbn] = d
-			f.dirtyB += bs
-		} else {
-			f.s.touchLocked(d)
-			f.freeDirtyBuf(d)
-			if d.buf == nil {
-				f.dirtyB += bs
-			}
-		}
-		d.buf, d.ref = m.buf, nil
-		if f.sendAheadOn() {
-			f.s.markUnsent(m.fbn)
-		}
-		if _, ok := f.partial[m.fbn]; !ok && !m.run {
-			// A block of a range zeroed past this writer's end that it
-			// set nothing of: an empty record keeps it the winner's but
-			// for the zeros, should another merge come.
-			if f.partial == nil {
-				f.partial = map[uint64]*setBytes{}
-			}
-			f.partial[m.fbn] = &setBytes{}
-		}
-	}
-	if shift {
-		f.writeEnd = max(f.appends.before, newEnd)
-		f.appends.from, f.appends.end = to, newEnd
-	}
-	if f.minSize == noTruncate {
-		f.size = max(int64(theirs.Size), f.writeEnd)
-	}
-	f.foreign.Add(1) // their blocks, where this writer wrote none
-	f.tree = t
-	f.head = theirs
-	f.headETag = etag
-	f.headCount = count
-	f.setEmbedLocked(their)
-	f.adoptWALMarkLocked(w)
-	f.pendingCno = max(f.pendingCno, theirs.Cno+1)
-	f.changed = true
-	// Which dirty blocks the new map lacks (Stat's count of blocks).
-	for fbn, d := range f.dirty {
-		f.undirtyLocked(d)
-		f.markDirtyLocked(fbn, d)
-	}
-	return nil
 }
 
 // Rollback drops everything written since the last checkpoint this writer
@@ -930,7 +584,7 @@ func (f *File) Rollback(ctx context.Context) error {
 		return err
 	}
 	f.s.rethrowLocked()
-	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	hd, info, err := segment.ReadHead(ctx, f.st, volume.HeadKey(f.prefix), f.tag)
 	if errors.Is(err, staging.ErrNotFound) && f.headETag == "" && f.head.Cno == 0 {
 		// Created and never published: the file is empty.
 		hd, info, err = segment.Head{FileTag: f.tag, Inode: f.head, BlocksKnown: true}, staging.ObjectInfo{}, nil
@@ -938,7 +592,7 @@ func (f *File) Rollback(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("rollback %s: %w", f.prefix, err)
 	}
-	applied, tracked, err := parseWALMeta(info.Metadata)
+	applied, tracked, err := wal.HeadApplied(info.Metadata)
 	if err != nil {
 		return fmt.Errorf("rollback %s: %w", f.prefix, err)
 	}

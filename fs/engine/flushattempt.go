@@ -238,5 +238,5 @@ func (a *flushAttempt) adoptLocked(etag string) {
 	f.setEmbedLocked(a.embed)
 	f.changed = false
 	f.resetSince()
-	f.wm.release(a.cno) // the head names what the marker protected
+	f.wm.Release(a.cno) // the head names what the marker protected
 }

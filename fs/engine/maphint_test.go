@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/mem"
@@ -16,7 +17,7 @@ import (
 // headHint is the MapHint of the head stored at prefix now.
 func headHint(t *testing.T, st staging.Store, prefix string) MapHint {
 	t.Helper()
-	hd, _, err := segment.ReadHead(context.Background(), st, prefix+HeadKey, segment.FileTag(prefix))
+	hd, _, err := segment.ReadHead(context.Background(), st, volume.HeadKey(prefix), segment.FileTag(prefix))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +128,7 @@ type stallObjects struct {
 }
 
 func (s *stallObjects) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
-	if !strings.HasSuffix(key, HeadKey) {
+	if !strings.HasSuffix(key, volume.HeadName) {
 		s.held.Add(1)
 		s.ever.Add(1)
 		defer s.held.Add(-1)

@@ -1,6 +1,13 @@
 package engine
 
-import "math/bits"
+import (
+	"context"
+	"fmt"
+	"math/bits"
+
+	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/segment"
+)
 
 // What this writer set since its head, for a merge (see rebaseLocked).
 //
@@ -364,4 +371,468 @@ func (f *File) appendShiftLocked(theirs int64) (to int64, ok bool) {
 	}
 	to = max(theirs, a.before)
 	return to, to != a.from
+}
+
+// rebaseLocked merges what this writer did since its head onto the winner's
+// checkpoint, as if its changes came after the winner's, in order (see the
+// top of this file and docs/design.md, "What a merge gives"): the winner's
+// bytes past the lowest size a truncate of this writer gave are cut; a block
+// this writer set wholly is its own (dirty blocks stay dirty, blocks already
+// stored keep their pointers); a block it set in part takes its other bytes
+// from the winner's block, never from the head it started from; the size is
+// this writer's when it truncated, otherwise the larger of the winner's and
+// the furthest end this writer wrote; the appends this writer made last go
+// to that end (appendRun). A failed rebase leaves f as it was.
+//
+// The steps: the winner's map, cut (cutTheirs); the blocks to look at
+// (visitChanged); the run of appends read where it is (readRun); the blocks
+// this writer has only in part composed into new buffers (composeBlocks);
+// the blocks wholly its own set in the winner's map (applyToTree); and,
+// once nothing can fail, f takes it all (adoptLocked).
+func (f *File) rebaseLocked(ctx context.Context, theirsHead segment.Head, etag string, w walMark) error {
+	r := f.newRebaseLocked(theirsHead)
+	err := r.cutTheirs(ctx)
+	if err == nil {
+		r.visitChanged()
+		err = r.readRun(ctx)
+	}
+	if err == nil {
+		err = r.composeBlocks(ctx)
+	}
+	if err == nil {
+		err = r.applyToTree(ctx)
+	}
+	if err != nil {
+		r.free()
+		return err
+	}
+	r.adoptLocked(etag, w)
+	return nil
+}
+
+// rebase is one rebaseLocked in progress: the winner's map being changed and
+// what is composed for it. f changes only in adoptLocked. Its methods are
+// called with f.mu held, as rebaseLocked is.
+type rebase struct {
+	f      *File
+	theirs segment.Inode
+	count  blockCount
+	their  *embedObj // the winner's part 0 in its head, or nil
+	t      *blockmap.Tree
+	bs     int64
+	// cut: their bytes past it do not survive this writer's changes.
+	cut int64
+	// zeroAfter: the ranges this writer zeroed past its end (zeroAfterIn).
+	zeroAfter []byteRange
+	// visit: the blocks this writer changed, and those the cut, the ranges
+	// zeroed and the run of appends touch.
+	visit map[uint64]struct{}
+
+	// The run of appends this writer made last (appendRun): [from, end)
+	// goes to [to, newEnd) when shift; runBlocks are its blocks' bytes,
+	// read from where it is.
+	shift                 bool
+	from, end, to, newEnd int64
+	runBlocks             map[uint64][]byte
+
+	merged []mergedBlock
+}
+
+// mergedBlock is a block that is this writer's only in part (or not at all,
+// the cut's), composed into a new buffer before f changes.
+type mergedBlock struct {
+	fbn  uint64
+	buf  []byte // nil: the block is the winner's as it stands, or a hole
+	hole bool
+	set  *setBytes // this writer's bytes of the block
+	run  bool      // a block of the run of appends (inRun)
+	ours []byte    // this writer's bytes to lay over buf (set's), or nil
+}
+
+// newRebaseLocked opens the winner's map and pins the winner's part 0 if
+// its head carries it: the replay may read its nodes and blocks, and ours
+// builds on it. (Pinning it leaves reads of this writer's own tree
+// unchanged: other names.)
+func (f *File) newRebaseLocked(theirsHead segment.Head) *rebase {
+	theirs := theirsHead.Inode
+	r := &rebase{f: f, theirs: theirs, bs: int64(f.bs),
+		count: blockCount{cno: theirs.Cno, n: int64(theirsHead.Blocks), known: theirsHead.BlocksKnown}}
+	bo := blockmap.Options{MetaBlockSize: f.mbs}
+	if theirs.Height == 0 {
+		r.t = blockmap.New(bo, f.loader)
+	} else {
+		r.t = blockmap.Open(bo, f.loader, theirs.Root, int(theirs.Height))
+		if r.count.known {
+			r.t.SetLen(r.count.n)
+		}
+	}
+	r.their = embedOf(theirsHead)
+	if their := r.their; their != nil {
+		meta := their.obj[their.hdr.MetaOffset(0) : their.hdr.MetaOffset(0)+their.hdr.MetaBytes()]
+		_ = f.loader.Pin(their.name, their.hdr, meta)
+	}
+	r.cut = min(int64(theirs.Size), f.minSize)
+	return r
+}
+
+// cutTheirs drops the winner's blocks past the cut.
+func (r *rebase) cutTheirs(ctx context.Context) error {
+	if r.cut < int64(r.theirs.Size) {
+		if err := r.t.Truncate(ctx, uint64((r.cut+r.bs-1)/r.bs)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// visitChanged collects the blocks this writer changed, the one the cut
+// falls inside, and the blocks of the ranges this writer zeroed past its
+// end: the winner's bytes there are zeroed, then this writer's later ones
+// laid over. A block wholly inside one range is a hole.
+func (r *rebase) visitChanged() {
+	f, bs := r.f, r.bs
+	visit := make(map[uint64]struct{}, len(f.dirty)+len(f.written)+len(f.zeroed)+len(f.partial)+1)
+	for fbn := range f.dirty {
+		visit[fbn] = struct{}{}
+	}
+	for fbn := range f.written {
+		visit[fbn] = struct{}{}
+	}
+	for fbn := range f.zeroed {
+		visit[fbn] = struct{}{}
+	}
+	for fbn := range f.partial {
+		visit[fbn] = struct{}{}
+	}
+	cutBlock := uint64(r.cut / bs)
+	if r.cut < int64(r.theirs.Size) && r.cut%bs != 0 {
+		visit[cutBlock] = struct{}{}
+	}
+	r.zeroAfter = f.zeroAfterIn(r.cut)
+	for _, z := range r.zeroAfter {
+		for fbn := uint64(z.lo / bs); fbn <= uint64((z.hi-1)/bs); fbn++ {
+			visit[fbn] = struct{}{}
+		}
+	}
+	r.visit = visit
+}
+
+// readRun places the run of appends this writer made last at the end of the
+// file its earlier changes give over the winner's (appendRun): the blocks
+// where it is and where it goes are composed anew, its bytes read from
+// where it is first.
+func (r *rebase) readRun(ctx context.Context) error {
+	f, bs := r.f, r.bs
+	r.to, r.shift = f.appendShiftLocked(int64(r.theirs.Size))
+	r.from, r.end = f.appends.from, f.appends.end
+	r.newEnd = r.to + (r.end - r.from)
+	if !r.shift {
+		return nil
+	}
+	r.runBlocks = make(map[uint64][]byte)
+	var rrefs []blockRef
+	var rbufs [][]byte
+	for fbn := uint64(r.from / bs); fbn <= uint64((r.end-1)/bs); fbn++ {
+		b := make([]byte, f.bs)
+		r.runBlocks[fbn] = b
+		if d := f.dirty[fbn]; d != nil {
+			got, err := d.bytes(b)
+			if err != nil {
+				return fmt.Errorf("appended block %d: %w", fbn, err)
+			}
+			copy(b, got)
+		} else if w, ok := f.written[fbn]; ok {
+			rrefs = append(rrefs, blockRef{fbn: fbn, v: w})
+			rbufs = append(rbufs, b)
+		} else {
+			return fmt.Errorf("appended block %d is neither dirty nor stored", fbn)
+		}
+		r.visit[fbn] = struct{}{}
+	}
+	if len(rrefs) > 0 {
+		if err := f.fetchBlocks(ctx, rrefs, rbufs); err != nil {
+			return fmt.Errorf("appended blocks: %w", err)
+		}
+	}
+	for fbn := uint64(r.to / bs); fbn <= uint64((r.newEnd-1)/bs); fbn++ {
+		r.visit[fbn] = struct{}{}
+	}
+	return nil
+}
+
+// inRun says whether block fbn holds bytes of the run of appends where it
+// is or where it goes.
+func (r *rebase) inRun(fbn uint64) bool {
+	lo, hi := int64(fbn)*r.bs, int64(fbn+1)*r.bs
+	return r.shift && (lo < r.end && r.from < hi || lo < r.newEnd && r.to < hi)
+}
+
+// runSet is what of block fbn, of the run's, is this writer's: its bytes
+// before the run, and the run's new place.
+func (r *rebase) runSet(fbn uint64) *setBytes {
+	f, bs := r.f, r.bs
+	start := int64(fbn) * bs
+	s := &setBytes{}
+	if start < r.from {
+		lim := int(min(bs, r.from-start))
+		if p, ok := f.partial[fbn]; ok {
+			s = p.clone()
+			s.cut(lim)
+		} else if f.ownedLocked(fbn) {
+			s.add(0, lim, f.bs)
+		}
+	}
+	if lo, hi := max(r.to, start), min(r.newEnd, start+bs); lo < hi {
+		s.add(int(lo-start), int(hi-start), f.bs)
+	}
+	return s
+}
+
+// placeRun copies the run's bytes that go to block fbn into b.
+func (r *rebase) placeRun(fbn uint64, b []byte) {
+	bs := r.bs
+	start := int64(fbn) * bs
+	for pos := max(r.to, start); pos < min(r.newEnd, start+bs); {
+		src := pos - r.to + r.from
+		n := min(start+bs-pos, bs-src%bs, r.newEnd-pos)
+		copy(b[pos-start:pos-start+n], r.runBlocks[uint64(src/bs)][src%bs:])
+		pos += n
+	}
+}
+
+// zeroedIn says whether a range this writer zeroed past its end touches
+// block fbn, and whether one covers it whole.
+func (r *rebase) zeroedIn(fbn uint64) (touched, whole bool) {
+	lo, hi := int64(fbn)*r.bs, int64(fbn+1)*r.bs
+	for _, z := range r.zeroAfter {
+		if z.lo < hi && lo < z.hi {
+			touched = true
+			whole = whole || z.lo <= lo && hi <= z.hi
+		}
+	}
+	return touched, whole
+}
+
+// composeBlocks composes the blocks that are this writer's only in part (or
+// not at all, the cut's) into new buffers: the winner's bytes, cut and
+// zeroed where this writer's changes say, with this writer's laid over.
+func (r *rebase) composeBlocks(ctx context.Context) error {
+	refs, bufs, err := r.collect(ctx)
+	if err != nil {
+		return err
+	}
+	if len(refs) > 0 {
+		// Their blocks may be in their head's copy of part 0; ours are in
+		// objects of the pending checkpoint, never in a head's copy.
+		f := r.f
+		saved := f.embed
+		f.embed = r.their
+		err := f.fetchBlocks(ctx, refs, bufs)
+		f.embed = saved
+		if err != nil {
+			return fmt.Errorf("merge onto checkpoint %d: %w", r.theirs.Cno, err)
+		}
+	}
+	r.fill()
+	return nil
+}
+
+// collect decides, for every block visited that is not wholly this
+// writer's, whether it is a hole, the winner's as it stands or composed, and
+// returns the reads that composing needs: the winner's block, and this
+// writer's stored one.
+func (r *rebase) collect(ctx context.Context) ([]blockRef, [][]byte, error) {
+	f, bs := r.f, r.bs
+	var refs []blockRef
+	var bufs [][]byte
+	for fbn := range r.visit {
+		run := r.inRun(fbn)
+		if !run && f.ownedLocked(fbn) {
+			continue
+		}
+		set := f.partial[fbn] // nil for the cut's block untouched here
+		if run {
+			set = r.runSet(fbn)
+		}
+		m := mergedBlock{fbn: fbn, set: set, run: run}
+		start := int64(fbn) * bs
+		var v blockmap.Value
+		present := false
+		if start < r.cut {
+			var err error
+			if v, present, err = r.t.Get(ctx, fbn); err != nil {
+				return nil, nil, err
+			}
+		}
+		empty := set == nil || set.empty()
+		touched, whole := r.zeroedIn(fbn)
+		switch {
+		case empty && (!present || whole):
+			m.hole = true
+		case empty && start+bs <= r.cut && !touched:
+			// The winner's block as it stands.
+		default:
+			m.buf = getBlockBuf(f.bs)
+			f.forceCopy(bs)
+			clear(m.buf)
+			if present {
+				refs = append(refs, blockRef{fbn: fbn, v: v})
+				bufs = append(bufs, m.buf)
+			}
+			if !empty {
+				ob := make([]byte, f.bs)
+				if d := f.dirty[fbn]; d != nil {
+					b, err := d.bytes(ob)
+					if err != nil {
+						r.merged = append(r.merged, m)
+						return nil, nil, fmt.Errorf("block %d: %w", fbn, err)
+					}
+					copy(ob, b)
+				} else if w, ok := f.written[fbn]; ok {
+					refs = append(refs, blockRef{fbn: fbn, v: w})
+					bufs = append(bufs, ob)
+				}
+				m.ours = ob
+			}
+		}
+		r.merged = append(r.merged, m)
+	}
+	return refs, bufs, nil
+}
+
+// fill cuts and zeroes the winner's bytes read into each composed block and
+// lays this writer's over them.
+func (r *rebase) fill() {
+	bs := r.bs
+	for _, m := range r.merged {
+		if m.buf == nil {
+			continue
+		}
+		start := int64(m.fbn) * bs
+		if in := r.cut - start; in > 0 && in < bs {
+			clear(m.buf[in:]) // cut
+		}
+		for _, z := range r.zeroAfter {
+			if lo, hi := max(z.lo, start), min(z.hi, start+bs); lo < hi {
+				clear(m.buf[lo-start : hi-start])
+			}
+		}
+		if ob := m.ours; ob != nil {
+			if m.run {
+				r.placeRun(m.fbn, ob)
+			}
+			m.set.each(r.f.bs, func(lo, hi int) { copy(m.buf[lo:hi], ob[lo:hi]) })
+		}
+	}
+}
+
+// applyToTree sets in the winner's map the blocks wholly this writer's
+// (stored blocks keep their pointers, holes stay holes) and the holes
+// composing found.
+func (r *rebase) applyToTree(ctx context.Context) error {
+	f, t := r.f, r.t
+	for fbn := range f.zeroed {
+		if r.inRun(fbn) {
+			continue // merged
+		}
+		if err := t.Delete(ctx, fbn); err != nil {
+			return err
+		}
+	}
+	for fbn, v := range f.written {
+		if !f.ownedLocked(fbn) || r.inRun(fbn) {
+			continue
+		}
+		if err := t.Set(ctx, fbn, v); err != nil {
+			return err
+		}
+	}
+	for _, m := range r.merged {
+		if m.hole {
+			if err := t.Delete(ctx, m.fbn); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// free gives back the buffers composed, after a step failed.
+func (r *rebase) free() {
+	for _, m := range r.merged {
+		if m.buf != nil {
+			r.f.freeBlock(m.buf)
+		}
+	}
+}
+
+// adoptLocked makes the merge f's: the composed blocks dirty, the winner's
+// map, head and size. Nothing fails here.
+func (r *rebase) adoptLocked(etag string, w walMark) {
+	f, bs, theirs := r.f, r.bs, r.theirs
+	for _, m := range r.merged {
+		d := f.dirty[m.fbn]
+		delete(f.written, m.fbn)
+		if m.run {
+			delete(f.zeroed, m.fbn)
+			delete(f.partial, m.fbn)
+			if m.buf != nil && !m.set.full(f.bs) {
+				if f.partial == nil {
+					f.partial = map[uint64]*setBytes{}
+				}
+				f.partial[m.fbn] = m.set
+			}
+		}
+		if m.buf == nil {
+			if d != nil {
+				f.dropDirtyLocked(m.fbn, d)
+			}
+			continue
+		}
+		if d == nil {
+			d = &dirtyBlock{}
+			f.dirty[m.fbn] = d
+			f.dirtyB += bs
+		} else {
+			f.s.touchLocked(d)
+			f.freeDirtyBuf(d)
+			if d.buf == nil {
+				f.dirtyB += bs
+			}
+		}
+		d.buf, d.ref = m.buf, nil
+		if f.sendAheadOn() {
+			f.s.markUnsent(m.fbn)
+		}
+		if _, ok := f.partial[m.fbn]; !ok && !m.run {
+			// A block of a range zeroed past this writer's end that it
+			// set nothing of: an empty record keeps it the winner's but
+			// for the zeros, should another merge come.
+			if f.partial == nil {
+				f.partial = map[uint64]*setBytes{}
+			}
+			f.partial[m.fbn] = &setBytes{}
+		}
+	}
+	if r.shift {
+		f.writeEnd = max(f.appends.before, r.newEnd)
+		f.appends.from, f.appends.end = r.to, r.newEnd
+	}
+	if f.minSize == noTruncate {
+		f.size = max(int64(theirs.Size), f.writeEnd)
+	}
+	f.foreign.Add(1) // their blocks, where this writer wrote none
+	f.tree = r.t
+	f.head = theirs
+	f.headETag = etag
+	f.headCount = r.count
+	f.setEmbedLocked(r.their)
+	f.adoptWALMarkLocked(w)
+	f.pendingCno = max(f.pendingCno, theirs.Cno+1)
+	f.changed = true
+	// Which dirty blocks the new map lacks (Stat's count of blocks).
+	for fbn, d := range f.dirty {
+		f.undirtyLocked(d)
+		f.markDirtyLocked(fbn, d)
+	}
 }

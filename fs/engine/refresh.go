@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -91,7 +92,7 @@ func (f *File) refreshOnce(ctx context.Context) (changed, again bool, err error)
 	if m.skip {
 		return false, false, nil
 	}
-	info, err := f.st.Head(ctx, f.prefix+HeadKey)
+	info, err := f.st.Head(ctx, volume.HeadKey(f.prefix))
 	if errors.Is(err, staging.ErrNotFound) {
 		// Never published (or deleted by the cleaner once unlinked):
 		// nothing newer to take.
@@ -111,7 +112,7 @@ func (f *File) refreshOnce(ctx context.Context) (changed, again bool, err error)
 		}
 		hd, info = &h, hinfo
 	}
-	applied, tracked, err := parseWALMeta(info.Metadata)
+	applied, tracked, err := wal.HeadApplied(info.Metadata)
 	if err != nil {
 		return false, false, fmt.Errorf("refresh %s: %w", f.prefix, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/counting"
@@ -38,7 +39,7 @@ func dataObjects(t *testing.T, st staging.Store, prefix string) []staging.Object
 	}
 	var out []staging.ObjectInfo
 	for _, o := range all {
-		if !strings.HasSuffix(o.Key, "/inode") && !strings.HasSuffix(o.Key, ".0") && !strings.Contains(o.Key, "/"+WritersDir) {
+		if !strings.HasSuffix(o.Key, "/inode") && !strings.HasSuffix(o.Key, ".0") && !strings.Contains(o.Key, "/"+volume.WritersDir) {
 			out = append(out, o)
 		}
 	}
@@ -175,7 +176,7 @@ type gate struct {
 func newGate(inner staging.Store) *gate { return &gate{Store: inner, open: make(chan struct{})} }
 
 func (g *gate) hold(key string) {
-	if strings.HasSuffix(key, "/inode") || strings.HasSuffix(key, ".0") || strings.Contains(key, "/"+WritersDir) {
+	if strings.HasSuffix(key, "/inode") || strings.HasSuffix(key, ".0") || strings.Contains(key, "/"+volume.WritersDir) {
 		return
 	}
 	g.mu.Lock()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/mem"
@@ -29,7 +30,7 @@ func newStallStore(st staging.Store) *stallStore {
 }
 
 func (s *stallStore) hold(ctx context.Context, key string) error {
-	if strings.HasSuffix(key, "/"+HeadKey) || strings.Contains(key, "/"+wal.Dir) {
+	if strings.HasSuffix(key, "/"+volume.HeadName) || strings.Contains(key, "/"+wal.Dir) {
 		return nil
 	}
 	s.once.Do(func() { close(s.stalled) })

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"sync"
 	"time"
 
@@ -24,7 +23,7 @@ import (
 // lock), so two changes to the same blocks log one after the other, and only
 // changes to disjoint blocks, which commute, share or race records.
 //
-// The head's metadata walMeta names the last record its checkpoint holds
+// The head's metadata wal.HeadMeta names the last record its checkpoint holds
 // (records have one sequence per file). Opening a file replays the records
 // after it, in order, and publishes them on the direct path; an interrupted
 // replay replays again the same way, because the head moves only when the
@@ -56,11 +55,6 @@ import (
 // writer logged since (walLog). ViewWAL gives a stat the same size and mtime
 // without keeping data.
 
-// walMeta is the head metadata key: the last WAL record the checkpoint holds.
-// Its presence says the file has been written with the WAL, so that any
-// opener (with the WAL or without) looks for records to replay.
-const walMeta = "ckptfs-wal"
-
 // ErrWALNotEmpty: Create found WAL records under a prefix that has no file.
 var ErrWALNotEmpty = errors.New("write-ahead log is not empty")
 
@@ -72,8 +66,8 @@ var ErrWALNotEmpty = errors.New("write-ahead log is not empty")
 type walState struct {
 	f *File // set once by newFile
 	// GUARDED_BY(File.mu)
-	tracked bool   // the head carries walMeta (or will, from the next publish)
-	applied uint64 // walMeta of the head: records <= applied are published
+	tracked bool   // the head carries wal.HeadMeta (or will, from the next publish)
+	applied uint64 // wal.HeadMeta of the head: records <= applied are published
 	seq     uint64 // the last record whose changes are in memory
 	pub     *publish
 	failed  error // a publish that did not land; the next Flush recovers
@@ -126,27 +120,6 @@ type walMark struct {
 	applied uint64
 }
 
-// parseWALMeta reads walMeta from a head's metadata.
-func parseWALMeta(meta map[string]string) (applied uint64, tracked bool, err error) {
-	v, ok := meta[walMeta]
-	if !ok {
-		return 0, false, nil
-	}
-	n, err := strconv.ParseUint(v, 10, 64)
-	if err != nil {
-		return 0, false, fmt.Errorf("head metadata %s=%q: not a record number", walMeta, v)
-	}
-	return n, true, nil
-}
-
-// HeadWAL reads, from a head object's metadata, whether the file was written
-// with the WAL and the last WAL record its checkpoint holds: records up to
-// applied may be deleted, later ones are acknowledged changes not yet
-// published.
-func HeadWAL(info staging.ObjectInfo) (applied uint64, tracked bool, err error) {
-	return parseWALMeta(info.Metadata)
-}
-
 func (f *File) walOn() bool { return f.p.WAL && !f.readOnly }
 
 func (w *walState) options() wal.Options {
@@ -169,7 +142,7 @@ func (f *File) mayRetake(ctx context.Context, through uint64) (bool, error) {
 		return false, err
 	}
 	ino := hd.Inode
-	applied, _, err := parseWALMeta(info.Metadata)
+	applied, _, err := wal.HeadApplied(info.Metadata)
 	if err != nil {
 		return false, nil
 	}
@@ -228,7 +201,7 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 		return nil, fmt.Errorf("take the write-ahead log of %s: %w", f.prefix, err)
 	}
 	ino := hd.Inode
-	applied, tracked, err := parseWALMeta(info.Metadata)
+	applied, tracked, err := wal.HeadApplied(info.Metadata)
 	if err != nil {
 		_ = log.Close(ctx)
 		return nil, fmt.Errorf("take the write-ahead log of %s: %w", f.prefix, err)
@@ -282,7 +255,7 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 	return log, nil
 }
 
-// markHeadLocked rewrites the head with walMeta. A head another writer
+// markHeadLocked rewrites the head with wal.HeadMeta. A head another writer
 // replaced meanwhile is adopted first when nothing here changed.
 func (f *File) markHeadLocked(ctx context.Context) error {
 	var c flushCounters
@@ -556,7 +529,7 @@ func (f *File) runPublish(pub *publish) {
 		f.setEmbedLocked(nil) // stored: read from the store from now on
 	}
 	f.w.applied = pub.applied
-	f.wm.release(pub.ino.Cno) // the head names what the marker protected
+	f.wm.Release(pub.ino.Cno) // the head names what the marker protected
 	f.w.unpinLocked()
 	if f.w.log != nil {
 		f.w.log.Covered(pub.applied)

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/faulty"
@@ -430,7 +431,7 @@ func walOwnerBody(t *testing.T, st staging.Store, prefix string) string {
 func TestWALLetGoTakesTheMarkBack(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
-	gate := &gateStore{Store: st, suffix: HeadKey, arrived: make(chan struct{}), release: make(chan struct{})}
+	gate := &gateStore{Store: st, suffix: volume.HeadName, arrived: make(chan struct{}), release: make(chan struct{})}
 	o := Options{Params: walParams(segment.FormatStream), FileID: "g"}
 	c, err := Create(ctx, st, "g/", o)
 	if err != nil {

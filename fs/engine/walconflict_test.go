@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/faulty"
@@ -38,16 +39,16 @@ func (g *armedGateStore) Put(ctx context.Context, key string, data []byte, o sta
 	return g.Store.Put(ctx, key, data, o)
 }
 
-func isHeadKey(key string) bool { return strings.HasSuffix(key, "/"+HeadKey) }
+func isHeadKey(key string) bool { return strings.HasSuffix(key, "/"+volume.HeadName) }
 
 // headWAL reads what the stored head says of the WAL.
 func headWAL(t *testing.T, st staging.Store, prefix string) (applied uint64, tracked bool) {
 	t.Helper()
-	info, err := st.Head(context.Background(), prefix+HeadKey)
+	info, err := st.Head(context.Background(), volume.HeadKey(prefix))
 	if err != nil {
 		t.Fatalf("read the head of %s: %v", prefix, err)
 	}
-	applied, tracked, err = HeadWAL(info)
+	applied, tracked, err = wal.HeadApplied(info.Metadata)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,7 +133,7 @@ func TestWALPublishLostToPlainFlushIsMerged(t *testing.T) {
 				t.Fatalf("plain mount's flush: %v", err)
 			}
 			if _, tracked := headWAL(t, st, prefix); !tracked {
-				t.Errorf("the plain mount's flush over a head written with the WAL published a head without %s: records after it are found by no opener", walMeta)
+				t.Errorf("the plain mount's flush over a head written with the WAL published a head without %s: records after it are found by no opener", wal.HeadMeta)
 			}
 			if !tc.walFirst && !tc.plainBefore {
 				close(gate.release)

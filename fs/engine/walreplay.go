@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -42,11 +43,11 @@ func (f *File) recoverLocked(ctx context.Context) (FlushTiming, error) {
 
 // reloadLocked drops the in-memory state for the head as stored.
 func (f *File) reloadLocked(ctx context.Context) error {
-	hd, info, err := segment.ReadHead(ctx, f.st, f.prefix+HeadKey, f.tag)
+	hd, info, err := segment.ReadHead(ctx, f.st, volume.HeadKey(f.prefix), f.tag)
 	if err != nil {
 		return fmt.Errorf("read head: %w", err)
 	}
-	applied, tracked, err := parseWALMeta(info.Metadata)
+	applied, tracked, err := wal.HeadApplied(info.Metadata)
 	if err != nil {
 		return err
 	}
@@ -442,7 +443,7 @@ func (f *File) viewWAL(ctx context.Context) (WALView, error) {
 		return WALView{}, err
 	}
 	ino := hd.Inode
-	applied, _, err := parseWALMeta(info.Metadata)
+	applied, _, err := wal.HeadApplied(info.Metadata)
 	if err != nil {
 		return WALView{}, fmt.Errorf("view %s: %w", f.prefix, err)
 	}
@@ -490,7 +491,7 @@ func (f *File) viewWAL(ctx context.Context) (WALView, error) {
 
 // headMoved reports whether the head stored is no longer the one of etag.
 func (f *File) headMoved(ctx context.Context, etag string) (bool, error) {
-	info, err := f.st.Head(ctx, f.prefix+HeadKey)
+	info, err := f.st.Head(ctx, volume.HeadKey(f.prefix))
 	if err != nil {
 		return false, fmt.Errorf("read head: %w", err)
 	}

@@ -7,9 +7,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/ckptfs/ckptfs/fs/engine/fakeclock"
+	"github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/fs/writermark"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/faulty"
@@ -36,7 +37,7 @@ type countingPuts struct {
 }
 
 func (c *countingPuts) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
-	if strings.Contains(key, "/"+WritersDir) {
+	if strings.Contains(key, "/"+volume.WritersDir) {
 		c.mu.Lock()
 		c.markers++
 		c.mu.Unlock()
@@ -52,7 +53,7 @@ func (c *countingPuts) count() int {
 
 func markerKeys(t *testing.T, st staging.Store, prefix string) []string {
 	t.Helper()
-	objs, err := staging.ListAll(context.Background(), st, prefix+WritersDir)
+	objs, err := staging.ListAll(context.Background(), st, prefix+volume.WritersDir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,7 +76,7 @@ func sentObjects(t *testing.T, f *File) []staging.ObjectInfo {
 	objs := dataObjects(t, f.st, f.prefix)
 	var out []staging.ObjectInfo
 	for _, o := range objs {
-		if !strings.Contains(o.Key, "/"+WritersDir) {
+		if !strings.Contains(o.Key, "/"+volume.WritersDir) {
 			out = append(out, o)
 		}
 	}
@@ -105,11 +106,11 @@ func TestWriterMarkerLifecycle(t *testing.T) {
 	if len(keys) != 1 {
 		t.Fatalf("markers %v; want one", keys)
 	}
-	w, err := ReadWriter(ctx, st, keys[0])
+	w, err := writermark.Read(ctx, st, keys[0])
 	if err != nil || w.Err != nil {
 		t.Fatalf("read marker: %v %v", err, w.Err)
 	}
-	if w.Marker.Lo != 1 || w.Marker.TTL != DefaultWriterTTL {
+	if w.Marker.Lo != 1 || w.Marker.TTL != writermark.DefaultTTL {
 		t.Fatalf("marker %+v; want lo 1 and the default TTL", w.Marker)
 	}
 	if _, err := f.Flush(ctx); err != nil {
@@ -155,9 +156,9 @@ func lapse(t *testing.T, deleteOne bool) (*File, *faulty.Store, []byte) {
 	if len(sent) == 0 {
 		t.Fatal("nothing was sent ahead")
 	}
-	id := faults.Add(faulty.Rule{Op: staging.OpPut, KeyPrefix: "lm/" + WritersDir})
+	id := faults.Add(faulty.Rule{Op: staging.OpPut, KeyPrefix: "lm/" + volume.WritersDir})
 	for range 6 {
-		clk.Advance(DefaultWriterTTL / 3)
+		clk.Advance(writermark.DefaultTTL / 3)
 	}
 	if deleteOne {
 		// A cleaner saw the marker dead.
@@ -180,7 +181,7 @@ func TestLapsedMarkerLostObject(t *testing.T) {
 		if !errors.Is(err, ErrLostObject) || !errors.As(err, &le) || !strings.HasPrefix(le.Key, "lm/") {
 			t.Fatalf("flush after a lapse and a lost object: %v; want a *LostObjectError", err)
 		}
-		hd, _, err := segment.ReadHead(ctx, st, "lm/"+HeadKey, f.tag)
+		hd, _, err := segment.ReadHead(ctx, st, volume.HeadKey("lm/"), f.tag)
 		if errors.Is(err, staging.ErrNotFound) {
 			continue // Create stores nothing: still nothing published
 		}
@@ -206,45 +207,4 @@ func TestLapsedMarkerChecked(t *testing.T) {
 	if got := readAll(t, g); !bytes.Equal(got, data) {
 		t.Fatal("file reads back wrong")
 	}
-}
-
-func TestWriterMarkerCodec(t *testing.T) {
-	m := WriterMarker{Lo: 42, TTL: 90 * time.Second, Host: "h", PID: 7}
-	got, err := DecodeWriterMarker(EncodeWriterMarker(m))
-	if err != nil || got != m {
-		t.Fatalf("round trip: %+v, %v; want %+v", got, err, m)
-	}
-	for _, bad := range []string{
-		``, `{}`, `[]`, `{"v":2,"lo":1,"ttl_ms":1000}`, `{"v":1,"lo":0,"ttl_ms":1000}`,
-		`{"v":1,"lo":1,"ttl_ms":999}`, `{"v":1,"lo":1,"ttl_ms":86400001}`, `{"v":1,"lo":1,"ttl_ms":1000} {}`,
-		`{"v":1,"lo":1,"ttl_ms":1000,"host":"` + strings.Repeat("x", 256) + `"}`,
-		`{"v":1,"lo":1,"ttl_ms":1000,"pad":"` + strings.Repeat("x", MaxWriterMarkerBytes) + `"}`,
-	} {
-		if _, err := DecodeWriterMarker([]byte(bad)); !errors.Is(err, ErrBadWriterMarker) {
-			t.Errorf("decode %.60q: %v; want ErrBadWriterMarker", bad, err)
-		}
-	}
-}
-
-func FuzzDecodeWriterMarker(f *testing.F) {
-	f.Add(EncodeWriterMarker(WriterMarker{Lo: 3, TTL: DefaultWriterTTL, Host: "host", PID: 1}))
-	f.Add([]byte(`{"v":1,"lo":18446744073709551615,"ttl_ms":86400000}`))
-	f.Add([]byte(`{"v":1,"lo":1,"ttl_ms":1e3}`))
-	f.Add([]byte(`null`))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := DecodeWriterMarker(b)
-		if err != nil {
-			if !errors.Is(err, ErrBadWriterMarker) {
-				t.Fatalf("error %v is not ErrBadWriterMarker", err)
-			}
-			return
-		}
-		if m.Lo == 0 || m.TTL < time.Second || m.TTL > MaxWriterTTL || len(m.Host) > maxWriterHostBytes {
-			t.Fatalf("accepted out of range: %+v", m)
-		}
-		again, err := DecodeWriterMarker(EncodeWriterMarker(m))
-		if err != nil || again != m {
-			t.Fatalf("re-encoded %+v decodes to %+v, %v", m, again, err)
-		}
-	})
 }

@@ -355,7 +355,7 @@ func (fsys *FS) missingHead(ctx context.Context, id string, start time.Time) err
 // A stat never replays on a live writer's behalf: that would take its lease
 // (after a store outage stopped its renewals) and publish under it.
 func (fsys *FS) replayedHead(ctx context.Context, id string, info staging.ObjectInfo) (headInfo, bool, error) {
-	applied, tracked, err := engine.HeadWAL(info)
+	applied, tracked, err := wal.HeadApplied(info.Metadata)
 	if err != nil || !tracked {
 		return headInfo{}, false, nil
 	}

@@ -180,15 +180,6 @@ func (m *Metrics) recordFlush(t engine.FlushTiming, err error) {
 	m.meta.Add(t.StreamMetaBytes)
 }
 
-// flush publishes a checkpoint of of and counts it: every flush of the mount
-// goes through here.
-func (fsys *FS) flush(ctx context.Context, of *openFile) (engine.FlushTiming, error) {
-	t, err := of.f.Flush(ctx)
-	fsys.metrics.recordFlush(t, err)
-	fsys.dropStalePages(of)
-	return t, err
-}
-
 // WriteMetrics writes the mount's metrics in the Prometheus text format.
 func (fsys *FS) WriteMetrics(w io.Writer) error {
 	mfs, err := fsys.metrics.reg.Gather()

@@ -11,6 +11,7 @@ import (
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/fs/writermark"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -243,8 +244,8 @@ func (v *Volume) checkObject(ctx context.Context, prefix string, tag uint64, o s
 		return err
 	}
 	if volume.IsWriterKey(rel) {
-		// A writer marker (fs/engine/writers.go): it must decode.
-		w, err := engine.ReadWriter(ctx, v.st, o.Key)
+		// A writer marker (package writermark): it must decode.
+		w, err := writermark.Read(ctx, v.st, o.Key)
 		if err != nil {
 			return err
 		}

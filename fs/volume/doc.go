@@ -30,9 +30,9 @@
 //	        lineage/<cno, 10 digits> a copy by reference: whose objects its map's
 //	                                 names are (LineageDir; segment.Lineage)
 //	        refs/<copy-id>           the file copy-id points into this file's
-//	                                 objects (RefsDir; fs/engine/lineage.go)
+//	                                 objects (RefsDir; objspace.go)
 //	        writers/<writer-id>      a live writer's marker (WritersDir;
-//	                                 engine.WriterMarker, fs/engine/writers.go)
+//	                                 fs/writermark)
 //	        wal/<seq, 20 digits>     a write-ahead log record (WALDir; package wal)
 //	        wal/owner                the lease of the log's one writer (wal.OwnerName)
 //	<root>gc/                        the cleaner's pending records (GCDir;
@@ -50,12 +50,17 @@
 // none of the names above is no object of ckptfs: the cleaner leaves it and
 // reports it, fsck reports it.
 //
-// Two packages below this one spell their own names under the prefix this
-// package gives them, as their formats are theirs: fs/namespace (log/,
-// snap/ under NamespaceDir) and fs/engine, which writes a file's head,
-// writer markers and reference markers under the prefix it is opened at
-// (engine.HeadKey, engine.WritersDir, engine.RefsDir; the tests of this
-// package hold them to HeadName, WritersDir and RefsDir).
+// One package below this one spells its own names under the prefix this
+// package gives it, as its format is its own: fs/namespace (log/, snap/
+// under NamespaceDir). The engine (fs/engine) and the writer markers
+// (fs/writermark) take a file's head, marker and reference keys from here
+// (HeadKey, WriterKey, RefKey) under the prefix a file is opened at.
+//
+// # Objects of other files
+//
+// The names in a file's block map are of its own objects, or, in a copy by
+// reference, of the files its lineage names: ObjectSpace (objspace.go)
+// resolves each to its key, for the engine and the cleaner alike.
 //
 // # The volume descriptor
 //

@@ -16,21 +16,6 @@ import (
 	"github.com/ckptfs/ckptfs/wal"
 )
 
-// TestEngineNames: the engine spells the names under a file's prefix that
-// it writes itself; they are the layout's.
-func TestEngineNames(t *testing.T) {
-	for _, c := range []struct{ engine, volume string }{
-		{engine.HeadKey, volume.HeadName},
-		{engine.WritersDir, volume.WritersDir},
-		{engine.RefsDir, volume.RefsDir},
-		{engine.RefKey("vol/f/a/", "b"), volume.RefKey("vol/f/a/", "b")},
-	} {
-		if c.engine != c.volume {
-			t.Errorf("the engine writes %q where the layout says %q", c.engine, c.volume)
-		}
-	}
-}
-
 // TestLayout: every object a volume holds after a mount's writes, a copy by
 // reference and the write-ahead log is one the package doc names, under the
 // root.

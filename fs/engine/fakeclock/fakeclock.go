@@ -1,4 +1,4 @@
-// Package fakeclock is a clock for tests of code that takes an engine.Clock
+// Package fakeclock is a clock for tests of code that takes a writermark.Clock
 // (the writer markers and the cleaner): time moves only when the test says,
 // so hours of renewals and grace periods pass in a moment and in order.
 package fakeclock

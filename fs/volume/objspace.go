@@ -1,10 +1,9 @@
-package engine
+package volume
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 
 	"github.com/ckptfs/ckptfs/blockmap"
@@ -12,23 +11,22 @@ import (
 	"github.com/ckptfs/ckptfs/staging"
 )
 
-// Objects of other files. A file copied by reference (CloneFrom) keeps the
-// source's block map, whose pointers name the source's objects; its inode's
-// Lineage names the lineage object (segment.Lineage) that says, by cno,
-// which file each name belongs to. Every read of an object the map points at
-// asks its ObjectSpace for the key and the tag that object must carry.
+// Objects of other files. A file copied by reference (engine.File.CloneFrom)
+// keeps the source's block map, whose pointers name the source's objects;
+// its inode's Lineage names the lineage object (segment.Lineage) that says,
+// by cno, which file each name belongs to. Every read of an object the map
+// points at asks its ObjectSpace for the key and the tag that object must
+// carry.
 //
 // A file a copy points into holds a reference marker "refs/<copy's id>"
-// under its prefix, written before the copy's checkpoint is published: the
-// cleaner keeps every object of the file that a checkpoint of a referring
-// file still points at, and does not delete the file while one does.
+// under its prefix (RefKey), written before the copy's checkpoint is
+// published: the cleaner keeps every object of the file that a checkpoint
+// of a referring file still points at, and does not delete the file while
+// one does.
 
-// RefsDir is where a file's reference markers live under its prefix.
-const RefsDir = "refs/"
-
-// RefKey is the marker, under the prefix of a file copies point into, that
-// says the file with id copyID does.
-func RefKey(prefix, copyID string) string { return prefix + RefsDir + copyID }
+// ErrNoFilesPrefix: an object of another file is named, and the prefix of
+// the volume's files, where that file lives, is not known.
+var ErrNoFilesPrefix = errors.New("the prefix of the volume's files is not known")
 
 // ObjectSpace resolves the object names of one file's block maps to keys:
 // its own, or, through a lineage, another file's. Lineage objects are read
@@ -55,7 +53,7 @@ type lineageCell struct {
 // from prefix when prefix ends in id + "/".
 func NewObjectSpace(st staging.Store, files, id, prefix string) *ObjectSpace {
 	if files == "" {
-		if p, ok := strings.CutSuffix(prefix, id+"/"); ok && id != "" {
+		if p, ok := FilesOfPrefix(prefix, id); ok && id != "" {
 			files = p
 		}
 	}
@@ -63,12 +61,18 @@ func NewObjectSpace(st staging.Store, files, id, prefix string) *ObjectSpace {
 		lins: map[uint64]*lineageCell{}}
 }
 
+// ID is the id of the file whose object space this is.
+func (s *ObjectSpace) ID() string { return s.id }
+
+// Files is the prefix of the volume's files ("" when unknown).
+func (s *ObjectSpace) Files() string { return s.files }
+
 // FilePrefix is the prefix of the volume's file id ("" when unknown).
 func (s *ObjectSpace) FilePrefix(id string) string {
 	if s.files == "" {
 		return ""
 	}
-	return s.files + id + "/"
+	return FilePrefixIn(s.files, id)
 }
 
 // Lineage returns the lineage made by checkpoint cno (nil for 0), read once.
@@ -110,8 +114,8 @@ func (s *ObjectSpace) Lineage(ctx context.Context, cno uint64) (*segment.Lineage
 	}
 }
 
-// remember keeps a lineage this process made (no read needed).
-func (s *ObjectSpace) remember(l *segment.Lineage) {
+// Remember keeps a lineage this process made (no read needed).
+func (s *ObjectSpace) Remember(l *segment.Lineage) {
 	c := &lineageCell{done: make(chan struct{}), lin: l}
 	close(c.done)
 	s.mu.Lock()
@@ -147,7 +151,7 @@ func (s *ObjectSpace) Key(ctx context.Context, linCno uint64, name segment.Objec
 		return s.prefix + name.String(), s.tag, nil
 	}
 	if s.files == "" {
-		return "", 0, fmt.Errorf("object %s of %s belongs to file %s, whose prefix is not known here: %w", name, s.prefix, id, ErrInvalid)
+		return "", 0, fmt.Errorf("object %s of %s belongs to file %s, whose prefix is not known here: %w", name, s.prefix, id, ErrNoFilesPrefix)
 	}
 	return s.FilePrefix(id) + name.String(), segment.FileTag(id), nil
 }
