@@ -11,8 +11,8 @@
 // The mount, .checkpoints included, holds the namespace as a
 // namespace.Names, not as the v1 *namespace.Namespace: its reads take the
 // call's context and may fail as the store does (v1 answers them from
-// memory; the namespace of docs/namespace-v2.md reads names from the
-// store), and a failed read is mapped as any store error (Errors, below).
+// memory; v2, docs/namespace-v2.md, will read names from the store), and a
+// failed read is mapped as any store error (Errors, below).
 // What only v1 offers is asked for by type assertion, and the mount goes on
 // without it: its log's seq (namespace.Sequenced; the refresh then backs off
 // on use alone), its count of nodes (namespace.Counted; statfs then shows no

@@ -27,9 +27,9 @@
 //
 // The namespace's users (the mount, .checkpoints, the cleaner, fsck, ls,
 // cp) hold a Names (names.go), which *Namespace implements: the reads take
-// a context and return an error, since the namespace of
-// docs/namespace-v2.md keeps each name in an object of its own and answers
-// a read not cached from the store. What only this log-based namespace has
+// a context and return an error, since v2 (docs/namespace-v2.md, to come)
+// keeps each name in an object of its own and will answer a read of a name
+// not cached from the store. What only this log-based namespace has
 // is asked for by type assertion (Sequenced, Counted, AttrsLater) by the
 // one caller that needs it, which goes on without it; Compact, Compactable
 // and Wait are *Namespace's only. The rest of this page is *Namespace: v1,

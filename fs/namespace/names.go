@@ -8,11 +8,11 @@ import "context"
 // *Namespace, so that another implementation can stand behind it.
 //
 // Why its reads take a context and return an error: *Namespace (v1) holds
-// the whole tree in memory and answers them from it, never waiting, but the
-// namespace of docs/namespace-v2.md keeps each name in an object of its own
+// the whole tree in memory and answers them from it, never waiting, but v2
+// (docs/namespace-v2.md, to come) keeps each name in an object of its own
 // and a mount reads the names it uses: a lookup, a listing or a stat of a
-// name not cached waits for the store, within the operation's deadline (the
-// ctx), and may fail as any store request does. A caller maps such an error
+// name not cached will wait for the store, within the operation's deadline
+// (the ctx), and may fail as any store request does. A caller maps such an error
 // as it maps the store's elsewhere (the mount: to an errno, at its one
 // mapping; a tool: wrapped with what it was doing).
 //
