@@ -1113,7 +1113,7 @@ func (c *campaignRun) countFormats(st staging.Store) {
 		t.Errorf("count the files' formats: %v", err)
 		return
 	}
-	err = v.Walk(func(p string, n namespace.Node) error {
+	err = v.Walk(ctx, func(p string, n namespace.Node) error {
 		if n.Kind != namespace.KindFile {
 			return nil
 		}

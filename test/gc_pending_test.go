@@ -25,7 +25,11 @@ func nsOrphans(t *testing.T, st staging.Store) []namespace.Orphan {
 		t.Fatal(err)
 	}
 	defer ns.Close()
-	return ns.Orphans()
+	o, err := ns.Orphans(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
 
 // TestOrphansWithoutObjectsForgotten: a shell creates and removes an empty

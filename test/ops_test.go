@@ -179,7 +179,7 @@ func TestOpsInspect(t *testing.T) {
 	}
 
 	// An upload left behind: a leftover, not a problem.
-	node, err := v.Resolve("dead")
+	node, err := v.Resolve(ctx, "dead")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestOpsInspect(t *testing.T) {
 	}
 
 	// Corrupt the object that holds block 0 of "c" (one byte of its data).
-	cnode, err := v.Resolve("c")
+	cnode, err := v.Resolve(ctx, "c")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -222,9 +222,9 @@ func oneOrphan(t *testing.T, st staging.Store) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o := ns.Orphans()
-	if len(o) != 1 {
-		t.Fatalf("namespace holds %d orphans, want 1: %v", len(o), o)
+	o, err := ns.Orphans(context.Background())
+	if err != nil || len(o) != 1 {
+		t.Fatalf("namespace holds %d orphans, want 1: %v (%v)", len(o), o, err)
 	}
 	return o[0].FileID
 }
@@ -249,7 +249,7 @@ func reapOrphans(t *testing.T, st staging.Store) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := ns.Orphans(); len(o) != 0 {
-		t.Fatalf("namespace still holds orphans %v", o)
+	if o, err := ns.Orphans(context.Background()); err != nil || len(o) != 0 {
+		t.Fatalf("namespace still holds orphans %v (%v)", o, err)
 	}
 }

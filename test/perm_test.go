@@ -140,7 +140,7 @@ func TestCheckpointsNameReserved(t *testing.T) {
 			t.Errorf("%s .checkpoints at the root succeeded", what)
 		}
 	}
-	if _, err := m.fsys.Namespace().Lookup(namespace.RootIno, ".checkpoints"); !errors.Is(err, namespace.ErrNotExist) {
+	if _, err := m.fsys.Namespace().Lookup(t.Context(), namespace.RootIno, ".checkpoints"); !errors.Is(err, namespace.ErrNotExist) {
 		t.Fatalf("the namespace has a .checkpoints at the root: %v", err)
 	}
 	// The tree of old checkpoints is still there, and d and f are where they were.

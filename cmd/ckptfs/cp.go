@@ -103,7 +103,7 @@ type cpVolume struct {
 	st   staging.Store
 	root string // "" or ends in "/"
 	spec string // the store as the user named it, redacted
-	ns   *namespace.Namespace
+	ns   namespace.Names
 	desc volume.Descriptor
 }
 
@@ -171,8 +171,8 @@ func (v *cpVolume) params() (engine.Params, error) {
 // resolve looks p up from the root ("/" or "" is the root; volume.Resolve).
 // A missing name or one under a file is said as of p alone ("p: no such
 // file or directory", "p: not a directory"), as cp's messages go.
-func (v *cpVolume) resolve(p string) (namespace.Node, error) {
-	n, err := volume.Resolve(v.ns, p)
+func (v *cpVolume) resolve(ctx context.Context, p string) (namespace.Node, error) {
+	n, err := volume.Resolve(ctx, v.ns, p)
 	switch {
 	case err == nil:
 		return n, nil
@@ -219,7 +219,7 @@ func cpRun(ctx context.Context, req cpRequest, stdout io.Writer) (err error) {
 	if src.local != nil {
 		defer src.local.Close()
 	}
-	parent, name, err := req.destination(src)
+	parent, name, err := req.destination(ctx, src)
 	if err != nil {
 		return err
 	}
@@ -296,7 +296,7 @@ func (req cpRequest) source(ctx context.Context) (cpSource, error) {
 	if req.from != nil {
 		v = req.from
 	}
-	n, err := v.resolve(req.src)
+	n, err := v.resolve(ctx, req.src)
 	if err != nil {
 		return cpSource{}, err
 	}
@@ -326,14 +326,14 @@ func (req cpRequest) source(ctx context.Context) (cpSource, error) {
 
 // destination is the directory and name the copy takes: DST, or
 // DST/basename(SRC) when DST is a directory.
-func (req cpRequest) destination(src cpSource) (namespace.Ino, string, error) {
+func (req cpRequest) destination(ctx context.Context, src cpSource) (namespace.Ino, string, error) {
 	v := req.dst
 	clean := path.Clean("/" + req.dstPath)
-	n, err := v.resolve(clean)
+	n, err := v.resolve(ctx, clean)
 	switch {
 	case err == nil && n.Kind == namespace.KindDir:
 		parent := n.Ino
-		n, err = v.ns.Lookup(parent, src.name)
+		n, err = v.ns.Lookup(ctx, parent, src.name)
 		if errors.Is(err, namespace.ErrNotExist) {
 			return parent, src.name, nil
 		}
@@ -342,7 +342,7 @@ func (req cpRequest) destination(src cpSource) (namespace.Ino, string, error) {
 		}
 		return parent, src.name, req.replaceable(src, n, path.Join(clean, src.name))
 	case err == nil:
-		dir, err := v.resolve(path.Dir(clean))
+		dir, err := v.resolve(ctx, path.Dir(clean))
 		if err != nil {
 			return 0, "", err
 		}
@@ -354,7 +354,7 @@ func (req cpRequest) destination(src cpSource) (namespace.Ino, string, error) {
 		if strings.HasSuffix(req.dstPath, "/") {
 			return 0, "", fmt.Errorf("%s: no such directory", req.dstPath)
 		}
-		dir, err := v.resolve(path.Dir(clean))
+		dir, err := v.resolve(ctx, path.Dir(clean))
 		if err != nil {
 			return 0, "", err
 		}

@@ -89,7 +89,7 @@ func readVol(t *testing.T, v *cpVolume, p string) []byte {
 // readPath reads the whole file at p of v.
 func readPath(v *cpVolume, p string) ([]byte, error) {
 	ctx := context.Background()
-	n, err := v.resolve(p)
+	n, err := v.resolve(context.Background(), p)
 	if err != nil {
 		return nil, fmt.Errorf("resolve %s: %w", p, err)
 	}
@@ -111,11 +111,11 @@ func readPath(v *cpVolume, p string) ([]byte, error) {
 // tempNames are the names of the copies being built left in directory p.
 func tempNames(t *testing.T, v *cpVolume, p string) []string {
 	t.Helper()
-	d, err := v.resolve(p)
+	d, err := v.resolve(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ents, err := v.ns.ReadDir(d.Ino)
+	ents, err := v.ns.ReadDir(context.Background(), d.Ino)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +199,7 @@ func TestCpSourceChangedAfter(t *testing.T) {
 	}
 	write := func(p string, b []byte, off int64) {
 		t.Helper()
-		n, err := v.resolve(p)
+		n, err := v.resolve(context.Background(), p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -273,7 +273,7 @@ func TestCpReplacesAtomically(t *testing.T) {
 	importFile(t, v, "/dst", oldData)
 	importFile(t, v, "/src", newData)
 	mtime := time.Date(2020, 1, 2, 3, 4, 5, 6, time.UTC)
-	srcNode, err := v.resolve("/src")
+	srcNode, err := v.resolve(context.Background(), "/src")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func TestCpReplacesAtomically(t *testing.T) {
 	if _, err := v.ns.SetAttr(ctx, srcNode.Ino, namespace.SetAttr{Mode: &mode, Uid: &uid, Gid: &gid, Mtime: &mtime}); err != nil {
 		t.Fatal(err)
 	}
-	oldNode, err := v.resolve("/dst")
+	oldNode, err := v.resolve(context.Background(), "/dst")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func TestCpReplacesAtomically(t *testing.T) {
 			return
 		}
 		defer r.Close()
-		n, err := r.resolve("/dst")
+		n, err := r.resolve(context.Background(), "/dst")
 		if err != nil {
 			failures = append(failures, "DST: "+err.Error())
 			return
@@ -321,12 +321,12 @@ func TestCpReplacesAtomically(t *testing.T) {
 		t.Fatalf("readers found DST as %q: want old ... then new", seen)
 	}
 	r := reopen(t, w)
-	n, err := r.resolve("/dst")
+	n, err := r.resolve(context.Background(), "/dst")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !r.ns.Orphaned(oldNode.FileID) {
-		t.Error("the replaced file is not an orphan")
+	if o, err := r.ns.Orphaned(context.Background(), oldNode.FileID); err != nil || !o {
+		t.Errorf("the replaced file is not an orphan (%v)", err)
 	}
 	if n.Mode != mode || n.Uid != uid || n.Gid != gid || n.MtimeNs != mtime.UnixNano() {
 		t.Errorf("DST has mode %o owner %d:%d mtime %v, want the source's %o %d:%d %v",
@@ -415,7 +415,7 @@ func TestCpLocalAndFrom(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		n, err := reopen(t, d).resolve(c.path)
+		n, err := reopen(t, d).resolve(context.Background(), c.path)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -549,7 +549,7 @@ func TestCpS3(t *testing.T) {
 func walWrite(t *testing.T, v *cpVolume, p string, data []byte, off int64) *engine.File {
 	t.Helper()
 	ctx := context.Background()
-	n, err := v.resolve(p)
+	n, err := v.resolve(context.Background(), p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -644,7 +644,7 @@ func TestCpEmptyStoresHead(t *testing.T) {
 	}
 	v = reopen(t, st)
 	for _, p := range []string{"/src", "/dst"} {
-		n, err := v.resolve(p)
+		n, err := v.resolve(context.Background(), p)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -538,8 +538,8 @@ func TestOrphanedFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if o := ns2.Orphans(); len(o) != 0 {
-		t.Fatalf("namespace still holds orphans %v", o)
+	if o, err := ns2.Orphans(ctx); err != nil || len(o) != 0 {
+		t.Fatalf("namespace still holds orphans %v (%v)", o, err)
 	}
 }
 

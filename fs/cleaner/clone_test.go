@@ -270,8 +270,8 @@ func TestOrphanACopyPointsInto(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if or := ns2.Orphans(); len(or) != 0 {
-		t.Fatalf("namespace still holds orphans %v", or)
+	if or, err := ns2.Orphans(ctx); err != nil || len(or) != 0 {
+		t.Fatalf("namespace still holds orphans %v (%v)", or, err)
 	}
 }
 

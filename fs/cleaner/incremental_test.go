@@ -153,7 +153,7 @@ func TestIncrementalPasses(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ns2.Close()
-	if o := ns2.Orphans(); len(o) != 0 {
-		t.Fatalf("namespace still holds %d orphans", len(o))
+	if o, err := ns2.Orphans(ctx); err != nil || len(o) != 0 {
+		t.Fatalf("namespace still holds %d orphans (%v)", len(o), err)
 	}
 }

@@ -22,7 +22,7 @@ type Plan struct {
 	st   staging.Store
 	root string // "" with PlanFile: no orphans, records under the file's volume
 	o    Options
-	ns   *namespace.Namespace
+	ns   namespace.Names
 	view *writerView
 	refs *referrers
 	rng  idRange // the files of this pass (PlanVolume)
@@ -166,9 +166,13 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 	if err != nil {
 		return nil, fmt.Errorf("read the namespace of %q: %w", root, err)
 	}
+	all, err := p.ns.Orphans(ctx)
+	if err != nil {
+		return p, fmt.Errorf("list the orphans of %q: %w", root, err)
+	}
 	orphans := map[string]bool{}
 	p.otherOrphans = map[string]bool{}
-	for _, or := range p.ns.Orphans() {
+	for _, or := range all {
 		if p.rng.holds(or.FileID) {
 			orphans[or.FileID] = true
 		} else {

@@ -270,7 +270,11 @@ func orphansOf(t *testing.T, st staging.Store) []namespace.Orphan {
 		t.Fatal(err)
 	}
 	defer ns.Close()
-	return ns.Orphans()
+	o, err := ns.Orphans(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return o
 }
 
 // A copy keeps its source's objects only while a retained checkpoint of

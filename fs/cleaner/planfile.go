@@ -40,7 +40,11 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 	if errors.Is(err, ErrNoHead) {
 		// What was pending stays so: nothing is decided without a head.
 		fpl.rec = old
-		if p.forgotten(id) {
+		gone, ferr := p.forgotten(ctx, id)
+		if ferr != nil {
+			return fmt.Errorf("clean %s: %w", prefix, ferr)
+		}
+		if gone {
 			err = p.planForgotten(ctx, fpl, objs)
 		} else {
 			for _, obj := range objs {
@@ -98,8 +102,16 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 // forgotten says whether the namespace knows file id no more: neither named
 // nor an orphan (a run reaped it and made the namespace forget it). Without
 // the namespace (PlanFile) nothing is.
-func (p *Plan) forgotten(id string) bool {
-	return p.ns != nil && !p.ns.Named(id) && !p.ns.Orphaned(id)
+func (p *Plan) forgotten(ctx context.Context, id string) (bool, error) {
+	if p.ns == nil {
+		return false, nil
+	}
+	named, err := p.ns.Named(ctx, id)
+	if err != nil || named {
+		return false, err
+	}
+	orphaned, err := p.ns.Orphaned(ctx, id)
+	return !orphaned, err
 }
 
 // planForgotten plans a file the namespace forgot, whose objects were

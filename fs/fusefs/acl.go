@@ -265,8 +265,8 @@ func (a acl) createMasq(mode uint32) (acl, uint32) {
 // nil when there is none. A stored value that does not parse is refused
 // (errBadACL: EIO, logged): it came from the bucket, or from an older mount
 // that let it be set as a user attribute.
-func (fsys *FS) storedACL(ino namespace.Ino, name string) (acl, error) {
-	v, err := fsys.ns.GetXattr(ino, aclStored[name])
+func (fsys *FS) storedACL(ctx context.Context, ino namespace.Ino, name string) (acl, error) {
+	v, err := fsys.ns.GetXattr(ctx, ino, aclStored[name])
 	if errors.Is(err, namespace.ErrNoAttr) {
 		return nil, nil
 	}
@@ -283,14 +283,14 @@ func (fsys *FS) storedACL(ino namespace.Ino, name string) (acl, error) {
 // getACL is the value of ACL name of node nn (as shown): the access ACL
 // with the entries the mode mirrors set from its mode, the default ACL as
 // stored (directories only). ENODATA when there is none.
-func (fsys *FS) getACL(nn namespace.Node, name string) ([]byte, error) {
+func (fsys *FS) getACL(ctx context.Context, nn namespace.Node, name string) ([]byte, error) {
 	if name == xattrACLDefault && nn.Kind != namespace.KindDir {
 		return nil, namespace.ErrNoAttr
 	}
 	if nn.Kind == namespace.KindSymlink {
 		return nil, namespace.ErrNoAttr
 	}
-	a, err := fsys.storedACL(nn.Ino, name)
+	a, err := fsys.storedACL(ctx, nn.Ino, name)
 	if err != nil {
 		return nil, err
 	}
@@ -355,10 +355,10 @@ type inherited struct {
 // caller's umask at umaskShift); kind says what is created. Without a default
 // ACL on dir the umask narrows the mode and nothing is inherited; with one
 // the umask is ignored and the default ACL narrowed by the mode decides.
-func (fsys *FS) inherit(dir namespace.Ino, kind namespace.Kind, mode uint32) (uint32, inherited, error) {
+func (fsys *FS) inherit(ctx context.Context, dir namespace.Ino, kind namespace.Kind, mode uint32) (uint32, inherited, error) {
 	umask := mode >> umaskShift & 0o777
 	mode &= namespace.ModeMask
-	d, err := fsys.storedACL(dir, xattrACLDefault)
+	d, err := fsys.storedACL(ctx, dir, xattrACLDefault)
 	if err != nil || d == nil {
 		return mode &^ umask, inherited{}, err
 	}
@@ -392,8 +392,8 @@ func (fsys *FS) applyInherited(ctx context.Context, ino namespace.Ino, in inheri
 // shown) with permission bits perm: the original's, with its entries
 // narrowed by keep (what the mirror grants: read and search, never write)
 // and the entries the mode mirrors set from perm. Nil when nn has none.
-func (fsys *FS) ckptACL(nn namespace.Node, perm uint32, keep func(uint16) uint16) ([]byte, error) {
-	a, err := fsys.storedACL(nn.Ino, xattrACLAccess)
+func (fsys *FS) ckptACL(ctx context.Context, nn namespace.Node, perm uint32, keep func(uint16) uint16) ([]byte, error) {
+	a, err := fsys.storedACL(ctx, nn.Ino, xattrACLAccess)
 	if err != nil || a == nil {
 		return nil, err
 	}
@@ -421,15 +421,15 @@ func xattrReply(v []byte, dest []byte) (uint32, syscall.Errno) {
 
 // getACLXattr answers getxattr of an ACL name; the names ACLs are stored
 // under read as absent.
-func (n *node) getACLXattr(attr string, dest []byte) (uint32, syscall.Errno) {
+func (n *node) getACLXattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
 	if !isACLName(attr) {
 		return 0, syscall.ENODATA
 	}
-	nn, errno := n.get()
+	nn, errno := n.get(ctx)
 	if errno != 0 {
 		return 0, errno
 	}
-	v, err := n.fsys.getACL(nn, attr)
+	v, err := n.fsys.getACL(ctx, nn, attr)
 	if err != nil {
 		return 0, n.fsys.errnoOf("getxattr "+attr+" "+n.where(""), err)
 	}
@@ -438,7 +438,7 @@ func (n *node) getACLXattr(attr string, dest []byte) (uint32, syscall.Errno) {
 
 // setACLXattr answers setxattr of an ACL name.
 func (n *node) setACLXattr(ctx context.Context, attr string, data []byte, flags uint32) syscall.Errno {
-	nn, errno := n.get()
+	nn, errno := n.get(ctx)
 	if errno != 0 {
 		return errno
 	}
@@ -451,16 +451,16 @@ func (n *node) setACLXattr(ctx context.Context, attr string, data []byte, flags 
 // ckptGetxattr answers getxattr on a node of .checkpoints mirroring node ino
 // with the mode perm(nn) and the narrowing keep: the access ACL only (the
 // kernel checks it), no other attribute.
-func (fsys *FS) ckptGetxattr(ino namespace.Ino, attr string, dest []byte, perm func(namespace.Node) uint32, keep func(uint16) uint16) (uint32, syscall.Errno) {
+func (fsys *FS) ckptGetxattr(ctx context.Context, ino namespace.Ino, attr string, dest []byte, perm func(namespace.Node) uint32, keep func(uint16) uint16) (uint32, syscall.Errno) {
 	if attr != xattrACLAccess {
 		return 0, syscall.ENODATA
 	}
-	nn, err := fsys.ns.GetNode(ino)
+	nn, err := fsys.ns.GetNode(ctx, ino)
 	if err != nil {
 		return 0, fsys.errnoOf("getxattr checkpoints", err)
 	}
 	nn = fsys.shown(nn)
-	v, err := fsys.ckptACL(nn, perm(nn), keep)
+	v, err := fsys.ckptACL(ctx, nn, perm(nn), keep)
 	if err != nil {
 		return 0, fsys.errnoOf("getxattr checkpoints", err)
 	}
@@ -471,15 +471,15 @@ func (fsys *FS) ckptGetxattr(ino namespace.Ino, attr string, dest []byte, perm f
 }
 
 func (d *ckptDir) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	return d.fsys.ckptGetxattr(d.ino, attr, dest, ckptDirMode, keepRX)
+	return d.fsys.ckptGetxattr(ctx, d.ino, attr, dest, ckptDirMode, keepRX)
 }
 
 func (l *ckptList) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	return l.fsys.ckptGetxattr(l.ino, attr, dest, ckptListMode, readToRX)
+	return l.fsys.ckptGetxattr(ctx, l.ino, attr, dest, ckptListMode, readToRX)
 }
 
 func (c *ckptFile) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, syscall.Errno) {
-	return c.fsys.ckptGetxattr(c.ino, attr, dest, ckptFileMode, keepR)
+	return c.fsys.ckptGetxattr(ctx, c.ino, attr, dest, ckptFileMode, keepR)
 }
 
 // The umask of a create. The mount negotiates FUSE_DONT_MASK, so that the

@@ -71,7 +71,7 @@ var (
 )
 
 func (d *ckptDir) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	nn, err := d.fsys.ns.GetNode(d.ino)
+	nn, err := d.fsys.ns.GetNode(ctx, d.ino)
 	if err != nil {
 		return d.fsys.errnoOf("getattr checkpoints", err)
 	}
@@ -86,7 +86,7 @@ func (d *ckptDir) Fsync(ctx context.Context, f fs.FileHandle, flags uint32) sysc
 func (d *ckptDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ctx, done := d.fsys.opCtx(ctx)
 	defer done()
-	nn, err := d.fsys.ns.Lookup(d.ino, name)
+	nn, err := d.fsys.ns.Lookup(ctx, d.ino, name)
 	if err != nil {
 		return nil, d.fsys.errnoOf("lookup", err)
 	}
@@ -111,7 +111,7 @@ func (d *ckptDir) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (
 func (d *ckptDir) Readdir(ctx context.Context) (fs.DirStream, syscall.Errno) {
 	ctx, done := d.fsys.opCtx(ctx)
 	defer done()
-	ents, err := d.fsys.ns.ReadDir(d.ino)
+	ents, err := d.fsys.ns.ReadDir(ctx, d.ino)
 	if err != nil {
 		return nil, d.fsys.errnoOf("readdir", err)
 	}
@@ -142,7 +142,7 @@ var (
 )
 
 func (l *ckptList) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	nn, err := l.fsys.ns.GetNode(l.ino)
+	nn, err := l.fsys.ns.GetNode(ctx, l.ino)
 	if err != nil {
 		return l.fsys.errnoOf("getattr checkpoints", err)
 	}
@@ -175,7 +175,7 @@ func (l *ckptList) Lookup(ctx context.Context, name string, out *fuse.EntryOut) 
 	if err != nil || cno == 0 || strconv.FormatUint(cno, 10) != name {
 		return nil, syscall.ENOENT
 	}
-	nn, err := l.fsys.ns.GetNode(l.ino)
+	nn, err := l.fsys.ns.GetNode(ctx, l.ino)
 	if err != nil {
 		return nil, l.fsys.errnoOf("lookup checkpoint", err)
 	}
@@ -225,7 +225,7 @@ func (c *ckptFile) fill(nn namespace.Node, out *fuse.Attr) {
 func (c *ckptFile) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
 	ctx, done := c.fsys.opCtx(ctx)
 	defer done()
-	nn, err := c.fsys.ns.GetNode(c.ino)
+	nn, err := c.fsys.ns.GetNode(ctx, c.ino)
 	if err != nil {
 		return c.fsys.errnoOf("getattr checkpoint", err)
 	}
@@ -300,12 +300,17 @@ func (fsys *FS) readErrno(ctx context.Context, op, id string, cno uint64, err er
 // while it runs), and of no other whole. The view of the names may lag
 // the removal, which is in the log before a cleaner deletes anything: when
 // it still names the file, the log is read once more (only on this error
-// path).
+// path). A read of the names that fails tells nothing: not reaped, and the
+// read's error stands.
 func (fsys *FS) reapedFile(ctx context.Context, id string) bool {
-	if !fsys.ns.Named(id) {
-		return true
+	if named, err := fsys.ns.Named(ctx, id); err != nil || !named {
+		return err == nil
 	}
-	return fsys.refreshNow(ctx) && !fsys.ns.Named(id)
+	if !fsys.refreshNow(ctx) {
+		return false
+	}
+	named, err := fsys.ns.Named(ctx, id)
+	return err == nil && !named
 }
 
 // ckptGone says whether checkpoint cno of file id is gone: its part 0 is,

@@ -1,9 +1,23 @@
 // Package fusefs is the filesystem users run: it bridges the kernel's FUSE
 // requests (through go-fuse's fs package) to the namespace (package
-// fs/namespace) and to one per-file engine (package fs/engine) per open file.
+// fs/namespace, held as a namespace.Names) and to one per-file engine
+// (package fs/engine) per open file.
 // It owns the mapping of typed errors to errno values, the table of open
 // files, the background loops of a mount (namespace refresh, periodic flush)
 // and the read-only view of old checkpoints.
+//
+// # The namespace
+//
+// The mount, .checkpoints included, holds the namespace as a
+// namespace.Names, not as the v1 *namespace.Namespace: its reads take the
+// call's context and may fail as the store does (v1 answers them from
+// memory; v2, docs/namespace-v2.md, will read names from the store), and a
+// failed read is mapped as any store error (Errors, below).
+// What only v1 offers is asked for by type assertion, and the mount goes on
+// without it: its log's seq (namespace.Sequenced; the refresh then backs off
+// on use alone), its count of nodes (namespace.Counted; statfs then shows no
+// file in use), and changes of attributes that land later
+// (namespace.AttrsLater; each change of times is then made with SetAttr).
 //
 // # Objects of a volume
 //
@@ -259,10 +273,18 @@
 // are turned into errno values here and only here (errnoOf). A corrupt or
 // foreign object is EIO, with the reason logged; a canceled request is EINTR
 // (without -o intr only a dying caller's request is canceled: interrupt.go).
+// A read of the namespace that fails goes through errnoOf too; where a read
+// only refines an answer already chosen (ESTALE for a replaced directory,
+// staledir.go; for a reaped file, reapedFile), a failed read proves nothing
+// and the answer stays errnoOf's.
 //
 // # Locking
 //
 // FS.mu guards the open-file table, the list of files unlinked here and the
-// head cache; it is never held across a call to the store or to the engine.
-// engine.File and namespace.Namespace lock themselves.
+// head cache; it is never held across a call to the store or to the engine,
+// nor across a read of the namespace, which may wait for the store
+// (pruneOrphans asks without it). engine.File and the namespace lock
+// themselves; SetAttrLater, which never waits, is called under FS.mu, so
+// that the check that its file is open and not closing and the record of
+// the change on the file are one step for the file's close.
 package fusefs

@@ -64,7 +64,7 @@ type FS struct {
 	cfg    config.Config
 	params engine.Params
 	log    *zap.Logger
-	ns     *namespace.Namespace
+	ns     namespace.Names
 	vol    volume.Descriptor
 	budget *engine.Budget
 	fsName string
@@ -216,7 +216,7 @@ func Params(c config.Config) engine.Params {
 }
 
 // Namespace is the volume's namespace.
-func (fsys *FS) Namespace() *namespace.Namespace { return fsys.ns }
+func (fsys *FS) Namespace() namespace.Names { return fsys.ns }
 
 // Volume is the volume descriptor.
 func (fsys *FS) Volume() volume.Descriptor { return fsys.vol }

@@ -243,7 +243,7 @@ func (fsys *FS) prefetch(ents []namespace.Dirent) {
 			if e.Kind != namespace.KindFile {
 				continue
 			}
-			n, err := fsys.ns.GetNode(e.Ino)
+			n, err := fsys.ns.GetNode(fsys.ctx, e.Ino)
 			if err != nil || n.FileID == "" || !fsys.wantHead(n.FileID) {
 				continue
 			}
@@ -306,7 +306,11 @@ var errReaped = fmt.Errorf("file removed on another mount and deleted: %w", name
 // errReaped (ENOENT); one still named has no head because it was made
 // before heads were stored at create, and is empty.
 func (fsys *FS) missingHead(ctx context.Context, id string, start time.Time) error {
-	if fsys.unlinked(id) {
+	unlinked, err := fsys.unlinked(ctx, id)
+	if err != nil {
+		return fmt.Errorf("file %s has no head; is it unlinked: %w", id, err)
+	}
+	if unlinked {
 		return errReaped
 	}
 	for range 2 { // a read in flight may have started before start
@@ -332,7 +336,11 @@ func (fsys *FS) missingHead(ctx context.Context, id string, start time.Time) err
 			return ctx.Err()
 		}
 	}
-	if !fsys.ns.Named(id) {
+	named, err := fsys.ns.Named(ctx, id)
+	if err != nil {
+		return fmt.Errorf("file %s has no head; is it named: %w", id, err)
+	}
+	if !named {
 		fsys.mu.Lock()
 		fsys.heads.remove(id)
 		fsys.mu.Unlock()

@@ -58,7 +58,7 @@ func BenchmarkColdListing(b *testing.B) {
 			if e.Name == "." || e.Name == ".." {
 				continue
 			}
-			nn, err := fsys.ns.Lookup(namespace.RootIno, e.Name)
+			nn, err := fsys.ns.Lookup(ctx, namespace.RootIno, e.Name)
 			if err != nil {
 				b.Fatal(err)
 			}

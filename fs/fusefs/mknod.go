@@ -56,7 +56,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode, dev uint32, out *fu
 		return nil, syscall.EINVAL
 	}
 	// The umask, or the directory's default ACL (acl.go).
-	mode, acls, err := n.fsys.inherit(n.ino, kind, mode)
+	mode, acls, err := n.fsys.inherit(ctx, n.ino, kind, mode)
 	if err != nil {
 		return nil, n.dirErrno(ctx, "mknod "+n.where(name), err, n)
 	}

@@ -299,7 +299,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 	defer done()
 	n.fsys.touch()
 	if n.reserved(name) {
-		root, errno := n.get()
+		root, errno := n.get(ctx)
 		if errno != 0 {
 			return nil, errno
 		}
@@ -319,15 +319,15 @@ func (n *node) Lookup(ctx context.Context, name string, out *fuse.EntryOut) (*fs
 // lookup finds name in directory dir; a miss reads what other mounts
 // changed first when the mount has not for ns_refresh (freshen).
 func (fsys *FS) lookup(ctx context.Context, dir namespace.Ino, name string) (namespace.Node, error) {
-	nn, err := fsys.ns.Lookup(dir, name)
+	nn, err := fsys.ns.Lookup(ctx, dir, name)
 	if errors.Is(err, namespace.ErrNotExist) && fsys.freshen(ctx) {
-		nn, err = fsys.ns.Lookup(dir, name)
+		nn, err = fsys.ns.Lookup(ctx, dir, name)
 	}
 	return nn, err
 }
 
-func (n *node) get() (namespace.Node, syscall.Errno) {
-	nn, err := n.fsys.ns.GetNode(n.ino)
+func (n *node) get(ctx context.Context) (namespace.Node, syscall.Errno) {
+	nn, err := n.fsys.ns.GetNode(ctx, n.ino)
 	if err != nil {
 		return namespace.Node{}, n.fsys.errnoOf("getattr "+n.where(""), err)
 	}
@@ -338,7 +338,7 @@ func (n *node) Getattr(ctx context.Context, f fs.FileHandle, out *fuse.AttrOut) 
 	ctx, done := n.fsys.opCtx(ctx)
 	defer done()
 	n.fsys.touch()
-	nn, errno := n.get()
+	nn, errno := n.get(ctx)
 	if _, held := f.(*handle); held && errno == syscall.ENOENT {
 		// A descriptor held on a file the namespace no longer knows:
 		// another mount removed its last name and a cleaner deleted its
@@ -377,7 +377,7 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 	ctx, done := n.fsys.opCtx(ctx)
 	defer done()
 	n.fsys.touch()
-	nn, errno := n.get()
+	nn, errno := n.get(ctx)
 	if errno != 0 {
 		return errno
 	}
@@ -450,9 +450,11 @@ func (n *node) Setattr(ctx context.Context, f fs.FileHandle, in *fuse.SetAttrIn,
 // the file it writes (tar -x: futimens, fchown, fchmod, then close) thus
 // waits one round trip at the close instead of one per change. It returns
 // nil, nil when the file is not open here: then the change is made the
-// ordinary way.
+// ordinary way, as it is when the namespace cannot land a change later
+// (namespace.AttrsLater).
 func (fsys *FS) setAttrLater(nn namespace.Node, a namespace.SetAttr) (*namespace.Node, error) {
-	if nn.Kind != namespace.KindFile {
+	later, ok := fsys.ns.(namespace.AttrsLater)
+	if !ok || nn.Kind != namespace.KindFile {
 		return nil, nil
 	}
 	fsys.mu.Lock()
@@ -461,7 +463,7 @@ func (fsys *FS) setAttrLater(nn namespace.Node, a namespace.SetAttr) (*namespace
 	if of == nil || of.refs == 0 || of.closing != nil {
 		return nil, nil
 	}
-	out, w, err := fsys.ns.SetAttrLater(nn.Ino, a)
+	out, w, err := later.SetAttrLater(nn.Ino, a)
 	if err != nil {
 		return nil, err
 	}
@@ -476,8 +478,8 @@ func (fsys *FS) kickAttrs(of *openFile) {
 	fsys.mu.Lock()
 	pending := len(of.attrs) > 0
 	fsys.mu.Unlock()
-	if pending {
-		fsys.ns.Kick()
+	if later, ok := fsys.ns.(namespace.AttrsLater); ok && pending {
+		later.Kick()
 	}
 }
 
@@ -559,7 +561,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// if one is owed, is this open: taken whatever it answers.
 	tid := callerTid(ctx)
 	retry := n.fsys.staleRetries.take(tid)
-	nn, errno := n.get()
+	nn, errno := n.get(ctx)
 	if errno != 0 {
 		return nil, 0, errno
 	}
@@ -624,7 +626,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	// A retry owed to the caller (its open's walk led here the second
 	// time: the name went meanwhile) is this create.
 	n.fsys.staleRetries.take(callerTid(ctx))
-	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindFile, mode)
+	mode, acls, err := n.fsys.inherit(ctx, n.ino, namespace.KindFile, mode)
 	if err != nil {
 		return nil, nil, 0, n.dirErrno(ctx, "create "+n.where(name), err, n)
 	}
@@ -644,7 +646,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		// skips one answer of a stale size, the lesser harm.) Another
 		// caller with the same id may take that retry first: the file's
 		// quiet while starts too, as after an open's ESTALE (hush).
-		if ex, lerr := n.fsys.ns.Lookup(n.ino, name); lerr == nil {
+		if ex, lerr := n.fsys.ns.Lookup(ctx, n.ino, name); lerr == nil {
 			n.fsys.staleRetries.hush(ex.Ino, n.fsys.staleRetries.clock().UnixNano())
 		}
 		return nil, nil, 0, n.stale(ctx)
@@ -693,7 +695,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *fuse.En
 	if n.reserved(name) {
 		return nil, syscall.EPERM
 	}
-	mode, acls, err := n.fsys.inherit(n.ino, namespace.KindDir, mode)
+	mode, acls, err := n.fsys.inherit(ctx, n.ino, namespace.KindDir, mode)
 	if err != nil {
 		return nil, n.dirErrno(ctx, "mkdir "+n.where(name), err, n)
 	}
@@ -734,7 +736,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *fuse.Entry
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 	ctx, done := n.fsys.opCtx(ctx)
 	defer done()
-	nn, errno := n.get()
+	nn, errno := n.get(ctx)
 	if errno != 0 {
 		return nil, errno
 	}
@@ -841,7 +843,12 @@ func (n *node) Statfs(ctx context.Context, out *fuse.StatfsOut) syscall.Errno {
 	out.Bfree = blocks - used
 	out.Bavail = blocks - used
 	const files = 1 << 40
-	nodes := min(uint64(n.fsys.ns.Nodes()), files)
+	// The files in use, from a namespace that counts them without asking
+	// the store (namespace.Counted); none shown from one that cannot.
+	nodes := uint64(0)
+	if c, ok := n.fsys.ns.(namespace.Counted); ok {
+		nodes = min(uint64(c.Nodes()), files)
+	}
 	out.Files = files
 	out.Ffree = files - nodes
 	out.NameLen = namespace.MaxNameLen
@@ -852,7 +859,7 @@ func (n *node) virtualXattr(ctx context.Context, name string) ([]byte, bool, sys
 	if name != xattrCno && name != xattrFormat {
 		return nil, false, 0
 	}
-	nn, errno := n.get()
+	nn, errno := n.get(ctx)
 	if errno != 0 {
 		return nil, true, errno
 	}
@@ -873,7 +880,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	ctx, done := n.fsys.opCtx(ctx)
 	defer done()
 	if isACLName(attr) || isStoredACLName(attr) {
-		return n.getACLXattr(attr, dest)
+		return n.getACLXattr(ctx, attr, dest)
 	}
 	v, virtual, errno := n.virtualXattr(ctx, attr)
 	if errno != 0 {
@@ -881,7 +888,7 @@ func (n *node) Getxattr(ctx context.Context, attr string, dest []byte) (uint32, 
 	}
 	if !virtual {
 		var err error
-		if v, err = n.fsys.ns.GetXattr(n.ino, attr); err != nil {
+		if v, err = n.fsys.ns.GetXattr(ctx, n.ino, attr); err != nil {
 			return 0, n.fsys.errnoOf("getxattr "+n.where(""), err)
 		}
 	}
@@ -928,7 +935,7 @@ func (n *node) Removexattr(ctx context.Context, attr string) syscall.Errno {
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
 	ctx, done := n.fsys.opCtx(ctx)
 	defer done()
-	names, err := n.fsys.ns.ListXattr(n.ino)
+	names, err := n.fsys.ns.ListXattr(ctx, n.ino)
 	if err != nil {
 		return 0, n.fsys.errnoOf("listxattr "+n.where(""), err)
 	}
@@ -947,7 +954,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 
 func (n *node) OpendirHandle(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	n.fsys.touch()
-	nn, errno := n.get()
+	nn, errno := n.get(ctx)
 	if errno != 0 {
 		return nil, 0, errno
 	}
@@ -999,7 +1006,7 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	}
 	if len(d.buf) == 0 {
 		d.fsys.touch()
-		ents, err := d.fsys.ns.ReadDirAfter(d.ino, d.pos)
+		ents, err := d.fsys.ns.ReadDirAfter(ctx, d.ino, d.pos)
 		if errors.Is(err, namespace.ErrNotExist) {
 			return nil, 0 // removed while listed: nothing more
 		}

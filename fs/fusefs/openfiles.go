@@ -208,8 +208,11 @@ func (fsys *FS) isOrphan(id string) bool {
 
 // unlinked says whether file id has no name left, here or on any mount
 // whose changes this one has read.
-func (fsys *FS) unlinked(id string) bool {
-	return fsys.isOrphan(id) || fsys.ns.Orphaned(id)
+func (fsys *FS) unlinked(ctx context.Context, id string) (bool, error) {
+	if fsys.isOrphan(id) {
+		return true, nil
+	}
+	return fsys.ns.Orphaned(ctx, id)
 }
 
 // orphaned records that file id lost its last name here.
@@ -224,18 +227,33 @@ func (fsys *FS) orphaned(n namespace.Node) {
 }
 
 // pruneOrphans forgets the unlinked files that no handle holds here and that
-// the namespace no longer holds as orphans: a cleaner deleted them.
-func (fsys *FS) pruneOrphans() {
+// the namespace no longer holds as orphans: a cleaner deleted them. The
+// namespace is asked without fsys.mu held (its reads may wait for the
+// store); one it cannot answer about stays remembered until the next time.
+// A file forgotten by the namespace stays forgotten, so only a handle
+// opened meanwhile keeps it here.
+func (fsys *FS) pruneOrphans(ctx context.Context) {
 	fsys.mu.Lock()
-	none := len(fsys.orphans) == 0
+	var idle []string
+	for id := range fsys.orphans {
+		if fsys.files[id] == nil {
+			idle = append(idle, id)
+		}
+	}
 	fsys.mu.Unlock()
-	if none {
+	var gone []string
+	for _, id := range idle {
+		if o, err := fsys.ns.Orphaned(ctx, id); err == nil && !o {
+			gone = append(gone, id)
+		}
+	}
+	if len(gone) == 0 {
 		return
 	}
 	fsys.mu.Lock()
 	defer fsys.mu.Unlock()
-	for id := range fsys.orphans {
-		if fsys.files[id] == nil && !fsys.ns.Orphaned(id) {
+	for _, id := range gone {
+		if fsys.files[id] == nil {
 			delete(fsys.orphans, id)
 		}
 	}

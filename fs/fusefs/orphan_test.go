@@ -30,8 +30,8 @@ func TestOrphanLeftToCleaner(t *testing.T) {
 		t.Fatal(err)
 	}
 	fsys.orphaned(gone)
-	fsys.pruneOrphans()
-	if !fsys.isOrphan(n.FileID) || !fsys.unlinked(n.FileID) {
+	fsys.pruneOrphans(ctx)
+	if u, err := fsys.unlinked(ctx, n.FileID); !fsys.isOrphan(n.FileID) || err != nil || !u {
 		t.Fatal("an orphan the namespace still holds was forgotten")
 	}
 	if err := fsys.Close(); err != nil {
@@ -43,8 +43,8 @@ func TestOrphanLeftToCleaner(t *testing.T) {
 	if err := fsys.ns.Forget(ctx, n.FileID); err != nil {
 		t.Fatal(err)
 	}
-	fsys.pruneOrphans()
-	if fsys.isOrphan(n.FileID) || fsys.unlinked(n.FileID) {
+	fsys.pruneOrphans(ctx)
+	if u, err := fsys.unlinked(ctx, n.FileID); fsys.isOrphan(n.FileID) || err != nil || u {
 		t.Fatal("an orphan the namespace forgot is still remembered")
 	}
 }

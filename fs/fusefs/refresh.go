@@ -5,6 +5,8 @@ import (
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/ckptfs/ckptfs/fs/namespace"
 )
 
 // loop runs the periodic work of the mount: namespace refresh, the periodic
@@ -25,7 +27,7 @@ func (fsys *FS) loop() {
 	refresh := time.NewTimer(every)
 	defer refresh.Stop()
 	last := time.Now() // when the last refresh ended
-	seq, used := fsys.ns.Seq(), fsys.used.Load()
+	seq, used := fsys.nsSeq(), fsys.used.Load()
 	var flushC <-chan time.Time
 	if fsys.cfg.FlushInterval > 0 {
 		t := time.NewTicker(fsys.cfg.FlushInterval)
@@ -49,7 +51,7 @@ func (fsys *FS) loop() {
 				refresh.Reset(max(0, time.Until(last.Add(base))))
 			}
 		case <-refresh.C:
-			before := fsys.ns.Seq()
+			before := fsys.nsSeq()
 			began := time.Now()
 			// Bounded: a refresh stuck on a dead store would hold up the
 			// periodic flush and the unmount (Close waits for this loop).
@@ -69,7 +71,7 @@ func (fsys *FS) loop() {
 			}
 			// Something new (found now, or changed here since the last
 			// refresh), or someone used the mount: stay at ns_refresh.
-			after, u := fsys.ns.Seq(), fsys.used.Load()
+			after, u := fsys.nsSeq(), fsys.used.Load()
 			if after != before || before != seq || u != used {
 				every = base
 			} else {
@@ -94,9 +96,20 @@ func (fsys *FS) loop() {
 			fsys.flushAll(fsys.ctx)
 		case <-idle.C:
 			fsys.flushIdle(fsys.ctx)
-			fsys.pruneOrphans()
+			fsys.pruneOrphans(fsys.ctx)
 		}
 	}
+}
+
+// nsSeq is the seq of the namespace's log (namespace.Sequenced), which
+// tells the loop whether a refresh found anything; 0 for a namespace with
+// no one log, whose refreshes the loop then backs off on the mount's use
+// alone.
+func (fsys *FS) nsSeq() uint64 {
+	if s, ok := fsys.ns.(namespace.Sequenced); ok {
+		return s.Seq()
+	}
+	return 0
 }
 
 // touch records that a request of someone using the mount arrived, for the

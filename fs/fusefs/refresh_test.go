@@ -82,7 +82,7 @@ func TestIdleMountSeesChanges(t *testing.T) {
 	start := time.Now()
 	// Looked up in the namespace directly: not a use of the mount.
 	waitFor(t, 5*time.Second, "another mount's create seen", func() bool {
-		_, err := fsys.ns.Lookup(namespace.RootIno, "theirs")
+		_, err := fsys.ns.Lookup(context.Background(), namespace.RootIno, "theirs")
 		return err == nil
 	})
 	t.Logf("another mount's create seen after %v idle (ns_refresh_max 320ms)", time.Since(start))

@@ -37,7 +37,7 @@ func (n *node) dirErrno(ctx context.Context, op string, err error, dirs ...*node
 	}
 	gone := false
 	for _, d := range dirs {
-		r, g := n.fsys.replaced(d)
+		r, g := n.fsys.replaced(ctx, d)
 		if r {
 			return n.stale(ctx)
 		}
@@ -50,7 +50,7 @@ func (n *node) dirErrno(ctx context.Context, op string, err error, dirs ...*node
 	// more, bounded and interruptible, and the names looked at again.
 	if gone && n.fsys.refreshNow(ctx) {
 		for _, d := range dirs {
-			if r, _ := n.fsys.replaced(d); r {
+			if r, _ := n.fsys.replaced(ctx, d); r {
 				return n.stale(ctx)
 			}
 		}
@@ -67,9 +67,12 @@ func (n *node) stale(ctx context.Context) syscall.Errno {
 // replaced says whether node d is gone from the namespace (gone) and the
 // path the kernel reached it by now leads elsewhere (replaced): going up the
 // names the kernel knows it by, the first directory still there holds the
-// name of the next one down, and the node the name leads to is another.
-func (fsys *FS) replaced(d *node) (replaced, gone bool) {
-	if _, err := fsys.ns.GetNode(d.ino); err == nil {
+// name of the next one down, and the node the name leads to is another. A
+// read of the namespace that fails (the store did not answer) proves
+// nothing: d is not taken as gone, nor its path as leading elsewhere, and
+// the call keeps errnoOf's answer.
+func (fsys *FS) replaced(ctx context.Context, d *node) (replaced, gone bool) {
+	if _, err := fsys.ns.GetNode(ctx, d.ino); !errors.Is(err, namespace.ErrNotExist) {
 		return false, false
 	}
 	cur := d
@@ -82,11 +85,15 @@ func (fsys *FS) replaced(d *node) (replaced, gone bool) {
 		if !ok {
 			return false, true
 		}
-		if _, err := fsys.ns.GetNode(p.ino); err != nil {
+		_, err := fsys.ns.GetNode(ctx, p.ino)
+		if errors.Is(err, namespace.ErrNotExist) {
 			cur = p // gone too: look one level up
 			continue
 		}
-		got, err := fsys.ns.Lookup(p.ino, name)
+		if err != nil {
+			return false, true
+		}
+		got, err := fsys.ns.Lookup(ctx, p.ino, name)
 		return err == nil && got.Ino != cur.ino, true
 	}
 	return false, true

@@ -65,8 +65,8 @@ func TestReapedFileIsNotMadeAgain(t *testing.T) {
 	if err := other.Forget(ctx, n.FileID); err != nil {
 		t.Fatal(err)
 	}
-	if !fsys.ns.Named(n.FileID) {
-		t.Fatal("the mount's view already lost the name")
+	if named, err := fsys.ns.Named(ctx, n.FileID); err != nil || !named {
+		t.Fatalf("the mount's view already lost the name (%v)", err)
 	}
 	if _, err := fsys.fileHead(ctx, n.FileID); !errors.Is(err, errReaped) || fsys.errnoOf("stat", err) != syscall.ENOENT {
 		t.Fatalf("fileHead of the deleted file: %v, want ENOENT", err)

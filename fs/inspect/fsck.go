@@ -55,7 +55,7 @@ func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, erro
 	whole := p == "" || p == "/"
 	files := map[string]string{} // file id -> a path
 	if whole {
-		err := v.Walk(func(fp string, n namespace.Node) error {
+		err := v.Walk(ctx, func(fp string, n namespace.Node) error {
 			if n.Kind == namespace.KindFile {
 				files[n.FileID] = fp
 			}
@@ -64,11 +64,15 @@ func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, erro
 		if err != nil {
 			return r, fmt.Errorf("fsck: %w", err)
 		}
-		for _, o := range v.ns.Orphans() {
+		orphans, err := v.ns.Orphans(ctx)
+		if err != nil {
+			return r, fmt.Errorf("fsck: list the orphans: %w", err)
+		}
+		for _, o := range orphans {
 			files[o.FileID] = "(unlinked)"
 		}
 	} else {
-		n, err := v.Resolve(p)
+		n, err := v.Resolve(ctx, p)
 		if errors.Is(err, namespace.ErrNotExist) {
 			// Said as ls says it: which inode lacked the name is the
 			// namespace's business.
@@ -81,7 +85,7 @@ func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, erro
 		case namespace.KindFile:
 			files[n.FileID] = p
 		case namespace.KindDir:
-			err := v.walkFrom(p, n.Ino, func(fp string, n namespace.Node) error {
+			err := v.walkFrom(ctx, p, n.Ino, func(fp string, n namespace.Node) error {
 				if n.Kind == namespace.KindFile {
 					files[n.FileID] = fp
 				}

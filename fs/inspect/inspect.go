@@ -31,7 +31,7 @@ var ErrNotFile = errors.New("not a regular file")
 type Volume struct {
 	st   staging.Store
 	root string // "" or ends in "/"
-	ns   *namespace.Namespace
+	ns   namespace.Names
 }
 
 // Open reads the namespace of the volume at root.
@@ -48,8 +48,8 @@ func Open(ctx context.Context, st staging.Store, root string) (*Volume, error) {
 func (v *Volume) Prefix(fileID string) string { return volume.FilePrefix(v.root, fileID) }
 
 // Resolve looks a path up ("/" or "" is the root directory; volume.Resolve).
-func (v *Volume) Resolve(p string) (namespace.Node, error) {
-	n, err := volume.Resolve(v.ns, p)
+func (v *Volume) Resolve(ctx context.Context, p string) (namespace.Node, error) {
+	n, err := volume.Resolve(ctx, v.ns, p)
 	if err != nil {
 		return n, fmt.Errorf("resolve %s: %w", p, err)
 	}
@@ -69,7 +69,7 @@ type Entry struct {
 
 // List lists a directory, or describes one file or symlink.
 func (v *Volume) List(ctx context.Context, p string) ([]Entry, error) {
-	n, err := v.Resolve(p)
+	n, err := v.Resolve(ctx, p)
 	if err != nil {
 		return nil, err
 	}
@@ -77,13 +77,13 @@ func (v *Volume) List(ctx context.Context, p string) ([]Entry, error) {
 		e, err := v.entry(ctx, path.Base(path.Clean("/"+p)), n)
 		return []Entry{e}, err
 	}
-	ds, err := v.ns.ReadDir(n.Ino)
+	ds, err := v.ns.ReadDir(ctx, n.Ino)
 	if err != nil {
 		return nil, fmt.Errorf("list %s: %w", p, err)
 	}
 	out := make([]Entry, 0, len(ds))
 	for _, d := range ds {
-		c, err := v.ns.GetNode(d.Ino)
+		c, err := v.ns.GetNode(ctx, d.Ino)
 		if err != nil {
 			return out, fmt.Errorf("list %s: %w", p, err)
 		}
@@ -113,8 +113,8 @@ func (v *Volume) entry(ctx context.Context, name string, n namespace.Node) (Entr
 }
 
 // file resolves p to a regular file.
-func (v *Volume) file(p string) (namespace.Node, error) {
-	n, err := v.Resolve(p)
+func (v *Volume) file(ctx context.Context, p string) (namespace.Node, error) {
+	n, err := v.Resolve(ctx, p)
 	if err != nil {
 		return n, err
 	}
@@ -132,7 +132,7 @@ func (v *Volume) opts(id string) engine.Options { return engine.Options{FileID: 
 // checkpoint cno (0: the latest) to w. It reads only the objects that range
 // needs. done, when not nil, is called with the bytes written so far.
 func (v *Volume) Cat(ctx context.Context, w io.Writer, p string, cno uint64, off, n int64, done func(int64)) error {
-	node, err := v.file(p)
+	node, err := v.file(ctx, p)
 	if err != nil {
 		return err
 	}
@@ -236,7 +236,7 @@ type FileInfo struct {
 
 // FileInfo describes the file at p.
 func (v *Volume) FileInfo(ctx context.Context, p string) (FileInfo, error) {
-	node, err := v.file(p)
+	node, err := v.file(ctx, p)
 	if err != nil {
 		return FileInfo{}, err
 	}
@@ -379,7 +379,7 @@ type StoreInfo struct {
 // StoreInfo sums FileInfo over every file of the volume.
 func (v *Volume) StoreInfo(ctx context.Context) (StoreInfo, error) {
 	var si StoreInfo
-	err := v.Walk(func(p string, n namespace.Node) error {
+	err := v.Walk(ctx, func(p string, n namespace.Node) error {
 		switch n.Kind {
 		case namespace.KindDir:
 			si.Dirs++
@@ -409,26 +409,26 @@ func (v *Volume) StoreInfo(ctx context.Context) (StoreInfo, error) {
 
 // Walk calls fn for every node reachable from the root, parents first; a
 // file with several names is visited once per name.
-func (v *Volume) Walk(fn func(p string, n namespace.Node) error) error {
-	root, err := v.ns.GetNode(namespace.RootIno)
+func (v *Volume) Walk(ctx context.Context, fn func(p string, n namespace.Node) error) error {
+	root, err := v.ns.GetNode(ctx, namespace.RootIno)
 	if err != nil {
-		return err
+		return fmt.Errorf("node of /: %w", err)
 	}
 	if err := fn("/", root); err != nil {
 		return err
 	}
-	return v.walkFrom("/", namespace.RootIno, fn)
+	return v.walkFrom(ctx, "/", namespace.RootIno, fn)
 }
 
 // walkFrom calls fn for every node below the directory ino named p (not for
 // the directory itself), parents first.
-func (v *Volume) walkFrom(p string, ino namespace.Ino, fn func(p string, n namespace.Node) error) error {
-	ds, err := v.ns.ReadDir(ino)
+func (v *Volume) walkFrom(ctx context.Context, p string, ino namespace.Ino, fn func(p string, n namespace.Node) error) error {
+	ds, err := v.ns.ReadDir(ctx, ino)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", p, err)
 	}
 	for _, d := range ds {
-		n, err := v.ns.GetNode(d.Ino)
+		n, err := v.ns.GetNode(ctx, d.Ino)
 		if err != nil {
 			return fmt.Errorf("node of %s: %w", path.Join(p, d.Name), err)
 		}
@@ -437,7 +437,7 @@ func (v *Volume) walkFrom(p string, ino namespace.Ino, fn func(p string, n names
 			return err
 		}
 		if n.Kind == namespace.KindDir {
-			if err := v.walkFrom(cp, n.Ino, fn); err != nil {
+			if err := v.walkFrom(ctx, cp, n.Ino, fn); err != nil {
 				return err
 			}
 		}

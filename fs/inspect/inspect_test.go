@@ -377,7 +377,7 @@ func TestResolveErrors(t *testing.T) {
 		{"/nope", namespace.ErrNotExist},
 		{"/d/nope", namespace.ErrNotExist},
 	} {
-		_, err := v.Resolve(c.path)
+		_, err := v.Resolve(context.Background(), c.path)
 		if !errors.Is(err, c.want) || !strings.HasPrefix(err.Error(), "resolve "+c.path+": ") {
 			t.Errorf("Resolve(%s) = %v, want \"resolve %s: ...\" and %v", c.path, err, c.path, c.want)
 		}
@@ -396,7 +396,7 @@ func TestFsckDirectory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := volume.Resolve(ns, "/d")
+	d, err := volume.Resolve(ctx, ns, "/d")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -489,7 +489,7 @@ func TestNodesWithoutData(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := ns.Lookup(namespace.RootIno, "d")
+	d, err := ns.Lookup(ctx, namespace.RootIno, "d")
 	if err != nil {
 		t.Fatal(err)
 	}

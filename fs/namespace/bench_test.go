@@ -36,7 +36,7 @@ func TestOneMountManyGoroutines(t *testing.T) {
 						return
 					}
 				}
-				if _, err := ns.GetNode(n.Ino); err != nil {
+				if _, err := ns.GetNode(context.Background(), n.Ino); err != nil {
 					errc <- err
 					return
 				}
@@ -53,7 +53,7 @@ func TestOneMountManyGoroutines(t *testing.T) {
 				return
 			default:
 			}
-			if _, err := ns.ReadDir(RootIno); err != nil {
+			if _, err := ns.ReadDir(context.Background(), RootIno); err != nil {
 				errc <- err
 				return
 			}
@@ -70,7 +70,7 @@ func TestOneMountManyGoroutines(t *testing.T) {
 	for err := range errc {
 		t.Fatal(err)
 	}
-	list, err := ns.ReadDir(RootIno)
+	list, err := ns.ReadDir(context.Background(), RootIno)
 	if err != nil || len(list) != writers*each {
 		t.Fatalf("%d entries, %v; want %d", len(list), err, writers*each)
 	}

@@ -141,7 +141,7 @@ func dirRaceStep(ctx context.Context, ns *Namespace, rng *rand.Rand, names []str
 		justify = func(err error) error {
 			if errors.Is(err, ErrNotExist) {
 				// gone, or an orphan: a name cannot come back
-				if n, gerr := ns.GetNode(f); gerr != nil || n.Nlink == 0 {
+				if n, gerr := ns.GetNode(context.Background(), f); gerr != nil || n.Nlink == 0 {
 					return nil
 				}
 			}
@@ -163,11 +163,11 @@ func dirRaceStep(ctx context.Context, ns *Namespace, rng *rand.Rand, names []str
 		// read the other mount's changes first, and renamed whatever
 		// n1 named then.
 		check = func(error) error {
-			dst, err := ns.Lookup(p2, n2)
+			dst, err := ns.Lookup(context.Background(), p2, n2)
 			if err != nil {
 				return fmt.Errorf("%q in %d: %w", n2, p2, err)
 			}
-			src, err := ns.Lookup(p1, n1)
+			src, err := ns.Lookup(context.Background(), p1, n1)
 			switch {
 			case flags == RenameExchange && err != nil:
 				return fmt.Errorf("exchanged %q in %d: %w", n1, p1, err)
@@ -200,7 +200,7 @@ func dirRaceStep(ctx context.Context, ns *Namespace, rng *rand.Rand, names []str
 func viewOf(ns *Namespace) (dirs, files []Ino) {
 	dirs = []Ino{RootIno}
 	for i := 0; i < len(dirs); i++ {
-		list, err := ns.ReadDir(dirs[i])
+		list, err := ns.ReadDir(context.Background(), dirs[i])
 		if err != nil {
 			continue
 		}
@@ -218,7 +218,7 @@ func viewOf(ns *Namespace) (dirs, files []Ino) {
 
 // isAt: name n in directory p is node ino, of kind k, in ns's own view.
 func isAt(ns *Namespace, p Ino, n string, ino Ino, k Kind) error {
-	got, err := ns.Lookup(p, n)
+	got, err := ns.Lookup(context.Background(), p, n)
 	if err != nil {
 		return fmt.Errorf("%q in %d: %w", n, p, err)
 	}
@@ -230,7 +230,7 @@ func isAt(ns *Namespace, p Ino, n string, ino Ino, k Kind) error {
 
 // isGone: directory p has no name n in ns's own view (or p is gone).
 func isGone(ns *Namespace, p Ino, n string) error {
-	if got, err := ns.Lookup(p, n); err == nil {
+	if got, err := ns.Lookup(context.Background(), p, n); err == nil {
 		return fmt.Errorf("%q in %d is still there (node %d)", n, p, got.Ino)
 	}
 	return nil
@@ -281,14 +281,14 @@ func checkTree(t *testing.T, ns *Namespace) {
 
 // dirOK: p is a directory in ns's own view.
 func dirOK(ns *Namespace, p Ino) bool {
-	n, err := ns.GetNode(p)
+	n, err := ns.GetNode(context.Background(), p)
 	return err == nil && n.Kind == KindDir
 }
 
 // newRefused: a new name n in p (mkdir, create, link) was refused with err;
 // the view must show why.
 func newRefused(ns *Namespace, err error, p Ino, n string) error {
-	_, lerr := ns.Lookup(p, n)
+	_, lerr := ns.Lookup(context.Background(), p, n)
 	switch {
 	case errors.Is(err, ErrExist) && lerr == nil:
 	case errors.Is(err, ErrNotExist) && !dirOK(ns, p):
@@ -300,10 +300,10 @@ func newRefused(ns *Namespace, err error, p Ino, n string) error {
 
 // removeRefused: rmdir (dir) or unlink of n in p was refused with err.
 func removeRefused(ns *Namespace, err error, p Ino, n string, dir bool) error {
-	got, lerr := ns.Lookup(p, n)
+	got, lerr := ns.Lookup(context.Background(), p, n)
 	var entries int
 	if lerr == nil && got.Kind == KindDir {
-		list, _ := ns.ReadDir(got.Ino)
+		list, _ := ns.ReadDir(context.Background(), got.Ino)
 		entries = len(list)
 	}
 	switch {
@@ -319,11 +319,11 @@ func removeRefused(ns *Namespace, err error, p Ino, n string, dir bool) error {
 
 // renameRefused: rename of n1 in p1 to n2 in p2 was refused with err.
 func renameRefused(ns *Namespace, err error, p1 Ino, n1 string, p2 Ino, n2 string, flags RenameFlags) error {
-	src, serr := ns.Lookup(p1, n1)
-	dst, derr := ns.Lookup(p2, n2)
+	src, serr := ns.Lookup(context.Background(), p1, n1)
+	dst, derr := ns.Lookup(context.Background(), p2, n2)
 	var dstEntries int
 	if derr == nil && dst.Kind == KindDir {
-		list, _ := ns.ReadDir(dst.Ino)
+		list, _ := ns.ReadDir(context.Background(), dst.Ino)
 		dstEntries = len(list)
 	}
 	// under: p2 is src or inside it (a directory moved into itself), or,
@@ -336,7 +336,7 @@ func renameRefused(ns *Namespace, err error, p1 Ino, n1 string, p2 Ino, n2 strin
 			if ino == RootIno {
 				return false
 			}
-			n, err := ns.GetNode(ino)
+			n, err := ns.GetNode(context.Background(), ino)
 			if err != nil {
 				return false
 			}

@@ -57,7 +57,7 @@ func TestTwoMountsDirStoreStress(t *testing.T) {
 				bErr = fmt.Errorf("refresh on B: %w", err)
 				return
 			}
-			ents, err := b.ReadDir(RootIno)
+			ents, err := b.ReadDir(context.Background(), RootIno)
 			if err != nil {
 				bErr = fmt.Errorf("readdir on B: %w", err)
 				return

@@ -23,6 +23,18 @@
 // is stored, not trusted: mounts are nodev, so a node read from the bucket
 // never opens a device.
 //
+// # One interface: Names
+//
+// The namespace's users (the mount, .checkpoints, the cleaner, fsck, ls,
+// cp) hold a Names (names.go), which *Namespace implements: the reads take
+// a context and return an error, since v2 (docs/namespace-v2.md, to come)
+// keeps each name in an object of its own and will answer a read of a name
+// not cached from the store. What only this log-based namespace has
+// is asked for by type assertion (Sequenced, Counted, AttrsLater) by the
+// one caller that needs it, which goes on without it; Compact, Compactable
+// and Wait are *Namespace's only. The rest of this page is *Namespace: v1,
+// one ordered log.
+//
 // # Objects
 //
 // The namespace is an ordered log of changes under <root>/ns/log/, one object
@@ -118,8 +130,11 @@
 //   - Mode holds permission bits only; the type is Kind.
 //   - A file's mtime: the head's (the last checkpoint) unless Node.MtimeSetNs
 //     is later, in which case Node.MtimeNs (set by utimens).
-//   - Lookup, GetNode, ReadDir, ReadDirAfter, GetXattr, ListXattr, Orphans
-//     and Orphaned read memory only and never wait for the store.
+//   - Lookup, GetNode, ReadDir, ReadDirAfter, GetXattr, ListXattr, Named,
+//     Orphans and Orphaned read memory only and never wait for the store:
+//     their context is not used and they fail only as the state says
+//     (ErrNotExist, ...). Callers still pass the call's context and handle
+//     an error as the store's (Names), for the implementations that read.
 //   - A change whose caller is interrupted while it is only queued returns
 //     the context's error and changes nothing; once its entry is being sent
 //     it finishes, and the caller waits for the outcome unless it is gone

@@ -50,14 +50,14 @@ func TestSetAttrLaterShownAtOnceLandsInOrder(t *testing.T) {
 		ws = append(ws, w)
 		_ = n
 	}
-	n, err := a.GetNode(f.Ino)
+	n, err := a.GetNode(context.Background(), f.Ino)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if n.Mode != 0o644 || n.Uid != 7 || n.Gid != 8 || n.MtimeNs != mt.UnixNano() {
 		t.Fatalf("before landing, GetNode = mode %o uid %d gid %d mtime %d; want the changes shown", n.Mode, n.Uid, n.Gid, n.MtimeNs)
 	}
-	if l, _ := a.Lookup(RootIno, "f"); l.Mode != 0o644 {
+	if l, _ := a.Lookup(context.Background(), RootIno, "f"); l.Mode != 0o644 {
 		t.Fatalf("before landing, Lookup shows mode %o, want 0644", l.Mode)
 	}
 	for _, w := range ws {
@@ -85,7 +85,7 @@ func TestSetAttrLaterShownAtOnceLandsInOrder(t *testing.T) {
 
 	// Another mount reads the same, from the log.
 	b := openNS(t, mem, Options{})
-	nb, err := b.Lookup(RootIno, "g")
+	nb, err := b.Lookup(context.Background(), RootIno, "g")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +137,7 @@ func TestSetAttrLaterFailureReportedAndUnshown(t *testing.T) {
 	if err := w.Wait(ctx); !errors.Is(err, errLink) {
 		t.Fatalf("Wait = %v, want the store's error", err)
 	}
-	n, _ := a.GetNode(f.Ino)
+	n, _ := a.GetNode(context.Background(), f.Ino)
 	if n.Mode != 0o600 {
 		t.Fatalf("after the change failed, mode %o is shown, want 0600", n.Mode)
 	}

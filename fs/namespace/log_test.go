@@ -197,7 +197,7 @@ func TestGroupCommit(t *testing.T) {
 	}
 	inos := map[Ino]bool{}
 	for i, n := range made {
-		got, err := ns.Lookup(d.Ino, fmt.Sprint(i))
+		got, err := ns.Lookup(context.Background(), d.Ino, fmt.Sprint(i))
 		if err != nil || got != n || n.Kind != KindFile {
 			t.Fatalf("file %d: lookup %+v, %v; create returned %+v", i, got, err, n)
 		}
@@ -413,7 +413,7 @@ func TestQueuedChangeCancelled(t *testing.T) {
 				t.Fatal(err)
 			}
 			ns.Wait()
-			if _, err := ns.Lookup(RootIno, "b"); !errors.Is(err, ErrNotExist) {
+			if _, err := ns.Lookup(context.Background(), RootIno, "b"); !errors.Is(err, ErrNotExist) {
 				t.Fatalf("lookup b: %v, want ErrNotExist", err)
 			}
 			if n := len(logEntries(t, mem)); n != 1 {
@@ -445,11 +445,11 @@ func TestOrphaned(t *testing.T) {
 		if err := s.do(); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if got := ns.Orphaned(n.FileID); got != s.want {
+		if got := orphaned(t, ns, n.FileID); got != s.want {
 			t.Errorf("%s: Orphaned = %v, want %v", s.name, got, s.want)
 		}
 	}
-	if ns.Orphaned(NewFileID()) {
+	if orphaned(t, ns, NewFileID()) {
 		t.Error("an unknown file id is an orphan")
 	}
 }

@@ -23,13 +23,13 @@ func TestTwoMountsSeeEachOther(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.Lookup(RootIno, "d"); !errors.Is(err, ErrNotExist) {
+	if _, err := b.Lookup(context.Background(), RootIno, "d"); !errors.Is(err, ErrNotExist) {
 		t.Fatalf("b sees d before Refresh: %v", err)
 	}
 	if err := b.Refresh(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := b.Lookup(RootIno, "d"); err != nil || got != d {
+	if got, err := b.Lookup(context.Background(), RootIno, "d"); err != nil || got != d {
 		t.Fatalf("b Lookup d = %+v, %v; want %+v", got, err, d)
 	}
 	// A change reads what it missed first: b's create in a's new dir works,
@@ -166,7 +166,7 @@ func TestConcurrentMountsConverge(t *testing.T) {
 	// Every name each mount made and kept is there, and nothing else.
 	var gotNames, wantNames []string
 	for _, d := range dirs {
-		list, err := mounts[0].ReadDir(d)
+		list, err := mounts[0].ReadDir(context.Background(), d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +186,7 @@ func TestConcurrentMountsConverge(t *testing.T) {
 	if fmt.Sprint(gotNames) != fmt.Sprint(wantNames) {
 		t.Fatalf("files:\n got %v\nwant %v", gotNames, wantNames)
 	}
-	list, _ := mounts[0].ReadDir(dirs[0])
+	list, _ := mounts[0].ReadDir(context.Background(), dirs[0])
 	shared := 0
 	for _, de := range list {
 		if de.Kind == KindDir {
@@ -205,7 +205,7 @@ func TestConcurrentMountsConverge(t *testing.T) {
 			}
 		}
 	}
-	if got := len(mounts[0].Orphans()); got != creates-len(wantNames) {
+	if got := len(orphans(t, mounts[0])); got != creates-len(wantNames) {
 		t.Fatalf("%d orphans, want %d (creates %d, files left %d)", got, creates-len(wantNames), creates, len(wantNames))
 	}
 }
@@ -289,7 +289,7 @@ func TestAppendAppliedOnce(t *testing.T) {
 			if creates != 1 || len(entries) != 2 {
 				t.Fatalf("%d entries, %d creates; want 2 and 1", len(entries), creates)
 			}
-			if _, err := ns.Lookup(RootIno, "x"); err != nil {
+			if _, err := ns.Lookup(context.Background(), RootIno, "x"); err != nil {
 				t.Fatal(err)
 			}
 			if err := other.Refresh(ctx); err != nil {
@@ -405,8 +405,8 @@ func TestCompaction(t *testing.T) {
 	if fresh.Seq() != seq {
 		t.Fatalf("fresh mount at seq %d, want %d", fresh.Seq(), seq)
 	}
-	if len(fresh.Orphans()) != 6 {
-		t.Fatalf("%d orphans from the snapshot, want 6", len(fresh.Orphans()))
+	if len(orphans(t, fresh)) != 6 {
+		t.Fatalf("%d orphans from the snapshot, want 6", len(orphans(t, fresh)))
 	}
 	clock.Advance(pastTrimGrace)
 	if err := lagging.Refresh(ctx); err != nil {

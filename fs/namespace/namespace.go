@@ -187,8 +187,12 @@ func (ns *Namespace) Seq() uint64 {
 	return ns.st.seq
 }
 
+// The reads of Names below answer from memory and never wait for the
+// store: their context is not used, and they fail only as the state says
+// (ErrNotExist, ...), never for the store.
+
 // Lookup returns the node named name in directory dir.
-func (ns *Namespace) Lookup(dir Ino, name string) (Node, error) {
+func (ns *Namespace) Lookup(_ context.Context, dir Ino, name string) (Node, error) {
 	ns.mu.RLock()
 	defer ns.mu.RUnlock()
 	_, n, err := ns.st.lookup(dir, name)
@@ -199,7 +203,7 @@ func (ns *Namespace) Lookup(dir Ino, name string) (Node, error) {
 }
 
 // GetNode returns node ino (also an orphan's).
-func (ns *Namespace) GetNode(ino Ino) (Node, error) {
+func (ns *Namespace) GetNode(_ context.Context, ino Ino) (Node, error) {
 	ns.mu.RLock()
 	defer ns.mu.RUnlock()
 	n, err := ns.st.get(ino)
@@ -210,7 +214,7 @@ func (ns *Namespace) GetNode(ino Ino) (Node, error) {
 }
 
 // ReadDir lists directory dir sorted by name.
-func (ns *Namespace) ReadDir(dir Ino) ([]Dirent, error) {
+func (ns *Namespace) ReadDir(_ context.Context, dir Ino) ([]Dirent, error) {
 	out, err := ns.list(dir, 0)
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out, err
@@ -220,7 +224,7 @@ func (ns *Namespace) ReadDir(dir Ino) ([]Dirent, error) {
 // cookie, in cookie order: a listing resumed at the cookie of the last entry
 // returned (a readdir offset) neither repeats nor skips entries that stayed,
 // whatever was removed meanwhile. Cookie 0 lists everything.
-func (ns *Namespace) ReadDirAfter(dir Ino, cookie uint64) ([]Dirent, error) {
+func (ns *Namespace) ReadDirAfter(_ context.Context, dir Ino, cookie uint64) ([]Dirent, error) {
 	out, err := ns.list(dir, cookie)
 	sort.Slice(out, func(i, j int) bool { return out[i].Cookie < out[j].Cookie })
 	return out, err
@@ -243,7 +247,7 @@ func (ns *Namespace) list(dir Ino, after uint64) ([]Dirent, error) {
 }
 
 // GetXattr returns the value of extended attribute name of node ino.
-func (ns *Namespace) GetXattr(ino Ino, name string) ([]byte, error) {
+func (ns *Namespace) GetXattr(_ context.Context, ino Ino, name string) ([]byte, error) {
 	if err := checkXattrName(name); err != nil {
 		return nil, err
 	}
@@ -261,7 +265,7 @@ func (ns *Namespace) GetXattr(ino Ino, name string) ([]byte, error) {
 }
 
 // ListXattr returns the names of node ino's extended attributes, sorted.
-func (ns *Namespace) ListXattr(ino Ino) ([]string, error) {
+func (ns *Namespace) ListXattr(_ context.Context, ino Ino) ([]string, error) {
 	ns.mu.RLock()
 	defer ns.mu.RUnlock()
 	n, err := ns.st.get(ino)
@@ -277,10 +281,10 @@ func (ns *Namespace) ListXattr(ino Ino) ([]string, error) {
 }
 
 // Orphans lists the files with no name left, by ino.
-func (ns *Namespace) Orphans() []Orphan {
+func (ns *Namespace) Orphans(context.Context) ([]Orphan, error) {
 	ns.mu.RLock()
 	defer ns.mu.RUnlock()
-	return ns.st.orphans()
+	return ns.st.orphans(), nil
 }
 
 // Nodes counts the namespace's nodes (files, directories and the rest,
@@ -293,17 +297,17 @@ func (ns *Namespace) Nodes() int {
 
 // Orphaned reports whether fileID is an orphan: a file with no name left.
 // It costs O(1), whatever the namespace.
-func (ns *Namespace) Orphaned(fileID string) bool {
+func (ns *Namespace) Orphaned(_ context.Context, fileID string) (bool, error) {
 	ns.mu.RLock()
 	defer ns.mu.RUnlock()
-	return ns.st.orphaned(fileID)
+	return ns.st.orphaned(fileID), nil
 }
 
 // Named reports whether fileID is a file with a name left: neither an
 // orphan, nor forgotten (a cleaner deleted it), nor unknown. It costs O(1).
-func (ns *Namespace) Named(fileID string) bool {
+func (ns *Namespace) Named(_ context.Context, fileID string) (bool, error) {
 	ns.mu.RLock()
 	defer ns.mu.RUnlock()
 	ino, ok := ns.st.byFile[fileID]
-	return ok && ns.st.nodes[ino].nlink > 0
+	return ok && ns.st.nodes[ino].nlink > 0, nil
 }

@@ -69,7 +69,7 @@ func TestChangeInterruptedAfterSendIsFinished(t *testing.T) {
 	if r.err != nil {
 		t.Fatalf("mkdir whose entry landed reported %v", r.err)
 	}
-	if got, err := ns.Lookup(RootIno, "d"); err != nil || got.Ino != r.n.Ino {
+	if got, err := ns.Lookup(context.Background(), RootIno, "d"); err != nil || got.Ino != r.n.Ino {
 		t.Fatalf("lookup d: %v %v, want ino %d", got, err, r.n.Ino)
 	}
 	if n := len(logEntries(t, st.Store)); n != 1 {
@@ -87,7 +87,7 @@ func TestChangeCancelledBeforeSendChangesNothing(t *testing.T) {
 	if _, err := ns.Mkdir(ctx, RootIno, "d", 0o755, Owner{}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("mkdir with a cancelled context: %v, want context.Canceled", err)
 	}
-	if _, err := ns.Lookup(RootIno, "d"); !errors.Is(err, ErrNotExist) {
+	if _, err := ns.Lookup(context.Background(), RootIno, "d"); !errors.Is(err, ErrNotExist) {
 		t.Fatalf("lookup d: %v, want ErrNotExist", err)
 	}
 	if n := len(logEntries(t, mem)); n != 0 {
@@ -163,14 +163,14 @@ func TestRefreshStuckDelaysNoChange(t *testing.T) {
 		close(st.release)
 		t.Fatal("create waits for a refresh stuck on the store")
 	}
-	if _, err := ns.Lookup(RootIno, "f"); err != nil {
+	if _, err := ns.Lookup(context.Background(), RootIno, "f"); err != nil {
 		t.Fatalf("lookup f: %v", err)
 	}
 	close(st.release)
 	if err := <-refreshed; err != nil {
 		t.Fatalf("refresh: %v", err)
 	}
-	if _, err := ns.Lookup(RootIno, "f"); err != nil {
+	if _, err := ns.Lookup(context.Background(), RootIno, "f"); err != nil {
 		t.Fatalf("lookup f after the refresh: %v", err)
 	}
 }
@@ -201,7 +201,7 @@ func TestChangeOfGoneCallerReturnsAndFinishes(t *testing.T) {
 	}
 	close(st.release)
 	ns.Wait()
-	if _, err := ns.Lookup(RootIno, "d"); err != nil {
+	if _, err := ns.Lookup(context.Background(), RootIno, "d"); err != nil {
 		t.Fatalf("lookup d after the change finished: %v", err)
 	}
 }

@@ -122,7 +122,7 @@ func runMountsS3(t *testing.T, opts Options, midway bool, trim func(*testing.T, 
 			t.Fatalf("mount %d differs", i+1)
 		}
 	}
-	list, err := mounts[0].ReadDir(RootIno)
+	list, err := mounts[0].ReadDir(context.Background(), RootIno)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -72,7 +72,7 @@ func TestSpecialNodes(t *testing.T) {
 	}
 	other := openNS(t, store, Options{})
 	for name, want := range map[string]Node{"p": p, "p2": p, "s2": sk} {
-		got, err := other.Lookup(RootIno, name)
+		got, err := other.Lookup(context.Background(), RootIno, name)
 		if err != nil {
 			t.Fatalf("another namespace: %s: %v", name, err)
 		}
@@ -106,7 +106,7 @@ func TestSpecialNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := ns.GetNode(p.Ino); !errors.Is(err, ErrNotExist) {
+	if _, err := ns.GetNode(context.Background(), p.Ino); !errors.Is(err, ErrNotExist) {
 		t.Errorf("fifo after its last name went: %v, want ErrNotExist", err)
 	}
 	if err := ns.Compact(ctx); err != nil {
@@ -195,7 +195,7 @@ func TestDeviceNodes(t *testing.T) {
 	check := func(what string, other *Namespace) {
 		t.Helper()
 		for name, want := range map[string]Node{"null": null, "null2": null, "disk2": disk} {
-			got, err := other.Lookup(RootIno, name)
+			got, err := other.Lookup(context.Background(), RootIno, name)
 			if err != nil {
 				t.Fatalf("%s: %s: %v", what, name, err)
 			}
@@ -245,7 +245,7 @@ func TestDeviceNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := ns.GetNode(null.Ino); !errors.Is(err, ErrNotExist) {
+	if _, err := ns.GetNode(context.Background(), null.Ino); !errors.Is(err, ErrNotExist) {
 		t.Errorf("device after its last name went: %v, want ErrNotExist", err)
 	}
 	ns.mu.RLock()

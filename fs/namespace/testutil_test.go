@@ -34,6 +34,26 @@ func openNS(t testing.TB, s staging.Store, opts Options) *Namespace {
 	return ns
 }
 
+// orphans is ns.Orphans, which fails only for the store (never, in v1).
+func orphans(t testing.TB, ns *Namespace) []Orphan {
+	t.Helper()
+	o, err := ns.Orphans(context.Background())
+	if err != nil {
+		t.Fatalf("Orphans: %v", err)
+	}
+	return o
+}
+
+// orphaned is ns.Orphaned, which fails only for the store (never, in v1).
+func orphaned(t testing.TB, ns *Namespace, fileID string) bool {
+	t.Helper()
+	o, err := ns.Orphaned(context.Background(), fileID)
+	if err != nil {
+		t.Fatalf("Orphaned %s: %v", fileID, err)
+	}
+	return o
+}
+
 // dump is the canonical form of a namespace's state.
 func dump(t testing.TB, ns *Namespace) string {
 	t.Helper()

@@ -49,7 +49,7 @@ func TestXattrsBounded(t *testing.T) {
 		t.Errorf("add after a removal: %v", err)
 	}
 	other := openNS(t, st, Options{})
-	names, err := other.ListXattr(f.Ino)
+	names, err := other.ListXattr(context.Background(), f.Ino)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package volume
 
 import (
+	"context"
 	"fmt"
 	"path"
 	"strings"
@@ -12,9 +13,10 @@ import (
 // ("/" and "" name the root, ".." stops at it). A name under a node that is
 // not a directory fails with namespace.ErrNotDir, a name that is not there
 // with namespace.ErrNotExist. The error names the node or the name that
-// failed, not p: the caller says what it was resolving.
-func Resolve(ns *namespace.Namespace, p string) (namespace.Node, error) {
-	n, err := ns.GetNode(namespace.RootIno)
+// failed, not p: the caller says what it was resolving. Each name is a
+// read of ns, which may wait for the store within ctx.
+func Resolve(ctx context.Context, ns namespace.Names, p string) (namespace.Node, error) {
+	n, err := ns.GetNode(ctx, namespace.RootIno)
 	if err != nil {
 		return n, err
 	}
@@ -27,7 +29,7 @@ func Resolve(ns *namespace.Namespace, p string) (namespace.Node, error) {
 			// says it.
 			return n, fmt.Errorf("node %d: %w", n.Ino, namespace.ErrNotDir)
 		}
-		if n, err = ns.Lookup(n.Ino, name); err != nil {
+		if n, err = ns.Lookup(ctx, n.Ino, name); err != nil {
 			return n, err
 		}
 	}

@@ -53,7 +53,7 @@ func TestResolve(t *testing.T) {
 		{"/d/f/x/y", 0, namespace.ErrNotDir},
 	}
 	for _, c := range cases {
-		n, err := volume.Resolve(ns, c.path)
+		n, err := volume.Resolve(ctx, ns, c.path)
 		if c.err != nil {
 			if !errors.Is(err, c.err) {
 				t.Errorf("Resolve(%q) = %v, want %v", c.path, err, c.err)
@@ -63,5 +63,37 @@ func TestResolve(t *testing.T) {
 		if err != nil || n.Ino != c.want {
 			t.Errorf("Resolve(%q) = node %d, %v; want node %d", c.path, n.Ino, err, c.want)
 		}
+	}
+}
+
+// failingLookups is a namespace whose lookups fail as a store that does
+// not answer would (a namespace that reads names from the store).
+type failingLookups struct {
+	namespace.Names
+	err error
+}
+
+func (f failingLookups) Lookup(context.Context, namespace.Ino, string) (namespace.Node, error) {
+	return namespace.Node{}, f.err
+}
+
+// TestResolveReadError: a read of the namespace that fails (the store) fails
+// the resolution with that error, not with a made-up ErrNotExist.
+func TestResolveReadError(t *testing.T) {
+	ctx := context.Background()
+	ns, err := namespace.Open(ctx, mem.New(), "vol/", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ns.Close()
+	if _, err := ns.Mkdir(ctx, namespace.RootIno, "d", 0o755, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = volume.Resolve(ctx, failingLookups{ns, context.DeadlineExceeded}, "/d")
+	if !errors.Is(err, context.DeadlineExceeded) || errors.Is(err, namespace.ErrNotExist) {
+		t.Fatalf("Resolve with a failing lookup = %v, want context.DeadlineExceeded", err)
+	}
+	if n, err := volume.Resolve(ctx, failingLookups{ns, context.DeadlineExceeded}, "/"); err != nil || n.Ino != namespace.RootIno {
+		t.Fatalf("Resolve(/) = node %d, %v: the root needs no lookup", n.Ino, err)
 	}
 }
