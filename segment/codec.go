@@ -18,8 +18,9 @@ const (
 	// HeadVersion is the newest head-object layout this build writes and reads:
 	// 3 is 2 whose inode names a lineage (a copy by reference), written only
 	// then, so that a build that reads no lineage says the head is newer
-	// than it instead of corrupt.
-	HeadVersion = 3
+	// than it instead of corrupt; 4 is 2 or 3 with a nonce (Head.Nonce),
+	// written only then.
+	HeadVersion = 4
 
 	HeaderSize       = 256 // bytes of a segment header
 	InodeSize        = 80  // bytes of an encoded Inode
@@ -254,10 +255,12 @@ func DecodeSummary(b []byte) ([]SummaryEntry, error) {
 //
 //	off size field
 //	  0   8  magic "CKPTHEAD"
-//	  8   2  head version: 1, 2, or 3 (as 2, and the inode names a lineage:
-//	         written exactly when it does)
+//	  8   2  head version: 1, 2, 3 (as 2, and the inode names a lineage:
+//	         written exactly when it does), or 4 (as 2 or 3, with a nonce:
+//	         written exactly when there is one)
 //	 10   1  format (1 parted, 2 stream); equals the inode's
-//	 11   1  reserved, zero
+//	 11   1  v4: flags; bit 0: the data block count is unknown (bytes
+//	         104..111 zero), as in a version 1 head. Otherwise reserved, zero
 //	 12   4  v2: e, the length of the embedded part 0 (0: none; at most
 //	         MaxEmbedBytes). v1: reserved, zero
 //	 16   8  file tag (xxh3 64 of the file's id)
@@ -266,7 +269,7 @@ func DecodeSummary(b []byte) ([]SummaryEntry, error) {
 //	         v1: reserved, zero (the count is unknown)
 //	112   4  v2: CRC-32C of the embedded bytes (zero when e is 0).
 //	         v1: reserved, zero
-//	116   8  reserved, zero
+//	116   8  v4: the nonce, not zero. Otherwise reserved, zero
 //	124   4  CRC-32C of bytes 0..123
 //	128   e  v2: the embedded part 0: exactly the bytes of object <cno>.0, in
 //	         the inode's format, with its own header (checked as a part 0 read
@@ -276,6 +279,10 @@ func DecodeSummary(b []byte) ([]SummaryEntry, error) {
 //	+--------------------+----------------------------------------------+
 //	| head (128)         | embedded part 0 (e bytes, v2, optional)      |
 //	+--------------------+----------------------------------------------+
+
+// headBlocksUnknown is bit 0 of a version 4 head's flags (byte 11): the
+// data block count is unknown, as in a version 1 head.
+const headBlocksUnknown = 1
 
 // MaxEmbedBytes caps the embedded part 0 of a head (the format's limit; a
 // writer chooses its own, smaller or equal): a reader bounds a head object by
@@ -299,6 +306,13 @@ type Head struct {
 	// Part0 is Embed's header, set by DecodeHead when there is an Embed
 	// (EncodeHead ignores it).
 	Part0 Header
+	// Nonce, when not zero, makes these bytes differ from every other head
+	// of the same checkpoint. A head rewritten with only its metadata
+	// changed (the write-ahead log's mark) would otherwise have the same
+	// bytes, and on S3 the same ETag (an MD5 of the bytes): a writer whose
+	// If-Match names the head it read would replace the rewrite unseen.
+	// It means nothing else; a head with one is written as version 4.
+	Nonce uint64
 }
 
 // EncodeHead returns the bytes of h, refusing an invalid inode or embed.
@@ -313,6 +327,8 @@ func EncodeHead(h Head) ([]byte, error) {
 	copy(b, headMagic)
 	v := uint16(2)
 	switch {
+	case h.Nonce != 0:
+		v = 4
 	case h.Inode.Lineage != 0:
 		v = 3
 	case !h.BlocksKnown && len(h.Embed) == 0:
@@ -324,10 +340,18 @@ func EncodeHead(h Head) ([]byte, error) {
 	EncodeInode(b[24:], h.Inode)
 	if v >= 2 {
 		le.PutUint32(b[12:], uint32(len(h.Embed)))
-		le.PutUint64(b[104:], h.Blocks)
+		if h.BlocksKnown || v < 4 {
+			le.PutUint64(b[104:], h.Blocks)
+		}
 		if len(h.Embed) > 0 {
 			le.PutUint32(b[112:], Checksum(h.Embed))
 		}
+	}
+	if v == 4 {
+		if !h.BlocksKnown {
+			b[11] = headBlocksUnknown
+		}
+		le.PutUint64(b[116:], h.Nonce)
 	}
 	le.PutUint32(b[124:], Checksum(b[:124]))
 	copy(b[HeadSize:], h.Embed)
@@ -369,8 +393,15 @@ func DecodeHead(b []byte) (Head, error) {
 			return Head{}, corrupt(ErrInvalid, "has non-zero reserved bytes in its head")
 		}
 	} else {
-		if b[11] != 0 || !allZero(b[116:124]) {
+		switch {
+		case v < 4 && (b[11] != 0 || !allZero(b[116:124])):
 			return Head{}, corrupt(ErrInvalid, "has non-zero reserved bytes in its head")
+		case v == 4 && b[11]&^headBlocksUnknown != 0:
+			return Head{}, corrupt(ErrInvalid, "has unknown head flags %#02x", b[11])
+		case v == 4 && allZero(b[116:124]):
+			return Head{}, corrupt(ErrInvalid, "is a version 4 head without a nonce")
+		case v == 4 && b[11]&headBlocksUnknown != 0 && !allZero(b[104:112]):
+			return Head{}, corrupt(ErrInvalid, "counts %d data blocks but says the count is unknown", le.Uint64(b[104:]))
 		}
 		e := le.Uint32(b[12:])
 		if e > MaxEmbedBytes || int64(len(b)) != HeadSize+int64(e) {
@@ -385,7 +416,7 @@ func DecodeHead(b []byte) (Head, error) {
 	if err != nil {
 		return Head{}, err
 	}
-	if (in.Lineage != 0) != (v == 3) {
+	if v < 4 && (in.Lineage != 0) != (v == 3) {
 		return Head{}, corrupt(ErrInvalid, "is a version %d head whose inode names lineage %d", v, in.Lineage)
 	}
 	if in == (Inode{}) {
@@ -395,9 +426,12 @@ func DecodeHead(b []byte) (Head, error) {
 		return Head{}, corrupt(ErrFormat, "has head format %d but an inode of format %v", b[10], in.Format)
 	}
 	hd := Head{FileTag: le.Uint64(b[16:]), Inode: in}
-	if v >= 2 {
+	if v >= 2 && b[11]&headBlocksUnknown == 0 {
 		hd.BlocksKnown = true
 		hd.Blocks = le.Uint64(b[104:])
+	}
+	if v == 4 {
+		hd.Nonce = le.Uint64(b[116:])
 	}
 	if embedLen > 0 {
 		embed := b[HeadSize:]

@@ -96,17 +96,24 @@
 //
 //	off size field
 //	  0   8  magic "CKPTHEAD"
-//	  8   2  head version: 1, 2, or 3 (as 2, and the inode names a lineage)
+//	  8   2  head version: 1, 2, 3 (as 2, and the inode names a lineage),
+//	         or 4 (as 2 or 3, with a nonce)
 //	 10   1  format (equals the inode's)
-//	 11   1  reserved, zero
+//	 11   1  v4: flags, bit 0: block count unknown; otherwise reserved, zero
 //	 12   4  v2: e, length of the embedded part 0 (0: none); v1: zero
 //	 16   8  file tag
 //	 24  80  inode of the latest checkpoint
 //	104   8  v2: data blocks the checkpoint stores; v1: zero (unknown)
 //	112   4  v2: CRC-32C of the embedded bytes (0 without); v1: zero
-//	116   8  reserved, zero
+//	116   8  v4: a nonce, not zero; otherwise reserved, zero
 //	124   4  CRC-32C of bytes 0..123
 //	128   e  v2: the embedded part 0, exactly the bytes of object <cno>.0
+//
+// The nonce is written only where a head is rewritten with only its
+// metadata changed (the write-ahead log's mark): on S3 an object's ETag is
+// the MD5 of its bytes, so without it the rewrite would keep the ETag, and
+// a writer whose If-Match names the head it read would replace the rewrite
+// and its metadata unseen.
 //
 // An embedded part 0 is verified as a part 0 read from the store is (its
 // header names <cno>.0 of this file in the inode's format, the counts add up

@@ -57,8 +57,16 @@ func FuzzDecodeSummary(f *testing.F) {
 func FuzzDecodeHead(f *testing.F) {
 	// Version 2 heads with an embedded part 0 of either layout.
 	for _, fm := range []Format{FormatStream, FormatParted} {
-		_, enc := embedHead(f, fm)
+		hd, enc := embedHead(f, fm)
 		f.Add(enc)
+		// Version 4: a nonce, with and without a block count.
+		hd.Nonce = 1 << 40
+		if enc, err := EncodeHead(hd); err == nil {
+			f.Add(enc)
+		}
+		if enc, err := EncodeHead(Head{FileTag: hd.FileTag, Inode: testInode(3, fm), Nonce: 5}); err == nil {
+			f.Add(enc)
+		}
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		hd, err := DecodeHead(b)

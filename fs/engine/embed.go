@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"sync"
 
 	"go.uber.org/zap"
@@ -182,5 +183,17 @@ func (f *File) currentHeadLocked() segment.Head {
 	if f.embed != nil && f.embed.name.Cno == f.head.Cno && f.head.Cno != 0 {
 		hd.Embed = f.embed.obj
 	}
+	return hd
+}
+
+// rewrittenHeadLocked is the head of the checkpoint already published,
+// written again with only its metadata changed (the write-ahead log's mark,
+// or records discarded): a nonce of its own makes its bytes, and so its
+// ETag on S3 (the MD5 of the bytes), differ from the head's it replaces. A
+// writer of another mount that read that head then meets a failed If-Match
+// and reads the metadata, instead of replacing it unseen.
+func (f *File) rewrittenHeadLocked() segment.Head {
+	hd := f.currentHeadLocked()
+	hd.Nonce = rand.Uint64() | 1
 	return hd
 }

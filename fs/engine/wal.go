@@ -260,7 +260,7 @@ func (f *File) walLog(ctx context.Context) (*wal.Log, error) {
 func (f *File) markHeadLocked(ctx context.Context) error {
 	var c flushCounters
 	for try := 0; ; try++ {
-		etag, err := f.putHead(ctx, f.currentHeadLocked(), f.headETag, walMark{true, f.w.applied}, &c)
+		etag, err := f.putHead(ctx, f.rewrittenHeadLocked(), f.headETag, walMark{true, f.w.applied}, &c)
 		if err == nil {
 			f.headETag = etag
 			f.w.tracked = true
@@ -582,7 +582,7 @@ func (f *File) discardWALLocked(ctx context.Context) error {
 		return nil
 	}
 	var c flushCounters
-	etag, err := f.putHead(ctx, f.currentHeadLocked(), f.headETag, walMark{true, f.w.seq}, &c)
+	etag, err := f.putHead(ctx, f.rewrittenHeadLocked(), f.headETag, walMark{true, f.w.seq}, &c)
 	if err != nil {
 		return fmt.Errorf("discard write-ahead log records %d..%d: %w", f.w.applied+1, f.w.seq, err)
 	}
