@@ -153,8 +153,10 @@
 //
 // Objects whose name is none of "<cno>.<part>", "inode", "writers/<id>",
 // "wal/...", "lineage/<cno>" and "refs/<id>" are left alone and reported. A
-// file with no head is left alone and reported, unless the namespace no
-// longer knows it (reaped and forgotten): a lineage names every file its
+// file with no head is left alone and reported, whatever the age of its
+// objects, and the run goes on (a first flush that died after its data
+// objects, before its head, leaves one; its writer may still store the
+// head), unless the namespace no longer knows it (reaped and forgotten): a lineage names every file its
 // copy was ever copied from, so a copy of a copy may store its marker under
 // such a file (cp X D, rm X, D written over, X reaped, cp D E); that marker
 // goes by the rule of stale markers. Part 0 headers are read with

@@ -44,6 +44,10 @@ func (p *Plan) planFile(ctx context.Context, prefix, id string, objs []staging.O
 		if ferr != nil {
 			return fmt.Errorf("clean %s: %w", prefix, ferr)
 		}
+		// A named file is left alone and reported, and the pass goes on:
+		// a first flush that died before its head leaves one, and its
+		// writer may still store the head.
+		err = nil
 		if gone {
 			err = p.planForgotten(ctx, fpl, objs)
 		} else {
