@@ -1,9 +1,33 @@
 // Package mem is the memory backend of staging: objects kept in the
 // process, for unit tests and benchmarks.
+//
+// # ETags
+//
+// New gives every write a fresh ETag, unique within the Store, so two
+// writes never compare equal. S3 does not: its ETag is computed from the
+// bytes, and a write of the same bytes gets the same ETag again, whatever
+// its metadata. Code that takes an unchanged ETag for "nobody wrote here"
+// (an If-Match that should fail after a rewrite, a cache keyed by ETag)
+// passes every test on New and breaks on S3: a head rewritten with only its
+// metadata changed kept its ETag on S3, and another writer's If-Match on
+// the old ETag replaced it unseen. NewS3ETags gives a Store whose ETags are
+// S3's, so tests can show such bugs without a server:
+//
+//	PutObject                  "<hex md5(body)>"
+//	UploadPart                 "<hex md5(part)>"
+//	CompleteMultipartUpload    "<hex md5(md5(part 1) || ... || md5(part N))>-N"
+//
+// where md5(x) in the concatenation is the 16 binary bytes, and N is the
+// number of parts completed. IfMatch and IfNoneMatch compare against these.
+// staging has no server-side copy, so there is none to emulate (S3's
+// CopyObject of a single-part object keeps the source's ETag: the bytes are
+// the same).
+// Computing MD5s costs CPU, so benchmarks keep New.
 package mem
 
 import (
 	"context"
+	"crypto/md5"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -26,9 +50,12 @@ import (
 //     must not modify the bytes Get returns (objects are immutable; a later
 //     Put of the key stores a new slice and leaves old readers' bytes alone).
 //
-// ETags are opaque quoted strings, unique per write within one Store.
+// ETags are opaque quoted strings: unique per write within one Store made by
+// New, computed from the bytes as S3 does in one made by NewS3ETags (see the
+// package doc).
 type Store struct {
-	tag string // random per Store, so ETags of two stores never compare equal
+	tag     string // random per Store, so ETags of two stores never compare equal
+	s3ETags bool   // ETags from the bytes, as S3 computes them
 
 	mu      sync.RWMutex
 	seq     uint64                // GUARDED_BY(mu); numbers ETags and upload ids
@@ -63,6 +90,7 @@ type memUpload struct {
 type memPart struct {
 	data []byte
 	etag string
+	sum  [md5.Size]byte // MD5 of data, kept only for S3 ETags
 }
 
 var _ staging.Store = (*Store)(nil)
@@ -76,6 +104,15 @@ func New() *Store {
 		objects: make(map[string]*memObject),
 		uploads: make(map[string]*memUpload),
 	}
+}
+
+// NewS3ETags returns an empty memory store whose ETags are computed from
+// the bytes as S3 computes them (see the package doc): a write of the same
+// bytes keeps the ETag, which New's stores never do.
+func NewS3ETags() *Store {
+	m := New()
+	m.s3ETags = true
+	return m
 }
 
 // Len is the number of objects stored.
@@ -120,6 +157,10 @@ func (m *Store) put(ctx context.Context, key string, data []byte, opts staging.P
 	if obj.data == nil {
 		obj.data = []byte{}
 	}
+	if m.s3ETags {
+		sum := md5.Sum(data)
+		obj.etag = quoteMD5(sum[:], 0)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if err := m.publish(key, obj, opts.Conditions); err != nil {
@@ -129,13 +170,25 @@ func (m *Store) put(ctx context.Context, key string, data []byte, opts staging.P
 	return obj.info(key), keep, nil
 }
 
-// publish stores obj under key if cond holds. Called with mu held for writing.
+// quoteMD5 is the ETag S3 gives an object whose MD5 (or, with parts > 0,
+// MD5 of its parts' MD5s) is sum.
+func quoteMD5(sum []byte, parts int) string {
+	if parts > 0 {
+		return fmt.Sprintf(`"%x-%d"`, sum, parts)
+	}
+	return `"` + hex.EncodeToString(sum) + `"`
+}
+
+// publish stores obj under key if cond holds, giving it a fresh ETag unless
+// it has one (S3 ETags are computed before). Called with mu held for writing.
 func (m *Store) publish(key string, obj *memObject, cond staging.Conditions) error {
 	old := m.objects[key]
 	if err := staging.CheckConditions(cond, old != nil, func() string { return old.etag }); err != nil {
 		return err
 	}
-	obj.etag = `"` + m.nextTag() + `"`
+	if obj.etag == "" {
+		obj.etag = `"` + m.nextTag() + `"`
+	}
 	m.objects[key] = obj
 	m.bytes += obj.size
 	if old != nil {
@@ -307,13 +360,19 @@ func (m *Store) uploadPart(ctx context.Context, key, uploadID string, n int32, d
 	if !keep {
 		p.data = slices.Clone(data)
 	}
+	if m.s3ETags {
+		p.sum = md5.Sum(data)
+		p.etag = quoteMD5(p.sum[:], 0)
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	u, err := m.upload(key, uploadID)
 	if err != nil {
 		return "", false, fmt.Errorf("upload part %d: %w", n, err)
 	}
-	p.etag = `"` + m.nextTag() + `"`
+	if p.etag == "" {
+		p.etag = `"` + m.nextTag() + `"`
+	}
 	u.parts[n] = p
 	return p.etag, keep, nil
 }
@@ -354,6 +413,13 @@ func (m *Store) CompleteMultipart(ctx context.Context, key, uploadID string, par
 		return staging.ObjectInfo{}, fmt.Errorf("complete multipart upload: %w", err)
 	}
 	obj := &memObject{chunks: chunks, size: size, md: u.md, mod: time.Now()}
+	if m.s3ETags {
+		h := md5.New()
+		for _, p := range chosen {
+			h.Write(p.sum[:])
+		}
+		obj.etag = quoteMD5(h.Sum(nil), len(chosen))
+	}
 	if err := m.publish(key, obj, cond); err != nil {
 		return staging.ObjectInfo{}, fmt.Errorf("complete multipart upload %s of %s: %w", uploadID, key, err)
 	}
