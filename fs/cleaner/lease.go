@@ -24,8 +24,15 @@ import (
 //	  "cursor": "<file id>",        // where the next pass starts ("" the first file)
 //	  "stored_objects": 123,        // the files' objects as of the last whole sweep
 //	  "stored_bytes": 456789,
-//	  "stored_at": "2026-...Z"      // when that sweep ended (zero: none yet)
+//	  "stored_at": "2026-...Z",     // when that sweep ended (zero: none yet)
+//	  "nonce": "<16 hex digits>"    // new at every write
 //	}
+//
+// The nonce makes every write's bytes new: on S3 an ETag is the MD5 of the
+// bytes, so a renewal of an unchanged state would keep the ETag, and a
+// contender waiting for it to stay unchanged for the TTL would take a live
+// holder's lease (TestLeaseRenewedSameStateOnS3). A lease without one
+// (written by an earlier build) decodes as before.
 //
 // It is taken with If-None-Match when absent, and otherwise only with
 // If-Match on the ETag seen: a lease let go at once, another holder's once
@@ -81,6 +88,14 @@ type leaseBody struct {
 	Holder  string `json:"holder"`
 	TTLms   int64  `json:"ttl_ms"`
 	LeaseState
+	Nonce string `json:"nonce,omitempty"`
+}
+
+// leaseNonce is a fresh value for leaseBody.Nonce.
+func leaseNonce() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }
 
 // DecodeLease decodes and checks a lease object.
@@ -95,7 +110,7 @@ func DecodeLease(b []byte) (holder string, ttl time.Duration, s LeaseState, err 
 	if v.StoredObjects < 0 || v.StoredBytes < 0 {
 		return "", 0, s, fmt.Errorf("%w: negative totals", ErrBadLease)
 	}
-	if len(v.Holder) > 64 || len(v.Cursor) > 1024 {
+	if len(v.Holder) > 64 || len(v.Cursor) > 1024 || len(v.Nonce) > 64 {
 		return "", 0, s, fmt.Errorf("%w: holder or cursor too long", ErrBadLease)
 	}
 	ttl = time.Duration(v.TTLms) * time.Millisecond
@@ -225,7 +240,7 @@ func (l *Lease) Renew(ctx context.Context) error {
 // condition is not an error: the lease is another's (ok false).
 func (l *Lease) write(ctx context.Context, cond staging.Conditions) (bool, error) {
 	l.mu.Lock()
-	body := leaseBody{Version: leaseVersion, Holder: l.id, TTLms: l.ttl.Milliseconds(), LeaseState: l.state}
+	body := leaseBody{Version: leaseVersion, Holder: l.id, TTLms: l.ttl.Milliseconds(), LeaseState: l.state, Nonce: leaseNonce()}
 	l.mu.Unlock()
 	b, err := json.Marshal(body)
 	if err != nil {
@@ -282,7 +297,7 @@ func (l *Lease) Check(ctx context.Context) error {
 func (l *Lease) Release(ctx context.Context) error {
 	l.mu.Lock()
 	etag := l.etag
-	body := leaseBody{Version: leaseVersion, TTLms: l.ttl.Milliseconds(), LeaseState: l.state}
+	body := leaseBody{Version: leaseVersion, TTLms: l.ttl.Milliseconds(), LeaseState: l.state, Nonce: leaseNonce()}
 	l.etag = ""
 	l.mu.Unlock()
 	if etag == "" {
