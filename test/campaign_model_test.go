@@ -376,6 +376,40 @@ func TestModelOptional(t *testing.T) {
 		}
 	}
 
+	// One in flight at the kill: either write whole, or a first part of
+	// it (the kernel hands the mount a write a page at a time), alone or
+	// after the other whole; never a part from its middle on.
+	hw2, ow2 := pat(4|1<<40, 10, 60), pat(4|2<<40, 30, 60)
+	put := func(b []byte, off int, p []byte) []byte { b = bytes.Clone(b); copy(b[off:], p); return b }
+	for _, tc := range []struct {
+		name string
+		got  []byte
+		ok   bool
+	}{
+		{"neither", base, true},
+		{"the home's whole", put(base, 10, hw2), true},
+		{"the home's first part", put(base, 10, hw2[:25]), true},
+		{"the other's whole, then the home's first part", put(put(base, 30, ow2), 10, hw2[:5]), true},
+		{"the home's whole, then the other's first part", put(put(base, 10, hw2), 30, ow2[:40]), true},
+		{"the home's last part alone", put(base, 40, hw2[30:]), false},
+		{"a byte neither wrote", put(put(base, 10, hw2), 5, []byte{^base[5]}), false},
+	} {
+		c := &campaignRun{curDriver: id, createMode: 0o644, wal: true}
+		ops, err := campaign.Parse(append(slices.Clone(start), "B 4 16 olease 1 f0 10 60 30 60", "E 4 17 err 103"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := nsView{dir: true, names: map[string]*mfile{}}
+		for i, op := range ops {
+			if !c.apply(op, &v, i == len(ops)-1, func(f string, a ...any) { t.Fatalf(f, a...) }) {
+				t.Fatalf("apply %v", op)
+			}
+		}
+		if msg := c.matches(v.names["f0"], tc.got); (msg == "") != tc.ok {
+			t.Errorf("olease in flight at the kill, %s: accepted %v, want %v (%s)", tc.name, msg == "", tc.ok, msg)
+		}
+	}
+
 	// A plain writer beside a WAL writer that truncates: the truncate, then
 	// the write.
 	w := pat(6, 20, 30)

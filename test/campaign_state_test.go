@@ -75,6 +75,11 @@ type mfile struct {
 	// anyOf are contents the file may also hold after the kill: those an
 	// optional operation in flight at the end may have left.
 	anyOf [][]byte
+	// partialOf are writes in flight at the end that the file may hold a
+	// part of (partialMatch): the kernel hands the mount a write through
+	// its page cache a page at a time, and a kill between two leaves the
+	// first.
+	partialOf []partialWrite
 	// mPending are the plain mount's changes not flushed yet (walmix): the
 	// file may hold any state from the acknowledged one with them applied.
 	mPending []*campaign.Op
@@ -891,6 +896,11 @@ func (c *campaignRun) matches(f *mfile, content []byte) string {
 			return ""
 		}
 	}
+	for _, w := range f.partialOf {
+		if partialMatch(content, w.prev, w.next, w.off, w.n) {
+			return ""
+		}
+	}
 	for k := f.acked; len(f.mPending) > 0 && k <= f.last(); k++ {
 		b := f.states[k]
 		for _, op := range f.mPending {
@@ -993,6 +1003,13 @@ func (c *campaignRun) whoWrote(f *mfile, content []byte, off int64) string {
 
 // partialMatch: content is prev with a prefix of the write [off, off+n) that
 // made next applied.
+// partialWrite is a write of [off, off+n) that took prev to next, of which
+// the file may hold a first part (partialMatch).
+type partialWrite struct {
+	prev, next []byte
+	off, n     int64
+}
+
 func partialMatch(content, prev, next []byte, off, n int64) bool {
 	p := 0
 	for p < len(content) && p < len(next) && content[p] == next[p] {
@@ -1183,6 +1200,11 @@ func (c *campaignRun) applyOptional(op *campaign.Op, v *nsView, f *mfile, uncert
 			c.applyChange(c.applyChange(cur, home), other), c.applyChange(c.applyChange(cur, other), home)}
 		if uncertain {
 			f.anyOf = append(f.anyOf, all...)
+			// Either write may be cut by the kill after its first pages,
+			// alone or after the other one whole.
+			f.partialOf = append(f.partialOf,
+				partialWrite{all[0], all[1], op.Int(1), op.Int(2)}, partialWrite{all[2], all[4], op.Int(1), op.Int(2)},
+				partialWrite{all[0], all[2], op.Int(3), op.Int(4)}, partialWrite{all[1], all[3], op.Int(3), op.Int(4)})
 			f.open = false
 			return true
 		}
