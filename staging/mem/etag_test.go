@@ -131,9 +131,9 @@ func TestMemS3ETags(t *testing.T) {
 
 // The default store keeps its unique ETags: a rewrite of the same bytes
 // changes the ETag.
-func TestMemETagsUniqueByDefault(t *testing.T) {
+func TestMemUniqueETags(t *testing.T) {
 	ctx := t.Context()
-	m := mem.New()
+	m := mem.NewUniqueETags()
 	a, err := m.Put(ctx, "k", []byte("hello"), staging.PutOptions{})
 	if err != nil {
 		t.Fatal(err)
