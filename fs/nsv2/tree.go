@@ -1,0 +1,680 @@
+package nsv2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/staging"
+)
+
+// Tree is namespace v2 as one mount sees it (docs/namespace-v2.md, sections
+// 3 to 5, step 3 of section 10): namespace.Names over the primitives, for
+// the changes of one name. It keeps a cache of the dentries it has read or
+// written, not the whole tree:
+//
+//   - Lookup serves a name cached since the last Refresh; on a miss (or a
+//     name cached before it) it reads the dentry (one GET), so that a name
+//     another mount made is seen once that mount's create returned
+//     (close-to-open). A name found absent is never cached for Lookup.
+//   - ReadDir lists the directory's fragments (one LIST each, sent at once)
+//     and reads the dentries whose ETag the cache does not hold. The
+//     digests of section 4, which save those reads for names other mounts
+//     bound, are an optimisation left to a later step: without them a
+//     listing is right, and costs a GET per name not cached.
+//   - Every change is one conditional PUT of the name's dentry (two for an
+//     unlink of a file: its orphan record first), stored before it returns;
+//     a lost answer is resolved by the primitives' read-back.
+//
+// What is not here yet, and what it answers instead (never a silent wrong
+// answer):
+//
+//   - Rename and Link change several names (step 4): ErrSeveralNames, which
+//     wraps namespace.ErrNotSupported (ENOTSUP): mv and ln then fail and
+//     change nothing. EXDEV was not chosen: mv would copy a file's data to
+//     the new name and unlink the old one, a slow non-atomic copy of a
+//     checkpoint where a rename was asked for, and for a directory it would
+//     copy the tree and then fail to remove it (below).
+//   - Rmdir needs the seal and the create leases of section 3, or a create
+//     by another mount could land in a directory being removed: an empty
+//     directory is ErrSeveralNames until step 4 (a directory with names is
+//     ErrNotEmpty, as it will stay).
+//   - A node of several names (an inode object, made by step 4's link) is
+//     read, never changed.
+//   - The root has no dentry: its attributes are Config's, and it cannot be
+//     changed (chmod, setxattr of the root: ErrNotSupported); the volume's
+//     descriptor will hold them when step 3 is wired into format and mount.
+//   - A directory's fragment count is its parent's (the root's is
+//     Config.RootFrags); user.ckptfs.fragments, which sets it on an empty
+//     directory, needs the leases too (step 4): ErrNotSupported.
+//   - A directory's Nlink is 1 and its times are those it was made or set
+//     with (section 4 gives it the newest Last-Modified of its names as the
+//     last listing saw it: a later step).
+//
+// Orphans (section 5): an unlink of a file stores ns2/orphan/<file-id>
+// before the tombstone. A record is an orphan's when its name no longer
+// binds its node: in step 3 a node has one name and names never move, so
+// that is the tombstone's having landed (or a later one's, by a mount that
+// unlinked it at the same time). Step 4, whose renames move names, must
+// check the record against the change that removed the name instead.
+// Named answers for files whose name this Tree has seen or whose orphan
+// record exists; of any other file it cannot tell without an index by file
+// id (the cleaner's, step 5), and says so with an error rather than guess.
+//
+// Locking: mu guards the cache and is never held across a request to the
+// store; inoMu guards the inode batch and is held across its claim, which
+// only a create waits for.
+type Tree struct {
+	p         *Names
+	st        staging.Store
+	root      string
+	mount     string
+	log       *zap.Logger
+	now       func() time.Time
+	rootFrags uint32
+	rootNode  namespace.Node
+	parallel  int
+
+	inoMu     sync.Mutex
+	batch     uint64        // GUARDED_BY(inoMu): the batch inos come from
+	nextIno   namespace.Ino // GUARDED_BY(inoMu): 0 when no batch is held
+	endIno    namespace.Ino // GUARDED_BY(inoMu): past the batch's last
+	nextBatch uint64        // GUARDED_BY(inoMu): where the next claim starts
+
+	mu      sync.Mutex
+	gen     uint64                       // GUARDED_BY(mu): Refresh's count; older entries are stale
+	names   map[nameKey]*entry           // GUARDED_BY(mu)
+	inos    map[namespace.Ino]*entry     // GUARDED_BY(mu): the entry of each node's name
+	orphans map[namespace.Ino]orphanNode // GUARDED_BY(mu): files with no name, seen here
+	byFile  map[string]namespace.Ino     // GUARDED_BY(mu): file id -> ino, of entries and orphans
+	closed  bool                         // GUARDED_BY(mu)
+	calls   sync.WaitGroup               // calls in flight, for Close
+}
+
+// nameKey is a name in a directory.
+type nameKey struct {
+	dir  namespace.Ino
+	name string
+}
+
+// entry is a cached dentry: the name, its directory's fragment count, and
+// the dentry as last read or written. INVARIANT: bound != nil iff
+// inos[bound.Ino] is this entry.
+type entry struct {
+	dir   namespace.Ino
+	frags uint32
+	name  string
+	// etag is the dentry's ETag, "" when no write may be conditioned on it
+	// (the dentry was locked by a change of several names when read).
+	etag  string
+	bound *Binding // nil: a tombstone (kept for a listing's ETags)
+	node  *Inode   // the inode object, when bound has no attributes
+	gen   uint64
+}
+
+// orphanNode is a file whose last name went while this Tree knew it: its
+// node (Nlink 0) and attributes, which only this mount's handles use.
+type orphanNode struct {
+	node  namespace.Node
+	attrs *Attrs
+}
+
+// Errors a caller decides on, besides namespace's sentinels.
+var (
+	// ErrSeveralNames: the call changes several names (rename, link, rmdir
+	// with its seal): step 4 of section 10. It wraps
+	// namespace.ErrNotSupported, which the mount answers ENOTSUP.
+	ErrSeveralNames = fmt.Errorf("a change of several names, not in this version of namespace v2: %w", namespace.ErrNotSupported)
+	// ErrClosed: the Tree is closed.
+	ErrClosed = errors.New("namespace closed")
+)
+
+// FragmentsXattr is the attribute that sets a directory's fragment count
+// (section 3), refused until step 4.
+const FragmentsXattr = "user.ckptfs.fragments"
+
+// Config is what a Tree is made with.
+type Config struct {
+	Store staging.Store
+	// Root is the mount root under which ns2/ lives.
+	Root string
+	// Mount is this life of the mount: 32 lower-case hex digits
+	// (namespace.NewFileID), fresh each time, as a batch claim's owner.
+	Mount string
+	// Log: nil is zap.NewNop().
+	Log *zap.Logger
+	// RootFrags is the root's fragment count (a power of two, 1 to
+	// MaxFrags; 0 is 1).
+	RootFrags uint32
+	// RootMode and RootOwner are the root's attributes (RootMode 0 is
+	// 0o755).
+	RootMode  uint32
+	RootOwner namespace.Owner
+	// Now is the clock of the times of changes; nil is time.Now. StoreNow
+	// is the store's clock as the mount knows it (see Names); nil is
+	// time.Now.
+	Now      func() time.Time
+	StoreNow func() time.Time
+	// FirstBatch is the inode batch the first claim tries; 0 is a random
+	// one in [2^40, 2^43), so that mounts rarely try one another's batch
+	// (each try costs a PUT) and inos stay under 2^63 and above every v1
+	// ino a volume upgraded from v1 is likely to hold.
+	FirstBatch uint64
+	// Parallel bounds the dentries a listing reads at once (0 is 16).
+	Parallel int
+}
+
+// Open makes the Tree of cfg. It sends no request: a batch of inos is
+// claimed at the first create.
+func Open(cfg Config) (*Tree, error) {
+	if cfg.Store == nil {
+		return nil, fmt.Errorf("open namespace v2: no store: %w", namespace.ErrInvalid)
+	}
+	if !ValidID(cfg.Mount) {
+		return nil, fmt.Errorf("open namespace v2: mount id %q: %w", cfg.Mount, namespace.ErrInvalid)
+	}
+	if cfg.RootFrags == 0 {
+		cfg.RootFrags = 1
+	}
+	if !ValidFrags(cfg.RootFrags) {
+		return nil, fmt.Errorf("open namespace v2: root of %d fragments: %w", cfg.RootFrags, namespace.ErrInvalid)
+	}
+	if cfg.RootMode == 0 {
+		cfg.RootMode = 0o755
+	}
+	if cfg.RootMode&^namespace.ModeMask != 0 {
+		return nil, fmt.Errorf("open namespace v2: root mode %o: %w", cfg.RootMode, namespace.ErrInvalid)
+	}
+	if cfg.Log == nil {
+		cfg.Log = zap.NewNop()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.FirstBatch == 0 {
+		cfg.FirstBatch = 1<<40 + rand.Uint64N(7<<40)
+	}
+	if cfg.FirstBatch > maxBatch {
+		return nil, fmt.Errorf("open namespace v2: first batch %d: %w", cfg.FirstBatch, namespace.ErrInvalid)
+	}
+	if cfg.Parallel <= 0 {
+		cfg.Parallel = 16
+	}
+	t0 := cfg.Now().UnixNano()
+	return &Tree{
+		p: New(cfg.Store, cfg.Root, cfg.StoreNow), st: cfg.Store, root: cfg.Root, mount: cfg.Mount,
+		log: cfg.Log, now: cfg.Now, rootFrags: cfg.RootFrags, parallel: cfg.Parallel,
+		rootNode: namespace.Node{Ino: namespace.RootIno, Kind: namespace.KindDir, Mode: cfg.RootMode,
+			Uid: cfg.RootOwner.Uid, Gid: cfg.RootOwner.Gid, Nlink: 1, AtimeNs: t0, MtimeNs: t0, CtimeNs: t0,
+			Parent: namespace.RootIno},
+		nextBatch: cfg.FirstBatch,
+		names:     map[nameKey]*entry{},
+		inos:      map[namespace.Ino]*entry{},
+		orphans:   map[namespace.Ino]orphanNode{},
+		byFile:    map[string]namespace.Ino{},
+	}, nil
+}
+
+var _ namespace.Names = (*Tree)(nil)
+
+// enter counts a call in flight, or refuses it once the Tree is closed.
+func (t *Tree) enter() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return ErrClosed
+	}
+	t.calls.Add(1)
+	return nil
+}
+
+// Close refuses new calls and waits for those in flight. A Tree has no
+// background work.
+func (t *Tree) Close() error {
+	t.mu.Lock()
+	t.closed = true
+	t.mu.Unlock()
+	t.calls.Wait()
+	return nil
+}
+
+// Refresh makes every cached name stale: the reads after it read the store
+// for each name they use (its contract in namespace.Names). It keeps where
+// each node's name is, so that GetNode of a node seen before reads it again.
+func (t *Tree) Refresh(context.Context) error {
+	t.mu.Lock()
+	t.gen++
+	t.mu.Unlock()
+	return nil
+}
+
+// newID is a fresh change or file id.
+func newID() string { return namespace.NewFileID() }
+
+// dirFrags is the fragment count of directory dir, which the Tree must know
+// (the root, or a directory it has seen).
+func (t *Tree) dirFrags(dir namespace.Ino) (uint32, error) {
+	if dir == namespace.RootIno {
+		return t.rootFrags, nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.inos[dir]
+	switch {
+	case e == nil:
+		if _, ok := t.orphans[dir]; ok {
+			return 0, fmt.Errorf("node %d: %w", dir, namespace.ErrNotDir)
+		}
+		return 0, fmt.Errorf("directory %d: not seen by this mount: %w", dir, namespace.ErrNotExist)
+	case e.bound.Kind != namespace.KindDir:
+		return 0, fmt.Errorf("node %d: %w", dir, namespace.ErrNotDir)
+	}
+	return e.bound.Frags, nil
+}
+
+// learnLocked caches what name holds: d (nil: no object) with etag, read or
+// written now. It returns the entry (nil when there is no object). locked
+// says the ETag is a lock's, on which no write may be conditioned.
+func (t *Tree) learnLocked(dir namespace.Ino, frags uint32, name string, bound *Binding, etag string, locked bool) *entry {
+	k := nameKey{dir, name}
+	if old := t.names[k]; old != nil && old.bound != nil && t.inos[old.bound.Ino] == old {
+		delete(t.inos, old.bound.Ino)
+		if old.bound.Node != nil && old.bound.Node.FileID != "" && (bound == nil || bound.Ino != old.bound.Ino) {
+			t.gone(old)
+		}
+	}
+	if etag == "" && bound == nil {
+		delete(t.names, k)
+		return nil
+	}
+	if locked {
+		etag = ""
+	}
+	e := &entry{dir: dir, frags: frags, name: name, etag: etag, bound: bound, gen: t.gen}
+	t.names[k] = e
+	if bound != nil {
+		t.inos[bound.Ino] = e
+		if bound.Node != nil && bound.Node.FileID != "" {
+			t.byFile[bound.Node.FileID] = bound.Ino
+		}
+	}
+	return e
+}
+
+// gone records that e's file lost its name: it becomes an orphan here, so
+// that GetNode of it keeps answering for the handles open on it until
+// Forget (v1 keeps an orphan the same way).
+func (t *Tree) gone(e *entry) {
+	n := nodeOf(e.dir, e.bound, nil)
+	n.Nlink = 0
+	t.orphans[n.Ino] = orphanNode{node: n, attrs: e.bound.Node}
+	t.byFile[n.FileID] = n.Ino
+}
+
+// learn caches a Resolved read of name.
+func (t *Tree) learn(dir namespace.Ino, frags uint32, name string, r Resolved) *entry {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	locked := r.Pending || r.Dentry != nil && r.Dentry.Lock != nil
+	return t.learnLocked(dir, frags, name, r.Bound, r.ETag, locked)
+}
+
+// nodeOf is the node of binding b, named in dir; in is its inode object
+// when b holds no attributes.
+func nodeOf(dir namespace.Ino, b *Binding, in *Inode) namespace.Node {
+	n := namespace.Node{Ino: b.Ino, Kind: b.Kind, Nlink: 1}
+	a := b.Node
+	if a == nil && in != nil {
+		a, n.Nlink = &in.Node, in.Nlink
+	}
+	if a != nil {
+		n.Mode, n.Uid, n.Gid = a.Mode, a.Uid, a.Gid
+		n.AtimeNs, n.MtimeNs, n.CtimeNs, n.MtimeSetNs = a.Atime, a.Mtime, a.Ctime, a.MtimeSet
+		n.FileID, n.Target, n.Major, n.Minor = a.FileID, string(a.Target), a.Major, a.Minor
+	}
+	if b.Kind == namespace.KindDir {
+		n.Parent = dir
+	}
+	return n
+}
+
+// resolve reads name in dir from the store and caches it.
+func (t *Tree) resolve(ctx context.Context, dir namespace.Ino, frags uint32, name string) (*entry, error) {
+	r, err := t.p.Resolve(ctx, dir, frags, name)
+	if err != nil {
+		return nil, err
+	}
+	e := t.learn(dir, frags, name, r)
+	if e != nil && e.bound != nil && e.bound.Node == nil {
+		if err := t.readInode(ctx, e); err != nil {
+			return nil, err
+		}
+	}
+	return e, nil
+}
+
+// readInode reads the inode object of e's node, a node of several names.
+func (t *Tree) readInode(ctx context.Context, e *entry) error {
+	key, err := InodeKey(t.root, e.bound.Ino)
+	if err != nil {
+		return err
+	}
+	in, _, err := read(ctx, t.st, key, kindInode, DecodeInode)
+	if err != nil {
+		return fmt.Errorf("node %d of several names: %w", e.bound.Ino, err)
+	}
+	t.mu.Lock()
+	e.node = in
+	t.mu.Unlock()
+	return nil
+}
+
+// cached is name's entry if it is bound and cached since the last Refresh.
+func (t *Tree) cached(dir namespace.Ino, name string) (namespace.Node, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.names[nameKey{dir, name}]
+	if e == nil || e.bound == nil || e.gen != t.gen || e.bound.Node == nil && e.node == nil {
+		return namespace.Node{}, false
+	}
+	return nodeOf(dir, e.bound, e.node), true
+}
+
+// Lookup returns the node named name in directory dir: from the cache when
+// it was read or written since the last Refresh, else from the store.
+func (t *Tree) Lookup(ctx context.Context, dir namespace.Ino, name string) (namespace.Node, error) {
+	if err := t.enter(); err != nil {
+		return namespace.Node{}, err
+	}
+	defer t.calls.Done()
+	if err := CheckName(name); err != nil {
+		return namespace.Node{}, err
+	}
+	frags, err := t.dirFrags(dir)
+	if err != nil {
+		return namespace.Node{}, err
+	}
+	if n, ok := t.cached(dir, name); ok {
+		return n, nil
+	}
+	e, err := t.resolve(ctx, dir, frags, name)
+	if err != nil {
+		return namespace.Node{}, fmt.Errorf("lookup %q in %d: %w", name, dir, err)
+	}
+	if e == nil || e.bound == nil {
+		return namespace.Node{}, fmt.Errorf("%q in directory %d: %w", name, dir, namespace.ErrNotExist)
+	}
+	return nodeOf(dir, e.bound, e.node), nil
+}
+
+// GetNode returns node ino: the root, a node whose name this Tree has seen
+// (read again after a Refresh), or a file that lost its name while this
+// Tree knew it (an orphan, with Nlink 0, until Forget).
+func (t *Tree) GetNode(ctx context.Context, ino namespace.Ino) (namespace.Node, error) {
+	if err := t.enter(); err != nil {
+		return namespace.Node{}, err
+	}
+	defer t.calls.Done()
+	if ino == namespace.RootIno {
+		return t.rootNode, nil
+	}
+	e, err := t.current(ctx, ino)
+	if err != nil {
+		return namespace.Node{}, err
+	}
+	if e == nil {
+		t.mu.Lock()
+		o, ok := t.orphans[ino]
+		t.mu.Unlock()
+		if ok {
+			return o.node, nil
+		}
+		return namespace.Node{}, fmt.Errorf("node %d: %w", ino, namespace.ErrNotExist)
+	}
+	return nodeOf(e.dir, e.bound, e.node), nil
+}
+
+// current is the entry of node ino, read again when stale; nil when the
+// Tree knows no name of it (an orphan, or a node never seen, or one whose
+// name went).
+func (t *Tree) current(ctx context.Context, ino namespace.Ino) (*entry, error) {
+	t.mu.Lock()
+	e := t.inos[ino]
+	fresh := e != nil && e.gen == t.gen && (e.bound.Node != nil || e.node != nil)
+	t.mu.Unlock()
+	if e == nil || fresh {
+		return e, nil
+	}
+	e2, err := t.resolve(ctx, e.dir, e.frags, e.name)
+	if err != nil {
+		return nil, fmt.Errorf("node %d: %w", ino, err)
+	}
+	if e2 == nil || e2.bound == nil || e2.bound.Ino != ino {
+		return nil, nil
+	}
+	return e2, nil
+}
+
+// fragPrefix is the prefix of the dentry keys of fragment f of dir.
+func (t *Tree) fragPrefix(dir namespace.Ino, f uint32) string {
+	d := hexN(uint64(dir), inoDigits)
+	return rootPrefix(t.root) + dirPrefix + "d/" + hh(d) + "/" + d + "/" + hexN(uint64(f), fragDigits) + "/"
+}
+
+// listed is one key of a listing.
+type listed struct {
+	name string
+	etag string
+}
+
+// listFrags lists every fragment of dir, one LIST each (more for a
+// fragment past a page), sent at once.
+func (t *Tree) listFrags(ctx context.Context, dir namespace.Ino, frags uint32) ([]listed, error) {
+	out := make([][]listed, frags)
+	errs := make([]error, frags)
+	var wg sync.WaitGroup
+	for f := range frags {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			objs, err := staging.ListAll(ctx, t.st, t.fragPrefix(dir, f))
+			if err != nil {
+				errs[f] = fmt.Errorf("list fragment %d of directory %d: %w", f, dir, err)
+				return
+			}
+			for _, o := range objs {
+				_, dn, err := ParseDentryKey(o.Key)
+				if err != nil || dn.Dir != dir || !dn.InFragments(frags) {
+					// Not a name of this directory's: never shown, and
+					// never another name's fault.
+					t.log.Warn("namespace v2: a key in a directory's listing is not one of its names",
+						zap.String("key", o.Key), zap.Error(err))
+					continue
+				}
+				out[f] = append(out[f], listed{name: dn.Name, etag: o.ETag})
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return slices.Concat(out...), nil
+}
+
+// list is the names of dir bound now: a LIST of each fragment, then a GET
+// of each name whose ETag the cache does not hold (up to t.parallel at
+// once). A damaged dentry leaves its name out, logged; any other failure to
+// read a name fails the listing.
+func (t *Tree) list(ctx context.Context, dir namespace.Ino) ([]namespace.Dirent, error) {
+	frags, err := t.dirFrags(dir)
+	if err != nil {
+		return nil, err
+	}
+	keys, err := t.listFrags(ctx, dir, frags)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]namespace.Dirent, 0, len(keys))
+	var todo []string
+	t.mu.Lock()
+	for _, k := range keys {
+		e := t.names[nameKey{dir, k.name}]
+		switch {
+		case e == nil || e.etag == "" || e.etag != k.etag || e.bound != nil && e.bound.Node == nil && e.node == nil:
+			todo = append(todo, k.name)
+		case e.bound != nil:
+			e.gen = t.gen // the listing says it is unchanged
+			out = append(out, namespace.Dirent{Name: k.name, Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: uint64(e.bound.Ino)})
+		}
+	}
+	t.mu.Unlock()
+	got := make([]*entry, len(todo))
+	errs := make([]error, len(todo))
+	sem := make(chan struct{}, t.parallel)
+	var wg sync.WaitGroup
+	for i, name := range todo {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			got[i], errs[i] = t.resolve(ctx, dir, frags, name)
+		}()
+	}
+	wg.Wait()
+	for i, e := range got {
+		switch {
+		case errors.Is(errs[i], namespace.ErrCorrupt):
+			t.log.Warn("namespace v2: a damaged name left out of a listing",
+				zap.Uint64("dir", uint64(dir)), zap.String("name", todo[i]), zap.Error(errs[i]))
+		case errs[i] != nil:
+			return nil, fmt.Errorf("list directory %d: %w", dir, errs[i])
+		case e != nil && e.bound != nil:
+			out = append(out, namespace.Dirent{Name: todo[i], Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: uint64(e.bound.Ino)})
+		}
+	}
+	return out, nil
+}
+
+// ReadDir lists directory dir sorted by name, from the store (see list).
+func (t *Tree) ReadDir(ctx context.Context, dir namespace.Ino) ([]namespace.Dirent, error) {
+	if err := t.enter(); err != nil {
+		return nil, err
+	}
+	defer t.calls.Done()
+	out, err := t.list(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// ReadDirAfter lists the entries of directory dir whose cookie is above
+// cookie, in cookie order. A name's cookie is its node's ino: unique in the
+// directory while a node has one name (step 3; step 4's links need another
+// cookie for a node's second name in one directory), and stable while other
+// names come and go.
+func (t *Tree) ReadDirAfter(ctx context.Context, dir namespace.Ino, cookie uint64) ([]namespace.Dirent, error) {
+	if err := t.enter(); err != nil {
+		return nil, err
+	}
+	defer t.calls.Done()
+	all, err := t.list(ctx, dir)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0]
+	for _, d := range all {
+		if d.Cookie > cookie {
+			out = append(out, d)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Cookie < out[j].Cookie })
+	return out, nil
+}
+
+// attrsOf is the attributes of node ino as the Tree holds them (read
+// again when stale): of a named node, or of an orphan.
+func (t *Tree) attrsOf(ctx context.Context, ino namespace.Ino) (*Attrs, error) {
+	if ino == namespace.RootIno {
+		return &Attrs{}, nil // the root has no extended attributes
+	}
+	e, err := t.current(ctx, ino)
+	if err != nil {
+		return nil, err
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case e != nil && e.bound.Node != nil:
+		return e.bound.Node, nil
+	case e != nil && e.node != nil:
+		return &e.node.Node, nil
+	}
+	if o, ok := t.orphans[ino]; ok {
+		return o.attrs, nil
+	}
+	return nil, fmt.Errorf("node %d: %w", ino, namespace.ErrNotExist)
+}
+
+// checkXattrName checks an attribute name as v1 does: "user." only.
+func checkXattrName(name string) error {
+	if len(name) > namespace.MaxNameLen {
+		return fmt.Errorf("attribute name of %d bytes: %w", len(name), namespace.ErrNameTooLong)
+	}
+	if !strings.HasPrefix(name, "user.") || len(name) == len("user.") {
+		return fmt.Errorf("attribute %q: only user.* attributes: %w", name, namespace.ErrNotSupported)
+	}
+	if strings.IndexByte(name, 0) >= 0 {
+		return fmt.Errorf("attribute %q: %w", name, namespace.ErrInvalid)
+	}
+	return nil
+}
+
+// GetXattr returns the value of extended attribute name of node ino.
+func (t *Tree) GetXattr(ctx context.Context, ino namespace.Ino, name string) ([]byte, error) {
+	if err := t.enter(); err != nil {
+		return nil, err
+	}
+	defer t.calls.Done()
+	if err := checkXattrName(name); err != nil {
+		return nil, err
+	}
+	a, err := t.attrsOf(ctx, ino)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range a.Xattrs {
+		if string(x.Name) == name {
+			return slices.Clone(x.Value), nil
+		}
+	}
+	return nil, fmt.Errorf("attribute %q of node %d: %w", name, ino, namespace.ErrNoAttr)
+}
+
+// ListXattr returns the names of node ino's extended attributes, sorted.
+func (t *Tree) ListXattr(ctx context.Context, ino namespace.Ino) ([]string, error) {
+	if err := t.enter(); err != nil {
+		return nil, err
+	}
+	defer t.calls.Done()
+	a, err := t.attrsOf(ctx, ino)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(a.Xattrs))
+	for _, x := range a.Xattrs {
+		out = append(out, string(x.Name))
+	}
+	return out, nil // Attrs keeps them sorted
+}
