@@ -246,16 +246,20 @@ type File struct {
 	// refresh that finds nothing to do never waits for mu (refresh.go).
 	mark atomic.Pointer[refreshMark]
 
-	// GUARDED_BY(mu)
-	format   segment.Format
-	bs       int // data block size
-	mbs      int // meta block size
+	// readOnly and pinned (opened at a checkpoint, OpenAt: never moves)
+	// are set by Open before it returns, never after: read without mu.
 	readOnly bool
-	pinned   bool // opened at a checkpoint (OpenAt): never moves
-	closed   bool
-	size     int64
-	mtime    time.Time
-	tree     *blockmap.Tree
+	pinned   bool
+
+	// GUARDED_BY(mu); format and the block sizes change only when a file
+	// made empty adopts the first head another mount published (adopt).
+	format segment.Format
+	bs     int // data block size
+	mbs    int // meta block size
+	closed bool
+	size   int64
+	mtime  time.Time
+	tree   *blockmap.Tree
 	// dirty is the dirty tier: blocks not in a completed object yet.
 	// INVARIANT: every block holds exactly one of buf (one data block
 	// long) and ref.
