@@ -264,7 +264,9 @@ type File struct {
 	// INVARIANT: every block holds exactly one of buf (one data block
 	// long) and ref.
 	// INVARIANT: dirty is not empty only if changed, or the blocks are
-	// another writer's records shown read-only (w.overlay).
+	// another writer's records shown read-only (w.overlay), or they are
+	// all busy: a first write prepared them and is copying (changed is set
+	// when it is done).
 	dirty map[uint64]*dirtyBlock
 	// dirtyB is the bytes held by dirty blocks.
 	// INVARIANT: dirtyB == bs * (the dirty blocks with a buf); blocks by

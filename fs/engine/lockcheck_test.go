@@ -196,6 +196,7 @@ func (s *surveyTally) print() {
 
 // installLockChecks sets the package's test hooks (TestMain).
 func installLockChecks() {
+	testHooks.unlocking = checkAtUnlock
 	testHooks.store = func(f *File, st staging.Store) staging.Store {
 		if lc, ok := st.(*lockCheckStore); ok {
 			return lc.forFile(f)
@@ -204,5 +205,27 @@ func installLockChecks() {
 			return &lockCheckStore{Store: st, f: f, report: survey.add}
 		}
 		return st
+	}
+}
+
+// unlockChecks counts the exclusive holds of File.mu ended, for sampling.
+var unlockChecks atomic.Uint64
+
+// invariantSample is the dirty blocks a check at unlock walks per hold, on
+// average: a file with more is checked at one hold in len(dirty)/this, so a
+// test of many blocks does not walk them all at every unlock.
+const invariantSample = 256
+
+// checkAtUnlock checks f's invariants at the end of an exclusive hold of
+// its mu, as gcsfuse's InvariantMutex does: a broken invariant panics there,
+// with the stack of the critical section that broke it (the hold's own
+// goroutine, mu still held).
+func checkAtUnlock(f *File) {
+	n := unlockChecks.Add(1)
+	if d := uint64(len(f.dirty)); d > invariantSample && n%(d/invariantSample) != 0 {
+		return
+	}
+	if err := f.checkInvariantsLocked(); err != nil {
+		panic(fmt.Sprintf("file %s: invariant broken at the end of a hold of File.mu: %v", f.prefix, err))
 	}
 }

@@ -177,3 +177,18 @@ func TestLockCheckStoreSeesMu(t *testing.T) {
 		t.Fatalf("%d requests under mu reported, want 2", n.Load())
 	}
 }
+
+// A hold of File.mu that leaves an invariant broken panics at its Unlock
+// (checkAtUnlock), naming the invariant.
+func TestInvariantCheckedAtUnlock(t *testing.T) {
+	f := mustCreate(t, mem.New(), "iu/", smallParams(segment.FormatStream))
+	f.mu.Lock()
+	f.dirtyB += int64(f.bs) // a dirty block's bytes with no block
+	defer func() {
+		r := recover()
+		if s, _ := r.(string); !strings.Contains(s, "dirtyB is") {
+			t.Fatalf("Unlock recovered %v, want the broken invariant", r)
+		}
+	}()
+	f.mu.Unlock()
+}
