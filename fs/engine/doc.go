@@ -125,33 +125,79 @@
 //
 // # Locking
 //
-// Two locks per file, always taken in this order. A range lock over block
-// numbers: a write takes its blocks exclusively, a read shares its blocks, a
-// truncate or zero takes the blocks it changes, and a flush, a rollback or a
-// close takes them all. Overlapping operations are thereby serialised and
-// disjoint ones are not. Then File.mu, an RWMutex over the file's state: a
-// write holds it to prepare its blocks (making them dirty and busy, reading
-// the rest of a partial block) and again to account for them, and copies its
-// bytes in between without it, so writes to disjoint blocks copy at once. A
-// busy block is left alone by sending ahead, partial segments and the
-// completion check. Reads hold File.mu shared for their whole length (the
-// block map's lazy loads are safe under concurrent readers). A flush on the
-// direct path holds every block and File.mu across its uploads, so nothing
-// that must answer while the store is stalled takes File.mu: every exclusive
-// hold ends in its Unlock publishing a snapshot of what Stat returns (an
-// atomic pointer), which Stat and Size read without a lock. The snapshot is
-// the state some critical section left, never a change half made, and a
-// write that has returned is in it; during a flush it shows the state before
-// it (dirty, the old checkpoint). Close bounds its waits on the store by the
-// WAL lease's TTL: a publish in flight that has not landed by then is
-// cancelled (its records replay at the next open).
+// LOCK ORDERING. A goroutine that holds one of these takes only those below
+// it, never one above. Every mutex of a file's engine, and of the packages
+// whose locks it takes:
+//
+//  1. walState.markMu: the closing mark of the WAL (ending); taken with
+//     nothing held (Close before its range lock, LetGoWAL outside it), then
+//     logMu or the log's wal.Log.mu.
+//  2. The range lock (File.ranges, rangelock.go): blocks, not a mutex held
+//     across calls. A write takes its blocks exclusively, a read shares its
+//     blocks, a truncate or zero takes the blocks it changes, and a flush, a
+//     rollback or a close takes them all: overlapping operations are
+//     serialised and disjoint ones are not. rangeLock.mu guards its held and
+//     waiting lists, inside lock and its release only.
+//  3. walState.logMu: walState.log, taking the lease (walLog); log is set
+//     under logMu and mu, read under either.
+//  4. File.mu (stateMu, statemu.go): the file's state, every field of File
+//     marked GUARDED_BY(mu), and those of sender, walState, publish and
+//     embedObj marked GUARDED_BY(File.mu). Readers shared, every change
+//     exclusive.
+//  5. Taken inside File.mu (shared or not), each held for its own work only
+//     and none while taking another of this group but where it says:
+//     readers.mu (prefetch.go: flights and streams, held ahead; then
+//     Budget.mu), blockCache.mu (read.go: its blocks and bytes; then
+//     Budget.mu), wal.Log.mu and wal.Log.closeMu (package wal: the log's
+//     batches and lease; closeMu before mu), writermark.Keeper.mu
+//     (fs/writermark: the writer marker, held across the marker's own PUT
+//     and DELETE), volume.ObjectSpace.mu (the lineages read), and the
+//     block map's blockmap slot.mu (one lazy load, held across its GET)
+//     before blockmap.ObjectLoader.mu (its cache of index regions).
+//  6. Budget.mu (budget.go): the mount's memory budget, shared by files; a
+//     leaf.
+//
+// Never File.mu while holding a lock of 5 or 6. The WAL log's goroutine
+// asks mayRetake, which only tries File.mu (a Close of the log under mu
+// waits for that goroutine). fakeclock's mu is the tests' clock.
+//
+// No store request under File.mu. The rule (pebble's for DB.mu: care is
+// taken to avoid holding it during IO): a request, or a wait for one made by
+// another goroutine, is not made while File.mu is held, shared or
+// exclusive; an operation takes what it needs under the lock, sends without
+// it, and applies the result under it again, re-validating what may have
+// changed. A flush then takes what it publishes under the lock, sends it
+// without the lock, and applies the result under the lock; writes outside
+// the range being published, and reads anywhere, go on meanwhile. The rule
+// is checked by the package's tests (lockcheck_test.go, lockrule_test.go);
+// the paths that still break it are listed in docs/engine-locks.md and are
+// rows of TestNoStoreRequestUnderMu: a flush holds every block and File.mu
+// until the head lands, a read holds mu shared across its map loads and
+// GETs, a partial write or a truncate reads its block under it, and a
+// write may wait for uploads holding it (sendahead.go).
+//
+// Because a flush still holds File.mu across its uploads, nothing that must
+// answer while the store is stalled takes File.mu: every exclusive hold ends
+// in its Unlock publishing a snapshot of what Stat returns (an atomic
+// pointer), which Stat and Size read without a lock. The snapshot is the
+// state some critical section left, never a change half made, and a write
+// that has returned is in it; during a flush it shows the state before it
+// (dirty, the old checkpoint). A write holds File.mu to prepare its blocks
+// (making them dirty and busy) and again to account for them, and copies
+// its bytes in between without it, so writes to disjoint blocks copy at
+// once; a busy block is left alone by sending ahead, partial segments and
+// the completion check. Close bounds its waits on the store by the WAL
+// lease's TTL: a publish in flight that has not landed by then is cancelled
+// (its records replay at the next open).
 //
 // File coordinates parts that own their behaviour: the sender (sendahead.go,
 // sendobj.go), the readers (prefetch.go), the WAL state (wal.go), a flush
-// attempt (flushattempt.go) and a read's planner (readplan.go). They take no
-// lock of their own but the readers' (inside File.mu); each says what of
-// File.mu its methods are called with. The dirty accounting's invariants are
-// written on its fields and checked by checkInvariants (invariants.go).
+// attempt (flushattempt.go) and a read's planner (readplan.go). Their state
+// is guarded by File.mu but the readers' (readers.mu) and the WAL's lease
+// (logMu, markMu); each says what of File.mu its methods are called with.
+// The dirty accounting's invariants are written on its fields and checked by
+// checkInvariants (invariants.go), in the tests at the end of every
+// exclusive hold of File.mu.
 //
 // # The bytes of a sequential writer
 //

@@ -246,21 +246,27 @@ type File struct {
 	// refresh that finds nothing to do never waits for mu (refresh.go).
 	mark atomic.Pointer[refreshMark]
 
-	// GUARDED_BY(mu)
-	format   segment.Format
-	bs       int // data block size
-	mbs      int // meta block size
+	// readOnly and pinned (opened at a checkpoint, OpenAt: never moves)
+	// are set by Open before it returns, never after: read without mu.
 	readOnly bool
-	pinned   bool // opened at a checkpoint (OpenAt): never moves
-	closed   bool
-	size     int64
-	mtime    time.Time
-	tree     *blockmap.Tree
+	pinned   bool
+
+	// GUARDED_BY(mu); format and the block sizes change only when a file
+	// made empty adopts the first head another mount published (adopt).
+	format segment.Format
+	bs     int // data block size
+	mbs    int // meta block size
+	closed bool
+	size   int64
+	mtime  time.Time
+	tree   *blockmap.Tree
 	// dirty is the dirty tier: blocks not in a completed object yet.
 	// INVARIANT: every block holds exactly one of buf (one data block
 	// long) and ref.
 	// INVARIANT: dirty is not empty only if changed, or the blocks are
-	// another writer's records shown read-only (w.overlay).
+	// another writer's records shown read-only (w.overlay), or they are
+	// all busy: a first write prepared them and is copying (changed is set
+	// when it is done).
 	dirty map[uint64]*dirtyBlock
 	// dirtyB is the bytes held by dirty blocks.
 	// INVARIANT: dirtyB == bs * (the dirty blocks with a buf); blocks by
@@ -341,21 +347,6 @@ type File struct {
 	// wm is the writer marker that shows the cleaner what this writer may
 	// still publish (writers.go).
 	wm *writermark.Keeper
-}
-
-// stateMu is File.mu. Every exclusive hold ends in Unlock, which publishes
-// the file's Stat before letting go: the snapshot is always the state some
-// critical section left, never one in the middle of a change, and a write
-// that has returned is in it.
-type stateMu struct {
-	sync.RWMutex
-	f *File
-}
-
-// Unlock publishes the stat, then releases the lock.
-func (m *stateMu) Unlock() {
-	m.f.publishStatLocked()
-	m.RWMutex.Unlock()
 }
 
 // publishStatLocked stores the state Stat returns; the caller holds mu
@@ -558,10 +549,8 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		log = zap.NewNop()
 	}
 	f := &File{
-		st:         st,
 		prefix:     prefix,
 		tag:        segment.FileTag(o.FileID),
-		space:      volume.NewObjectSpace(st, o.FilesPrefix, o.FileID, prefix),
 		p:          p,
 		opts:       o,
 		log:        log,
@@ -576,6 +565,11 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		nextPart:   1,
 	}
 	f.mu.f = f
+	if h := testHooks.store; h != nil {
+		st = h(f, st)
+	}
+	f.st = st
+	f.space = volume.NewObjectSpace(st, o.FilesPrefix, o.FileID, prefix)
 	f.rd.init(f, o.Budget)
 	f.w.f = f
 	f.w.pubCtx, f.w.pubCancel = context.WithCancel(context.Background())
@@ -619,7 +613,7 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 	id := newWriteID()
 	meta := map[string]string{writeIDMeta: id}
 	if f.p.WAL {
-		if err := walExists(ctx, st, prefix); err != nil {
+		if err := walExists(ctx, f.st, prefix); err != nil {
 			return nil, err
 		}
 		wal.MarkHead(meta, 0)
@@ -628,14 +622,14 @@ func Create(ctx context.Context, st staging.Store, prefix string, o Options) (*F
 	if err != nil {
 		return nil, fmt.Errorf("create %s: %w", prefix, err)
 	}
-	info, err := st.Put(ctx, volume.HeadKey(prefix), head, staging.PutOptions{
+	info, err := f.st.Put(ctx, volume.HeadKey(prefix), head, staging.PutOptions{
 		Conditions: staging.Conditions{IfNoneMatch: true},
 		Metadata:   meta,
 	})
 	if err != nil {
 		// A lost answer, resent by the client, is refused as a precondition
 		// failure by our own head: our write id on it means it landed.
-		hinfo, herr := st.Head(ctx, volume.HeadKey(prefix))
+		hinfo, herr := f.st.Head(ctx, volume.HeadKey(prefix))
 		switch {
 		case herr == nil && hinfo.Metadata[writeIDMeta] == id && hinfo.Size == int64(len(head)):
 			info = hinfo
@@ -718,7 +712,7 @@ func OpenAt(ctx context.Context, st staging.Store, prefix string, cno uint64, o 
 		return f, nil
 	}
 	name := segment.ObjectName{Cno: cno, Part: 0}
-	h, err := segment.ReadHeader(ctx, st, f.key(name), name, f.tag, head.Format)
+	h, err := segment.ReadHeader(ctx, f.st, f.key(name), name, f.tag, head.Format)
 	if errors.Is(err, staging.ErrNotFound) {
 		return nil, fmt.Errorf("open %s at checkpoint %d: %w", prefix, cno, ErrNotExist)
 	}

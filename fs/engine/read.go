@@ -344,12 +344,12 @@ func (f *File) BlockPlacement(ctx context.Context, start uint64, n int) ([]Place
 // (TryAcquireRead): when that is full, the cache gives up its own oldest
 // blocks to make room, and when it has none to give the block is not kept.
 type blockCache struct {
+	max    int64   // set once
+	budget *Budget // set once; may be nil
 	mu     sync.Mutex
-	max    int64
-	budget *Budget // may be nil
-	bytes  int64   // GUARDED_BY(mu)
-	lru    *list.List
-	idx    map[cacheKey]*list.Element
+	bytes  int64                      // GUARDED_BY(mu)
+	lru    *list.List                 // GUARDED_BY(mu)
+	idx    map[cacheKey]*list.Element // GUARDED_BY(mu)
 }
 
 type cacheKey struct {

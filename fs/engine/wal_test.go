@@ -44,6 +44,8 @@ func crash(t *testing.T, f *File) {
 	f.mu.Lock()
 	f.closed = true
 	f.s.stop()
+	// Its memory is gone with it (a closed file holds no dirty blocks).
+	f.dirty, f.dirtyB, f.dirtyUnmapped = nil, 0, 0
 	f.mu.Unlock()
 	// The lease of a killed writer expires.
 	if err := f.st.Delete(context.Background(), f.prefix+wal.Dir+wal.OwnerName); err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/faulty"
 	"github.com/ckptfs/ckptfs/staging/mem"
-	"github.com/ckptfs/ckptfs/staging/s3test"
 	"github.com/ckptfs/ckptfs/wal"
 )
 
@@ -362,7 +361,7 @@ func TestWALMarkSeenByPlainWriterOpenedBefore(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			ctx := context.Background()
-			st := s3test.NewStore(t)
+			st := newS3Store(t)
 			const prefix = "wm/"
 			plain := Options{Params: smallParams(segment.FormatStream), FileID: prefix}
 			c, err := Create(ctx, st, prefix, plain)
