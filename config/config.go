@@ -198,6 +198,10 @@ type Config struct {
 	GCGrace  time.Duration
 	GCMinAge time.Duration
 	GCNSLag  time.Duration
+	// Namespace (namespace) is the namespace format of a new volume, written
+	// into its descriptor by ckptfs format (or a mount with -o create); an
+	// existing volume keeps the one it was made with.
+	Namespace Namespace
 }
 
 // Unset is the value of UID, GID, FileMode and DirMode that shows each file's
@@ -258,6 +262,7 @@ func Default() Config {
 		GCGrace:                          time.Hour,
 		GCMinAge:                         10 * time.Minute,
 		GCNSLag:                          11 * time.Minute,
+		Namespace:                        NamespaceV1,
 	}
 }
 
@@ -442,4 +447,27 @@ func (p LinkProfile) String() string {
 		return "general"
 	}
 	return fmt.Sprintf("link(%d)", uint8(p))
+}
+
+// Namespace is the namespace format of a volume (docs/namespace-v2.md),
+// chosen when the volume is made and kept in its descriptor (fs/volume).
+type Namespace uint8
+
+const (
+	// NamespaceV1 is one ordered log of changes per volume (fs/namespace).
+	NamespaceV1 Namespace = iota + 1
+	// NamespaceV2 makes each name an object (fs/nsv2); experimental: the
+	// changes of several names (rename, link, rmdir) and the cleaner are
+	// not there yet.
+	NamespaceV2
+)
+
+func (n Namespace) String() string {
+	switch n {
+	case NamespaceV1:
+		return "v1"
+	case NamespaceV2:
+		return "v2"
+	}
+	return fmt.Sprintf("namespace(%d)", uint8(n))
 }

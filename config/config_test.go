@@ -245,6 +245,7 @@ func TestSetEveryOption(t *testing.T) {
 		{"log", map[string]string{"debug": "debug", "Info": "info", "warn": "warn", "error": "error"}, []string{"warning", "trace"}},
 		{"memory_limit", map[string]string{"0": "0", "2G": "2G"}, []string{"2 G", "auto"}},
 		{"emulate_link", map[string]string{"none": "none", "directory": "directory", "general": "general"}, []string{"fast", "dir"}},
+		{"namespace", map[string]string{"v1": "v1", "v2": "v2", "V2": "v2"}, []string{"", "2", "v3"}},
 		{"metrics", map[string]string{"": "", "127.0.0.1:9090": "127.0.0.1:9090", "[::1]:0": "[::1]:0"}, nil},
 		{"ns_refresh", map[string]string{"10ms": "10ms", "2s": "2s"}, []string{"2", "often"}},
 		{"ns_refresh_max", map[string]string{"1s": "1s", "10m": "10m0s"}, []string{"10", "rarely"}},
@@ -320,7 +321,7 @@ func TestSetUnknown(t *testing.T) {
 		t.Fatalf("Set(foo) = %v, want an *OptionError wrapping ErrUnknownOption", err)
 	}
 	if !strings.HasPrefix(err.Error(), `unknown option "foo" (known: data_block_size, meta_block_size, `) ||
-		!strings.HasSuffix(err.Error(), "allow_other, ro, allow_root, auto_unmount, uid, gid, umask, file_mode, dir_mode, noexec, nosuid, nodev, noatime, intr, gc, gc_interval, gc_files, gc_keep, gc_keep_for, gc_grace, gc_min_age, gc_ns_lag, "+
+		!strings.HasSuffix(err.Error(), "allow_other, ro, allow_root, auto_unmount, uid, gid, umask, file_mode, dir_mode, noexec, nosuid, nodev, noatime, intr, gc, gc_interval, gc_files, gc_keep, gc_keep_for, gc_grace, gc_min_age, gc_ns_lag, namespace, "+
 			"endpoint, region, profile, credentials_file, path_style, sse, sse_kms_key_id, storage_class, requester_pays, ca_bundle, checksum, log_file, create, mount_timeout, single_writer)") {
 		t.Errorf("message %q", err)
 	}
@@ -437,6 +438,9 @@ func TestValidate(t *testing.T) {
 		}, nil},
 		{"link unset", func(c *Config) { c.EmulateLink = 0 }, []string{"emulate_link"}},
 		{"link general", func(c *Config) { c.EmulateLink = LinkGeneral }, nil},
+		{"namespace unset", func(c *Config) { c.Namespace = 0 }, []string{"namespace"}},
+		{"namespace past v2", func(c *Config) { c.Namespace = NamespaceV2 + 1 }, []string{"namespace"}},
+		{"namespace v2", func(c *Config) { c.Namespace = NamespaceV2 }, nil},
 		{"metrics host:port", func(c *Config) { c.Metrics = "localhost:9090" }, nil},
 		{"metrics any host", func(c *Config) { c.Metrics = ":9090" }, nil},
 		{"metrics ipv6", func(c *Config) { c.Metrics = "[::1]:9090" }, nil},
@@ -468,7 +472,7 @@ func TestValidate(t *testing.T) {
 			"data_block_size", "meta_block_size", "segment_max_object_bytes",
 			"segment_mpu_chunk_size", "segment_mpu_max_concurrency",
 			"data_cache_dirty_max_blocks_threshold", "format", "flush_conflict_policy",
-			"wal_lease", "log", "nodev", "emulate_link", "gc_interval", "gc_files", "gc_grace", "ns_refresh",
+			"wal_lease", "log", "nodev", "emulate_link", "namespace", "gc_interval", "gc_files", "gc_grace", "ns_refresh",
 			"s3_connect_timeout", "s3_request_timeout", "s3_stall_timeout", "s3_retry_max_time", "op_timeout",
 		}},
 	}
@@ -507,6 +511,7 @@ func TestValidateMessages(t *testing.T) {
 		{"segment_max_object_bytes=2G", []string{"option segment_max_object_bytes=2G: must be at most 1G (the most a block pointer addresses in one object)"}},
 		{"data_block_size", []string{"option data_block_size: needs a value: data_block_size=<size>"}},
 		{"format=tail", []string{`option format=tail: bad value "tail": want stream or parted`}},
+		{"namespace=v3", []string{`option namespace=v3: bad value "v3": want v1 or v2`}},
 		{"wal=maybe", []string{`option wal=maybe: bad boolean "maybe": want true, false, on, off, yes, no, 1 or 0`}},
 	}
 	for _, tt := range tests {
@@ -537,6 +542,8 @@ func TestParse(t *testing.T) {
 				c.WAL, c.Log, c.Format, c.EmulateLink = true, LogDebug, segment.FormatParted, LinkGeneral
 			}},
 		{"later wins", "log=debug,log=error", func(c *Config) { c.Log = LogError }},
+		{"namespace", "namespace=v2", func(c *Config) { c.Namespace = NamespaceV2 }},
+		{"namespace back to v1", "namespace=V2,namespace=v1", func(c *Config) {}},
 		{"spaces around items", " wal , log=info ", func(c *Config) { c.WAL, c.Log = true, LogInfo }},
 		{"generic mount flags ignored", "auto,noauto,user,nouser,users,_netdev,nofail,defaults,x-systemd.automount,create,single_writer",
 			func(c *Config) {}},
@@ -662,6 +669,7 @@ func TestEncodeRoundTrip(t *testing.T) {
 	every.Log = LogDebug
 	every.MemoryLimit = 5<<20 + 512
 	every.EmulateLink = LinkDirectory
+	every.Namespace = NamespaceV2
 	every.Metrics = "[::1]:9100"
 	every.NSRefresh = 2*time.Minute + 10*time.Millisecond
 	every.NSRefreshMax = 3*time.Minute + 20*time.Millisecond

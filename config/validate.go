@@ -114,6 +114,8 @@ func (c Config) Validate() error {
 
 	v.check("emulate_link", c.EmulateLink >= LinkNone && c.EmulateLink <= LinkGeneral,
 		"must be none, directory or general")
+	v.check("namespace", c.Namespace == NamespaceV1 || c.Namespace == NamespaceV2,
+		"must be v1 or v2")
 
 	if c.Metrics != "" {
 		if err := checkAddr(c.Metrics); err != nil {

@@ -80,6 +80,11 @@ func newCpCmd() *cobra.Command {
 				return err
 			}
 			defer dst.Close()
+			if dst.desc.NamespaceVersion() == config.NamespaceV2 {
+				// A copy is built under a temporary name and renamed over
+				// DST; a v2 volume's names read fine (--from it works).
+				return refuseV2(args[0], "cp into it needs a rename, which it does not make yet", "step 4")
+			}
 			req := cpRequest{dst: dst, src: args[1], dstPath: args[2], local: local, verbose: verbose}
 			if from != "" {
 				if req.from, err = openCpVolume(ctx, from, so); err != nil {
@@ -114,7 +119,7 @@ func openCpVolume(ctx context.Context, spec string, so storeOpts) (*cpVolume, er
 	if err != nil {
 		return nil, err
 	}
-	if err := checkVolume(ctx, st, root, spec, so); err != nil {
+	if _, err := checkVolume(ctx, st, root, spec, so); err != nil {
 		return nil, err
 	}
 	v, err := newCpVolume(ctx, st, root, spec)
@@ -131,9 +136,9 @@ func newCpVolume(ctx context.Context, st staging.Store, root, spec string) (*cpV
 	if err != nil {
 		return nil, err
 	}
-	ns, err := namespace.Open(ctx, st, root, namespace.Options{})
+	ns, err := volume.OpenNames(ctx, st, root, desc, volume.NamesOptions{})
 	if err != nil {
-		return nil, fmt.Errorf("open namespace of %s: %w", redactStore(spec), err)
+		return nil, fmt.Errorf("volume %s: %w", redactStore(spec), err)
 	}
 	return &cpVolume{st: st, root: root, spec: redactStore(spec), ns: ns, desc: desc}, nil
 }

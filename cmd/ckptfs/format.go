@@ -29,7 +29,11 @@ func newFormatCmd() *cobra.Command {
 			"its -o options (format=, data_block_size=, meta_block_size=; see ckptfs --help),\n" +
 			"and refuses a store that already holds one. Once per volume; a mount with\n" +
 			"-o create does the same. --keep and --keep-for store the volume's retention\n" +
-			"policy (see ckptfs tune) with it.",
+			"policy (see ckptfs tune) with it.\n\n" +
+			"-o namespace=v2 (experimental) makes a volume whose names are objects\n" +
+			"(docs/namespace-v2.md): creates, unlinks, mkdir, attributes and listings work;\n" +
+			"rename, link and rmdir answer ENOTSUP, and gc and fsck refuse the volume, until\n" +
+			"later releases. Builds before it refuse such a volume (a newer layout version).",
 		Args:              argsBetween(1, 1, "STORE"),
 		ValidArgsFunction: storeCompletion,
 		RunE: func(c *cobra.Command, args []string) error {
@@ -50,8 +54,12 @@ func newFormatCmd() *cobra.Command {
 			}
 			// Sizes as options are written, so that the line can be given
 			// back as -o.
-			fmt.Fprintf(c.OutOrStdout(), "created volume %s: format=%s data_block_size=%s meta_block_size=%s\n",
-				redactStore(spec), v.Format, config.FormatSize(v.DataBlockSize), config.FormatSize(v.MetaBlockSize))
+			ns := ""
+			if v.NamespaceVersion() != config.NamespaceV1 {
+				ns = " namespace=" + v.NamespaceVersion().String()
+			}
+			fmt.Fprintf(c.OutOrStdout(), "created volume %s: format=%s data_block_size=%s meta_block_size=%s%s\n",
+				redactStore(spec), v.Format, config.FormatSize(v.DataBlockSize), config.FormatSize(v.MetaBlockSize), ns)
 			if policy != nil {
 				fmt.Fprintf(c.OutOrStdout(), "retention policy: keep=%d keep_for=%v\n", policy.Keep, policy.KeepFor)
 			}
@@ -91,12 +99,21 @@ func formatRun(spec string, opts []string, policy *volume.Policy) (volume.Descri
 // checkVolume fails, without writing anything, when the store holds no
 // volume: the offline tools would otherwise show a mistyped prefix as an
 // empty filesystem.
-func checkVolume(ctx context.Context, st staging.Store, root, spec string, so storeOpts) error {
-	if _, err := volume.ReadDescriptor(ctx, st, root); err != nil {
+func checkVolume(ctx context.Context, st staging.Store, root, spec string, so storeOpts) (volume.Descriptor, error) {
+	d, err := volume.ReadDescriptor(ctx, st, root)
+	if err != nil {
 		if errors.Is(err, volume.ErrNoVolume) {
-			return &userError{fmt.Sprintf("no ckptfs volume at %s (no %s there)", redactStore(spec), descriptorShown(spec)), err}
+			return d, &userError{fmt.Sprintf("no ckptfs volume at %s (no %s there)", redactStore(spec), descriptorShown(spec)), err}
 		}
-		return explainStart(ctx, err, st, spec, so)
+		return d, explainStart(ctx, err, st, spec, so)
 	}
-	return nil
+	return d, nil
+}
+
+// refuseV2 is the refusal of a command that does not work on a namespace v2
+// volume yet: what cannot be done, and the step of docs/namespace-v2.md §10
+// that brings it. The command has changed nothing.
+func refuseV2(spec, what, step string) error {
+	return &userError{fmt.Sprintf("%s is a namespace v2 volume (experimental): %s (%s of docs/namespace-v2.md §10 brings it); nothing changed",
+		redactStore(spec), what, step), volume.ErrNamespaceV2}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ckptfs/ckptfs/config"
 )
 
 // newFsckCmd is "ckptfs fsck STORE [PATH]". Exit status: 0 all well, 1
@@ -27,6 +29,9 @@ func newFsckCmd() *cobra.Command {
 			v, err := tf.openVolume(ctx, args[0])
 			if err != nil {
 				return err
+			}
+			if v.Namespace() == config.NamespaceV2 {
+				return refuseV2(args[0], "fsck does not check its names yet", "step 5")
 			}
 			pr := newProgress(c.ErrOrStderr(), "fsck: objects")
 			r, err := v.Fsck(ctx, argAt(args, 1), func() { pr.Add(1) })

@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/volume"
 )
@@ -90,11 +91,16 @@ func newGcCmd() *cobra.Command {
 func gcRun(spec string, so storeOpts, o cleaner.Options, keepSet, forSet bool, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	st, root, err := openStore(ctx, spec, so)
+	var d volume.Descriptor
 	if err == nil {
-		err = checkVolume(ctx, st, root, spec, so)
+		d, err = checkVolume(ctx, st, root, spec, so)
 	}
 	if err != nil {
 		return err
+	}
+	if d.NamespaceVersion() == config.NamespaceV2 {
+		// The cleaner reads v1's log: every v2 file would look forgotten.
+		return refuseV2(spec, "the cleaner does not read its names yet", "step 5")
 	}
 	if !keepSet && !forSet {
 		p, _, _, err := volume.ReadPolicy(ctx, st, root)

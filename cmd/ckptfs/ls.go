@@ -35,7 +35,7 @@ func (t *toolFlags) openVolume(ctx context.Context, spec string) (*inspect.Volum
 	if err != nil {
 		return nil, err
 	}
-	if err := checkVolume(ctx, st, root, spec, so); err != nil {
+	if _, err := checkVolume(ctx, st, root, spec, so); err != nil {
 		return nil, err
 	}
 	v, err := inspect.Open(ctx, st, root)

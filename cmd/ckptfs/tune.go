@@ -71,7 +71,7 @@ func tuneRun(spec string, so storeOpts, change *volume.Policy, keepSet, forSet b
 	defer cancel()
 	st, root, err := openStore(ctx, spec, so)
 	if err == nil {
-		err = checkVolume(ctx, st, root, spec, so)
+		_, err = checkVolume(ctx, st, root, spec, so)
 	}
 	if err != nil {
 		return err

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/nsv2"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/wal"
@@ -32,6 +33,8 @@ var errnoTable = []struct {
 	{namespace.ErrIsDir, syscall.EISDIR},
 	{namespace.ErrInvalid, syscall.EINVAL},
 	{namespace.ErrNotPermitted, syscall.EPERM},
+	// Also nsv2.ErrSeveralNames: a rename, link or rmdir that namespace v2
+	// does not make yet (docs/namespace-v2.md §10, step 4), which wraps it.
 	{namespace.ErrNotSupported, syscall.ENOTSUP},
 	{namespace.ErrNameTooLong, syscall.ENAMETOOLONG},
 	{namespace.ErrNoAttr, syscall.ENODATA},
@@ -74,6 +77,11 @@ func (fsys *FS) errnoOf(op string, err error) syscall.Errno {
 				fsys.log.Error(op+" failed: the store did not answer in time", zap.Error(err))
 			case syscall.EINTR:
 				fsys.log.Debug(op+" interrupted before it changed anything", zap.Error(err))
+			case syscall.ENOTSUP:
+				if errors.Is(err, nsv2.ErrSeveralNames) {
+					// The program sees only ENOTSUP: say why.
+					fsys.log.Warn(op+": not yet on a namespace v2 volume; nothing changed", zap.Error(err))
+				}
 			}
 			return e.errno
 		}

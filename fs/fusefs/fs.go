@@ -156,12 +156,21 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 	if err != nil {
 		return nil, err
 	}
-	ns, err := namespace.Open(ctx, st, o.Root, namespace.Options{
+	if o.Config.Namespace == config.NamespaceV2 && vol.NamespaceVersion() != config.NamespaceV2 {
+		// The option chooses the format of a volume this mount creates;
+		// one that exists keeps the format it was made with.
+		log.Warn("namespace option ignored: the volume's namespace format was fixed when it was made",
+			zap.Stringer("option", o.Config.Namespace), zap.Stringer("volume", vol.NamespaceVersion()))
+	}
+	// A fresh id for this life of the mount: v2 writes it as the owner of
+	// the inode batches it claims.
+	ns, err := volume.OpenNames(ctx, st, o.Root, vol, volume.NamesOptions{
 		Logger:        log.Named("namespace"),
 		FinishTimeout: requestBound(o.Config),
+		Mount:         namespace.NewFileID(),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("open namespace: %w", err)
+		return nil, err
 	}
 	budget := o.Config.MemoryLimit
 	if budget <= 0 {

@@ -3,6 +3,7 @@ package fusefs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/nsv2"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
@@ -72,6 +74,68 @@ func TestRequireVolume(t *testing.T) {
 	}
 }
 
+// TestNewVolumeV2: a mount that creates its volume with namespace=v2 makes
+// it a v2 volume; a mount of a v2 volume, whatever its namespace option,
+// holds an nsv2.Tree and runs no cleaner though gc is on; a mount of a v1
+// volume with namespace=v2 stays v1.
+func TestNewVolumeV2(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	cfg := config.MountDefault(1 << 30)
+	cfg.Namespace = config.NamespaceV2
+	if !cfg.GC {
+		t.Fatal("gc is off by default: the test needs it on")
+	}
+	fsys, err := New(ctx, st, Options{Config: cfg, Root: "vol/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := fsys.Volume(); v.NamespaceVersion() != config.NamespaceV2 || v.LayoutVersion != 2 {
+		t.Fatalf("volume made with namespace=v2: %+v", v)
+	}
+	check := func(fsys *FS) {
+		t.Helper()
+		if _, ok := fsys.Namespace().(*nsv2.Tree); !ok {
+			t.Fatalf("a mount of a v2 volume holds a %T", fsys.Namespace())
+		}
+		if fsys.gc != nil {
+			t.Fatal("a mount of a v2 volume runs the cleaner")
+		}
+	}
+	check(fsys)
+	if _, err := fsys.Namespace().Create(ctx, namespace.RootIno, "f", 0o644, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	fsys.Close()
+	second, err := New(ctx, st, Options{Config: config.MountDefault(1 << 30), Root: "vol/", RequireVolume: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	check(second)
+	if _, err := second.Namespace().Lookup(ctx, namespace.RootIno, "f"); err != nil {
+		t.Fatalf("the second mount's lookup of the first's name: %v", err)
+	}
+	_, err = second.Namespace().Rename(ctx, namespace.RootIno, "f", namespace.RootIno, "g", 0)
+	if got := second.errnoOf("rename", err); got != syscall.ENOTSUP {
+		t.Fatalf("rename on a v2 volume: %v (%v), want ENOTSUP", got, err)
+	}
+
+	cfg.Namespace = config.NamespaceV1
+	if _, err := volume.CreateDescriptor(ctx, st, "old/", cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Namespace = config.NamespaceV2
+	old, err := New(ctx, st, Options{Config: cfg, Root: "old/"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if _, ok := old.Namespace().(*namespace.Namespace); !ok || old.Volume().NamespaceVersion() != config.NamespaceV1 {
+		t.Fatalf("a v1 volume mounted with namespace=v2: %T, %+v", old.Namespace(), old.Volume())
+	}
+}
+
 func TestErrnoOf(t *testing.T) {
 	fsys := &FS{log: zap.NewNop()}
 	cases := []struct {
@@ -84,6 +148,7 @@ func TestErrnoOf(t *testing.T) {
 		{namespace.ErrNotEmpty, syscall.ENOTEMPTY},
 		{namespace.ErrNoAttr, syscall.ENODATA},
 		{namespace.ErrNotSupported, syscall.ENOTSUP},
+		{fmt.Errorf("rename a: %w", nsv2.ErrSeveralNames), syscall.ENOTSUP},
 		{engine.ErrReadOnly, syscall.EROFS},
 		{context.Canceled, syscall.EINTR},
 		{&segment.CorruptError{Key: "k", Err: segment.ErrChecksum, Detail: "bad"}, syscall.EIO},

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
@@ -50,8 +51,15 @@ func (r *Report) OK() bool { return len(r.Problems) == 0 }
 // objects of the files under it. A path that does not resolve is an error
 // (namespace.ErrNotExist for errors.Is). done, when not nil, is called once
 // per object checked.
+//
+// A namespace v2 volume is refused (volume.ErrNamespaceV2): fsck's check
+// that every stored file is named, and of damaged v2 objects, comes with
+// step 5 of docs/namespace-v2.md §10.
 func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, error) {
 	r := &Report{}
+	if v.Namespace() == config.NamespaceV2 {
+		return r, fmt.Errorf("fsck: %w: its check of v2's names comes with step 5 of docs/namespace-v2.md §10", volume.ErrNamespaceV2)
+	}
 	whole := p == "" || p == "/"
 	files := map[string]string{} // file id -> a path
 	if whole {

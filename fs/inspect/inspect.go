@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
@@ -32,17 +33,31 @@ type Volume struct {
 	st   staging.Store
 	root string // "" or ends in "/"
 	ns   namespace.Names
+	desc volume.Descriptor
 }
 
-// Open reads the namespace of the volume at root.
+// Open reads the namespace of the volume at root, the one its descriptor
+// names (volume.OpenNames): v1's log is read whole, v2's names are read as
+// they are asked for. A root without a descriptor is read as v1 (the
+// commands refuse it before: ErrNoVolume).
 func Open(ctx context.Context, st staging.Store, root string) (*Volume, error) {
 	root = volume.CleanRoot(root)
-	ns, err := namespace.Open(ctx, st, root, namespace.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("open namespace of %q: %w", root, err)
+	desc, err := volume.ReadDescriptor(ctx, st, root)
+	if errors.Is(err, volume.ErrNoVolume) {
+		desc, err = volume.Descriptor{}, nil
 	}
-	return &Volume{st: st, root: root, ns: ns}, nil
+	if err != nil {
+		return nil, err
+	}
+	ns, err := volume.OpenNames(ctx, st, root, desc, volume.NamesOptions{})
+	if err != nil {
+		return nil, err
+	}
+	return &Volume{st: st, root: root, ns: ns, desc: desc}, nil
 }
+
+// Namespace is the namespace format of the volume.
+func (v *Volume) Namespace() config.Namespace { return v.desc.NamespaceVersion() }
 
 // Prefix is the key prefix of a file's objects.
 func (v *Volume) Prefix(fileID string) string { return volume.FilePrefix(v.root, fileID) }

@@ -11,9 +11,27 @@ import (
 	"github.com/ckptfs/ckptfs/staging"
 )
 
-// LayoutVersion is the version of the volume layout this build writes and
-// reads. It is part of the format.
-const LayoutVersion = 1
+// LayoutVersion is the newest volume layout this build reads. It is part
+// of the format: 1 is a volume whose namespace is v1's log (fs/namespace),
+// 2 one whose names are objects (namespace v2, fs/nsv2). A build refuses a
+// larger number (ErrNewerLayout), which is how a build that knows only v1
+// refuses a v2 volume rather than read its empty log as an empty
+// filesystem. CreateDescriptor writes 1 for a v1 volume, so that the
+// builds before v2 still mount those.
+const LayoutVersion = layoutV2
+
+// The layout versions, by namespace.
+const (
+	layoutV1 = 1
+	layoutV2 = 2
+)
+
+// Namespace formats as the descriptor's "namespace" names them; absent is
+// v1.
+const (
+	namespaceV1 = "v1"
+	namespaceV2 = "v2"
+)
 
 // maxDescriptorBytes bounds the read of a descriptor (one is ~100 bytes).
 const maxDescriptorBytes = 64 << 10
@@ -39,6 +57,17 @@ type Descriptor struct {
 	Format        string `json:"format"`
 	DataBlockSize int64  `json:"data_block_size"`
 	MetaBlockSize int64  `json:"meta_block_size"`
+	// Namespace is "v2" in a layout 2 descriptor and absent ("") in a
+	// layout 1 one, which is v1's (see the package doc).
+	Namespace string `json:"namespace,omitempty"`
+}
+
+// NamespaceVersion is the namespace format of the volume.
+func (d Descriptor) NamespaceVersion() config.Namespace {
+	if d.Namespace == namespaceV2 {
+		return config.NamespaceV2
+	}
+	return config.NamespaceV1
 }
 
 // OpenDescriptor reads the descriptor under root. When there is none it
@@ -85,8 +114,15 @@ func readDescriptor(ctx context.Context, st staging.Store, key string) (Descript
 // existing descriptor is left alone and the error is ErrExists.
 func CreateDescriptor(ctx context.Context, st staging.Store, root string, cfg config.Config) (Descriptor, error) {
 	key := root + DescriptorKey
-	v := Descriptor{LayoutVersion: LayoutVersion, Format: cfg.Format.String(),
+	v := Descriptor{LayoutVersion: layoutV1, Format: cfg.Format.String(),
 		DataBlockSize: cfg.DataBlockSize, MetaBlockSize: cfg.MetaBlockSize}
+	switch cfg.Namespace {
+	case config.NamespaceV1:
+	case config.NamespaceV2:
+		v.LayoutVersion, v.Namespace = layoutV2, namespaceV2
+	default:
+		return Descriptor{}, fmt.Errorf("create volume descriptor %s: namespace %v: not one this build makes", key, cfg.Namespace)
+	}
 	body, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return Descriptor{}, fmt.Errorf("encode volume descriptor: %w", err)
@@ -103,16 +139,31 @@ func CreateDescriptor(ctx context.Context, st staging.Store, root string, cfg co
 
 // parseDescriptor decodes and checks a descriptor read from key.
 func parseDescriptor(key string, b []byte) (Descriptor, error) {
+	return parseDescriptorUpTo(key, b, LayoutVersion)
+}
+
+// parseDescriptorUpTo is parseDescriptor for a build that reads layouts up
+// to newest: the tests read with 1, as the builds before namespace v2 did.
+func parseDescriptorUpTo(key string, b []byte, newest int) (Descriptor, error) {
 	var v Descriptor
 	if err := json.Unmarshal(b, &v); err != nil {
 		return Descriptor{}, fmt.Errorf("volume descriptor %s: %w: %v", key, ErrBadDescriptor, err)
 	}
-	if v.LayoutVersion > LayoutVersion {
+	if v.LayoutVersion > newest {
 		return Descriptor{}, fmt.Errorf("volume descriptor %s: layout version %d, this build reads up to %d: %w",
-			key, v.LayoutVersion, LayoutVersion, ErrNewerLayout)
+			key, v.LayoutVersion, newest, ErrNewerLayout)
 	}
 	if v.LayoutVersion < 1 {
 		return Descriptor{}, fmt.Errorf("volume descriptor %s: layout version %d: %w", key, v.LayoutVersion, ErrBadDescriptor)
+	}
+	// Each layout has its one namespace: a v1 descriptor naming v2 would
+	// be mounted as v1 by the builds before v2, which ignore the field.
+	switch {
+	case v.LayoutVersion == layoutV1 && (v.Namespace == "" || v.Namespace == namespaceV1):
+	case v.LayoutVersion == layoutV2 && v.Namespace == namespaceV2:
+	default:
+		return Descriptor{}, fmt.Errorf("volume descriptor %s: layout version %d with namespace %q: %w",
+			key, v.LayoutVersion, v.Namespace, ErrBadDescriptor)
 	}
 	if v.Format != segment.FormatStream.String() && v.Format != segment.FormatParted.String() {
 		return Descriptor{}, fmt.Errorf("volume descriptor %s: format %q: %w", key, v.Format, ErrBadDescriptor)

@@ -3,6 +3,7 @@ package volume
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"sync"
@@ -22,7 +23,15 @@ func TestParseDescriptor(t *testing.T) {
 	}{
 		{"current", `{"layout_version":1,"format":"stream","data_block_size":65536,"meta_block_size":4096}`, nil},
 		{"parted", `{"layout_version":1,"format":"parted"}`, nil},
-		{"newer", `{"layout_version":2,"format":"stream"}`, ErrNewerLayout},
+		{"newer", `{"layout_version":3,"format":"stream","namespace":"v2"}`, ErrNewerLayout},
+		{"v1 named", `{"layout_version":1,"format":"stream","namespace":"v1"}`, nil},
+		{"v2", `{"layout_version":2,"format":"stream","data_block_size":65536,"meta_block_size":4096,"namespace":"v2"}`, nil},
+		// A layout 1 descriptor naming v2 would be mounted as v1 by the
+		// builds before v2, which ignore the field.
+		{"v2 in layout 1", `{"layout_version":1,"format":"stream","namespace":"v2"}`, ErrBadDescriptor},
+		{"layout 2 without namespace", `{"layout_version":2,"format":"stream"}`, ErrBadDescriptor},
+		{"layout 2 of v1", `{"layout_version":2,"format":"stream","namespace":"v1"}`, ErrBadDescriptor},
+		{"unknown namespace", `{"layout_version":2,"format":"stream","namespace":"v3"}`, ErrBadDescriptor},
 		{"zero version", `{"format":"stream"}`, ErrBadDescriptor},
 		{"bad format", `{"layout_version":1,"format":"zip"}`, ErrBadDescriptor},
 		{"not json", `layout_version=1`, ErrBadDescriptor},
@@ -41,6 +50,7 @@ func TestParseDescriptor(t *testing.T) {
 func FuzzParseDescriptor(f *testing.F) {
 	f.Add([]byte(`{"layout_version":1,"format":"stream","data_block_size":65536,"meta_block_size":4096}`))
 	f.Add([]byte(`{"layout_version":99}`))
+	f.Add([]byte(`{"layout_version":2,"format":"parted","namespace":"v2"}`))
 	f.Add([]byte(`[]`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		v, err := parseDescriptor("k", b)
@@ -52,6 +62,9 @@ func FuzzParseDescriptor(f *testing.F) {
 		}
 		if v.LayoutVersion < 1 || v.LayoutVersion > LayoutVersion {
 			t.Fatalf("accepted layout version %d", v.LayoutVersion)
+		}
+		if (v.LayoutVersion == layoutV2) != (v.NamespaceVersion() == config.NamespaceV2) {
+			t.Fatalf("accepted layout version %d with namespace %q", v.LayoutVersion, v.Namespace)
 		}
 	})
 }
@@ -135,5 +148,60 @@ func TestOpenDescriptorOversized(t *testing.T) {
 	_, err := OpenDescriptor(context.Background(), mem, "vol/", config.Default(), false)
 	if !errors.Is(err, staging.ErrTooLarge) || !strings.Contains(err.Error(), key) {
 		t.Fatalf("open over an oversized descriptor: %v, want ErrTooLarge naming %s", err, key)
+	}
+}
+
+// TestDescriptorNamespace: format writes a v1 volume's descriptor as the
+// builds before v2 wrote it (they mount it), and a v2 volume's with layout
+// version 2, which a build that reads layout 1 only (every build before v2)
+// refuses as newer, never mounts as an empty v1 namespace. The builds before
+// v2 are this parser with newest 1: their check was this one.
+func TestDescriptorNamespace(t *testing.T) {
+	ctx := context.Background()
+	st := mem.New()
+	for _, c := range []struct {
+		ns     config.Namespace
+		layout int
+		body   string
+	}{
+		{config.NamespaceV1, 1, `{"layout_version":1,"format":"stream","data_block_size":65536,"meta_block_size":4096}`},
+		{config.NamespaceV2, 2, `{"layout_version":2,"format":"stream","data_block_size":65536,"meta_block_size":4096,"namespace":"v2"}`},
+	} {
+		t.Run(c.ns.String(), func(t *testing.T) {
+			cfg := config.MountDefault(1 << 30)
+			cfg.Namespace = c.ns
+			root := c.ns.String() + "/"
+			v, err := CreateDescriptor(ctx, st, root, cfg)
+			if err != nil || v.LayoutVersion != c.layout || v.NamespaceVersion() != c.ns {
+				t.Fatalf("CreateDescriptor = %+v, %v; want layout %d, namespace %v", v, err, c.layout, c.ns)
+			}
+			b, _, err := st.Get(ctx, root+DescriptorKey, staging.Range{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var compact bytes.Buffer
+			if err := json.Compact(&compact, b); err != nil || compact.String() != c.body {
+				t.Fatalf("descriptor written:\n%s\nwant\n%s", compact.String(), c.body)
+			}
+			if got, err := ReadDescriptor(ctx, st, root); err != nil || got != v {
+				t.Fatalf("ReadDescriptor = %+v, %v; want %+v", got, err, v)
+			}
+			old, err := parseDescriptorUpTo(DescriptorKey, b, layoutV1)
+			switch c.ns {
+			case config.NamespaceV1:
+				if err != nil || old != v {
+					t.Fatalf("a build before v2 reads a v1 volume as %+v, %v; want %+v", old, err, v)
+				}
+			case config.NamespaceV2:
+				if !errors.Is(err, ErrNewerLayout) || !strings.Contains(err.Error(), "layout version 2, this build reads up to 1") {
+					t.Fatalf("a build before v2 reads a v2 volume: %+v, %v; want ErrNewerLayout", old, err)
+				}
+			}
+		})
+	}
+	cfg := config.MountDefault(1 << 30)
+	cfg.Namespace = 0
+	if _, err := CreateDescriptor(ctx, st, "none/", cfg); err == nil {
+		t.Fatal("CreateDescriptor of namespace 0 succeeded")
 	}
 }

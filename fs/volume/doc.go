@@ -16,9 +16,12 @@
 //	<root>policy.json                the retention policy (PolicyKey; policy.go):
 //	                                 created with If-None-Match, changed with
 //	                                 If-Match; absent: DefaultPolicy
-//	<root>ns/                        the namespace (NamespaceDir; fs/namespace)
+//	<root>ns/                        the namespace of a v1 volume (NamespaceDir;
+//	                                 fs/namespace)
 //	    log/<seq, 20 digits>         one change, created with If-None-Match: *
 //	    snap/<seq, 20 digits>        the whole namespace as of log entry <seq>
+//	<root>ns2/                       the names of a v2 volume (fs/nsv2, whose
+//	                                 package doc lists its keys)
 //	<root>f/                         the files (FilesDir), by id, never by path
 //	    <file-id>/                   one file's prefix (FilePrefix)
 //	        inode                    its head: the latest checkpoint's inode
@@ -50,9 +53,9 @@
 // none of the names above is no object of ckptfs: the cleaner leaves it and
 // reports it, fsck reports it.
 //
-// One package below this one spells its own names under the prefix this
-// package gives it, as its format is its own: fs/namespace (log/, snap/
-// under NamespaceDir). The engine (fs/engine) and the writer markers
+// Two packages below this one spell their own names under the prefix this
+// package gives it, as their formats are their own: fs/namespace (log/,
+// snap/ under NamespaceDir) and fs/nsv2 (everything under ns2/). The engine (fs/engine) and the writer markers
 // (fs/writermark) take a file's head, marker and reference keys from here
 // (HeadKey, WriterKey, RefKey) under the prefix a file is opened at.
 //
@@ -70,8 +73,20 @@
 //	  "layout_version": 1,          // a build refuses a larger number (LayoutVersion)
 //	  "format": "stream",           // block-pointer format of new files
 //	  "data_block_size": 65536,     // of new files, when created
-//	  "meta_block_size": 4096
+//	  "meta_block_size": 4096,
+//	  "namespace": "v2"             // only with layout_version 2; absent: v1
 //	}
+//
+// The namespace format is chosen when the volume is made (ckptfs format -o
+// namespace=v2) and never changes. A v1 volume is layout_version 1 with no
+// "namespace" (as every build before v2 wrote it): its names are the log
+// under ns/ (fs/namespace). A v2 volume is layout_version 2 with
+// "namespace": "v2": its names are objects under ns2/ (fs/nsv2,
+// docs/namespace-v2.md). The version is raised for v2, not only the field
+// added, so that a build that knows only v1 (LayoutVersion 1) refuses a v2
+// volume with ErrNewerLayout instead of mounting its ns/, empty, as an empty
+// filesystem; any other pairing of the two fields is ErrBadDescriptor.
+// OpenNames opens the namespace the descriptor names.
 //
 // A mount creates it when absent (OpenDescriptor); the offline tools and a
 // mount asked to require it refuse a root without one (ErrNoVolume), so a

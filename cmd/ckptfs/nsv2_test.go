@@ -1,0 +1,121 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/ckptfs/ckptfs/fs/engine"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/dir"
+)
+
+// TestToolsNamespaceV2: format -o namespace=v2 makes a v2 volume; the tools
+// that only read names (ls, cat, info, cp --from it) read it, and those that
+// would act on v1's log instead (gc, fsck) or need a rename (cp into it)
+// refuse it, exit 1, naming the step that brings them and changing nothing.
+func TestToolsNamespaceV2(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store := "file://" + root
+	ckptfs := func(args ...string) (int, string, string) {
+		var out, errOut strings.Builder
+		code := run(append([]string{"ckptfs"}, args...), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	if code, out, errOut := ckptfs("format", "-o", "namespace=v2", store); code != 0 || !strings.HasSuffix(out, " namespace=v2\n") {
+		t.Fatalf("format -o namespace=v2: exit %d, %q, %q", code, out, errOut)
+	}
+	st, err := dir.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := volume.ReadDescriptor(ctx, st, "")
+	if err != nil || desc.LayoutVersion != 2 || desc.Namespace != "v2" {
+		t.Fatalf("descriptor %+v, %v", desc, err)
+	}
+	ns, err := volume.OpenNames(ctx, st, "", desc, volume.NamesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ns.Mkdir(ctx, namespace.RootIno, "d", 0o755, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := ns.Create(ctx, d.Ino, "f", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ef, err := engine.Create(ctx, st, volume.FilePrefix("", n.FileID), engine.Options{Params: engine.DefaultParams(), FileID: n.FileID})
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("v2"), 3000)
+	if _, err := ef.WriteAt(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ef.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ef.Close()
+	ns.Close()
+	before, err := staging.ListAll(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if code, out, errOut := ckptfs("ls", store, "/d"); code != 0 || !strings.Contains(out, "file") || !strings.HasSuffix(strings.TrimSpace(out), " f") {
+		t.Fatalf("ls /d: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, out, errOut := ckptfs("cat", store, "/d/f"); code != 0 || out != string(data) {
+		t.Fatalf("cat /d/f: exit %d, %d bytes, %q", code, len(out), errOut)
+	}
+	if code, out, errOut := ckptfs("info", store, "/d/f"); code != 0 || !strings.Contains(out, n.FileID) {
+		t.Fatalf("info /d/f: exit %d, %q, %q", code, out, errOut)
+	}
+	v1Root := t.TempDir()
+	v1 := "file://" + v1Root
+	if code, _, errOut := ckptfs("format", v1); code != 0 {
+		t.Fatalf("format of a v1 volume: %s", errOut)
+	}
+	if code, _, errOut := ckptfs("cp", "--from", store, v1, "/d/f", "/g"); code != 0 {
+		t.Fatalf("cp --from the v2 volume: exit %d, %q", code, errOut)
+	}
+	if code, out, errOut := ckptfs("cat", v1, "/g"); code != 0 || out != string(data) {
+		t.Fatalf("cat of the copy out of the v2 volume: exit %d, %d bytes, %q", code, len(out), errOut)
+	}
+
+	local := filepath.Join(t.TempDir(), "local")
+	if err := os.WriteFile(local, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"gc", store}, "the cleaner does not read its names yet (step 5 of docs/namespace-v2.md §10 brings it); nothing changed"},
+		{[]string{"gc", "--dry-run", store}, "(step 5 of"},
+		{[]string{"fsck", store}, "fsck does not check its names yet (step 5 of"},
+		{[]string{"fsck", store, "/d"}, "(step 5 of"},
+		{[]string{"cp", store, "/d/f", "/d/g"}, "cp into it needs a rename, which it does not make yet (step 4 of"},
+		{[]string{"cp", "--local", store, local, "/h"}, "(step 4 of"},
+		{[]string{"cp", "--from", v1, store, "/g", "/h"}, "(step 4 of"},
+	} {
+		code, out, errOut := ckptfs(c.args...)
+		if code != 1 || !strings.Contains(errOut, "is a namespace v2 volume (experimental): ") || !strings.Contains(errOut, c.want) {
+			t.Errorf("ckptfs %s: exit %d, %q, %q; want exit 1 saying %q", strings.Join(c.args, " "), code, out, errOut, c.want)
+		}
+	}
+	after, err := staging.ListAll(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(before) {
+		t.Fatalf("the refused commands changed the v2 volume: %d objects, %d before", len(after), len(before))
+	}
+}

@@ -1,0 +1,129 @@
+package test
+
+import (
+	"errors"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
+)
+
+// TestNSv2Mount: a volume made with ckptfs format -o namespace=v2 is
+// mounted with namespace v2 (docs/namespace-v2.md §10, step 3), and
+// unmodified programs use it: cp, dd, cat and cmp, ls -l, mkdir -p, rm; an
+// O_EXCL create of a name that exists fails with EEXIST; a second mount
+// sees the first's names and the first sees the second's create; mv and
+// rmdir, which step 4 brings, fail with ENOTSUP and change nothing; after
+// both unmount, a new mount finds everything as it was left.
+func TestNSv2Mount(t *testing.T) {
+	need(t, "cp", "dd", "cmp", "ls", "mkdir", "rm", "mv", "rmdir")
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, opts, env := s3Args(t, v)
+	opts = strings.TrimSuffix(opts, ",create")
+	ckptfs := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := ckptfs("format", "-o", opts+",namespace=v2", store); err != nil || !strings.Contains(out, "namespace=v2") {
+		t.Fatalf("format -o namespace=v2: %v\n%s", err, out)
+	}
+	if d, err := ckvolume.ReadDescriptor(t.Context(), v.store(), ""); err != nil || d.LayoutVersion != 2 || d.Namespace != "v2" {
+		t.Fatalf("descriptor after format: %+v, %v", d, err)
+	}
+
+	local := t.TempDir()
+	small, big := filepath.Join(local, "small"), filepath.Join(local, "big")
+	randomFile(t, small, 100<<10+7)
+	randomFile(t, big, 8<<20)
+
+	a := v.mount("")
+	run(t, a.dir, "cp", small, "small")
+	run(t, a.dir, "dd", "if="+big, "of=big", "bs=1M", "count=8", "conv=fsync", "status=none")
+	run(t, a.dir, "cmp", big, "big")
+	if got := run(t, a.dir, "cat", "small"); got != mustRead(t, small) {
+		t.Fatalf("cat small: %d bytes, want the %d copied", len(got), len(mustRead(t, small)))
+	}
+	run(t, a.dir, "mkdir", "-p", "a/b")
+	run(t, a.dir, "sh", "-c", "echo inside > a/b/c")
+	run(t, a.dir, "sh", "-c", "echo gone > doomed")
+	run(t, a.dir, "rm", "doomed")
+	ls := run(t, a.dir, "ls", "-l")
+	for _, want := range []string{" small\n", " big\n", " a\n", "8388608"} {
+		if !strings.Contains(ls, want) {
+			t.Errorf("ls -l lacks %q:\n%s", want, ls)
+		}
+	}
+	if strings.Contains(ls, "doomed") {
+		t.Errorf("ls -l shows the removed name:\n%s", ls)
+	}
+	if _, err := os.OpenFile(a.path("big"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); !errors.Is(err, fs.ErrExist) {
+		t.Fatalf("O_EXCL create of an existing name: %v, want EEXIST", err)
+	}
+
+	// Step 4's changes answer ENOTSUP and change nothing.
+	if out, err := runErr(a.dir, "mv", "big", "moved"); err == nil || !strings.Contains(out, "not supported") {
+		t.Errorf("mv on a v2 volume: %v\n%s; want ENOTSUP", err, out)
+	}
+	run(t, a.dir, "mkdir", "empty")
+	if out, err := runErr(a.dir, "rmdir", "empty"); err == nil || !strings.Contains(out, "not supported") {
+		t.Errorf("rmdir on a v2 volume: %v\n%s; want ENOTSUP", err, out)
+	}
+	if _, err := os.Stat(a.path("moved")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the refused mv made its new name: %v", err)
+	}
+	run(t, a.dir, "cmp", big, "big")
+
+	b := v.mount("")
+	run(t, b.dir, "cmp", big, "big")
+	run(t, b.dir, "cmp", small, "small")
+	if got := run(t, b.dir, "cat", "a/b/c"); got != "inside\n" {
+		t.Errorf("a/b/c on the second mount: %q", got)
+	}
+	if _, err := os.Stat(b.path("doomed")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the second mount sees the removed name: %v", err)
+	}
+	if _, err := os.OpenFile(b.path("small"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); !errors.Is(err, fs.ErrExist) {
+		t.Errorf("O_EXCL create on the second mount of a name the first made: %v, want EEXIST", err)
+	}
+	run(t, b.dir, "sh", "-c", "echo from b > a/b/fromb")
+	if got := run(t, a.dir, "cat", "a/b/fromb"); got != "from b\n" {
+		t.Errorf("the first mount reads the second's create as %q", got)
+	}
+	a.unmount()
+	b.unmount()
+
+	if out, err := ckptfs("ls", "-o", opts, store, "/a/b"); err != nil || !strings.Contains(out, " c\n") || !strings.Contains(out, " fromb\n") {
+		t.Errorf("ckptfs ls /a/b: %v\n%s", err, out)
+	}
+	if out, err := ckptfs("gc", "-o", opts, store); err == nil || !strings.Contains(out, "namespace v2 volume") {
+		t.Errorf("ckptfs gc of a v2 volume: %v\n%s; want a refusal", err, out)
+	}
+
+	c := v.mount("")
+	run(t, c.dir, "cmp", big, "big")
+	run(t, c.dir, "cmp", small, "small")
+	if got := run(t, c.dir, "cat", "a/b/c", "a/b/fromb"); got != "inside\nfrom b\n" {
+		t.Errorf("a/b after a new mount: %q", got)
+	}
+	names := run(t, c.dir, "ls", "-A")
+	if names != "a\nbig\nempty\nsmall\n" {
+		t.Errorf("the root after a new mount:\n%s", names)
+	}
+}
+
+// mustRead is the content of a local file.
+func mustRead(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
