@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
@@ -118,6 +119,14 @@ func CleanFile(ctx context.Context, st staging.Store, prefix, id string, o Optio
 // records and leaves. It writes nothing. The plan must be closed; on an
 // error it may be nil, or hold what was found so far (close it too).
 func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (*Plan, error) {
+	// A namespace v2 volume's names are not in v1's log: read through it,
+	// every file of the volume would look forgotten. (Its callers refuse
+	// such a volume first; this is the cleaner's own guard.)
+	if d, err := volume.ReadDescriptor(ctx, st, root); err == nil && d.NamespaceVersion() == config.NamespaceV2 {
+		return nil, fmt.Errorf("plan the volume at %q: the cleaner of namespace v2's orphans is step 5 of docs/namespace-v2.md §10: %w", root, volume.ErrNamespaceV2)
+	} else if err != nil && !errors.Is(err, volume.ErrNoVolume) {
+		return nil, fmt.Errorf("plan the volume at %q: %w", root, err)
+	}
 	p := &Plan{st: st, root: root, o: o, view: newWriterView(st), orphKey: volume.PendingOrphansKey(root)}
 	fp := volume.FilesPrefix(root)
 	p.refs = newReferrers(st, fp, o)
