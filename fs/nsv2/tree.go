@@ -90,6 +90,12 @@ type Tree struct {
 	endIno    namespace.Ino // GUARDED_BY(inoMu): past the batch's last
 	nextBatch uint64        // GUARDED_BY(inoMu): where the next claim starts
 
+	clock func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+
+	leaseMu sync.Mutex
+	leases  map[namespace.Ino]*leaseState // GUARDED_BY(leaseMu): this mount's create leases
+
 	mu      sync.Mutex
 	gen     uint64                       // GUARDED_BY(mu): Refresh's count; older entries are stale
 	names   map[nameKey]*entry           // GUARDED_BY(mu)
@@ -171,6 +177,12 @@ type Config struct {
 	FirstBatch uint64
 	// Parallel bounds the dentries a listing reads at once (0 is 16).
 	Parallel int
+	// Clock times the create leases (lease.go): this machine's monotonic
+	// clock, never compared with another's; nil is time.Now. Sleep waits
+	// between a remover's reads of a lease; nil waits d or until ctx ends.
+	// Tests give both a clock that Sleep advances.
+	Clock func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
 }
 
 // Open makes the Tree of cfg. It sends no request: a batch of inos is
@@ -209,6 +221,12 @@ func Open(cfg Config) (*Tree, error) {
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 16
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleepCtx
+	}
 	t0 := cfg.Now().UnixNano()
 	return &Tree{
 		p: New(cfg.Store, cfg.Root, cfg.StoreNow), st: cfg.Store, root: cfg.Root, mount: cfg.Mount,
@@ -217,6 +235,9 @@ func Open(cfg Config) (*Tree, error) {
 			Uid: cfg.RootOwner.Uid, Gid: cfg.RootOwner.Gid, Nlink: 1, AtimeNs: t0, MtimeNs: t0, CtimeNs: t0,
 			Parent: namespace.RootIno},
 		nextBatch: cfg.FirstBatch,
+		clock:     cfg.Clock,
+		sleep:     cfg.Sleep,
+		leases:    map[namespace.Ino]*leaseState{},
 		names:     map[nameKey]*entry{},
 		inos:      map[namespace.Ino]*entry{},
 		orphans:   map[namespace.Ino]orphanNode{},
@@ -237,13 +258,18 @@ func (t *Tree) enter() error {
 	return nil
 }
 
-// Close refuses new calls and waits for those in flight. A Tree has no
-// background work.
+// Close refuses new calls, waits for those in flight, and deletes this
+// mount's create leases (so that no remover waits for them to run out). A
+// Tree has no background work.
 func (t *Tree) Close() error {
 	t.mu.Lock()
+	was := t.closed
 	t.closed = true
 	t.mu.Unlock()
 	t.calls.Wait()
+	if !was {
+		t.dropLeases(context.Background())
+	}
 	return nil
 }
 
@@ -325,6 +351,21 @@ func (t *Tree) learn(dir namespace.Ino, frags uint32, name string, r Resolved) *
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	locked := r.Pending || r.Dentry != nil && r.Dentry.Lock != nil
+	// A name of a change of several names: what this mount cached of the
+	// change's other names is read again before it is used, so that it
+	// never shows one side of the change (section 3, "Atomic to every
+	// reader").
+	var ops []Op
+	if r.Decision != nil {
+		ops = r.Decision.Ops
+	} else if r.Dentry != nil && r.Dentry.Lock == nil {
+		ops = r.Dentry.Ops
+	}
+	for _, o := range ops {
+		if o.Ino == 0 && (o.Dir != dir || string(o.Name) != name) {
+			t.invalidateLocked(o.Dir, string(o.Name))
+		}
+	}
 	return t.learnLocked(dir, frags, name, r.Bound, r.ETag, locked)
 }
 
