@@ -5,7 +5,10 @@
 // Finish, Resolve, ClaimBatch), each one conditional PUT where the design
 // says one, a lost answer resolved by reading back the id it wrote (see
 // prim.go); and Tree (tree.go), namespace.Names over them for the changes
-// of one name (docs/namespace-v2.md §10, step 3). No mount uses it yet:
+// of one name (docs/namespace-v2.md §10, step 3) and rename, exchange and
+// rmdir with the seal and create leases (treemulti.go, lease.go: step 4
+// but for links and directories moved across directories). No mount uses
+// it yet:
 // ckptfs format and the mount choose v1.
 //
 // The package is fs/nsv2 rather than fs/namespace/v2: a final path element
