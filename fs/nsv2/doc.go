@@ -5,9 +5,11 @@
 // Finish, Resolve, ClaimBatch), each one conditional PUT where the design
 // says one, a lost answer resolved by reading back the id it wrote (see
 // prim.go); and Tree (tree.go), namespace.Names over them for the changes
-// of one name (docs/namespace-v2.md §10, step 3), which a mount of a volume
-// made with ckptfs format -o namespace=v2 holds (fs/volume.OpenNames;
-// experimental).
+// of one name (docs/namespace-v2.md §10, step 3) and rename, exchange and
+// rmdir with the seal and create leases (treemulti.go, lease.go: step 4
+// but for links and directories moved across directories), which a mount
+// of a volume made with ckptfs format -o namespace=v2 holds
+// (fs/volume.OpenNames; experimental).
 //
 // The package is fs/nsv2 rather than fs/namespace/v2: a final path element
 // "v2" reads to Go's tools as a module's major version, and goimports would

@@ -18,8 +18,9 @@ import (
 )
 
 // Tree is namespace v2 as one mount sees it (docs/namespace-v2.md, sections
-// 3 to 5, step 3 of section 10): namespace.Names over the primitives, for
-// the changes of one name. It keeps a cache of the dentries it has read or
+// 3 to 5, steps 3 and 4 of section 10): namespace.Names over the
+// primitives, for the changes of one name and rename, exchange and rmdir.
+// It keeps a cache of the dentries it has read or
 // written, not the whole tree:
 //
 //   - Lookup serves a name cached since the last Refresh; on a miss (or a
@@ -38,16 +39,16 @@ import (
 // What is not here yet, and what it answers instead (never a silent wrong
 // answer):
 //
-//   - Rename and Link change several names (step 4): ErrSeveralNames, which
-//     wraps namespace.ErrNotSupported (ENOTSUP): mv and ln then fail and
-//     change nothing. EXDEV was not chosen: mv would copy a file's data to
-//     the new name and unlink the old one, a slow non-atomic copy of a
-//     checkpoint where a rename was asked for, and for a directory it would
-//     copy the tree and then fail to remove it (below).
-//   - Rmdir needs the seal and the create leases of section 3, or a create
-//     by another mount could land in a directory being removed: an empty
-//     directory is ErrSeveralNames until step 4 (a directory with names is
-//     ErrNotEmpty, as it will stay).
+//   - Rename, exchange and rmdir are changes of several names (step 4,
+//     treemulti.go), and every name added to a directory other than the
+//     root is added under a create lease (lease.go). A directory moved
+//     across directories needs the moves log: ErrDirMove (ENOTSUP).
+//   - Link changes several names and makes an inode object (step 4, not
+//     yet): ErrSeveralNames, which wraps namespace.ErrNotSupported
+//     (ENOTSUP): ln then fails and changes nothing. EXDEV was not chosen
+//     for it nor for ErrDirMove: mv would copy the data (or the tree) to
+//     the new name and remove the old one, a slow non-atomic copy where a
+//     rename was asked for.
 //   - A node of several names (an inode object, made by step 4's link) is
 //     read, never changed.
 //   - The root has no dentry: its attributes are Config's, and it cannot be
@@ -60,12 +61,16 @@ import (
 //     with (section 4 gives it the newest Last-Modified of its names as the
 //     last listing saw it: a later step).
 //
-// Orphans (section 5): an unlink of a file stores ns2/orphan/<file-id>
-// before the tombstone. A record is an orphan's when its name no longer
-// binds its node: in step 3 a node has one name and names never move, so
-// that is the tombstone's having landed (or a later one's, by a mount that
-// unlinked it at the same time). Step 4, whose renames move names, must
-// check the record against the change that removed the name instead.
+// Orphans (section 5): an unlink of a file, or a rename over one, stores
+// ns2/orphan/<file-id> before the change. A record is an orphan's when its
+// name no longer binds its node. Since renames move names, a record left by
+// a change that did not land must not outlive the file's leaving its name
+// another way: an unlink whose tombstone is refused deletes its record when
+// the name no longer binds the file, and a rename of a file deletes a
+// record that names the name it moves the file from (one GET). What is
+// left: a mount that dies between its record and its refused tombstone
+// while another mount renames the file leaves a record that reads as an
+// orphan's; step 5's index by file id closes that.
 // Named answers for files whose name this Tree has seen or whose orphan
 // record exists; of any other file it cannot tell without an index by file
 // id (the cleaner's, step 5), and says so with an error rather than guess.
@@ -89,6 +94,12 @@ type Tree struct {
 	nextIno   namespace.Ino // GUARDED_BY(inoMu): 0 when no batch is held
 	endIno    namespace.Ino // GUARDED_BY(inoMu): past the batch's last
 	nextBatch uint64        // GUARDED_BY(inoMu): where the next claim starts
+
+	clock func() time.Time
+	sleep func(ctx context.Context, d time.Duration) error
+
+	leaseMu sync.Mutex
+	leases  map[namespace.Ino]*leaseState // GUARDED_BY(leaseMu): this mount's create leases
 
 	mu      sync.Mutex
 	gen     uint64                       // GUARDED_BY(mu): Refresh's count; older entries are stale
@@ -130,8 +141,8 @@ type orphanNode struct {
 
 // Errors a caller decides on, besides namespace's sentinels.
 var (
-	// ErrSeveralNames: the call changes several names (rename, link, rmdir
-	// with its seal): step 4 of section 10. It wraps
+	// ErrSeveralNames: the call changes a node of several names, or makes
+	// one (link): the rest of step 4 of section 10. It wraps
 	// namespace.ErrNotSupported, which the mount answers ENOTSUP.
 	ErrSeveralNames = fmt.Errorf("a change of several names, not in this version of namespace v2: %w", namespace.ErrNotSupported)
 	// ErrClosed: the Tree is closed.
@@ -139,7 +150,7 @@ var (
 )
 
 // FragmentsXattr is the attribute that sets a directory's fragment count
-// (section 3), refused until step 4.
+// (section 3), refused until it is set under the create leases.
 const FragmentsXattr = "user.ckptfs.fragments"
 
 // Config is what a Tree is made with.
@@ -171,6 +182,12 @@ type Config struct {
 	FirstBatch uint64
 	// Parallel bounds the dentries a listing reads at once (0 is 16).
 	Parallel int
+	// Clock times the create leases (lease.go): this machine's monotonic
+	// clock, never compared with another's; nil is time.Now. Sleep waits
+	// between a remover's reads of a lease; nil waits d or until ctx ends.
+	// Tests give both a clock that Sleep advances.
+	Clock func() time.Time
+	Sleep func(ctx context.Context, d time.Duration) error
 }
 
 // Open makes the Tree of cfg. It sends no request: a batch of inos is
@@ -209,6 +226,12 @@ func Open(cfg Config) (*Tree, error) {
 	if cfg.Parallel <= 0 {
 		cfg.Parallel = 16
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Sleep == nil {
+		cfg.Sleep = sleepCtx
+	}
 	t0 := cfg.Now().UnixNano()
 	return &Tree{
 		p: New(cfg.Store, cfg.Root, cfg.StoreNow), st: cfg.Store, root: cfg.Root, mount: cfg.Mount,
@@ -217,6 +240,9 @@ func Open(cfg Config) (*Tree, error) {
 			Uid: cfg.RootOwner.Uid, Gid: cfg.RootOwner.Gid, Nlink: 1, AtimeNs: t0, MtimeNs: t0, CtimeNs: t0,
 			Parent: namespace.RootIno},
 		nextBatch: cfg.FirstBatch,
+		clock:     cfg.Clock,
+		sleep:     cfg.Sleep,
+		leases:    map[namespace.Ino]*leaseState{},
 		names:     map[nameKey]*entry{},
 		inos:      map[namespace.Ino]*entry{},
 		orphans:   map[namespace.Ino]orphanNode{},
@@ -237,13 +263,18 @@ func (t *Tree) enter() error {
 	return nil
 }
 
-// Close refuses new calls and waits for those in flight. A Tree has no
-// background work.
+// Close refuses new calls, waits for those in flight, and deletes this
+// mount's create leases (so that no remover waits for them to run out). A
+// Tree has no background work.
 func (t *Tree) Close() error {
 	t.mu.Lock()
+	was := t.closed
 	t.closed = true
 	t.mu.Unlock()
 	t.calls.Wait()
+	if !was {
+		t.dropLeases(context.Background())
+	}
 	return nil
 }
 
@@ -325,6 +356,21 @@ func (t *Tree) learn(dir namespace.Ino, frags uint32, name string, r Resolved) *
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	locked := r.Pending || r.Dentry != nil && r.Dentry.Lock != nil
+	// A name of a change of several names: what this mount cached of the
+	// change's other names is read again before it is used, so that it
+	// never shows one side of the change (section 3, "Atomic to every
+	// reader").
+	var ops []Op
+	if r.Decision != nil {
+		ops = r.Decision.Ops
+	} else if r.Dentry != nil && r.Dentry.Lock == nil {
+		ops = r.Dentry.Ops
+	}
+	for _, o := range ops {
+		if o.Ino == 0 && (o.Dir != dir || string(o.Name) != name) {
+			t.invalidateLocked(o.Dir, string(o.Name))
+		}
+	}
 	return t.learnLocked(dir, frags, name, r.Bound, r.ETag, locked)
 }
 

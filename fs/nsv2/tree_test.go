@@ -212,18 +212,6 @@ func TestTreeOps(t *testing.T) {
 		{name: "rmdir with names", run: func(ns namespace.Names, _ fixture) error {
 			return ns.Rmdir(ctx, namespace.RootIno, "d")
 		}, want: namespace.ErrNotEmpty},
-		{name: "rmdir empty: step 4", run: func(ns namespace.Names, _ fixture) error {
-			must(ns.Mkdir(ctx, namespace.RootIno, "e", 0o755, owner))(t)
-			return ns.Rmdir(ctx, namespace.RootIno, "e")
-		}, want: ErrSeveralNames, check: func(t *testing.T, ns namespace.Names, _ fixture) {
-			must(ns.Lookup(ctx, namespace.RootIno, "e"))(t)
-		}},
-		{name: "rename: step 4", run: func(ns namespace.Names, _ fixture) error {
-			_, err := ns.Rename(ctx, namespace.RootIno, "f", namespace.RootIno, "g", 0)
-			return err
-		}, want: namespace.ErrNotSupported, check: func(t *testing.T, ns namespace.Names, _ fixture) {
-			must(ns.Lookup(ctx, namespace.RootIno, "f"))(t)
-		}},
 		{name: "link: step 4", run: func(ns namespace.Names, fx fixture) error {
 			_, err := ns.Link(ctx, fx.f.Ino, namespace.RootIno, "g")
 			return err

@@ -70,6 +70,9 @@ func (t *Tree) bindNew(ctx context.Context, parent namespace.Ino, name string, n
 	if err != nil {
 		return namespace.Node{}, err
 	}
+	if err := t.leaseFor(ctx, parent); err != nil {
+		return namespace.Node{}, err
+	}
 	ino, err := t.allocIno(ctx)
 	if err != nil {
 		return namespace.Node{}, err
@@ -169,11 +172,6 @@ func (t *Tree) Link(_ context.Context, ino, newParent namespace.Ino, newName str
 	return namespace.Node{}, fmt.Errorf("link %d as %q in %d: %w", ino, newName, newParent, ErrSeveralNames)
 }
 
-// Rename is a change of several names: ErrSeveralNames until step 4.
-func (t *Tree) Rename(_ context.Context, oldParent namespace.Ino, oldName string, newParent namespace.Ino, newName string, _ namespace.RenameFlags) (namespace.Node, error) {
-	return namespace.Node{}, fmt.Errorf("rename %q in %d to %q in %d: %w", oldName, oldParent, newName, newParent, ErrSeveralNames)
-}
-
 // held is the entry of name in dir to change: the cached one when it has
 // an ETag a write may be conditioned on (a write against a stale one is
 // refused and reads it again), else read from the store.
@@ -269,12 +267,36 @@ func (t *Tree) unlink(ctx context.Context, parent namespace.Ino, name string) (n
 					return namespace.Node{}, err
 				}
 			}
+			if b.Kind == namespace.KindFile && (e == nil || e.bound == nil || e.bound.Ino != b.Ino) {
+				// The file left the name another way (a rename moved it, or
+				// another mount's unlink): this record is of a change that
+				// did not land, and would read as an orphan's wherever the
+				// file now is.
+				t.dropRecord(ctx, b.Node.FileID, change)
+			}
 			continue
 		default:
 			return namespace.Node{}, err
 		}
 	}
 	return namespace.Node{}, ErrContended
+}
+
+// dropRecord deletes file fileID's orphan record if it is change's. Best
+// effort: a record left is read as an orphan's only while its name does not
+// bind the file.
+func (t *Tree) dropRecord(ctx context.Context, fileID, change string) {
+	key, err := OrphanKey(t.root, fileID)
+	if err != nil {
+		return
+	}
+	rec, _, err := read(ctx, t.st, key, kindOrphan, DecodeOrphan)
+	if err != nil || rec.Change != change {
+		return
+	}
+	if err := t.st.Delete(ctx, key); err != nil {
+		t.log.Warn("namespace v2: the orphan record of an unlink that did not land is left", zap.String("key", key), zap.Error(err))
+	}
 }
 
 // putOrphan stores the orphan record o: an unconditional PUT (a file loses
@@ -295,50 +317,6 @@ func (t *Tree) putOrphan(ctx context.Context, o *Orphan) error {
 		return fmt.Errorf("orphan record: %w", err)
 	}
 	return nil
-}
-
-// Rmdir removes an empty directory: not in step 3. A directory with names
-// is ErrNotEmpty (as it will stay); an empty one ErrSeveralNames, since its
-// removal needs section 3's seal and create leases, without which another
-// mount's create could land in it after it was found empty (a name in a
-// removed directory). A directory is never removed by this version, so a
-// create in a directory this Tree knows never needs to check it is there.
-func (t *Tree) Rmdir(ctx context.Context, parent namespace.Ino, name string) error {
-	if err := t.enter(); err != nil {
-		return err
-	}
-	defer t.calls.Done()
-	if err := t.rmdir(ctx, parent, name); err != nil {
-		return fmt.Errorf("rmdir %q in %d: %w", name, parent, err)
-	}
-	return nil
-}
-
-func (t *Tree) rmdir(ctx context.Context, parent namespace.Ino, name string) error {
-	if err := CheckName(name); err != nil {
-		return err
-	}
-	frags, err := t.dirFrags(parent)
-	if err != nil {
-		return err
-	}
-	e, err := t.resolve(ctx, parent, frags, name)
-	switch {
-	case err != nil:
-		return err
-	case e == nil || e.bound == nil:
-		return fmt.Errorf("%q in directory %d: %w", name, parent, namespace.ErrNotExist)
-	case e.bound.Kind != namespace.KindDir:
-		return fmt.Errorf("%q in directory %d: %w", name, parent, namespace.ErrNotDir)
-	}
-	names, err := t.list(ctx, e.bound.Ino)
-	if err != nil {
-		return err
-	}
-	if len(names) > 0 {
-		return fmt.Errorf("directory %d: %w", e.bound.Ino, namespace.ErrNotEmpty)
-	}
-	return fmt.Errorf("removing a directory needs its seal and leases: %w", ErrSeveralNames)
 }
 
 // rewrite changes the binding of node ino's name with change: one PUT
