@@ -48,6 +48,9 @@ var errnoTable = []struct {
 	{engine.ErrConflict, syscall.EIO},
 	{engine.ErrNoData, syscall.ENXIO},
 	{wal.ErrBusy, syscall.EBUSY}, // another writer holds the file's write-ahead log
+	// namespace v2: a name another mount's change of several names still
+	// holds when the call's deadline came (nsv2.Tree waits for it until then).
+	{nsv2.ErrLocked, syscall.EBUSY},
 	{context.Canceled, syscall.EINTR},
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},
 	{staging.ErrNotFound, syscall.EIO},   // an object the file needs is gone

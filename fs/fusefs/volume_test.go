@@ -149,6 +149,7 @@ func TestErrnoOf(t *testing.T) {
 		{namespace.ErrNoAttr, syscall.ENODATA},
 		{namespace.ErrNotSupported, syscall.ENOTSUP},
 		{fmt.Errorf("rename a: %w", nsv2.ErrSeveralNames), syscall.ENOTSUP},
+		{&nsv2.NameError{Key: "k", Err: nsv2.ErrLocked}, syscall.EBUSY},
 		{engine.ErrReadOnly, syscall.EROFS},
 		{context.Canceled, syscall.EINTR},
 		{&segment.CorruptError{Key: "k", Err: segment.ErrChecksum, Detail: "bad"}, syscall.EIO},

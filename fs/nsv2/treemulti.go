@@ -184,6 +184,10 @@ func (t *Tree) Rename(ctx context.Context, oldParent namespace.Ino, oldName stri
 }
 
 func (t *Tree) rename(ctx context.Context, oldDir namespace.Ino, oldName string, newDir namespace.Ino, newName string, flags namespace.RenameFlags) (namespace.Node, error) {
+	return waitLocked(ctx, t, func() (namespace.Node, error) { return t.renameTry(ctx, oldDir, oldName, newDir, newName, flags) })
+}
+
+func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName string, newDir namespace.Ino, newName string, flags namespace.RenameFlags) (namespace.Node, error) {
 	if flags&^(namespace.RenameNoReplace|namespace.RenameExchange) != 0 || flags == namespace.RenameNoReplace|namespace.RenameExchange {
 		return namespace.Node{}, fmt.Errorf("rename flags %#x: %w", flags, namespace.ErrInvalid)
 	}
@@ -382,6 +386,11 @@ func (t *Tree) Rmdir(ctx context.Context, parent namespace.Ino, name string) err
 }
 
 func (t *Tree) rmdir(ctx context.Context, parent namespace.Ino, name string) error {
+	_, err := waitLocked(ctx, t, func() (struct{}, error) { return struct{}{}, t.rmdirTry(ctx, parent, name) })
+	return err
+}
+
+func (t *Tree) rmdirTry(ctx context.Context, parent namespace.Ino, name string) error {
 	if err := CheckName(name); err != nil {
 		return err
 	}

@@ -56,6 +56,10 @@ type newNode struct {
 // (Bind), after the ino's batch claim when one is due. O_EXCL across mounts
 // is that PUT's.
 func (t *Tree) bindNew(ctx context.Context, parent namespace.Ino, name string, nn newNode) (namespace.Node, error) {
+	return waitLocked(ctx, t, func() (namespace.Node, error) { return t.bindNewTry(ctx, parent, name, nn) })
+}
+
+func (t *Tree) bindNewTry(ctx context.Context, parent namespace.Ino, name string, nn newNode) (namespace.Node, error) {
 	if err := t.enter(); err != nil {
 		return namespace.Node{}, err
 	}
@@ -209,6 +213,10 @@ func (t *Tree) Unlink(ctx context.Context, parent namespace.Ino, name string) (n
 }
 
 func (t *Tree) unlink(ctx context.Context, parent namespace.Ino, name string) (namespace.Node, error) {
+	return waitLocked(ctx, t, func() (namespace.Node, error) { return t.unlinkTry(ctx, parent, name) })
+}
+
+func (t *Tree) unlinkTry(ctx context.Context, parent namespace.Ino, name string) (namespace.Node, error) {
 	if err := CheckName(name); err != nil {
 		return namespace.Node{}, err
 	}
@@ -324,6 +332,10 @@ func (t *Tree) putOrphan(ctx context.Context, o *Orphan) error {
 // name and applies change again to what it holds, while it still binds
 // ino. An orphan's attributes change here only (no object holds them).
 func (t *Tree) rewrite(ctx context.Context, ino namespace.Ino, change func(a *Attrs) error) (namespace.Node, error) {
+	return waitLocked(ctx, t, func() (namespace.Node, error) { return t.rewriteTry(ctx, ino, change) })
+}
+
+func (t *Tree) rewriteTry(ctx context.Context, ino namespace.Ino, change func(a *Attrs) error) (namespace.Node, error) {
 	if ino == namespace.RootIno {
 		return namespace.Node{}, fmt.Errorf("the root's attributes come with the volume's descriptor, not yet: %w", namespace.ErrNotSupported)
 	}
