@@ -53,7 +53,8 @@ import (
 //     read, never changed.
 //   - The root has no dentry: its attributes are Config's, and it cannot be
 //     changed (chmod, setxattr of the root: ErrNotSupported); the volume's
-//     descriptor will hold them when step 3 is wired into format and mount.
+//     descriptor does not hold them yet (ckptfs format -o namespace=v2
+//     makes the root 0755, owned by 0:0, of one fragment).
 //   - A directory's fragment count is its parent's (the root's is
 //     Config.RootFrags); user.ckptfs.fragments, which sets it on an empty
 //     directory, needs the leases too (step 4): ErrNotSupported.
