@@ -16,11 +16,13 @@ import (
 // mounted with namespace v2 (docs/namespace-v2.md §10, step 3), and
 // unmodified programs use it: cp, dd, cat and cmp, ls -l, mkdir -p, rm; an
 // O_EXCL create of a name that exists fails with EEXIST; a second mount
-// sees the first's names and the first sees the second's create; mv and
-// rmdir, which step 4 brings, fail with ENOTSUP and change nothing; after
-// both unmount, a new mount finds everything as it was left.
+// sees the first's names and the first sees the second's create; mv of a
+// file and rmdir of an empty directory work (step 4), and are seen by the
+// other mount; ln, and mv of a directory into another, which the rest of
+// step 4 brings, fail with ENOTSUP and change nothing; after both unmount,
+// a new mount finds everything as it was left.
 func TestNSv2Mount(t *testing.T) {
-	need(t, "cp", "dd", "cmp", "ls", "mkdir", "rm", "mv", "rmdir")
+	need(t, "cp", "dd", "cmp", "ls", "mkdir", "rm", "mv", "rmdir", "ln")
 	bin := ckptfsBinary(t)
 	v := newVolume(t)
 	store, opts, env := s3Args(t, v)
@@ -67,16 +69,22 @@ func TestNSv2Mount(t *testing.T) {
 		t.Fatalf("O_EXCL create of an existing name: %v, want EEXIST", err)
 	}
 
-	// Step 4's changes answer ENOTSUP and change nothing.
-	if out, err := runErr(a.dir, "mv", "big", "moved"); err == nil || !strings.Contains(out, "not supported") {
-		t.Errorf("mv on a v2 volume: %v\n%s; want ENOTSUP", err, out)
+	// Step 4: mv of a file and rmdir; what it does not do yet (ln, a
+	// directory moved into another) answers ENOTSUP and changes nothing.
+	run(t, a.dir, "mv", "big", "moved")
+	run(t, a.dir, "mv", "moved", "big")
+	run(t, a.dir, "mkdir", "empty", "gone")
+	run(t, a.dir, "rmdir", "gone")
+	if out, err := runErr(a.dir, "ln", "big", "hard"); err == nil || !strings.Contains(out, "not supported") {
+		t.Errorf("ln on a v2 volume: %v\n%s; want ENOTSUP", err, out)
 	}
-	run(t, a.dir, "mkdir", "empty")
-	if out, err := runErr(a.dir, "rmdir", "empty"); err == nil || !strings.Contains(out, "not supported") {
-		t.Errorf("rmdir on a v2 volume: %v\n%s; want ENOTSUP", err, out)
+	if out, err := runErr(a.dir, "mv", "empty", "a/"); err == nil || !strings.Contains(out, "not supported") {
+		t.Errorf("mv of a directory into another on a v2 volume: %v\n%s; want ENOTSUP", err, out)
 	}
-	if _, err := os.Stat(a.path("moved")); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("the refused mv made its new name: %v", err)
+	for _, name := range []string{"moved", "gone", "hard", "a/empty"} {
+		if _, err := os.Lstat(a.path(name)); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after the mv, rmdir and refused changes: %v", name, err)
+		}
 	}
 	run(t, a.dir, "cmp", big, "big")
 

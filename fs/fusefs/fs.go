@@ -168,6 +168,7 @@ func New(ctx context.Context, st staging.Store, o Options) (*FS, error) {
 		Logger:        log.Named("namespace"),
 		FinishTimeout: requestBound(o.Config),
 		Mount:         namespace.NewFileID(),
+		Fresh:         o.Config.NSRefresh,
 	})
 	if err != nil {
 		return nil, err

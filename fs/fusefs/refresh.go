@@ -51,6 +51,13 @@ func (fsys *FS) loop() {
 				refresh.Reset(max(0, time.Until(last.Add(base))))
 			}
 		case <-refresh.C:
+			if _, ok := fsys.ns.(namespace.Sequenced); !ok {
+				// A namespace with no one log (v2) reads names on use
+				// and lets what it cached expire by itself (ns_refresh,
+				// volume.NamesOptions.Fresh): a periodic Refresh would
+				// only make every lookup after it read its name again.
+				break
+			}
 			before := fsys.nsSeq()
 			began := time.Now()
 			// Bounded: a refresh stuck on a dead store would hold up the
@@ -135,6 +142,9 @@ func (fsys *FS) touch() {
 // its name up first) do not wait for a read. Concurrent misses share one
 // read, which is bounded by the request bounds and by ctx.
 func (fsys *FS) freshen(ctx context.Context) bool {
+	if _, ok := fsys.ns.(namespace.Sequenced); !ok {
+		return false // v2: a miss reads the name from the store itself
+	}
 	if time.Since(time.Unix(0, fsys.refreshedAt.Load())) < 2*fsys.cfg.NSRefresh {
 		return false
 	}

@@ -116,9 +116,13 @@ func TestNewVolumeV2(t *testing.T) {
 	if _, err := second.Namespace().Lookup(ctx, namespace.RootIno, "f"); err != nil {
 		t.Fatalf("the second mount's lookup of the first's name: %v", err)
 	}
-	_, err = second.Namespace().Rename(ctx, namespace.RootIno, "f", namespace.RootIno, "g", 0)
-	if got := second.errnoOf("rename", err); got != syscall.ENOTSUP {
-		t.Fatalf("rename on a v2 volume: %v (%v), want ENOTSUP", got, err)
+	f, err := second.Namespace().Lookup(ctx, namespace.RootIno, "f")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = second.Namespace().Link(ctx, f.Ino, namespace.RootIno, "g")
+	if got := second.errnoOf("link", err); got != syscall.ENOTSUP {
+		t.Fatalf("link on a v2 volume: %v (%v), want ENOTSUP", got, err)
 	}
 
 	cfg.Namespace = config.NamespaceV1

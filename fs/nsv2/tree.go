@@ -23,8 +23,9 @@ import (
 // It keeps a cache of the dentries it has read or
 // written, not the whole tree:
 //
-//   - Lookup serves a name cached since the last Refresh; on a miss (or a
-//     name cached before it) it reads the dentry (one GET), so that a name
+//   - Lookup serves a name cached since the last Refresh and less than
+//     Config.TTL ago; on a miss (or a name cached before either) it reads
+//     the dentry (one GET), so that a name
 //     another mount made is seen once that mount's create returned
 //     (close-to-open). A name found absent is never cached for Lookup.
 //   - ReadDir lists the directory's fragments (one LIST each, sent at once)
@@ -98,6 +99,7 @@ type Tree struct {
 
 	clock func() time.Time
 	sleep func(ctx context.Context, d time.Duration) error
+	ttl   time.Duration // Config.TTL
 
 	leaseMu sync.Mutex
 	leases  map[namespace.Ino]*leaseState // GUARDED_BY(leaseMu): this mount's create leases
@@ -131,6 +133,13 @@ type entry struct {
 	bound *Binding // nil: a tombstone (kept for a listing's ETags)
 	node  *Inode   // the inode object, when bound has no attributes
 	gen   uint64
+	// learned is when this entry was read or written (Config.Clock): it
+	// is fresh for Config.TTL after.
+	learned time.Time
+	// change is the change of several names whose dentry this is (a lock
+	// or its resolution; "" otherwise): reading another name of the same
+	// change does not make this one stale, it shows the change already.
+	change string
 }
 
 // orphanNode is a file whose last name went while this Tree knew it: its
@@ -189,6 +198,14 @@ type Config struct {
 	// Tests give both a clock that Sleep advances.
 	Clock func() time.Time
 	Sleep func(ctx context.Context, d time.Duration) error
+	// TTL is how long a name read or written stays fresh in the cache (a
+	// lookup of it sends nothing): the longest this mount may show a name
+	// another mount has changed since, as v1's ns_refresh bounds its log's
+	// lag. 0: until the next Refresh. The mount gives ns_refresh, and
+	// calls no periodic Refresh (whose marks would make every lookup of a
+	// listing's names read them again, one at a time, when a tick came in
+	// between).
+	TTL time.Duration
 }
 
 // Open makes the Tree of cfg. It sends no request: a batch of inos is
@@ -242,6 +259,7 @@ func Open(cfg Config) (*Tree, error) {
 			Parent: namespace.RootIno},
 		nextBatch: cfg.FirstBatch,
 		clock:     cfg.Clock,
+		ttl:       cfg.TTL,
 		sleep:     cfg.Sleep,
 		leases:    map[namespace.Ino]*leaseState{},
 		names:     map[nameKey]*entry{},
@@ -331,7 +349,7 @@ func (t *Tree) learnLocked(dir namespace.Ino, frags uint32, name string, bound *
 	if locked {
 		etag = ""
 	}
-	e := &entry{dir: dir, frags: frags, name: name, etag: etag, bound: bound, gen: t.gen}
+	e := &entry{dir: dir, frags: frags, name: name, etag: etag, bound: bound, gen: t.gen, learned: t.clock()}
 	t.names[k] = e
 	if bound != nil {
 		t.inos[bound.Ino] = e
@@ -362,17 +380,29 @@ func (t *Tree) learn(dir namespace.Ino, frags uint32, name string, r Resolved) *
 	// never shows one side of the change (section 3, "Atomic to every
 	// reader").
 	var ops []Op
+	change := ""
 	if r.Decision != nil {
-		ops = r.Decision.Ops
-	} else if r.Dentry != nil && r.Dentry.Lock == nil {
-		ops = r.Dentry.Ops
+		ops, change = r.Decision.Ops, r.Decision.Tx
+	} else if r.Dentry != nil && r.Dentry.Lock == nil && len(r.Dentry.Ops) > 0 {
+		ops, change = r.Dentry.Ops, r.Dentry.Change
 	}
 	for _, o := range ops {
-		if o.Ino == 0 && (o.Dir != dir || string(o.Name) != name) {
-			t.invalidateLocked(o.Dir, string(o.Name))
+		if o.Ino != 0 || o.Dir == dir && string(o.Name) == name {
+			continue
 		}
+		// An entry read since that change (its dentry is the change's
+		// own) shows it already: reading it again would only make each
+		// name of the change stale in turn as the other is read.
+		if e := t.names[nameKey{o.Dir, string(o.Name)}]; e != nil && e.change == change {
+			continue
+		}
+		t.invalidateLocked(o.Dir, string(o.Name))
 	}
-	return t.learnLocked(dir, frags, name, r.Bound, r.ETag, locked)
+	e := t.learnLocked(dir, frags, name, r.Bound, r.ETag, locked)
+	if e != nil {
+		e.change = change
+	}
+	return e
 }
 
 // nodeOf is the node of binding b, named in dir; in is its inode object
@@ -425,19 +455,26 @@ func (t *Tree) readInode(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// cached is name's entry if it is bound and cached since the last Refresh.
+// cached is name's entry if it is bound and fresh (freshLocked).
 func (t *Tree) cached(dir namespace.Ino, name string) (namespace.Node, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.names[nameKey{dir, name}]
-	if e == nil || e.bound == nil || e.gen != t.gen || e.bound.Node == nil && e.node == nil {
+	if e == nil || e.bound == nil || !t.freshLocked(e) || e.bound.Node == nil && e.node == nil {
 		return namespace.Node{}, false
 	}
 	return nodeOf(dir, e.bound, e.node), true
 }
 
+// freshLocked says whether e may be served without reading the store: read
+// or written since the last Refresh, and less than the TTL ago. mu held.
+func (t *Tree) freshLocked(e *entry) bool {
+	return e.gen == t.gen && (t.ttl <= 0 || t.clock().Sub(e.learned) < t.ttl)
+}
+
 // Lookup returns the node named name in directory dir: from the cache when
-// it was read or written since the last Refresh, else from the store.
+// it was read or written since the last Refresh and less than the TTL ago,
+// else from the store.
 func (t *Tree) Lookup(ctx context.Context, dir namespace.Ino, name string) (namespace.Node, error) {
 	if err := t.enter(); err != nil {
 		return namespace.Node{}, err
@@ -496,7 +533,7 @@ func (t *Tree) GetNode(ctx context.Context, ino namespace.Ino) (namespace.Node, 
 func (t *Tree) current(ctx context.Context, ino namespace.Ino) (*entry, error) {
 	t.mu.Lock()
 	e := t.inos[ino]
-	fresh := e != nil && e.gen == t.gen && (e.bound.Node != nil || e.node != nil)
+	fresh := e != nil && t.freshLocked(e) && (e.bound.Node != nil || e.node != nil)
 	t.mu.Unlock()
 	if e == nil || fresh {
 		return e, nil
@@ -580,7 +617,7 @@ func (t *Tree) list(ctx context.Context, dir namespace.Ino) ([]namespace.Dirent,
 		case e == nil || e.etag == "" || e.etag != k.etag || e.bound != nil && e.bound.Node == nil && e.node == nil:
 			todo = append(todo, k.name)
 		case e.bound != nil:
-			e.gen = t.gen // the listing says it is unchanged
+			e.gen, e.learned = t.gen, t.clock() // the listing says it is unchanged
 			out = append(out, namespace.Dirent{Name: k.name, Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: uint64(e.bound.Ino)})
 		}
 	}

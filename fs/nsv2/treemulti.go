@@ -138,7 +138,7 @@ func (t *Tree) runChange(ctx context.Context, tx string, ops []Op, held []Held, 
 // applyOps caches the names of a committed change: new bindings first (a
 // node replaced becomes an orphan here), removals after, so that a node
 // that moved keeps its entry.
-func (t *Tree) applyOps(ops []Op, etags map[string]string) {
+func (t *Tree) applyOps(tx string, ops []Op, etags map[string]string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, pass := range []bool{true, false} {
@@ -147,7 +147,9 @@ func (t *Tree) applyOps(ops []Op, etags map[string]string) {
 				continue
 			}
 			key, _ := DentryKey(t.root, o.Dir, o.Frags, string(o.Name))
-			t.learnLocked(o.Dir, o.Frags, string(o.Name), o.To, etags[key], false)
+			if e := t.learnLocked(o.Dir, o.Frags, string(o.Name), o.To, etags[key], false); e != nil {
+				e.change = tx
+			}
 		}
 	}
 	for _, o := range ops {
@@ -334,7 +336,7 @@ func (t *Tree) renameOnce(ctx context.Context, oldDir namespace.Ino, ofr uint32,
 	if err != nil {
 		return namespace.Node{}, err
 	}
-	t.applyOps(ops, etags)
+	t.applyOps(tx, ops, etags)
 	if exchange || dstB == nil {
 		return namespace.Node{}, nil
 	}
@@ -419,7 +421,7 @@ func (t *Tree) rmdirTry(ctx context.Context, parent namespace.Ino, name string) 
 		if err != nil {
 			return err
 		}
-		t.applyOps(ops, etags)
+		t.applyOps(tx, ops, etags)
 		t.leaseMu.Lock()
 		delete(t.leases, d.Ino)
 		t.leaseMu.Unlock()

@@ -30,6 +30,10 @@ type NamesOptions struct {
 	// writes as the owner of the inode batches it claims; "" makes a fresh
 	// one (namespace.NewFileID). v1 has no use for it.
 	Mount string
+	// Fresh is how long v2 serves a name it read or wrote without reading
+	// it again (nsv2.Config.TTL; the mount gives ns_refresh); 0: until the
+	// next Refresh. v1 reads its log instead.
+	Fresh time.Duration
 }
 
 // OpenNames opens the namespace of the volume at root whose descriptor is
@@ -44,7 +48,7 @@ func OpenNames(ctx context.Context, st staging.Store, root string, d Descriptor,
 		if mount == "" {
 			mount = namespace.NewFileID()
 		}
-		t, err := nsv2.Open(nsv2.Config{Store: st, Root: root, Mount: mount, Log: o.Logger})
+		t, err := nsv2.Open(nsv2.Config{Store: st, Root: root, Mount: mount, Log: o.Logger, TTL: o.Fresh})
 		if err != nil {
 			return nil, fmt.Errorf("open namespace v2 of %q: %w", root, err)
 		}
