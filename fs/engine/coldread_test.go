@@ -282,27 +282,33 @@ func TestColdWriteRereadsAChangedBlock(t *testing.T) {
 	x.mustRead(t, "the file", f)
 }
 
-// A truncate into a cold block and a zero of part of one read the block
+// A truncate into a cold block, a zero of part of one, and a zero of a
+// range that grows the file from inside its last block read the block
 // without File.mu, and give the bytes a serial order gives.
 func TestColdTruncateAndZero(t *testing.T) {
 	ctx := context.Background()
-	const fbn = 40
-	for _, op := range []string{"truncate", "zero", "zero range"} {
-		t.Run(op, func(t *testing.T) {
-			x := newColdFixture(t, fbn)
+	const bs = 512 // smallParams
+	at := int64(40*bs + 100)
+	end := int64(lockRuleSize)
+	cases := []struct {
+		name string
+		fbn  uint64
+		op   func(f *File) error
+		want func(b []byte) []byte
+	}{
+		{"truncate", 40, func(f *File) error { return f.Truncate(ctx, at) },
+			func(b []byte) []byte { return b[:at] }},
+		{"zero", 40, func(f *File) error { return f.Zero(ctx, at, 50) },
+			func(b []byte) []byte { clear(b[at : at+50]); return b }},
+		{"zero range, growing", uint64(end/bs - 1), func(f *File) error { return f.ZeroRange(ctx, end-100, 300, false) },
+			func(b []byte) []byte { clear(b[end-100:]); return append(b, make([]byte, 200)...) }},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			x := newColdFixture(t, c.fbn)
 			f := x.f
-			at := int64(fbn)*x.bs + 100
 			done := make(chan error, 1)
-			go func() {
-				switch op {
-				case "truncate":
-					done <- f.Truncate(ctx, at)
-				case "zero":
-					done <- f.Zero(ctx, at, 50)
-				default:
-					done <- f.ZeroRange(ctx, at, 50, true)
-				}
-			}()
+			go func() { done <- c.op(f) }()
 			x.awaitPausedGET(t)
 			// A write below the blocks held goes on meanwhile.
 			low := pattern(int(x.bs)+10, 13)
@@ -311,14 +317,10 @@ func TestColdTruncateAndZero(t *testing.T) {
 			}
 			close(x.pause.release)
 			if err := <-done; err != nil {
-				t.Fatalf("%s: %v", op, err)
+				t.Fatalf("%s: %v", c.name, err)
 			}
 			copy(x.want[3:], low)
-			if op == "truncate" {
-				x.want = x.want[:at]
-			} else {
-				clear(x.want[at : at+50])
-			}
+			x.want = c.want(x.want)
 			x.mustRead(t, "the file", f)
 			if _, err := f.Flush(ctx); err != nil {
 				t.Fatal(err)
