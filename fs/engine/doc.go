@@ -173,8 +173,29 @@
 // the paths that still break it are listed in docs/engine-locks.md and are
 // rows of TestNoStoreRequestUnderMu: a flush holds every block and File.mu
 // until the head lands, a read holds mu shared across its map loads and
-// GETs, a partial write or a truncate reads its block under it, and a
-// write may wait for uploads holding it (sendahead.go).
+// GETs, and a write may wait for uploads holding it (sendahead.go).
+//
+// A change to part of a block that is not dirty (a partial write, the block a
+// shrinking truncate cuts, the edges of a zeroed range) reads the block first
+// without mu (coldread.go): under mu it looks the block up in memory (a map
+// whose path is not loaded is snapshotted, in O(1)), without mu it looks the
+// block up in the snapshot and GETs it, and under mu again it compares what
+// it read with the block's map value now (same map, same lineage, same value;
+// zeros still zeros) and reads again if they differ; it applies only in a
+// hold of mu where every block it needs is ready. The map nodes a truncate's
+// cut and a zero's deletes walk are loaded the same way, on a snapshot. What
+// keeps the value from changing meanwhile is the block's range lock, held
+// exclusively: every operation that changes a block's mapping or makes it
+// dirty holds that block's range (a flush, its merge or rollback, a refresh,
+// a WAL publish or replay, Rollback, Close and a clone hold every block; a
+// truncate or a zero the blocks it changes). The one exception, walLog,
+// adopts a head and applies another writer's records holding only its own
+// change's blocks, but only while the WAL's lease is not held, and every
+// change takes the lease before it reads: no change holding a block meets it.
+// Partial segments and sending ahead place only dirty blocks. So the
+// comparison is what the range lock makes sufficient, and it also catches a
+// change these rules miss (coldread_test.go makes one by hand). A replay or a
+// merge, which hold mu throughout, still read under it.
 //
 // Because a flush still holds File.mu across its uploads, nothing that must
 // answer while the store is stalled takes File.mu: every exclusive hold ends

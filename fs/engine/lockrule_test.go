@@ -59,10 +59,16 @@ func lockRuleCases() []lockRuleCase {
 		{name: "write part of a cold block", p: small, stored: true, op: func(ctx context.Context, f *File) error {
 			_, err := f.WriteAt(ctx, []byte("x"), 20<<10+7)
 			return err
-		}, known: "the read-modify-write's GET (readBlockLocked)"},
+		}},
 		{name: "truncate into a cold block", p: small, stored: true, op: func(ctx context.Context, f *File) error {
 			return f.Truncate(ctx, 20<<10+7)
-		}, known: "the GET of the block cut (zeroInBlockLocked)"},
+		}},
+		{name: "zero part of a cold block", p: small, stored: true, op: func(ctx context.Context, f *File) error {
+			return f.Zero(ctx, 20<<10+7, 100)
+		}},
+		{name: "zero a range, growing, from inside a cold block", p: small, stored: true, op: func(ctx context.Context, f *File) error {
+			return f.ZeroRange(ctx, lockRuleSize-100, 300, false)
+		}},
 		{name: "flush", p: small, stored: true, op: func(ctx context.Context, f *File) error {
 			if _, err := f.WriteAt(ctx, pattern(4<<10, 3), 0); err != nil {
 				return err

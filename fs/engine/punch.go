@@ -57,10 +57,19 @@ func (f *File) ZeroRange(ctx context.Context, off, n int64, keepSize bool) error
 	if err := f.logLocked(ctx, ops...); err != nil {
 		return fmt.Errorf("zero %s at %d+%d: %w", f.prefix, off, n, err)
 	}
+	// The blocks zeroed in part are read without mu (coldread.go), as
+	// they read once the size has grown.
+	var cold coldBlocks
+	defer cold.release()
+	for f.readColdLocked(ctx, &cold, f.zeroEdgesLocked(off, n, max(f.size, end), &cold), max(f.size, end)) {
+		if err := f.writable(); err != nil {
+			return err
+		}
+	}
 	for _, op := range ops {
 		var err error
 		if op.Kind == wal.OpZero {
-			err = f.zeroLocked(ctx, op.Off, op.Len)
+			err = f.zeroLocked(ctx, op.Off, op.Len, &cold)
 		} else {
 			f.growLocked(op.Off)
 		}

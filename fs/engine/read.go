@@ -230,6 +230,12 @@ func (f *File) getVerified(ctx context.Context, g *PlannedGet) ([]byte, error) {
 // fetchVerified makes one planned GET and checks every block's CRC against
 // the map, so that a corrupt or foreign object is never read as data.
 func (f *File) fetchVerified(ctx context.Context, g *PlannedGet) ([]byte, error) {
+	return f.fetchVerifiedBS(ctx, g, int64(f.bs))
+}
+
+// fetchVerifiedBS is fetchVerified for blocks of bs bytes, for a caller
+// that does not hold mu (coldread.go).
+func (f *File) fetchVerifiedBS(ctx context.Context, g *PlannedGet, bs int64) ([]byte, error) {
 	data, _, err := f.st.Get(ctx, g.Key, staging.Bytes(g.Off, g.Len))
 	if err != nil {
 		return nil, fmt.Errorf("get %s bytes %d+%d: %w", g.Key, g.Off, g.Len, err)
@@ -238,7 +244,6 @@ func (f *File) fetchVerified(ctx context.Context, g *PlannedGet) ([]byte, error)
 		return nil, &segment.CorruptError{Key: g.Key, Err: segment.ErrSize,
 			Detail: fmt.Sprintf("data range %d+%d returned %d bytes", g.Off, g.Len, len(data))}
 	}
-	bs := int64(f.bs)
 	for j, r := range g.refs {
 		blk := data[int64(j)*bs : int64(j+1)*bs]
 		if c := segment.Checksum(blk); c != r.v.CRC {

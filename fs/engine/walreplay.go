@@ -225,11 +225,11 @@ func (f *File) applyLocked(ctx context.Context, op wal.Op) error {
 			return err
 		}
 	case wal.OpTruncate:
-		if err := f.truncateLocked(ctx, op.Off); err != nil {
+		if err := f.truncateLocked(ctx, op.Off, nil); err != nil {
 			return err
 		}
 	case wal.OpZero:
-		if err := f.zeroLocked(ctx, op.Off, op.Len); err != nil {
+		if err := f.zeroLocked(ctx, op.Off, op.Len, nil); err != nil {
 			return err
 		}
 	case wal.OpMtime:
@@ -250,7 +250,7 @@ func (f *File) applyLocked(ctx context.Context, op wal.Op) error {
 
 // writeLocked writes p at off with mu held (a replay: no one else is here).
 func (f *File) writeLocked(ctx context.Context, p []byte, off int64) error {
-	segs, err := f.prepareLocked(ctx, p, off)
+	segs, err := f.prepareLocked(ctx, p, off, nil)
 	for _, sg := range segs {
 		copy(sg.d.buf[sg.in:sg.in+sg.n], p[sg.src:sg.src+sg.n])
 		sg.d.busy--

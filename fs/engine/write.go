@@ -9,6 +9,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ckptfs/ckptfs/blockmap"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/wal"
 )
@@ -119,17 +120,31 @@ func (f *File) write(ctx context.Context, p []byte, off int64, app bool) (int, b
 		}
 	}
 
+	// The rest of a block written in part that is not dirty is read first,
+	// without mu (coldread.go); what is checked under mu is checked again
+	// each time mu is taken.
+	var cold coldBlocks
+	defer cold.release()
+	edges := partEdges(off, int64(len(p)), bs)
 	f.mu.Lock()
-	if err := f.writable(); err != nil {
+	for {
+		if err := f.writable(); err != nil {
+			f.mu.Unlock()
+			return 0, false, err
+		}
+		if app && f.size != off {
+			f.mu.Unlock()
+			return 0, true, nil
+		}
+		if cold.readyLocked(f, edges, f.size) {
+			break
+		}
 		f.mu.Unlock()
-		return 0, false, err
-	}
-	if app && f.size != off {
-		f.mu.Unlock()
-		return 0, true, nil
+		cold.fetch(ctx, f)
+		f.mu.Lock()
 	}
 	prevEdits, prevEnd := f.edits, f.writeEnd
-	segs, perr := f.prepareLocked(ctx, p, off)
+	segs, perr := f.prepareLocked(ctx, p, off, &cold)
 	if app && perr == nil {
 		f.noteAppendLocked(off, off+int64(len(p)), prevEdits, prevEnd)
 	}
@@ -263,9 +278,11 @@ func (f *File) unprepareLocked(segs []writeSeg) {
 }
 
 // prepareLocked makes every block of a write of p at off dirty and busy,
-// reading the rest of a partial block first; it stops at the first block it
-// cannot prepare, returning the blocks before it and the error.
-func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeSeg, error) {
+// reading the rest of a partial block first (from cold, made ready in this
+// hold of mu; with nil, or a block cold does not hold, under mu: a replay);
+// it stops at the first block it cannot prepare, returning the blocks
+// before it and the error.
+func (f *File) prepareLocked(ctx context.Context, p []byte, off int64, cold *coldBlocks) ([]writeSeg, error) {
 	bs := int64(f.bs)
 	seq := f.streamAt(off, int64(len(p)))
 	segs := make([]writeSeg, 0, (len(p)+f.bs-1)/f.bs+1)
@@ -288,7 +305,11 @@ func (f *File) prepareLocked(ctx context.Context, p []byte, off int64) ([]writeS
 			}
 			if n < f.bs {
 				// Read-modify-write: the rest of the block keeps its bytes.
-				if err := f.readBlockLocked(ctx, fbn, buf); err != nil {
+				ok, err := cold.fillLocked(f, fbn, buf)
+				if !ok {
+					err = f.readBlockLocked(ctx, fbn, buf)
+				}
+				if err != nil {
 					if a != nil {
 						a.release() // the slot stays unused
 					} else {
@@ -388,7 +409,16 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if size < f.size {
 		f.rd.reset() // what was fetched ahead past the new end is of no use
 	}
-	if err := f.truncateLocked(ctx, size); err != nil {
+	// The block cut in part is read, and the map's nodes the cut needs
+	// are loaded, without mu (coldread.go).
+	var cold coldBlocks
+	defer cold.release()
+	for f.readColdLocked(ctx, &cold, f.truncateEdgeLocked(size, &cold), f.size) {
+		if err := f.writable(); err != nil {
+			return err
+		}
+	}
+	if err := f.truncateLocked(ctx, size, &cold); err != nil {
 		f.walApplyFailedLocked(err)
 		return err
 	}
@@ -397,8 +427,25 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	return nil
 }
 
-// truncateLocked is Truncate with the blocks and mu held.
-func (f *File) truncateLocked(ctx context.Context, size int64) error {
+// truncateEdgeLocked is the block a truncate to size zeroes in part, if
+// any, and sets c to walk the map's cut.
+func (f *File) truncateEdgeLocked(size int64, c *coldBlocks) []uint64 {
+	bs := int64(f.bs)
+	if size >= f.size {
+		c.walk = nil
+		return nil
+	}
+	keep := uint64((size + bs - 1) / bs)
+	c.walk = func(ctx context.Context, t *blockmap.Tree) error { return t.Truncate(ctx, keep) }
+	if size%bs == 0 {
+		return nil
+	}
+	return []uint64{uint64(size / bs)}
+}
+
+// truncateLocked is Truncate with the blocks and mu held; cold is as for
+// zeroInBlockLocked.
+func (f *File) truncateLocked(ctx context.Context, size int64, cold *coldBlocks) error {
 	// Whether the new last block is wholly ours, before zeroing its tail
 	// makes it dirty.
 	owned := f.ownedLocked(uint64(size / int64(f.bs)))
@@ -417,7 +464,7 @@ func (f *File) truncateLocked(ctx context.Context, size int64) error {
 	if in := size % bs; in != 0 {
 		// Zero the tail of the new last block.
 		fbn := uint64(size / bs)
-		if err := f.zeroInBlockLocked(ctx, fbn, int(in), f.bs); err != nil {
+		if err := f.zeroInBlockLocked(ctx, fbn, int(in), f.bs, cold); err != nil {
 			return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, err)
 		}
 	}
@@ -452,21 +499,31 @@ func (f *File) walApplyFailedLocked(err error) {
 }
 
 // zeroInBlockLocked zeroes bytes [from, to) of block fbn, making it dirty.
-func (f *File) zeroInBlockLocked(ctx context.Context, fbn uint64, from, to int) error {
+// A block not dirty is read from cold, made ready in this hold of mu (with
+// nil, or a block cold does not hold, under mu: a replay, a merge).
+func (f *File) zeroInBlockLocked(ctx context.Context, fbn uint64, from, to int, cold *coldBlocks) error {
 	d := f.dirty[fbn]
 	if d == nil {
-		v, ok, err := f.tree.Get(ctx, fbn)
-		if err != nil {
-			return err
-		}
-		if !ok {
+		if _, how, err := f.lookLocked(fbn, f.size); err == nil && how == lookZero {
 			return nil // a hole is zeros already
 		}
 		buf, err := f.allocBlock(ctx)
 		if err != nil {
 			return err
 		}
-		if err := f.fetchBlocks(ctx, []blockRef{{fbn: fbn, v: v}}, [][]byte{buf}); err != nil {
+		ok, err := cold.fillLocked(f, fbn, buf)
+		if !ok {
+			// Not read ahead: read under mu.
+			var v blockmap.Value
+			if v, ok, err = f.tree.Get(ctx, fbn); err == nil && !ok {
+				f.freeBlock(buf)
+				return nil // a hole is zeros already
+			}
+			if err == nil {
+				err = f.fetchBlocks(ctx, []blockRef{{fbn: fbn, v: v}}, [][]byte{buf})
+			}
+		}
+		if err != nil {
 			f.freeBlock(buf)
 			return fmt.Errorf("read block %d: %w", fbn, err)
 		}
@@ -508,7 +565,14 @@ func (f *File) Zero(ctx context.Context, off, n int64) error {
 	if err := f.logLocked(ctx, wal.Op{Kind: wal.OpZero, Off: off, Len: n, MtimeNs: now.UnixNano()}); err != nil {
 		return fmt.Errorf("zero %s at %d+%d: %w", f.prefix, off, n, err)
 	}
-	if err := f.zeroLocked(ctx, off, n); err != nil {
+	var cold coldBlocks
+	defer cold.release()
+	for f.readColdLocked(ctx, &cold, f.zeroEdgesLocked(off, n, f.size, &cold), f.size) {
+		if err := f.writable(); err != nil {
+			return err
+		}
+	}
+	if err := f.zeroLocked(ctx, off, n, &cold); err != nil {
 		f.walApplyFailedLocked(err)
 		return err
 	}
@@ -516,8 +580,27 @@ func (f *File) Zero(ctx context.Context, off, n int64) error {
 	return nil
 }
 
-// zeroLocked is Zero with the blocks and mu held.
-func (f *File) zeroLocked(ctx context.Context, off, n int64) error {
+// zeroEdgesLocked are the blocks a zero of [off, off+n) in a file of the
+// given size zeroes in part, and sets c to walk the map where it deletes
+// whole blocks.
+func (f *File) zeroEdgesLocked(off, n, size int64, c *coldBlocks) []uint64 {
+	bs := int64(f.bs)
+	end := min(off+n, size)
+	c.walk = nil
+	if end <= off {
+		return nil
+	}
+	if lo, hi := uint64((off+bs-1)/bs), uint64(end/bs); lo < hi {
+		c.walk = func(ctx context.Context, t *blockmap.Tree) error {
+			return t.Scan(ctx, lo, hi, func(uint64, blockmap.Value) error { return nil })
+		}
+	}
+	return partEdges(off, end-off, bs)
+}
+
+// zeroLocked is Zero with the blocks and mu held; cold is as for
+// zeroInBlockLocked.
+func (f *File) zeroLocked(ctx context.Context, off, n int64, cold *coldBlocks) error {
 	end := min(off+n, f.size)
 	if off+n > end && n > 0 {
 		// Past this writer's end nothing is zeroed here, but the winner of
@@ -541,7 +624,7 @@ func (f *File) zeroLocked(ctx context.Context, off, n int64) error {
 			f.zeroed[fbn] = struct{}{}
 		} else {
 			u := f.noteSetLocked(fbn, int(in), int(in+m))
-			if err := f.zeroInBlockLocked(ctx, fbn, int(in), int(in+m)); err != nil {
+			if err := f.zeroInBlockLocked(ctx, fbn, int(in), int(in+m), cold); err != nil {
 				f.undoSetLocked(fbn, u)
 				return fmt.Errorf("zero %s at %d: %w", f.prefix, pos, err)
 			}
