@@ -190,7 +190,7 @@ type Config struct {
 	// (each try costs a PUT) and inos stay under 2^63 and above every v1
 	// ino a volume upgraded from v1 is likely to hold.
 	FirstBatch uint64
-	// Parallel bounds the dentries a listing reads at once (0 is 16).
+	// Parallel bounds the dentries a listing reads at once (0 is 64).
 	Parallel int
 	// Clock times the create leases (lease.go): this machine's monotonic
 	// clock, never compared with another's; nil is time.Now. Sleep waits
@@ -242,7 +242,7 @@ func Open(cfg Config) (*Tree, error) {
 		return nil, fmt.Errorf("open namespace v2: first batch %d: %w", cfg.FirstBatch, namespace.ErrInvalid)
 	}
 	if cfg.Parallel <= 0 {
-		cfg.Parallel = 16
+		cfg.Parallel = 64
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
