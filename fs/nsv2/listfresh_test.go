@@ -104,3 +104,63 @@ func TestCachedNameExpires(t *testing.T) {
 		t.Fatalf("past the TTL, a's lookup of f: %+v, %v; want ErrNotExist", n, err)
 	}
 }
+
+// A lookup's miss is answered from the directory's whole listing while it
+// is younger than the TTL, as v1 answers one from its copy of the log: the
+// kernel looks a name up before every create, and that GET was a fifth of
+// a create's requests. The first miss lists the directory (one LIST a
+// fragment); the misses after it send nothing; a name another mount made
+// since shows once the TTL is over, and a name this mount made at once. A
+// directory with more names than a page is not listed for a miss.
+func TestMissAnsweredFromListing(t *testing.T) {
+	ctx := context.Background()
+	st := mem.NewS3ETags()
+	c := newFakeClock()
+	cs := counting.New(st)
+	a, err := Open(Config{Store: cs, Root: root, Mount: cid(1), FirstBatch: 1<<40 + 16, Clock: c.now, Sleep: c.sleep, TTL: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b := openTree(t, st, 2)
+	rt := namespace.RootIno
+	d := must(a.Mkdir(ctx, rt, "d", 0o755, owner))(t)
+	must(b.Lookup(ctx, rt, "d"))(t)
+	must(b.Create(ctx, d.Ino, "theirs", 0o644, owner))(t)
+
+	s0 := cs.Snapshot()
+	for i := range 10 {
+		if _, err := a.Lookup(ctx, d.Ino, fmt.Sprintf("new%d", i)); !errors.Is(err, namespace.ErrNotExist) {
+			t.Fatalf("lookup of a name no one made: %v", err)
+		}
+	}
+	if got := cs.Snapshot().Sub(s0); got.Total().Requests != 1 || got.Op(staging.OpList).Requests != 1 {
+		t.Fatalf("ten misses sent %v, want one LIST", got)
+	}
+	must(a.Lookup(ctx, d.Ino, "theirs"))(t) // listed: read, not answered absent
+	must(a.Create(ctx, d.Ino, "mine", 0o644, owner))(t)
+	must(a.Lookup(ctx, d.Ino, "mine"))(t)
+
+	must(b.Create(ctx, d.Ino, "later", 0o644, owner))(t)
+	if _, err := a.Lookup(ctx, d.Ino, "later"); !errors.Is(err, namespace.ErrNotExist) {
+		t.Fatalf("within the TTL of the listing, another mount's new name: %v, want the listing's ErrNotExist", err)
+	}
+	c.sleep(ctx, time.Second)
+	must(a.Lookup(ctx, d.Ino, "later"))(t)
+
+	// More names than a page: misses read the name.
+	big := must(b.Mkdir(ctx, rt, "big", 0o755, owner))(t)
+	for i := range missListMax + 1 {
+		must(b.Create(ctx, big.Ino, fmt.Sprintf("f%04d", i), 0o644, owner))(t)
+	}
+	must(a.Lookup(ctx, rt, "big"))(t)
+	for range 2 {
+		s1 := cs.Snapshot()
+		if _, err := a.Lookup(ctx, big.Ino, "none"); !errors.Is(err, namespace.ErrNotExist) {
+			t.Fatal(err)
+		}
+		if got := cs.Snapshot().Sub(s1); got.Op(staging.OpGet).Requests != 1 {
+			t.Fatalf("a miss in a directory of %d names sent %v, want its GET", missListMax+1, got)
+		}
+	}
+}

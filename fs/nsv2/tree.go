@@ -110,6 +110,8 @@ type Tree struct {
 	inos    map[namespace.Ino]*entry     // GUARDED_BY(mu): the entry of each node's name
 	orphans map[namespace.Ino]orphanNode // GUARDED_BY(mu): files with no name, seen here
 	byFile  map[string]namespace.Ino     // GUARDED_BY(mu): file id -> ino, of entries and orphans
+	lists   map[namespace.Ino]*dirList   // GUARDED_BY(mu): each directory's last whole listing
+	large   map[namespace.Ino]bool       // GUARDED_BY(mu): directories a miss does not list
 	closed  bool                         // GUARDED_BY(mu)
 	calls   sync.WaitGroup               // calls in flight, for Close
 }
@@ -266,6 +268,8 @@ func Open(cfg Config) (*Tree, error) {
 		inos:      map[namespace.Ino]*entry{},
 		orphans:   map[namespace.Ino]orphanNode{},
 		byFile:    map[string]namespace.Ino{},
+		lists:     map[namespace.Ino]*dirList{},
+		large:     map[namespace.Ino]bool{},
 	}, nil
 }
 
@@ -490,6 +494,9 @@ func (t *Tree) Lookup(ctx context.Context, dir namespace.Ino, name string) (name
 	if n, ok := t.cached(dir, name); ok {
 		return n, nil
 	}
+	if t.absent(ctx, dir, frags, name) {
+		return namespace.Node{}, fmt.Errorf("%q in directory %d: %w", name, dir, namespace.ErrNotExist)
+	}
 	e, err := t.resolve(ctx, dir, frags, name)
 	if err != nil {
 		return namespace.Node{}, fmt.Errorf("lookup %q in %d: %w", name, dir, err)
@@ -560,6 +567,114 @@ type listed struct {
 	etag string
 }
 
+// dirList is what a whole listing of a directory found: every key (bound
+// names and tombstones) with its ETag, as of when the listing began. A
+// lookup's miss in the directory within the TTL of that is answered from it
+// (absent), as v1 answers a miss from its copy of the log, at most
+// ns_refresh old: the kernel looks every name up before it creates it, and
+// that GET was a fifth of a create's requests.
+type dirList struct {
+	began time.Time
+	gen   uint64
+	etags map[string]string
+}
+
+// missListMax bounds the keys of a fragment a miss lists (one page): a
+// directory with more is marked large, and its misses read the name.
+const missListMax = 1000
+
+// noteList records keys, a whole listing of dir begun at began while the
+// Refresh count was gen, unless a Refresh came since.
+func (t *Tree) noteList(dir namespace.Ino, gen uint64, began time.Time, keys []listed) {
+	l := &dirList{began: began, gen: gen, etags: make(map[string]string, len(keys))}
+	for _, k := range keys {
+		l.etags[k.name] = k.etag
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if gen == t.gen {
+		t.lists[dir] = l
+	}
+}
+
+// absent says whether name is surely not bound in dir, as of a whole
+// listing of dir begun less than the TTL ago (made now, one LIST a
+// fragment, when there is none and the directory is not large): not among
+// its keys, or its key is a tombstone this Tree read with that very ETag.
+// A name another mount made since that listing began shows once the TTL is
+// over (or at its create: Bind is the store's If-None-Match, never this).
+// Any failure says no: the caller reads the name.
+func (t *Tree) absent(ctx context.Context, dir namespace.Ino, frags uint32, name string) bool {
+	if t.ttl <= 0 {
+		return false // no TTL: every miss reads the store
+	}
+	t.mu.Lock()
+	l, gen := t.lists[dir], t.gen
+	fresh := l != nil && l.gen == gen && t.clock().Sub(l.began) < t.ttl
+	large := t.large[dir]
+	t.mu.Unlock()
+	if !fresh {
+		if large {
+			return false
+		}
+		began := t.clock()
+		keys, whole, err := t.listFragsUpTo(ctx, dir, frags, missListMax)
+		if err != nil {
+			return false
+		}
+		if !whole {
+			t.mu.Lock()
+			t.large[dir] = true
+			t.mu.Unlock()
+			return false
+		}
+		t.noteList(dir, gen, began, keys)
+		l = &dirList{etags: map[string]string{}}
+		for _, k := range keys {
+			l.etags[k.name] = k.etag
+		}
+	}
+	etag, listed := l.etags[name]
+	if !listed {
+		return true
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.names[nameKey{dir, name}]
+	return e != nil && e.bound == nil && e.etag != "" && e.etag == etag
+}
+
+// listFragsUpTo lists every fragment of dir, one page of at most max keys
+// each; whole is false when a fragment has more.
+func (t *Tree) listFragsUpTo(ctx context.Context, dir namespace.Ino, frags uint32, max int) (keys []listed, whole bool, err error) {
+	out := make([][]listed, frags)
+	errs := make([]error, frags)
+	more := make([]bool, frags)
+	var wg sync.WaitGroup
+	for f := range frags {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			page, err := t.st.List(ctx, t.fragPrefix(dir, f), "", max)
+			if err != nil {
+				errs[f] = fmt.Errorf("list fragment %d of directory %d: %w", f, dir, err)
+				return
+			}
+			more[f] = page.Truncated
+			for _, o := range page.Objects {
+				if _, dn, err := ParseDentryKey(o.Key); err == nil && dn.Dir == dir && dn.InFragments(frags) {
+					out[f] = append(out[f], listed{name: dn.Name, etag: o.ETag})
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return nil, false, err
+	}
+	return slices.Concat(out...), !slices.Contains(more, true), nil
+}
+
 // listFrags lists every fragment of dir, one LIST each (more for a
 // fragment past a page), sent at once.
 func (t *Tree) listFrags(ctx context.Context, dir namespace.Ino, frags uint32) ([]listed, error) {
@@ -604,10 +719,15 @@ func (t *Tree) list(ctx context.Context, dir namespace.Ino) ([]namespace.Dirent,
 	if err != nil {
 		return nil, err
 	}
+	t.mu.Lock()
+	gen := t.gen
+	t.mu.Unlock()
+	began := t.clock()
 	keys, err := t.listFrags(ctx, dir, frags)
 	if err != nil {
 		return nil, err
 	}
+	t.noteList(dir, gen, began, keys)
 	out := make([]namespace.Dirent, 0, len(keys))
 	var todo []string
 	var same []*entry // cached, and the listing says unchanged
