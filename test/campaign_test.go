@@ -1033,10 +1033,18 @@ func (c *campaignRun) run(iterations int) campaignStats {
 // fsck finds no problem and no leftover upload.
 func (c *campaignRun) finalClean() {
 	t := c.t
-	named := 0
-	for _, inos := range c.baseInos {
+	// A create that the kill cut after its name landed and before its head
+	// did leaves a named file with no object: an empty file (the mount
+	// shows it so, and the cleaner leaves it), which fsck, counting files
+	// by their objects, does not count. So an empty named file may be
+	// missing from fsck's count.
+	named, empty := 0, 0
+	for id, inos := range c.baseInos {
 		files := map[uint64]bool{}
-		for _, ino := range inos {
+		for name, ino := range inos {
+			if !files[ino] && len(c.base[id][name]) == 0 {
+				empty++
+			}
 			files[ino] = true
 		}
 		named += len(files) // a file with two names is one
@@ -1097,8 +1105,8 @@ func (c *campaignRun) finalClean() {
 		}
 	}
 	c.countFormats(st)
-	if problems != 0 || leftovers != 0 || files < named+pinned || files > named+pinned+len(marked) {
-		t.Errorf("fsck after the last gc: %d files (the drivers' directories name %d, copies keep %d orphans, %d files have writer markers), %d objects, %d problems, %d leftover uploads:\n%s\nthe last gc:\n%s", files, named, pinned, len(marked), objects, problems, leftovers, out, gcOut)
+	if problems != 0 || leftovers != 0 || files < named+pinned-empty || files > named+pinned+len(marked) {
+		t.Errorf("fsck after the last gc: %d files (the drivers' directories name %d, %d of them empty, copies keep %d orphans, %d files have writer markers), %d objects, %d problems, %d leftover uploads:\n%s\nthe last gc:\n%s", files, named, empty, pinned, len(marked), objects, problems, leftovers, out, gcOut)
 	}
 }
 
