@@ -33,8 +33,9 @@ var errnoTable = []struct {
 	{namespace.ErrIsDir, syscall.EISDIR},
 	{namespace.ErrInvalid, syscall.EINVAL},
 	{namespace.ErrNotPermitted, syscall.EPERM},
-	// Also nsv2.ErrSeveralNames: a rename, link or rmdir that namespace v2
-	// does not make yet (docs/namespace-v2.md §10, step 4), which wraps it.
+	// Also nsv2.ErrSeveralNames and nsv2.ErrDirMove, which wrap it: a link,
+	// or a directory moved into another, that namespace v2 does not make
+	// yet (docs/namespace-v2.md §10, step 4).
 	{namespace.ErrNotSupported, syscall.ENOTSUP},
 	{namespace.ErrNameTooLong, syscall.ENAMETOOLONG},
 	{namespace.ErrNoAttr, syscall.ENODATA},
