@@ -82,7 +82,7 @@ func (fsys *FS) errnoOf(op string, err error) syscall.Errno {
 			case syscall.EINTR:
 				fsys.log.Debug(op+" interrupted before it changed anything", zap.Error(err))
 			case syscall.ENOTSUP:
-				if errors.Is(err, nsv2.ErrSeveralNames) {
+				if errors.Is(err, nsv2.ErrSeveralNames) || errors.Is(err, nsv2.ErrDirMove) {
 					// The program sees only ENOTSUP: say why.
 					fsys.log.Warn(op+": not yet on a namespace v2 volume; nothing changed", zap.Error(err))
 				}
