@@ -720,6 +720,18 @@ func (l *Log) retake(ctx context.Context) (final bool, err error) {
 			return lost(false, "held by writer %s (pid %d on host %s) until %s", o.Writer, o.PID, o.Host, o.Expires.Format(time.RFC3339Nano))
 		}
 	}
+	// Not while a record of this log is on its way: a taker that listed
+	// the log before it landed numbered its own from the same place, or
+	// published a checkpoint covering its number; landing after the lease
+	// was taken back, it would be acknowledged and never read. Once its PUT
+	// has ended (failed, as the lease is lost meanwhile), the next try
+	// decides.
+	l.mu.Lock()
+	inflight := l.inflight
+	l.mu.Unlock()
+	if inflight > 0 {
+		return lost(false, "%d records of this log on their way; waiting for them to end", inflight)
+	}
 	seqs, err := List(ctx, ls.st, l.prefix)
 	if err != nil {
 		return lost(false, "%v", err)
