@@ -72,6 +72,11 @@ type mfile struct {
 	// viewDirty: it changed the file since, so its next flush merges.
 	view               []byte
 	viewSet, viewDirty bool
+	// closedLag: the home mount closed the file while its view lagged the
+	// other mount's checkpoint (viewSet): until the next open, a stat of
+	// the closed file (user.ckptfs.cno) may answer from that view, cached
+	// for the head cache's TTL (ns_refresh, 1 s at least).
+	closedLag bool
 	// anyOf are contents the file may also hold after the kill: those an
 	// optional operation in flight at the end may have left.
 	anyOf [][]byte
@@ -394,6 +399,7 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		}
 		for _, g := range append([]*mfile{f}, f.choices...) {
 			g.open = true
+			g.closedLag = false
 		}
 		if trunc && !create {
 			// A state even when the file was empty: a merge replays the
@@ -423,6 +429,9 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 			if uncertain {
 				continue
 			}
+			if op.Kind == "close" && g.viewSet && !g.viewDirty {
+				g.closedLag = true
+			}
 			if op.Kind == "close" || g.viewDirty {
 				g.viewSet = false // merged, or the next open reads afresh
 			}
@@ -445,8 +454,9 @@ func (c *campaignRun) apply(op *campaign.Op, v *nsView, uncertain bool, fail fun
 		if cno == 0 {
 			return true // never published (not listed)
 		}
-		if f.viewSet {
-			// The home mount's own checkpoint under the other mount's.
+		if f.viewSet || f.closedLag {
+			// The home mount's own checkpoint under the other mount's
+			// (or, closed since, its stat's cached answer from that view).
 			if f.unknown == nil {
 				f.unknown = map[int64]bool{}
 			}
