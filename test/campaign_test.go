@@ -240,7 +240,7 @@ type campaignStats struct {
 	kills                                        int
 	partedMounts                                 int   // mounts of A and B that created files in the parted format
 	partedFiles, streamFiles                     int   // named files at the end, by the format of their head
-	eio                                          int64 // operations failed with EIO under faults (tolerated)
+	eio                                          int64 // operations failed with EIO under faults, or ETIMEDOUT under the slow store (tolerated)
 	eintr                                        int64 // operations interrupted by a signal (tolerated)
 	ebusy                                        int64 // with the WAL, home writes of a file the other mount still published (tolerated)
 	bytesChecked                                 int64
@@ -1365,6 +1365,11 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [4]int64) {
 			switch {
 			case killed:
 			case op.Errno == int(syscall.EIO) && c.proxy != nil:
+				c.stats.eio++
+			case op.Errno == int(syscall.ETIMEDOUT) && c.slow:
+				// The slow store: answered nothing to the mount for
+				// op_timeout, so the call ended (docs/outages.md); its
+				// outcome is unknown, as with EIO.
 				c.stats.eio++
 			case op.Errno == int(syscall.EIO):
 				fail("%v: EIO while mount %c was alive, with no faults to give it (the file:// volume)", op, 'A'+abs)
