@@ -122,36 +122,44 @@ func runTreeFaulted(t *testing.T, fc treeFaultCase, rules ...faulty.Rule) (err e
 
 func TestTreeFaultAtEveryRequest(t *testing.T) {
 	for _, fc := range treeFaultCases() {
-		t.Run(fc.name, func(t *testing.T) {
-			if err, state, _, _, _ := runTreeFaulted(t, fc); err != nil || state != "done" {
-				t.Fatalf("without faults: %v; the store holds %s", err, state)
-			}
-			for _, kind := range []faulty.Kind{faulty.Error, faulty.LostAnswer} {
-				for k := 1; ; k++ {
-					err, state, fired, _, _ := runTreeFaulted(t, fc, faulty.Rule{Nth: k, Times: 1, Kind: kind})
-					if fired == 0 {
-						if k < 2 {
-							t.Fatalf("%s at %d: no request", kind, k)
-						}
-						break
-					}
-					where := fmt.Sprintf("%s at request %d", kind, k)
-					switch {
-					case state != "done" && state != "none":
-						t.Fatalf("%s: the store holds a part: %s", where, state)
-					case err == nil && state != "done":
-						t.Fatalf("%s: told done, the store holds %s", where, state)
-					case err != nil && state != "none":
-						t.Fatalf("%s: told %v, the store holds the change", where, err)
-					case err != nil && !errors.Is(err, faulty.ErrInjected) && !strings.Contains(err.Error(), "not known"):
-						// A refused condition whose read-back failed is
-						// "not known": the refusal may be of a resend of a
-						// write that landed (prim.go, put).
-						t.Fatalf("%s: told %v, neither the store's error nor that it is not known", where, err)
-					}
+		t.Run(fc.name, func(t *testing.T) { faultAtEveryRequest(t, fc, 2) })
+	}
+}
+
+// faultAtEveryRequest runs fc without faults (it must be done), then with
+// an error and with a lost answer at each request in turn, from the first
+// until a run makes fewer requests (least of them at the fewest): the store
+// holds the change whole or not at all, and the answer says which (an
+// error is the store's, or says that whether it landed is not known).
+func faultAtEveryRequest(t *testing.T, fc treeFaultCase, least int) {
+	t.Helper()
+	if err, state, _, _, _ := runTreeFaulted(t, fc); err != nil || state != "done" {
+		t.Fatalf("without faults: %v; the store holds %s", err, state)
+	}
+	for _, kind := range []faulty.Kind{faulty.Error, faulty.LostAnswer} {
+		for k := 1; ; k++ {
+			err, state, fired, _, _ := runTreeFaulted(t, fc, faulty.Rule{Nth: k, Times: 1, Kind: kind})
+			if fired == 0 {
+				if k < least {
+					t.Fatalf("%s at %d: no request", kind, k)
 				}
+				break
 			}
-		})
+			where := fmt.Sprintf("%s at request %d", kind, k)
+			switch {
+			case state != "done" && state != "none":
+				t.Fatalf("%s: the store holds a part: %s", where, state)
+			case err == nil && state != "done":
+				t.Fatalf("%s: told done, the store holds %s", where, state)
+			case err != nil && state != "none":
+				t.Fatalf("%s: told %v, the store holds the change", where, err)
+			case err != nil && !errors.Is(err, faulty.ErrInjected) && !strings.Contains(err.Error(), "not known"):
+				// A refused condition whose read-back failed is
+				// "not known": the refusal may be of a resend of a
+				// write that landed (prim.go, put).
+				t.Fatalf("%s: told %v, neither the store's error nor that it is not known", where, err)
+			}
+		}
 	}
 }
 

@@ -5,14 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/staging"
-	"github.com/ckptfs/ckptfs/staging/faulty"
 	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
@@ -88,33 +86,7 @@ func multiFaultCases() []treeFaultCase {
 
 func TestTreeMultiFaultAtEveryRequest(t *testing.T) {
 	for _, fc := range multiFaultCases() {
-		t.Run(fc.name, func(t *testing.T) {
-			if err, state, _, _, _ := runTreeFaulted(t, fc); err != nil || state != "done" {
-				t.Fatalf("without faults: %v; the store holds %s", err, state)
-			}
-			for _, kind := range []faulty.Kind{faulty.Error, faulty.LostAnswer} {
-				for k := 1; ; k++ {
-					err, state, fired, _, _ := runTreeFaulted(t, fc, faulty.Rule{Nth: k, Times: 1, Kind: kind})
-					if fired == 0 {
-						if k < 3 {
-							t.Fatalf("%s at %d: no request", kind, k)
-						}
-						break
-					}
-					where := fmt.Sprintf("%s at request %d", kind, k)
-					switch {
-					case state != "done" && state != "none":
-						t.Fatalf("%s: the store holds a part: %s", where, state)
-					case err == nil && state != "done":
-						t.Fatalf("%s: told done, the store holds %s", where, state)
-					case err != nil && state != "none":
-						t.Fatalf("%s: told %v, the store holds the change", where, err)
-					case err != nil && !errors.Is(err, faulty.ErrInjected) && !strings.Contains(err.Error(), "not known"):
-						t.Fatalf("%s: told %v, neither the store's error nor that it is not known", where, err)
-					}
-				}
-			}
-		})
+		t.Run(fc.name, func(t *testing.T) { faultAtEveryRequest(t, fc, 3) })
 	}
 }
 
