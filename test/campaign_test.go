@@ -1378,6 +1378,10 @@ func (c *campaignRun) check(iter int, d *driverProc, killedAt [4]int64) {
 				// SIGURG) interrupted a FUSE request the mount then
 				// abandoned; the outcome is unknown, as with EIO.
 				c.stats.eintr++
+			case c.wal && op.Errno == int(syscall.EBUSY) && op.Kind == campaign.OpCopyRewritten && op.Mount == 0:
+				// The copy's source rewritten through the other mount, whose
+				// WAL holds its lease while its last publish lands.
+				c.stats.ebusy++
 			case c.wal && op.Errno == int(syscall.EBUSY) && op.Mount == 0 && len(op.Args) > 0 && view.names[op.Args[0]] != nil && view.names[op.Args[0]].byOther:
 				// The other mount copied into the file and closed it; its
 				// mark that it is closing the lease (one request, which
