@@ -135,6 +135,48 @@ func TestUpgradeCommand(t *testing.T) {
 	}
 }
 
+// TestUpgradeResumed: a volume whose upgrade stopped after its fence (a
+// crash) is refused by the v1 tools, naming ckptfs upgrade, and upgrade
+// run again finishes it and says so.
+func TestUpgradeResumed(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store := "file://" + root
+	ckptfs := func(args ...string) (int, string, string) {
+		var out, errOut strings.Builder
+		code := run(append([]string{"ckptfs"}, args...), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	if code, _, errOut := ckptfs("format", store); code != 0 {
+		t.Fatal(errOut)
+	}
+	st, err := dir.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Mkdir(ctx, namespace.RootIno, "d", 0o755, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Fence(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ns.Close()
+	if code, _, errOut := ckptfs("ls", store, "/"); code != 1 || !strings.Contains(errOut, `run "ckptfs upgrade STORE" again`) {
+		t.Fatalf("ls of a fenced v1 volume: exit %d, %q", code, errOut)
+	}
+	code, out, errOut := ckptfs("upgrade", store)
+	if code != 0 || !strings.Contains(out, "an interrupted upgrade finished") || !strings.Contains(out, "1 names") {
+		t.Fatalf("upgrade of a fenced volume: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, out, errOut := ckptfs("ls", store, "/"); code != 0 || !strings.HasSuffix(strings.TrimSpace(out), " d") {
+		t.Fatalf("ls after the upgrade: exit %d, %q, %q", code, out, errOut)
+	}
+}
+
 // TestUpgradeReadOnlyStore: a store that refuses writes (read-only
 // credentials) is refused before anything is written, saying why.
 func TestUpgradeReadOnlyStore(t *testing.T) {

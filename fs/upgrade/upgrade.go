@@ -85,9 +85,8 @@ type Options struct {
 	Parallel int
 	// Log receives the steps; nil logs nothing.
 	Log *zap.Logger
-	// Progress, if set, is called with the count of names written so far
-	// as each lands (from several goroutines, one call at a time per
-	// count).
+	// Progress, if set, is called once per name written, with the count
+	// written so far; calls come from several goroutines at once.
 	Progress func(written int)
 }
 
