@@ -15,9 +15,9 @@ import (
 
 // TestFenceStopsAMount: a mount open on the log when another writes the
 // fence (ckptfs upgrade) applies every entry before it, then its next
-// change fails with ErrFenced naming ckptfs upgrade (with a trusted tail:
-// its append is refused at the fence's seq; without: its read of the log
-// meets it), its refresh stops with the same error, every later one does
+// change fails with ErrFenced naming ckptfs upgrade (with a trusted tail
+// at the end of the log: its append is refused at the fence's seq and it
+// reads the fence there; without: its read of the log meets it), its refresh stops with the same error, every later one does
 // without a request, and the first meeting is logged once. Nothing is
 // appended after the fence, and a new Open refuses the log unless
 // ReadFenced.
@@ -42,6 +42,13 @@ func TestFenceStopsAMount(t *testing.T) {
 			b := openNS(t, store, Options{Clock: clock.Now})
 			if _, err := b.Create(ctx, RootIno, "late", 0o644, Owner{}); err != nil {
 				t.Fatal(err)
+			}
+			if trusted {
+				// a at the end of the log: its next append goes to the
+				// fence's seq, and is refused by it.
+				if err := a.Refresh(ctx); err != nil || a.Seq() != 2 {
+					t.Fatalf("Refresh: %v, seq %d", err, a.Seq())
+				}
 			}
 			seq, err := up.Fence(ctx)
 			if err != nil {
