@@ -443,21 +443,9 @@ func (t *Tree) resolve(ctx context.Context, dir namespace.Ino, frags uint32, nam
 	return e, nil
 }
 
-// readInode reads the inode object of e's node, a node of several names.
-func (t *Tree) readInode(ctx context.Context, e *entry) error {
-	key, err := InodeKey(t.root, e.bound.Ino)
-	if err != nil {
-		return err
-	}
-	in, _, err := read(ctx, t.st, key, kindInode, DecodeInode)
-	if err != nil {
-		return fmt.Errorf("node %d of several names: %w", e.bound.Ino, err)
-	}
-	t.mu.Lock()
-	e.node = in
-	t.mu.Unlock()
-	return nil
-}
+// readInode reads the inode object of e's node, a node of several names
+// (inode.go).
+func (t *Tree) readInode(ctx context.Context, e *entry) error { return t.readLinked(ctx, e) }
 
 // cached is name's entry if it is bound and fresh (freshLocked).
 func (t *Tree) cached(dir namespace.Ino, name string) (namespace.Node, bool) {
@@ -528,6 +516,9 @@ func (t *Tree) GetNode(ctx context.Context, ino namespace.Ino) (namespace.Node, 
 		t.mu.Unlock()
 		if ok {
 			return o.node, nil
+		}
+		if n, _, ok := t.linkedNode(ctx, ino); ok {
+			return n, nil // a node of several names, no name cached
 		}
 		return namespace.Node{}, fmt.Errorf("node %d: %w", ino, namespace.ErrNotExist)
 	}
@@ -834,15 +825,21 @@ func (t *Tree) attrsOf(ctx context.Context, ino namespace.Ino) (*Attrs, error) {
 		return nil, err
 	}
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	switch {
 	case e != nil && e.bound.Node != nil:
+		defer t.mu.Unlock()
 		return e.bound.Node, nil
 	case e != nil && e.node != nil:
+		defer t.mu.Unlock()
 		return &e.node.Node, nil
 	}
-	if o, ok := t.orphans[ino]; ok {
+	o, ok := t.orphans[ino]
+	t.mu.Unlock()
+	if ok {
 		return o.attrs, nil
+	}
+	if _, a, ok := t.linkedNode(ctx, ino); ok {
+		return a, nil // a node of several names, no name cached
 	}
 	return nil, fmt.Errorf("node %d: %w", ino, namespace.ErrNotExist)
 }
