@@ -6,8 +6,9 @@
 // says one, a lost answer resolved by reading back the id it wrote (see
 // prim.go); and Tree (tree.go), namespace.Names over them for the changes
 // of one name (docs/namespace-v2.md §10, step 3) and rename, exchange and
-// rmdir with the seal and create leases (treemulti.go, lease.go: step 4
-// but for links and directories moved across directories), which a mount
+// rmdir with the seal and create leases (treemulti.go, lease.go), and hard
+// links with inode objects (inode.go): step 4 but for directories moved
+// across directories, which a mount
 // of a volume made with ckptfs format -o namespace=v2 holds
 // (fs/volume.OpenNames; experimental).
 //

@@ -44,14 +44,13 @@ import (
 //     treemulti.go), and every name added to a directory other than the
 //     root is added under a create lease (lease.go). A directory moved
 //     across directories needs the moves log: ErrDirMove (ENOTSUP).
-//   - Link changes several names and makes an inode object (step 4, not
-//     yet): ErrSeveralNames, which wraps namespace.ErrNotSupported
-//     (ENOTSUP): ln then fails and changes nothing. EXDEV was not chosen
-//     for it nor for ErrDirMove: mv would copy the data (or the tree) to
-//     the new name and remove the old one, a slow non-atomic copy where a
+//     EXDEV was not chosen for ErrDirMove: mv would copy the tree to the
+//     new name and remove the old one, a slow non-atomic copy where a
 //     rename was asked for.
-//   - A node of several names (an inode object, made by step 4's link) is
-//     read, never changed.
+//   - Link makes a node of several names, whose attributes and count of
+//     names are its inode object's (inode.go). A listing's cookie is its
+//     node's ino, so two names of one node in one directory share one (see
+//     ReadDirAfter).
 //   - The root has no dentry: its attributes are Config's, and it cannot be
 //     changed (chmod, setxattr of the root: ErrNotSupported); the volume's
 //     descriptor does not hold them yet (ckptfs format -o namespace=v2
@@ -153,10 +152,6 @@ type orphanNode struct {
 
 // Errors a caller decides on, besides namespace's sentinels.
 var (
-	// ErrSeveralNames: the call changes a node of several names, or makes
-	// one (link): the rest of step 4 of section 10. It wraps
-	// namespace.ErrNotSupported, which the mount answers ENOTSUP.
-	ErrSeveralNames = fmt.Errorf("a change of several names, not in this version of namespace v2: %w", namespace.ErrNotSupported)
 	// ErrClosed: the Tree is closed.
 	ErrClosed = errors.New("namespace closed")
 )
