@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/zeebo/xxh3"
+
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -502,4 +504,19 @@ func (t *Tree) dropInode(ctx context.Context, ino namespace.Ino) {
 		return
 	}
 	_ = t.st.Delete(ctx, r.Key)
+}
+
+// cookieOf is the listing cookie of name, bound to b: its node's ino, unique
+// in a directory while the node has one name; for a name of a node of
+// several names, two of which may be in one directory, 2^62 plus 62 bits of
+// xxh3 of the name: under 2^63, as the kernel's directory offsets are
+// signed, and apart from each other cookie of the directory but once in
+// 2^62. A name's cookie changes at its node's first link, which a listing
+// in progress may then show twice or not at all, as POSIX allows for a name
+// changed during one.
+func cookieOf(name string, b *Binding) uint64 {
+	if b.Node != nil {
+		return uint64(b.Ino)
+	}
+	return 1<<62 | xxh3.HashString(name)>>2
 }

@@ -401,3 +401,32 @@ func TestLinkDies(t *testing.T) {
 		})
 	}
 }
+
+// TestLinkCookies: three names of one node in one directory, listed one
+// entry at a time (each call resuming after the last cookie, as a listing
+// the kernel resumes): every name once. With the node's ino as each name's
+// cookie, the names after the first were skipped.
+func TestLinkCookies(t *testing.T) {
+	ctx := context.Background()
+	root := namespace.RootIno
+	ns := openTree(t, mem.NewS3ETags(), 1)
+	f := must(ns.Create(ctx, root, "f", 0o644, owner))(t)
+	must(ns.Create(ctx, root, "e", 0o644, owner))(t)
+	must(ns.Link(ctx, f.Ino, root, "g"))(t)
+	must(ns.Link(ctx, f.Ino, root, "h"))(t)
+	seen := map[string]int{}
+	for pos := uint64(2); ; {
+		ents := must(ns.ReadDirAfter(ctx, root, pos))(t)
+		if len(ents) == 0 {
+			break
+		}
+		if ents[0].Cookie <= pos {
+			t.Fatalf("cookie %d after %d", ents[0].Cookie, pos)
+		}
+		seen[ents[0].Name]++
+		pos = ents[0].Cookie
+	}
+	if want := map[string]int{"e": 1, "f": 1, "g": 1, "h": 1}; !reflect.DeepEqual(seen, want) {
+		t.Fatalf("listed %v, want %v", seen, want)
+	}
+}

@@ -48,9 +48,7 @@ import (
 //     new name and remove the old one, a slow non-atomic copy where a
 //     rename was asked for.
 //   - Link makes a node of several names, whose attributes and count of
-//     names are its inode object's (inode.go). A listing's cookie is its
-//     node's ino, so two names of one node in one directory share one (see
-//     ReadDirAfter).
+//     names are its inode object's (inode.go).
 //   - The root has no dentry: its attributes are Config's, and it cannot be
 //     changed (chmod, setxattr of the root: ErrNotSupported); the volume's
 //     descriptor does not hold them yet (ckptfs format -o namespace=v2
@@ -726,7 +724,7 @@ func (t *Tree) list(ctx context.Context, dir namespace.Ino) ([]namespace.Dirent,
 		case e.bound != nil:
 			e.gen = t.gen
 			same = append(same, e)
-			out = append(out, namespace.Dirent{Name: k.name, Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: uint64(e.bound.Ino)})
+			out = append(out, namespace.Dirent{Name: k.name, Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: cookieOf(k.name, e.bound)})
 		}
 	}
 	t.mu.Unlock()
@@ -765,7 +763,7 @@ func (t *Tree) list(ctx context.Context, dir namespace.Ino) ([]namespace.Dirent,
 		case errs[i] != nil:
 			return nil, fmt.Errorf("list directory %d: %w", dir, errs[i])
 		case e != nil && e.bound != nil:
-			out = append(out, namespace.Dirent{Name: todo[i], Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: uint64(e.bound.Ino)})
+			out = append(out, namespace.Dirent{Name: todo[i], Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: cookieOf(todo[i], e.bound)})
 		}
 	}
 	return out, nil
@@ -786,10 +784,9 @@ func (t *Tree) ReadDir(ctx context.Context, dir namespace.Ino) ([]namespace.Dire
 }
 
 // ReadDirAfter lists the entries of directory dir whose cookie is above
-// cookie, in cookie order. A name's cookie is its node's ino: unique in the
-// directory while a node has one name (step 3; step 4's links need another
-// cookie for a node's second name in one directory), and stable while other
-// names come and go.
+// cookie, in cookie order. A name's cookie is its node's ino, or for a name
+// of a node of several names one made of the name (cookieOf): unique in the
+// directory, and stable while other names come and go.
 func (t *Tree) ReadDirAfter(ctx context.Context, dir namespace.Ino, cookie uint64) ([]namespace.Dirent, error) {
 	if err := t.enter(); err != nil {
 		return nil, err
