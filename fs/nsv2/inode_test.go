@@ -220,6 +220,27 @@ func TestLinkRaces(t *testing.T) {
 				t.Fatalf("n is %s, want %s", view["n"], nl(winner, 2))
 			}
 
+			// Two mounts make the first links of one node at once: both
+			// land, one after the other, and the count is 3.
+			one3 := must(one.Create(ctx, root, "o", 0o644, owner))(t)
+			must(two.Lookup(ctx, root, "o"))(t)
+			errA, errB = race(func() error {
+				_, err := one.Link(ctx, one3.Ino, root, "o1")
+				return err
+			}, func() error {
+				_, err := two.Link(ctx, one3.Ino, root, "o2")
+				return err
+			})
+			if errA != nil || errB != nil {
+				t.Fatalf("first links: %v, %v", errA, errB)
+			}
+			view, _ = rootView(t, openTree(t, st, 6))
+			for _, name := range []string{"o", "o1", "o2"} {
+				if view[name] != nl(one3.Ino, 3) {
+					t.Fatalf("%s is %s, want %s", name, view[name], nl(one3.Ino, 3))
+				}
+			}
+
 			// An unlink of f's only name against a link of it.
 			loner := must(one.Create(ctx, root, "l", 0o644, owner))(t)
 			must(two.Lookup(ctx, root, "l"))(t)
