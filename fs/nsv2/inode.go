@@ -213,6 +213,14 @@ func (t *Tree) noteInodeLocked(in *Inode) {
 	}
 }
 
+// nodeOfEntry is the node of e's name, read under mu: e.node is set again
+// in every entry of a node whenever its inode object is read or written.
+func (t *Tree) nodeOfEntry(e *entry) namespace.Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return nodeOf(e.dir, e.bound, e.node)
+}
+
 // noteChanged caches in, written by a change of node in.Ino's names that
 // this mount made: in force, or (Nlink 0) the node is an orphan here.
 func (t *Tree) noteChanged(in *Inode) {

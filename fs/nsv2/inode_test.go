@@ -451,3 +451,43 @@ func TestLinkCookies(t *testing.T) {
 		t.Fatalf("listed %v, want %v", seen, want)
 	}
 }
+
+// TestLinkConcurrentReads: lookups of a node of several names, which set
+// its inode object in every cached entry of it, beside GetNode and stats of
+// the same node: under the race detector, no read of an entry outside the
+// cache's lock (the mount's prefetch of a listing did GetNode so).
+func TestLinkConcurrentReads(t *testing.T) {
+	ctx := context.Background()
+	root := namespace.RootIno
+	ns := openTree(t, mem.NewS3ETags(), 1)
+	f := must(ns.Create(ctx, root, "f", 0o644, owner))(t)
+	must(ns.Link(ctx, f.Ino, root, "g"))(t)
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	for i, op := range []func() error{
+		func() error {
+			if err := ns.Refresh(ctx); err != nil {
+				return err
+			}
+			_, err := ns.Lookup(ctx, root, "g")
+			return err
+		},
+		func() error { _, err := ns.GetNode(ctx, f.Ino); return err },
+		func() error { _, err := ns.Lookup(ctx, root, "f"); return err },
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 50 {
+				if err := op(); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -485,7 +485,7 @@ func (t *Tree) Lookup(ctx context.Context, dir namespace.Ino, name string) (name
 	if e == nil || e.bound == nil {
 		return namespace.Node{}, fmt.Errorf("%q in directory %d: %w", name, dir, namespace.ErrNotExist)
 	}
-	return nodeOf(dir, e.bound, e.node), nil
+	return t.nodeOfEntry(e), nil
 }
 
 // GetNode returns node ino: the root, a node whose name this Tree has seen
@@ -515,7 +515,7 @@ func (t *Tree) GetNode(ctx context.Context, ino namespace.Ino) (namespace.Node, 
 		}
 		return namespace.Node{}, fmt.Errorf("node %d: %w", ino, namespace.ErrNotExist)
 	}
-	return nodeOf(e.dir, e.bound, e.node), nil
+	return t.nodeOfEntry(e), nil
 }
 
 // current is the entry of node ino, read again when stale; nil when the
