@@ -816,18 +816,20 @@ func (t *Tree) attrsOf(ctx context.Context, ino namespace.Ino) (*Attrs, error) {
 	if err != nil {
 		return nil, err
 	}
+	var a *Attrs
 	t.mu.Lock()
 	switch {
 	case e != nil && e.bound.Node != nil:
-		defer t.mu.Unlock()
-		return e.bound.Node, nil
+		a = e.bound.Node
 	case e != nil && e.node != nil:
-		defer t.mu.Unlock()
-		return &e.node.Node, nil
+		a = &e.node.Node
 	}
 	o, ok := t.orphans[ino]
 	t.mu.Unlock()
-	if ok {
+	switch {
+	case a != nil:
+		return a, nil
+	case ok:
 		return o.attrs, nil
 	}
 	if _, a, ok := t.linkedNode(ctx, ino); ok {
