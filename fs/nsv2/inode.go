@@ -41,6 +41,16 @@ import (
 // (orphanState): a record left by an unlink that did not land can no
 // longer make a named node of several names read as an orphan.
 //
+// Requests, sequential (counted by the fault tests): a first link 3 GETs
+// (the name, the new name, the inode object's absence) and 7 PUTs (3 locks,
+// the decision, 3 resolutions); a later link 4 GETs and 5 PUTs; an unlink
+// of one of several names 3 GETs and 5 PUTs; an attribute change a GET and
+// a PUT of the inode object; a lookup of such a name not cached 2 GETs.
+//
+// Not here: a link of a node whose only name this mount read was since
+// renamed by another mount finds no name of it (ErrNotExist), until step
+// 5's index by file id; a rename leaves a linked node's ctime as it was.
+//
 // The cache: several entries may bind one ino, each with the inode object
 // as last read or written by this mount (noteInodeLocked sets it in every
 // one), and inos holds one of them; GetNode of a node of several names with
