@@ -114,6 +114,8 @@ type Tree struct {
 	large   map[namespace.Ino]bool       // GUARDED_BY(mu): directories a miss does not list
 	closed  bool                         // GUARDED_BY(mu)
 	calls   sync.WaitGroup               // calls in flight, for Close
+
+	tidy tidier // resolutions of committed changes, after their calls (treemulti.go)
 }
 
 // nameKey is a name in a directory.
@@ -286,15 +288,17 @@ func (t *Tree) enter() error {
 	return nil
 }
 
-// Close refuses new calls, waits for those in flight, and deletes this
-// mount's create leases (so that no remover waits for them to run out). A
-// Tree has no background work.
+// Close refuses new calls, waits for those in flight and for the tidies of
+// their changes (each bounded: a lock a tidy leaves is resolved by its
+// readers, as a killed mount's), and deletes this mount's create leases
+// (so that no remover waits for them to run out).
 func (t *Tree) Close() error {
 	t.mu.Lock()
 	was := t.closed
 	t.closed = true
 	t.mu.Unlock()
 	t.calls.Wait()
+	t.tidyWait()
 	if !was {
 		t.dropLeases(context.Background())
 	}

@@ -115,6 +115,7 @@ func runTreeFaulted(t *testing.T, fc treeFaultCase, rules ...faulty.Rule) (err e
 		f.Add(r)
 	}
 	err = fc.run(context.Background(), two)
+	two.(*Tree).tidyWait() // the change's requests after the call count as its own
 	fired = f.Injected()
 	f.Clear()
 	return err, fc.state(t, openTree(t, st, 3)), fired, two, st
