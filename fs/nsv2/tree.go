@@ -43,13 +43,13 @@ import (
 //   - Rename, exchange and rmdir are changes of several names (step 4,
 //     treemulti.go), and every name added to a directory other than the
 //     root is added under a create lease (lease.go). A directory moved
-//     across directories needs the moves log: ErrDirMove (ENOTSUP).
+//     across directories goes through the moves log (moves.go).
 //   - Link changes several names and makes an inode object (step 4, not
 //     yet): ErrSeveralNames, which wraps namespace.ErrNotSupported
 //     (ENOTSUP): ln then fails and changes nothing. EXDEV was not chosen
-//     for it nor for ErrDirMove: mv would copy the data (or the tree) to
-//     the new name and remove the old one, a slow non-atomic copy where a
-//     rename was asked for.
+//     for it: it is what a move across filesystems answers, which mv
+//     meets by copying the data to the new name and removing the old
+//     one, a slow non-atomic copy where a rename was asked for.
 //   - A node of several names (an inode object, made by step 4's link) is
 //     read, never changed.
 //   - The root has no dentry: its attributes are Config's, and it cannot be

@@ -34,22 +34,15 @@ import (
 // its parent took seven, one after another (two reads, two locks, the
 // decision, two resolutions).
 //
+// A directory moved across directories (a rename whose directories
+// differ, or an exchange across directories where either node is a
+// directory) goes through the moves log first (moves.go), which keeps two
+// mounts' moves from making a loop (mv a b/ against mv b a/).
+//
 // What is not here, and what it answers instead:
 //
-//   - A directory moved across directories (a rename whose directories
-//     differ, or an exchange across directories where either node is a
-//     directory) needs the moves log of section 3 to keep two mounts'
-//     moves from making a loop (mv a b/ against mv b a/): ErrDirMove, which
-//     wraps namespace.ErrNotSupported (ENOTSUP: mv fails and changes
-//     nothing). Files move across directories; directories are renamed
-//     within theirs.
 //   - Link, and any change of a node of several names (an inode object):
 //     ErrSeveralNames.
-
-// ErrDirMove: a directory moved into another directory, which needs the
-// moves log (section 3, "Directory moves across directories"), not in this
-// version. It wraps namespace.ErrNotSupported.
-var ErrDirMove = fmt.Errorf("a directory moved across directories, not in this version of namespace v2: %w", namespace.ErrNotSupported)
 
 // readName reads name in dir from the store (Resolve) and caches it. A name
 // locked by a change not decided is a *NameError matching ErrLocked.
@@ -318,7 +311,8 @@ func (t *Tree) invalidateLocked(dir namespace.Ino, name string) {
 // file or an empty directory there unless flags say otherwise, with v1's
 // answers (fs/namespace, applyRename). It returns the node replaced as it
 // is after (Ino 0 when none was; a file with Nlink 0 is an orphan). A
-// directory moved across directories is ErrDirMove (see above).
+// directory moved across directories is serialised through the moves log
+// first (moves.go); one moved into its own subtree is namespace.ErrInvalid.
 func (t *Tree) Rename(ctx context.Context, oldParent namespace.Ino, oldName string, newParent namespace.Ino, newName string, flags namespace.RenameFlags) (namespace.Node, error) {
 	if err := t.enter(); err != nil {
 		return namespace.Node{}, err
@@ -374,6 +368,7 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 			dstB = dst.bound
 		}
 		sb := src.bound
+		var dirs []MovedDir // directories moved across directories: the moves log's
 		if exchange {
 			if dstB == nil {
 				return namespace.Node{}, fmt.Errorf("exchange with %q: %w", newName, namespace.ErrNotExist)
@@ -384,8 +379,11 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 			if sb.Ino == dstB.Ino {
 				return namespace.Node{}, nil
 			}
-			if oldDir != newDir && (sb.Kind == namespace.KindDir || dstB.Kind == namespace.KindDir) {
-				return namespace.Node{}, ErrDirMove
+			if oldDir != newDir && sb.Kind == namespace.KindDir {
+				dirs = append(dirs, MovedDir{Ino: sb.Ino, From: oldDir, To: newDir})
+			}
+			if oldDir != newDir && dstB.Kind == namespace.KindDir {
+				dirs = append(dirs, MovedDir{Ino: dstB.Ino, From: newDir, To: oldDir})
 			}
 		} else {
 			if dstB != nil && flags&namespace.RenameNoReplace != 0 {
@@ -398,7 +396,7 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 				return namespace.Node{}, nil // two names of one node: POSIX says do nothing
 			}
 			if sb.Kind == namespace.KindDir && oldDir != newDir {
-				return namespace.Node{}, ErrDirMove
+				dirs = append(dirs, MovedDir{Ino: sb.Ino, From: oldDir, To: newDir})
 			}
 			switch {
 			case dstB == nil:
@@ -416,7 +414,7 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 				return namespace.Node{}, err
 			}
 		}
-		n, err := t.renameOnce(ctx, oldDir, ofr, oldName, newDir, nfr, newName, src, dst, exchange)
+		n, err := t.renameOnce(ctx, oldDir, ofr, oldName, newDir, nfr, newName, src, dst, exchange, dirs)
 		var ne *NameError
 		if errors.As(err, &ne) && errors.Is(err, ErrStale) || errors.Is(err, ErrAborted) {
 			continue // changed under it: read both again
@@ -535,8 +533,16 @@ func (t *Tree) moved(b *Binding) *Binding {
 // renameOnce makes one try of a rename of src to dst (checked by rename):
 // the orphan record of a file it replaces first, then the change.
 func (t *Tree) renameOnce(ctx context.Context, oldDir namespace.Ino, ofr uint32, oldName string,
-	newDir namespace.Ino, nfr uint32, newName string, src, dst *entry, exchange bool) (namespace.Node, error) {
+	newDir namespace.Ino, nfr uint32, newName string, src, dst *entry, exchange bool, dirs []MovedDir) (namespace.Node, error) {
 	tx := newID()
+	var seq uint64 // the moves log entry of a directory moved across directories
+	if len(dirs) > 0 {
+		var err error
+		if seq, err = t.moveEnter(ctx, tx, dirs); err != nil {
+			t.abandonMove(ctx, tx, 0)
+			return namespace.Node{}, err
+		}
+	}
 	sb := src.bound
 	var dstB *Binding
 	if dst != nil {
@@ -592,9 +598,16 @@ func (t *Tree) renameOnce(ctx context.Context, oldDir namespace.Ino, ofr uint32,
 		t.mu.Unlock()
 	}
 	if err != nil {
+		if seq != 0 {
+			t.abandonMove(ctx, tx, seq)
+		}
 		return namespace.Node{}, err
 	}
-	t.tidyLater(tx, locks, t.applyOps(tx, ops))
+	var after func(context.Context)
+	if seq != 0 {
+		after = func(ctx context.Context) { t.leaveMove(ctx, seq) }
+	}
+	t.tidyLater(tx, locks, t.applyOps(tx, ops), after)
 	if exchange || dstB == nil {
 		return namespace.Node{}, nil
 	}
@@ -679,7 +692,7 @@ func (t *Tree) rmdirTry(ctx context.Context, parent namespace.Ino, name string) 
 		if err != nil {
 			return err
 		}
-		t.tidyLater(tx, locks, t.applyOps(tx, ops))
+		t.tidyLater(tx, locks, t.applyOps(tx, ops), nil)
 		t.leaseMu.Lock()
 		delete(t.leases, d.Ino)
 		t.leaseMu.Unlock()
@@ -722,7 +735,7 @@ func isTidy(ctx context.Context) bool { return ctx.Value(tidyKey{}) != nil }
 // returns (inline when tidyMax tidies run already), and gives each entry
 // of made (applyOps) whose name it resolved the resolution's ETag, unless
 // the entry was replaced or given an ETag since.
-func (t *Tree) tidyLater(tx string, locks []Locked, made map[string]*entry) {
+func (t *Tree) tidyLater(tx string, locks []Locked, made map[string]*entry, after func(context.Context)) {
 	run := func() {
 		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), tidyKey{}, true), tidyTimeout)
 		defer cancel()
@@ -740,6 +753,9 @@ func (t *Tree) tidyLater(tx string, locks []Locked, made map[string]*entry) {
 			}()
 		}
 		wg.Wait()
+		if after != nil {
+			after(ctx)
+		}
 		t.mu.Lock()
 		defer t.mu.Unlock()
 		for i, l := range locks {
