@@ -221,7 +221,7 @@ func (t *Tree) moveEnter(ctx context.Context, tx string, dirs []MovedDir) (uint6
 			}
 			continue
 		}
-		if err := t.waitMoves(ctx, seq); err != nil {
+		if err := t.waitMoves(ctx, seq, seqs); err != nil {
 			return seq, t.moveLeave(ctx, seq, err)
 		}
 		for _, d := range dirs {
@@ -235,8 +235,11 @@ func (t *Tree) moveEnter(ctx context.Context, tx string, dirs []MovedDir) (uint6
 }
 
 // moveLeave deletes entry seq of a move that locked nothing, and returns
-// cause.
+// cause. It runs when the call's ctx may have ended (cause), so under a
+// context of its own.
 func (t *Tree) moveLeave(ctx context.Context, seq uint64, cause error) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tidyTimeout)
+	defer cancel()
 	if err := t.deleteMove(ctx, seq); err != nil {
 		return fmt.Errorf("%w (and %v)", cause, err)
 	}
@@ -256,14 +259,11 @@ func (t *Tree) deleteMove(ctx context.Context, seq uint64) error {
 }
 
 // waitMoves waits until every entry below seq is decided or gone (step 3),
-// deleting the decided ones, until ctx ends (then ErrLocked).
-func (t *Tree) waitMoves(ctx context.Context, seq uint64) error {
+// deleting the decided ones, until ctx ends (then ErrLocked). seqs is the
+// log as listed last.
+func (t *Tree) waitMoves(ctx context.Context, seq uint64, seqs []uint64) error {
 	wait := lockWaitFirst
 	for {
-		seqs, err := t.listMoves(ctx)
-		if err != nil {
-			return err
-		}
 		pending := 0
 		for _, s := range seqs {
 			if s >= seq {
@@ -284,6 +284,10 @@ func (t *Tree) waitMoves(ctx context.Context, seq uint64) error {
 			return fmt.Errorf("%d moves before this one not decided: %w", pending, ErrLocked)
 		}
 		wait = min(2*wait, lockWaitMax)
+		var err error
+		if seqs, err = t.listMoves(ctx); err != nil {
+			return err
+		}
 	}
 }
 
@@ -326,10 +330,13 @@ func (t *Tree) moveDecided(ctx context.Context, s uint64) (bool, error) {
 
 // checkNoLoop walks up from d.To to the root (step 4): meeting d.Ino is a
 // loop. Each level's dentry is read from the store, at the place this
-// mount saw the directory; a directory no longer there is
-// ErrMovedAncestor, one locked by a change not decided ErrLocked.
+// mount saw the directory; a directory no longer there is followed to
+// where the change that took it went (movedTo), and one that cannot be is
+// ErrMovedAncestor; one locked by a change not decided is ErrLocked.
 func (t *Tree) checkNoLoop(ctx context.Context, d MovedDir) error {
 	cur := d.To
+	var at *place // where cur is, when found by following a move
+	hops := 0
 	for range maxDepth {
 		switch cur {
 		case d.Ino:
@@ -337,10 +344,16 @@ func (t *Tree) checkNoLoop(ctx context.Context, d MovedDir) error {
 		case namespace.RootIno:
 			return nil
 		}
-		t.mu.Lock()
-		e := copyEntry(t.inos[cur])
-		t.mu.Unlock()
-		if e == nil || e.bound == nil || e.bound.Kind != namespace.KindDir {
+		e := at
+		if e == nil {
+			t.mu.Lock()
+			c := t.inos[cur]
+			if c != nil && c.bound != nil && c.bound.Kind == namespace.KindDir {
+				e = &place{dir: c.dir, frags: c.frags, name: c.name}
+			}
+			t.mu.Unlock()
+		}
+		if e == nil {
 			return fmt.Errorf("directory %d above the target: not seen by this mount: %w", cur, ErrMovedAncestor)
 		}
 		r, err := t.p.Resolve(ctx, e.dir, e.frags, e.name)
@@ -351,8 +364,18 @@ func (t *Tree) checkNoLoop(ctx context.Context, d MovedDir) error {
 			return &NameError{Key: r.Key, Err: ErrLocked, Dentry: r.Dentry, ETag: r.ETag}
 		}
 		if r.Bound == nil || r.Bound.Ino != cur {
-			return fmt.Errorf("directory %d above the target, %q in %d: %w", cur, e.name, e.dir, ErrMovedAncestor)
+			// Moved or renamed since this mount saw it: the change that
+			// took it from there says where it went (its op list, on the
+			// name it left, until the cleaner drops it).
+			dir, ok := movedTo(r, cur)
+			if !ok || hops >= maxDepth {
+				return fmt.Errorf("directory %d above the target, %q in %d: %w", cur, e.name, e.dir, ErrMovedAncestor)
+			}
+			hops++
+			at = &place{dir: dir.Dir, frags: dir.Frags, name: string(dir.Name)}
+			continue
 		}
+		at = nil
 		cur = e.dir
 	}
 	return fmt.Errorf("directory %d: more than %d levels deep: %w", d.To, maxDepth, namespace.ErrInvalid)
@@ -372,6 +395,8 @@ func (t *Tree) leaveMove(ctx context.Context, seq uint64) {
 // appended, or not known where). When the decision cannot be written the
 // entry stays: the next move decides tx abort once TxGrace has passed.
 func (t *Tree) abandonMove(ctx context.Context, tx string, seq uint64) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), tidyTimeout)
+	defer cancel()
 	if _, err := t.p.decide(ctx, &Decision{Tx: tx, Outcome: Abort}); err != nil {
 		t.log.Debug("namespace v2: a failed move left for the next move to abort", zap.String("change", tx), zap.Error(err))
 		return
@@ -379,4 +404,31 @@ func (t *Tree) abandonMove(ctx context.Context, tx string, seq uint64) {
 	if seq != 0 {
 		t.leaveMove(ctx, seq)
 	}
+}
+
+// place is where a name is: its directory, that directory's fragment
+// count, and the name.
+type place struct {
+	dir   namespace.Ino
+	frags uint32
+	name  string
+}
+
+// movedTo is the op of the change that left r (a name read where node ino
+// was) that binds ino elsewhere: a rename of it, by the op list of the
+// decision, or of the dentry the change resolved to.
+func movedTo(r Resolved, ino namespace.Ino) (Op, bool) {
+	var ops []Op
+	switch {
+	case r.Decision != nil:
+		ops = r.Decision.Ops
+	case r.Dentry != nil:
+		ops = r.Dentry.Ops
+	}
+	for _, o := range ops {
+		if o.Ino == 0 && o.To != nil && o.To.Ino == ino {
+			return o, true
+		}
+	}
+	return Op{}, false
 }
