@@ -418,3 +418,18 @@ func TestMoveRequests(t *testing.T) {
 		t.Fatalf("mv a b/ sent %s in %d round trips, want %s in 8", got, n, want)
 	}
 }
+
+// TestRenameTwoFaults: two faults in a row at every request of the
+// renames, whose locks are sent at once. Not the move across directories
+// nor rmdir: where both faults leave a change undecided (a decision whose
+// answer and read-back both failed), the change made again waits for it
+// until TxGrace has passed by the store's clock, 30 s of real time here;
+// TestMoveAfterADeadMover and TestTreeMultiDies cover that wait.
+func TestRenameTwoFaults(t *testing.T) {
+	for _, fc := range multiFaultCases() {
+		if fc.name == "rmdir" {
+			continue
+		}
+		t.Run(fc.name, func(t *testing.T) { twoFaults(t, fc) })
+	}
+}
