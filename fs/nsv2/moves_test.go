@@ -310,10 +310,17 @@ func TestMoveAfterADeadMover(t *testing.T) {
 	if _, err := st.Put(ctx, must(dead.Key(root))(t), must(EncodeMove(dead))(t), staging.PutOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	// Within TxGrace: the move waits, until its deadline.
-	short, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
-	defer cancel()
-	if _, err := one.Rename(short, rt, "b", a.Ino, "b", 0); !errors.Is(err, ErrLocked) {
+	// Within TxGrace: the move waits, until its deadline (a mount whose
+	// first wait meets it).
+	impatient, err := Open(Config{Store: st, Root: root, Mount: cid(2), FirstBatch: 1<<40 + 2*16,
+		Sleep: func(context.Context, time.Duration) error { return context.DeadlineExceeded }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer impatient.Close()
+	must(impatient.Lookup(ctx, rt, "a"))(t)
+	must(impatient.Lookup(ctx, rt, "b"))(t)
+	if _, err := impatient.Rename(ctx, rt, "b", a.Ino, "b", 0); !errors.Is(err, ErrLocked) {
 		t.Fatalf("a move behind an undecided one: %v, want ErrLocked", err)
 	}
 	if e := moveEntries(t, st); len(e) != 1 {
