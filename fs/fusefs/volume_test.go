@@ -151,7 +151,7 @@ func TestErrnoOf(t *testing.T) {
 		{namespace.ErrNotEmpty, syscall.ENOTEMPTY},
 		{namespace.ErrNoAttr, syscall.ENODATA},
 		{namespace.ErrNotSupported, syscall.ENOTSUP},
-		{fmt.Errorf("rename a: %w", nsv2.ErrDirMove), syscall.ENOTSUP},
+		{fmt.Errorf("rename a: %w", nsv2.ErrMovedAncestor), syscall.EBUSY},
 		{&nsv2.NameError{Key: "k", Err: nsv2.ErrLocked}, syscall.EBUSY},
 		{engine.ErrReadOnly, syscall.EROFS},
 		{context.Canceled, syscall.EINTR},

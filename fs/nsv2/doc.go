@@ -6,9 +6,9 @@
 // says one, a lost answer resolved by reading back the id it wrote (see
 // prim.go); and Tree (tree.go), namespace.Names over them for the changes
 // of one name (docs/namespace-v2.md §10, step 3) and rename, exchange and
-// rmdir with the seal and create leases (treemulti.go, lease.go), and hard
-// links with inode objects (inode.go): step 4 but for directories moved
-// across directories, which a mount
+// rmdir with the seal and create leases (treemulti.go, lease.go), hard
+// links with inode objects (inode.go), and directories moved across
+// directories through the moves log (moves.go): step 4, which a mount
 // of a volume made with ckptfs format -o namespace=v2 holds
 // (fs/volume.OpenNames; experimental).
 //
@@ -33,10 +33,11 @@
 //	ns2/seal/<dir-ino>                   a directory being removed
 //	ns2/digest/<hh>/<dir-ino>/<mount-id> a mount's digest of its names in a directory
 //	ns2/orphan/<file-id>                 a file whose last name went
+//	ns2/moves/<seq>                      the moves log: a directory moved across directories
 //
 // <ino> and <dir-ino> are 16 hex digits, <batch> 11 (2^44 batches of 2^20),
-// <frag> 2: xxh3 of the name's bytes modulo the directory's fragment count F
-// (a power of two from 1 to 256). <name> is the name escaped: '%', '/' and
+// <seq> 16 (nonzero), <frag> 2: xxh3 of the name's bytes modulo the
+// directory's fragment count F (a power of two from 1 to 256). <name> is the name escaped: '%', '/' and
 // every byte outside printable ASCII (0x20 to 0x7e) is %XX with upper-case
 // hex digits, every other byte is itself. The escaping is a bijection on
 // names: a key whose name segment the escaper would not have written (%41
@@ -62,7 +63,7 @@
 //
 // ver is 1, but 2 for an inode object (kindVersion: a build before hard
 // links refuses it). kind is 1 dentry, 2 inode object, 3 decision, 4 batch claim,
-// 5 lease, 6 seal, 7 digest, 8 orphan record. The CRC-32C (Castagnoli)
+// 5 lease, 6 seal, 7 digest, 8 orphan record, 9 moves log entry. The CRC-32C (Castagnoli)
 // covers header bytes 0..11 and the body. Each kind bounds its body length
 // (maxBody): a dentry's, a decision's and an inode object's 16 MiB (2 +
 // MaxOps nodes, each with up to 256 KiB of extended attributes), a
@@ -79,7 +80,8 @@
 //
 // The body of each kind is drawn next to its type: Dentry (a name's
 // binding, tombstone or lock, with the op list of a change of several
-// names), Inode, Decision, Batch, Lease, Seal, Digest and Orphan; Binding,
+// names), Inode, Decision, Batch, Lease, Seal, Digest, Orphan and
+// MoveEntry (moves.go); Binding,
 // Attrs and Op are their parts. Lists and strings are bounded: MaxOps,
 // MaxLinks, MaxDigestNames, MaxETagLen, and v1's bounds on names, targets,
 // modes, device numbers and extended attributes (namespace.MaxNameLen and

@@ -44,6 +44,7 @@ const (
 	kindSeal     byte = 6
 	kindDigest   byte = 7
 	kindOrphan   byte = 8
+	kindMove     byte = 9
 )
 
 // maxBody bounds the body of each kind of object, so that a damaged length
@@ -59,11 +60,13 @@ var maxBody = map[byte]int{
 	kindSeal:     4 << 10,
 	kindDigest:   64 << 20,
 	kindOrphan:   4 << 10,
+	kindMove:     4 << 10,
 }
 
 var kindNames = map[byte]string{
 	kindDentry: "dentry", kindInode: "inode object", kindDecision: "decision", kindBatch: "batch claim",
 	kindLease: "lease", kindSeal: "seal", kindDigest: "digest", kindOrphan: "orphan record",
+	kindMove: "moves log entry",
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

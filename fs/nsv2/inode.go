@@ -396,11 +396,11 @@ func (t *Tree) linkOnce(ctx context.Context, ino, dir namespace.Ino, frags uint3
 		}
 		held = []Held{heldOf(dst), {ETag: etag, Inode: in}}
 	}
-	etags, err := t.runChange(ctx, tx, ops, held, 0, 0)
+	locks, err := t.runChange(ctx, tx, ops, held, 0, 0, nil)
 	if err != nil {
 		return namespace.Node{}, err
 	}
-	t.applyOps(tx, ops, etags)
+	t.tidyLater(tx, locks, t.applyOps(tx, ops), nil)
 	t.noteChanged(to)
 	return nodeOf(dir, &Binding{Ino: ino, Kind: to.Kind}, to), nil
 }
@@ -444,7 +444,7 @@ func (t *Tree) unlinkLinked(ctx context.Context, parent namespace.Ino, frags uin
 		return namespace.Node{}, err
 	}
 	ops := []Op{{Dir: parent, Frags: frags, Name: Name(name)}, op}
-	etags, err := t.runChange(ctx, tx, ops, []Held{heldOf(e), h}, 0, 0)
+	locks, err := t.runChange(ctx, tx, ops, []Held{heldOf(e), h}, 0, 0, nil)
 	if err != nil {
 		var ne *NameError
 		if op.Inode.Nlink == 0 && op.Inode.Kind == namespace.KindFile && (errors.As(err, &ne) && errors.Is(err, ErrStale) || errors.Is(err, ErrAborted)) {
@@ -452,7 +452,7 @@ func (t *Tree) unlinkLinked(ctx context.Context, parent namespace.Ino, frags uin
 		}
 		return namespace.Node{}, err
 	}
-	t.applyOps(tx, ops, etags)
+	t.tidyLater(tx, locks, t.applyOps(tx, ops), nil)
 	t.noteChanged(op.Inode)
 	return nodeOf(parent, b, op.Inode), nil
 }

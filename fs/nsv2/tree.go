@@ -43,10 +43,7 @@ import (
 //   - Rename, exchange and rmdir are changes of several names (step 4,
 //     treemulti.go), and every name added to a directory other than the
 //     root is added under a create lease (lease.go). A directory moved
-//     across directories needs the moves log: ErrDirMove (ENOTSUP).
-//     EXDEV was not chosen for ErrDirMove: mv would copy the tree to the
-//     new name and remove the old one, a slow non-atomic copy where a
-//     rename was asked for.
+//     across directories goes through the moves log (moves.go).
 //   - Link makes a node of several names, whose attributes and count of
 //     names are its inode object's (inode.go).
 //   - The root has no dentry: its attributes are Config's, and it cannot be
@@ -111,6 +108,8 @@ type Tree struct {
 	large   map[namespace.Ino]bool       // GUARDED_BY(mu): directories a miss does not list
 	closed  bool                         // GUARDED_BY(mu)
 	calls   sync.WaitGroup               // calls in flight, for Close
+
+	tidy tidier // resolutions of committed changes, after their calls (treemulti.go)
 }
 
 // nameKey is a name in a directory.
@@ -279,15 +278,17 @@ func (t *Tree) enter() error {
 	return nil
 }
 
-// Close refuses new calls, waits for those in flight, and deletes this
-// mount's create leases (so that no remover waits for them to run out). A
-// Tree has no background work.
+// Close refuses new calls, waits for those in flight and for the tidies of
+// their changes (each bounded: a lock a tidy leaves is resolved by its
+// readers, as a killed mount's), and deletes this mount's create leases
+// (so that no remover waits for them to run out).
 func (t *Tree) Close() error {
 	t.mu.Lock()
 	was := t.closed
 	t.closed = true
 	t.mu.Unlock()
 	t.calls.Wait()
+	t.tidyWait()
 	if !was {
 		t.dropLeases(context.Background())
 	}
