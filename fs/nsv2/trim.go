@@ -1,0 +1,325 @@
+package nsv2
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/staging"
+)
+
+// Trimming (docs/namespace-v2.md §5): what a change leaves beside the live
+// names goes once older than TrimGrace, so that ns2/ holds the live names,
+// the inode batches, seals and leases in use, the orphan records of files
+// not yet reaped, and at most TrimGrace of history:
+//
+//   - A decision (ns2/tx/) older than the grace goes once no dentry of its
+//     op list is locked by its change: a lock whose decision is gone reads
+//     as a change never decided, and would be aborted after TxGrace though
+//     it committed. Each dentry of the op list that its change resolved
+//     and that still carries the op list loses it first (a PUT If-Match
+//     of the same dentry without it), so that no op list outlives its
+//     decision.
+//   - A tombstone older than the grace goes, unless an orphan record names
+//     it (the cleaner reads there that its unlink landed; the record goes
+//     when the file is reaped, and the tombstone at the next trim).
+//   - A lease not written for the grace goes: its holder deletes an idle
+//     lease itself at its next renewal or Close; one left is a dead
+//     mount's (a remover waits LeaseTerm for it, once per rmdir).
+//
+// The store has no conditional DELETE: a tombstone or lease is read again
+// (a HEAD, same ETag) right before its DELETE, and a PUT that lands on it
+// between the two is deleted with it. For a tombstone that PUT is a create
+// of the same name over a tombstone older than the grace, within the
+// milliseconds between the HEAD and the DELETE; for a lease, a renewal of a
+// lease idle for the grace. Both are left to that window; the grace makes
+// them rare (a name made again more than TrimGrace after its removal, at
+// the very moment a trim reaches it). TrimGrace must also exceed the
+// longest a change of several names runs (the operation's deadline): a
+// coordinator slower than that could commit after its abort was trimmed.
+//
+// A mount away for longer than the grace drops its cache at its next call
+// (gap.go), so that no trimmed object is used from it.
+
+// TrimOptions are a trim's.
+type TrimOptions struct {
+	// Grace: TrimGrace when 0.
+	Grace time.Duration
+	// Now is the clock read against the store's LastModified (time.Now
+	// when nil).
+	Now func() time.Time
+	// DryRun deletes and rewrites nothing; the report says what would go.
+	DryRun bool
+	// Fence, when set, is called before each kind of deletion; an error
+	// stops the trim there and is returned.
+	Fence func(ctx context.Context) error
+}
+
+// Trimmed is one object a trim deleted (or would delete), or rewrote.
+type Trimmed struct {
+	Key    string
+	Size   int64
+	Reason string
+}
+
+// TrimReport says what a trim did.
+type TrimReport struct {
+	Deleted   []Trimmed
+	Rewritten []Trimmed // dentries whose op list went
+	Damaged   []Trimmed // left alone: they do not decode
+	Kept      int       // decisions kept: a dentry is still locked by their change
+}
+
+// Trim deletes the history under root's ns2/ older than o.Grace (see
+// above). Its cost: one LIST per 1,000 decisions, leases, orphan records
+// and dentries; a GET of each decision older than the grace and of each
+// dentry of its op list; a GET of each orphan record; a GET and a HEAD of
+// each dentry older than the grace whose size is a tombstone's (bound
+// names are larger, and are not read).
+func Trim(ctx context.Context, st staging.Store, root string, o TrimOptions) (*TrimReport, error) {
+	if o.Grace <= 0 {
+		o.Grace = TrimGrace
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	tr := &trimmer{st: st, root: root, o: o, rep: &TrimReport{}}
+	for _, step := range []func(context.Context) error{tr.decisions, tr.tombstones, tr.leases} {
+		if o.Fence != nil {
+			if err := o.Fence(ctx); err != nil {
+				return tr.rep, err
+			}
+		}
+		if err := step(ctx); err != nil {
+			return tr.rep, err
+		}
+	}
+	return tr.rep, nil
+}
+
+type trimmer struct {
+	st   staging.Store
+	root string
+	o    TrimOptions
+	rep  *TrimReport
+}
+
+func (tr *trimmer) old(info staging.ObjectInfo) bool {
+	return !info.LastModified.IsZero() && tr.o.Now().Sub(info.LastModified) > tr.o.Grace
+}
+
+// deleteSame deletes key if it still has etag (a HEAD first; see Trim).
+func (tr *trimmer) deleteSame(ctx context.Context, key, etag string, size int64, reason string) error {
+	if !tr.o.DryRun {
+		info, err := tr.st.Head(ctx, key)
+		switch {
+		case errors.Is(err, staging.ErrNotFound):
+			return nil
+		case err != nil:
+			return fmt.Errorf("trim %s: %w", staging.TruncKey(key), err)
+		case info.ETag != etag:
+			return nil // written since: not the object judged
+		}
+		if err := tr.st.Delete(ctx, key); err != nil {
+			return fmt.Errorf("trim %s: %w", staging.TruncKey(key), err)
+		}
+	}
+	tr.rep.Deleted = append(tr.rep.Deleted, Trimmed{Key: key, Size: size, Reason: reason})
+	return nil
+}
+
+// decisions trims the decisions older than the grace whose dentries are
+// no longer locked by them, stripping their op lists from those dentries
+// first.
+func (tr *trimmer) decisions(ctx context.Context) error {
+	prefix := rootPrefix(tr.root) + dirPrefix + "tx/"
+	objs, err := staging.ListAll(ctx, tr.st, prefix)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", prefix, err)
+	}
+	for _, obj := range objs {
+		if !tr.old(obj) {
+			continue
+		}
+		x, info, err := read(ctx, tr.st, obj.Key, kindDecision, DecodeDecision)
+		switch {
+		case errors.Is(err, staging.ErrNotFound):
+			continue
+		case errors.Is(err, namespace.ErrCorrupt):
+			tr.rep.Damaged = append(tr.rep.Damaged, Trimmed{Key: obj.Key, Size: obj.Size, Reason: err.Error()})
+			continue
+		case err != nil:
+			return err
+		}
+		free, err := tr.release(ctx, x)
+		if err != nil {
+			return err
+		}
+		if !free {
+			tr.rep.Kept++
+			continue
+		}
+		if err := tr.deleteSame(ctx, obj.Key, info.ETag, obj.Size, "decision of a change older than the trim grace, its names resolved"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// release checks each dentry of x's op list: free is false while one is
+// locked by x's change (or cannot be read); one resolved by it that still
+// carries its op list loses it.
+func (tr *trimmer) release(ctx context.Context, x *Decision) (free bool, err error) {
+	free = true
+	for i := range x.Ops {
+		op := &x.Ops[i]
+		if op.Ino != 0 {
+			continue // an inode object: never locked
+		}
+		key, err := DentryKey(tr.root, op.Dir, op.Frags, string(op.Name))
+		if err != nil {
+			return false, nil // decoded ops make keys; kept, to be safe
+		}
+		d, info, err := read(ctx, tr.st, key, kindDentry, DecodeDentry)
+		switch {
+		case errors.Is(err, staging.ErrNotFound):
+			continue
+		case errors.Is(err, namespace.ErrCorrupt):
+			tr.rep.Damaged = append(tr.rep.Damaged, Trimmed{Key: key, Reason: err.Error()})
+			free = false
+			continue
+		case err != nil:
+			return false, err
+		case d.Change != x.Tx:
+			continue // changed since by another change
+		case d.Lock != nil:
+			free = false // still locked by it: a reader needs the decision
+			continue
+		case len(d.Ops) == 0:
+			continue
+		}
+		stripped := *d
+		stripped.Ops = nil
+		if tr.o.DryRun {
+			tr.rep.Rewritten = append(tr.rep.Rewritten, Trimmed{Key: key, Reason: "op list of a change older than the trim grace"})
+			continue
+		}
+		body, err := EncodeDentry(&stripped)
+		if err != nil {
+			return false, err
+		}
+		_, err = tr.st.Put(ctx, key, body, staging.PutOptions{Conditions: staging.Conditions{IfMatch: info.ETag}})
+		switch {
+		case errors.Is(err, staging.ErrPrecondition):
+			free = false // changed since it was read: the next trim sees
+		case err != nil:
+			return false, fmt.Errorf("trim the op list of %s: %w", staging.TruncKey(key), err)
+		default:
+			tr.rep.Rewritten = append(tr.rep.Rewritten, Trimmed{Key: key, Reason: "op list of a change older than the trim grace"})
+		}
+	}
+	return free, nil
+}
+
+// maxTombstoneLen is the largest a tombstone of dn can be: a dentry with
+// no binding, lock or op list, of the longest fragment count. A bound
+// name's dentry is larger ("b":{...} is at least 18 bytes, more than the
+// 2 the fragment count may differ by), so only dentries at most this long
+// are read.
+func maxTombstoneLen(dn DentryName) int {
+	body, err := EncodeDentry(&Dentry{Dir: dn.Dir, Frags: MaxFrags, Name: Name(dn.Name), Change: strings.Repeat("0", idDigits)})
+	if err != nil {
+		return 0
+	}
+	return len(body)
+}
+
+// tombstones trims the tombstones older than the grace that no orphan
+// record names.
+func (tr *trimmer) tombstones(ctx context.Context) error {
+	keep, err := tr.recordNames(ctx)
+	if err != nil {
+		return err
+	}
+	prefix := DentriesPrefix(tr.root)
+	after := ""
+	for {
+		page, err := tr.st.List(ctx, prefix, after, staging.MaxListKeys)
+		if err != nil {
+			return fmt.Errorf("list %s: %w", prefix, err)
+		}
+		for _, obj := range page.Objects {
+			if !tr.old(obj) {
+				continue
+			}
+			_, dn, err := ParseDentryKey(obj.Key)
+			if err != nil || obj.Size > int64(maxTombstoneLen(dn)) {
+				continue
+			}
+			d, info, err := read(ctx, tr.st, obj.Key, kindDentry, DecodeDentry)
+			switch {
+			case errors.Is(err, staging.ErrNotFound):
+				continue
+			case errors.Is(err, namespace.ErrCorrupt):
+				tr.rep.Damaged = append(tr.rep.Damaged, Trimmed{Key: obj.Key, Size: obj.Size, Reason: err.Error()})
+				continue
+			case err != nil:
+				return err
+			case !d.Tombstone() || len(d.Ops) > 0 || !tr.old(info) || keep[obj.Key] == d.Change:
+				continue
+			}
+			if err := tr.deleteSame(ctx, obj.Key, info.ETag, obj.Size, "tombstone older than the trim grace"); err != nil {
+				return err
+			}
+		}
+		if !page.Truncated || len(page.Objects) == 0 {
+			return nil
+		}
+		after = page.Objects[len(page.Objects)-1].Key
+	}
+}
+
+// recordNames is the dentry key each orphan record names, with the change
+// the record is of.
+func (tr *trimmer) recordNames(ctx context.Context) (map[string]string, error) {
+	prefix := OrphansPrefix(tr.root)
+	objs, err := staging.ListAll(ctx, tr.st, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	out := map[string]string{}
+	for _, obj := range objs {
+		rec, _, err := read(ctx, tr.st, obj.Key, kindOrphan, DecodeOrphan)
+		switch {
+		case errors.Is(err, staging.ErrNotFound), errors.Is(err, namespace.ErrCorrupt):
+			continue // a damaged record is the cleaner's to report
+		case err != nil:
+			return nil, err
+		}
+		if key, err := DentryKey(tr.root, rec.Dir, rec.Frags, string(rec.Name)); err == nil {
+			out[key] = rec.Change
+		}
+	}
+	return out, nil
+}
+
+// leases trims the leases not written for the grace.
+func (tr *trimmer) leases(ctx context.Context) error {
+	prefix := rootPrefix(tr.root) + dirPrefix + "lease/"
+	objs, err := staging.ListAll(ctx, tr.st, prefix)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", prefix, err)
+	}
+	for _, obj := range objs {
+		if !tr.old(obj) || tr.o.Now().Sub(obj.LastModified) <= LeaseTerm {
+			continue
+		}
+		if err := tr.deleteSame(ctx, obj.Key, obj.ETag, obj.Size, "create lease not renewed for the trim grace"); err != nil {
+			return err
+		}
+	}
+	return nil
+}
