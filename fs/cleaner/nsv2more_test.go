@@ -1,0 +1,194 @@
+package cleaner_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/fs/cleaner"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/nsv2"
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/faulty"
+	"github.com/ckptfs/ckptfs/staging/mem"
+)
+
+// An unlinked file that a copy by reference points into is kept whole on
+// v2 as on v1 (the same rules): reported as referenced, never reaped,
+// while the copy's retained checkpoint needs it.
+func TestV2OrphanKeptForCopy(t *testing.T) {
+	ctx := context.Background()
+	st := mem.NewS3ETags()
+	tr := v2Volume(t, st)
+	p := params(segment.FormatStream, false)
+	x, err := tr.Create(ctx, namespace.RootIno, "x", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := writeHistory(t, st, x.FileID, p, 2, 11)
+	d, err := tr.Create(ctx, namespace.RootIno, "d", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	copyFile(t, st, p, d.FileID, x.FileID)
+	if _, err := tr.Unlink(ctx, namespace.RootIno, "x"); err != nil {
+		t.Fatal(err)
+	}
+	for _, after := range []time.Duration{time.Minute, 3 * time.Hour} {
+		rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Grace: time.Hour, Now: at(after)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(rep.Orphans) != 0 || !slices.Contains(rep.Referenced, x.FileID) {
+			t.Fatalf("after %v: orphans reaped %v, referenced %v; want x kept for its copy", after, rep.Orphans, rep.Referenced)
+		}
+	}
+	h.checkAt(t, st, h.cnos[len(h.cnos)-1])
+	if !hasKey(t, st, recordKey(t, x.FileID)) {
+		t.Fatal("the kept orphan's record went")
+	}
+}
+
+// A mount's background cleaner on a v2 volume reaps the unlinked files and
+// their records, and leaves the named ones.
+func TestV2Background(t *testing.T) {
+	ctx := context.Background()
+	st := mem.NewS3ETags()
+	tr := v2Volume(t, st)
+	var gone, kept []string
+	for i := range 6 {
+		name := string(rune('a' + i))
+		n, err := tr.Create(ctx, namespace.RootIno, name, 0o644, namespace.Owner{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeHistory(t, st, n.FileID, params(segment.FormatStream, false), 2, uint64(i))
+		if i%2 == 0 {
+			if _, err := tr.Unlink(ctx, namespace.RootIno, name); err != nil {
+				t.Fatal(err)
+			}
+			gone = append(gone, n.FileID)
+		} else {
+			kept = append(kept, n.FileID)
+		}
+	}
+	var passes atomic.Int32
+	b := cleaner.StartBackground(st, "", cleaner.BackgroundOptions{
+		Options:  cleaner.Options{Keep: 1, Grace: time.Nanosecond},
+		Interval: time.Millisecond, MaxFiles: 2, LeaseTTL: time.Hour,
+		OnPass: func(rep *cleaner.Report, err error) {
+			if err != nil {
+				t.Errorf("pass: %v", err)
+			}
+			passes.Add(1)
+		},
+	})
+	defer b.Stop()
+	waitFor(t, "the unlinked files and their records gone", func() bool {
+		for _, id := range gone {
+			if countKeys(t, st, "f/"+id+"/") > 0 || countKeys(t, st, recordKey(t, id)) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+	for _, id := range kept {
+		if countKeys(t, st, "f/"+id+"/inode") != 1 {
+			t.Fatalf("named file %s lost its head", id)
+		}
+	}
+}
+
+// A run on a v2 volume with a fault at its Nth request, for every N, then a
+// run without: nothing named is ever lost, and the second run finishes
+// what the first left (the orphan reaped, the stale record and the old
+// history gone).
+func TestV2CleanerFaultAtEveryRequest(t *testing.T) {
+	ctx := context.Background()
+	type vol struct {
+		st        *faulty.Store
+		named     *history
+		orphan    string
+		stale     string
+		tombstone string
+	}
+	setup := func(t *testing.T) vol {
+		inner := mem.NewS3ETags()
+		st := faulty.New(inner, 1)
+		tr := v2Volume(t, st)
+		var v vol
+		v.st = st
+		n, err := tr.Create(ctx, namespace.RootIno, "named", 0o644, namespace.Owner{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		v.named = writeHistory(t, st, n.FileID, params(segment.FormatStream, false), 2, 1)
+		o, err := tr.Create(ctx, namespace.RootIno, "orphan", 0o644, namespace.Owner{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		writeHistory(t, st, o.FileID, params(segment.FormatStream, false), 1, 2)
+		if _, err := tr.Unlink(ctx, namespace.RootIno, "orphan"); err != nil {
+			t.Fatal(err)
+		}
+		v.orphan = o.FileID
+		// A symlink removed: its tombstone, which no record names.
+		if _, err := tr.Symlink(ctx, namespace.RootIno, "link", "named", namespace.Owner{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tr.Unlink(ctx, namespace.RootIno, "link"); err != nil {
+			t.Fatal(err)
+		}
+		v.tombstone, _ = nsv2.DentryKey("", namespace.RootIno, 1, "link")
+		// A record of an unlink of "named" that never landed.
+		dk, _ := nsv2.DentryKey("", namespace.RootIno, 1, "named")
+		id := st.Add(faulty.Rule{Op: staging.OpPut, KeyPrefix: dk, Times: 1})
+		if _, err := tr.Unlink(ctx, namespace.RootIno, "named"); err == nil {
+			t.Fatal("unlink with its tombstone failing succeeded")
+		}
+		st.Remove(id)
+		v.stale = recordKey(t, n.FileID)
+		return v
+	}
+	o := cleaner.Options{Keep: 1, Grace: time.Hour, Now: at(nsv2.TrimGrace + 3*time.Hour)}
+	for n := 1; ; n++ {
+		v := setup(t)
+		before := v.st.Injected() // the setup's own
+		v.st.Add(faulty.Rule{Nth: n, Times: 1})
+		_, err := cleaner.CleanVolume(ctx, v.st, "", o)
+		injected := v.st.Injected() > before
+		if err != nil && !errors.Is(err, faulty.ErrInjected) {
+			t.Fatalf("fault at request %d: %v", n, err)
+		}
+		v.st.Clear()
+		// The orphan's grace counts from the first run that found it:
+		// two runs a grace apart, whatever the first did.
+		for _, later := range []time.Duration{6 * time.Hour, 8 * time.Hour} {
+			if _, err := cleaner.CleanVolume(ctx, v.st, "", cleaner.Options{Keep: 1, Grace: time.Hour, Now: at(nsv2.TrimGrace + later)}); err != nil {
+				t.Fatalf("fault at request %d, then a run without: %v", n, err)
+			}
+		}
+		chain := v.named.chain(t, v.st)
+		if len(chain) == 0 {
+			t.Fatalf("fault at request %d: the named file has no checkpoint", n)
+		}
+		for _, cno := range chain {
+			v.named.checkAt(t, v.st, cno)
+		}
+		if countKeys(t, v.st, "f/"+v.orphan+"/") != 0 || hasKey(t, v.st, recordKey(t, v.orphan)) || hasKey(t, v.st, v.stale) || hasKey(t, v.st, v.tombstone) {
+			t.Fatalf("fault at request %d: left the orphan's objects %d, its record %v, the stale record %v, the tombstone %v",
+				n, countKeys(t, v.st, "f/"+v.orphan+"/"), hasKey(t, v.st, recordKey(t, v.orphan)), hasKey(t, v.st, v.stale), hasKey(t, v.st, v.tombstone))
+		}
+		if !injected {
+			if n < 10 {
+				t.Fatalf("a run of %d requests: the test exercises nothing", n)
+			}
+			t.Logf("a fault at each of %d requests", n-1)
+			return
+		}
+	}
+}
