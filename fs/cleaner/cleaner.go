@@ -93,6 +93,14 @@
 // (ns_refresh_max, the kernel's caches) may still name it. A forget that
 // fails leaves the orphan in the record, and the next run forgets it.
 //
+// On a namespace v2 volume (nsv2.go) the orphans are the files of its
+// orphan records (ns2/orphan/) whose unlink's tombstone landed, judged by
+// nsv2.Index; forgetting one deletes its record. A record whose name still
+// binds its file once older than Grace (at least nsv2.TxGrace) is of an
+// unlink that never landed, and is deleted. The pass that ends a sweep then
+// trims the namespace's history older than TrimGrace (nsv2.Trim). Every
+// other rule is the one above, over the same listing of the files.
+//
 // # Copies by reference
 //
 // A file D copied by reference from X (engine File.CloneFrom) reuses X's

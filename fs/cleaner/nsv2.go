@@ -36,6 +36,7 @@ var _ names = namespace.Names(nil)
 // and a GET of each.
 type v2Names struct {
 	x          *nsv2.Index
+	holds      func(fileID string) bool // the records judged (nil: all)
 	staleAfter time.Duration
 	now        time.Time
 	recs       map[string]nsv2.Record // judged by Orphans
@@ -49,13 +50,14 @@ type v2Names struct {
 // time, which Grace exceeds; TxGrace is the floor when Grace is 0.
 func staleRecordAge(o Options) time.Duration { return max(o.Grace, nsv2.TxGrace) }
 
-func openV2Names(o Options, x *nsv2.Index) *v2Names {
-	return &v2Names{x: x, staleAfter: staleRecordAge(o), now: o.now(), recs: map[string]nsv2.Record{}}
+func openV2Names(o Options, x *nsv2.Index, holds func(fileID string) bool) *v2Names {
+	return &v2Names{x: x, holds: holds, staleAfter: staleRecordAge(o), now: o.now(), recs: map[string]nsv2.Record{}}
 }
 
-// Orphans judges every orphan record and returns the files with no name.
+// Orphans judges the orphan records (those holds takes) and returns the
+// files with no name.
 func (v *v2Names) Orphans(ctx context.Context) ([]namespace.Orphan, error) {
-	recs, err := v.x.Records(ctx, v.staleAfter, v.now)
+	recs, err := v.x.Records(ctx, v.staleAfter, v.now, v.holds)
 	if err != nil {
 		return nil, err
 	}

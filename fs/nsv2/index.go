@@ -76,12 +76,13 @@ func OrphansPrefix(root string) string { return rootPrefix(root) + dirPrefix + "
 // DentriesPrefix is the prefix of every dentry under root.
 func DentriesPrefix(root string) string { return rootPrefix(root) + dirPrefix + "d/" }
 
-// Records lists the orphan records (one LIST per 1,000) and judges each
-// (a GET of the record and of the dentry it names; the listing of names
-// when that dentry no longer says). grace is how old a record whose name
-// still binds its file must be to be stale; now is the clock it is read
-// against (the store's LastModified).
-func (x *Index) Records(ctx context.Context, grace time.Duration, now time.Time) ([]Record, error) {
+// Records lists the orphan records (one LIST per 1,000) and judges those
+// of the files want takes (nil: all): a GET of the record and of the
+// dentry it names, and the listing of names when that dentry no longer
+// says. grace is how old a record whose name still binds its file must be
+// to be stale; now is the clock it is read against (the store's
+// LastModified).
+func (x *Index) Records(ctx context.Context, grace time.Duration, now time.Time, want func(fileID string) bool) ([]Record, error) {
 	objs, err := staging.ListAll(ctx, x.st, OrphansPrefix(x.root))
 	if err != nil {
 		return nil, fmt.Errorf("list orphan records: %w", err)
@@ -96,6 +97,9 @@ func (x *Index) Records(ctx context.Context, grace time.Duration, now time.Time)
 			continue
 		}
 		r.FileID = id
+		if want != nil && !want(id) {
+			continue
+		}
 		if err := x.judge(ctx, &r, grace, now); err != nil {
 			return out, err
 		}
