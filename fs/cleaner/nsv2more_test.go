@@ -8,9 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/namespace"
 	"github.com/ckptfs/ckptfs/fs/nsv2"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/faulty"
@@ -190,5 +192,49 @@ func TestV2CleanerFaultAtEveryRequest(t *testing.T) {
 			t.Logf("a fault at each of %d requests", n-1)
 			return
 		}
+	}
+}
+
+// Under a mount root: the records, the files and the trim are the root's.
+func TestV2UnderRoot(t *testing.T) {
+	ctx := context.Background()
+	st := mem.NewS3ETags()
+	const root = "vol/"
+	cfg := config.MountDefault(1 << 30)
+	cfg.Namespace = config.NamespaceV2
+	if _, err := volume.CreateDescriptor(ctx, st, root, cfg); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := nsv2.Open(nsv2.Config{Store: st, Root: root, Mount: namespace.NewFileID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.Close()
+	ids := map[string]string{}
+	for _, name := range []string{"gone", "kept"} {
+		n, err := tr.Create(ctx, namespace.RootIno, name, 0o644, namespace.Owner{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[name] = n.FileID
+		if _, err := st.Put(ctx, volume.FilePrefix(root, n.FileID)+"0000000001.0", []byte("x"), staging.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := tr.Unlink(ctx, namespace.RootIno, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := cleaner.CleanVolume(ctx, st, root, cleaner.Options{Now: at(nsv2.TrimGrace + time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := nsv2.OrphanKey(root, ids["gone"])
+	tomb, _ := nsv2.DentryKey(root, namespace.RootIno, 1, "gone")
+	if countKeys(t, st, volume.FilePrefix(root, ids["gone"])) != 0 || hasKey(t, st, rec) || hasKey(t, st, tomb) {
+		t.Fatalf("under %q: the orphan's objects %d, record %v, tombstone %v left (report %+v)", root,
+			countKeys(t, st, volume.FilePrefix(root, ids["gone"])), hasKey(t, st, rec), hasKey(t, st, tomb), rep)
+	}
+	if countKeys(t, st, volume.FilePrefix(root, ids["kept"])) != 1 {
+		t.Fatal("the named file's object went")
 	}
 }
