@@ -238,3 +238,82 @@ func TestV2UnderRoot(t *testing.T) {
 		t.Fatal("the named file's object went")
 	}
 }
+
+// A rename of x over the file y whose mount died after deciding commit,
+// before resolving its locks, with no reader since: y's record names a
+// locked name. The cleaner resolves the lock as a reader does, finds y
+// without a name, and reaps it past its grace; a dry run writes nothing.
+func TestV2RecordOfDeadRename(t *testing.T) {
+	ctx := context.Background()
+	st := mem.NewS3ETags()
+	tr := v2Volume(t, st)
+	if _, err := tr.Create(ctx, namespace.RootIno, "x", 0o644, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	y, err := tr.Create(ctx, namespace.RootIno, "y", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := writeHistory(t, st, y.FileID, params(segment.FormatStream, false), 1, 4)
+	bindingOf := func(name string) (*nsv2.Binding, string) {
+		key, _ := nsv2.DentryKey("", namespace.RootIno, 1, name)
+		data, info, err := st.Get(ctx, key, staging.Range{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := nsv2.DecodeDentry(key, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Bound, info.ETag
+	}
+	bx, ex := bindingOf("x")
+	by, ey := bindingOf("y")
+	tx := namespace.NewFileID()
+	rec, err := nsv2.EncodeOrphan(&nsv2.Orphan{FileID: y.FileID, Ino: y.Ino, Dir: namespace.RootIno, Frags: 1, Name: "y", Change: tx})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(ctx, recordKey(t, y.FileID), rec, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ops := []nsv2.Op{{Dir: namespace.RootIno, Frags: 1, Name: "x"}, {Dir: namespace.RootIno, Frags: 1, Name: "y", To: bx}}
+	n := nsv2.New(st, "", nil)
+	if _, err := n.Lock(ctx, tx, ops, []nsv2.Held{{ETag: ex, Bound: bx}, {ETag: ey, Bound: by}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.Decide(ctx, &nsv2.Decision{Tx: tx, Outcome: nsv2.Commit, Ops: ops}); err != nil {
+		t.Fatal(err)
+	}
+	locked := func() bool {
+		key, _ := nsv2.DentryKey("", namespace.RootIno, 1, "y")
+		data, _, err := st.Get(ctx, key, staging.Range{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		d, err := nsv2.DecodeDentry(key, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d.Lock != nil
+	}
+	for _, tc := range []struct {
+		after  time.Duration
+		dry    bool
+		reaped bool
+	}{{time.Minute, true, false}, {time.Minute, false, false}, {3 * time.Hour, false, true}} {
+		rep, err := cleaner.CleanVolume(ctx, st, "", cleaner.Options{Grace: time.Hour, DryRun: tc.dry, Now: at(tc.after)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tc.dry != locked() {
+			t.Fatalf("after %v (dry %v): y locked %v", tc.after, tc.dry, !tc.dry)
+		}
+		if left := countKeys(t, st, h.prefix); tc.reaped != (left == 0) {
+			t.Fatalf("after %v (dry %v): y has %d objects, orphans %v; want reaped %v", tc.after, tc.dry, left, rep.Orphans, tc.reaped)
+		}
+	}
+	if _, err := v2Mount(t, st).Lookup(ctx, namespace.RootIno, "y"); err != nil {
+		t.Fatalf("y after the rename of x over it: %v", err)
+	}
+}

@@ -177,7 +177,9 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 		// Every record is judged, not only this pass's: the orphans of
 		// other passes count for the copies that hold this pass's
 		// (otherOrphans), as v1's whole list of orphans does.
-		v2n = openV2Names(o, nsv2.NewIndex(st, root), nil)
+		x := nsv2.NewIndex(st, root)
+		x.Resolve = !o.DryRun
+		v2n = openV2Names(o, x, nil)
 		p.ns = v2n
 	} else if p.ns, err = namespace.Open(ctx, st, root, namespace.Options{}); err != nil {
 		return nil, fmt.Errorf("read the namespace of %q: %w", root, err)

@@ -56,6 +56,11 @@ type Index struct {
 	st       staging.Store
 	root     string
 	parallel int
+	// Resolve: a record whose name is locked by a change of several
+	// names resolves the lock as a reader does (Names.Resolve: it may
+	// write the decision abort after TxGrace, and the lock's resolution).
+	// Off, the record waits for a reader (a dry run, fsck).
+	Resolve bool
 
 	buildMu sync.Mutex // held across the listing, made once
 	mu      sync.Mutex
@@ -152,6 +157,16 @@ func (x *Index) judge(ctx context.Context, r *Record, grace time.Duration, now t
 		return nil
 	}
 	d, _, err := read(ctx, x.st, key, kindDentry, DecodeDentry)
+	if err == nil && d.Lock != nil && x.Resolve {
+		// Locked by a change of several names (a rename over the file):
+		// resolve it as a reader does, so that a change whose mount died
+		// does not keep the record undecided for good; a lock younger
+		// than TxGrace and undecided stays.
+		if _, err := New(x.st, x.root, func() time.Time { return now }).Resolve(ctx, rec.Dir, rec.Frags, string(rec.Name)); err != nil && !errors.Is(err, namespace.ErrCorrupt) {
+			return err
+		}
+		d, _, err = read(ctx, x.st, key, kindDentry, DecodeDentry)
+	}
 	switch {
 	case errors.Is(err, staging.ErrNotFound):
 		d = nil // trimmed, or never made: the listing tells

@@ -19,7 +19,9 @@ import (
 //   - A decision (ns2/tx/) older than the grace goes once no dentry of its
 //     op list is locked by its change: a lock whose decision is gone reads
 //     as a change never decided, and would be aborted after TxGrace though
-//     it committed. Each dentry of the op list that its change resolved
+//     it committed. A dentry still locked by it (its coordinator died after
+//     deciding, and no reader came) is resolved from the decision, as a
+//     reader does (Names.Resolve), and the decision goes at a later trim. Each dentry of the op list that its change resolved
 //     and that still carries the op list loses it first (a PUT If-Match
 //     of the same dentry without it), so that no op list outlives its
 //     decision.
@@ -195,8 +197,17 @@ func (tr *trimmer) release(ctx context.Context, x *Decision) (free bool, err err
 			return false, err
 		case d.Change != x.Tx:
 			continue // changed since by another change
+		case d.Lock != nil && tr.o.DryRun:
+			free = false
+			continue
 		case d.Lock != nil:
-			free = false // still locked by it: a reader needs the decision
+			// Still locked by it (its coordinator died after deciding, and
+			// no reader came): resolve it as a reader does, from the
+			// decision, and look again at the next trim.
+			if _, err := New(tr.st, tr.root, tr.o.Now).Resolve(ctx, op.Dir, op.Frags, string(op.Name)); err != nil && !errors.Is(err, namespace.ErrCorrupt) {
+				return false, err
+			}
+			free = false
 			continue
 		case len(d.Ops) == 0:
 			continue

@@ -36,9 +36,10 @@ func has(t *testing.T, st staging.Store, key string) bool {
 // A decided change whose names are still locked (the coordinator died
 // before resolving them, and no reader came) keeps its decision, whatever
 // its age: a reader of a locked name needs it, or it would abort a change
-// that committed. Once a reader resolved the names, the op lists go from
+// that committed. A dry run changes nothing; a trim resolves the locks from
+// the decision, as a reader does, and a later trim takes the op lists off
 // the dentries, then the decision; the names read as the change made them
-// before and after.
+// all along.
 func TestTrimKeepsDecisionOfLockedName(t *testing.T) {
 	ctx := context.Background()
 	st := mem.NewS3ETags()
@@ -50,22 +51,28 @@ func TestTrimKeepsDecisionOfLockedName(t *testing.T) {
 		t.Fatal(err)
 	}
 	xkey, _ := DecisionKey(root, tx)
+	locked := func() (out []string) {
+		for _, nm := range []name{nameA, nameB} {
+			if d, _ := stored(t, st, nm); d != nil && d.Lock != nil {
+				out = append(out, nm.name)
+			}
+		}
+		return out
+	}
 	for _, dry := range []bool{true, false} {
 		r := trimAt(t, st, TrimGrace+time.Hour, dry)
 		if !has(t, st, xkey) || r.Kept != 1 || len(r.Deleted) != 0 {
 			t.Fatalf("dry %v: trim with the names locked: decision there %v, report %+v", dry, has(t, st, xkey), r)
 		}
-	}
-	// Still locked: a reader takes the commit.
-	if v := view(t, st, nameB, true); !reflect.DeepEqual(v.Bound, fb(1)) {
-		t.Fatalf("nameB read after the trim: %+v", v.Bound)
-	}
-	// That reader resolved nameB; resolve nameA too.
-	if v := view(t, st, nameA, true); v.Bound != nil {
-		t.Fatalf("nameA read after the trim: %+v", v.Bound)
+		if l := locked(); dry && len(l) != 2 || !dry && len(l) != 0 {
+			t.Fatalf("dry %v: names locked after the trim: %v", dry, l)
+		}
+		if v := view(t, st, nameB, false); !reflect.DeepEqual(v.Bound, fb(1)) {
+			t.Fatalf("nameB read after the trim: %+v", v.Bound)
+		}
 	}
 	r := trimAt(t, st, TrimGrace+time.Hour, false)
-	if has(t, st, xkey) || len(r.Rewritten) != 2 {
+	if has(t, st, xkey) || len(r.Rewritten) == 0 {
 		t.Fatalf("trim after the names resolved: decision there %v, report %+v", has(t, st, xkey), r)
 	}
 	// nameB bound without the op list; nameA a tombstone without it (or
@@ -80,11 +87,32 @@ func TestTrimKeepsDecisionOfLockedName(t *testing.T) {
 	if v := view(t, st, nameB, true); !reflect.DeepEqual(v.Bound, fb(1)) {
 		t.Fatalf("nameB after the decision went: %+v", v.Bound)
 	}
-	// nameA's tombstone (with its op list gone) goes at the next trim;
-	// nameB, bound, stays.
+	// nameA's tombstone goes at the next trim; nameB, bound, stays.
 	trimAt(t, st, TrimGrace+time.Hour, false)
 	if has(t, st, nameA.key(t)) || !has(t, st, nameB.key(t)) {
 		t.Fatalf("after the last trim: nameA there %v (a tombstone), nameB there %v (bound)", has(t, st, nameA.key(t)), has(t, st, nameB.key(t)))
+	}
+}
+
+// A lock younger than TxGrace of a change not decided yet is left alone by
+// a trim: no decision exists to trim, and the trim writes no abort.
+func TestTrimLeavesPendingLock(t *testing.T) {
+	st := mem.NewS3ETags()
+	n := New(st, root, nil)
+	etagA := store(t, st, dentryOf(nameA, cid(50), fb(1)))
+	lockAB(t, n, cid(8), etagA)
+	r := trimAt(t, st, TrimGrace+time.Hour, false)
+	if len(r.Deleted) != 0 || len(r.Rewritten) != 0 {
+		t.Fatalf("trim of a change in progress: %+v", r)
+	}
+	xkey, _ := DecisionKey(root, cid(8))
+	if has(t, st, xkey) {
+		t.Fatal("the trim decided a change in progress")
+	}
+	for _, nm := range []name{nameA, nameB} {
+		if d, _ := stored(t, st, nm); d == nil || d.Lock == nil {
+			t.Fatalf("%s after the trim: %+v, want still locked", nm.name, d)
+		}
 	}
 }
 
