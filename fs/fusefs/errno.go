@@ -33,9 +33,9 @@ var errnoTable = []struct {
 	{namespace.ErrIsDir, syscall.EISDIR},
 	{namespace.ErrInvalid, syscall.EINVAL},
 	{namespace.ErrNotPermitted, syscall.EPERM},
-	// Also nsv2.ErrSeveralNames and nsv2.ErrDirMove, which wrap it: a link,
-	// or a directory moved into another, that namespace v2 does not make
-	// yet (docs/namespace-v2.md §10, step 4).
+	// Also nsv2.ErrDirMove, which wraps it: a directory moved into another,
+	// which namespace v2 does not make yet (docs/namespace-v2.md §10, step
+	// 4).
 	{namespace.ErrNotSupported, syscall.ENOTSUP},
 	{namespace.ErrNameTooLong, syscall.ENAMETOOLONG},
 	{namespace.ErrNoAttr, syscall.ENODATA},
@@ -82,7 +82,7 @@ func (fsys *FS) errnoOf(op string, err error) syscall.Errno {
 			case syscall.EINTR:
 				fsys.log.Debug(op+" interrupted before it changed anything", zap.Error(err))
 			case syscall.ENOTSUP:
-				if errors.Is(err, nsv2.ErrSeveralNames) || errors.Is(err, nsv2.ErrDirMove) {
+				if errors.Is(err, nsv2.ErrDirMove) {
 					// The program sees only ENOTSUP: say why.
 					fsys.log.Warn(op+": not yet on a namespace v2 volume; nothing changed", zap.Error(err))
 				}

@@ -6,8 +6,9 @@
 // says one, a lost answer resolved by reading back the id it wrote (see
 // prim.go); and Tree (tree.go), namespace.Names over them for the changes
 // of one name (docs/namespace-v2.md §10, step 3) and rename, exchange and
-// rmdir with the seal and create leases (treemulti.go, lease.go: step 4
-// but for links and directories moved across directories), which a mount
+// rmdir with the seal and create leases (treemulti.go, lease.go), and hard
+// links with inode objects (inode.go): step 4 but for directories moved
+// across directories, which a mount
 // of a volume made with ckptfs format -o namespace=v2 holds
 // (fs/volume.OpenNames; experimental). For the cleaner and fsck (§5, step
 // 5): Index judges the orphan records, Trim deletes the history older than
@@ -62,11 +63,12 @@
 //	| magic  | u8  | u8  | u16 = 0  | u32      | u32      | (body len B) |
 //	+--------+-----+-----+----------+----------+----------+--------------+
 //
-// ver is 1. kind is 1 dentry, 2 inode object, 3 decision, 4 batch claim,
+// ver is 1, but 2 for an inode object (kindVersion: a build before hard
+// links refuses it). kind is 1 dentry, 2 inode object, 3 decision, 4 batch claim,
 // 5 lease, 6 seal, 7 digest, 8 orphan record. The CRC-32C (Castagnoli)
 // covers header bytes 0..11 and the body. Each kind bounds its body length
-// (maxBody): a dentry's and a decision's 16 MiB (2 + MaxOps nodes, each
-// with up to 256 KiB of extended attributes), an inode object's 2 MiB, a
+// (maxBody): a dentry's, a decision's and an inode object's 16 MiB (2 +
+// MaxOps nodes, each with up to 256 KiB of extended attributes), a
 // digest's 64 MiB, the others' 4 KiB. The body is decoded strictly: an unknown field, data after the
 // body, an empty list written as [] (the encoder omits it), a value out of
 // its bound, or a body that names another key than the one it was read from

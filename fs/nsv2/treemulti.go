@@ -28,8 +28,9 @@ import (
 //     wraps namespace.ErrNotSupported (ENOTSUP: mv fails and changes
 //     nothing). Files move across directories; directories are renamed
 //     within theirs.
-//   - Link, and any change of a node of several names (an inode object):
-//     ErrSeveralNames.
+//
+// A name of a node of several names moves as any name; a rename over one
+// also lowers its inode object's count of names, in the change (inode.go).
 
 // ErrDirMove: a directory moved into another directory, which needs the
 // moves log (section 3, "Directory moves across directories"), not in this
@@ -262,9 +263,6 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 				return namespace.Node{}, fmt.Errorf("rename onto directory %q: %w", newName, namespace.ErrIsDir)
 			}
 		}
-		if sb.Node == nil || dstB != nil && dstB.Node == nil {
-			return namespace.Node{}, fmt.Errorf("a name of a node of several names: %w", ErrSeveralNames)
-		}
 		if oldDir != newDir && !exchange {
 			if err := t.leaseFor(ctx, newDir); err != nil {
 				return namespace.Node{}, err
@@ -283,6 +281,9 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 // moved is binding b with its ctime now, as a rename leaves it.
 func (t *Tree) moved(b *Binding) *Binding {
 	c := *b
+	if b.Node == nil {
+		return &c // a node of several names: its inode object is not touched
+	}
 	c.Node = cloneAttrs(b.Node)
 	c.Node.Ctime = t.now().UnixNano()
 	return &c
@@ -309,18 +310,26 @@ func (t *Tree) renameOnce(ctx context.Context, oldDir namespace.Ino, ofr uint32,
 	held := []Held{heldOf(src), heldOf(dst)}
 	var sealDir namespace.Ino
 	var sealFrags uint32
+	var dstIn *Inode // the inode object of a node of several names replaced
+	if !exchange && dstB != nil && dstB.Node == nil {
+		o, h, err := t.dropNameOp(ctx, tx, dstB, newDir, nfr, newName)
+		if err != nil {
+			return namespace.Node{}, err
+		}
+		ops, held, dstIn = append(ops, o), append(held, h), o.Inode
+	}
 	if !exchange && dstB != nil {
-		switch dstB.Kind {
-		case namespace.KindDir:
+		switch {
+		case dstB.Kind == namespace.KindDir:
 			sealDir, sealFrags = dstB.Ino, dstB.Frags
-		case namespace.KindFile:
+		case dstB.Kind == namespace.KindFile && dstIn == nil:
 			if err := t.putOrphan(ctx, &Orphan{FileID: dstB.Node.FileID, Ino: dstB.Ino, Dir: newDir, Frags: nfr,
 				Name: Name(newName), Change: tx}); err != nil {
 				return namespace.Node{}, err
 			}
 		}
 	}
-	if sb.Kind == namespace.KindFile && !exchange {
+	if sb.Kind == namespace.KindFile && sb.Node != nil && !exchange {
 		if err := t.staleRecord(ctx, sb, oldDir, oldName); err != nil {
 			return namespace.Node{}, err
 		}
@@ -339,6 +348,10 @@ func (t *Tree) renameOnce(ctx context.Context, oldDir namespace.Ino, ofr uint32,
 	t.applyOps(tx, ops, etags)
 	if exchange || dstB == nil {
 		return namespace.Node{}, nil
+	}
+	if dstIn != nil {
+		t.noteChanged(dstIn)
+		return nodeOf(newDir, dstB, dstIn), nil
 	}
 	n := nodeOf(newDir, dstB, nil)
 	n.Nlink = 0
