@@ -96,9 +96,9 @@ func (v *v2Names) Orphaned(ctx context.Context, fileID string) (bool, error) {
 	return ok && r.State == nsv2.RecordOrphan, err
 }
 
-// Forget deletes the orphan record of a reaped file, judged again first: a
-// file named since keeps it (ErrInvalid), as v1's Forget refuses a named
-// file.
+// Forget deletes the orphan record of a reaped file, and the inode object
+// of its node when it had several names, judged again first: a file named
+// since keeps them (ErrInvalid), as v1's Forget refuses a named file.
 func (v *v2Names) Forget(ctx context.Context, fileID string) error {
 	r, ok, err := v.x.Record(ctx, fileID, v.staleAfter, v.now)
 	switch {
@@ -109,7 +109,9 @@ func (v *v2Names) Forget(ctx context.Context, fileID string) error {
 	case r.State != nsv2.RecordOrphan:
 		return fmt.Errorf("forget file %s, not an orphan now: %w", fileID, namespace.ErrInvalid)
 	}
-	return v.x.DeleteRecord(ctx, fileID, r.Orphan.Change)
+	// The inode object of a node of several names whose last name went
+	// goes with it (nsv2.Index.Forget).
+	return v.x.Forget(ctx, fileID, r.Orphan.Change, r.Orphan.Ino)
 }
 
 func (v *v2Names) Close() error { return nil }

@@ -22,8 +22,15 @@ func (f Finding) String() string { return f.Key + ": " + f.Err.Error() }
 
 // CheckReport is what Check found under a volume's ns2/.
 type CheckReport struct {
-	Objects    int // objects under ns2/
-	Files      int // names bound to a regular file
+	Objects int // objects under ns2/
+	// Files: regular files with a name: each name bound to a file of one
+	// name, and each inode object in force of a file of several names
+	// (counted once, however many names it has).
+	Files int
+	// Linked: names of a node of several names (each binds the node's
+	// ino; the node's attributes are in its inode object, checked to be
+	// there and to decode).
+	Linked     int
 	Dirs       int // names bound to a directory
 	Others     int // names bound to a symlink, FIFO, socket or device
 	Tombstones int
@@ -47,7 +54,9 @@ type FileState func(ctx context.Context, fileID string) (head bool, objects int,
 
 // Check reads every object under root's ns2/ (one LIST per 1,000, a GET
 // of each, up to 32 at once) and checks it decodes as the object its key
-// says; each name bound to a file is checked to have a head, or no objects
+// says; each name of a node of several names to have its inode object; each
+// file (a name bound to a file of one name, an inode object in force of a
+// file of several) is checked to have a head, or no objects
 // at all (a file created whose head never landed reads as empty); each
 // orphan record to have its tombstone; each lock's decision to be younger
 // than TxGrace. now is read against the store's LastModified. It never
@@ -108,7 +117,7 @@ func checkObject(ctx context.Context, st staging.Store, root string, idx *Index,
 	case "orphan":
 		return checkRecord(ctx, idx, o, now, r, mu, problem, note)
 	case "i":
-		_, _, err = read(ctx, st, o.Key, kindInode, DecodeInode)
+		return checkInode(ctx, st, o, file, r, mu, problem)
 	case "tx":
 		_, _, err = read(ctx, st, o.Key, kindDecision, DecodeDecision)
 	case "ino":
@@ -172,6 +181,8 @@ func checkDentry(ctx context.Context, st staging.Store, root string, o staging.O
 	case d.Tombstone():
 		r.Tombstones++
 	case b == nil:
+	case b.Node == nil:
+		r.Linked++
 	case b.Kind == namespace.KindFile:
 		r.Files++
 	case b.Kind == namespace.KindDir:
@@ -180,17 +191,61 @@ func checkDentry(ctx context.Context, st staging.Store, root string, o staging.O
 		r.Others++
 	}
 	mu.Unlock()
-	if b == nil || b.Kind != namespace.KindFile || b.Node == nil || file == nil {
+	if b != nil && b.Node == nil {
+		// A name of a node of several names: its node is its inode
+		// object, which must be there (its decoding is checked where the
+		// listing meets it).
+		ikey, err := InodeKey(root, b.Ino)
+		if err != nil {
+			problem(o.Key, err)
+			return nil
+		}
+		_, err = st.Head(ctx, ikey)
+		switch {
+		case errors.Is(err, staging.ErrNotFound):
+			problem(o.Key, fmt.Errorf("binds node %d of several names, which has no inode object", b.Ino))
+		case err != nil:
+			return err
+		}
 		return nil
 	}
-	head, n, err := file(ctx, b.Node.FileID)
+	if b == nil || b.Kind != namespace.KindFile || file == nil {
+		return nil
+	}
+	return checkHead(ctx, o.Key, b.Node.FileID, file, problem)
+}
+
+// checkHead reports file fileID, named at key, when its objects have no
+// head.
+func checkHead(ctx context.Context, key, fileID string, file FileState, problem func(string, error)) error {
+	head, n, err := file(ctx, fileID)
 	if err != nil {
 		return err
 	}
 	if !head && n > 0 {
-		problem(o.Key, fmt.Errorf("names file %s, whose %d objects have no head", b.Node.FileID, n))
+		problem(key, fmt.Errorf("names file %s, whose %d objects have no head", fileID, n))
 	}
 	return nil
+}
+
+// checkInode checks an inode object decodes; one in force of a file counts
+// the file (once, however many names it has) and has its head checked. One
+// out of force (Nlink 0: its last name went) waits for the cleaner.
+func checkInode(ctx context.Context, st staging.Store, o staging.ObjectInfo, file FileState, r *CheckReport, mu *sync.Mutex, problem func(string, error)) error {
+	in, _, err := read(ctx, st, o.Key, kindInode, DecodeInode)
+	if err != nil || in == nil {
+		return damage(err, o.Key, problem)
+	}
+	if in.Kind != namespace.KindFile || in.Nlink == 0 && (in.Lock == nil || in.Lock.Nlink == 0) {
+		return nil
+	}
+	mu.Lock()
+	r.Files++
+	mu.Unlock()
+	if file == nil {
+		return nil
+	}
+	return checkHead(ctx, o.Key, in.Node.FileID, file, problem)
 }
 
 func checkRecord(ctx context.Context, idx *Index, o staging.ObjectInfo, now time.Time, r *CheckReport, mu *sync.Mutex, problem, note func(string, error)) error {

@@ -192,9 +192,23 @@ func (x *Index) judge(ctx context.Context, r *Record, grace time.Duration, now t
 		return nil
 	case d != nil && d.Change == rec.Change:
 		// The record's own change removed the name (an unlink's
-		// tombstone, a rename over the file): the file has no other name
-		// while a node has one name.
-		r.State = RecordOrphan
+		// tombstone, a rename over the file, the last name of a node of
+		// several names): the file has no other name unless its inode
+		// object still counts one (a record of a change that took the
+		// node's last name and did not land, the node linked since).
+		named, ok, err := x.inodeNames(ctx, rec.Ino)
+		switch {
+		case err != nil:
+			return err
+		case !ok:
+			r.State, r.Err = RecordKept, fmt.Errorf("the inode object of node %d is damaged", rec.Ino)
+		case named && old:
+			r.State = RecordStale
+		case named:
+			r.State = RecordKept
+		default:
+			r.State = RecordOrphan
+		}
 		return nil
 	}
 	// The name says nothing of the record's change: trimmed, made again
@@ -216,15 +230,18 @@ func (x *Index) judge(ctx context.Context, r *Record, grace time.Duration, now t
 	return nil
 }
 
-// ErrIncomplete: the listing of names met a damaged dentry or a node of
-// several names, so it cannot say that a file is not named.
-var ErrIncomplete = errors.New("the listing of names cannot tell: a dentry is damaged or names a node of several names")
+// ErrIncomplete: the listing of names met a damaged dentry, or a name of a
+// node of several names whose inode object it could not read, so it cannot
+// say that a file is not named.
+var ErrIncomplete = errors.New("the listing of names cannot tell: a dentry or an inode object is damaged, or a name's inode object is missing")
 
 // Named says whether a dentry binds file fileID, or a lock will: from a
-// listing of every dentry, made at the first call. When that listing met a
-// damaged dentry or a node of several names (whose file id is in its inode
-// object), a file it does not find is not known to be unnamed: the error
-// wraps ErrIncomplete, and a caller keeps the file.
+// listing of every dentry, made at the first call, and of the inode object
+// of each node of several names it met (whose names bind its ino only: the
+// file id is in the object). When that listing met a damaged dentry or
+// inode object, or a name whose inode object is missing, a file it does not
+// find is not known to be unnamed: the error wraps ErrIncomplete, and a
+// caller keeps the file.
 func (x *Index) Named(ctx context.Context, fileID string) (bool, error) {
 	if err := x.build(ctx); err != nil {
 		return false, err
@@ -261,6 +278,7 @@ func (x *Index) build(ctx context.Context) error {
 	named := map[string]bool{}
 	var damaged []string
 	several := false
+	linked := map[namespace.Ino]string{} // nodes of several names met: ino -> a name's key
 	var mu sync.Mutex
 	err := eachDentry(ctx, x.st, x.root, x.parallel, func(key string, _ staging.ObjectInfo, d *Dentry, err error) error {
 		mu.Lock()
@@ -273,7 +291,9 @@ func (x *Index) build(ctx context.Context) error {
 			switch {
 			case b == nil:
 			case b.Node == nil:
-				several = true
+				if b.Kind == namespace.KindFile {
+					linked[b.Ino] = key
+				}
 			case b.Node.FileID != "":
 				named[b.Node.FileID] = true
 			}
@@ -283,10 +303,91 @@ func (x *Index) build(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("list the names under %q: %w", x.root, err)
 	}
+	// A name of a node of several names binds its ino only: the file id is
+	// in the node's inode object, read once per node. One that cannot be
+	// read as an object in force (none, damaged) leaves the listing unable
+	// to say a file is unnamed.
+	if err := x.readLinked(ctx, linked, func(ino namespace.Ino, in *Inode, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case errors.Is(err, namespace.ErrCorrupt):
+			k, _ := InodeKey(x.root, ino)
+			damaged = append(damaged, k)
+		case err != nil || in == nil:
+			several = true
+		default:
+			for _, b := range []*Inode{in, in.Lock} {
+				if b != nil && b.Node.FileID != "" {
+					named[b.Node.FileID] = true
+				}
+			}
+		}
+	}); err != nil {
+		return fmt.Errorf("list the names under %q: %w", x.root, err)
+	}
 	x.mu.Lock()
 	x.built, x.named, x.damaged, x.several = true, named, damaged, several
 	x.mu.Unlock()
 	return nil
+}
+
+// readLinked reads the inode object of each node of linked (up to parallel
+// at once) and calls fn with it (nil: none) or the error that made it
+// unreadable (namespace.ErrCorrupt: damaged). Any other failure to read
+// stops it. A locked object is taken as stored: its body and its lock's
+// both name the node's file.
+func (x *Index) readLinked(ctx context.Context, linked map[namespace.Ino]string, fn func(namespace.Ino, *Inode, error)) error {
+	sem := make(chan struct{}, max(x.parallel, 1))
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var errs []error
+	for ino := range linked {
+		key, err := InodeKey(x.root, ino)
+		if err != nil {
+			fn(ino, nil, &namespace.CorruptError{Key: linked[ino], Reason: err.Error()})
+			continue
+		}
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			in, _, err := read(ctx, x.st, key, kindInode, DecodeInode)
+			switch {
+			case errors.Is(err, staging.ErrNotFound):
+				fn(ino, nil, nil)
+			case err == nil, errors.Is(err, namespace.ErrCorrupt):
+				fn(ino, in, err)
+			default:
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// inodeNames says whether node ino has an inode object that counts a name
+// (in force, or locked by a change whose body after counts one) or that a
+// change in progress holds (locked, undecided: taken as named). ok is false
+// when it cannot tell (damaged); err is the store's.
+func (x *Index) inodeNames(ctx context.Context, ino namespace.Ino) (named, ok bool, err error) {
+	key, err := InodeKey(x.root, ino)
+	if err != nil {
+		return false, false, nil
+	}
+	in, _, err := read(ctx, x.st, key, kindInode, DecodeInode)
+	switch {
+	case errors.Is(err, staging.ErrNotFound):
+		return false, true, nil
+	case errors.Is(err, namespace.ErrCorrupt):
+		return false, false, nil
+	case err != nil:
+		return false, false, err
+	}
+	return in.Nlink > 0 || in.Lock != nil && in.Lock.Nlink > 0, true, nil
 }
 
 func lockTo(d *Dentry) *Binding {
@@ -366,4 +467,30 @@ func (x *Index) DeleteRecord(ctx context.Context, fileID, change string) error {
 		return fmt.Errorf("delete the orphan record of %s: %w", fileID, err)
 	}
 	return nil
+}
+
+// Forget drops file fileID once the cleaner reaped it (its record, of
+// change, judged an orphan's): the inode object of its node ino first, when
+// there is one out of force (Nlink 0, not locked: the last name of a node
+// of several names went, and nothing writes it again), then the record, if
+// still the one of change. In that order a run that stops between leaves
+// the record, and the next run forgets the file again; the other way an
+// inode object would be left with nothing to name it.
+func (x *Index) Forget(ctx context.Context, fileID, change string, ino namespace.Ino) error {
+	if key, err := InodeKey(x.root, ino); err == nil {
+		in, _, err := read(ctx, x.st, key, kindInode, DecodeInode)
+		switch {
+		case errors.Is(err, staging.ErrNotFound), errors.Is(err, namespace.ErrCorrupt):
+			// none, or damaged: fsck reports it; the record goes
+		case err != nil:
+			return fmt.Errorf("forget file %s: %w", fileID, err)
+		case in.Nlink > 0 || in.Lock != nil:
+			return fmt.Errorf("forget file %s: node %d's inode object counts a name: %w", fileID, ino, namespace.ErrInvalid)
+		default:
+			if err := x.st.Delete(ctx, key); err != nil {
+				return fmt.Errorf("forget file %s: delete %s: %w", fileID, staging.TruncKey(key), err)
+			}
+		}
+	}
+	return x.DeleteRecord(ctx, fileID, change)
 }

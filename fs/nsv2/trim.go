@@ -16,8 +16,8 @@ import (
 // the inode batches, seals and leases in use, the orphan records of files
 // not yet reaped, and at most TrimGrace of history:
 //
-//   - A decision (ns2/tx/) older than the grace goes once no dentry of its
-//     op list is locked by its change: a lock whose decision is gone reads
+//   - A decision (ns2/tx/) older than the grace goes once no dentry or
+//     inode object of its op list is locked by its change: a lock whose decision is gone reads
 //     as a change never decided, and would be aborted after TxGrace though
 //     it committed. A dentry still locked by it (its coordinator died after
 //     deciding, and no reader came) is resolved from the decision, as a
@@ -179,7 +179,31 @@ func (tr *trimmer) release(ctx context.Context, x *Decision) (free bool, err err
 	for i := range x.Ops {
 		op := &x.Ops[i]
 		if op.Ino != 0 {
-			continue // an inode object: never locked
+			// An inode object (hard links, inode.go): locked by the change
+			// as a dentry is, and resolved the same way; its resolution
+			// keeps no op list.
+			key, err := InodeKey(tr.root, op.Ino)
+			if err != nil {
+				return false, nil
+			}
+			in, _, err := read(ctx, tr.st, key, kindInode, DecodeInode)
+			switch {
+			case errors.Is(err, staging.ErrNotFound):
+			case errors.Is(err, namespace.ErrCorrupt):
+				tr.rep.Damaged = append(tr.rep.Damaged, Trimmed{Key: key, Reason: err.Error()})
+				free = false
+			case err != nil:
+				return false, err
+			case in.Change != x.Tx || in.Lock == nil:
+			case tr.o.DryRun:
+				free = false
+			default:
+				if _, err := New(tr.st, tr.root, tr.o.Now).ResolveInode(ctx, op.Ino); err != nil && !errors.Is(err, namespace.ErrCorrupt) {
+					return false, err
+				}
+				free = false
+			}
+			continue
 		}
 		key, err := DentryKey(tr.root, op.Dir, op.Frags, string(op.Name))
 		if err != nil {
