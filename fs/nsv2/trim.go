@@ -260,12 +260,13 @@ func (tr *trimmer) release(ctx context.Context, x *Decision) (free bool, err err
 }
 
 // maxTombstoneLen is the largest a tombstone of dn can be: a dentry with
-// no binding, lock or op list, of the longest fragment count. A bound
-// name's dentry is larger ("b":{...} is at least 18 bytes, more than the
-// 2 the fragment count may differ by), so only dentries at most this long
-// are read.
+// no binding, lock or op list, of the longest fragment count, marked
+// reaping. A bound name's dentry with its attributes is larger, so only
+// dentries at most this long are read (a name of a node of several names,
+// whose binding is short, may be read for nothing).
 func maxTombstoneLen(dn DentryName) int {
-	body, err := EncodeDentry(&Dentry{Dir: dn.Dir, Frags: MaxFrags, Name: Name(dn.Name), Change: strings.Repeat("0", idDigits)})
+	id := strings.Repeat("0", idDigits)
+	body, err := EncodeDentry(&Dentry{Dir: dn.Dir, Frags: MaxFrags, Name: Name(dn.Name), Change: id, Reap: id})
 	if err != nil {
 		return 0
 	}
@@ -306,7 +307,7 @@ func (tr *trimmer) tombstones(ctx context.Context) error {
 			case !d.Tombstone() || len(d.Ops) > 0 || !tr.old(info) || keep[obj.Key] == d.Change:
 				continue
 			}
-			if err := tr.deleteSame(ctx, obj.Key, info.ETag, obj.Size, "tombstone older than the trim grace"); err != nil {
+			if err := tr.reap(ctx, obj.Key, d, info.ETag, obj.Size); err != nil {
 				return err
 			}
 		}
@@ -315,6 +316,41 @@ func (tr *trimmer) tombstones(ctx context.Context) error {
 		}
 		after = page.Objects[len(page.Objects)-1].Key
 	}
+}
+
+// reap deletes tombstone d, read from key with etag: it marks it first (a
+// reaping tombstone with a fresh id, one PUT If-Match etag), then deletes
+// it at once. Nothing is written over a reaping tombstone (its readers
+// wait for it to go), so the unconditional DELETE deletes the mark and
+// nothing else; a tombstone changed since it was read refuses the mark and
+// stays. A reaping tombstone left by a trim that stopped between its two
+// requests is old by then and marked again here (a fresh id: its ETag
+// changes, as this trim's If-Match needs).
+func (tr *trimmer) reap(ctx context.Context, key string, d *Dentry, etag string, size int64) error {
+	const reason = "tombstone older than the trim grace"
+	if tr.o.DryRun {
+		tr.rep.Deleted = append(tr.rep.Deleted, Trimmed{Key: key, Size: size, Reason: reason})
+		return nil
+	}
+	marked := *d
+	marked.Reap = newID()
+	body, err := EncodeDentry(&marked)
+	if err != nil {
+		return err
+	}
+	r, err := put(ctx, tr.st, key, body, staging.Conditions{IfMatch: etag}, kindDentry, DecodeDentry,
+		func(cur *Dentry) bool { return cur.Reap == marked.Reap })
+	switch {
+	case err != nil:
+		return fmt.Errorf("trim %s: mark it: %w", staging.TruncKey(key), err)
+	case !r.landed:
+		return nil // written since: not the tombstone judged
+	}
+	if err := tr.st.Delete(ctx, key); err != nil {
+		return fmt.Errorf("trim %s: %w", staging.TruncKey(key), err)
+	}
+	tr.rep.Deleted = append(tr.rep.Deleted, Trimmed{Key: key, Size: size, Reason: reason})
+	return nil
 }
 
 // recordNames is the dentry key each orphan record names, with the change
