@@ -72,7 +72,7 @@ type TrimReport struct {
 	Deleted   []Trimmed
 	Rewritten []Trimmed // dentries whose op list went
 	Damaged   []Trimmed // left alone: they do not decode
-	Kept      int       // decisions kept: a dentry is still locked by their change
+	Kept      int       // decisions kept: a name is still locked by their change, or a seal names it
 }
 
 // Trim deletes the history under root's ns2/ older than o.Grace (see
@@ -137,6 +137,10 @@ func (tr *trimmer) deleteSame(ctx context.Context, key, etag string, size int64,
 // no longer locked by them, stripping their op lists from those dentries
 // first.
 func (tr *trimmer) decisions(ctx context.Context) error {
+	sealed, err := tr.sealTxs(ctx)
+	if err != nil {
+		return err
+	}
 	prefix := rootPrefix(tr.root) + dirPrefix + "tx/"
 	objs, err := staging.ListAll(ctx, tr.st, prefix)
 	if err != nil {
@@ -144,6 +148,10 @@ func (tr *trimmer) decisions(ctx context.Context) error {
 	}
 	for _, obj := range objs {
 		if !tr.old(obj) {
+			continue
+		}
+		if _, tx, err := ParseDecisionKey(obj.Key); err == nil && sealed[tx] {
+			tr.rep.Kept++ // a seal's: see sealTxs
 			continue
 		}
 		x, info, err := read(ctx, tr.st, obj.Key, kindDecision, DecodeDecision)
@@ -377,20 +385,94 @@ func (tr *trimmer) recordNames(ctx context.Context) (map[string]string, error) {
 	return out, nil
 }
 
-// leases trims the leases not written for the grace.
+// leases trims the leases not written for the grace on directories whose
+// removal committed: the seal of a committed removal is there for good, so
+// a mount that renews such a lease reads it next and adds no name; its
+// renewal deleted by the trim loses nothing. A lease on any other
+// directory is its holder's to delete (a renewal landing between the
+// trim's HEAD and DELETE would be deleted while its holder believes it
+// holds it, and a remover would then not wait for it), so it stays.
 func (tr *trimmer) leases(ctx context.Context) error {
 	prefix := rootPrefix(tr.root) + dirPrefix + "lease/"
 	objs, err := staging.ListAll(ctx, tr.st, prefix)
 	if err != nil {
 		return fmt.Errorf("list %s: %w", prefix, err)
 	}
+	removed := map[namespace.Ino]bool{}
 	for _, obj := range objs {
 		if !tr.old(obj) || tr.o.Now().Sub(obj.LastModified) <= LeaseTerm {
 			continue
 		}
-		if err := tr.deleteSame(ctx, obj.Key, obj.ETag, obj.Size, "create lease not renewed for the trim grace"); err != nil {
+		_, dir, _, err := ParseLeaseKey(obj.Key)
+		if err != nil {
+			continue
+		}
+		gone, ok := removed[dir]
+		if !ok {
+			if gone, err = tr.removedDir(ctx, dir); err != nil {
+				return err
+			}
+			removed[dir] = gone
+		}
+		if !gone {
+			continue
+		}
+		if err := tr.deleteSame(ctx, obj.Key, obj.ETag, obj.Size, "create lease on a removed directory, not renewed for the trim grace"); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// removedDir says whether dir's removal committed: its seal is there, and
+// its change's decision is commit (the trim keeps the decision a seal
+// names, sealTxs).
+func (tr *trimmer) removedDir(ctx context.Context, dir namespace.Ino) (bool, error) {
+	key, err := SealKey(tr.root, dir)
+	if err != nil {
+		return false, nil
+	}
+	s, _, err := read(ctx, tr.st, key, kindSeal, DecodeSeal)
+	switch {
+	case errors.Is(err, staging.ErrNotFound), errors.Is(err, namespace.ErrCorrupt):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	xkey, err := DecisionKey(tr.root, s.Tx)
+	if err != nil {
+		return false, nil
+	}
+	x, _, err := read(ctx, tr.st, xkey, kindDecision, DecodeDecision)
+	switch {
+	case errors.Is(err, staging.ErrNotFound), errors.Is(err, namespace.ErrCorrupt):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return x.Outcome == Commit, nil
+}
+
+// sealTxs is the change of each seal: their decisions stay. A seal reads
+// as one while its change is not decided abort (lease.go's sealed): the
+// abort of a removal whose seal is left (its remover no longer deletes it)
+// must outlive the seal, or the directory would read as removed.
+func (tr *trimmer) sealTxs(ctx context.Context) (map[string]bool, error) {
+	prefix := rootPrefix(tr.root) + dirPrefix + "seal/"
+	objs, err := staging.ListAll(ctx, tr.st, prefix)
+	if err != nil {
+		return nil, fmt.Errorf("list %s: %w", prefix, err)
+	}
+	out := map[string]bool{}
+	for _, obj := range objs {
+		s, _, err := read(ctx, tr.st, obj.Key, kindSeal, DecodeSeal)
+		switch {
+		case errors.Is(err, staging.ErrNotFound), errors.Is(err, namespace.ErrCorrupt):
+			continue // fsck reports a damaged one
+		case err != nil:
+			return nil, err
+		}
+		out[s.Tx] = true
+	}
+	return out, nil
 }
