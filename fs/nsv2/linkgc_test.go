@@ -3,6 +3,7 @@ package nsv2
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -23,7 +24,10 @@ func TestCheckLinkedFile(t *testing.T) {
 	must(tr.Link(ctx, f.Ino, namespace.RootIno, "h"))(t)
 	p := must(tr.Create(ctx, namespace.RootIno, "p", 0o644, owner))(t)
 	heads := map[string]int{}
+	var mu sync.Mutex // Check reads files up to 32 at once
 	file := func(_ context.Context, id string) (bool, int, error) {
+		mu.Lock()
+		defer mu.Unlock()
 		heads[id]++
 		return id != f.FileID, 2, nil
 	}

@@ -17,31 +17,46 @@ import (
 // not yet reaped, and at most TrimGrace of history:
 //
 //   - A decision (ns2/tx/) older than the grace goes once no dentry or
-//     inode object of its op list is locked by its change: a lock whose decision is gone reads
-//     as a change never decided, and would be aborted after TxGrace though
-//     it committed. A dentry still locked by it (its coordinator died after
-//     deciding, and no reader came) is resolved from the decision, as a
-//     reader does (Names.Resolve), and the decision goes at a later trim. Each dentry of the op list that its change resolved
-//     and that still carries the op list loses it first (a PUT If-Match
-//     of the same dentry without it), so that no op list outlives its
-//     decision.
+//     inode object of its op list is locked by its change: a lock whose
+//     decision is gone reads as a change never decided, and would be
+//     aborted after TxGrace though it committed. A name or inode object
+//     still locked by it (its coordinator died after deciding, and no
+//     reader came) is resolved from the decision, as a reader does
+//     (Names.Resolve, ResolveInode), and the decision goes at a later
+//     trim. Each dentry of the op list that its change resolved and that
+//     still carries the op list loses it first (a PUT If-Match of the same
+//     dentry without it), so that no op list outlives its decision.
 //   - A tombstone older than the grace goes, unless an orphan record names
 //     it (the cleaner reads there that its unlink landed; the record goes
-//     when the file is reaped, and the tombstone at the next trim).
-//   - A lease not written for the grace goes: its holder deletes an idle
-//     lease itself at its next renewal or Close; one left is a dead
-//     mount's (a remover waits LeaseTerm for it, once per rmdir).
+//     when the file is reaped, and the tombstone at the next trim). It is
+//     marked first: rewritten If-Match the ETag judged as a reaping
+//     tombstone (Dentry.Reap, a fresh id), then deleted at once. The store
+//     has no conditional DELETE, but nothing is written over a reaping
+//     tombstone (readers take it as a tombstone; a create, lock or link
+//     that meets one waits for it to go, then writes If-None-Match), so
+//     the DELETE deletes the mark and nothing else; a create that landed
+//     before the mark refuses it, and the name stays. A reaping tombstone
+//     left by a trim that stopped between the two is old at a later trim,
+//     marked again (its ETag changes with the id) and deleted; until then
+//     a create of that name waits, and past its deadline answers EBUSY.
+//   - A lease not written for the grace goes only when its directory's
+//     removal committed (its seal is there, decided commit): a holder that
+//     renews it reads that seal next and adds no name, so a renewal deleted
+//     with it loses nothing. Any other lease is its holder's to delete
+//     (at its next renewal of another lease, or Close): a trim deleting a
+//     live directory's lease could delete a renewal landing between its
+//     HEAD and DELETE, and a remover would not wait for a lease its holder
+//     believes held. One left by a mount that died stays until its
+//     directory is removed (each removal of it waits LeaseTerm for it).
+//   - The decision a seal names stays: a seal reads as one unless its
+//     change is decided abort, and a remover whose removal aborted leaves
+//     its seal (lease.go's unseal).
 //
-// The store has no conditional DELETE: a tombstone or lease is read again
-// (a HEAD, same ETag) right before its DELETE, and a PUT that lands on it
-// between the two is deleted with it. For a tombstone that PUT is a create
-// of the same name over a tombstone older than the grace, within the
-// milliseconds between the HEAD and the DELETE; for a lease, a renewal of a
-// lease idle for the grace. Both are left to that window; the grace makes
-// them rare (a name made again more than TrimGrace after its removal, at
-// the very moment a trim reaches it). TrimGrace must also exceed the
-// longest a change of several names runs (the operation's deadline): a
-// coordinator slower than that could commit after its abort was trimmed.
+// A decision is deleted after a HEAD showing the ETag judged: nothing
+// writes a decision again (it is written If-None-Match under a fresh id).
+// TrimGrace must exceed the longest a change of several names runs (the
+// operation's deadline): a coordinator slower than that could commit
+// after its abort was trimmed.
 //
 // A mount away for longer than the grace drops its cache at its next call
 // (gap.go), so that no trimmed object is used from it.
@@ -77,10 +92,12 @@ type TrimReport struct {
 
 // Trim deletes the history under root's ns2/ older than o.Grace (see
 // above). Its cost: one LIST per 1,000 decisions, leases, orphan records
-// and dentries; a GET of each decision older than the grace and of each
-// dentry of its op list; a GET of each orphan record; a GET and a HEAD of
-// each dentry older than the grace whose size is a tombstone's (bound
-// names are larger, and are not read).
+// and dentries, and per 1,000 seals; a GET of each seal and of each
+// decision older than the grace and of each dentry or inode object of its
+// op list; a GET of each orphan record; a GET of each dentry older than the
+// grace no larger than a reaping tombstone of its name, and a PUT and a
+// DELETE of each tombstone trimmed; a GET of the seal and decision of each
+// directory with a lease older than the grace.
 func Trim(ctx context.Context, st staging.Store, root string, o TrimOptions) (*TrimReport, error) {
 	if o.Grace <= 0 {
 		o.Grace = TrimGrace
