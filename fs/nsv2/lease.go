@@ -152,8 +152,8 @@ func (t *Tree) dropLeases(ctx context.Context) {
 }
 
 // sealed reads dir's seal: a seal whose change is committed or not decided
-// seals it; one decided abort (left by a remover that died, or being
-// deleted by its remover) does not.
+// seals it; one decided abort (left by its remover, see unseal, or by a
+// remover that died) does not. The trim keeps the decision a seal names.
 func (t *Tree) sealed(ctx context.Context, dir namespace.Ino) (bool, error) {
 	key, err := SealKey(t.root, dir)
 	if err != nil {

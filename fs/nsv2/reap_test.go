@@ -161,11 +161,25 @@ func TestReapingTombstoneReads(t *testing.T) {
 // through once it is gone: the wait here is the mount's backoff, whose
 // first sleep is when the trim's DELETE lands.
 func TestChangesWaitForReapingTombstone(t *testing.T) {
-	for _, op := range []string{"create", "mkdir", "rename", "link"} {
-		t.Run(op, func(t *testing.T) {
+	for _, tc := range []struct {
+		op     string
+		cached bool // the mount unlinked the name itself: it holds the tombstone's old ETag
+	}{{"create", false}, {"mkdir", false}, {"rename", false}, {"link", false}, {"create", true}, {"rename", true}, {"link", true}} {
+		op := tc.op
+		t.Run(fmt.Sprintf("%s cached=%v", op, tc.cached), func(t *testing.T) {
 			ctx := context.Background()
 			st := mem.NewS3ETags()
+			sleep := sleepCtx // the test's own below, once the setup is done
+			tr, err := Open(Config{Store: st, Root: root, Mount: cid(9), FirstBatch: 1<<40 + 9*16,
+				Sleep: func(ctx context.Context, d time.Duration) error { return sleep(ctx, d) }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tr.Close()
 			setup := openTree(t, st, 1)
+			if tc.cached {
+				setup = tr
+			}
 			src := must(setup.Create(ctx, namespace.RootIno, "src", 0o644, owner))(t)
 			must(setup.Create(ctx, namespace.RootIno, "t", 0o644, owner))(t)
 			must(setup.Unlink(ctx, namespace.RootIno, "t"))(t)
@@ -173,7 +187,7 @@ func TestChangesWaitForReapingTombstone(t *testing.T) {
 			nm := name{namespace.RootIno, frags, "t"}
 			reaping := markReaping(t, st, nm)
 			sleeps := 0
-			sleep := func(ctx context.Context, d time.Duration) error {
+			sleep = func(ctx context.Context, d time.Duration) error {
 				sleeps++
 				if sleeps == 1 {
 					if _, etag := stored(t, st, nm); etag != reaping {
@@ -188,11 +202,6 @@ func TestChangesWaitForReapingTombstone(t *testing.T) {
 				}
 				return nil
 			}
-			tr, err := Open(Config{Store: st, Root: root, Mount: cid(9), FirstBatch: 1<<40 + 9*16, Sleep: sleep})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tr.Close()
 			var n namespace.Node
 			switch op {
 			case "create":
