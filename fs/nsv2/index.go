@@ -196,12 +196,12 @@ func (x *Index) judge(ctx context.Context, r *Record, grace time.Duration, now t
 		// several names): the file has no other name unless its inode
 		// object still counts one (a record of a change that took the
 		// node's last name and did not land, the node linked since).
-		named, ok, err := x.inodeNames(ctx, rec.Ino)
+		named, ok, err := x.inodeNames(ctx, rec.Ino, now)
 		switch {
 		case err != nil:
 			return err
 		case !ok:
-			r.State, r.Err = RecordKept, fmt.Errorf("the inode object of node %d is damaged", rec.Ino)
+			r.State, r.Err = RecordKept, fmt.Errorf("the inode object of node %d is damaged or locked by a change", rec.Ino)
 		case named && old:
 			r.State = RecordStale
 		case named:
@@ -369,16 +369,23 @@ func (x *Index) readLinked(ctx context.Context, linked map[namespace.Ino]string,
 	return errors.Join(errs...)
 }
 
-// inodeNames says whether node ino has an inode object that counts a name
-// (in force, or locked by a change whose body after counts one) or that a
-// change in progress holds (locked, undecided: taken as named). ok is false
-// when it cannot tell (damaged); err is the store's.
-func (x *Index) inodeNames(ctx context.Context, ino namespace.Ino) (named, ok bool, err error) {
+// inodeNames says whether node ino has an inode object in force (counting
+// a name). ok is false when it cannot tell: the object is damaged, or
+// locked by a change of several names (resolved first as a reader does
+// when x.Resolve; one still locked waits for the next run); err is the
+// store's.
+func (x *Index) inodeNames(ctx context.Context, ino namespace.Ino, now time.Time) (named, ok bool, err error) {
 	key, err := InodeKey(x.root, ino)
 	if err != nil {
 		return false, false, nil
 	}
 	in, _, err := read(ctx, x.st, key, kindInode, DecodeInode)
+	if err == nil && in.Lock != nil && x.Resolve {
+		if _, err := New(x.st, x.root, func() time.Time { return now }).ResolveInode(ctx, ino); err != nil && !errors.Is(err, namespace.ErrCorrupt) {
+			return false, false, err
+		}
+		in, _, err = read(ctx, x.st, key, kindInode, DecodeInode)
+	}
 	switch {
 	case errors.Is(err, staging.ErrNotFound):
 		return false, true, nil
@@ -386,8 +393,10 @@ func (x *Index) inodeNames(ctx context.Context, ino namespace.Ino) (named, ok bo
 		return false, false, nil
 	case err != nil:
 		return false, false, err
+	case in.Lock != nil:
+		return false, false, nil
 	}
-	return in.Nlink > 0 || in.Lock != nil && in.Lock.Nlink > 0, true, nil
+	return in.Nlink > 0, true, nil
 }
 
 func lockTo(d *Dentry) *Binding {

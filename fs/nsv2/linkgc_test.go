@@ -104,3 +104,49 @@ func TestTrimKeepsDecisionOfLockedInode(t *testing.T) {
 		t.Fatalf("g after the trims: %+v; want the committed mode", got)
 	}
 }
+
+// The record of the unlink of a node's last name whose change committed,
+// its name resolved and its inode object still locked (its coordinator
+// died before resolving it): the object's body before the change still
+// counts a name, so the record is never judged stale from it (that would
+// delete the record of a file with no name); the cleaner resolves the lock
+// as a reader does, and the record is then an orphan's.
+func TestRecordOfLinkedNodeWithLockedInode(t *testing.T) {
+	ctx := context.Background()
+	st := mem.NewS3ETags()
+	tr := openTree(t, st, 1)
+	f := must(tr.Create(ctx, namespace.RootIno, "f", 0o644, owner))(t)
+	must(tr.Link(ctx, f.Ino, namespace.RootIno, "g"))(t)
+	must(tr.Unlink(ctx, namespace.RootIno, "f"))(t)
+	frags := must(tr.dirFrags(namespace.RootIno))(t)
+	n := New(st, root, nil)
+	g := must(n.Resolve(ctx, namespace.RootIno, frags, "g"))(t)
+	cur := must(n.ResolveInode(ctx, f.Ino))(t)
+	tx := cid(11)
+	to := *cur.Inode
+	to.Nlink, to.Change = 0, tx
+	ops := []Op{{Dir: namespace.RootIno, Frags: frags, Name: "g"}, {Ino: f.Ino, Inode: &to}}
+	rec, _ := EncodeOrphan(&Orphan{FileID: f.FileID, Ino: f.Ino, Dir: namespace.RootIno, Frags: frags, Name: "g", Change: tx})
+	rkey, _ := OrphanKey(root, f.FileID)
+	if _, err := st.Put(ctx, rkey, rec, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	locks := must(n.Lock(ctx, tx, ops, []Held{{ETag: g.ETag, Bound: g.Bound}, {ETag: cur.ETag, Inode: cur.Inode}}))(t)
+	must(n.Decide(ctx, &Decision{Tx: tx, Outcome: Commit, Ops: ops}))(t)
+	for _, l := range locks {
+		if l.Dentry != nil {
+			must(n.resolveOne(ctx, l, Commit))(t)
+		}
+	}
+	later := time.Now().Add(2 * TxGrace)
+	recs := must(NewIndex(st, root).Records(ctx, 0, later, nil))(t)
+	if len(recs) != 1 || recs[0].State != RecordKept {
+		t.Fatalf("judged without resolving: %+v; want kept (the inode object is locked)", recs)
+	}
+	x := NewIndex(st, root)
+	x.Resolve = true
+	recs = must(x.Records(ctx, 0, later, nil))(t)
+	if len(recs) != 1 || recs[0].State != RecordOrphan {
+		t.Fatalf("judged resolving: %+v; want an orphan's", recs)
+	}
+}

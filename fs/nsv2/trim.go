@@ -39,6 +39,10 @@ import (
 //     left by a trim that stopped between the two is old at a later trim,
 //     marked again (its ETag changes with the id) and deleted; until then
 //     a create of that name waits, and past its deadline answers EBUSY.
+//     What is left: a DELETE that reaches the store twice (a copy held up
+//     in the network, or resent by the client after its answer was lost)
+//     after a create that followed the first; the store's client gives up
+//     on a request within seconds, as the leases assume (lease.go).
 //   - A lease not written for the grace goes only when its directory's
 //     removal committed (its seal is there, decided commit): a holder that
 //     renews it reads that seal next and adds no name, so a renewal deleted
