@@ -76,8 +76,8 @@ func TestRequireVolume(t *testing.T) {
 
 // TestNewVolumeV2: a mount that creates its volume with namespace=v2 makes
 // it a v2 volume; a mount of a v2 volume, whatever its namespace option,
-// holds an nsv2.Tree and runs no cleaner though gc is on; a mount of a v1
-// volume with namespace=v2 stays v1.
+// holds an nsv2.Tree and runs the background cleaner (gc is on); a mount of
+// a v1 volume with namespace=v2 stays v1.
 func TestNewVolumeV2(t *testing.T) {
 	ctx := context.Background()
 	st := mem.New()
@@ -98,8 +98,8 @@ func TestNewVolumeV2(t *testing.T) {
 		if _, ok := fsys.Namespace().(*nsv2.Tree); !ok {
 			t.Fatalf("a mount of a v2 volume holds a %T", fsys.Namespace())
 		}
-		if fsys.gc != nil {
-			t.Fatal("a mount of a v2 volume runs the cleaner")
+		if fsys.gc == nil {
+			t.Fatal("a mount of a v2 volume with gc on runs no cleaner")
 		}
 	}
 	check(fsys)

@@ -258,7 +258,8 @@ type Resolved struct {
 	// "Atomic to every reader").
 	Decision *Decision
 	// Pending: the name is locked by a change not decided, younger than
-	// TxGrace. Bound is the old binding; no writer may replace it yet.
+	// TxGrace, or is a reaping tombstone (Bound nil) the trim is deleting.
+	// Bound is the old binding; no writer may replace it yet.
 	Pending bool
 }
 
@@ -291,7 +292,9 @@ func (n *Names) Resolve(ctx context.Context, dir namespace.Ino, frags uint32, na
 			return Resolved{}, fmt.Errorf("resolve: %w", err)
 		}
 		if d.Lock == nil {
-			return Resolved{Key: key, Dentry: d, ETag: info.ETag, Bound: d.Bound}, nil
+			// A reaping tombstone is a tombstone no writer may replace
+			// (trim.go): Pending, as a lock not decided is.
+			return Resolved{Key: key, Dentry: d, ETag: info.ETag, Bound: d.Bound, Pending: d.Reaping()}, nil
 		}
 		res, err := n.resolveLocked(ctx, key, d, info)
 		if err != nil {

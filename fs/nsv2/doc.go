@@ -10,7 +10,10 @@
 // links with inode objects (inode.go), and directories moved across
 // directories through the moves log (moves.go): step 4, which a mount
 // of a volume made with ckptfs format -o namespace=v2 holds
-// (fs/volume.OpenNames; experimental).
+// (fs/volume.OpenNames; experimental). For the cleaner and fsck (§5, step
+// 5): Index judges the orphan records, Trim deletes the history older than
+// TrimGrace, Check reads every object under ns2/; a Tree drops its cache
+// after a gap longer than TrimGrace (gap.go).
 //
 // The package is fs/nsv2 rather than fs/namespace/v2: a final path element
 // "v2" reads to Go's tools as a module's major version, and goimports would

@@ -289,11 +289,22 @@ func checkOps(ops []Op, required bool) error {
 // Dentry is the object of one name, at DentryKey(Dir, Frags, Name).
 //
 //	{"p":<dir>,"pf":<dir's fragments>,"n":"<name>","c":"<change id>",
-//	 "b":{<Binding>},"lk":{"to":{<Binding>}},"ops":[<Op>,...]}
+//	 "b":{<Binding>},"lk":{"to":{<Binding>}},"ops":[<Op>,...],
+//	 "rp":"<reap id>"}
 //
 // Its states:
 //   - bound: b, no lk;
 //   - tombstone (the name was removed): neither b nor lk;
+//   - reaping tombstone: a tombstone with rp (and no ops), written by the
+//     trim (trim.go) If-Match the tombstone it judged, right before it
+//     deletes it. Every reader takes it as a tombstone (the name is not
+//     bound); no writer writes over it (a create, a lock, a link that
+//     meets one waits for it to be deleted, as for a pending lock, then
+//     writes If-None-Match), so the trim's unconditional DELETE can only
+//     delete what it marked. rp is a fresh id at each marking, so that the
+//     ETag changes even where it is the MD5 of the bytes. Builds before it
+//     refuse "rp" as an unknown field (the name is EIO for the moment the
+//     object lives) and so never write over it either.
 //   - locked by change c: lk, with b the current binding (absent: the name
 //     is not bound) and lk's "to" the binding c will give it (absent: c
 //     removes it). A locked dentry holds c's op list.
@@ -310,7 +321,13 @@ type Dentry struct {
 	Bound  *Binding      `json:"b,omitempty"`
 	Lock   *Lock         `json:"lk,omitempty"`
 	Ops    []Op          `json:"ops,omitempty"`
+	// Reap: a reaping tombstone's id (see above); "" otherwise.
+	Reap string `json:"rp,omitempty"`
 }
+
+// Reaping says whether d is a reaping tombstone: read as a tombstone, and
+// never written over.
+func (d *Dentry) Reaping() bool { return d.Reap != "" }
 
 // Lock is the lock of a dentry by the change that wrote it.
 type Lock struct {
@@ -340,6 +357,9 @@ func (d *Dentry) check() error {
 	}
 	if err := checkOps(d.Ops, d.Lock != nil); err != nil {
 		return err
+	}
+	if d.Reap != "" && (!ValidID(d.Reap) || d.Bound != nil || d.Lock != nil || d.Ops != nil) {
+		return fmt.Errorf("reaping mark %q on a dentry that is not a bare tombstone", d.Reap)
 	}
 	if d.Ops == nil {
 		return nil

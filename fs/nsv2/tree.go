@@ -107,6 +107,7 @@ type Tree struct {
 	lists   map[namespace.Ino]*dirList   // GUARDED_BY(mu): each directory's last whole listing
 	large   map[namespace.Ino]bool       // GUARDED_BY(mu): directories a miss does not list
 	closed  bool                         // GUARDED_BY(mu)
+	gap     gapState                     // GUARDED_BY(mu): gap.go
 	calls   sync.WaitGroup               // calls in flight, for Close
 
 	tidy tidier // resolutions of committed changes, after their calls (treemulti.go)
@@ -200,6 +201,9 @@ type Config struct {
 	// listing's names read them again, one at a time, when a tick came in
 	// between).
 	TTL time.Duration
+	// TrimGrace is the cleaner's (0: TrimGrace): after a gap longer than
+	// this between two calls the cache is dropped whole (gap.go).
+	TrimGrace time.Duration
 }
 
 // Open makes the Tree of cfg. It sends no request: a batch of inos is
@@ -262,6 +266,7 @@ func Open(cfg Config) (*Tree, error) {
 		byFile:    map[string]namespace.Ino{},
 		lists:     map[namespace.Ino]*dirList{},
 		large:     map[namespace.Ino]bool{},
+		gap:       gapState{max: cfg.TrimGrace},
 	}, nil
 }
 
@@ -274,6 +279,7 @@ func (t *Tree) enter() error {
 	if t.closed {
 		return ErrClosed
 	}
+	t.afterGapLocked()
 	t.calls.Add(1)
 	return nil
 }

@@ -127,7 +127,7 @@ func (t *Tree) runChange(ctx context.Context, tx string, ops []Op, held []Held, 
 			t.log.Debug("namespace v2: locks of an aborted change left to readers", zap.Error(err))
 		}
 		if sealDir != 0 {
-			t.unseal(ctx, sealDir)
+			t.unseal(sealDir)
 		}
 		return cause
 	}

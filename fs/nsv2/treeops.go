@@ -95,7 +95,7 @@ func (t *Tree) bindNewTry(ctx context.Context, parent namespace.Ino, name string
 	var ne *NameError
 	if errors.As(err, &ne) && errors.Is(err, namespace.ErrExist) && ne.Dentry != nil {
 		t.mu.Lock()
-		t.learnLocked(parent, frags, name, ne.Dentry.Bound, ne.ETag, ne.Dentry.Lock != nil)
+		t.learnLocked(parent, frags, name, ne.Dentry.Bound, ne.ETag, unwritable(ne.Dentry))
 		t.mu.Unlock()
 	}
 	if err != nil {
@@ -183,6 +183,10 @@ func (t *Tree) held(ctx context.Context, dir namespace.Ino, frags uint32, name s
 	return t.resolve(ctx, dir, frags, name)
 }
 
+// unwritable says whether no write may be conditioned on d's ETag: a lock
+// (its change writes it), or a reaping tombstone (the trim deletes it).
+func unwritable(d *Dentry) bool { return d.Lock != nil || d.Reaping() }
+
 // lockedErr is the error of a name held by a change of several names not
 // decided yet.
 func lockedErr(key string) error {
@@ -266,7 +270,7 @@ func (t *Tree) unlinkTry(ctx context.Context, parent namespace.Ino, name string)
 			// written for it stays, stale: its name still binds its file,
 			// or another unlink of the file made it an orphan anyway.
 			t.mu.Lock()
-			locked := ne.Dentry != nil && ne.Dentry.Lock != nil
+			locked := ne.Dentry != nil && unwritable(ne.Dentry)
 			var bound *Binding
 			if ne.Dentry != nil {
 				bound = ne.Dentry.Bound
@@ -394,7 +398,7 @@ func (t *Tree) rewriteTry(ctx context.Context, ino namespace.Ino, change func(a 
 			bound = r.cur.Bound
 		}
 		dir, frags, name := e.dir, e.frags, e.name
-		e = t.learnLocked(dir, frags, name, bound, r.curInfo.ETag, r.cur != nil && r.cur.Lock != nil)
+		e = t.learnLocked(dir, frags, name, bound, r.curInfo.ETag, r.cur != nil && unwritable(r.cur))
 		t.mu.Unlock()
 		if e != nil && (e.bound == nil || e.bound.Ino != ino) {
 			e = nil

@@ -50,6 +50,7 @@ import (
 	"errors"
 	"fmt"
 	"sync/atomic"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -200,6 +201,33 @@ func changeID(fence string, dir namespace.Ino, name string) string {
 	return hex.EncodeToString(h.Sum(nil)[:16])
 }
 
+// Waits of a bind that met its name locked, or its tombstone being deleted
+// by a trim (nsv2.ErrLocked): as a mount's change waits (nsv2's
+// lockwait.go), until ctx ends.
+const (
+	lockWaitFirst = 20 * time.Millisecond
+	lockWaitMax   = time.Second
+)
+
+// bindWaiting binds it by change, waiting while nsv2.ErrLocked answers.
+func bindWaiting(ctx context.Context, prim *nsv2.Names, it *item, change string) error {
+	wait := lockWaitFirst
+	for {
+		_, err := prim.Bind(ctx, it.dir, rootFrags, it.name, change, it.b)
+		if !errors.Is(err, nsv2.ErrLocked) {
+			return err
+		}
+		tm := time.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			tm.Stop()
+			return err
+		case <-tm.C:
+		}
+		wait = min(2*wait, lockWaitMax)
+	}
+}
+
 // bindAll writes every name as a dentry, o.Parallel at once.
 func bindAll(ctx context.Context, st staging.Store, root, fence string, names []item, o Options, rep *Report) error {
 	prim := nsv2.New(st, root, nil)
@@ -209,7 +237,7 @@ func bindAll(ctx context.Context, st staging.Store, root, fence string, names []
 	for i := range names {
 		it := &names[i]
 		g.Go(func() error {
-			_, err := prim.Bind(gctx, it.dir, rootFrags, it.name, changeID(fence, it.dir, it.name), it.b)
+			err := bindWaiting(gctx, prim, it, changeID(fence, it.dir, it.name))
 			var ne *nsv2.NameError
 			if errors.As(err, &ne) && errors.Is(err, namespace.ErrExist) && ne.Dentry != nil && sameBinding(ne.Dentry.Bound, it.b) {
 				err = nil // bound so already, by another change
