@@ -532,6 +532,11 @@ func (t *Tree) current(ctx context.Context, ino namespace.Ino) (*entry, error) {
 	t.mu.Lock()
 	e := t.inos[ino]
 	fresh := e != nil && t.freshLocked(e) && (e.bound.Node != nil || e.node != nil)
+	if e != nil {
+		// A copy: a rename's tidy (tidyLater) sets the cached entry's ETag
+		// under mu while the caller reads it.
+		e = copyEntry(e)
+	}
 	t.mu.Unlock()
 	if e == nil || fresh {
 		return e, nil
