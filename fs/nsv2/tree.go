@@ -24,10 +24,14 @@ import (
 // written, not the whole tree:
 //
 //   - Lookup serves a name cached since the last Refresh and less than
-//     Config.TTL ago; on a miss (or a name cached before either) it reads
-//     the dentry (one GET), so that a name
-//     another mount made is seen once that mount's create returned
-//     (close-to-open). A name found absent is never cached for Lookup.
+//     Config.TTL ago; a name cached bound before either it reads again
+//     (one GET); a miss it answers from the directory's last whole listing
+//     while that is younger than the TTL, else it lists the directory or
+//     reads the dentry, so that a name another mount made is seen at most
+//     a TTL after that mount's create returned. A name found absent is
+//     never cached for Lookup. The refresher (refresh.go), a goroutine of
+//     the Tree, reads the names and listings in use again before their TTL
+//     is over, so that the reads past the TTL are not on a create's path.
 //   - ReadDir lists the directory's fragments (one LIST each, sent at once)
 //     and reads the dentries whose ETag the cache does not hold. The
 //     digests of section 4, which save those reads for names other mounts
@@ -112,8 +116,12 @@ type Tree struct {
 	byFile  map[string]namespace.Ino     // GUARDED_BY(mu): file id -> ino, of entries and orphans
 	lists   map[namespace.Ino]*dirList   // GUARDED_BY(mu): each directory's last whole listing
 	large   map[namespace.Ino]bool       // GUARDED_BY(mu): directories a miss does not list
+	hot     map[nameKey]time.Time        // GUARDED_BY(mu): names in use, by last use (refresh.go)
+	hotDirs map[namespace.Ino]time.Time  // GUARDED_BY(mu): listings in use, by last use
 	closed  bool                         // GUARDED_BY(mu)
 	calls   sync.WaitGroup               // calls in flight, for Close
+
+	refresher *refresher // nil: none (no TTL, or Config.RefreshEvery < 0)
 }
 
 // nameKey is a name in a directory.
@@ -208,6 +216,11 @@ type Config struct {
 	// listing's names read them again, one at a time, when a tick came in
 	// between).
 	TTL time.Duration
+	// RefreshEvery is how often the refresher (refresh.go) reads again the
+	// names and listings in use that are about to expire: 0 is TTL/8;
+	// negative, no refresher (tests that run its passes themselves). No
+	// refresher runs without a TTL.
+	RefreshEvery time.Duration
 }
 
 // Open makes the Tree of cfg. It sends no request: a batch of inos is
@@ -253,7 +266,7 @@ func Open(cfg Config) (*Tree, error) {
 		cfg.Sleep = sleepCtx
 	}
 	t0 := cfg.Now().UnixNano()
-	return &Tree{
+	t := &Tree{
 		p: New(cfg.Store, cfg.Root, cfg.StoreNow), st: cfg.Store, root: cfg.Root, mount: cfg.Mount,
 		log: cfg.Log, now: cfg.Now, rootFrags: cfg.RootFrags, parallel: cfg.Parallel,
 		rootNode: namespace.Node{Ino: namespace.RootIno, Kind: namespace.KindDir, Mode: cfg.RootMode,
@@ -270,7 +283,17 @@ func Open(cfg Config) (*Tree, error) {
 		byFile:    map[string]namespace.Ino{},
 		lists:     map[namespace.Ino]*dirList{},
 		large:     map[namespace.Ino]bool{},
-	}, nil
+		hot:       map[nameKey]time.Time{},
+		hotDirs:   map[namespace.Ino]time.Time{},
+	}
+	if cfg.TTL > 0 && cfg.RefreshEvery >= 0 {
+		every := cfg.RefreshEvery
+		if every == 0 {
+			every = max(cfg.TTL/refreshTicks, time.Millisecond)
+		}
+		t.startRefresher(every)
+	}
+	return t, nil
 }
 
 var _ namespace.Names = (*Tree)(nil)
@@ -286,9 +309,9 @@ func (t *Tree) enter() error {
 	return nil
 }
 
-// Close refuses new calls, waits for those in flight, and deletes this
-// mount's create leases (so that no remover waits for them to run out). A
-// Tree has no background work.
+// Close refuses new calls, waits for those in flight, stops the refresher
+// (refresh.go) and waits for it, and deletes this mount's create leases (so
+// that no remover waits for them to run out).
 func (t *Tree) Close() error {
 	t.mu.Lock()
 	was := t.closed
@@ -296,6 +319,7 @@ func (t *Tree) Close() error {
 	t.mu.Unlock()
 	t.calls.Wait()
 	if !was {
+		t.stopRefresher()
 		t.dropLeases(context.Background())
 	}
 	return nil
@@ -378,6 +402,11 @@ func (t *Tree) gone(e *entry) {
 func (t *Tree) learn(dir namespace.Ino, frags uint32, name string, r Resolved) *entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.learnResolvedLocked(dir, frags, name, r)
+}
+
+// learnResolvedLocked is learn with mu held.
+func (t *Tree) learnResolvedLocked(dir namespace.Ino, frags uint32, name string, r Resolved) *entry {
 	locked := r.Pending || r.Dentry != nil && r.Dentry.Lock != nil
 	// A name of a change of several names: what this mount cached of the
 	// change's other names is read again before it is used, so that it
@@ -459,15 +488,21 @@ func (t *Tree) readInode(ctx context.Context, e *entry) error {
 	return nil
 }
 
-// cached is name's entry if it is bound and fresh (freshLocked).
-func (t *Tree) cached(dir namespace.Ino, name string) (namespace.Node, bool) {
+// cached is name's entry if it is bound and fresh (freshLocked); known says
+// it is cached bound, fresh or not. A use of a bound entry marks it in use
+// for the refresher (refresh.go).
+func (t *Tree) cached(dir namespace.Ino, name string) (n namespace.Node, fresh, known bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.names[nameKey{dir, name}]
-	if e == nil || e.bound == nil || !t.freshLocked(e) || e.bound.Node == nil && e.node == nil {
-		return namespace.Node{}, false
+	if e == nil || e.bound == nil {
+		return namespace.Node{}, false, false
 	}
-	return nodeOf(dir, e.bound, e.node), true
+	t.useLocked(e)
+	if !t.freshLocked(e) || e.bound.Node == nil && e.node == nil {
+		return namespace.Node{}, false, true
+	}
+	return nodeOf(dir, e.bound, e.node), true, true
 }
 
 // freshLocked says whether e may be served without reading the store: read
@@ -491,10 +526,13 @@ func (t *Tree) Lookup(ctx context.Context, dir namespace.Ino, name string) (name
 	if err != nil {
 		return namespace.Node{}, err
 	}
-	if n, ok := t.cached(dir, name); ok {
+	n, ok, known := t.cached(dir, name)
+	if ok {
 		return n, nil
 	}
-	if t.absent(ctx, dir, frags, name) {
+	// A name known bound, but stale, is read (one GET): a listing of its
+	// directory would only find it there, and the GET come after anyway.
+	if !known && t.absent(ctx, dir, frags, name) {
 		return namespace.Node{}, fmt.Errorf("%q in directory %d: %w", name, dir, namespace.ErrNotExist)
 	}
 	e, err := t.resolve(ctx, dir, frags, name)
@@ -541,6 +579,9 @@ func (t *Tree) current(ctx context.Context, ino namespace.Ino) (*entry, error) {
 	t.mu.Lock()
 	e := t.inos[ino]
 	fresh := e != nil && t.freshLocked(e) && (e.bound.Node != nil || e.node != nil)
+	if e != nil {
+		t.useLocked(e)
+	}
 	t.mu.Unlock()
 	if e == nil || fresh {
 		return e, nil
@@ -584,7 +625,8 @@ type dirList struct {
 const missListMax = 1000
 
 // noteList records keys, a whole listing of dir begun at began while the
-// Refresh count was gen, unless a Refresh came since.
+// Refresh count was gen, unless a Refresh came since or the listing held
+// began later (a listing read ahead may end after a newer one).
 func (t *Tree) noteList(dir namespace.Ino, gen uint64, began time.Time, keys []listed) {
 	l := &dirList{began: began, gen: gen, etags: make(map[string]string, len(keys))}
 	for _, k := range keys {
@@ -592,7 +634,7 @@ func (t *Tree) noteList(dir namespace.Ino, gen uint64, began time.Time, keys []l
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if gen == t.gen {
+	if old := t.lists[dir]; gen == t.gen && (old == nil || old.gen != gen || !old.began.After(began)) {
 		t.lists[dir] = l
 	}
 }
@@ -612,6 +654,9 @@ func (t *Tree) absent(ctx context.Context, dir namespace.Ino, frags uint32, name
 	l, gen := t.lists[dir], t.gen
 	fresh := l != nil && l.gen == gen && t.clock().Sub(l.began) < t.ttl
 	large := t.large[dir]
+	if !large {
+		t.useListLocked(dir)
+	}
 	t.mu.Unlock()
 	if !fresh {
 		if large {

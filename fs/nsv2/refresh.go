@@ -1,0 +1,203 @@
+package nsv2
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/ckptfs/ckptfs/fs/namespace"
+)
+
+// Refresh ahead. What a Tree serves from its cache it serves for Config.TTL
+// (ns_refresh): a name read or written, and a directory's last whole
+// listing, which answers a lookup's miss. Past the TTL, the next use reads
+// the store first, and that read is on the caller's path: a create, whose
+// kernel looks up the directories of its path (each name once its entry
+// timeout, as long as the TTL, is over) and then the new name (a miss),
+// waited a GET for each directory and a LIST for the miss about once a TTL
+// (three round trips a second on the general link, a tenth of one mount's
+// creates).
+//
+// The refresher is a goroutine of the Tree (started by Open when the TTL is
+// set, stopped and waited for by Close) that reads again, before they
+// expire, the names and the listings in use: used within the last
+// refreshUse TTLs and read more than refreshAge of the TTL ago. Each is read
+// as a use past the TTL would read it (a GET of the name; a LIST of each
+// fragment, up to missListMax keys), and replaces what the cache holds only
+// if nothing else replaced it meanwhile. What is served stays at most a TTL
+// old, as before: a listing counts from when its LIST was sent, a name from
+// when its GET answered, as a foreground read does. A read that fails
+// leaves the entry to expire: its next use reads it, as without the
+// refresher. Names and directories not used for refreshUse TTLs are dropped
+// from the set, so that an idle mount sends nothing.
+const (
+	// refreshAge: an entry in use is read again once this part of the TTL
+	// has passed since it was read, so that the read has the rest of the
+	// TTL (a quarter: 250 ms of a 1 s ns_refresh) to land, on a busy host
+	// too.
+	refreshAgeNum, refreshAgeDen = 3, 4
+	// refreshUse: how many TTLs after its last use an entry is kept fresh.
+	// Two: the kernel asks for a directory on a path once its entry
+	// timeout (one second, as ns_refresh) is over, so a directory a
+	// program works in is used about once a TTL.
+	refreshUse = 2
+	// refreshTicks: passes of the refresher in a TTL.
+	refreshTicks = 8
+)
+
+// refresher is the goroutine of refreshLoop.
+type refresher struct {
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// startRefresher starts the refresher, every every.
+func (t *Tree) startRefresher(every time.Duration) {
+	ctx, cancel := context.WithCancel(context.Background())
+	t.refresher = &refresher{cancel: cancel, done: make(chan struct{})}
+	go t.refreshLoop(ctx, every, t.refresher.done)
+}
+
+// stopRefresher stops the refresher and waits for it (Close).
+func (t *Tree) stopRefresher() {
+	if t.refresher == nil {
+		return
+	}
+	t.refresher.cancel()
+	<-t.refresher.done
+}
+
+func (t *Tree) refreshLoop(ctx context.Context, every time.Duration, done chan struct{}) {
+	defer close(done)
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			t.refreshPass(ctx)
+		}
+	}
+}
+
+// useLocked marks name e in use (mu held).
+func (t *Tree) useLocked(e *entry) {
+	if t.ttl > 0 {
+		t.hot[nameKey{e.dir, e.name}] = t.clock()
+	}
+}
+
+// useListLocked marks dir's listing in use (mu held).
+func (t *Tree) useListLocked(dir namespace.Ino) {
+	if t.ttl > 0 {
+		t.hotDirs[dir] = t.clock()
+	}
+}
+
+// refreshPass reads again what is in use and about to expire, up to
+// t.parallel requests at once, and returns when every read has.
+func (t *Tree) refreshPass(ctx context.Context) {
+	if t.ttl <= 0 {
+		return
+	}
+	now := t.clock()
+	age := t.ttl * refreshAgeNum / refreshAgeDen
+	use := t.ttl * refreshUse
+	type nameJob struct {
+		e    *entry
+		etag string
+		gen  uint64
+	}
+	var names []nameJob
+	var dirs []namespace.Ino
+	t.mu.Lock()
+	for k, u := range t.hot {
+		e := t.names[k]
+		if now.Sub(u) >= use || e == nil || e.bound == nil {
+			delete(t.hot, k)
+			continue
+		}
+		// Only a current entry is read ahead: one made stale (a Refresh,
+		// or another name of a change of several names read) must be
+		// read at its use, after whatever made it stale.
+		if e.gen == t.gen && e.etag != "" && now.Sub(e.learned) >= age {
+			names = append(names, nameJob{e: e, etag: e.etag, gen: e.gen})
+		}
+	}
+	for dir, u := range t.hotDirs {
+		l := t.lists[dir]
+		if now.Sub(u) >= use || l == nil || t.large[dir] {
+			delete(t.hotDirs, dir)
+			continue
+		}
+		if l.gen == t.gen && now.Sub(l.began) >= age {
+			dirs = append(dirs, dir)
+		}
+	}
+	t.mu.Unlock()
+	sem := make(chan struct{}, t.parallel)
+	var wg sync.WaitGroup
+	run := func(f func()) {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		wg.Add(1)
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			f()
+		}()
+	}
+	for _, j := range names {
+		run(func() { t.refreshName(ctx, j.e, j.etag, j.gen) })
+	}
+	for _, dir := range dirs {
+		run(func() { t.refreshList(ctx, dir) })
+	}
+	wg.Wait()
+}
+
+// refreshName reads name e again, and caches what it read if e is still the
+// entry of its name, as it was (etag, gen) when the pass chose it: a write
+// of this mount, or a read, since then holds what is newer or as new.
+func (t *Tree) refreshName(ctx context.Context, e *entry, etag string, gen uint64) {
+	r, err := t.p.Resolve(ctx, e.dir, e.frags, e.name)
+	if err != nil {
+		t.log.Debug("namespace v2: a name read ahead failed; its next use reads it", zap.String("name", e.name), zap.Error(err))
+		return
+	}
+	t.mu.Lock()
+	if t.names[nameKey{e.dir, e.name}] != e || e.etag != etag || e.gen != gen || t.gen != gen {
+		t.mu.Unlock()
+		return
+	}
+	t.learnResolvedLocked(e.dir, e.frags, e.name, r)
+	t.mu.Unlock()
+}
+
+// refreshList lists dir again for lookups' misses (as absent does).
+func (t *Tree) refreshList(ctx context.Context, dir namespace.Ino) {
+	frags, err := t.dirFrags(dir)
+	if err != nil {
+		return
+	}
+	t.mu.Lock()
+	gen := t.gen
+	t.mu.Unlock()
+	began := t.clock()
+	keys, whole, err := t.listFragsUpTo(ctx, dir, frags, missListMax)
+	switch {
+	case err != nil:
+		t.log.Debug("namespace v2: a listing read ahead failed; the next miss lists", zap.Uint64("dir", uint64(dir)), zap.Error(err))
+	case !whole:
+		t.mu.Lock()
+		t.large[dir] = true
+		t.mu.Unlock()
+	default:
+		t.noteList(dir, gen, began, keys)
+	}
+}
