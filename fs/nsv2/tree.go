@@ -122,6 +122,15 @@ type Tree struct {
 	calls   sync.WaitGroup               // calls in flight, for Close
 
 	refresher *refresher // nil: none (no TTL, or Config.RefreshEvery < 0)
+
+	// The walk ahead (walkahead.go): its goroutines, counted in bg and
+	// ended by bgCancel at Close.
+	walkAt   int                             // directories read ahead at once; 0: none
+	walks    map[namespace.Ino]*walkState    // GUARDED_BY(mu): each directory's last listing
+	aheadOf  map[namespace.Ino]chan struct{} // GUARDED_BY(mu): read aheads in flight, closed when done
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 }
 
 // nameKey is a name in a directory.
@@ -221,6 +230,9 @@ type Config struct {
 	// negative, no refresher (tests that run its passes themselves). No
 	// refresher runs without a TTL.
 	RefreshEvery time.Duration
+	// WalkAhead is how many subdirectories the walk ahead (walkahead.go)
+	// lists at once: 0 is 4; negative, no walk ahead.
+	WalkAhead int
 }
 
 // Open makes the Tree of cfg. It sends no request: a batch of inos is
@@ -285,7 +297,16 @@ func Open(cfg Config) (*Tree, error) {
 		large:     map[namespace.Ino]bool{},
 		hot:       map[nameKey]time.Time{},
 		hotDirs:   map[namespace.Ino]time.Time{},
+		walks:     map[namespace.Ino]*walkState{},
+		aheadOf:   map[namespace.Ino]chan struct{}{},
 	}
+	switch {
+	case cfg.WalkAhead == 0:
+		t.walkAt = walkAheadAt
+	case cfg.WalkAhead > 0:
+		t.walkAt = cfg.WalkAhead
+	}
+	t.startBackground()
 	if cfg.TTL > 0 && cfg.RefreshEvery >= 0 {
 		every := cfg.RefreshEvery
 		if every == 0 {
@@ -320,6 +341,7 @@ func (t *Tree) Close() error {
 	t.calls.Wait()
 	if !was {
 		t.stopRefresher()
+		t.stopBackground()
 		t.dropLeases(context.Background())
 	}
 	return nil
@@ -758,8 +780,16 @@ func (t *Tree) listFrags(ctx context.Context, dir namespace.Ino, frags uint32) (
 // list is the names of dir bound now: a LIST of each fragment, then a GET
 // of each name whose ETag the cache does not hold (up to t.parallel at
 // once). A damaged dentry leaves its name out, logged; any other failure to
-// read a name fails the listing.
+// read a name fails the listing. A read ahead of dir in flight is waited
+// for first (its names are then cached), and a listing that follows one of
+// its parent's may start the read ahead of its siblings (walkahead.go).
 func (t *Tree) list(ctx context.Context, dir namespace.Ino) ([]namespace.Dirent, error) {
+	t.waitAhead(ctx, dir)
+	return t.listDir(ctx, dir, false)
+}
+
+// listDir is list; ahead says it is a read ahead.
+func (t *Tree) listDir(ctx context.Context, dir namespace.Ino, ahead bool) ([]namespace.Dirent, error) {
 	frags, err := t.dirFrags(dir)
 	if err != nil {
 		return nil, err
@@ -827,6 +857,7 @@ func (t *Tree) list(ctx context.Context, dir namespace.Ino) ([]namespace.Dirent,
 			out = append(out, namespace.Dirent{Name: todo[i], Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: uint64(e.bound.Ino)})
 		}
 	}
+	t.noteWalk(dir, now, out, ahead)
 	return out, nil
 }
 
