@@ -36,7 +36,9 @@ import (
 //     and reads the dentries whose ETag the cache does not hold. The
 //     digests of section 4, which save those reads for names other mounts
 //     bound, are an optimisation left to a later step: without them a
-//     listing is right, and costs a GET per name not cached.
+//     listing is right, and costs a GET per name not cached. A listing that
+//     follows one of its parent's has the parent's other subdirectories
+//     read ahead (walkahead.go), so that a walk pays those GETs at once.
 //   - Every change is one conditional PUT of the name's dentry (two for an
 //     unlink of a file: its orphan record first), stored before it returns;
 //     a lost answer is resolved by the primitives' read-back.
