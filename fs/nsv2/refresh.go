@@ -97,9 +97,11 @@ func (t *Tree) useListLocked(dir namespace.Ino) {
 	}
 }
 
-// refreshPass reads again what is in use and about to expire, up to
-// t.parallel requests at once, and returns when every read has.
+// refreshPass renews the create leases in use that are due (lease.go), then
+// reads again what is in use and about to expire, up to t.parallel
+// requests at once, and returns when every read has.
 func (t *Tree) refreshPass(ctx context.Context) {
+	t.renewAhead(ctx)
 	if t.ttl <= 0 {
 		return
 	}

@@ -339,3 +339,56 @@ func TestRefresherStoppedByClose(t *testing.T) {
 		t.Fatal("a refresher with RefreshEvery < 0")
 	}
 }
+
+// A create lease in use is renewed by the refresher before LeaseRenew is
+// over, so that the creates after send their PUT alone; before, the first
+// create past LeaseRenew waited for the lease's PUT and the seal's GET. A
+// renewal ahead that finds the directory sealed drops the lease, and the
+// next create in it fails as at a renewal of its own.
+func TestLeaseRenewedAhead(t *testing.T) {
+	ctx := context.Background()
+	c := newFakeClock()
+	st := mem.NewS3ETags()
+	cs := counting.New(st)
+	a := openTTL(t, cs, 1, c)
+	d := must(a.Mkdir(ctx, namespace.RootIno, "d", 0o755, owner))(t)
+	must(a.Create(ctx, d.Ino, "f0", 0o644, owner))(t) // takes the lease
+	c.sleep(ctx, 8*time.Second)
+	must(a.Create(ctx, d.Ino, "f1", 0o644, owner))(t) // under it, still valid
+	s0 := cs.Snapshot()
+	a.refreshPass(ctx)
+	if got := cs.Snapshot().Sub(s0); got.Op(staging.OpPut).Requests != 1 || got.Op(staging.OpGet).Requests < 1 {
+		t.Fatalf("a pass over a lease in use renewed 8 s ago sent %v, want its PUT and the seal's GET", got)
+	}
+	c.sleep(ctx, 4*time.Second) // 12 s after the lease was taken, 4 s after its renewal
+	s1 := cs.Snapshot()
+	must(a.Create(ctx, d.Ino, "f2", 0o644, owner))(t)
+	if got := cs.Snapshot().Sub(s1); got.Total().Requests != 1 {
+		t.Fatalf("a create 12 s after the lease was taken sent %v, want its PUT alone", got)
+	}
+
+	// Another mount's removal has sealed d (its change not decided).
+	key, err := SealKey(root, d.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := EncodeSeal(&Seal{Dir: d.Ino, Tx: newID()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(ctx, key, body, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	c.sleep(ctx, 4*time.Second)
+	a.refreshPass(ctx)
+	lk, err := LeaseKey(root, d.Ino, cid(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Head(ctx, lk); !errors.Is(err, staging.ErrNotFound) {
+		t.Fatalf("the lease after a renewal ahead saw the seal: %v, want it deleted", err)
+	}
+	if _, err := a.Create(ctx, d.Ino, "f3", 0o644, owner); !errors.Is(err, namespace.ErrNotExist) {
+		t.Fatalf("a create in a directory whose seal the renewal ahead saw: %v, want ErrNotExist", err)
+	}
+}
