@@ -22,8 +22,11 @@ import (
 //
 // The refresher is a goroutine of the Tree (started by Open when the TTL is
 // set, stopped and waited for by Close) that reads again, before they
-// expire, the names and the listings in use: used within the last
-// refreshUse TTLs and read more than refreshAge of the TTL ago. Each is read
+// expire, the names and the listings in use: used again and again over at
+// least half a TTL, the last time within the last refreshUse TTLs, and read
+// more than refreshAge of the TTL ago. Uses in one burst (a listing's
+// names stat'ed once, ls -l) do not count: reading those again would double
+// the cost of every look at a large directory. Each is read
 // as a use past the TTL would read it (a GET of the name; a LIST of each
 // fragment, up to missListMax keys), and replaces what the cache holds only
 // if nothing else replaced it meanwhile. What is served stays at most a TTL
@@ -83,17 +86,37 @@ func (t *Tree) refreshLoop(ctx context.Context, every time.Duration, done chan s
 	}
 }
 
-// useLocked marks name e in use (mu held).
+// useSpan is when a name or a listing was first used, of the uses each
+// less than refreshUse TTLs after the one before, and last used.
+type useSpan struct {
+	first, last time.Time
+}
+
+// used is s after a use at now.
+func (s useSpan) used(now time.Time, ttl time.Duration) useSpan {
+	if s.last.IsZero() || now.Sub(s.last) >= ttl*refreshUse {
+		return useSpan{first: now, last: now}
+	}
+	return useSpan{first: s.first, last: now}
+}
+
+// inUse says whether s counts as in use at now.
+func (s useSpan) inUse(now time.Time, ttl time.Duration) bool {
+	return now.Sub(s.last) < ttl*refreshUse && s.last.Sub(s.first) >= ttl/2
+}
+
+// useLocked marks name e used now (mu held).
 func (t *Tree) useLocked(e *entry) {
 	if t.ttl > 0 {
-		t.hot[nameKey{e.dir, e.name}] = t.clock()
+		k := nameKey{e.dir, e.name}
+		t.hot[k] = t.hot[k].used(t.clock(), t.ttl)
 	}
 }
 
-// useListLocked marks dir's listing in use (mu held).
+// useListLocked marks dir's listing used now (mu held).
 func (t *Tree) useListLocked(dir namespace.Ino) {
 	if t.ttl > 0 {
-		t.hotDirs[dir] = t.clock()
+		t.hotDirs[dir] = t.hotDirs[dir].used(t.clock(), t.ttl)
 	}
 }
 
@@ -118,8 +141,11 @@ func (t *Tree) refreshPass(ctx context.Context) {
 	t.mu.Lock()
 	for k, u := range t.hot {
 		e := t.names[k]
-		if now.Sub(u) >= use || e == nil || e.bound == nil {
+		if now.Sub(u.last) >= use || e == nil || e.bound == nil {
 			delete(t.hot, k)
+			continue
+		}
+		if !u.inUse(now, t.ttl) {
 			continue
 		}
 		// Only a current entry is read ahead: one made stale (a Refresh,
@@ -131,8 +157,11 @@ func (t *Tree) refreshPass(ctx context.Context) {
 	}
 	for dir, u := range t.hotDirs {
 		l := t.lists[dir]
-		if now.Sub(u) >= use || l == nil || t.large[dir] {
+		if now.Sub(u.last) >= use || l == nil || t.large[dir] {
 			delete(t.hotDirs, dir)
+			continue
+		}
+		if !u.inUse(now, t.ttl) {
 			continue
 		}
 		if l.gen == t.gen && now.Sub(l.began) >= age {

@@ -118,8 +118,8 @@ type Tree struct {
 	byFile  map[string]namespace.Ino     // GUARDED_BY(mu): file id -> ino, of entries and orphans
 	lists   map[namespace.Ino]*dirList   // GUARDED_BY(mu): each directory's last whole listing
 	large   map[namespace.Ino]bool       // GUARDED_BY(mu): directories a miss does not list
-	hot     map[nameKey]time.Time        // GUARDED_BY(mu): names in use, by last use (refresh.go)
-	hotDirs map[namespace.Ino]time.Time  // GUARDED_BY(mu): listings in use, by last use
+	hot     map[nameKey]useSpan          // GUARDED_BY(mu): names used lately (refresh.go)
+	hotDirs map[namespace.Ino]useSpan    // GUARDED_BY(mu): listings used lately
 	closed  bool                         // GUARDED_BY(mu)
 	calls   sync.WaitGroup               // calls in flight, for Close
 
@@ -297,8 +297,8 @@ func Open(cfg Config) (*Tree, error) {
 		byFile:    map[string]namespace.Ino{},
 		lists:     map[namespace.Ino]*dirList{},
 		large:     map[namespace.Ino]bool{},
-		hot:       map[nameKey]time.Time{},
-		hotDirs:   map[namespace.Ino]time.Time{},
+		hot:       map[nameKey]useSpan{},
+		hotDirs:   map[namespace.Ino]useSpan{},
 		walks:     map[namespace.Ino]*walkState{},
 		aheadOf:   map[namespace.Ino]chan struct{}{},
 	}
