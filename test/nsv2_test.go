@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
@@ -18,10 +19,12 @@ import (
 // O_EXCL create of a name that exists fails with EEXIST; a second mount
 // sees the first's names and the first sees the second's create (within
 // ns_refresh of its last listing of the directory); mv of a
-// file and rmdir of an empty directory work (step 4), and are seen by the
-// other mount; ln, and mv of a directory into another, which the rest of
-// step 4 brings, fail with ENOTSUP and change nothing; after both unmount,
-// a new mount finds everything as it was left.
+// file, of a directory into another and back (through the moves log) and
+// rmdir of an empty directory work (step 4), and are seen by the other
+// mount; ln makes a second name of a file, which the other mount sees as
+// the same file of two names, and rm of one name leaves the other; mv of a
+// directory into itself fails; after both unmount, a new mount finds
+// everything as it was left.
 func TestNSv2Mount(t *testing.T) {
 	need(t, "cp", "dd", "cmp", "ls", "mkdir", "rm", "mv", "rmdir", "ln")
 	bin := ckptfsBinary(t)
@@ -70,19 +73,26 @@ func TestNSv2Mount(t *testing.T) {
 		t.Fatalf("O_EXCL create of an existing name: %v, want EEXIST", err)
 	}
 
-	// Step 4: mv of a file and rmdir; what it does not do yet (ln, a
-	// directory moved into another) answers ENOTSUP and changes nothing.
+	// Step 4: mv of a file, of a directory into another and back, rmdir
+	// and ln; a directory is not moved into itself.
 	run(t, a.dir, "mv", "big", "moved")
 	run(t, a.dir, "mv", "moved", "big")
 	run(t, a.dir, "mkdir", "empty", "gone")
 	run(t, a.dir, "rmdir", "gone")
-	if out, err := runErr(a.dir, "ln", "big", "hard"); err == nil || !strings.Contains(out, "not supported") {
-		t.Errorf("ln on a v2 volume: %v\n%s; want ENOTSUP", err, out)
+	run(t, a.dir, "ln", "big", "hard")
+	run(t, a.dir, "ln", "small", "a/small2")
+	if ino, nlink := statIno(t, a.path("hard")); ino != must1(statIno(t, a.path("big"))) || nlink != 2 {
+		t.Errorf("ln big hard: hard is ino %d of %d names", ino, nlink)
 	}
-	if out, err := runErr(a.dir, "mv", "empty", "a/"); err == nil || !strings.Contains(out, "not supported") {
-		t.Errorf("mv of a directory into another on a v2 volume: %v\n%s; want ENOTSUP", err, out)
+	run(t, a.dir, "mv", "empty", "a/")
+	if fi, err := os.Stat(a.path("a/empty")); err != nil || !fi.IsDir() {
+		t.Errorf("a/empty after mv empty a/: %v", err)
 	}
-	for _, name := range []string{"moved", "gone", "hard", "a/empty"} {
+	run(t, a.dir, "mv", "a/empty", ".")
+	if _, err := runErr(a.dir, "mv", "a", "a/b/"); err == nil {
+		t.Errorf("mv of a directory into its own subdirectory succeeded")
+	}
+	for _, name := range []string{"moved", "gone", "a/empty"} {
 		if _, err := os.Lstat(a.path(name)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("%s after the mv, rmdir and refused changes: %v", name, err)
 		}
@@ -101,6 +111,14 @@ func TestNSv2Mount(t *testing.T) {
 	if _, err := os.OpenFile(b.path("small"), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644); !errors.Is(err, fs.ErrExist) {
 		t.Errorf("O_EXCL create on the second mount of a name the first made: %v, want EEXIST", err)
 	}
+	// The links, from the second mount: one file of two names; rm of one
+	// leaves the other.
+	run(t, b.dir, "cmp", big, "hard")
+	if ino, nlink := statIno(t, b.path("hard")); ino != must1(statIno(t, b.path("big"))) || nlink != 2 {
+		t.Errorf("the second mount sees hard as ino %d of %d names", ino, nlink)
+	}
+	run(t, b.dir, "rm", "small")
+	run(t, b.dir, "cmp", small, "a/small2")
 	run(t, b.dir, "sh", "-c", "echo from b > a/b/fromb")
 	// Within ns_refresh (1 s) of its last listing of a/b, the first mount
 	// answers a miss there from it, as a v1 mount answers one from its
@@ -118,12 +136,16 @@ func TestNSv2Mount(t *testing.T) {
 
 	c := v.mount("")
 	run(t, c.dir, "cmp", big, "big")
-	run(t, c.dir, "cmp", small, "small")
+	run(t, c.dir, "cmp", small, "a/small2")
+	run(t, c.dir, "cmp", big, "hard")
+	if _, nlink := statIno(t, c.path("a/small2")); nlink != 1 {
+		t.Errorf("a/small2 after the rm of small: %d names", nlink)
+	}
 	if got := run(t, c.dir, "cat", "a/b/c", "a/b/fromb"); got != "inside\nfrom b\n" {
 		t.Errorf("a/b after a new mount: %q", got)
 	}
 	names := run(t, c.dir, "ls", "-A")
-	if names != "a\nbig\nempty\nsmall\n" {
+	if names != "a\nbig\nempty\nhard\n" {
 		t.Errorf("the root after a new mount:\n%s", names)
 	}
 }
@@ -137,3 +159,17 @@ func mustRead(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// statIno is the inode number and the count of names of path.
+func statIno(t *testing.T, path string) (uint64, uint64) {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	return st.Ino, uint64(st.Nlink)
+}
+
+// must1 is the first of two values.
+func must1(a, _ uint64) uint64 { return a }

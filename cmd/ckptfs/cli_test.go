@@ -34,6 +34,7 @@ func TestCommandHelp(t *testing.T) {
 		{"fsck", []string{"-o, --options"}},
 		{"gc", []string{"-o, --options", "--keep", "--keep-for", "--grace", "--min-age", "--ns-lag", "-n, --dry-run"}},
 		{"tune", []string{"-o, --options", "--keep", "--keep-for"}},
+		{"upgrade", []string{"-o, --options", "--parallel"}},
 		{"bench", []string{"--table", "--size", "--profile", "--rates", "--hot", "--repeats", "--duration", "--writers"}},
 		{"version", nil},
 		{"completion", []string{"bash", "zsh", "fish", "powershell"}},

@@ -4,8 +4,6 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
-
-	"github.com/ckptfs/ckptfs/config"
 )
 
 // newFsckCmd is "ckptfs fsck STORE [PATH]". Exit status: 0 all well, 1
@@ -30,9 +28,6 @@ func newFsckCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if v.Namespace() == config.NamespaceV2 {
-				return refuseV2(args[0], "fsck does not check its names yet", "step 5")
-			}
 			pr := newProgress(c.ErrOrStderr(), "fsck: objects")
 			r, err := v.Fsck(ctx, argAt(args, 1), func() { pr.Add(1) })
 			pr.Done()
@@ -47,6 +42,10 @@ func newFsckCmd() *cobra.Command {
 			}
 			for _, u := range r.Leftovers {
 				fmt.Fprintf(stdout, "leftover: %s (multipart upload %s started %s; the cleaner removes it)\n", u.Key, u.UploadID, u.Initiated.UTC().Format("2006-01-02T15:04:05Z"))
+			}
+			if n := r.Names; n != nil {
+				fmt.Fprintf(stdout, "names (ns2/): %d objects, %d files, %d directories, %d others, %d tombstones, %d locked, %d orphan records\n",
+					n.Objects, n.Files, n.Dirs, n.Others, n.Tombstones, n.Locked, n.Records)
 			}
 			fmt.Fprintf(stdout, "%d files, %d objects, %d problems, %d leftovers\n", r.Files, r.Objects, len(r.Problems), len(r.Leftovers))
 			if !r.OK() {

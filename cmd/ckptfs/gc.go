@@ -8,8 +8,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/cleaner"
+	"github.com/ckptfs/ckptfs/fs/nsv2"
 	"github.com/ckptfs/ckptfs/fs/volume"
 )
 
@@ -35,6 +35,14 @@ exceed the time of one request. A file without a name is deleted once both
 covers mounts whose view of the namespace lags (ns_refresh_max, up to 10m,
 and the kernel's caches). --dry-run prints the plan and records nothing.
 
+On a namespace v2 volume the files without a name are those of its orphan
+records (ns2/orphan/) whose unlink's tombstone landed; a record whose name
+still binds its file after --grace is of an unlink that never landed, and
+goes. The run also deletes the names' history older than --trim-grace
+(tombstones, decisions of renames and rmdirs once no name is locked by
+them, their op lists, leases left by dead mounts): ns2/ then holds the live
+names and at most --trim-grace of history.
+
 Without --keep and --keep-for a run keeps the volume's retention policy
 (ckptfs tune; the newest 3 checkpoints and those younger than 1h when it
 stores none), the policy the background cleaner of every mount follows;
@@ -46,7 +54,7 @@ const defaultMinAge = 10 * time.Minute
 
 // newGcCmd is "ckptfs gc".
 func newGcCmd() *cobra.Command {
-	o := cleaner.Options{Grace: cleaner.DefaultGrace, MinAge: defaultMinAge, NSLag: cleaner.DefaultNSLag}
+	o := cleaner.Options{Grace: cleaner.DefaultGrace, MinAge: defaultMinAge, NSLag: cleaner.DefaultNSLag, TrimGrace: nsv2.TrimGrace}
 	var opts []string
 	c := &cobra.Command{
 		Use:               "gc [flags] STORE",
@@ -58,7 +66,7 @@ func newGcCmd() *cobra.Command {
 			for _, d := range []struct {
 				name string
 				v    time.Duration
-			}{{"keep-for", o.KeepFor}, {"grace", o.Grace}, {"min-age", o.MinAge}, {"ns-lag", o.NSLag}} {
+			}{{"keep-for", o.KeepFor}, {"grace", o.Grace}, {"min-age", o.MinAge}, {"ns-lag", o.NSLag}, {"trim-grace", o.TrimGrace}} {
 				if d.v < 0 {
 					return usagef("--%s %v: want a duration >= 0 such as 30m or 24h", d.name, d.v)
 				}
@@ -80,6 +88,7 @@ func newGcCmd() *cobra.Command {
 	durationFlag(f, &o.Grace, "grace", o.Grace, "age before unfinished work no live writer covers counts as abandoned")
 	durationFlag(f, &o.MinAge, "min-age", o.MinAge, "how long a finished object must have been unreferenced before it is deleted")
 	durationFlag(f, &o.NSLag, "ns-lag", o.NSLag, "how long a file must have had no name before it is deleted, for mounts whose namespace view lags")
+	durationFlag(f, &o.TrimGrace, "trim-grace", o.TrimGrace, "namespace v2: how old tombstones, decisions of changes and idle leases must be before they are deleted (mounts drop their cache after a pause this long; do not set it below the default on a volume with mounts that pause)")
 	f.BoolVarP(&o.DryRun, "dry-run", "n", false, "delete and record nothing; print the plan")
 	return c
 }
@@ -91,16 +100,11 @@ func newGcCmd() *cobra.Command {
 func gcRun(spec string, so storeOpts, o cleaner.Options, keepSet, forSet bool, stdout, stderr io.Writer) error {
 	ctx := context.Background()
 	st, root, err := openStore(ctx, spec, so)
-	var d volume.Descriptor
 	if err == nil {
-		d, err = checkVolume(ctx, st, root, spec, so)
+		_, err = checkVolume(ctx, st, root, spec, so)
 	}
 	if err != nil {
 		return err
-	}
-	if d.NamespaceVersion() == config.NamespaceV2 {
-		// The cleaner reads v1's log: every v2 file would look forgotten.
-		return refuseV2(spec, "the cleaner does not read its names yet", "step 5")
 	}
 	if !keepSet && !forSet {
 		p, _, _, err := volume.ReadPolicy(ctx, st, root)
@@ -131,6 +135,16 @@ func gcRun(spec string, so storeOpts, o cleaner.Options, keepSet, forSet bool, s
 		for _, id := range rep.Orphans {
 			fmt.Fprintf(stdout, "%s orphaned file %s\n", verb, id)
 		}
+		for _, d := range rep.Names {
+			fmt.Fprintf(stdout, "%s %s (%d bytes): %s\n", verb, d.Key, d.Size, d.Reason)
+		}
+		for _, d := range rep.NamesRewritten {
+			w := "rewrote"
+			if o.DryRun {
+				w = "would rewrite"
+			}
+			fmt.Fprintf(stdout, "%s %s: %s\n", w, d.Key, d.Reason)
+		}
 		for _, s := range rep.Skipped {
 			fmt.Fprintf(stdout, "left alone %s (%d bytes): %s\n", s.Key, s.Size, s.Reason)
 		}
@@ -147,6 +161,9 @@ func gcRun(spec string, so storeOpts, o cleaner.Options, keepSet, forSet bool, s
 		}
 		fmt.Fprintf(stdout, "%d files, %d checkpoints (%d retained): %s %d objects (%d bytes), kept %d objects (%d bytes; %d for copies by reference, %d unreferenced for less than the minimum age), %d orphaned files pending, %d uploads aborted, %d objects left alone, %d live writers\n",
 			rep.Files, rep.Checkpoints, rep.Retained, verb, len(rep.Deleted), rep.DeletedBytes(), rep.Kept, rep.KeptBytes, len(rep.ForCopies), len(rep.Pending), len(rep.PendingOrphans), len(rep.Aborted), len(rep.Skipped), rep.Writers)
+		if len(rep.Names) > 0 || len(rep.NamesRewritten) > 0 {
+			fmt.Fprintf(stdout, "names: %s %d objects, %d op lists\n", verb, len(rep.Names), len(rep.NamesRewritten))
+		}
 	}
 	return err
 }

@@ -32,6 +32,7 @@ const synopsisText = `Synopsis:
   ckptfs cp [-o opts] [--local | --from STORE2] [-v] STORE SRC DST
   ckptfs fsck [-o opts] STORE [PATH]      (exit 0: all well, 1: problems found)
   ckptfs gc [-o opts] [--keep N] [--keep-for D] [--grace D] [--min-age D] [--dry-run] STORE
+  ckptfs upgrade [-o opts] [--parallel N] STORE   (namespace v1 to v2, in place)
   ckptfs bench [--table ...]      (measures the write paths; ckptfs bench --help)
   ckptfs completion bash|zsh|fish|powershell   (shell completion script)
   ckptfs --help | ckptfs COMMAND --help | ckptfs --version (-V)`
@@ -143,6 +144,7 @@ func newRootCmd(mount mountFunc, stdout, stderr io.Writer) *cobra.Command {
 		newFsckCmd(),
 		newGcCmd(),
 		newTuneCmd(),
+		newUpgradeCmd(),
 		newBenchCmd(),
 		newVersionCmd(),
 		newManCmd(),

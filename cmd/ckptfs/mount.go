@@ -520,9 +520,6 @@ func openFSWrapped(spec string, so storeOpts, cfg config.Config, log *zap.Logger
 	if err != nil {
 		return nil, explainStart(ctx, err, raw, spec, so)
 	}
-	if fsys.Volume().NamespaceVersion() == config.NamespaceV2 && cfg.GC && !cfg.ReadOnly {
-		warn(fusefs.NoCleanerV2)
-	}
 	if merr := fsys.MetricsProblem(); merr != nil {
 		warn(fmt.Sprintf("%v: mounted without metrics; give -o metrics= a free address (or none) to have them", merr))
 	}

@@ -16,9 +16,10 @@ import (
 )
 
 // TestToolsNamespaceV2: format -o namespace=v2 makes a v2 volume; the tools
-// that only read names (ls, cat, info, cp --from it) read it, and those that
-// would act on v1's log instead (gc, fsck) or need a rename (cp into it)
-// refuse it, exit 1, naming the step that brings them and changing nothing.
+// that only read names (ls, cat, info, cp --from it) read it, those that
+// need a rename (cp into it) refuse it, exit 1, naming the step that brings
+// them and changing nothing; fsck checks it, and gc cleans it: a named file
+// stays, an unlinked one goes once its grace has passed.
 func TestToolsNamespaceV2(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -98,10 +99,6 @@ func TestToolsNamespaceV2(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"gc", store}, "the cleaner does not read its names yet (step 5 of docs/namespace-v2.md §10 brings it); nothing changed"},
-		{[]string{"gc", "--dry-run", store}, "(step 5 of"},
-		{[]string{"fsck", store}, "fsck does not check its names yet (step 5 of"},
-		{[]string{"fsck", store, "/d"}, "(step 5 of"},
 		{[]string{"cp", store, "/d/f", "/d/g"}, "cp into it needs a rename, which it does not make yet (step 4 of"},
 		{[]string{"cp", "--local", store, local, "/h"}, "(step 4 of"},
 		{[]string{"cp", "--from", v1, store, "/g", "/h"}, "(step 4 of"},
@@ -117,5 +114,47 @@ func TestToolsNamespaceV2(t *testing.T) {
 	}
 	if len(after) != len(before) {
 		t.Fatalf("the refused commands changed the v2 volume: %d objects, %d before", len(after), len(before))
+	}
+
+	if code, out, errOut := ckptfs("fsck", store); code != 0 || !strings.Contains(out, "names (ns2/): ") || !strings.Contains(out, " 1 files, 1 directories") {
+		t.Fatalf("fsck of the v2 volume: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, out, errOut := ckptfs("fsck", store, "/d"); code != 0 || strings.Contains(out, "names (ns2/)") {
+		t.Fatalf("fsck /d of the v2 volume: exit %d, %q, %q", code, out, errOut)
+	}
+	for _, args := range [][]string{{"gc", "--dry-run", store}, {"gc", "--grace", "0", "--ns-lag", "0", store}} {
+		if code, out, errOut := ckptfs(args...); code != 0 {
+			t.Fatalf("ckptfs %s: exit %d, %q, %q", strings.Join(args, " "), code, out, errOut)
+		}
+	}
+	if code, out, errOut := ckptfs("cat", store, "/d/f"); code != 0 || out != string(data) {
+		t.Fatalf("cat /d/f after gc: exit %d, %d bytes, %q", code, len(out), errOut)
+	}
+	// Unlinked, the file goes: the run that finds it orphaned, with no
+	// grace, reaps it.
+	ns, err = volume.OpenNames(ctx, st, "", desc, volume.NamesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Lookup(ctx, namespace.RootIno, "d"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Unlink(ctx, d.Ino, "f"); err != nil {
+		t.Fatal(err)
+	}
+	ns.Close()
+	if code, out, errOut := ckptfs("gc", "--grace", "0", "--ns-lag", "0", store); code != 0 || !strings.Contains(out, "deleted orphaned file "+n.FileID) {
+		t.Fatalf("gc after the unlink: exit %d, %q, %q", code, out, errOut)
+	}
+	if left, err := staging.ListAll(ctx, st, volume.FilePrefix("", n.FileID)); err != nil || len(left) != 0 {
+		t.Fatalf("the unlinked file's objects after gc: %d, %v", len(left), err)
+	}
+	// A damaged name is reported by its key, exit 1.
+	bad := "ns2/d/00/0000000000000001/00/zz"
+	if _, err := st.Put(ctx, bad, []byte("damaged"), staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if code, out, _ := ckptfs("fsck", store); code != 1 || !strings.Contains(out, "problem: "+bad) {
+		t.Fatalf("fsck with a damaged name: exit %d, %q", code, out)
 	}
 }

@@ -93,6 +93,14 @@
 // (ns_refresh_max, the kernel's caches) may still name it. A forget that
 // fails leaves the orphan in the record, and the next run forgets it.
 //
+// On a namespace v2 volume (nsv2.go) the orphans are the files of its
+// orphan records (ns2/orphan/) whose unlink's tombstone landed, judged by
+// nsv2.Index; forgetting one deletes its record. A record whose name still
+// binds its file once older than Grace (at least nsv2.TxGrace) is of an
+// unlink that never landed, and is deleted. The pass that ends a sweep then
+// trims the namespace's history older than TrimGrace (nsv2.Trim). Every
+// other rule is the one above, over the same listing of the files.
+//
 // # Copies by reference
 //
 // A file D copied by reference from X (engine File.CloneFrom) reuses X's
@@ -230,6 +238,10 @@ type Options struct {
 	// reaped while it is, whatever its grace, and goes at the first run
 	// after it is closed once its grace has passed.
 	Open func(fileID string) bool
+	// TrimGrace is how old a namespace v2 volume's tombstones, decisions
+	// of changes and idle leases must be before they are deleted (0:
+	// nsv2.TrimGrace); see nsv2.Trim.
+	TrimGrace time.Duration
 	// Workers bounds the orphans reaped (and forgotten) at once; 0: 16
 	// reaped and 64 forgotten. A background cleaner keeps it low, beside
 	// the mount's own requests.
@@ -316,6 +328,12 @@ type Report struct {
 	// Listed: the listing of the run's files succeeded, so the Stored
 	// counts are whole whatever failed after it.
 	Listed bool
+	// Names are the namespace v2 objects deleted (or that would be): stale
+	// orphan records, and what the trim of ns2/ took (tombstones,
+	// decisions, leases older than TrimGrace). NamesRewritten are dentries
+	// whose op list went.
+	Names          []Object
+	NamesRewritten []Object
 }
 
 // Held counts the objects of one file and their bytes.

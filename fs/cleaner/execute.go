@@ -119,6 +119,15 @@ func (p *Plan) Execute(ctx context.Context) (*Report, error) {
 		}
 		errs = append(errs, p.abortUploads(ctx, &rep))
 	}
+	if ctx.Err() == nil {
+		// A namespace v2 volume's stale orphan records and history.
+		if err := p.executeV2(ctx, &rep); err != nil {
+			errs = append(errs, err)
+			if fenced(err) {
+				return &rep, errors.Join(errs...)
+			}
+		}
+	}
 	if err := ctx.Err(); err != nil {
 		errs = append(errs, err)
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/nsv2"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
@@ -23,7 +24,7 @@ type Plan struct {
 	st   staging.Store
 	root string // "" with PlanFile: no orphans, records under the file's volume
 	o    Options
-	ns   namespace.Names
+	ns   names // v1's log or v2's names (nsv2.go)
 	view *writerView
 	refs *referrers
 	rng  idRange // the files of this pass (PlanVolume)
@@ -119,11 +120,11 @@ func CleanFile(ctx context.Context, st staging.Store, prefix, id string, o Optio
 // records and leaves. It writes nothing. The plan must be closed; on an
 // error it may be nil, or hold what was found so far (close it too).
 func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (*Plan, error) {
-	// A namespace v2 volume's names are not in v1's log: read through it,
-	// every file of the volume would look forgotten. (Its callers refuse
-	// such a volume first; this is the cleaner's own guard.)
+	// A namespace v2 volume's names are not in v1's log: its orphans come
+	// from its orphan records (nsv2.go).
+	v2 := false
 	if d, err := volume.ReadDescriptor(ctx, st, root); err == nil && d.NamespaceVersion() == config.NamespaceV2 {
-		return nil, fmt.Errorf("plan the volume at %q: the cleaner of namespace v2's orphans is step 5 of docs/namespace-v2.md §10: %w", root, volume.ErrNamespaceV2)
+		v2 = true
 	} else if err != nil && !errors.Is(err, volume.ErrNoVolume) {
 		return nil, fmt.Errorf("plan the volume at %q: %w", root, err)
 	}
@@ -171,13 +172,26 @@ func PlanVolume(ctx context.Context, st staging.Store, root string, o Options) (
 			p.oldFiles = append(p.oldFiles, r.Key) // its file is gone
 		}
 	}
-	p.ns, err = namespace.Open(ctx, st, root, namespace.Options{})
-	if err != nil {
+	var v2n *v2Names
+	if v2 {
+		// Every record is judged, not only this pass's: the orphans of
+		// other passes count for the copies that hold this pass's
+		// (otherOrphans), as v1's whole list of orphans does.
+		x := nsv2.NewIndex(st, root)
+		x.Resolve = !o.DryRun
+		v2n = openV2Names(o, x, nil)
+		p.ns = v2n
+	} else if p.ns, err = namespace.Open(ctx, st, root, namespace.Options{}); err != nil {
 		return nil, fmt.Errorf("read the namespace of %q: %w", root, err)
 	}
 	all, err := p.ns.Orphans(ctx)
 	if err != nil {
 		return p, fmt.Errorf("list the orphans of %q: %w", root, err)
+	}
+	if v2n != nil {
+		if err := p.planV2(ctx, v2n); err != nil {
+			return p, err
+		}
 	}
 	orphans := map[string]bool{}
 	p.otherOrphans = map[string]bool{}

@@ -28,9 +28,7 @@
 // v1's log, or on a volume made with namespace=v2 an nsv2.Tree with a fresh
 // mount id. On v2 the mount runs no background cleaner (gc.go) and no
 // periodic refresh (the Tree lets what it read expire after ns_refresh,
-// refresh.go), and what v2 does not make yet (link: nsv2.ErrSeveralNames; a
-// directory moved into another: nsv2.ErrDirMove) answers ENOTSUP and
-// changes nothing.
+// refresh.go).
 //
 // Files are addressed by id, never by path: rename and hard links move no
 // data, and a lookup or open goes by inode number, so a reader that looked a

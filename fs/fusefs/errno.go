@@ -33,9 +33,6 @@ var errnoTable = []struct {
 	{namespace.ErrIsDir, syscall.EISDIR},
 	{namespace.ErrInvalid, syscall.EINVAL},
 	{namespace.ErrNotPermitted, syscall.EPERM},
-	// Also nsv2.ErrSeveralNames and nsv2.ErrDirMove, which wrap it: a link,
-	// or a directory moved into another, that namespace v2 does not make
-	// yet (docs/namespace-v2.md §10, step 4).
 	{namespace.ErrNotSupported, syscall.ENOTSUP},
 	{namespace.ErrNameTooLong, syscall.ENAMETOOLONG},
 	{namespace.ErrNoAttr, syscall.ENODATA},
@@ -52,6 +49,10 @@ var errnoTable = []struct {
 	// namespace v2: a name another mount's change of several names still
 	// holds when the call's deadline came (nsv2.Tree waits for it until then).
 	{nsv2.ErrLocked, syscall.EBUSY},
+	// namespace v2: a directory moved into another whose loop check met a
+	// directory above the target renamed or moved by another mount since
+	// this one looked it up; nothing changed.
+	{nsv2.ErrMovedAncestor, syscall.EBUSY},
 	{context.Canceled, syscall.EINTR},
 	{context.DeadlineExceeded, syscall.ETIMEDOUT},
 	{staging.ErrNotFound, syscall.EIO},   // an object the file needs is gone
@@ -81,11 +82,6 @@ func (fsys *FS) errnoOf(op string, err error) syscall.Errno {
 				fsys.log.Error(op+" failed: the store did not answer in time", zap.Error(err))
 			case syscall.EINTR:
 				fsys.log.Debug(op+" interrupted before it changed anything", zap.Error(err))
-			case syscall.ENOTSUP:
-				if errors.Is(err, nsv2.ErrSeveralNames) || errors.Is(err, nsv2.ErrDirMove) {
-					// The program sees only ENOTSUP: say why.
-					fsys.log.Warn(op+": not yet on a namespace v2 volume; nothing changed", zap.Error(err))
-				}
 			}
 			return e.errno
 		}

@@ -3,13 +3,8 @@ package fusefs
 import (
 	"go.uber.org/zap"
 
-	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 )
-
-// NoCleanerV2 is the notice of a writable mount of a namespace v2 volume
-// with gc on: it runs no cleaner.
-const NoCleanerV2 = "gc=on: no background cleaner on a namespace v2 volume yet (the cleaner of v2's orphans is step 5 of docs/namespace-v2.md §10); nothing is deleted"
 
 // gcWorkers bounds the orphans the background cleaner reaps at once: it
 // runs beside the mount's own requests, at a lower priority.
@@ -20,18 +15,11 @@ const gcWorkers = 2
 // volume's cleaner lease (fs/cleaner/lease.go); Close stops it and waits.
 // It holds no lock of the mount: it reads and writes the bucket only, as
 // `ckptfs gc` does, under the same rules.
-//
-// Not on a namespace v2 volume: the cleaner reads v1's log to tell named
-// files from orphans, and would take every file of v2 for one the
-// namespace forgot; it learns v2's orphan records in step 5 of
-// docs/namespace-v2.md §10. gc=on there is a notice, not an error.
+// On a namespace v2 volume it reads the orphan records and trims ns2/
+// at the end of each sweep (fs/cleaner/nsv2.go), under the same lease.
 func (fsys *FS) startCleaner() {
 	c := fsys.cfg
 	if c.ReadOnly || !c.GC {
-		return
-	}
-	if fsys.vol.NamespaceVersion() == config.NamespaceV2 {
-		fsys.log.Info(NoCleanerV2)
 		return
 	}
 	log := fsys.log.Named("gc")

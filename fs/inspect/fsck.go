@@ -11,6 +11,7 @@ import (
 	"github.com/ckptfs/ckptfs/config"
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/nsv2"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/fs/writermark"
 	"github.com/ckptfs/ckptfs/segment"
@@ -37,6 +38,9 @@ type Report struct {
 	// is carried by its head and not stored yet (its writer stores it
 	// before its next checkpoint).
 	Notes []Problem
+	// Names is what the check of a namespace v2 volume's names found
+	// (fsckv2.go); nil for v1, or below a path.
+	Names *nsv2.CheckReport
 }
 
 // OK reports whether no problem was found.
@@ -52,15 +56,16 @@ func (r *Report) OK() bool { return len(r.Problems) == 0 }
 // (namespace.ErrNotExist for errors.Is). done, when not nil, is called once
 // per object checked.
 //
-// A namespace v2 volume is refused (volume.ErrNamespaceV2): fsck's check
-// that every stored file is named, and of damaged v2 objects, comes with
-// step 5 of docs/namespace-v2.md §10.
+// On a namespace v2 volume the whole volume's check also reads every
+// object under ns2/ (fsckNames).
 func (v *Volume) Fsck(ctx context.Context, p string, done func()) (*Report, error) {
 	r := &Report{}
-	if v.Namespace() == config.NamespaceV2 {
-		return r, fmt.Errorf("fsck: %w: its check of v2's names comes with step 5 of docs/namespace-v2.md §10", volume.ErrNamespaceV2)
-	}
 	whole := p == "" || p == "/"
+	if whole && v.Namespace() == config.NamespaceV2 {
+		if err := v.fsckNames(ctx, r); err != nil {
+			return r, err
+		}
+	}
 	files := map[string]string{} // file id -> a path
 	if whole {
 		err := v.Walk(ctx, func(fp string, n namespace.Node) error {

@@ -341,6 +341,17 @@ func (ns *Namespace) verifyTailLocked(ctx context.Context) (moved bool, err erro
 // checked against is known to be the end of the log: the entry after it
 // landed, or (when no change of the batch applies) verifyTailLocked said so.
 func (ns *Namespace) commitLocked(batch []*pending) *pendingSnapshot {
+	if f := ns.fencedLocked(); f != nil {
+		// The log ends in a fence: no change lands any more.
+		ns.qmu.Lock()
+		for _, p := range batch {
+			if !p.dropped {
+				p.finish(f)
+			}
+		}
+		ns.qmu.Unlock()
+		return nil
+	}
 	if !ns.trustedLocked(ns.opts.Clock()) {
 		rctx, cancel := context.WithTimeout(context.Background(), ns.opts.FinishTimeout)
 		err := ns.refreshLocked(rctx)

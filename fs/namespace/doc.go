@@ -23,6 +23,15 @@
 // is stored, not trusted: mounts are nodev, so a node read from the bucket
 // never opens a device.
 //
+// # The fence
+//
+// When the volume is upgraded to namespace v2 (ckptfs upgrade, fs/upgrade),
+// its log ends in a fence (fence.go): an entry of envelope version 5 at the
+// next seq, which builds before it refuse as unknown. A mount applies what
+// is before it, then fails every change and refresh with ErrFenced, naming
+// the upgrade, and logs it once; Open refuses a fenced log unless
+// Options.ReadFenced.
+//
 // # One interface: Names
 //
 // The namespace's users (the mount, .checkpoints, the cleaner, fsck, ls,

@@ -84,7 +84,9 @@ func parseSeq(key, dirPrefix string) (uint64, bool) {
 // or socket node (KindFIFO, KindSocket) and an entry, of one op or several,
 // that holds a mknod op; version 4 a snapshot that holds a device node
 // (KindCharDev, KindBlockDev, with its "ma" and "mi") and an entry that
-// holds a mknod of one. A build that predates a version refuses it as a
+// holds a mknod of one; version 5 the fence, an entry of no op that ends
+// the log when the volume is upgraded to namespace v2 (ckptfs upgrade;
+// fence.go). A build that predates a version refuses it as a
 // version it does not know rather than misreads it, and only what needs a
 // version is written in it: a volume without FIFOs, sockets or devices stays
 // in 1 and 2, readable by builds before them, and one without devices in 1
@@ -96,6 +98,7 @@ func parseSeq(key, dirPrefix string) (uint64, bool) {
 //	2        (never)                           "ops", no mknod
 //	3        a FIFO or socket node, no device  "op" or "ops", a mknod among them, none of a device
 //	4        a device node                     "op" or "ops", a mknod of a device among them
+//	5        (never)                           the fence: "fence", neither "op" nor "ops"
 //
 // These constants are part of the format.
 const (
@@ -104,6 +107,7 @@ const (
 	envVersionOps   = 2
 	envVersionNodes = 3
 	envVersionDevs  = 4
+	envVersionFence = 5
 	envHeaderLen    = 16
 	kindEntry       = 1
 	kindSnapshot    = 2
@@ -132,7 +136,8 @@ func unseal(key string, kind byte, data []byte) ([]byte, byte, error) {
 	if string(data[:4]) != envMagic {
 		return nil, 0, corruptf(key, "bad magic %q", data[:4])
 	}
-	if data[4] != envVersion && data[4] != envVersionNodes && data[4] != envVersionDevs && !(kind == kindEntry && data[4] == envVersionOps) {
+	if data[4] != envVersion && data[4] != envVersionNodes && data[4] != envVersionDevs &&
+		!(kind == kindEntry && (data[4] == envVersionOps || data[4] == envVersionFence)) {
 		return nil, 0, corruptf(key, "unknown format version %d", data[4])
 	}
 	if data[5] != kind {
@@ -240,12 +245,18 @@ const (
 // metadata) so that a writer recognises its own entry after a lost answer; t
 // is the time of the change, used for every time its ops set, so that every
 // mount replays the same state.
+//
+// The fence (envelope version 5, fence.go) has "fence" instead of "op" and
+// "ops":
+//
+//	{"seq":9,"id":"<32 hex>","t":<unix ns>,"fence":{"to":"v2"}}
 type entry struct {
-	Seq  uint64 `json:"seq"`
-	ID   string `json:"id"`
-	Time int64  `json:"t"`
-	Op   *op    `json:"op,omitempty"`
-	Ops  []op   `json:"ops,omitempty"`
+	Seq   uint64    `json:"seq"`
+	ID    string    `json:"id"`
+	Time  int64     `json:"t"`
+	Op    *op       `json:"op,omitempty"`
+	Ops   []op      `json:"ops,omitempty"`
+	Fence *fenceRec `json:"fence,omitempty"`
 }
 
 // ops returns the ops of e, in order.
@@ -333,6 +344,8 @@ func (e *entry) mknodsDevice() bool {
 // version is the envelope version e is written in.
 func (e *entry) version() byte {
 	switch {
+	case e.Fence != nil:
+		return envVersionFence
 	case e.mknodsDevice():
 		return envVersionDevs
 	case e.mknods():
@@ -353,6 +366,9 @@ func decodeEntry(key string, wantSeq uint64, data []byte) (*entry, error) {
 	var e entry
 	if err := decodeJSON(key, body, &e); err != nil {
 		return nil, err
+	}
+	if version == envVersionFence || e.Fence != nil {
+		return decodeFence(key, wantSeq, version, &e)
 	}
 	if version < envVersionNodes && (version == envVersionOps) != (e.Ops != nil) {
 		return nil, corruptf(key, "format version %d with \"op\"=%v and \"ops\"=%v", version, e.Op != nil, e.Ops != nil)

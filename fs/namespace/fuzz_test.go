@@ -38,6 +38,8 @@ func FuzzDecodeEntry(f *testing.F) {
 	})))
 	f.Add(encodeEntry(&entry{Seq: 6, ID: NewFileID(), Time: 2,
 		Op: &op{Kind: opMknod, Parent: 1, Name: "c", Type: KindCharDev, Mode: 0o600, Minor: 1}}))
+	// The fence (envelope version 5), which no state applies.
+	f.Add(encodeFence(6, NewFileID(), 3))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		e, err := decodeEntry("fuzz", 0, data)
 		if err != nil {

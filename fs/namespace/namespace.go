@@ -2,6 +2,7 @@ package namespace
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -48,6 +49,10 @@ type Options struct {
 	// Clock is the clock of TailTrust and TrimGrace (compared with the
 	// store's LastModified). nil means time.Now.
 	Clock func() time.Time
+	// ReadFenced opens a log that ends in a fence (fence.go) with the
+	// state before it, for the upgrade that wrote it; without it Open
+	// refuses such a log (ErrFenced). Changes fail either way.
+	ReadFenced bool
 }
 
 // Owner is the owner of a new node.
@@ -98,6 +103,9 @@ type Namespace struct {
 	// sinceSnap counts the ops applied since the newest snapshot this mount
 	// knows; GUARDED_BY(appendMu).
 	sinceSnap uint64
+	// fence is the fence the log ends in, once this mount met it (nil:
+	// none; fence.go); GUARDED_BY(mu), written only with appendMu held too.
+	fence *FencedError
 
 	qmu        sync.Mutex
 	queue      []*pending // GUARDED_BY(qmu): changes not taken by the committer
@@ -155,7 +163,7 @@ func Open(ctx context.Context, store staging.Store, root string, opts Options) (
 	ns.st = st
 	ns.appendMu.Lock()
 	defer ns.appendMu.Unlock()
-	if err := ns.refreshLocked(ctx); err != nil {
+	if err := ns.refreshLocked(ctx); err != nil && !(opts.ReadFenced && errors.Is(err, ErrFenced)) {
 		return nil, err
 	}
 	// Nothing runs in the background yet: no goroutine to stop here.

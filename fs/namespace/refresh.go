@@ -41,6 +41,9 @@ func (ns *Namespace) confirmLocked(at time.Time) {
 // state meanwhile (a change reads what it missed itself). A refresh stuck on
 // the store thus delays no change of this mount, and no read.
 func (ns *Namespace) Refresh(ctx context.Context) error {
+	if err := ns.fenced(); err != nil {
+		return err // the log ends in a fence: nothing more to see
+	}
 	ns.mu.RLock()
 	applied := ns.st.seq
 	trusted := ns.trustedLocked(ns.opts.Clock())
@@ -267,6 +270,9 @@ func (ns *Namespace) readEntry(ctx context.Context, seq uint64) (*entry, error) 
 // applyEntry applies an entry read from the log. One that does not apply is
 // corruption: its writer checked it against this very state. appendMu held.
 func (ns *Namespace) applyEntry(e *entry) error {
+	if e.Fence != nil {
+		return ns.meetFence(e) // never applied: the log ends here
+	}
 	if e.Op != nil {
 		// One op is checked outside mu, so that reads wait only for the
 		// change itself.

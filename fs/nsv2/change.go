@@ -14,9 +14,10 @@ import (
 // A change of several names (rename, link, an unlink of one of several
 // names, rmdir, an exchange) goes in three steps (section 3): Lock each
 // name, Decide (the commit point), then Finish each name; a reader that
-// meets a lock uses Resolve. Inode-object ops travel in the op list and the
-// decision; the objects themselves are written by the step that brings hard
-// links, not here.
+// meets a lock uses Resolve. An inode-object op locks the node's inode
+// object the same way (inode.go): the change's op list and the body it
+// will have, If-Match the object held (If-None-Match when there is none),
+// and a reader of it resolves it from the decision (ResolveInode).
 
 // Held is what the caller read of a name before changing it: the ETag of
 // its dentry ("" when no object has the key) and its binding then (nil:
@@ -24,6 +25,10 @@ import (
 type Held struct {
 	ETag  string
 	Bound *Binding
+	// Inode, for an inode-object op: the node as it is (its inode object
+	// in force, or, for a node of one name, its attributes with Nlink 0),
+	// which the lock keeps for readers until the change is decided.
+	Inode *Inode
 }
 
 // Locked is one name locked by a change: its key, and the lock as stored.
@@ -31,13 +36,15 @@ type Locked struct {
 	Key    string
 	ETag   string
 	Dentry *Dentry
+	Inode  *Inode // instead of Dentry, for an inode object
 }
 
 // Lock locks for change tx (a fresh id) the name of every dentry op of ops,
 // in key order: one PUT each, If-Match held[i].ETag (If-None-Match for a
 // name with no object), of the dentry with its current binding held[i].Bound,
-// the binding op i gives it, and the whole op list. held is parallel to ops
-// (its entries for inode-object ops are not read).
+// the binding op i gives it, and the whole op list; and the inode object
+// of every inode-object op, the same way (Held.Inode its body now). held is
+// parallel to ops.
 //
 // What the caller is told:
 //   - the locks, in key order, and nil: every name is locked by tx. Decide
@@ -63,10 +70,19 @@ func (n *Names) Lock(ctx context.Context, tx string, ops []Op, held []Held) ([]L
 	var todo []Locked
 	for i := range ops {
 		o := &ops[i]
+		h := held[i]
 		if o.Ino != 0 {
+			if o.Inode == nil || h.Inode == nil || h.Inode.Ino != o.Ino {
+				return nil, fmt.Errorf("lock %s: op %d: an inode object without its body: %w", tx, i, namespace.ErrInvalid)
+			}
+			in := lockedInode(tx, o.Inode, h.Inode, ops)
+			key, err := in.Key(n.root)
+			if err != nil {
+				return nil, fmt.Errorf("lock %s: %w: %w", tx, namespace.ErrInvalid, err)
+			}
+			todo = append(todo, Locked{Key: key, ETag: h.ETag, Inode: in})
 			continue
 		}
-		h := held[i]
 		if h.ETag == "" && h.Bound != nil {
 			return nil, fmt.Errorf("lock %s: op %d: a binding held without an ETag: %w", tx, i, namespace.ErrInvalid)
 		}
@@ -81,6 +97,20 @@ func (n *Names) Lock(ctx context.Context, tx string, ops []Op, held []Held) ([]L
 	mine := func(cur *Dentry) bool { return cur.Change == tx && cur.Lock != nil }
 	for i := range todo {
 		l := &todo[i]
+		if l.Inode != nil {
+			r, err := n.putInode(ctx, l.Key, l.Inode, condFor(l.ETag), func(cur *Inode) bool { return cur.Change == tx && cur.Lock != nil })
+			if r.landed {
+				l.ETag = r.etag
+				continue
+			}
+			if r.unknown || n.undo(ctx, todo[:i]) != nil {
+				_, _ = n.decide(ctx, &Decision{Tx: tx, Outcome: Abort, Ops: ops})
+			}
+			if err != nil {
+				return nil, fmt.Errorf("lock %s: %w", tx, err)
+			}
+			return nil, &NameError{Key: l.Key, Err: ErrStale, ETag: r.curInfo.ETag}
+		}
 		r, err := n.putDentry(ctx, l.Key, l.Dentry, condFor(l.ETag), mine)
 		if r.landed {
 			l.ETag = r.etag
@@ -179,6 +209,9 @@ func resolved(d *Dentry, outcome string) *Dentry {
 // error when the lock was already replaced (a reader or the coordinator
 // resolved it first).
 func (n *Names) resolveOne(ctx context.Context, l Locked, outcome string) (string, error) {
+	if l.Inode != nil {
+		return n.resolveInodeLock(ctx, l, outcome)
+	}
 	d := resolved(l.Dentry, outcome)
 	r, err := n.putDentry(ctx, l.Key, d, staging.Conditions{IfMatch: l.ETag}, func(cur *Dentry) bool {
 		return cur.Change == d.Change && cur.Lock == nil
@@ -204,7 +237,7 @@ func (n *Names) Finish(ctx context.Context, locks []Locked, outcome string) erro
 	var first error
 	for _, l := range locks {
 		if _, err := n.resolveOne(ctx, l, outcome); err != nil && first == nil {
-			first = fmt.Errorf("finish %s: %w", l.Dentry.Change, err)
+			first = fmt.Errorf("finish %s: %w", staging.TruncKey(l.Key), err)
 		}
 	}
 	return first
@@ -225,7 +258,8 @@ type Resolved struct {
 	// "Atomic to every reader").
 	Decision *Decision
 	// Pending: the name is locked by a change not decided, younger than
-	// TxGrace. Bound is the old binding; no writer may replace it yet.
+	// TxGrace, or is a reaping tombstone (Bound nil) the trim is deleting.
+	// Bound is the old binding; no writer may replace it yet.
 	Pending bool
 }
 
@@ -258,7 +292,9 @@ func (n *Names) Resolve(ctx context.Context, dir namespace.Ino, frags uint32, na
 			return Resolved{}, fmt.Errorf("resolve: %w", err)
 		}
 		if d.Lock == nil {
-			return Resolved{Key: key, Dentry: d, ETag: info.ETag, Bound: d.Bound}, nil
+			// A reaping tombstone is a tombstone no writer may replace
+			// (trim.go): Pending, as a lock not decided is.
+			return Resolved{Key: key, Dentry: d, ETag: info.ETag, Bound: d.Bound, Pending: d.Reaping()}, nil
 		}
 		res, err := n.resolveLocked(ctx, key, d, info)
 		if err != nil {

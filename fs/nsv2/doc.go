@@ -6,10 +6,14 @@
 // says one, a lost answer resolved by reading back the id it wrote (see
 // prim.go); and Tree (tree.go), namespace.Names over them for the changes
 // of one name (docs/namespace-v2.md §10, step 3) and rename, exchange and
-// rmdir with the seal and create leases (treemulti.go, lease.go: step 4
-// but for links and directories moved across directories), which a mount
+// rmdir with the seal and create leases (treemulti.go, lease.go), hard
+// links with inode objects (inode.go), and directories moved across
+// directories through the moves log (moves.go): step 4, which a mount
 // of a volume made with ckptfs format -o namespace=v2 holds
-// (fs/volume.OpenNames; experimental).
+// (fs/volume.OpenNames; experimental). For the cleaner and fsck (§5, step
+// 5): Index judges the orphan records, Trim deletes the history older than
+// TrimGrace, Check reads every object under ns2/; a Tree drops its cache
+// after a gap longer than TrimGrace (gap.go).
 //
 // The package is fs/nsv2 rather than fs/namespace/v2: a final path element
 // "v2" reads to Go's tools as a module's major version, and goimports would
@@ -32,10 +36,11 @@
 //	ns2/seal/<dir-ino>                   a directory being removed
 //	ns2/digest/<hh>/<dir-ino>/<mount-id> a mount's digest of its names in a directory
 //	ns2/orphan/<file-id>                 a file whose last name went
+//	ns2/moves/<seq>                      the moves log: a directory moved across directories
 //
 // <ino> and <dir-ino> are 16 hex digits, <batch> 11 (2^44 batches of 2^20),
-// <frag> 2: xxh3 of the name's bytes modulo the directory's fragment count F
-// (a power of two from 1 to 256). <name> is the name escaped: '%', '/' and
+// <seq> 16 (nonzero), <frag> 2: xxh3 of the name's bytes modulo the
+// directory's fragment count F (a power of two from 1 to 256). <name> is the name escaped: '%', '/' and
 // every byte outside printable ASCII (0x20 to 0x7e) is %XX with upper-case
 // hex digits, every other byte is itself. The escaping is a bijection on
 // names: a key whose name segment the escaper would not have written (%41
@@ -59,11 +64,12 @@
 //	| magic  | u8  | u8  | u16 = 0  | u32      | u32      | (body len B) |
 //	+--------+-----+-----+----------+----------+----------+--------------+
 //
-// ver is 1. kind is 1 dentry, 2 inode object, 3 decision, 4 batch claim,
-// 5 lease, 6 seal, 7 digest, 8 orphan record. The CRC-32C (Castagnoli)
+// ver is 1, but 2 for an inode object (kindVersion: a build before hard
+// links refuses it). kind is 1 dentry, 2 inode object, 3 decision, 4 batch claim,
+// 5 lease, 6 seal, 7 digest, 8 orphan record, 9 moves log entry. The CRC-32C (Castagnoli)
 // covers header bytes 0..11 and the body. Each kind bounds its body length
-// (maxBody): a dentry's and a decision's 16 MiB (2 + MaxOps nodes, each
-// with up to 256 KiB of extended attributes), an inode object's 2 MiB, a
+// (maxBody): a dentry's, a decision's and an inode object's 16 MiB (2 +
+// MaxOps nodes, each with up to 256 KiB of extended attributes), a
 // digest's 64 MiB, the others' 4 KiB. The body is decoded strictly: an unknown field, data after the
 // body, an empty list written as [] (the encoder omits it), a value out of
 // its bound, or a body that names another key than the one it was read from
@@ -77,7 +83,8 @@
 //
 // The body of each kind is drawn next to its type: Dentry (a name's
 // binding, tombstone or lock, with the op list of a change of several
-// names), Inode, Decision, Batch, Lease, Seal, Digest and Orphan; Binding,
+// names), Inode, Decision, Batch, Lease, Seal, Digest, Orphan and
+// MoveEntry (moves.go); Binding,
 // Attrs and Op are their parts. Lists and strings are bounded: MaxOps,
 // MaxLinks, MaxDigestNames, MaxETagLen, and v1's bounds on names, targets,
 // modes, device numbers and extended attributes (namespace.MaxNameLen and

@@ -19,6 +19,21 @@ const (
 	envHeaderLen = 16
 )
 
+// kindVersion is the envelope version of each kind: envVersion but for the
+// inode object, 2 since hard links (an inode object may be locked by a
+// change of several names, and its nl may be 0: see Inode). A build before
+// them reads only version 1 and refuses an inode object as "unknown format
+// version 2" (EIO on that node's names) rather than take a lock's old body,
+// or a node with no names, for the node; and it changes no node of several
+// names (it answers ENOTSUP). No build wrote a version-1 inode object, and
+// this one refuses one.
+func kindVersion(kind byte) byte {
+	if kind == kindInode {
+		return 2
+	}
+	return envVersion
+}
+
 // Object kinds, the envelope's kind byte.
 const (
 	kindDentry   byte = 1
@@ -29,6 +44,7 @@ const (
 	kindSeal     byte = 6
 	kindDigest   byte = 7
 	kindOrphan   byte = 8
+	kindMove     byte = 9
 )
 
 // maxBody bounds the body of each kind of object, so that a damaged length
@@ -37,18 +53,20 @@ const (
 // a digest up to MaxDigestNames names.
 var maxBody = map[byte]int{
 	kindDentry:   16 << 20,
-	kindInode:    2 << 20,
+	kindInode:    16 << 20, // a locked one holds its change's op list
 	kindDecision: 16 << 20,
 	kindBatch:    4 << 10,
 	kindLease:    4 << 10,
 	kindSeal:     4 << 10,
 	kindDigest:   64 << 20,
 	kindOrphan:   4 << 10,
+	kindMove:     4 << 10,
 }
 
 var kindNames = map[byte]string{
 	kindDentry: "dentry", kindInode: "inode object", kindDecision: "decision", kindBatch: "batch claim",
 	kindLease: "lease", kindSeal: "seal", kindDigest: "digest", kindOrphan: "orphan record",
+	kindMove: "moves log entry",
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
@@ -76,7 +94,7 @@ func encode(kind byte, v any, check func() error) ([]byte, error) {
 	}
 	out := make([]byte, envHeaderLen+len(body))
 	copy(out, envMagic)
-	out[4] = envVersion
+	out[4] = kindVersion(kind)
 	out[5] = kind
 	binary.LittleEndian.PutUint32(out[8:], uint32(len(body)))
 	copy(out[envHeaderLen:], body)
@@ -97,11 +115,11 @@ func decode(key string, kind byte, data []byte, v any, check func() error) error
 	if string(data[:4]) != envMagic {
 		return corruptf(key, "bad magic %q", data[:4])
 	}
-	if data[4] != envVersion {
-		return corruptf(key, "unknown format version %d", data[4])
-	}
 	if data[5] != kind {
 		return corruptf(key, "object kind %d, want %d (%s)", data[5], kind, kindNames[kind])
+	}
+	if data[4] != kindVersion(kind) {
+		return corruptf(key, "unknown format version %d of %s, this build reads %d", data[4], kindNames[kind], kindVersion(kind))
 	}
 	if binary.LittleEndian.Uint16(data[6:]) != 0 {
 		return corruptf(key, "reserved header bytes are not zero")

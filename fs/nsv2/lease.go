@@ -28,8 +28,9 @@ import (
 // to keep one ETag for LeaseTerm plus 1 % by the remover's clock; then it
 // lists the directory, and commits only when it is empty. A seal of a
 // committed removal stays (a lease taken later must see it); the seal of an
-// aborted one is deleted by its remover, and one left by a remover that
-// died is overwritten by the next (its change is decided abort by then).
+// aborted one stays too, and is overwritten (If-Match) by the next remover
+// (its change is decided abort by then; one left by a remover that died is
+// decided abort by that remover). No seal is ever deleted: see unseal.
 //
 // Clock assumptions, as the design states them: clocks advance at the same
 // rate within 1 % over LeaseTerm (no two machines' wall clocks are
@@ -161,8 +162,8 @@ func (t *Tree) dropLeases(ctx context.Context) {
 }
 
 // sealed reads dir's seal: a seal whose change is committed or not decided
-// seals it; one decided abort (left by a remover that died, or being
-// deleted by its remover) does not.
+// seals it; one decided abort (left by its remover, see unseal, or by a
+// remover that died) does not. The trim keeps the decision a seal names.
 func (t *Tree) sealed(ctx context.Context, dir namespace.Ino) (bool, error) {
 	key, err := SealKey(t.root, dir)
 	if err != nil {
@@ -245,16 +246,15 @@ func (t *Tree) seal(ctx context.Context, tx string, dir namespace.Ino) error {
 	return fmt.Errorf("seal directory %d: %w", dir, ErrContended)
 }
 
-// unseal deletes the seal of dir after its change tx was decided abort.
-// Best effort: a seal left is one of an aborted change, which seals nothing.
-func (t *Tree) unseal(ctx context.Context, dir namespace.Ino) {
-	key, err := SealKey(t.root, dir)
-	if err != nil {
-		return
-	}
-	if err := t.st.Delete(ctx, key); err != nil {
-		t.log.Debug("namespace v2: the seal of an aborted removal not deleted", zap.String("key", key), zap.Error(err))
-	}
+// unseal ends this mount's removal of dir after its change was decided
+// abort: it adds names there again. The seal stays: it is an aborted
+// change's, which seals nothing (sealed), and the next remover writes over
+// it If-Match. Deleting it would race that remover: once the abort is
+// decided another mount may lock dir's name and write its own seal over
+// this one, which an unconditional DELETE (the store has no other) would
+// then delete, letting a mount add a name to a directory that remover is
+// removing. The abort's decision stays while the seal names it (trim.go).
+func (t *Tree) unseal(dir namespace.Ino) {
 	t.leaseMu.Lock()
 	if ls := t.leases[dir]; ls != nil && ls.sealed {
 		delete(t.leases, dir)

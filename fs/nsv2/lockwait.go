@@ -3,6 +3,7 @@ package nsv2
 import (
 	"context"
 	"errors"
+	"math/rand/v2"
 	"time"
 )
 
@@ -19,8 +20,11 @@ const (
 )
 
 // waitLocked runs op until it fails with anything but ErrLocked. An op
-// that meets a locked name has changed nothing (every change is refused on
-// its first locked name, its own locks undone), so trying it again is safe.
+// that meets a locked name has changed nothing (a change refused by a lock
+// has undone its own locks, lockAll), so trying it again is safe. Each wait
+// is drawn at random from its upper half: two changes that take each
+// other's names at once (their locks are sent together) and both back off
+// then try again apart, rather than meeting again in step.
 func waitLocked[T any](ctx context.Context, t *Tree, op func() (T, error)) (T, error) {
 	wait := lockWaitFirst
 	for {
@@ -28,7 +32,7 @@ func waitLocked[T any](ctx context.Context, t *Tree, op func() (T, error)) (T, e
 		if !errors.Is(err, ErrLocked) {
 			return v, err
 		}
-		if t.sleep(ctx, wait) != nil {
+		if t.sleep(ctx, wait/2+rand.N(wait/2+1)) != nil {
 			return v, err
 		}
 		wait = min(2*wait, lockWaitMax)

@@ -143,17 +143,35 @@ func checkBinding(b *Binding) error {
 }
 
 // Inode is the object of a node of several names (hard links), at
-// InodeKey(ino); its names' bindings hold its ino and kind only.
+// InodeKey(ino); its names' bindings hold its ino and kind only. It is
+// written with envelope version 2 (format.go, kindVersion): a build that
+// knew no links refuses it as an unknown version rather than read a locked
+// one as the node.
 //
-//	{"i":<ino>,"k":<kind>,"nl":<names>,"c":"<change id>","a":{<Attrs>}}
+//	{"i":<ino>,"k":<kind>,"nl":<names>,"c":"<change id>","a":{<Attrs>},
+//	 "lk":{<Inode>},"ops":[<Op>,...]}
 //
-// It is never a directory's. c is the change that wrote it.
+// It is never a directory's. c is the change that wrote it. Its states:
+//   - in force: nl names (1 to MaxLinks) bind it, and a holds its
+//     attributes; no lk, no ops. An attribute change rewrites it If-Match
+//     (section 3, "Single-name changes").
+//   - not in force: nl 0, no lk, no ops: no name binds it (its last name
+//     went, or it is what a link that did not commit left). The cleaner
+//     deletes it with the file; a node with a name and such an object
+//     keeps its attributes in its one dentry.
+//   - locked by change c, as a dentry is (the Dentry type): nl and a are
+//     as before c (nl 0 when c is the node's first link), lk what c makes
+//     it (an Inode with c's id and neither lk nor ops of its own), ops c's
+//     op list, which holds an op on this ino whose body is lk. A reader
+//     takes lk once c is decided commit, the rest otherwise.
 type Inode struct {
 	Ino    namespace.Ino  `json:"i"`
 	Kind   namespace.Kind `json:"k"`
 	Nlink  uint32         `json:"nl"`
 	Change string         `json:"c"`
 	Node   Attrs          `json:"a"`
+	Lock   *Inode         `json:"lk,omitempty"`
+	Ops    []Op           `json:"ops,omitempty"`
 }
 
 func (n *Inode) check() error {
@@ -166,13 +184,40 @@ func (n *Inode) check() error {
 	if n.Kind == namespace.KindDir {
 		return fmt.Errorf("inode object of a directory")
 	}
-	if n.Nlink < 1 || n.Nlink > MaxLinks {
-		return fmt.Errorf("%d names, want 1 to %d", n.Nlink, MaxLinks)
+	if n.Nlink > MaxLinks {
+		return fmt.Errorf("%d names, want 0 to %d", n.Nlink, MaxLinks)
 	}
 	if !ValidID(n.Change) {
 		return fmt.Errorf("change id %q", n.Change)
 	}
-	return n.Node.check(n.Kind)
+	if err := n.Node.check(n.Kind); err != nil {
+		return err
+	}
+	if n.Lock == nil {
+		if n.Ops != nil {
+			return fmt.Errorf("an op list without a lock")
+		}
+		return nil
+	}
+	l := n.Lock
+	if l.Ino != n.Ino || l.Kind != n.Kind || l.Change != n.Change || l.Lock != nil || l.Ops != nil {
+		return fmt.Errorf("lock: not a body of ino %d by change %s", n.Ino, n.Change)
+	}
+	if err := l.check(); err != nil {
+		return fmt.Errorf("lock: %v", err)
+	}
+	if err := checkOps(n.Ops, true); err != nil {
+		return err
+	}
+	for i := range n.Ops {
+		if o := &n.Ops[i]; o.Ino == n.Ino {
+			if !reflect.DeepEqual(o.Inode, l) {
+				return fmt.Errorf("op %d on this ino disagrees with the lock", i)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("op list without an op on this ino")
 }
 
 // Op is one key's change in a change of several names: a dentry's (Dir,
@@ -207,8 +252,8 @@ func (o *Op) check() error {
 		if o.Inode == nil {
 			return nil
 		}
-		if o.Inode.Ino != o.Ino {
-			return fmt.Errorf("an op on inode %d writes inode %d", o.Ino, o.Inode.Ino)
+		if o.Inode.Ino != o.Ino || o.Inode.Lock != nil || o.Inode.Ops != nil {
+			return fmt.Errorf("an op on inode %d writes inode %d, or a locked one", o.Ino, o.Inode.Ino)
 		}
 		return o.Inode.check()
 	}
@@ -244,11 +289,22 @@ func checkOps(ops []Op, required bool) error {
 // Dentry is the object of one name, at DentryKey(Dir, Frags, Name).
 //
 //	{"p":<dir>,"pf":<dir's fragments>,"n":"<name>","c":"<change id>",
-//	 "b":{<Binding>},"lk":{"to":{<Binding>}},"ops":[<Op>,...]}
+//	 "b":{<Binding>},"lk":{"to":{<Binding>}},"ops":[<Op>,...],
+//	 "rp":"<reap id>"}
 //
 // Its states:
 //   - bound: b, no lk;
 //   - tombstone (the name was removed): neither b nor lk;
+//   - reaping tombstone: a tombstone with rp (and no ops), written by the
+//     trim (trim.go) If-Match the tombstone it judged, right before it
+//     deletes it. Every reader takes it as a tombstone (the name is not
+//     bound); no writer writes over it (a create, a lock, a link that
+//     meets one waits for it to be deleted, as for a pending lock, then
+//     writes If-None-Match), so the trim's unconditional DELETE can only
+//     delete what it marked. rp is a fresh id at each marking, so that the
+//     ETag changes even where it is the MD5 of the bytes. Builds before it
+//     refuse "rp" as an unknown field (the name is EIO for the moment the
+//     object lives) and so never write over it either.
 //   - locked by change c: lk, with b the current binding (absent: the name
 //     is not bound) and lk's "to" the binding c will give it (absent: c
 //     removes it). A locked dentry holds c's op list.
@@ -265,7 +321,13 @@ type Dentry struct {
 	Bound  *Binding      `json:"b,omitempty"`
 	Lock   *Lock         `json:"lk,omitempty"`
 	Ops    []Op          `json:"ops,omitempty"`
+	// Reap: a reaping tombstone's id (see above); "" otherwise.
+	Reap string `json:"rp,omitempty"`
 }
+
+// Reaping says whether d is a reaping tombstone: read as a tombstone, and
+// never written over.
+func (d *Dentry) Reaping() bool { return d.Reap != "" }
 
 // Lock is the lock of a dentry by the change that wrote it.
 type Lock struct {
@@ -295,6 +357,9 @@ func (d *Dentry) check() error {
 	}
 	if err := checkOps(d.Ops, d.Lock != nil); err != nil {
 		return err
+	}
+	if d.Reap != "" && (!ValidID(d.Reap) || d.Bound != nil || d.Lock != nil || d.Ops != nil) {
+		return fmt.Errorf("reaping mark %q on a dentry that is not a bare tombstone", d.Reap)
 	}
 	if d.Ops == nil {
 		return nil

@@ -214,7 +214,8 @@ func condFor(etag string) staging.Conditions {
 //     another change; nothing was written. Dentry and ETag are the
 //     binding found.
 //   - a *NameError matching ErrLocked: a change of several names holds the
-//     name and is not decided yet; nothing was written. Try again later.
+//     name and is not decided yet, or the trim is deleting its tombstone
+//     (a reaping tombstone); nothing was written. Try again later.
 //   - ErrContended: the name changed under each of maxRounds tries.
 //   - an error matching namespace.ErrCorrupt: the dentry at the name is
 //     damaged (the name is EIO); nothing was written.
@@ -247,6 +248,11 @@ func (n *Names) Bind(ctx context.Context, dir namespace.Ino, frags uint32, name,
 			continue
 		}
 		cur, curETag := r.cur, r.curInfo.ETag
+		if cur.Reaping() {
+			// The trim is deleting it: nothing may land on it (trim.go).
+			// Bound by no one; try again once it is gone.
+			return "", &NameError{Key: key, Err: ErrLocked, Dentry: cur, ETag: curETag}
+		}
 		bound := cur.Bound
 		if cur.Lock != nil {
 			res, err := n.resolveLocked(ctx, key, cur, r.curInfo)

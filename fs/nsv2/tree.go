@@ -49,15 +49,9 @@ import (
 //   - Rename, exchange and rmdir are changes of several names (step 4,
 //     treemulti.go), and every name added to a directory other than the
 //     root is added under a create lease (lease.go). A directory moved
-//     across directories needs the moves log: ErrDirMove (ENOTSUP).
-//   - Link changes several names and makes an inode object (step 4, not
-//     yet): ErrSeveralNames, which wraps namespace.ErrNotSupported
-//     (ENOTSUP): ln then fails and changes nothing. EXDEV was not chosen
-//     for it nor for ErrDirMove: mv would copy the data (or the tree) to
-//     the new name and remove the old one, a slow non-atomic copy where a
-//     rename was asked for.
-//   - A node of several names (an inode object, made by step 4's link) is
-//     read, never changed.
+//     across directories goes through the moves log (moves.go).
+//   - Link makes a node of several names, whose attributes and count of
+//     names are its inode object's (inode.go).
 //   - The root has no dentry: its attributes are Config's, and it cannot be
 //     changed (chmod, setxattr of the root: ErrNotSupported); the volume's
 //     descriptor does not hold them yet (ckptfs format -o namespace=v2
@@ -121,7 +115,10 @@ type Tree struct {
 	hot     map[nameKey]useSpan          // GUARDED_BY(mu): names used lately (refresh.go)
 	hotDirs map[namespace.Ino]useSpan    // GUARDED_BY(mu): listings used lately
 	closed  bool                         // GUARDED_BY(mu)
+	gap     gapState                     // GUARDED_BY(mu): gap.go
 	calls   sync.WaitGroup               // calls in flight, for Close
+
+	tidy tidier // resolutions of committed changes, after their calls (treemulti.go)
 
 	refresher *refresher // nil: none (no TTL, or Config.RefreshEvery < 0)
 
@@ -172,10 +169,6 @@ type orphanNode struct {
 
 // Errors a caller decides on, besides namespace's sentinels.
 var (
-	// ErrSeveralNames: the call changes a node of several names, or makes
-	// one (link): the rest of step 4 of section 10. It wraps
-	// namespace.ErrNotSupported, which the mount answers ENOTSUP.
-	ErrSeveralNames = fmt.Errorf("a change of several names, not in this version of namespace v2: %w", namespace.ErrNotSupported)
 	// ErrClosed: the Tree is closed.
 	ErrClosed = errors.New("namespace closed")
 )
@@ -227,6 +220,9 @@ type Config struct {
 	// listing's names read them again, one at a time, when a tick came in
 	// between).
 	TTL time.Duration
+	// TrimGrace is the cleaner's (0: TrimGrace): after a gap longer than
+	// this between two calls the cache is dropped whole (gap.go).
+	TrimGrace time.Duration
 	// RefreshEvery is how often the refresher (refresh.go) reads again the
 	// names and listings in use that are about to expire: 0 is TTL/8;
 	// negative, no refresher (tests that run its passes themselves). No
@@ -297,6 +293,7 @@ func Open(cfg Config) (*Tree, error) {
 		byFile:    map[string]namespace.Ino{},
 		lists:     map[namespace.Ino]*dirList{},
 		large:     map[namespace.Ino]bool{},
+		gap:       gapState{max: cfg.TrimGrace},
 		hot:       map[nameKey]useSpan{},
 		hotDirs:   map[namespace.Ino]useSpan{},
 		walks:     map[namespace.Ino]*walkState{},
@@ -328,19 +325,23 @@ func (t *Tree) enter() error {
 	if t.closed {
 		return ErrClosed
 	}
+	t.afterGapLocked()
 	t.calls.Add(1)
 	return nil
 }
 
-// Close refuses new calls, waits for those in flight, stops the refresher
-// (refresh.go) and waits for it, and deletes this mount's create leases (so
-// that no remover waits for them to run out).
+// Close refuses new calls, waits for those in flight and for the tidies of
+// their changes (each bounded: a lock a tidy leaves is resolved by its
+// readers, as a killed mount's), stops the refresher (refresh.go) and the
+// walk ahead (walkahead.go) and waits for them, and deletes this mount's
+// create leases (so that no remover waits for them to run out).
 func (t *Tree) Close() error {
 	t.mu.Lock()
 	was := t.closed
 	t.closed = true
 	t.mu.Unlock()
 	t.calls.Wait()
+	t.tidyWait()
 	if !was {
 		t.stopRefresher()
 		t.stopBackground()
@@ -496,21 +497,9 @@ func (t *Tree) resolve(ctx context.Context, dir namespace.Ino, frags uint32, nam
 	return e, nil
 }
 
-// readInode reads the inode object of e's node, a node of several names.
-func (t *Tree) readInode(ctx context.Context, e *entry) error {
-	key, err := InodeKey(t.root, e.bound.Ino)
-	if err != nil {
-		return err
-	}
-	in, _, err := read(ctx, t.st, key, kindInode, DecodeInode)
-	if err != nil {
-		return fmt.Errorf("node %d of several names: %w", e.bound.Ino, err)
-	}
-	t.mu.Lock()
-	e.node = in
-	t.mu.Unlock()
-	return nil
-}
+// readInode reads the inode object of e's node, a node of several names
+// (inode.go).
+func (t *Tree) readInode(ctx context.Context, e *entry) error { return t.readLinked(ctx, e) }
 
 // cached is name's entry if it is bound and fresh (freshLocked); known says
 // it is cached bound, fresh or not. A use of a bound entry marks it in use
@@ -566,7 +555,7 @@ func (t *Tree) Lookup(ctx context.Context, dir namespace.Ino, name string) (name
 	if e == nil || e.bound == nil {
 		return namespace.Node{}, fmt.Errorf("%q in directory %d: %w", name, dir, namespace.ErrNotExist)
 	}
-	return nodeOf(dir, e.bound, e.node), nil
+	return t.nodeOfEntry(e), nil
 }
 
 // GetNode returns node ino: the root, a node whose name this Tree has seen
@@ -591,9 +580,12 @@ func (t *Tree) GetNode(ctx context.Context, ino namespace.Ino) (namespace.Node, 
 		if ok {
 			return o.node, nil
 		}
+		if n, _, ok := t.linkedNode(ctx, ino); ok {
+			return n, nil // a node of several names, no name cached
+		}
 		return namespace.Node{}, fmt.Errorf("node %d: %w", ino, namespace.ErrNotExist)
 	}
-	return nodeOf(e.dir, e.bound, e.node), nil
+	return t.nodeOfEntry(e), nil
 }
 
 // current is the entry of node ino, read again when stale; nil when the
@@ -817,7 +809,7 @@ func (t *Tree) listDir(ctx context.Context, dir namespace.Ino, ahead bool) ([]na
 		case e.bound != nil:
 			e.gen = t.gen
 			same = append(same, e)
-			out = append(out, namespace.Dirent{Name: k.name, Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: uint64(e.bound.Ino)})
+			out = append(out, namespace.Dirent{Name: k.name, Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: cookieOf(k.name, e.bound)})
 		}
 	}
 	t.mu.Unlock()
@@ -856,7 +848,7 @@ func (t *Tree) listDir(ctx context.Context, dir namespace.Ino, ahead bool) ([]na
 		case errs[i] != nil:
 			return nil, fmt.Errorf("list directory %d: %w", dir, errs[i])
 		case e != nil && e.bound != nil:
-			out = append(out, namespace.Dirent{Name: todo[i], Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: uint64(e.bound.Ino)})
+			out = append(out, namespace.Dirent{Name: todo[i], Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: cookieOf(todo[i], e.bound)})
 		}
 	}
 	t.noteWalk(dir, now, out, ahead)
@@ -878,10 +870,9 @@ func (t *Tree) ReadDir(ctx context.Context, dir namespace.Ino) ([]namespace.Dire
 }
 
 // ReadDirAfter lists the entries of directory dir whose cookie is above
-// cookie, in cookie order. A name's cookie is its node's ino: unique in the
-// directory while a node has one name (step 3; step 4's links need another
-// cookie for a node's second name in one directory), and stable while other
-// names come and go.
+// cookie, in cookie order. A name's cookie is its node's ino, or for a name
+// of a node of several names one made of the name (cookieOf): unique in the
+// directory, and stable while other names come and go.
 func (t *Tree) ReadDirAfter(ctx context.Context, dir namespace.Ino, cookie uint64) ([]namespace.Dirent, error) {
 	if err := t.enter(); err != nil {
 		return nil, err
@@ -911,16 +902,24 @@ func (t *Tree) attrsOf(ctx context.Context, ino namespace.Ino) (*Attrs, error) {
 	if err != nil {
 		return nil, err
 	}
+	var a *Attrs
 	t.mu.Lock()
-	defer t.mu.Unlock()
 	switch {
 	case e != nil && e.bound.Node != nil:
-		return e.bound.Node, nil
+		a = e.bound.Node
 	case e != nil && e.node != nil:
-		return &e.node.Node, nil
+		a = &e.node.Node
 	}
-	if o, ok := t.orphans[ino]; ok {
+	o, ok := t.orphans[ino]
+	t.mu.Unlock()
+	switch {
+	case a != nil:
+		return a, nil
+	case ok:
 		return o.attrs, nil
+	}
+	if _, a, ok := t.linkedNode(ctx, ino); ok {
+		return a, nil // a node of several names, no name cached
 	}
 	return nil, fmt.Errorf("node %d: %w", ino, namespace.ErrNotExist)
 }

@@ -212,10 +212,27 @@ func TestTreeOps(t *testing.T) {
 		{name: "rmdir with names", run: func(ns namespace.Names, _ fixture) error {
 			return ns.Rmdir(ctx, namespace.RootIno, "d")
 		}, want: namespace.ErrNotEmpty},
-		{name: "link: step 4", run: func(ns namespace.Names, fx fixture) error {
-			_, err := ns.Link(ctx, fx.f.Ino, namespace.RootIno, "g")
+		{name: "link", run: func(ns namespace.Names, fx fixture) error {
+			n, err := ns.Link(ctx, fx.f.Ino, namespace.RootIno, "g")
+			if err == nil && (n.Ino != fx.f.Ino || n.Nlink != 2 || n.FileID != fx.f.FileID) {
+				t.Errorf("link answered %+v", n)
+			}
 			return err
-		}, want: namespace.ErrNotSupported},
+		}, check: func(t *testing.T, ns namespace.Names, fx fixture) {
+			for _, name := range []string{"f", "g"} {
+				if n := must(ns.Lookup(ctx, namespace.RootIno, name))(t); n.Ino != fx.f.Ino || n.Nlink != 2 {
+					t.Errorf("%s: %+v", name, n)
+				}
+			}
+		}},
+		{name: "link of a directory", run: func(ns namespace.Names, fx fixture) error {
+			_, err := ns.Link(ctx, fx.d.Ino, namespace.RootIno, "g")
+			return err
+		}, want: namespace.ErrNotPermitted},
+		{name: "link onto a name", run: func(ns namespace.Names, fx fixture) error {
+			_, err := ns.Link(ctx, fx.f.Ino, namespace.RootIno, "p")
+			return err
+		}, want: namespace.ErrExist},
 		{name: "setattr", run: func(ns namespace.Names, fx fixture) error {
 			at := time.Unix(100, 5)
 			n, err := ns.SetAttr(ctx, fx.x.Ino, namespace.SetAttr{Mode: mode(0o444), Mtime: &at})

@@ -1,9 +1,13 @@
 package nsv2
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sync"
+	"time"
 
 	"go.uber.org/zap"
 
@@ -13,28 +17,30 @@ import (
 
 // The changes of several names (section 3, step 4 of section 10): rename
 // (and exchange) and rmdir, each a change of the primitives: Lock every name
-// it touches, Decide (the commit point: the call returns after it), then
-// resolve each lock. A reader meeting a lock resolves it (Resolve), and a
-// reader that meets a name of a decided change drops what it cached of the
-// change's other names, so that it reads them again and never shows one
-// side of it.
+// it touches (all at once: lockAll), Decide (the commit point: the call
+// returns after it), then resolve each lock, after the call, by a tidy the
+// Tree owns (tidyLater). A reader meeting a lock resolves it (Resolve), and
+// a reader that meets a name of a decided change drops what it cached of
+// the change's other names, so that it reads them again and never shows
+// one side of it.
 //
-// What is not here, and what it answers instead:
+// A rename's round trips before it returns, when the mount knows both
+// names (the kernel looked them up just before: the cache, or a whole
+// listing of the target's directory within the TTL that lacks it): the
+// locks, with the orphan records beside them, then the decision — two
+// (TestRenameCriticalPath). Names it does not know are read first, both at
+// once: three. A guess from the cache that is wrong costs a refused lock
+// and a read, never a wrong answer. Before, a rename of a directory within
+// its parent took seven, one after another (two reads, two locks, the
+// decision, two resolutions).
 //
-//   - A directory moved across directories (a rename whose directories
-//     differ, or an exchange across directories where either node is a
-//     directory) needs the moves log of section 3 to keep two mounts'
-//     moves from making a loop (mv a b/ against mv b a/): ErrDirMove, which
-//     wraps namespace.ErrNotSupported (ENOTSUP: mv fails and changes
-//     nothing). Files move across directories; directories are renamed
-//     within theirs.
-//   - Link, and any change of a node of several names (an inode object):
-//     ErrSeveralNames.
-
-// ErrDirMove: a directory moved into another directory, which needs the
-// moves log (section 3, "Directory moves across directories"), not in this
-// version. It wraps namespace.ErrNotSupported.
-var ErrDirMove = fmt.Errorf("a directory moved across directories, not in this version of namespace v2: %w", namespace.ErrNotSupported)
+// A directory moved across directories (a rename whose directories
+// differ, or an exchange across directories where either node is a
+// directory) goes through the moves log first (moves.go), which keeps two
+// mounts' moves from making a loop (mv a b/ against mv b a/).
+//
+// A name of a node of several names moves as any name; a rename over one
+// also lowers its inode object's count of names, in the change (inode.go).
 
 // readName reads name in dir from the store (Resolve) and caches it. A name
 // locked by a change not decided is a *NameError matching ErrLocked.
@@ -43,6 +49,12 @@ func (t *Tree) readName(ctx context.Context, dir namespace.Ino, frags uint32, na
 	if err != nil {
 		return nil, err
 	}
+	return t.took(ctx, dir, frags, name, r)
+}
+
+// took caches r, name in dir as read (readName), and returns a copy of its
+// entry as read: the cache's entry may be made stale by the next read.
+func (t *Tree) took(ctx context.Context, dir namespace.Ino, frags uint32, name string, r Resolved) (*entry, error) {
 	e := t.learn(dir, frags, name, r)
 	if r.Pending {
 		return nil, &NameError{Key: r.Key, Err: ErrLocked, Dentry: r.Dentry, ETag: r.ETag}
@@ -52,7 +64,9 @@ func (t *Tree) readName(ctx context.Context, dir namespace.Ino, frags uint32, na
 			return nil, err
 		}
 	}
-	return e, nil
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return copyEntry(e), nil
 }
 
 // heldOf is what a change holds of e (nil: no object at the name).
@@ -68,25 +82,40 @@ func errNotEmpty(dir namespace.Ino) error {
 	return fmt.Errorf("directory %d: %w", dir, namespace.ErrNotEmpty)
 }
 
-// runChange makes change tx of ops: Lock (held, parallel to ops), then,
-// when sealDir is set, the seal of that directory with its leases waited
-// out and its emptiness checked (a directory removed by the change), then
-// Decide commit and the locks resolved. It returns the ETag of each name's
-// resolved dentry by key ("" when the resolution was not written: its
-// readers resolve it from the decision).
+// runChange makes change tx of ops: Lock (held, parallel to ops; every
+// name at once, lockAll), with pre (nil: none) run beside the locks — the
+// writes that must land before the decision and are harmless if the change
+// aborts (an orphan record, a stale one deleted); then, when sealDir is
+// set, the seal of that directory with its leases waited out and its
+// emptiness checked (a directory removed by the change), then Decide
+// commit. It returns the locks, which the caller resolves after it has
+// cached the change (tidyLater): the call returns at the decision, and the
+// names read right from it until then (Resolve).
 //
 // What the caller is told:
-//   - nil: committed.
-//   - a *NameError matching ErrStale (a name changed since read, or is
-//     locked), or ErrAborted (a reader judged this change's lock dead):
-//     nothing changed; read again and try again under a new id.
+//   - the locks and nil: committed.
+//   - a *NameError matching ErrStale (a name changed since read) or
+//     ErrLocked (a name is locked by another change), or ErrAborted (a
+//     reader judged this change's lock dead): nothing changed; read again
+//     and try again under a new id (after a wait, for ErrLocked).
 //   - ErrNotEmpty: sealDir has names; decided abort, nothing changed.
 //   - any other error: not stored, or, when it says "not known", perhaps
 //     stored: readers take whichever the decision says.
-func (t *Tree) runChange(ctx context.Context, tx string, ops []Op, held []Held, sealDir namespace.Ino, sealFrags uint32) (map[string]string, error) {
-	locks, err := t.p.Lock(ctx, tx, ops, held)
+func (t *Tree) runChange(ctx context.Context, tx string, ops []Op, held []Held, sealDir namespace.Ino, sealFrags uint32,
+	pre func(context.Context) error) ([]Locked, error) {
+	var preErr error
+	var wg sync.WaitGroup
+	if pre != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); preErr = pre(ctx) }()
+	}
+	locks, err := t.lockAll(ctx, tx, ops, held)
+	wg.Wait()
 	if err != nil {
 		return nil, err
+	}
+	if preErr != nil {
+		return nil, t.unlockAll(ctx, tx, ops, locks, preErr)
 	}
 	abort := func(cause error) error {
 		out, err := t.p.Decide(ctx, &Decision{Tx: tx, Outcome: Abort, Ops: ops})
@@ -98,7 +127,7 @@ func (t *Tree) runChange(ctx context.Context, tx string, ops []Op, held []Held, 
 			t.log.Debug("namespace v2: locks of an aborted change left to readers", zap.Error(err))
 		}
 		if sealDir != 0 {
-			t.unseal(ctx, sealDir)
+			t.unseal(sealDir)
 		}
 		return cause
 	}
@@ -124,31 +153,163 @@ func (t *Tree) runChange(ctx context.Context, tx string, ops []Op, held []Held, 
 	} else if errors.Is(err, ErrAborted) {
 		return nil, abort(err)
 	}
-	etags := map[string]string{}
-	for _, l := range locks {
-		etag, err := t.p.resolveOne(ctx, l, Commit)
-		if err != nil {
-			t.log.Debug("namespace v2: a lock of a committed change left to readers", zap.String("key", l.Key), zap.Error(err))
-		}
-		etags[l.Key] = etag
+	return locks, nil
+}
+
+// lockAll locks for change tx the name of every dentry op of ops as
+// Names.Lock does (one PUT each, If-Match held[i].ETag, If-None-Match for a
+// name with no object), but all at once: the lock step is one round trip
+// whatever the number of names. Its answers are Lock's, but that a name
+// refused because another change's lock holds it is a *NameError matching
+// ErrLocked (the caller waits, then tries again), not ErrStale.
+//
+// Two changes that lock the same names at once (rename a b against rename
+// b a, on two mounts) may each take some and be refused the others. Neither
+// waits for a lock while holding one: the one refused undoes every lock it
+// took (unlockAll) before it answers, and tries again after a wait that
+// grows and is drawn at random (waitLocked), so that the two stop meeting;
+// no lock is held across a wait, so no two changes wait for each other.
+func (t *Tree) lockAll(ctx context.Context, tx string, ops []Op, held []Held) ([]Locked, error) {
+	if !ValidID(tx) {
+		return nil, fmt.Errorf("lock: change id %q: %w", tx, namespace.ErrInvalid)
 	}
-	return etags, nil
+	if err := checkOps(ops, true); err != nil {
+		return nil, fmt.Errorf("lock %s: %v: %w", tx, err, namespace.ErrInvalid)
+	}
+	if len(held) != len(ops) {
+		return nil, fmt.Errorf("lock %s: %d held for %d ops: %w", tx, len(held), len(ops), namespace.ErrInvalid)
+	}
+	var todo []Locked
+	for i := range ops {
+		o := &ops[i]
+		h := held[i]
+		if o.Ino != 0 {
+			// A node of several names' inode object (inode.go), locked as
+			// Names.Lock locks it.
+			if o.Inode == nil || h.Inode == nil || h.Inode.Ino != o.Ino {
+				return nil, fmt.Errorf("lock %s: op %d: an inode object without its body: %w", tx, i, namespace.ErrInvalid)
+			}
+			in := lockedInode(tx, o.Inode, h.Inode, ops)
+			key, err := in.Key(t.root)
+			if err != nil {
+				return nil, fmt.Errorf("lock %s: %w: %w", tx, namespace.ErrInvalid, err)
+			}
+			todo = append(todo, Locked{Key: key, ETag: h.ETag, Inode: in})
+			continue
+		}
+		if h.ETag == "" && h.Bound != nil {
+			return nil, fmt.Errorf("lock %s: op %d: a binding held without an ETag: %w", tx, i, namespace.ErrInvalid)
+		}
+		d := &Dentry{Dir: o.Dir, Frags: o.Frags, Name: o.Name, Change: tx, Bound: h.Bound, Lock: &Lock{To: o.To}, Ops: ops}
+		key, err := d.Key(t.root)
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: %w: %w", tx, namespace.ErrInvalid, err)
+		}
+		todo = append(todo, Locked{Key: key, ETag: h.ETag, Dentry: d})
+	}
+	slices.SortFunc(todo, func(a, b Locked) int { return cmp.Compare(a.Key, b.Key) })
+	mine := func(cur *Dentry) bool { return cur.Change == tx && cur.Lock != nil }
+	mineInode := func(cur *Inode) bool { return cur.Change == tx && cur.Lock != nil }
+	res := make([]putResult[Dentry], len(todo))
+	errs := make([]error, len(todo))
+	var wg sync.WaitGroup
+	for i := range todo {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if in := todo[i].Inode; in != nil {
+				r, err := t.p.putInode(ctx, todo[i].Key, in, condFor(todo[i].ETag), mineInode)
+				res[i] = putResult[Dentry]{landed: r.landed, unknown: r.unknown, etag: r.etag, curInfo: r.curInfo}
+				if r.cur != nil && r.cur.Lock != nil {
+					// Another change's lock holds it: as a locked name.
+					res[i].cur = &Dentry{Lock: &Lock{}}
+				}
+				errs[i] = err
+				return
+			}
+			res[i], errs[i] = t.p.putDentry(ctx, todo[i].Key, todo[i].Dentry, condFor(todo[i].ETag), mine)
+		}()
+	}
+	wg.Wait()
+	var landed []Locked
+	refused, unknown := -1, false
+	var first error
+	for i := range todo {
+		switch {
+		case res[i].landed:
+			todo[i].ETag = res[i].etag
+			landed = append(landed, todo[i])
+		case errs[i] != nil:
+			unknown = unknown || res[i].unknown
+			if first == nil {
+				first = errs[i]
+			}
+		case refused < 0:
+			refused = i
+		}
+	}
+	if len(landed) == len(todo) {
+		return todo, nil
+	}
+	// Not all locked: undo what was, and say why.
+	cause := first
+	if cause == nil {
+		r := res[refused]
+		ne := &NameError{Key: todo[refused].Key, Err: ErrStale, Dentry: r.cur, ETag: r.curInfo.ETag}
+		if r.cur != nil && r.cur.Lock != nil {
+			ne.Err = ErrLocked
+		}
+		if todo[refused].Inode != nil {
+			ne.Dentry = nil // not a dentry: the caller reads the object again
+		}
+		cause = ne
+	} else {
+		cause = fmt.Errorf("lock %s: %w", tx, first)
+	}
+	if unknown {
+		// A lock may have landed unseen: abort tx, so that readers resolve
+		// it now.
+		_, _ = t.p.decide(ctx, &Decision{Tx: tx, Outcome: Abort, Ops: ops})
+	}
+	return nil, t.unlockAll(ctx, tx, ops, landed, cause)
+}
+
+// unlockAll undoes the locks of change tx, all at once, and returns cause.
+// A lock it cannot undo stays: it writes the decision abort so that readers
+// resolve it at once (if that fails too, they do after TxGrace).
+func (t *Tree) unlockAll(ctx context.Context, tx string, ops []Op, locks []Locked, cause error) error {
+	errs := make([]error, len(locks))
+	var wg sync.WaitGroup
+	for i := range locks {
+		wg.Add(1)
+		go func() { defer wg.Done(); _, errs[i] = t.p.resolveOne(ctx, locks[i], Abort) }()
+	}
+	wg.Wait()
+	if errors.Join(errs...) != nil {
+		_, _ = t.p.decide(ctx, &Decision{Tx: tx, Outcome: Abort, Ops: ops})
+	}
+	return cause
 }
 
 // applyOps caches the names of a committed change: new bindings first (a
 // node replaced becomes an orphan here), removals after, so that a node
-// that moved keeps its entry.
-func (t *Tree) applyOps(tx string, ops []Op, etags map[string]string) {
+// that moved keeps its entry. Its locks are not resolved yet: each bound
+// name is cached with no ETag (a change of it reads it first), and
+// tidyLater gives it the ETag of its resolution once that landed. It
+// returns the entries made, by key.
+func (t *Tree) applyOps(tx string, ops []Op) map[string]*entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	made := map[string]*entry{}
 	for _, pass := range []bool{true, false} {
 		for _, o := range ops {
 			if o.Ino != 0 || (o.To != nil) != pass {
 				continue
 			}
 			key, _ := DentryKey(t.root, o.Dir, o.Frags, string(o.Name))
-			if e := t.learnLocked(o.Dir, o.Frags, string(o.Name), o.To, etags[key], false); e != nil {
+			if e := t.learnLocked(o.Dir, o.Frags, string(o.Name), o.To, "", false); e != nil {
 				e.change = tx
+				made[key] = e
 			}
 		}
 	}
@@ -157,6 +318,7 @@ func (t *Tree) applyOps(tx string, ops []Op, etags map[string]string) {
 			delete(t.orphans, o.To.Ino) // moved, not gone
 		}
 	}
+	return made
 }
 
 // invalidateLocked makes the cached entry of name stale: the next read of
@@ -172,7 +334,8 @@ func (t *Tree) invalidateLocked(dir namespace.Ino, name string) {
 // file or an empty directory there unless flags say otherwise, with v1's
 // answers (fs/namespace, applyRename). It returns the node replaced as it
 // is after (Ino 0 when none was; a file with Nlink 0 is an orphan). A
-// directory moved across directories is ErrDirMove (see above).
+// directory moved across directories is serialised through the moves log
+// first (moves.go); one moved into its own subtree is namespace.ErrInvalid.
 func (t *Tree) Rename(ctx context.Context, oldParent namespace.Ino, oldName string, newParent namespace.Ino, newName string, flags namespace.RenameFlags) (namespace.Node, error) {
 	if err := t.enter(); err != nil {
 		return namespace.Node{}, err
@@ -209,25 +372,26 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 	}
 	exchange := flags&namespace.RenameExchange != 0
 	same := oldDir == newDir && oldName == newName
-	for range maxRounds {
-		src, err := t.readName(ctx, oldDir, ofr, oldName)
+	for round := range maxRounds {
+		// The first try takes what the cache knows (the kernel looked both
+		// names up just before): the locks' conditions check it, and a
+		// refusal reads both again.
+		src, dst, err := t.readTwo(ctx, round == 0, oldDir, ofr, oldName, newDir, nfr, newName, same)
 		if err != nil {
 			return namespace.Node{}, err
 		}
 		if src == nil || src.bound == nil {
 			return namespace.Node{}, fmt.Errorf("%q in directory %d: %w", oldName, oldDir, namespace.ErrNotExist)
 		}
-		dst := src
-		if !same {
-			if dst, err = t.readName(ctx, newDir, nfr, newName); err != nil {
-				return namespace.Node{}, err
-			}
+		if torn(src, dst) {
+			continue
 		}
 		var dstB *Binding
 		if dst != nil {
 			dstB = dst.bound
 		}
 		sb := src.bound
+		var dirs []MovedDir // directories moved across directories: the moves log's
 		if exchange {
 			if dstB == nil {
 				return namespace.Node{}, fmt.Errorf("exchange with %q: %w", newName, namespace.ErrNotExist)
@@ -238,8 +402,11 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 			if sb.Ino == dstB.Ino {
 				return namespace.Node{}, nil
 			}
-			if oldDir != newDir && (sb.Kind == namespace.KindDir || dstB.Kind == namespace.KindDir) {
-				return namespace.Node{}, ErrDirMove
+			if oldDir != newDir && sb.Kind == namespace.KindDir {
+				dirs = append(dirs, MovedDir{Ino: sb.Ino, From: oldDir, To: newDir})
+			}
+			if oldDir != newDir && dstB.Kind == namespace.KindDir {
+				dirs = append(dirs, MovedDir{Ino: dstB.Ino, From: newDir, To: oldDir})
 			}
 		} else {
 			if dstB != nil && flags&namespace.RenameNoReplace != 0 {
@@ -252,7 +419,7 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 				return namespace.Node{}, nil // two names of one node: POSIX says do nothing
 			}
 			if sb.Kind == namespace.KindDir && oldDir != newDir {
-				return namespace.Node{}, ErrDirMove
+				dirs = append(dirs, MovedDir{Ino: sb.Ino, From: oldDir, To: newDir})
 			}
 			switch {
 			case dstB == nil:
@@ -262,15 +429,12 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 				return namespace.Node{}, fmt.Errorf("rename onto directory %q: %w", newName, namespace.ErrIsDir)
 			}
 		}
-		if sb.Node == nil || dstB != nil && dstB.Node == nil {
-			return namespace.Node{}, fmt.Errorf("a name of a node of several names: %w", ErrSeveralNames)
-		}
 		if oldDir != newDir && !exchange {
 			if err := t.leaseFor(ctx, newDir); err != nil {
 				return namespace.Node{}, err
 			}
 		}
-		n, err := t.renameOnce(ctx, oldDir, ofr, oldName, newDir, nfr, newName, src, dst, exchange)
+		n, err := t.renameOnce(ctx, oldDir, ofr, oldName, newDir, nfr, newName, src, dst, exchange, dirs)
 		var ne *NameError
 		if errors.As(err, &ne) && errors.Is(err, ErrStale) || errors.Is(err, ErrAborted) {
 			continue // changed under it: read both again
@@ -280,9 +444,110 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 	return namespace.Node{}, ErrContended
 }
 
+// readTwo is the entries of a rename's two names (the same entry when
+// same): from the cache when cache is set and it knows them (known), else
+// read from the store, both at once.
+func (t *Tree) readTwo(ctx context.Context, cache bool, oldDir namespace.Ino, ofr uint32, oldName string,
+	newDir namespace.Ino, nfr uint32, newName string, same bool) (src, dst *entry, err error) {
+	var srcOK, dstOK bool
+	if cache {
+		if src, srcOK = t.known(oldDir, oldName); src == nil || src.bound == nil {
+			src, srcOK = nil, false // a source not bound is read: ENOENT is the store's word
+		}
+		dst, dstOK = t.known(newDir, newName)
+	}
+	if same {
+		if !srcOK {
+			if src, err = t.readName(ctx, oldDir, ofr, oldName); err != nil {
+				return nil, nil, err
+			}
+		}
+		return src, src, nil
+	}
+	// Both read at once, then cached in order.
+	var rs [2]Resolved
+	var errs [2]error
+	var wg sync.WaitGroup
+	if !srcOK {
+		wg.Add(1)
+		go func() { defer wg.Done(); rs[0], errs[0] = t.p.Resolve(ctx, oldDir, ofr, oldName) }()
+	}
+	if !dstOK {
+		rs[1], errs[1] = t.p.Resolve(ctx, newDir, nfr, newName)
+	}
+	wg.Wait()
+	if err := errors.Join(errs[:]...); err != nil {
+		return nil, nil, err
+	}
+	if !srcOK {
+		if src, err = t.took(ctx, oldDir, ofr, oldName, rs[0]); err != nil {
+			return nil, nil, err
+		}
+	}
+	if !dstOK {
+		if dst, err = t.took(ctx, newDir, nfr, newName, rs[1]); err != nil {
+			return nil, nil, err
+		}
+	}
+	return src, dst, nil
+}
+
+// copyEntry is a copy of e (nil: nil). mu held.
+func copyEntry(e *entry) *entry {
+	if e == nil {
+		return nil
+	}
+	c := *e
+	return &c
+}
+
+// torn says whether src and dst, read at different moments, cannot be
+// changed as read: both bind one node of one name (a change moved it
+// between the two reads: the rename would answer "nothing to do" without
+// locking), or one holds a binding with no ETag to lock on (a decided lock
+// whose resolution could not be written). Read both again. Any other
+// difference of moments is caught by the locks' conditions.
+func torn(src, dst *entry) bool {
+	for _, e := range []*entry{src, dst} {
+		if e != nil && e.bound != nil && e.etag == "" {
+			return true
+		}
+	}
+	return src != dst && src != nil && dst != nil && src.bound != nil && dst.bound != nil &&
+		src.bound.Ino == dst.bound.Ino && src.bound.Node != nil
+}
+
+// known is (a copy of) the cached entry of name in dir, when the cache knows what the
+// store holds there well enough to condition a lock on it: an entry fresh
+// (freshLocked) with an ETag and its node's attributes, or (a nil entry)
+// no key among a whole listing of dir begun less than the TTL ago. ok is
+// false otherwise: read the name. A wrong guess costs a refused lock and a
+// read, never a wrong answer: the lock's If-Match (If-None-Match) is the
+// check.
+func (t *Tree) known(dir namespace.Ino, name string) (e *entry, ok bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if e := t.names[nameKey{dir, name}]; e != nil {
+		if e.etag != "" && t.freshLocked(e) && (e.bound == nil || e.bound.Node != nil) {
+			return copyEntry(e), true
+		}
+		return nil, false
+	}
+	l := t.lists[dir]
+	if t.ttl > 0 && l != nil && l.gen == t.gen && t.clock().Sub(l.began) < t.ttl {
+		if _, listed := l.etags[name]; !listed {
+			return nil, true
+		}
+	}
+	return nil, false
+}
+
 // moved is binding b with its ctime now, as a rename leaves it.
 func (t *Tree) moved(b *Binding) *Binding {
 	c := *b
+	if b.Node == nil {
+		return &c // a node of several names: its inode object is not touched
+	}
 	c.Node = cloneAttrs(b.Node)
 	c.Node.Ctime = t.now().UnixNano()
 	return &c
@@ -291,8 +556,16 @@ func (t *Tree) moved(b *Binding) *Binding {
 // renameOnce makes one try of a rename of src to dst (checked by rename):
 // the orphan record of a file it replaces first, then the change.
 func (t *Tree) renameOnce(ctx context.Context, oldDir namespace.Ino, ofr uint32, oldName string,
-	newDir namespace.Ino, nfr uint32, newName string, src, dst *entry, exchange bool) (namespace.Node, error) {
+	newDir namespace.Ino, nfr uint32, newName string, src, dst *entry, exchange bool, dirs []MovedDir) (namespace.Node, error) {
 	tx := newID()
+	var seq uint64 // the moves log entry of a directory moved across directories
+	if len(dirs) > 0 {
+		var err error
+		if seq, err = t.moveEnter(ctx, tx, dirs); err != nil {
+			t.abandonMove(ctx, tx, 0)
+			return namespace.Node{}, err
+		}
+	}
 	sb := src.bound
 	var dstB *Binding
 	if dst != nil {
@@ -309,23 +582,48 @@ func (t *Tree) renameOnce(ctx context.Context, oldDir namespace.Ino, ofr uint32,
 	held := []Held{heldOf(src), heldOf(dst)}
 	var sealDir namespace.Ino
 	var sealFrags uint32
-	if !exchange && dstB != nil {
-		switch dstB.Kind {
-		case namespace.KindDir:
-			sealDir, sealFrags = dstB.Ino, dstB.Frags
-		case namespace.KindFile:
-			if err := t.putOrphan(ctx, &Orphan{FileID: dstB.Node.FileID, Ino: dstB.Ino, Dir: newDir, Frags: nfr,
-				Name: Name(newName), Change: tx}); err != nil {
-				return namespace.Node{}, err
+	var dstIn *Inode // the inode object of a node of several names replaced
+	if !exchange && dstB != nil && dstB.Node == nil {
+		o, h, err := t.dropNameOp(ctx, tx, dstB, newDir, nfr, newName)
+		if err != nil {
+			if seq != 0 {
+				t.abandonMove(ctx, tx, seq)
 			}
-		}
-	}
-	if sb.Kind == namespace.KindFile && !exchange {
-		if err := t.staleRecord(ctx, sb, oldDir, oldName); err != nil {
 			return namespace.Node{}, err
 		}
+		ops, held, dstIn = append(ops, o), append(held, h), o.Inode
 	}
-	etags, err := t.runChange(ctx, tx, ops, held, sealDir, sealFrags)
+	var orphan *Orphan
+	if !exchange && dstB != nil {
+		switch {
+		case dstB.Kind == namespace.KindDir:
+			sealDir, sealFrags = dstB.Ino, dstB.Frags
+		case dstB.Kind == namespace.KindFile && dstIn == nil:
+			orphan = &Orphan{FileID: dstB.Node.FileID, Ino: dstB.Ino, Dir: newDir, Frags: nfr, Name: Name(newName), Change: tx}
+		}
+	}
+	stale := sb.Kind == namespace.KindFile && sb.Node != nil && !exchange
+	// Beside the locks: the orphan record of a file replaced, and a stale
+	// record of the file moved deleted. Both must land before the decision;
+	// neither changes what a name binds, so an abort leaves them harmless (a
+	// record is an orphan's only once its name no longer binds its file).
+	var pre func(context.Context) error
+	if orphan != nil || stale {
+		pre = func(ctx context.Context) error {
+			var errs [2]error
+			var wg sync.WaitGroup
+			if orphan != nil {
+				wg.Add(1)
+				go func() { defer wg.Done(); errs[0] = t.putOrphan(ctx, orphan) }()
+			}
+			if stale {
+				errs[1] = t.staleRecord(ctx, sb, oldDir, oldName)
+			}
+			wg.Wait()
+			return errors.Join(errs[:]...)
+		}
+	}
+	locks, err := t.runChange(ctx, tx, ops, held, sealDir, sealFrags, pre)
 	var ne *NameError
 	if errors.As(err, &ne) && ne.Dentry != nil {
 		t.mu.Lock()
@@ -334,11 +632,22 @@ func (t *Tree) renameOnce(ctx context.Context, oldDir namespace.Ino, ofr uint32,
 		t.mu.Unlock()
 	}
 	if err != nil {
+		if seq != 0 {
+			t.abandonMove(ctx, tx, seq)
+		}
 		return namespace.Node{}, err
 	}
-	t.applyOps(tx, ops, etags)
+	var after func(context.Context)
+	if seq != 0 {
+		after = func(ctx context.Context) { t.leaveMove(ctx, seq) }
+	}
+	t.tidyLater(tx, locks, t.applyOps(tx, ops), after)
 	if exchange || dstB == nil {
 		return namespace.Node{}, nil
+	}
+	if dstIn != nil {
+		t.noteChanged(dstIn)
+		return nodeOf(newDir, dstB, dstIn), nil
 	}
 	n := nodeOf(newDir, dstB, nil)
 	n.Nlink = 0
@@ -413,7 +722,7 @@ func (t *Tree) rmdirTry(ctx context.Context, parent namespace.Ino, name string) 
 		d := e.bound
 		tx := newID()
 		ops := []Op{{Dir: parent, Frags: frags, Name: Name(name)}}
-		etags, err := t.runChange(ctx, tx, ops, []Held{heldOf(e)}, d.Ino, d.Frags)
+		locks, err := t.runChange(ctx, tx, ops, []Held{heldOf(e)}, d.Ino, d.Frags, nil)
 		var ne *NameError
 		if errors.As(err, &ne) && errors.Is(err, ErrStale) || errors.Is(err, ErrAborted) {
 			continue
@@ -421,7 +730,7 @@ func (t *Tree) rmdirTry(ctx context.Context, parent namespace.Ino, name string) 
 		if err != nil {
 			return err
 		}
-		t.applyOps(tx, ops, etags)
+		t.tidyLater(tx, locks, t.applyOps(tx, ops), nil)
 		t.leaseMu.Lock()
 		delete(t.leases, d.Ino)
 		t.leaseMu.Unlock()
@@ -429,3 +738,102 @@ func (t *Tree) rmdirTry(ctx context.Context, parent namespace.Ino, name string) 
 	}
 	return ErrContended
 }
+
+// The tidy of a committed change: its locks replaced by their resolutions
+// after the call returned (section 3, step 3), by goroutines the Tree owns.
+// Until a lock is resolved its readers resolve it from the decision, on
+// this mount as on any other (Resolve; the entries applyOps made read the
+// name again before a change of it), so a tidy that fails, or never runs
+// (the mount killed), leaves nothing wrong: the next reader of the name
+// writes the resolution. Close waits for the tidies running, each bounded
+// by tidyTimeout.
+const (
+	// tidyMax bounds the tidies running at once; a change committed past
+	// it tidies before it returns, as before the tidy ran after.
+	tidyMax = 256
+	// tidyTimeout bounds one tidy (its requests are sent at once).
+	tidyTimeout = 30 * time.Second
+)
+
+// tidier is a Tree's tidies in flight. Its zero value is ready.
+type tidier struct {
+	mu sync.Mutex
+	n  int // GUARDED_BY(mu): tidies running
+	wg sync.WaitGroup
+}
+
+// tidyKey marks the context of a tidy's requests, so that a store wrapper
+// (the tests') can tell them from those of the call.
+type tidyKey struct{}
+
+// isTidy says whether ctx is a tidy's.
+func isTidy(ctx context.Context) bool { return ctx.Value(tidyKey{}) != nil }
+
+// tidyLater resolves the locks of committed change tx after the call
+// returns (inline when tidyMax tidies run already), and gives each entry
+// of made (applyOps) whose name it resolved the resolution's ETag, unless
+// the entry was replaced or given an ETag since.
+func (t *Tree) tidyLater(tx string, locks []Locked, made map[string]*entry, after func(context.Context)) {
+	run := func() {
+		ctx, cancel := context.WithTimeout(context.WithValue(context.Background(), tidyKey{}, true), tidyTimeout)
+		defer cancel()
+		etags := make([]string, len(locks))
+		var wg sync.WaitGroup
+		for i := range locks {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				var err error
+				if etags[i], err = t.p.resolveOne(ctx, locks[i], Commit); err != nil {
+					t.log.Debug("namespace v2: a lock of a committed change left to readers",
+						zap.String("key", locks[i].Key), zap.Error(err))
+				}
+			}()
+		}
+		wg.Wait()
+		if after != nil {
+			after(ctx)
+		}
+		t.mu.Lock()
+		defer t.mu.Unlock()
+		for i, l := range locks {
+			if etags[i] == "" || l.Dentry == nil {
+				continue // an inode object is read again by each change of it
+			}
+			k := nameKey{l.Dentry.Dir, string(l.Dentry.Name)}
+			cur := t.names[k]
+			switch e := made[l.Key]; {
+			case e != nil && cur == e && e.etag == "":
+				e.etag = etags[i]
+			case e == nil && cur == nil && l.Dentry.Lock.To == nil:
+				// A name the change removed: its tombstone, for listings.
+				if e := t.learnLocked(k.dir, l.Dentry.Frags, k.name, nil, etags[i], false); e != nil {
+					e.change = tx
+				}
+			}
+		}
+	}
+	t.tidy.mu.Lock()
+	inline := t.tidy.n >= tidyMax
+	if !inline {
+		t.tidy.n++
+		t.tidy.wg.Add(1)
+	}
+	t.tidy.mu.Unlock()
+	if inline {
+		run()
+		return
+	}
+	go func() {
+		defer func() {
+			t.tidy.mu.Lock()
+			t.tidy.n--
+			t.tidy.mu.Unlock()
+			t.tidy.wg.Done()
+		}()
+		run()
+	}()
+}
+
+// tidyWait waits for the tidies running (Close, and tests).
+func (t *Tree) tidyWait() { t.tidy.wg.Wait() }

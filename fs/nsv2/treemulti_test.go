@@ -174,8 +174,14 @@ func TestTreeRenameOps(t *testing.T) {
 		{name: "a directory across directories", run: func(ns namespace.Names, fx fixture) (namespace.Node, error) {
 			must(ns.Mkdir(ctx, root, "e", 0o755, owner))(t)
 			return ns.Rename(ctx, root, "e", fx.d.Ino, "e", 0)
-		}, want: ErrDirMove, check: func(t *testing.T, ns namespace.Names, _ fixture, _ namespace.Node) {
-			must(ns.Lookup(ctx, root, "e"))(t)
+		}, check: func(t *testing.T, ns namespace.Names, fx fixture, _ namespace.Node) {
+			e := must(ns.Lookup(ctx, fx.d.Ino, "e"))(t)
+			if _, err := ns.Lookup(ctx, root, "e"); !errors.Is(err, namespace.ErrNotExist) {
+				t.Fatalf("e left in the root: %v", err)
+			}
+			if e.Kind != namespace.KindDir || e.Parent != fx.d.Ino {
+				t.Fatalf("e %+v", e)
+			}
 		}},
 		{name: "a directory into itself", run: func(ns namespace.Names, fx fixture) (namespace.Node, error) {
 			return ns.Rename(ctx, root, "d", fx.d.Ino, "d", 0)

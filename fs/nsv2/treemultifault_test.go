@@ -150,39 +150,48 @@ func (d *dyingStore) Delete(ctx context.Context, key string) error {
 // store (resolving, as abort, a lock left undecided) and finds all or none
 // of the change, and a mount after it the same.
 func TestTreeMultiDies(t *testing.T) {
-	ctx := context.Background()
 	for _, fc := range multiFaultCases() {
-		t.Run(fc.name, func(t *testing.T) {
-			for k := 0; ; k++ {
-				st := mem.NewS3ETags()
-				d := &dyingStore{Store: st, n: 1 << 30}
-				one, two := openTree(t, st, 1), openTree(t, d, 2)
-				fc.setup(t, one, two)
-				d.mu.Lock()
-				d.n = k
-				d.mu.Unlock()
-				err := fc.run(ctx, two)
-				late, err2 := Open(Config{Store: st, Root: root, Mount: cid(3), FirstBatch: 1<<40 + 3*16,
-					StoreNow: func() time.Time { return time.Now().Add(2 * TxGrace) }})
-				if err2 != nil {
-					t.Fatal(err2)
-				}
-				state := fc.state(t, late)
-				_ = late.Close()
-				after := fc.state(t, openTree(t, st, 4))
-				where := fmt.Sprintf("died after request %d", k)
-				switch {
-				case state != "done" && state != "none":
-					t.Fatalf("%s: the store holds a part: %s", where, state)
-				case after != state:
-					t.Fatalf("%s: read %s, then %s", where, state, after)
-				case err == nil && state != "done":
-					t.Fatalf("%s: told done, the store holds %s", where, state)
-				}
-				if err == nil {
-					break // the change needed no more than k requests
-				}
-			}
-		})
+		t.Run(fc.name, func(t *testing.T) { diesAtEveryRequest(t, fc) })
+	}
+}
+
+// diesAtEveryRequest runs fc by a mount that dies after its k-th request,
+// for every k until fc is done within k; a mount whose clock of the store
+// is past TxGrace then reads the store (resolving, as abort, a lock left
+// undecided) and finds all or none of the change, and a mount after it the
+// same. Requests after the call (the tidy of its locks) count as the
+// mount's too: it dies there as well.
+func diesAtEveryRequest(t *testing.T, fc treeFaultCase) {
+	t.Helper()
+	ctx := context.Background()
+	for k := 0; ; k++ {
+		st := mem.NewS3ETags()
+		d := &dyingStore{Store: st, n: 1 << 30}
+		one, two := openTree(t, st, 1), openTree(t, d, 2)
+		fc.setup(t, one, two)
+		d.mu.Lock()
+		d.n = k
+		d.mu.Unlock()
+		err := fc.run(ctx, two)
+		late, err2 := Open(Config{Store: st, Root: root, Mount: cid(3), FirstBatch: 1<<40 + 3*16,
+			StoreNow: func() time.Time { return time.Now().Add(2 * TxGrace) }})
+		if err2 != nil {
+			t.Fatal(err2)
+		}
+		state := fc.state(t, late)
+		_ = late.Close()
+		after := fc.state(t, openTree(t, st, 4))
+		where := fmt.Sprintf("died after request %d", k)
+		switch {
+		case state != "done" && state != "none":
+			t.Fatalf("%s: the store holds a part: %s", where, state)
+		case after != state:
+			t.Fatalf("%s: read %s, then %s", where, state, after)
+		case err == nil && state != "done":
+			t.Fatalf("%s: told done, the store holds %s", where, state)
+		}
+		if err == nil {
+			return // the change needed no more than k requests
+		}
 	}
 }

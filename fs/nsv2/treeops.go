@@ -95,7 +95,7 @@ func (t *Tree) bindNewTry(ctx context.Context, parent namespace.Ino, name string
 	var ne *NameError
 	if errors.As(err, &ne) && errors.Is(err, namespace.ErrExist) && ne.Dentry != nil {
 		t.mu.Lock()
-		t.learnLocked(parent, frags, name, ne.Dentry.Bound, ne.ETag, ne.Dentry.Lock != nil)
+		t.learnLocked(parent, frags, name, ne.Dentry.Bound, ne.ETag, unwritable(ne.Dentry))
 		t.mu.Unlock()
 	}
 	if err != nil {
@@ -170,12 +170,6 @@ func (t *Tree) Symlink(ctx context.Context, parent namespace.Ino, name, target s
 	return n, nil
 }
 
-// Link is a change of several names (the name, and the node becoming an
-// inode object): ErrSeveralNames until step 4.
-func (t *Tree) Link(_ context.Context, ino, newParent namespace.Ino, newName string) (namespace.Node, error) {
-	return namespace.Node{}, fmt.Errorf("link %d as %q in %d: %w", ino, newName, newParent, ErrSeveralNames)
-}
-
 // held is the entry of name in dir to change: the cached one when it has
 // an ETag a write may be conditioned on (a write against a stale one is
 // refused and reads it again), else read from the store.
@@ -188,6 +182,10 @@ func (t *Tree) held(ctx context.Context, dir namespace.Ino, frags uint32, name s
 	}
 	return t.resolve(ctx, dir, frags, name)
 }
+
+// unwritable says whether no write may be conditioned on d's ETag: a lock
+// (its change writes it), or a reaping tombstone (the trim deletes it).
+func unwritable(d *Dentry) bool { return d.Lock != nil || d.Reaping() }
 
 // lockedErr is the error of a name held by a change of several names not
 // decided yet.
@@ -238,7 +236,16 @@ func (t *Tree) unlinkTry(ctx context.Context, parent namespace.Ino, name string)
 		case e.bound.Kind == namespace.KindDir:
 			return namespace.Node{}, fmt.Errorf("%q in directory %d: %w", name, parent, namespace.ErrIsDir)
 		case e.bound.Node == nil:
-			return namespace.Node{}, fmt.Errorf("a name of a node of several names: %w", ErrSeveralNames)
+			// A name of a node of several names (inode.go).
+			n, err := t.unlinkLinked(ctx, parent, frags, name, e)
+			var ne *NameError
+			if errors.As(err, &ne) && errors.Is(err, ErrStale) || errors.Is(err, ErrAborted) {
+				if e, err = t.readName(ctx, parent, frags, name); err != nil {
+					return namespace.Node{}, err
+				}
+				continue
+			}
+			return n, err
 		}
 		change := newID()
 		b := e.bound
@@ -263,7 +270,7 @@ func (t *Tree) unlinkTry(ctx context.Context, parent namespace.Ino, name string)
 			// written for it stays, stale: its name still binds its file,
 			// or another unlink of the file made it an orphan anyway.
 			t.mu.Lock()
-			locked := ne.Dentry != nil && ne.Dentry.Lock != nil
+			locked := ne.Dentry != nil && unwritable(ne.Dentry)
 			var bound *Binding
 			if ne.Dentry != nil {
 				bound = ne.Dentry.Bound
@@ -330,7 +337,8 @@ func (t *Tree) putOrphan(ctx context.Context, o *Orphan) error {
 // rewrite changes the binding of node ino's name with change: one PUT
 // If-Match the ETag held; refused (another mount changed it), it reads the
 // name and applies change again to what it holds, while it still binds
-// ino. An orphan's attributes change here only (no object holds them).
+// ino. An orphan's attributes change here only (no object holds them); a
+// node of several names's in its inode object (rewriteLinked).
 func (t *Tree) rewrite(ctx context.Context, ino namespace.Ino, change func(a *Attrs) error) (namespace.Node, error) {
 	return waitLocked(ctx, t, func() (namespace.Node, error) { return t.rewriteTry(ctx, ino, change) })
 }
@@ -345,7 +353,7 @@ func (t *Tree) rewriteTry(ctx context.Context, ino namespace.Ino, change func(a 
 	}
 	for range maxRounds {
 		if e == nil {
-			return t.rewriteOrphan(ino, change)
+			return t.rewriteGone(ctx, ino, change)
 		}
 		if e.etag == "" || e.bound.Node == nil {
 			if e, err = t.resolve(ctx, e.dir, e.frags, e.name); err != nil {
@@ -359,7 +367,7 @@ func (t *Tree) rewriteTry(ctx context.Context, ino namespace.Ino, change func(a 
 				key, _ := DentryKey(t.root, e.dir, e.frags, e.name)
 				return namespace.Node{}, lockedErr(key)
 			case e.bound.Node == nil:
-				return namespace.Node{}, fmt.Errorf("a node of several names: %w", ErrSeveralNames)
+				return t.rewriteLinked(ctx, ino, change)
 			}
 		}
 		a := cloneAttrs(e.bound.Node)
@@ -390,7 +398,7 @@ func (t *Tree) rewriteTry(ctx context.Context, ino namespace.Ino, change func(a 
 			bound = r.cur.Bound
 		}
 		dir, frags, name := e.dir, e.frags, e.name
-		e = t.learnLocked(dir, frags, name, bound, r.curInfo.ETag, r.cur != nil && r.cur.Lock != nil)
+		e = t.learnLocked(dir, frags, name, bound, r.curInfo.ETag, r.cur != nil && unwritable(r.cur))
 		t.mu.Unlock()
 		if e != nil && (e.bound == nil || e.bound.Ino != ino) {
 			e = nil
@@ -571,7 +579,16 @@ func (t *Tree) orphanState(ctx context.Context, fileID string) (rec *Orphan, orp
 	}
 	// A name locked by a change not decided keeps its old binding: that is
 	// what every reader takes now.
-	return rec, r.Bound == nil || r.Bound.Ino != rec.Ino, nil
+	if r.Bound != nil && r.Bound.Ino == rec.Ino {
+		return rec, false, nil
+	}
+	// The name went; a node of several names may have others, which its
+	// inode object in force counts (inode.go): one GET more.
+	named, err := t.inForce(ctx, rec.Ino)
+	if err != nil {
+		return nil, false, err
+	}
+	return rec, !named, nil
 }
 
 // Orphaned reports whether fileID is an orphan: its orphan record is stored
@@ -622,6 +639,19 @@ func (t *Tree) Named(ctx context.Context, fileID string) (bool, error) {
 		return false, fmt.Errorf("is file %s named: %w", fileID, err)
 	case rec != nil:
 		return !orphan, nil
+	}
+	if known {
+		// A node of several names whose name this mount saw went: its
+		// inode object counts the others.
+		named, err := t.inForce(ctx, ino)
+		if err != nil {
+			return false, fmt.Errorf("is file %s named: %w", fileID, err)
+		}
+		if named {
+			return true, nil
+		}
+	}
+	switch {
 	case known:
 		// Its name went and its record is gone: forgotten.
 		return false, nil
@@ -683,6 +713,7 @@ func (t *Tree) Forget(ctx context.Context, fileID string) error {
 	if err := t.st.Delete(ctx, key); err != nil {
 		return fmt.Errorf("forget file %s: delete %s: %w", fileID, staging.TruncKey(key), err)
 	}
+	t.dropInode(ctx, rec.Ino)
 	// byFile keeps it: Named then knows it forgotten.
 	t.mu.Lock()
 	delete(t.orphans, rec.Ino)

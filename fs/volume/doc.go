@@ -78,7 +78,9 @@
 //	}
 //
 // The namespace format is chosen when the volume is made (ckptfs format -o
-// namespace=v2) and never changes. A v1 volume is layout_version 1 with no
+// namespace=v2) and changes only from v1 to v2, by ckptfs upgrade
+// (fs/upgrade), which replaces the descriptor last (UpgradeDescriptor,
+// If-Match). A v1 volume is layout_version 1 with no
 // "namespace" (as every build before v2 wrote it): its names are the log
 // under ns/ (fs/namespace). A v2 volume is layout_version 2 with
 // "namespace": "v2": its names are objects under ns2/ (fs/nsv2,

@@ -1,0 +1,518 @@
+package upgrade
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/config"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/nsv2"
+	"github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/staging"
+	"github.com/ckptfs/ckptfs/staging/mem"
+)
+
+const root = "vol/"
+
+// v1Volume makes a v1 volume on a memory store with S3's ETags: files,
+// directories (nested), symlinks, extended attributes, device nodes, a FIFO
+// and a socket, names that need escaping, set owners, modes and times; and
+// a stand-in for each file's data under f/<file-id>/ (the upgrade must not
+// touch it). It returns the store and the open v1 namespace.
+func v1Volume(t testing.TB) (*mem.Store, *namespace.Namespace) {
+	t.Helper()
+	ctx := context.Background()
+	st := mem.NewS3ETags()
+	if _, err := volume.CreateDescriptor(ctx, st, root, config.Default()); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := namespace.Open(ctx, st, root, namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	must := func(n namespace.Node, err error) namespace.Node {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	own := namespace.Owner{Uid: 1000, Gid: 100}
+	d := must(ns.Mkdir(ctx, namespace.RootIno, "d", 0o750, own))
+	e := must(ns.Mkdir(ctx, d.Ino, "e", 0o700, namespace.Owner{}))
+	var files []namespace.Node
+	for i, where := range []namespace.Ino{namespace.RootIno, d.Ino, e.Ino, e.Ino} {
+		files = append(files, must(ns.Create(ctx, where, fmt.Sprintf("f%d", i), 0o644, own)))
+	}
+	// A name v2 escapes in its key.
+	files = append(files, must(ns.Create(ctx, d.Ino, "100% \xff\x01?", 0o600, own)))
+	must(ns.Symlink(ctx, namespace.RootIno, "s", "d/e/f2", own))
+	must(ns.Symlink(ctx, e.Ino, "dangling", "/nowhere", namespace.Owner{}))
+	must(ns.MknodDevice(ctx, namespace.RootIno, "null", namespace.KindCharDev, 0o666, 1, 3, namespace.Owner{}))
+	must(ns.MknodDevice(ctx, d.Ino, "sda", namespace.KindBlockDev, 0o660, 8, 0, namespace.Owner{Gid: 6}))
+	must(ns.Mknod(ctx, e.Ino, "fifo", namespace.KindFIFO, 0o644, own))
+	must(ns.Mknod(ctx, e.Ino, "sock", namespace.KindSocket, 0o755, own))
+	for _, x := range []struct {
+		ino   namespace.Ino
+		name  string
+		value string
+	}{{files[0].Ino, "user.a", "1"}, {files[0].Ino, "user.b", ""}, {d.Ino, "user.dir", "x\x00y"}, {files[2].Ino, "user.\xfe", "bin"}} {
+		if err := ns.SetXattr(ctx, x.ino, x.name, []byte(x.value), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	at, mt := time.Unix(1_600_000_000, 5), time.Unix(1_500_000_000, 7)
+	mode, uid := uint32(0o4755), uint32(7)
+	must(ns.SetAttr(ctx, files[1].Ino, namespace.SetAttr{Mode: &mode, Uid: &uid, Atime: &at, Mtime: &mt}))
+	for _, f := range files {
+		for _, name := range []string{"inode", "0000000001.0"} {
+			if _, err := st.Put(ctx, volume.FilePrefix(root, f.FileID)+name, []byte("data of "+f.FileID+name), staging.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return st, ns
+}
+
+// view is a namespace as its names show it: path -> node, attributes,
+// extended attributes.
+type view map[string]string
+
+// walk reads every name of ns from the root.
+func walk(t testing.TB, ns namespace.Names) view {
+	t.Helper()
+	ctx := context.Background()
+	out := view{}
+	var rec func(dir namespace.Ino, path string)
+	rec = func(dir namespace.Ino, path string) {
+		ents, err := ns.ReadDir(ctx, dir)
+		if err != nil {
+			t.Fatalf("ReadDir %s: %v", path, err)
+		}
+		for _, de := range ents {
+			p := path + "/" + de.Name
+			n, err := ns.Lookup(ctx, dir, de.Name)
+			if err != nil {
+				t.Fatalf("Lookup %s: %v", p, err)
+			}
+			if n.Ino != de.Ino || n.Kind != de.Kind {
+				t.Fatalf("%s: listed as %d %v, looked up as %d %v", p, de.Ino, de.Kind, n.Ino, n.Kind)
+			}
+			xs, err := ns.ListXattr(ctx, n.Ino)
+			if err != nil {
+				t.Fatal(err)
+			}
+			sort.Strings(xs)
+			var xv []string
+			for _, x := range xs {
+				v, err := ns.GetXattr(ctx, n.Ino, x)
+				if err != nil {
+					t.Fatal(err)
+				}
+				xv = append(xv, fmt.Sprintf("%q=%q", x, v))
+			}
+			out[p] = fmt.Sprintf("ino=%d kind=%v mode=%o uid=%d gid=%d at=%d mt=%d ct=%d ms=%d file=%s target=%q dev=%d:%d x=%v",
+				n.Ino, n.Kind, n.Mode, n.Uid, n.Gid, n.AtimeNs, n.MtimeNs, n.CtimeNs, n.MtimeSetNs, n.FileID, n.Target, n.Major, n.Minor, xv)
+			if n.Kind == namespace.KindDir {
+				rec(n.Ino, p)
+			}
+		}
+	}
+	rec(namespace.RootIno, "")
+	return out
+}
+
+// objects is every object under prefix, key -> content.
+func objects(t testing.TB, st staging.Store, prefix string) map[string]string {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := staging.ListAll(ctx, st, prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, o := range objs {
+		b, _, err := st.Get(ctx, o.Key, staging.Whole())
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[o.Key] = string(b)
+	}
+	return out
+}
+
+// openV2 opens the volume's names as a mount would, and checks they are
+// v2's.
+func openV2(t testing.TB, st staging.Store) namespace.Names {
+	t.Helper()
+	ctx := context.Background()
+	d, err := volume.ReadDescriptor(ctx, st, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.NamespaceVersion() != config.NamespaceV2 || d.LayoutVersion != 2 {
+		t.Fatalf("descriptor after the upgrade: %+v", d)
+	}
+	names, err := volume.OpenNames(ctx, st, root, d, volume.NamesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := names.(*nsv2.Tree); !ok {
+		t.Fatalf("OpenNames gave a %T", names)
+	}
+	t.Cleanup(func() { names.Close() })
+	return names
+}
+
+// TestUpgrade: a v1 volume upgraded lists, through an nsv2.Tree, the same
+// names with the same inos and attributes; the files' objects are
+// untouched; a v1 mount open meanwhile fails its next change with
+// ErrFenced; a new v2 ino is above every v1 ino; the format and block
+// sizes stay; upgrading again is ErrAlreadyV2.
+func TestUpgrade(t *testing.T) {
+	ctx := context.Background()
+	st, ns := v1Volume(t)
+	defer ns.Close()
+	before := walk(t, ns)
+	data := objects(t, st, root+"f/")
+	desc, err := volume.ReadDescriptor(ctx, st, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	var progress []int
+	var mu sync.Mutex
+	rep, err := Upgrade(ctx, st, root, Options{Parallel: 4, Progress: func(n int) { mu.Lock(); progress = append(progress, n); mu.Unlock() }})
+	if err != nil {
+		t.Fatalf("Upgrade: %v", err)
+	}
+	if rep.Names != len(before) || rep.Dirs != 2 || rep.Files != 5 || rep.Symlinks != 2 || rep.Others != 4 || rep.Resumed || len(progress) != len(before) {
+		t.Fatalf("report %+v (progress %d calls), want %d names", rep, len(progress), len(before))
+	}
+	if len(rep.RootLeft) != 0 {
+		t.Fatalf("root left: %v", rep.RootLeft)
+	}
+
+	tree := openV2(t, st)
+	after := walk(t, tree)
+	if !reflect.DeepEqual(before, after) {
+		for p, v := range before {
+			if after[p] != v {
+				t.Errorf("%s:\n v1 %s\n v2 %s", p, v, after[p])
+			}
+		}
+		for p := range after {
+			if _, ok := before[p]; !ok {
+				t.Errorf("%s only in v2", p)
+			}
+		}
+		t.FailNow()
+	}
+	if got := objects(t, st, root+"f/"); !reflect.DeepEqual(got, data) {
+		t.Fatal("the files' objects changed")
+	}
+	nd, err := volume.ReadDescriptor(ctx, st, root)
+	if err != nil || nd.Format != desc.Format || nd.DataBlockSize != desc.DataBlockSize || nd.MetaBlockSize != desc.MetaBlockSize {
+		t.Fatalf("descriptor %+v, %v; was %+v", nd, err, desc)
+	}
+
+	// The v1 mount, open all along.
+	if _, err := ns.Create(ctx, namespace.RootIno, "late", 0o644, namespace.Owner{}); !errors.Is(err, namespace.ErrFenced) {
+		t.Fatalf("a v1 change after the upgrade: %v; want ErrFenced", err)
+	}
+	// A v1 open of the volume as it was (a build that reads layout 1 and
+	// the fence) is refused, naming ckptfs upgrade.
+	if _, err := namespace.Open(ctx, st, root, namespace.Options{}); !errors.Is(err, namespace.ErrFenced) || !strings.Contains(err.Error(), "ckptfs upgrade") {
+		t.Fatalf("v1 open of the upgraded volume: %v", err)
+	}
+
+	// A new v2 node: an ino no v1 node has, above them all.
+	n, err := tree.Create(ctx, namespace.RootIno, "new", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n.Ino < nsv2.FirstIno(v2FirstBatch) {
+		t.Fatalf("new v2 ino %d below %d", n.Ino, nsv2.FirstIno(v2FirstBatch))
+	}
+	if d, err := tree.Lookup(ctx, namespace.RootIno, "d"); err != nil {
+		t.Fatal(err)
+	} else if _, err := tree.Create(ctx, d.Ino, "new", 0o644, namespace.Owner{}); err != nil {
+		t.Fatalf("create in an upgraded directory: %v", err)
+	}
+
+	if _, err := Upgrade(ctx, st, root, Options{}); !errors.Is(err, ErrAlreadyV2) {
+		t.Fatalf("upgrade of a v2 volume: %v; want ErrAlreadyV2", err)
+	}
+}
+
+// TestUpgradeRootLeft: what of v1's root v2 does not keep is reported.
+func TestUpgradeRootLeft(t *testing.T) {
+	ctx := context.Background()
+	st, ns := v1Volume(t)
+	mode, uid := uint32(0o700), uint32(1000)
+	if _, err := ns.SetAttr(ctx, namespace.RootIno, namespace.SetAttr{Mode: &mode, Uid: &uid}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns.SetXattr(ctx, namespace.RootIno, "user.r", []byte("1"), 0); err != nil {
+		t.Fatal(err)
+	}
+	ns.Close()
+	rep, err := Upgrade(ctx, st, root, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(rep.RootLeft, "; "); got != `mode 0700 (v2's root is 0755); owner 1000:0 (v2's root is 0:0); extended attribute "user.r"` {
+		t.Fatalf("root left: %q", got)
+	}
+}
+
+// TestUpgradeRefusals: a volume already v2, no volume, a node of several
+// names, files without a name: refused with what stands in the way, and
+// nothing written (no fence, no v2 object, the log as it was).
+func TestUpgradeRefusals(t *testing.T) {
+	ctx := context.Background()
+
+	v2 := mem.NewS3ETags()
+	cfg := config.Default()
+	cfg.Namespace = config.NamespaceV2
+	if _, err := volume.CreateDescriptor(ctx, v2, root, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Upgrade(ctx, v2, root, Options{}); !errors.Is(err, ErrAlreadyV2) || !strings.Contains(err.Error(), "already namespace v2") {
+		t.Fatalf("v2 volume: %v", err)
+	}
+	if _, err := Upgrade(ctx, mem.NewS3ETags(), root, Options{}); !errors.Is(err, volume.ErrNoVolume) {
+		t.Fatalf("no volume: %v", err)
+	}
+
+	for _, c := range []struct {
+		name string
+		make func(ns *namespace.Namespace, d namespace.Node) error
+		want []string
+	}{
+		{"hard link", func(ns *namespace.Namespace, d namespace.Node) error {
+			f, err := ns.Lookup(ctx, namespace.RootIno, "f0")
+			if err != nil {
+				return err
+			}
+			_, err = ns.Link(ctx, f.Ino, d.Ino, "again")
+			return err
+		}, []string{"1 files of several names", "/f0 = /d/again", "nothing changed"}},
+		{"orphan", func(ns *namespace.Namespace, d namespace.Node) error {
+			_, err := ns.Unlink(ctx, d.Ino, "f1")
+			return err
+		}, []string{"1 files without a name left", "ckptfs gc", "nothing changed"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			st, ns := v1Volume(t)
+			defer ns.Close()
+			d, err := ns.Lookup(ctx, namespace.RootIno, "d")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.make(ns, d); err != nil {
+				t.Fatal(err)
+			}
+			was := objects(t, st, "")
+			_, err = Upgrade(ctx, st, root, Options{})
+			var re *RefusedError
+			if !errors.Is(err, ErrRefused) || !errors.As(err, &re) {
+				t.Fatalf("Upgrade: %v; want a refusal", err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("refusal %q does not say %q", err, w)
+				}
+			}
+			if now := objects(t, st, ""); !reflect.DeepEqual(now, was) {
+				t.Fatal("a refused upgrade changed the store")
+			}
+			if _, err := ns.Mkdir(ctx, namespace.RootIno, "still", 0o755, namespace.Owner{}); err != nil {
+				t.Fatalf("v1 after a refused upgrade: %v", err)
+			}
+		})
+	}
+}
+
+// linkAtFence makes a hard link with another v1 mount just before the
+// upgrade's first write to the log (the fence), as a mount racing it.
+type linkAtFence struct {
+	staging.Store
+	once sync.Once
+	link func()
+}
+
+func (s *linkAtFence) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+	if strings.HasPrefix(key, root+"ns/log/") {
+		s.once.Do(s.link)
+	}
+	return s.Store.Put(ctx, key, data, o)
+}
+
+// TestUpgradeLinkBeforeFence: a hard link another mount makes between the
+// upgrade's check and its fence is seen once the log is fenced; the fence
+// is removed and v1 goes on.
+func TestUpgradeLinkBeforeFence(t *testing.T) {
+	ctx := context.Background()
+	st, ns := v1Volume(t)
+	defer ns.Close()
+	f, err := ns.Lookup(ctx, namespace.RootIno, "f0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	racer := &linkAtFence{Store: st, link: func() {
+		if _, err := ns.Link(ctx, f.Ino, namespace.RootIno, "f0-too"); err != nil {
+			t.Errorf("link: %v", err)
+		}
+	}}
+	_, err = Upgrade(ctx, racer, root, Options{})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "/f0 = /f0-too") || !strings.Contains(err.Error(), "the fence is removed") {
+		t.Fatalf("Upgrade racing a link: %v", err)
+	}
+	if ks := objects(t, st, root+"ns2/"); len(ks) != 0 {
+		t.Fatalf("v2 objects written: %d", len(ks))
+	}
+	// The racing mount met the fence (its link is before it) and stays
+	// fenced; a new v1 mount is not.
+	fresh, err := namespace.Open(ctx, st, root, namespace.Options{})
+	if err != nil {
+		t.Fatalf("v1 open after the fence was removed: %v", err)
+	}
+	defer fresh.Close()
+	if _, err := fresh.Mkdir(ctx, namespace.RootIno, "after", 0o755, namespace.Owner{}); err != nil {
+		t.Fatalf("v1 change after the fence was removed: %v", err)
+	}
+}
+
+// crashStore is a process that dies after its first n requests: every
+// request after them fails, unsent.
+type crashStore struct {
+	staging.Store
+	mu   sync.Mutex
+	n    int // requests left before the crash
+	sent int
+}
+
+var errCrashed = errors.New("crashed")
+
+func (s *crashStore) take() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n <= 0 {
+		return errCrashed
+	}
+	s.n--
+	s.sent++
+	return nil
+}
+
+func (s *crashStore) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+	if err := s.take(); err != nil {
+		return staging.ObjectInfo{}, err
+	}
+	return s.Store.Put(ctx, key, data, o)
+}
+
+func (s *crashStore) Get(ctx context.Context, key string, r staging.Range) ([]byte, staging.ObjectInfo, error) {
+	if err := s.take(); err != nil {
+		return nil, staging.ObjectInfo{}, err
+	}
+	return s.Store.Get(ctx, key, r)
+}
+
+func (s *crashStore) Head(ctx context.Context, key string) (staging.ObjectInfo, error) {
+	if err := s.take(); err != nil {
+		return staging.ObjectInfo{}, err
+	}
+	return s.Store.Head(ctx, key)
+}
+
+func (s *crashStore) List(ctx context.Context, prefix, after string, max int) (staging.ListPage, error) {
+	if err := s.take(); err != nil {
+		return staging.ListPage{}, err
+	}
+	return s.Store.List(ctx, prefix, after, max)
+}
+
+func (s *crashStore) Delete(ctx context.Context, key string) error {
+	if err := s.take(); err != nil {
+		return err
+	}
+	return s.Store.Delete(ctx, key)
+}
+
+// clone copies every object of st into a new memory store.
+func clone(t testing.TB, st staging.Store) *mem.Store {
+	t.Helper()
+	out := mem.NewS3ETags()
+	for k, v := range objects(t, st, "") {
+		if _, err := out.Put(context.Background(), k, []byte(v), staging.PutOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return out
+}
+
+// TestUpgradeCrashAtEveryRequest: an upgrade that dies after each of its
+// requests leaves the volume v1 and open to v1 mounts (before the fence),
+// fenced with the descriptor at 1 (v1 refused, naming ckptfs upgrade), or
+// v2; upgrading again ends in the state of an upgrade never interrupted.
+func TestUpgradeCrashAtEveryRequest(t *testing.T) {
+	ctx := context.Background()
+	st0, ns := v1Volume(t)
+	want := walk(t, ns)
+	ns.Close()
+
+	full := &crashStore{Store: clone(t, st0), n: 1 << 30}
+	if _, err := Upgrade(ctx, full, root, Options{Parallel: 1}); err != nil {
+		t.Fatal(err)
+	}
+	total := full.sent
+	t.Logf("an upgrade of %d names: %d requests", len(want), total)
+	if total < len(want)+3 {
+		t.Fatalf("an upgrade of %d names sent %d requests", len(want), total)
+	}
+	for k := 0; k < total; k++ {
+		st := clone(t, st0)
+		_, err := Upgrade(ctx, &crashStore{Store: st, n: k}, root, Options{Parallel: 1 + k%4})
+		if err == nil {
+			t.Fatalf("crash after %d requests: no error", k)
+		}
+		d, derr := volume.ReadDescriptor(ctx, st, root)
+		if derr != nil {
+			t.Fatal(derr)
+		}
+		v1, oerr := namespace.Open(ctx, st, root, namespace.Options{})
+		fenced := errors.Is(oerr, namespace.ErrFenced)
+		switch {
+		case d.NamespaceVersion() == config.NamespaceV2:
+			t.Fatalf("crash after %d requests: v2 though the upgrade failed (%v)", k, err)
+		case oerr != nil && !fenced:
+			t.Fatalf("crash after %d requests: v1 open: %v", k, oerr)
+		case fenced && !strings.Contains(oerr.Error(), "ckptfs upgrade"):
+			t.Fatalf("crash after %d requests: the refusal does not name the upgrade: %v", k, oerr)
+		case !fenced:
+			if got := walk(t, v1); !reflect.DeepEqual(got, want) {
+				t.Fatalf("crash after %d requests, not fenced: the v1 state changed", k)
+			}
+			v1.Close()
+		}
+		rep, err := Upgrade(ctx, st, root, Options{})
+		if err != nil {
+			t.Fatalf("crash after %d requests, then again: %v", k, err)
+		}
+		if rep.Resumed != fenced {
+			t.Fatalf("crash after %d requests: resumed %v, fenced %v", k, rep.Resumed, fenced)
+		}
+		if got := walk(t, openV2(t, st)); !reflect.DeepEqual(got, want) {
+			t.Fatalf("crash after %d requests, then again: the names differ", k)
+		}
+	}
+}
