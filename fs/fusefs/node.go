@@ -981,6 +981,14 @@ type dirHandle struct {
 	pos    uint64
 	buf    []namespace.Dirent
 	ahead  int // entries at the front of buf already given to prefetch
+	// end: buf holds the rest of the directory as the last listing found
+	// it, so the stream ends when buf does. Without it, the end of every
+	// listing was found by listing the directory twice more (once for the
+	// readdir whose buffer the entries fit in, once for the next), each a
+	// LIST on a v2 volume: two round trips of the three a directory of a
+	// recursive walk took. Names made since the listing show at the next
+	// opendir or rewinddir (Seekdir), as POSIX allows.
+	end bool
 }
 
 var (
@@ -1004,6 +1012,9 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		d.pos = 2
 		return &fuse.DirEntry{Name: "..", Ino: uint64(d.parent), Mode: syscall.S_IFDIR, Off: 2}, 0
 	}
+	if len(d.buf) == 0 && d.end {
+		return nil, 0
+	}
 	if len(d.buf) == 0 {
 		d.fsys.touch()
 		ents, err := d.fsys.ns.ReadDirAfter(ctx, d.ino, d.pos)
@@ -1013,6 +1024,8 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 		if err != nil {
 			return nil, d.fsys.errnoOf("readdir", err)
 		}
+		// ReadDirAfter returns every entry after pos.
+		d.end = true
 		if len(ents) == 0 {
 			return nil, 0
 		}
@@ -1035,6 +1048,6 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
 	d.pos = off
-	d.buf, d.ahead = nil, 0
+	d.buf, d.ahead, d.end = nil, 0, false
 	return 0
 }

@@ -41,8 +41,16 @@ import (
 // listing sees it.
 //
 // An idle lease is deleted at the mount's next renewal of another lease or
-// at Close (no background work): until then a remover waits for it to run
-// out, at most LeaseTerm plus 1 %.
+// at Close (not by a timer): until then a remover waits for it to run out,
+// at most LeaseTerm plus 1 %.
+//
+// A lease in use (a name added under it less than LeaseIdle ago) is renewed
+// by the refresher (refresh.go) once 3/4 of LeaseRenew has passed since its
+// last renewal was sent, so that a create does not wait for the renewal's
+// PUT and the seal's GET; only the first name added to a directory, or one
+// after a pause, does. The renewal is the same: the lease written, then the
+// seal read; it counts only if no other renewal of the lease was begun
+// since, and a seal seen drops the lease as at a create.
 
 // Timings of the leases (section 3).
 const (
@@ -62,6 +70,8 @@ type leaseState struct {
 	// sealed: the directory is being removed by this mount (its rmdir):
 	// no name is added until the lease is taken again.
 	sealed bool
+	// renewing: the refresher's renewal of it is in flight.
+	renewing bool
 }
 
 // errRemoved is the error of a name added to a directory being removed.
@@ -344,4 +354,75 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// renewAhead renews the leases in use whose last renewal was sent 3/4 of
+// LeaseRenew ago or more, off the create path (see the top of this file).
+// leaseMu is not held across the requests, so that creates under other
+// leases (or under this one, still valid) go on meanwhile.
+func (t *Tree) renewAhead(ctx context.Context) {
+	type job struct {
+		dir namespace.Ino
+		ls  *leaseState
+		n   uint64
+	}
+	var jobs []job
+	now := t.clock()
+	t.leaseMu.Lock()
+	for dir, ls := range t.leases {
+		if ls.sealed || ls.renewing || now.Sub(ls.used) >= LeaseIdle || now.Sub(ls.sent) < LeaseRenew*3/4 {
+			continue
+		}
+		ls.renewal++
+		ls.renewing = true
+		jobs = append(jobs, job{dir: dir, ls: ls, n: ls.renewal})
+	}
+	t.leaseMu.Unlock()
+	for _, j := range jobs {
+		t.renewLease(ctx, j.dir, j.ls, j.n)
+	}
+}
+
+// renewLease writes renewal n of this mount's lease ls on dir and reads the
+// seal, and makes it the lease's last renewal if none was begun since.
+func (t *Tree) renewLease(ctx context.Context, dir namespace.Ino, ls *leaseState, n uint64) {
+	defer func() {
+		t.leaseMu.Lock()
+		ls.renewing = false
+		t.leaseMu.Unlock()
+	}()
+	key, err := LeaseKey(t.root, dir, t.mount)
+	if err != nil {
+		return
+	}
+	body, err := EncodeLease(&Lease{Dir: dir, Mount: t.mount, Renewal: n})
+	if err != nil {
+		return
+	}
+	sent := t.clock()
+	r, err := put(ctx, t.st, key, body, staging.Conditions{}, kindLease, DecodeLease,
+		func(cur *Lease) bool { return cur.Mount == t.mount && cur.Renewal == n })
+	if err != nil {
+		t.log.Debug("namespace v2: a lease renewed ahead failed; the next create renews it", zap.String("key", key), zap.Error(err))
+		return
+	}
+	sealed, err := t.sealed(ctx, dir)
+	if err != nil {
+		t.log.Debug("namespace v2: a seal read after a renewal failed; the next create renews", zap.String("key", key), zap.Error(err))
+		return
+	}
+	t.leaseMu.Lock()
+	defer t.leaseMu.Unlock()
+	if t.leases[dir] != ls || ls.renewal != n || ls.sealed {
+		return // taken again, dropped or sealed since: that stands
+	}
+	if sealed {
+		delete(t.leases, dir)
+		if err := t.st.Delete(ctx, key); err != nil {
+			t.log.Warn("namespace v2: a lease on a sealed directory not deleted: its remover waits it out",
+				zap.String("key", key), zap.Error(err))
+		}
+		return
+	}
+	ls.sent, ls.etag = sent, r.etag
 }

@@ -39,7 +39,7 @@ func TestListedNamesFreshForLookups(t *testing.T) {
 	c := newFakeClock()
 	cs := counting.New(st)
 	mk := func(s staging.Store, m int) *Tree {
-		tr, err := Open(Config{Store: s, Root: root, Mount: cid(m), FirstBatch: 1<<40 + uint64(m)*16, Clock: c.now, Sleep: c.sleep, TTL: time.Second})
+		tr, err := Open(Config{Store: s, Root: root, Mount: cid(m), FirstBatch: 1<<40 + uint64(m)*16, Clock: c.now, Sleep: c.sleep, TTL: time.Second, RefreshEvery: -1})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +85,7 @@ func TestCachedNameExpires(t *testing.T) {
 	ctx := context.Background()
 	st := mem.NewS3ETags()
 	c := newFakeClock()
-	a, err := Open(Config{Store: st, Root: root, Mount: cid(1), FirstBatch: 1<<40 + 16, Clock: c.now, Sleep: c.sleep, TTL: time.Second})
+	a, err := Open(Config{Store: st, Root: root, Mount: cid(1), FirstBatch: 1<<40 + 16, Clock: c.now, Sleep: c.sleep, TTL: time.Second, RefreshEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func TestMissAnsweredFromListing(t *testing.T) {
 	st := mem.NewS3ETags()
 	c := newFakeClock()
 	cs := counting.New(st)
-	a, err := Open(Config{Store: cs, Root: root, Mount: cid(1), FirstBatch: 1<<40 + 16, Clock: c.now, Sleep: c.sleep, TTL: time.Second})
+	a, err := Open(Config{Store: cs, Root: root, Mount: cid(1), FirstBatch: 1<<40 + 16, Clock: c.now, Sleep: c.sleep, TTL: time.Second, RefreshEvery: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

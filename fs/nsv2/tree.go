@@ -24,15 +24,21 @@ import (
 // written, not the whole tree:
 //
 //   - Lookup serves a name cached since the last Refresh and less than
-//     Config.TTL ago; on a miss (or a name cached before either) it reads
-//     the dentry (one GET), so that a name
-//     another mount made is seen once that mount's create returned
-//     (close-to-open). A name found absent is never cached for Lookup.
+//     Config.TTL ago; a name cached bound before either it reads again
+//     (one GET); a miss it answers from the directory's last whole listing
+//     while that is younger than the TTL, else it lists the directory or
+//     reads the dentry, so that a name another mount made is seen at most
+//     a TTL after that mount's create returned. A name found absent is
+//     never cached for Lookup. The refresher (refresh.go), a goroutine of
+//     the Tree, reads the names and listings in use again before their TTL
+//     is over, so that the reads past the TTL are not on a create's path.
 //   - ReadDir lists the directory's fragments (one LIST each, sent at once)
 //     and reads the dentries whose ETag the cache does not hold. The
 //     digests of section 4, which save those reads for names other mounts
 //     bound, are an optimisation left to a later step: without them a
-//     listing is right, and costs a GET per name not cached.
+//     listing is right, and costs a GET per name not cached. A listing that
+//     follows one of its parent's has the parent's other subdirectories
+//     read ahead (walkahead.go), so that a walk pays those GETs at once.
 //   - Every change is one conditional PUT of the name's dentry (two for an
 //     unlink of a file: its orphan record first), stored before it returns;
 //     a lost answer is resolved by the primitives' read-back.
@@ -106,11 +112,24 @@ type Tree struct {
 	byFile  map[string]namespace.Ino     // GUARDED_BY(mu): file id -> ino, of entries and orphans
 	lists   map[namespace.Ino]*dirList   // GUARDED_BY(mu): each directory's last whole listing
 	large   map[namespace.Ino]bool       // GUARDED_BY(mu): directories a miss does not list
+	hot     map[nameKey]useSpan          // GUARDED_BY(mu): names used lately (refresh.go)
+	hotDirs map[namespace.Ino]useSpan    // GUARDED_BY(mu): listings used lately
 	closed  bool                         // GUARDED_BY(mu)
 	gap     gapState                     // GUARDED_BY(mu): gap.go
 	calls   sync.WaitGroup               // calls in flight, for Close
 
 	tidy tidier // resolutions of committed changes, after their calls (treemulti.go)
+
+	refresher *refresher // nil: none (no TTL, or Config.RefreshEvery < 0)
+
+	// The walk ahead (walkahead.go): its goroutines, counted in bg and
+	// ended by bgCancel at Close.
+	walkAt   int                             // directories read ahead at once; 0: none
+	walks    map[namespace.Ino]*walkState    // GUARDED_BY(mu): each directory's last listing
+	aheadOf  map[namespace.Ino]chan struct{} // GUARDED_BY(mu): read aheads in flight, closed when done
+	bg       sync.WaitGroup
+	bgCtx    context.Context
+	bgCancel context.CancelFunc
 }
 
 // nameKey is a name in a directory.
@@ -204,6 +223,14 @@ type Config struct {
 	// TrimGrace is the cleaner's (0: TrimGrace): after a gap longer than
 	// this between two calls the cache is dropped whole (gap.go).
 	TrimGrace time.Duration
+	// RefreshEvery is how often the refresher (refresh.go) reads again the
+	// names and listings in use that are about to expire: 0 is TTL/8;
+	// negative, no refresher (tests that run its passes themselves). No
+	// refresher runs without a TTL.
+	RefreshEvery time.Duration
+	// WalkAhead is how many subdirectories the walk ahead (walkahead.go)
+	// lists at once: 0 is 4; negative, no walk ahead.
+	WalkAhead int
 }
 
 // Open makes the Tree of cfg. It sends no request: a batch of inos is
@@ -249,7 +276,7 @@ func Open(cfg Config) (*Tree, error) {
 		cfg.Sleep = sleepCtx
 	}
 	t0 := cfg.Now().UnixNano()
-	return &Tree{
+	t := &Tree{
 		p: New(cfg.Store, cfg.Root, cfg.StoreNow), st: cfg.Store, root: cfg.Root, mount: cfg.Mount,
 		log: cfg.Log, now: cfg.Now, rootFrags: cfg.RootFrags, parallel: cfg.Parallel,
 		rootNode: namespace.Node{Ino: namespace.RootIno, Kind: namespace.KindDir, Mode: cfg.RootMode,
@@ -267,7 +294,26 @@ func Open(cfg Config) (*Tree, error) {
 		lists:     map[namespace.Ino]*dirList{},
 		large:     map[namespace.Ino]bool{},
 		gap:       gapState{max: cfg.TrimGrace},
-	}, nil
+		hot:       map[nameKey]useSpan{},
+		hotDirs:   map[namespace.Ino]useSpan{},
+		walks:     map[namespace.Ino]*walkState{},
+		aheadOf:   map[namespace.Ino]chan struct{}{},
+	}
+	switch {
+	case cfg.WalkAhead == 0:
+		t.walkAt = walkAheadAt
+	case cfg.WalkAhead > 0:
+		t.walkAt = cfg.WalkAhead
+	}
+	t.startBackground()
+	if cfg.TTL > 0 && cfg.RefreshEvery >= 0 {
+		every := cfg.RefreshEvery
+		if every == 0 {
+			every = max(cfg.TTL/refreshTicks, time.Millisecond)
+		}
+		t.startRefresher(every)
+	}
+	return t, nil
 }
 
 var _ namespace.Names = (*Tree)(nil)
@@ -286,8 +332,9 @@ func (t *Tree) enter() error {
 
 // Close refuses new calls, waits for those in flight and for the tidies of
 // their changes (each bounded: a lock a tidy leaves is resolved by its
-// readers, as a killed mount's), and deletes this mount's create leases
-// (so that no remover waits for them to run out).
+// readers, as a killed mount's), stops the refresher (refresh.go) and the
+// walk ahead (walkahead.go) and waits for them, and deletes this mount's
+// create leases (so that no remover waits for them to run out).
 func (t *Tree) Close() error {
 	t.mu.Lock()
 	was := t.closed
@@ -296,6 +343,8 @@ func (t *Tree) Close() error {
 	t.calls.Wait()
 	t.tidyWait()
 	if !was {
+		t.stopRefresher()
+		t.stopBackground()
 		t.dropLeases(context.Background())
 	}
 	return nil
@@ -378,6 +427,11 @@ func (t *Tree) gone(e *entry) {
 func (t *Tree) learn(dir namespace.Ino, frags uint32, name string, r Resolved) *entry {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	return t.learnResolvedLocked(dir, frags, name, r)
+}
+
+// learnResolvedLocked is learn with mu held.
+func (t *Tree) learnResolvedLocked(dir namespace.Ino, frags uint32, name string, r Resolved) *entry {
 	locked := r.Pending || r.Dentry != nil && r.Dentry.Lock != nil
 	// A name of a change of several names: what this mount cached of the
 	// change's other names is read again before it is used, so that it
@@ -447,15 +501,21 @@ func (t *Tree) resolve(ctx context.Context, dir namespace.Ino, frags uint32, nam
 // (inode.go).
 func (t *Tree) readInode(ctx context.Context, e *entry) error { return t.readLinked(ctx, e) }
 
-// cached is name's entry if it is bound and fresh (freshLocked).
-func (t *Tree) cached(dir namespace.Ino, name string) (namespace.Node, bool) {
+// cached is name's entry if it is bound and fresh (freshLocked); known says
+// it is cached bound, fresh or not. A use of a bound entry marks it in use
+// for the refresher (refresh.go).
+func (t *Tree) cached(dir namespace.Ino, name string) (n namespace.Node, fresh, known bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.names[nameKey{dir, name}]
-	if e == nil || e.bound == nil || !t.freshLocked(e) || e.bound.Node == nil && e.node == nil {
-		return namespace.Node{}, false
+	if e == nil || e.bound == nil {
+		return namespace.Node{}, false, false
 	}
-	return nodeOf(dir, e.bound, e.node), true
+	t.useLocked(e)
+	if !t.freshLocked(e) || e.bound.Node == nil && e.node == nil {
+		return namespace.Node{}, false, true
+	}
+	return nodeOf(dir, e.bound, e.node), true, true
 }
 
 // freshLocked says whether e may be served without reading the store: read
@@ -479,10 +539,13 @@ func (t *Tree) Lookup(ctx context.Context, dir namespace.Ino, name string) (name
 	if err != nil {
 		return namespace.Node{}, err
 	}
-	if n, ok := t.cached(dir, name); ok {
+	n, ok, known := t.cached(dir, name)
+	if ok {
 		return n, nil
 	}
-	if t.absent(ctx, dir, frags, name) {
+	// A name known bound, but stale, is read (one GET): a listing of its
+	// directory would only find it there, and the GET come after anyway.
+	if !known && t.absent(ctx, dir, frags, name) {
 		return namespace.Node{}, fmt.Errorf("%q in directory %d: %w", name, dir, namespace.ErrNotExist)
 	}
 	e, err := t.resolve(ctx, dir, frags, name)
@@ -533,6 +596,7 @@ func (t *Tree) current(ctx context.Context, ino namespace.Ino) (*entry, error) {
 	e := t.inos[ino]
 	fresh := e != nil && t.freshLocked(e) && (e.bound.Node != nil || e.node != nil)
 	if e != nil {
+		t.useLocked(e)
 		// A copy: a rename's tidy (tidyLater) sets the cached entry's ETag
 		// under mu while the caller reads it.
 		e = copyEntry(e)
@@ -580,7 +644,8 @@ type dirList struct {
 const missListMax = 1000
 
 // noteList records keys, a whole listing of dir begun at began while the
-// Refresh count was gen, unless a Refresh came since.
+// Refresh count was gen, unless a Refresh came since or the listing held
+// began later (a listing read ahead may end after a newer one).
 func (t *Tree) noteList(dir namespace.Ino, gen uint64, began time.Time, keys []listed) {
 	l := &dirList{began: began, gen: gen, etags: make(map[string]string, len(keys))}
 	for _, k := range keys {
@@ -588,7 +653,7 @@ func (t *Tree) noteList(dir namespace.Ino, gen uint64, began time.Time, keys []l
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if gen == t.gen {
+	if old := t.lists[dir]; gen == t.gen && (old == nil || old.gen != gen || !old.began.After(began)) {
 		t.lists[dir] = l
 	}
 }
@@ -608,6 +673,9 @@ func (t *Tree) absent(ctx context.Context, dir namespace.Ino, frags uint32, name
 	l, gen := t.lists[dir], t.gen
 	fresh := l != nil && l.gen == gen && t.clock().Sub(l.began) < t.ttl
 	large := t.large[dir]
+	if !large {
+		t.useListLocked(dir)
+	}
 	t.mu.Unlock()
 	if !fresh {
 		if large {
@@ -709,8 +777,16 @@ func (t *Tree) listFrags(ctx context.Context, dir namespace.Ino, frags uint32) (
 // list is the names of dir bound now: a LIST of each fragment, then a GET
 // of each name whose ETag the cache does not hold (up to t.parallel at
 // once). A damaged dentry leaves its name out, logged; any other failure to
-// read a name fails the listing.
+// read a name fails the listing. A read ahead of dir in flight is waited
+// for first (its names are then cached), and a listing that follows one of
+// its parent's may start the read ahead of its siblings (walkahead.go).
 func (t *Tree) list(ctx context.Context, dir namespace.Ino) ([]namespace.Dirent, error) {
+	t.waitAhead(ctx, dir)
+	return t.listDir(ctx, dir, false)
+}
+
+// listDir is list; ahead says it is a read ahead.
+func (t *Tree) listDir(ctx context.Context, dir namespace.Ino, ahead bool) ([]namespace.Dirent, error) {
 	frags, err := t.dirFrags(dir)
 	if err != nil {
 		return nil, err
@@ -778,6 +854,7 @@ func (t *Tree) list(ctx context.Context, dir namespace.Ino) ([]namespace.Dirent,
 			out = append(out, namespace.Dirent{Name: todo[i], Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: cookieOf(todo[i], e.bound)})
 		}
 	}
+	t.noteWalk(dir, now, out, ahead)
 	return out, nil
 }
 
