@@ -479,6 +479,9 @@ type campaignRun struct {
 	// many: the many-mounts mode (campaign_many_test.go): A, B, C and D
 	// are four mounts of a namespace v2 volume alike.
 	many bool
+	// manyDoubt: in the many mode, directories whose rmdir was in flight
+	// at a kill, with the kill's time (unix ns): see manySealedENOENT.
+	manyDoubt map[string]int64
 	// slow: the slow mode (campaignSlowRule while the drivers run).
 	slow      bool
 	opTimeout time.Duration

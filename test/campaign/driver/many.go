@@ -31,7 +31,12 @@ const (
 	manyMaxWrite = 8 << 10
 )
 
-type manyFile struct{ size int64 }
+// manyFile is one file of the driver's: its size and inode number (a
+// mount's stale entry would lead an open by name to another).
+type manyFile struct {
+	size int64
+	ino  uint64
+}
 
 type manyDriver struct {
 	id     int
@@ -45,7 +50,7 @@ type manyDriver struct {
 	stop   chan struct{}
 	dirs   map[string]bool      // own directories, root included
 	names  map[string]*manyFile // own files' paths; a file of several names is one *manyFile
-	gone   map[string]bool      // directories removed or moved away in this run
+	gone   map[string]bool      // names removed or moved away in this run
 	last   int                  // the mount of the last change or read
 }
 
@@ -91,7 +96,7 @@ func (d *manyDriver) load() error {
 		st := fi.Sys().(*syscall.Stat_t)
 		f := byIno[st.Ino]
 		if f == nil {
-			f = &manyFile{size: fi.Size()}
+			f = &manyFile{size: fi.Size(), ino: st.Ino}
 			byIno[st.Ino] = f
 		}
 		d.names[rel] = f
@@ -231,7 +236,9 @@ func (d *manyDriver) mount() (int, error) {
 }
 
 // see waits up to 20 s until mount m shows the driver's directories and
-// files, and none of the directories it removed.
+// files, each file with its inode number, and none of the names it removed
+// (a mount's cached entry of a name renamed away or unlinked through
+// another would lead an open with O_CREAT to the old file).
 func (d *manyDriver) see(m int) error {
 	deadline := time.Now().Add(20 * time.Second)
 	for {
@@ -290,6 +297,9 @@ func (d *manyDriver) sees(m int) (bool, error) {
 				return false, err
 			}
 			if (st.Mode&syscall.S_IFMT == syscall.S_IFDIR) != d.dirs[rel] {
+				return false, nil
+			}
+			if f := d.names[rel]; f != nil && f.ino != 0 && f.ino != st.Ino {
 				return false, nil
 			}
 		}
@@ -375,6 +385,7 @@ func (d *manyDriver) put(fresh bool) error {
 		return err
 	}
 	seq := d.seq + 1
+	var ino uint64
 	_, err = d.do("put", m, []any{rel, excl, trunc, off, n}, func() ([]any, error) {
 		flags := os.O_WRONLY | os.O_CREATE
 		if excl == 1 {
@@ -396,13 +407,14 @@ func (d *manyDriver) put(fresh bool) error {
 			fd.Close()
 			return nil, err
 		}
+		ino = st.Ino
 		return []any{st.Ino}, fd.Close()
 	})
 	if err != nil {
 		return err
 	}
 	if f == nil {
-		f = &manyFile{}
+		f = &manyFile{ino: ino}
 		d.names[rel] = f
 	}
 	f.size = max(size, off+int64(n))
@@ -454,6 +466,7 @@ func (d *manyDriver) renameFile() error {
 	}
 	d.names[dst] = d.names[src]
 	delete(d.names, src)
+	d.gone[src] = true
 	return nil
 }
 
@@ -496,6 +509,7 @@ func (d *manyDriver) unlink() error {
 		return err
 	}
 	delete(d.names, rel)
+	d.gone[rel] = true
 	return nil
 }
 
@@ -559,6 +573,7 @@ func (d *manyDriver) moveTree(src, dst string) {
 		if strings.HasPrefix(p, src+"/") {
 			f := d.names[p]
 			delete(d.names, p)
+			d.gone[p] = true
 			d.names[dst+strings.TrimPrefix(p, src)] = f
 		}
 	}
