@@ -457,7 +457,7 @@ func (d *manyDriver) renameFile() error {
 		return err
 	}
 	if _, err := d.do("rename", m, []any{src, dst}, func() ([]any, error) {
-		return nil, os.Rename(d.p(m, src), d.p(m, dst))
+		return nil, syscall.Rename(d.p(m, src), d.p(m, dst)) // os.Rename refuses a directory over a directory
 	}); err != nil {
 		return err
 	}
@@ -596,7 +596,7 @@ func (d *manyDriver) renameDir() error {
 		return err
 	}
 	if _, err := d.do("rename", m, []any{src, dst}, func() ([]any, error) {
-		return nil, os.Rename(d.p(m, src), d.p(m, dst))
+		return nil, syscall.Rename(d.p(m, src), d.p(m, dst)) // os.Rename refuses a directory over a directory
 	}); err != nil {
 		return err
 	}
@@ -632,7 +632,7 @@ func (d *manyDriver) moveDir() error {
 		return err
 	}
 	errno, err := d.do("dmove", m, []any{src, dst}, func() ([]any, error) {
-		return nil, os.Rename(d.p(m, src), d.p(m, dst))
+		return nil, syscall.Rename(d.p(m, src), d.p(m, dst)) // os.Rename refuses a directory over a directory
 	}, syscall.ENOTSUP)
 	if err != nil || errno != 0 {
 		return err
