@@ -223,6 +223,17 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 			if dst, err = t.readName(ctx, newDir, nfr, newName); err != nil {
 				return namespace.Node{}, err
 			}
+			if src.etag == "" && src.bound != nil {
+				// Reading dst made src stale: dst's dentry is of an
+				// earlier change that named src's name, which src's
+				// entry, newer, does not show. Read src again.
+				if src, err = t.readName(ctx, oldDir, ofr, oldName); err != nil {
+					return namespace.Node{}, err
+				}
+				if src == nil || src.bound == nil {
+					return namespace.Node{}, fmt.Errorf("%q in directory %d: %w", oldName, oldDir, namespace.ErrNotExist)
+				}
+			}
 		}
 		var dstB *Binding
 		if dst != nil {
