@@ -356,12 +356,22 @@ func TestCampaign(t *testing.T) {
 		// outlives every window (campaignSlowRule) while the drivers run;
 		// only with "slow" in CKPTFS_CAMPAIGN_OPS, and few iterations.
 		{"slow", false, false, max(1, iterations/3), true},
+		// Four mounts of a namespace v2 volume changing names in
+		// directories of their own and a shared one (campaign_many_test.go);
+		// only with "many" in CKPTFS_CAMPAIGN_OPS.
+		{"many", false, false, iterations, false},
 	} {
-		if m.slow && !ops[campaign.ModeSlow] {
+		if m.slow && !ops[campaign.ModeSlow] || m.name == campaign.ModeMany && !ops[campaign.ModeMany] {
 			continue
 		}
 		t.Run(m.name, func(t *testing.T) {
-			c := newCampaign(t, seed+uint64(i), m.wal, m.dirStore)
+			if m.name == campaign.ModeMany {
+				c := newCampaign(t, seed+uint64(i), false, false, campaign.ModeMany)
+				s := c.runMany(m.iterations)
+				t.Logf("campaign %s: %v", m.name, s)
+				return
+			}
+			c := newCampaign(t, seed+uint64(i), m.wal, m.dirStore, "")
 			c.setOptional(ops, m.slow)
 			s := c.run(m.iterations)
 			t.Logf("campaign %s: %v", m.name, s)
@@ -369,7 +379,7 @@ func TestCampaign(t *testing.T) {
 		})
 	}
 	t.Logf("campaign: seed %d, %v in %v", seed, total, time.Since(start).Round(time.Second))
-	if !t.Failed() && (total.partedFiles == 0 || total.streamFiles == 0) {
+	if !t.Failed() && total.iterations > 0 && (total.partedFiles == 0 || total.streamFiles == 0) {
 		t.Errorf("the campaign ended with %d files in the parted format and %d in the stream format: one format was never tried", total.partedFiles, total.streamFiles)
 	}
 }
@@ -466,6 +476,12 @@ type campaignRun struct {
 
 	// The optional operations (campaignOps) this mode's drivers do.
 	ops map[string]bool
+	// many: the many-mounts mode (campaign_many_test.go): A, B, C and D
+	// are four mounts of a namespace v2 volume alike.
+	many bool
+	// manyDoubt: in the many mode, directories whose rmdir was in flight
+	// at a kill, with the kill's time (unix ns): see manySealedENOENT.
+	manyDoubt map[string]int64
 	// slow: the slow mode (campaignSlowRule while the drivers run).
 	slow      bool
 	opTimeout time.Duration
@@ -484,10 +500,15 @@ type campaignRun struct {
 	gcHang string
 }
 
-func newCampaign(t *testing.T, seed uint64, wal, dirStore bool) *campaignRun {
+// newCampaign makes a campaign's volume, proxies and logs' folder; many
+// is campaign.ModeMany for the many-mounts mode, else "".
+func newCampaign(t *testing.T, seed uint64, wal, dirStore bool, many string) *campaignRun {
 	bin := ckptfsBinary(t)
 	drv := campaignDriver(t)
 	mode := map[bool]string{false: "plain", true: "wal"}[wal]
+	if many != "" {
+		mode = many
+	}
 	var v *volume
 	var store string
 	env := os.Environ()
@@ -509,6 +530,7 @@ func newCampaign(t *testing.T, seed uint64, wal, dirStore bool) *campaignRun {
 		base: make([]map[string][]byte, campaignDrivers), baseModes: make([]map[string]uint32, campaignDrivers),
 		baseInos: make([]map[string]uint64, campaignDrivers), baseXattr: make([]map[string]string, campaignDrivers),
 		ghosts: make([]map[string][]holder, campaignDrivers),
+		many:   many != "",
 	}
 	um := syscall.Umask(0)
 	syscall.Umask(um)
@@ -597,7 +619,7 @@ func (c *campaignRun) driverOps() []string {
 	var out []string
 	for _, n := range campaign.Optional {
 		switch {
-		case !c.ops[n], n == campaign.ModeSlow:
+		case !c.ops[n], n == campaign.ModeSlow, n == campaign.ModeMany:
 		case n == campaign.OpAppend && c.wal:
 		case (n == campaign.OpWALMix || n == campaign.OpLease) && !c.wal:
 		case n == campaign.OpLease && c.mountProxy[0] == nil:
@@ -698,8 +720,11 @@ func (c *campaignRun) startMount(idx int, extra string) *mountProc {
 	if c.wal && idx != 3 {
 		opts += fmt.Sprintf(",wal=on,wal_lease=%v", campaignWALLease)
 	}
-	if idx == 2 {
+	if idx == 2 && !c.many {
 		opts = c.thirdOpts + "," + campaignThirdOpts
+	}
+	if c.many {
+		opts += ",namespace=v2"
 	}
 	m.cmd = exec.Command(c.bin, "mount", "-f", "-o", opts, c.store, m.dir)
 	if idx == 1 {
@@ -904,7 +929,6 @@ type driverProc struct {
 }
 
 func (c *campaignRun) startDriver(id, home int, iter int) *driverProc {
-	t := c.t
 	d := &driverProc{id: id, home: home, done: make(chan struct{})}
 	d.cmd = exec.Command(c.drv, "-id", strconv.Itoa(id), "-seed", strconv.FormatUint(c.seed*1000+uint64(iter), 10),
 		"-dir", fmt.Sprintf("d%d", id), "-home", c.dirs[home], "-other", c.dirs[1-home],
@@ -928,6 +952,13 @@ func (c *campaignRun) startDriver(id, home int, iter int) *driverProc {
 			d.cmd.Args = append(d.cmd.Args, "-foreign")
 		}
 	}
+	c.launch(d)
+	return d
+}
+
+// launch starts driver d's command and follows its log.
+func (c *campaignRun) launch(d *driverProc) {
+	t, home := c.t, d.home
 	stdout, err := d.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -947,7 +978,7 @@ func (c *campaignRun) startDriver(id, home int, iter int) *driverProc {
 			d.lines = append(d.lines, l)
 			if strings.HasPrefix(l, "B ") {
 				d.inFlight, d.since = l, time.Now()
-				if f := strings.Fields(l); len(f) > 3 && f[3] == campaign.OpLease && c.mountProxy[home] != nil {
+				if f := strings.Fields(l); len(f) > 3 && f[3] == campaign.OpLease && home < 2 && c.mountProxy[home] != nil {
 					go c.holdBack(home)
 				}
 			} else {
@@ -962,7 +993,6 @@ func (c *campaignRun) startDriver(id, home int, iter int) *driverProc {
 		d.mu.Unlock()
 		close(d.done)
 	}()
-	return d
 }
 
 // watch waits until done() is true, checking every driver's operation in

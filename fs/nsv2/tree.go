@@ -699,12 +699,16 @@ func (t *Tree) absent(ctx context.Context, dir namespace.Ino, frags uint32, name
 		}
 	}
 	etag, listed := l.etags[name]
-	if !listed {
-		return true
-	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.names[nameKey{dir, name}]
+	if !listed {
+		// A name this Tree holds bound is read, never answered from a
+		// listing that may predate it: this mount's own rename of a name
+		// of a node of several names into dir caches it without the
+		// node, so Lookup's cache does not serve it.
+		return e == nil || e.bound == nil
+	}
 	return e != nil && e.bound == nil && e.etag != "" && e.etag == etag
 }
 

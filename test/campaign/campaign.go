@@ -81,6 +81,25 @@
 //	                                              write> <other write> <home close> (ok or errno) <len>
 //	                                              <crc32c> of a new open through the other mount
 //
+// The many-mounts mode (ModeMany: the driver's -many) logs namespace
+// changes of paths relative to the mounts' root, through mount m of four
+// (its absolute index); a driver owns its directory dN, what it makes
+// inside, and the names "N.fK" of the shared directory ManyShared:
+//
+//	see     m                                     wait until mount m shows the driver's names as it left them
+//	put     m <path> <excl> <trunc> <off> <len>   open O_WRONLY|O_CREAT (|O_EXCL, |O_TRUNC), pwrite of
+//	                                              Pattern(id, seq, off, len), close; results: <ino>
+//	read    m <path>                              results: <len> <crc32c>
+//	rename  m <src> <dst>                         a file (within or across directories) or a directory
+//	                                              within its parent
+//	dmove   m <src> <dst>                         a directory into another; err 95 (ENOTSUP) is an answer
+//	link    m <src> <dst>
+//	unlink  m <path>
+//	mkdir   m <path>
+//	rmdir   m <path>
+//	race    m <path> <len>                        O_EXCL create of ManyRaceName, pwrite of Pattern(id, seq,
+//	                                              0, len), close; results: <ino>; err 17 (EEXIST) is an answer
+//
 // Names are file names inside the driver's directory. After its first error
 // a driver stops: the operation that failed is the only one whose outcome is
 // unknown.
@@ -90,6 +109,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // The optional operations and modes, by the name that switches each on.
@@ -103,10 +123,25 @@ const (
 	// ModeSlow is not an operation: a mode whose store is slow enough that
 	// a retry outlives every window (test/campaign_test.go).
 	ModeSlow = "slow"
+	// ModeMany is not an operation either: four mounts of a namespace v2
+	// volume changing names in directories of their own and a shared one.
+	ModeMany = "many"
 )
 
+// ManyShared is the directory every driver of the many-mounts mode changes
+// names in.
+const ManyShared = "s"
+
+// ManyRaceSlot: the drivers of the many-mounts mode that draw a race in
+// one slot race for one name, created at the slot's end.
+const ManyRaceSlot = 500 * time.Millisecond
+
+// ManyRaceName is the shared directory's name that the races of slot (unix
+// ns / ManyRaceSlot) of iteration iter are for.
+func ManyRaceName(iter int, slot int64) string { return fmt.Sprintf("r%d-%d", iter, slot) }
+
 // Optional lists the optional operations and modes.
-var Optional = []string{OpAppend, OpROCreat, OpCopyRewritten, OpReap, OpWALMix, OpLease, ModeSlow}
+var Optional = []string{OpAppend, OpROCreat, OpCopyRewritten, OpReap, OpWALMix, OpLease, ModeSlow, ModeMany}
 
 // IsOptional reports whether name is one of Optional.
 func IsOptional(name string) bool {

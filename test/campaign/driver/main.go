@@ -10,6 +10,11 @@
 //	       [-copies] [-cross] [-foreign] [-cno] [-third MOUNT]
 //	       [-ops LIST] [-plain MOUNT]
 //	       [-ckptfs BIN -store STORE -store-opts OPTS]
+//	driver -many -id N -seed S -dir NAME -mounts A,B,... -home-index I -iter K
+//
+// With -many (the campaign's many-mounts mode, many.go) it changes names
+// instead, through every mount of a namespace v2 volume, in its directory
+// and in a shared one, and races the other drivers for names there.
 //
 // Data operations go through the home mount; renames, links and unlinks
 // through either. Before a change through the other mount the driver waits
@@ -124,8 +129,24 @@ func main() {
 		storeOpts = flag.String("store-opts", "", "the store's -o options, for ckptfs cp")
 		opsFlag   = flag.String("ops", "", "optional operations, comma-separated (package campaign's Optional)")
 		plain     = flag.String("plain", "", "mount point of a mount without the WAL, beside WAL mounts (walmix)")
+		many      = flag.Bool("many", false, "the many-mounts plan: namespace changes through the -mounts")
+		mounts    = flag.String("mounts", "", "with -many: the mount points, comma-separated")
+		homeIdx   = flag.Int("home-index", 0, "with -many: the home mount's index in -mounts")
+		iter      = flag.Int("iter", 0, "with -many: the iteration (part of the race names)")
 	)
 	flag.Parse()
+	if *many {
+		ms := strings.Split(*mounts, ",")
+		if *dir == "" || len(ms) < 2 || *homeIdx < 0 || *homeIdx >= len(ms) {
+			fmt.Fprintln(os.Stderr, "usage: driver -many -id N -seed S -dir NAME -mounts A,B,... -home-index I -iter K")
+			os.Exit(2)
+		}
+		if err := runMany(*id, *iter, *dir, ms, *homeIdx, *seed, *seqBase); err != nil && !errors.Is(err, errStop) {
+			fmt.Fprintln(os.Stderr, "driver:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if *dir == "" || *home == "" || *other == "" || *id < 0 || *id > 255 {
 		fmt.Fprintln(os.Stderr, "usage: driver -id N -seed S -dir NAME -home MOUNT -other MOUNT")
 		os.Exit(2)
