@@ -68,10 +68,9 @@ func TestModelMany(t *testing.T) {
 		{"a directory's rename, acknowledged",
 			[]string{"B 1 10 put 0 d1/x0/f1 0 0 0 100", "E 1 11 ok 20", "B 2 12 rename 0 d1/x0 d1/x2", "E 2 13 ok"}, [manyMounts]int64{},
 			with(map[string]*manyEntry{"d1/x0": nil, "d1/x2": dir(4), "d1/x2/f1": file(20, put1)}), ""},
-		// Remove with the TODO in manyReplay once v2 moves directories.
-		{"a directory moved into another answered ENOTSUP: nothing happened",
-			[]string{"B 1 10 mkdir 0 d1/x1", "E 1 11 ok", "B 2 12 dmove 0 d1/x0 d1/x1/x0", "E 2 13 err 95", "B 3 14 unlink 0 d1/f0", "E 3 15 ok"},
-			[manyMounts]int64{}, with(map[string]*manyEntry{"d1/x1": dir(6), "d1/f0": nil}), ""},
+		{"a directory moved into another answered ENOTSUP: v2 moves directories",
+			[]string{"B 1 10 mkdir 0 d1/x1", "E 1 11 ok", "B 2 12 dmove 0 d1/x0 d1/x1/x0", "E 2 13 err 95"},
+			[manyMounts]int64{}, with(map[string]*manyEntry{"d1/x1": dir(6)}), "while mount A was alive"},
 		{"ENOTSUP from a rename of a file",
 			[]string{"B 1 10 rename 0 d1/f0 d1/x0/f0", "E 1 11 err 95"},
 			[manyMounts]int64{}, base, "while mount A was alive"},

@@ -39,7 +39,6 @@ type manyStats struct {
 	byKind             map[string]int64 // operations that succeeded, by kind
 	unknown            int64            // in flight at a kill, or failed with EIO under faults: outcome unknown
 	eio                int64
-	dmoveENOTSUP       int64 // directories moved into another that v2 answered ENOTSUP (allowed for now)
 	sealedENOENT       int64 // names added to a directory a killed rmdir sealed, answered ENOENT (allowed, manySealedENOENT)
 	races, raceWins    int64 // O_EXCL creates of race names, and those that won
 	raceEEXIST         int64
@@ -56,9 +55,9 @@ func (s manyStats) String() string {
 		kinds = append(kinds, fmt.Sprintf("%d %s", s.byKind[k], k))
 	}
 	return fmt.Sprintf("%d iterations, %d SIGKILLs, %d operations (%d succeeded: %s), %d of unknown outcome, %d failed with EIO under faults, "+
-		"%d directory moves answered ENOTSUP, %d names added to a directory a killed rmdir sealed answered ENOENT, %d O_EXCL races (%d won, %d EEXIST, %d names contested by two drivers or more), "+
+		"%d names added to a directory a killed rmdir sealed answered ENOENT, %d O_EXCL races (%d won, %d EEXIST, %d names contested by two drivers or more), "+
 		"%d files and %d directories checked (on each of the four mounts), %d bytes; faults: %d of %d requests",
-		s.iterations, s.kills, s.ops, s.okOps, strings.Join(kinds, ", "), s.unknown, s.eio, s.dmoveENOTSUP, s.sealedENOENT,
+		s.iterations, s.kills, s.ops, s.okOps, strings.Join(kinds, ", "), s.unknown, s.eio, s.sealedENOENT,
 		s.races, s.raceWins, s.raceEEXIST, s.contested, s.names, s.dirsChecked, s.bytesChecked, s.proxyFaults, s.proxyRequests)
 }
 
@@ -335,15 +334,6 @@ func manyReplay(id int, base *manyState, ops []*campaign.Op, killedAt [manyMount
 			}
 			continue
 		case op.Ended && op.Kind == "race" && op.Errno == int(syscall.EEXIST):
-			continue
-		case op.Ended && op.Kind == "dmove" && op.Errno == int(syscall.ENOTSUP):
-			// TODO(nsv2 step 4): namespace v2 answers ENOTSUP to a directory
-			// moved into another until that part of step 4 is built
-			// (docs/namespace-v2.md); then remove this case, and a move
-			// must happen like any rename.
-			if st != nil {
-				st.dmoveENOTSUP++
-			}
 			continue
 		case op.Ended && manySealedENOENT(op, doubt):
 			// The driver stops there; nothing happened.

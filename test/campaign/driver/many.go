@@ -55,8 +55,7 @@ type manyDriver struct {
 }
 
 // runMany runs the many-mounts plan until stdin closes or an operation
-// fails (but for the failures the model expects: EEXIST of a race, ENOTSUP
-// of a directory moved into another).
+// fails (but for the failure the model expects: EEXIST of a race).
 func runMany(id, iter int, root string, mounts []string, home int, seed uint64, seqBase int64) error {
 	d := &manyDriver{
 		id: id, iter: iter, root: root, mounts: mounts, home: home,
@@ -605,7 +604,7 @@ func (d *manyDriver) renameDir() error {
 }
 
 // moveDir moves a directory into another of its directories (logged as
-// "dmove"), which namespace v2 may answer with ENOTSUP for now.
+// "dmove"), through namespace v2's moves log.
 func (d *manyDriver) moveDir() error {
 	subs := d.subdirs()
 	if len(subs) == 0 {
@@ -633,7 +632,7 @@ func (d *manyDriver) moveDir() error {
 	}
 	errno, err := d.do("dmove", m, []any{src, dst}, func() ([]any, error) {
 		return nil, syscall.Rename(d.p(m, src), d.p(m, dst)) // os.Rename refuses a directory over a directory
-	}, syscall.ENOTSUP)
+	})
 	if err != nil || errno != 0 {
 		return err
 	}
