@@ -227,6 +227,9 @@ type File struct {
 	hintFormat segment.Format
 	hintMBS    uint32
 
+	// flushMu lets one Flush run at a time: it holds every block shared
+	// only, which another Flush could share. Taken with nothing held.
+	flushMu sync.Mutex
 	// ranges orders operations on blocks: taken before mu, never inside it.
 	ranges rangeLock
 	// copiers counts writes copying their bytes (without mu) now;

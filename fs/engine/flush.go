@@ -79,20 +79,32 @@ func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
 	if f.walOn() {
 		return f.walFlush(ctx)
 	}
-	defer f.ranges.lock(allBlocks.lo, allBlocks.hi, true)()
+	// One Flush at a time; it holds every block shared: a write, a
+	// truncate or a zero waits for it (what it publishes does not change
+	// under it), reads go on, and its requests go without mu.
+	f.flushMu.Lock()
+	defer f.flushMu.Unlock()
+	defer f.ranges.lock(allBlocks.lo, allBlocks.hi, false)()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {
 		return FlushTiming{}, err
 	}
 	f.walUnderLocked(ctx)
-	return f.flushLocked(ctx)
+	return f.flushMaybeUnlocked(ctx, true)
 }
 
 // flushLocked publishes a checkpoint on the direct path: in parts when it is
 // larger than one object, returning when the head names it. The caller holds
 // every block and mu.
 func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
+	return f.flushMaybeUnlocked(ctx, false)
+}
+
+// flushMaybeUnlocked is flushLocked; with unlocked (Flush, holding every
+// block shared), its attempts send without mu (flushAttempt) and its backoff
+// waits without mu.
+func (f *File) flushMaybeUnlocked(ctx context.Context, unlocked bool) (FlushTiming, error) {
 	if !f.changed {
 		return FlushTiming{Cno: f.head.Cno}, nil
 	}
@@ -109,7 +121,7 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 	backoff := 10 * time.Millisecond
 	for {
 		t.Attempts++
-		err := f.flushAttemptLocked(ctx, &t, &c)
+		err := f.flushAttemptLocked(ctx, &t, &c, unlocked)
 		if err == nil {
 			break
 		}
@@ -170,14 +182,25 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 			// this writer's changes too.
 			f.walUnderLocked(ctx)
 		}
-		// Back off while holding the file: writers would only add to a flush
-		// that is about to retry, and the other writer needs no lock of ours.
+		// Back off while holding the blocks: writers would only add to a
+		// flush that is about to retry, and the other writer needs no lock
+		// of ours. Reads go on (an unlocked flush lets go of mu meanwhile).
 		sleep := backoff/2 + rand.N(backoff)
+		if unlocked {
+			f.mu.Unlock()
+		}
+		var waitErr error
 		select {
 		case <-ctx.Done():
-			t.fill(&c, start, f.s.requests.Load())
-			return t, fmt.Errorf("flush %s: %w", f.prefix, ctx.Err())
+			waitErr = ctx.Err()
 		case <-time.After(sleep):
+		}
+		if unlocked {
+			f.mu.Lock()
+		}
+		if waitErr != nil {
+			t.fill(&c, start, f.s.requests.Load())
+			return t, fmt.Errorf("flush %s: %w", f.prefix, waitErr)
 		}
 		backoff = min(backoff*2, time.Second)
 	}
@@ -248,16 +271,26 @@ func (f *File) sortedDirty() []uint64 {
 // and scattered blocks share objects (a WAL publish is one object, whatever
 // it holds); otherwise each class goes to objects of its own.
 func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool) ([]*plannedObject, error) {
+	return f.packIntoLocked(ctx, f.tree, fbns, final, mixed)
+}
+
+// packIntoLocked is packLocked placing the blocks in tree: f.tree, or a
+// snapshot of it that a flush commits while f.tree stays as it was for the
+// reads that go on meanwhile (its dirty blocks then stay marked unmapped
+// until the flush adopts the committed map).
+func (f *File) packIntoLocked(ctx context.Context, tree *blockmap.Tree, fbns []uint64, final, mixed bool) ([]*plannedObject, error) {
 	cno := f.takeCno()
 	// 1. Fix the map's structure.
 	for _, fbn := range fbns {
-		added, err := f.tree.Put(ctx, fbn, blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: placeholderPart}})
+		added, err := tree.Put(ctx, fbn, blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: placeholderPart}})
 		if err != nil {
 			return nil, fmt.Errorf("place block %d: %w", fbn, err)
 		}
-		f.placedLocked(fbn, added)
+		if tree == f.tree {
+			f.placedLocked(fbn, added)
+		}
 	}
-	leaves, err := f.tree.LeavesFor(ctx, fbns)
+	leaves, err := tree.LeavesFor(ctx, fbns)
 	if err != nil {
 		return nil, fmt.Errorf("leaves of dirty blocks: %w", err)
 	}
@@ -343,7 +376,7 @@ func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool)
 	}
 	if final {
 		last := objs[len(objs)-1]
-		reserve := f.tree.DirtyNodes() + 1
+		reserve := tree.DirtyNodes() + 1
 		if len(last.fbns) > 0 && last.size(f.bs, f.mbs, len(last.leafLos)+reserve) > maxObj {
 			objs = append(objs, &plannedObject{})
 		}
@@ -375,7 +408,7 @@ func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool)
 			o.bufs[s] = buf
 			o.summary[s] = segment.SummaryEntry{FBN: fbn, CRC: crc}
 			v := blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: o.name.Part, Slot: uint32(s)}, CRC: crc}
-			if err := f.tree.Set(ctx, fbn, v); err != nil {
+			if err := tree.Set(ctx, fbn, v); err != nil {
 				return nil, fmt.Errorf("place block %d: %w", fbn, err)
 			}
 		}
@@ -455,6 +488,12 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 // leaves go with their data, unchanged leaves are reused from objects
 // already stored, the rest and the nodes above the leaves go into part 0.
 func (f *File) commitLocked(ctx context.Context, objs []*plannedObject) (*blockmap.Tree, error) {
+	return f.commitTreeLocked(ctx, f.tree, objs)
+}
+
+// commitTreeLocked is commitLocked of tree (f.tree or the snapshot a flush
+// packed into).
+func (f *File) commitTreeLocked(ctx context.Context, tree *blockmap.Tree, objs []*plannedObject) (*blockmap.Tree, error) {
 	part0 := objs[len(objs)-1]
 	cno := part0.name.Cno
 	leafHome := make(map[uint64]*plannedObject)
@@ -476,7 +515,7 @@ func (f *File) commitLocked(ctx context.Context, objs []*plannedObject) (*blockm
 		part0.metas = append(part0.metas, n.Encoded)
 		return segment.Ptr{Cno: cno, Part: 0, Slot: uint32(len(part0.metas) - 1)}, nil
 	}
-	committed, err := f.tree.Commit(ctx, place)
+	committed, err := tree.Commit(ctx, place)
 	if err != nil {
 		return nil, fmt.Errorf("commit block map: %w", err)
 	}

@@ -14,15 +14,23 @@ import (
 )
 
 // flushAttempt is one attempt at publishing a checkpoint on the direct path,
-// in steps: plan (pack the dirty blocks, commit the map, build the inode and
-// the head), upload the data parts, store part 0, publish the head, and
-// adopt the published state. Every step runs with f.mu held (the flush
-// holds every block and mu throughout).
+// in steps: plan (pack the dirty blocks into a snapshot of the map, commit
+// it, build the inode and the head), send (the writer marker, the data
+// parts, part 0, the head), and adopt the published state. Planning and
+// adopting run with f.mu held. Sending runs without it when the attempt is
+// unlocked (Flush: its caller holds every block shared, so no write, truncate
+// or zero changes what is published while reads go on; what the requests
+// need of f is taken under mu first), else with mu held throughout (callers
+// that hold every block exclusively: a WAL publish, a replay, a copy).
 type flushAttempt struct {
 	f *File
 	t *FlushTiming
 	c *flushCounters
 
+	unlocked bool
+	// tree is the snapshot of f.tree the blocks are placed in: f.tree
+	// stays as it was for reads until the attempt adopts committed.
+	tree      *blockmap.Tree
 	objs      []*plannedObject // the last is part 0
 	part0     *plannedObject
 	cno       uint64
@@ -32,21 +40,42 @@ type flushAttempt struct {
 	blocks    int64 // the blocks the checkpoint stores
 
 	// embed is the copy of part 0 the head carries (nil: none); p0wait
-	// waits for part 0's own PUT, made meanwhile from that copy.
+	// waits for part 0's own PUT, made meanwhile from that copy, and p0err
+	// is what it returned.
 	embed   *embedObj
 	p0wait  func() error
+	p0err   error
 	p0Start time.Time
+	p0tried bool // part 0 was sent: its name is spent
+
+	// Taken under mu for the requests made without it.
+	holdMark   bool   // the writer marker covers the data parts first
+	markCno    uint64 // the number it covers
+	etag       string // the head this attempt replaces
+	mark       walMark
+	named      []string     // the keys a lapsed marker checks
+	mtime      time.Time    // the mtime the inode records
+	ensured    *embedObj    // an embedded part 0 being stored (startEnsure)
+	ensureWait func() error // waits for it
+	ensureErr  error        // what it returned
 }
 
-// flushAttemptLocked makes one attempt at publishing a checkpoint.
-func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushCounters) error {
+// flushAttemptLocked makes one attempt at publishing a checkpoint; with
+// unlocked, its store requests go without mu (the caller holds every block,
+// shared at least, and mu).
+func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushCounters, unlocked bool) error {
 	planStart := time.Now()
-	objs, err := f.packLocked(ctx, f.sortedDirty(), true, false)
+	fbns := f.sortedDirty()
+	if unlocked {
+		f.warmMapLocked(ctx, fbns)
+	}
+	a := &flushAttempt{f: f, t: t, c: c, unlocked: unlocked, tree: f.tree.Snapshot()}
+	objs, err := f.packIntoLocked(ctx, a.tree, fbns, true, false)
 	if err != nil {
 		return fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
 	defer f.releasePlanned(objs)
-	a := &flushAttempt{f: f, t: t, c: c, objs: objs}
+	a.objs = objs
 	if err := a.planLocked(ctx); err != nil {
 		return err
 	}
@@ -54,52 +83,76 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 
 	// An embedded part 0 this checkpoint builds on is stored first, in
 	// parallel with the objects below, before the head (embed.go).
-	ensured := f.startEnsureLocked(ctx, c)
-	defer ensured()
+	a.ensured, a.ensureWait = f.startEnsure(ctx, c)
 
-	// Data parts first, several at once; then part 0; then the head. A
-	// small checkpoint of one object sends part 0 and the head at once,
-	// the head carrying a copy of part 0.
-	if err := a.uploadDataLocked(ctx); err != nil {
-		return err
-	}
-	a.p0Start = time.Now()
-	// Whatever happened to part 0, its name is spent.
 	spent := a.cno
-	defer func() {
-		if f.pendingCno == spent {
-			f.bumpCno()
-		}
-	}()
-	if err := a.sendPart0Locked(ctx); err != nil {
-		return err
+	if a.unlocked {
+		f.mu.Unlock()
 	}
-	if a.p0wait != nil {
-		defer a.p0wait()
+	etag, err := a.send(ctx)
+	if a.unlocked {
+		f.mu.Lock()
 	}
-	etag, err := a.publishLocked(ctx, ensured)
+	if a.ensured != nil && a.ensureErr == nil {
+		a.ensured.landed = true
+	}
+	// Whatever happened to part 0, its name is spent; a name found taken
+	// spends the number too.
+	if (a.p0tried || errors.Is(err, errNameTaken)) && f.pendingCno == spent {
+		f.bumpCno()
+	}
 	if err != nil {
 		return err
+	}
+	f.w.applied = a.mark.applied
+	if f.w.log != nil {
+		f.w.log.Covered(a.mark.applied)
 	}
 	a.adoptLocked(etag)
 	return nil
 }
 
-// planLocked commits the map into the packed objects and builds the
-// checkpoint's inode and head.
-func (a *flushAttempt) planLocked(ctx context.Context) error {
-	f, objs := a.f, a.objs
-	if len(objs) > 1 {
-		// Data parts come before part 0 and the head: a writer marker
-		// covers them (a lone part 0 is followed by its head at once).
-		if err := f.holdWritersLocked(ctx); err != nil {
-			return fmt.Errorf("flush %s: %w", f.prefix, err)
+// warmMapLocked loads, without mu, the nodes of the map the placement of
+// fbns walks (and every leaf, when the map's count is not known), so that
+// packing and committing under mu find them in memory. Nodes once loaded
+// stay loaded, in f.tree too; a failure is met again under mu. The caller
+// holds mu and every block (no change to the map meanwhile); mu is held
+// again when it returns.
+func (f *File) warmMapLocked(ctx context.Context, fbns []uint64) {
+	var cold []uint64
+	for _, fbn := range fbns {
+		if _, known := f.tree.Peek(fbn); !known {
+			cold = append(cold, fbn)
 		}
 	}
+	_, counted := f.tree.Len()
+	if len(cold) == 0 && counted {
+		return
+	}
+	snap := f.tree.Snapshot()
+	f.mu.Unlock()
+	defer f.mu.Lock()
+	for _, fbn := range cold {
+		if _, _, err := snap.Get(ctx, fbn); err != nil {
+			return
+		}
+	}
+	if !counted {
+		_, _ = snap.CountLen(ctx)
+	}
+}
+
+// planLocked commits the map into the packed objects and builds the
+// checkpoint's inode and head, and takes what sending needs.
+func (a *flushAttempt) planLocked(ctx context.Context) error {
+	f, objs := a.f, a.objs
+	// Data parts come before part 0 and the head: a writer marker covers
+	// them (a lone part 0 is followed by its head at once).
+	a.holdMark, a.markCno = len(objs) > 1, f.markCnoLocked()
 	part0 := objs[len(objs)-1]
 	a.part0, a.cno = part0, part0.name.Cno
 	a.t.Cno = a.cno
-	committed, err := f.commitLocked(ctx, objs)
+	committed, err := f.commitTreeLocked(ctx, a.tree, objs)
 	if err != nil {
 		return fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
@@ -109,108 +162,100 @@ func (a *flushAttempt) planLocked(ctx context.Context) error {
 			f.prefix, ErrObjectTooLarge, part0.size(f.bs, f.mbs, 0), len(part0.metas), f.p.MaxObjectBytes)
 	}
 	a.ino = f.inodeLocked(a.cno, committed)
+	a.mtime = f.mtime
 	a.base = f.head
 	// The head records the blocks the checkpoint stores; a map opened from
-	// a head that did not record them is counted once, here.
-	blocks, known := committed.Len()
-	if !known {
-		if blocks, err = committed.CountLen(ctx); err != nil {
-			return fmt.Errorf("flush %s: %w", f.prefix, err)
-		}
-		f.tree.SetLen(blocks)
+	// a head that did not record them is counted once, here (CountLen
+	// remembers it in committed).
+	blocks, err := committed.CountLen(ctx)
+	if err != nil {
+		return fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
 	a.blocks = blocks
 	a.hd = segment.Head{FileTag: f.tag, Inode: a.ino, BlocksKnown: true, Blocks: uint64(blocks)}
-	return nil
-}
-
-// uploadDataLocked stores the data parts (every object but part 0), several
-// at once.
-func (a *flushAttempt) uploadDataLocked(ctx context.Context) error {
-	f := a.f
-	dataStart := time.Now()
-	errs := f.uploadAll(ctx, a.objs[:len(a.objs)-1], nil, nil, a.c)
-	a.t.Data = time.Since(dataStart)
-	for _, err := range errs {
-		if err != nil {
-			if errors.Is(err, errNameTaken) {
-				f.bumpCno()
-			}
-			return fmt.Errorf("flush %s: %w", f.prefix, err)
-		}
-	}
-	return nil
-}
-
-// sendPart0Locked stores part 0: at once, or, when the head carries a copy
-// of it, starts its PUT and leaves it running while the head goes
-// (p0wait waits for it).
-func (a *flushAttempt) sendPart0Locked(ctx context.Context) error {
-	f, c, part0 := a.f, a.c, a.part0
 	e, err := f.embedPart0Locked(part0, &a.base, &a.ino)
 	if err != nil {
 		return fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
-	if e == nil {
-		errs := f.uploadAll(ctx, []*plannedObject{part0}, &a.base, &a.ino, c)
-		a.t.Part0 = time.Since(a.p0Start)
-		if errs[0] != nil {
-			return fmt.Errorf("flush %s: %w", f.prefix, errs[0])
-		}
-		return nil
-	}
 	a.embed = e
-	a.hd.Embed = e.obj
-	c.metaBytes.Add(int64(len(e.obj)) - part0.dataBytes(f.bs))
-	body := &objectBody{front: e.obj, size: int64(len(e.obj))}
-	done := make(chan error, 1)
-	sem := make(chan struct{}, f.p.Concurrency)
-	go func() { done <- f.putObject(ctx, f.key(e.name), body, sem, c) }()
-	a.p0wait = sync.OnceValue(func() error { return <-done })
+	// Never a head naming an object that may be gone (writers.go); an
+	// embedded part 0 is in the head itself.
+	named := objs
+	if e != nil {
+		named = objs[:len(objs)-1]
+	}
+	a.named = f.namedKeysLocked(named)
+	a.etag = f.headETag
+	a.mark = walMark{f.w.tracked, f.w.seq}
 	return nil
 }
 
-// publishLocked puts the head, once the embedded part 0 this checkpoint
-// builds on is stored (ensured) and the writer markers allow it, and
-// returns its ETag.
-func (a *flushAttempt) publishLocked(ctx context.Context, ensured func() error) (string, error) {
+// send makes the attempt's requests: the writer marker, the data parts
+// (several at once), part 0, and the head, which it returns the ETag of. A
+// small checkpoint of one object sends part 0 and the head at once, the
+// head carrying a copy of part 0. It touches nothing of f guarded by mu, so
+// an unlocked attempt calls it without mu; it returns once every request
+// it started is done.
+func (a *flushAttempt) send(ctx context.Context) (string, error) {
 	f, c, t := a.f, a.c, a.t
-	if err := ensured(); err != nil {
+	defer func() { a.ensureErr = a.ensureWait() }()
+	if a.holdMark {
+		if err := f.holdWriters(ctx, a.markCno); err != nil {
+			return "", fmt.Errorf("flush %s: %w", f.prefix, err)
+		}
+	}
+	dataStart := time.Now()
+	errs := f.uploadAll(ctx, a.objs[:len(a.objs)-1], nil, nil, c)
+	t.Data = time.Since(dataStart)
+	for _, err := range errs {
+		if err != nil {
+			return "", fmt.Errorf("flush %s: %w", f.prefix, err)
+		}
+	}
+	a.p0Start, a.p0tried = time.Now(), true
+	if a.embed == nil {
+		errs := f.uploadAll(ctx, []*plannedObject{a.part0}, &a.base, &a.ino, c)
+		t.Part0 = time.Since(a.p0Start)
+		if errs[0] != nil {
+			return "", fmt.Errorf("flush %s: %w", f.prefix, errs[0])
+		}
+	} else {
+		// Part 0's own PUT runs while the head goes.
+		e := a.embed
+		a.hd.Embed = e.obj
+		c.metaBytes.Add(int64(len(e.obj)) - a.part0.dataBytes(f.bs))
+		body := &objectBody{front: e.obj, size: int64(len(e.obj))}
+		done := make(chan error, 1)
+		sem := make(chan struct{}, f.p.Concurrency)
+		go func() { done <- f.putObject(ctx, f.key(e.name), body, sem, c) }()
+		a.p0wait = sync.OnceValue(func() error { return <-done })
+		defer a.p0wait()
+	}
+	if err := a.ensureWait(); err != nil {
 		return "", fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
-	// Never a head naming an object that may be gone (writers.go); an
-	// embedded part 0 is in the head itself.
-	named := a.objs
-	if a.embed != nil {
-		named = a.objs[:len(a.objs)-1]
-	}
-	if err := f.verifyWritersLocked(ctx, named); err != nil {
+	if err := f.verifyWriters(ctx, func() []string { return a.named }); err != nil {
 		return "", fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
 	headStart := time.Now()
-	applied := f.w.seq
-	etag, err := f.putHead(ctx, a.hd, f.headETag, walMark{f.w.tracked, applied}, c)
+	etag, err := f.putHead(ctx, a.hd, a.etag, a.mark, c)
 	t.Head = time.Since(headStart)
 	if a.embed != nil {
 		// The head decides; part 0's own PUT only says whether its object
 		// must still be stored from the copy before the next head.
-		p0err := a.p0wait()
+		a.p0err = a.p0wait()
 		t.Part0 = time.Since(a.p0Start)
-		a.embed.landed = p0err == nil
-		if p0err == nil {
+		a.embed.landed = a.p0err == nil
+		if a.p0err == nil {
 			c.dataBytes.Add(a.part0.dataBytes(f.bs))
 			c.objects.Add(1)
 		} else if err == nil {
 			f.log.Warn("checkpoint published in its head; its part 0 is stored before the next one",
-				zap.String("file", f.prefix), zap.Uint64("cno", a.cno), zap.Error(p0err))
+				zap.String("file", f.prefix), zap.Uint64("cno", a.cno), zap.Error(a.p0err))
 		}
 	}
 	if err != nil {
 		return "", err
-	}
-	f.w.applied = applied
-	if f.w.log != nil {
-		f.w.log.Covered(applied)
 	}
 	return etag, nil
 }
@@ -236,7 +281,9 @@ func (a *flushAttempt) adoptLocked(etag string) {
 	f.headETag = etag
 	f.headCount = blockCount{cno: a.ino.Cno, n: a.blocks, known: true}
 	f.setEmbedLocked(a.embed)
-	f.changed = false
+	// Only SetMtime changes the file without a block (Flush's unlocked
+	// requests hold every block): an mtime set meanwhile is still to publish.
+	f.changed = !f.mtime.Equal(a.mtime)
 	f.resetSince()
 	f.wm.Release(a.cno) // the head names what the marker protected
 }
