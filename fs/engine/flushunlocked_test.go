@@ -1,0 +1,174 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging/mem"
+)
+
+// flushUnlockedParams: nothing sent ahead and no partial segment, so that
+// the flush stores every block itself.
+func flushUnlockedParams() Params {
+	p := smallParams(segment.FormatStream)
+	p.StreamSegmentBytes = 0
+	p.DirtyLimit = 1 << 20
+	return p
+}
+
+// While a flush's objects are held by a stalled store, reads of the file
+// (stored blocks and the dirty blocks being published) answer;
+// a write waits for the flush (it holds every block shared) and goes into
+// the next checkpoint. The flush publishes what it took, and the next flush
+// the rest.
+func TestFlushLetsReadsGoOn(t *testing.T) {
+	ctx := context.Background()
+	base := mem.New()
+	st := newStallStore(base)
+	p := flushUnlockedParams()
+	const size = 32 << 10
+	stored := storedFile(t, base, "fu/", p, size, 5)
+	f := mustOpen(t, st, "fu/", p)
+	defer f.Close()
+	before := f.Stat()
+	fresh := pattern(8<<10, 6)
+	if _, err := f.WriteAt(ctx, fresh, 4<<10); err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Clone(stored)
+	copy(want[4<<10:], fresh)
+
+	flushed := make(chan struct{})
+	var ft FlushTiming
+	var ferr error
+	go func() {
+		defer close(flushed)
+		ft, ferr = f.Flush(ctx)
+	}()
+	watchdog(t, "flush reaching the store", st.stalled)
+
+	// A write waits for the flush: started now, it lands after it.
+	later := pattern(1<<10, 7)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := f.WriteAt(ctx, later, size)
+		wrote <- err
+	}()
+
+	read := make(chan struct{})
+	var got []byte
+	var rerr error
+	go func() {
+		defer close(read)
+		got = make([]byte, size)
+		_, rerr = f.ReadAt(ctx, got, 0)
+	}()
+	select {
+	case <-read:
+	case <-time.After(30 * time.Second):
+		close(st.release)
+		<-flushed
+		t.Fatal("a read waited for the stalled flush (no answer in 30s)")
+	}
+	if rerr != nil {
+		t.Fatalf("read during the flush: %v", rerr)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("a read during the flush is not what was written")
+	}
+	select {
+	case err := <-wrote:
+		t.Fatalf("a write returned (%v) while the flush it waits for was stalled", err)
+	default:
+	}
+	if s := f.Stat(); s.Cno != before.Cno {
+		t.Errorf("during the flush: checkpoint %d, want %d (not published yet)", s.Cno, before.Cno)
+	}
+
+	close(st.release)
+	watchdog(t, "flush after the store answers", flushed)
+	if ferr != nil {
+		t.Fatalf("flush: %v", ferr)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("write after the flush: %v", err)
+	}
+	if s := f.Stat(); !s.Dirty || s.Cno != ft.Cno {
+		t.Errorf("after the flush: Dirty %v at %d; want dirty (the write since) at %d", s.Dirty, s.Cno, ft.Cno)
+	}
+	// The checkpoint published holds what was written before the flush.
+	g := mustOpen(t, base, "fu/", p)
+	if g.Size() != size {
+		t.Errorf("checkpoint %d: size %d, want %d (the write came after it)", ft.Cno, g.Size(), size)
+	}
+	buf := make([]byte, size)
+	if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
+		t.Errorf("checkpoint %d: read %v, bytes equal %v", ft.Cno, err, bytes.Equal(buf, want))
+	}
+	g.Close()
+
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g = mustOpen(t, base, "fu/", p)
+	defer g.Close()
+	want = append(want, later...)
+	buf = make([]byte, len(want))
+	if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
+		t.Errorf("the next checkpoint: read %v, bytes equal %v", err, bytes.Equal(buf, want))
+	}
+}
+
+// An mtime set while a flush's requests are out (SetMtime takes mu, not a
+// block) is not lost when the flush adopts its checkpoint: the file stays
+// dirty and the next flush publishes it.
+func TestFlushKeepsMtimeSetMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	base := mem.New()
+	st := newStallStore(base)
+	p := flushUnlockedParams()
+	f := mustCreate(t, st, "fm/", p)
+	defer f.Close()
+	if _, err := f.WriteAt(ctx, pattern(8<<10, 8), 0); err != nil {
+		t.Fatal(err)
+	}
+	flushed := make(chan struct{})
+	var ferr error
+	go func() {
+		defer close(flushed)
+		_, ferr = f.Flush(ctx)
+	}()
+	watchdog(t, "flush reaching the store", st.stalled)
+	mtime := time.Unix(1_700_000_000, 0)
+	set := make(chan error, 1)
+	go func() { set <- f.SetMtime(ctx, mtime) }()
+	select {
+	case err := <-set:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		close(st.release)
+		<-flushed
+		t.Fatal("SetMtime waited for the stalled flush (no answer in 30s)")
+	}
+	close(st.release)
+	watchdog(t, "flush after the store answers", flushed)
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	if !f.Stat().Dirty {
+		t.Errorf("after the flush: clean, want dirty (an mtime set during it)")
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := mustOpen(t, base, "fm/", p)
+	defer g.Close()
+	if s := g.Stat(); !s.Mtime.Equal(mtime) {
+		t.Errorf("the next checkpoint's mtime %v, want %v (set during the flush before)", s.Mtime, mtime)
+	}
+}
