@@ -79,32 +79,37 @@ func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
 	if f.walOn() {
 		return f.walFlush(ctx)
 	}
-	// One Flush at a time; it holds every block shared: a write, a
-	// truncate or a zero waits for it (what it publishes does not change
-	// under it), reads go on, and its requests go without mu.
+	// One Flush at a time, holding the file's blocks shared: what it
+	// publishes does not change under it, reads go on, and its requests go
+	// without mu (flushgate.go says what else goes on meanwhile).
 	f.flushMu.Lock()
 	defer f.flushMu.Unlock()
-	defer f.ranges.lock(allBlocks.lo, allBlocks.hi, false)()
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	h := &flushHold{}
+	h.take(f)
+	defer func() {
+		f.mu.Unlock()
+		h.release()
+	}()
 	if err := f.writable(); err != nil {
 		return FlushTiming{}, err
 	}
 	f.walUnderLocked(ctx)
-	return f.flushMaybeUnlocked(ctx, true)
+	return f.flushMaybeUnlocked(ctx, h)
 }
 
 // flushLocked publishes a checkpoint on the direct path: in parts when it is
 // larger than one object, returning when the head names it. The caller holds
 // every block and mu.
 func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
-	return f.flushMaybeUnlocked(ctx, false)
+	return f.flushMaybeUnlocked(ctx, nil)
 }
 
-// flushMaybeUnlocked is flushLocked; with unlocked (Flush, holding every
-// block shared), its attempts send without mu (flushAttempt) and its backoff
-// waits without mu.
-func (f *File) flushMaybeUnlocked(ctx context.Context, unlocked bool) (FlushTiming, error) {
+// flushMaybeUnlocked is flushLocked, or with h (Flush: it holds flushMu,
+// and the blocks h says) its attempts send without mu (flushAttempt), its
+// backoff waits without mu, and it holds every block exclusively only to
+// merge or roll back.
+func (f *File) flushMaybeUnlocked(ctx context.Context, h *flushHold) (FlushTiming, error) {
+	unlocked := h != nil
 	if !f.changed {
 		return FlushTiming{Cno: f.head.Cno}, nil
 	}
@@ -120,8 +125,17 @@ func (f *File) flushMaybeUnlocked(ctx context.Context, unlocked bool) (FlushTimi
 	}
 	backoff := 10 * time.Millisecond
 	for {
+		if unlocked {
+			// Writes past the blocks held may have come since the last
+			// attempt: hold them too (or let go of every block).
+			h.sharedLocked(f)
+			if err := f.writable(); err != nil {
+				t.fill(&c, start, f.s.requests.Load())
+				return t, err
+			}
+		}
 		t.Attempts++
-		err := f.flushAttemptLocked(ctx, &t, &c, unlocked)
+		err := f.flushAttemptLocked(ctx, &t, &c, h)
 		if err == nil {
 			break
 		}
@@ -136,6 +150,14 @@ func (f *File) flushMaybeUnlocked(ctx context.Context, unlocked bool) (FlushTimi
 		if !errors.As(err, &ce) {
 			t.fill(&c, start, f.s.requests.Load())
 			return t, err
+		}
+		if unlocked {
+			// A merge or a rollback changes blocks anywhere.
+			h.allLocked(f)
+			if err := f.writable(); err != nil {
+				t.fill(&c, start, f.s.requests.Load())
+				return t, err
+			}
 		}
 		f.stats.Conflicts++
 		if f.p.ConflictPolicy == ConflictFailFast {
@@ -186,8 +208,9 @@ func (f *File) flushMaybeUnlocked(ctx context.Context, unlocked bool) (FlushTimi
 		// flush that is about to retry, and the other writer needs no lock
 		// of ours. Reads go on (an unlocked flush lets go of mu meanwhile).
 		sleep := backoff/2 + rand.N(backoff)
+		var g *pubGate
 		if unlocked {
-			f.mu.Unlock()
+			g = f.openGateLocked(false, h.hi)
 		}
 		var waitErr error
 		select {
@@ -195,8 +218,8 @@ func (f *File) flushMaybeUnlocked(ctx context.Context, unlocked bool) (FlushTimi
 			waitErr = ctx.Err()
 		case <-time.After(sleep):
 		}
-		if unlocked {
-			f.mu.Lock()
+		if g != nil {
+			f.closeGate(g)
 		}
 		if waitErr != nil {
 			t.fill(&c, start, f.s.requests.Load())

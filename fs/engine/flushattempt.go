@@ -31,6 +31,7 @@ type flushAttempt struct {
 	// tree is the snapshot of f.tree the blocks are placed in: f.tree
 	// stays as it was for reads until the attempt adopts committed.
 	tree      *blockmap.Tree
+	fbns      []uint64         // the dirty blocks it publishes
 	objs      []*plannedObject // the last is part 0
 	part0     *plannedObject
 	cno       uint64
@@ -60,16 +61,17 @@ type flushAttempt struct {
 	ensureErr  error        // what it returned
 }
 
-// flushAttemptLocked makes one attempt at publishing a checkpoint; with
-// unlocked, its store requests go without mu (the caller holds every block,
-// shared at least, and mu).
-func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushCounters, unlocked bool) error {
+// flushAttemptLocked makes one attempt at publishing a checkpoint; with h,
+// its store requests go without mu (the caller holds flushMu, the blocks h
+// says, covering every dirty block, and mu; flushgate.go).
+func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushCounters, h *flushHold) error {
 	planStart := time.Now()
-	fbns := f.sortedDirty()
+	unlocked := h != nil
 	if unlocked {
-		f.warmMapLocked(ctx, fbns)
+		f.warmMapLocked(ctx, f.sortedDirty(), h.hi)
 	}
-	a := &flushAttempt{f: f, t: t, c: c, unlocked: unlocked, tree: f.tree.Snapshot()}
+	fbns := f.sortedDirty()
+	a := &flushAttempt{f: f, t: t, c: c, unlocked: unlocked, tree: f.tree.Snapshot(), fbns: fbns}
 	objs, err := f.packIntoLocked(ctx, a.tree, fbns, true, false)
 	if err != nil {
 		return fmt.Errorf("flush %s: %w", f.prefix, err)
@@ -86,12 +88,20 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	a.ensured, a.ensureWait = f.startEnsure(ctx, c)
 
 	spent := a.cno
+	var g *pubGate
+	var aside sinceRecords
 	if a.unlocked {
-		f.mu.Unlock()
+		// Writes past the blocks held go on meanwhile, recording what a
+		// merge replays apart (flushgate.go).
+		aside = f.takeSinceLocked()
+		g = f.openGateLocked(true, h.hi)
 	}
 	etag, err := a.send(ctx)
-	if a.unlocked {
-		f.mu.Lock()
+	if g != nil {
+		f.closeGate(g)
+		if err != nil {
+			f.putBackSinceLocked(aside, h.hi)
+		}
 	}
 	if a.ensured != nil && a.ensureErr == nil {
 		a.ensured.landed = true
@@ -116,9 +126,10 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 // fbns walks (and every leaf, when the map's count is not known), so that
 // packing and committing under mu find them in memory. Nodes once loaded
 // stay loaded, in f.tree too; a failure is met again under mu. The caller
-// holds mu and every block (no change to the map meanwhile); mu is held
-// again when it returns.
-func (f *File) warmMapLocked(ctx context.Context, fbns []uint64) {
+// holds mu and blocks [0, hi), which cover fbns; writes wait meanwhile (the
+// gate), so nothing changes the map or the dirty tier. mu is held again
+// when it returns.
+func (f *File) warmMapLocked(ctx context.Context, fbns []uint64, hi uint64) {
 	var cold []uint64
 	for _, fbn := range fbns {
 		if _, known := f.tree.Peek(fbn); !known {
@@ -130,8 +141,8 @@ func (f *File) warmMapLocked(ctx context.Context, fbns []uint64) {
 		return
 	}
 	snap := f.tree.Snapshot()
-	f.mu.Unlock()
-	defer f.mu.Lock()
+	g := f.openGateLocked(false, hi)
+	defer f.closeGate(g)
 	for _, fbn := range cold {
 		if _, _, err := snap.Get(ctx, fbn); err != nil {
 			return
@@ -269,21 +280,43 @@ func (a *flushAttempt) adoptLocked(etag string) {
 		f.stats.BytesUploaded += o.size(f.bs, f.mbs, 0)
 		f.stats.ObjectsWritten++
 	}
-	for _, d := range f.dirty {
-		f.freeDirtyBuf(d)
+	if len(a.fbns) == len(f.dirty) {
+		for _, d := range f.dirty {
+			f.freeDirtyBuf(d)
+		}
+		f.dirty = make(map[uint64]*dirtyBlock)
+		f.dirtyB = 0
+		f.dirtyUnmapped = 0
+		f.s.unsent = make(map[uint64]struct{})
+		f.s.unsentB = 0
+	} else {
+		// Writes past the blocks held made blocks dirty meanwhile: they
+		// stay, for the next checkpoint. Those published leave.
+		for _, fbn := range a.fbns {
+			d := f.dirty[fbn]
+			if d.buf != nil {
+				f.dirtyB -= int64(f.bs)
+			}
+			f.freeDirtyBuf(d)
+			f.undirtyLocked(d)
+			f.s.clearUnsent(fbn)
+			delete(f.dirty, fbn)
+		}
 	}
 	f.endFillsLocked()
-	f.dirty = make(map[uint64]*dirtyBlock)
-	f.dirtyB = 0
-	f.dirtyUnmapped = 0
 	f.tree = a.committed
 	f.head = a.ino
 	f.headETag = etag
 	f.headCount = blockCount{cno: a.ino.Cno, n: a.blocks, known: true}
 	f.setEmbedLocked(a.embed)
-	// Only SetMtime changes the file without a block (Flush's unlocked
-	// requests hold every block): an mtime set meanwhile is still to publish.
-	f.changed = !f.mtime.Equal(a.mtime)
-	f.resetSince()
+	// What changed while the requests were out (writes past the blocks
+	// held, SetMtime) is still to publish, and its records are the only
+	// changes since the new head.
+	f.changed = !f.mtime.Equal(a.mtime) || len(f.dirty) > 0 || f.size != int64(a.ino.Size)
+	if a.unlocked {
+		f.resetPending()
+	} else {
+		f.resetSince()
+	}
 	f.wm.Release(a.cno) // the head names what the marker protected
 }

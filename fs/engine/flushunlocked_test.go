@@ -20,10 +20,10 @@ func flushUnlockedParams() Params {
 }
 
 // While a flush's objects are held by a stalled store, reads of the file
-// (stored blocks and the dirty blocks being published) answer;
-// a write waits for the flush (it holds every block shared) and goes into
-// the next checkpoint. The flush publishes what it took, and the next flush
-// the rest.
+// (stored blocks and the dirty blocks being published) answer, and so does
+// a write past the end; a write into the blocks published waits for the
+// flush. Both go into the next checkpoint: the flush publishes what it
+// took, and the next flush the rest.
 func TestFlushLetsReadsGoOn(t *testing.T) {
 	ctx := context.Background()
 	base := mem.New()
@@ -50,20 +50,38 @@ func TestFlushLetsReadsGoOn(t *testing.T) {
 	}()
 	watchdog(t, "flush reaching the store", st.stalled)
 
-	// A write waits for the flush: started now, it lands after it.
-	later := pattern(1<<10, 7)
+	// A write into the blocks being published waits for the flush: started
+	// now, it lands after it. A write past them goes on.
+	inside := pattern(1<<10, 7)
 	wrote := make(chan error, 1)
 	go func() {
-		_, err := f.WriteAt(ctx, later, size)
+		_, err := f.WriteAt(ctx, inside, 0)
 		wrote <- err
 	}()
+	past := pattern(1<<10, 9)
+	pastDone := make(chan struct{})
+	var perr error
+	go func() {
+		defer close(pastDone)
+		_, perr = f.WriteAt(ctx, past, size)
+	}()
+	select {
+	case <-pastDone:
+	case <-time.After(30 * time.Second):
+		close(st.release)
+		<-flushed
+		t.Fatal("a write past the end waited for the stalled flush (no answer in 30s)")
+	}
+	if perr != nil {
+		t.Fatalf("write past the end during the flush: %v", perr)
+	}
 
 	read := make(chan struct{})
 	var got []byte
 	var rerr error
 	go func() {
 		defer close(read)
-		got = make([]byte, size)
+		got = make([]byte, size+len(past))
 		_, rerr = f.ReadAt(ctx, got, 0)
 	}()
 	select {
@@ -76,7 +94,7 @@ func TestFlushLetsReadsGoOn(t *testing.T) {
 	if rerr != nil {
 		t.Fatalf("read during the flush: %v", rerr)
 	}
-	if !bytes.Equal(got, want) {
+	if !bytes.Equal(got, append(bytes.Clone(want), past...)) {
 		t.Errorf("a read during the flush is not what was written")
 	}
 	select {
@@ -97,12 +115,12 @@ func TestFlushLetsReadsGoOn(t *testing.T) {
 		t.Fatalf("write after the flush: %v", err)
 	}
 	if s := f.Stat(); !s.Dirty || s.Cno != ft.Cno {
-		t.Errorf("after the flush: Dirty %v at %d; want dirty (the write since) at %d", s.Dirty, s.Cno, ft.Cno)
+		t.Errorf("after the flush: Dirty %v at %d; want dirty (the writes since) at %d", s.Dirty, s.Cno, ft.Cno)
 	}
 	// The checkpoint published holds what was written before the flush.
 	g := mustOpen(t, base, "fu/", p)
 	if g.Size() != size {
-		t.Errorf("checkpoint %d: size %d, want %d (the write came after it)", ft.Cno, g.Size(), size)
+		t.Errorf("checkpoint %d: size %d, want %d (the writes came after it)", ft.Cno, g.Size(), size)
 	}
 	buf := make([]byte, size)
 	if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
@@ -115,7 +133,8 @@ func TestFlushLetsReadsGoOn(t *testing.T) {
 	}
 	g = mustOpen(t, base, "fu/", p)
 	defer g.Close()
-	want = append(want, later...)
+	copy(want, inside)
+	want = append(want, past...)
 	buf = make([]byte, len(want))
 	if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
 		t.Errorf("the next checkpoint: read %v, bytes equal %v", err, bytes.Equal(buf, want))
@@ -170,5 +189,68 @@ func TestFlushKeepsMtimeSetMeanwhile(t *testing.T) {
 	defer g.Close()
 	if s := g.Stat(); !s.Mtime.Equal(mtime) {
 		t.Errorf("the next checkpoint's mtime %v, want %v (set during the flush before)", s.Mtime, mtime)
+	}
+}
+
+// A flush that meets another writer's checkpoint while a write past its
+// blocks went on merges onto it everything this writer did since its head,
+// the write past the end too; the next flush publishes that write, and
+// nothing is lost of either writer.
+func TestFlushConflictWithWritePastEnd(t *testing.T) {
+	ctx := context.Background()
+	base := mem.New()
+	st := newStallStore(base)
+	p := flushUnlockedParams()
+	const size = 32 << 10
+	stored := storedFile(t, base, "fc/", p, size, 11)
+	f := mustOpen(t, st, "fc/", p)
+	defer f.Close()
+	other := mustOpen(t, base, "fc/", p)
+	ours, theirs, past := pattern(2<<10, 12), pattern(2<<10, 13), pattern(3<<10, 14)
+	if _, err := f.WriteAt(ctx, ours, 2<<10); err != nil {
+		t.Fatal(err)
+	}
+	flushed := make(chan struct{})
+	var ferr error
+	go func() {
+		defer close(flushed)
+		_, ferr = f.Flush(ctx)
+	}()
+	watchdog(t, "flush reaching the store", st.stalled)
+	// The other writer publishes first, at other blocks.
+	if _, err := other.WriteAt(ctx, theirs, 20<<10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	if _, err := f.WriteAt(ctx, past, size+1000); err != nil {
+		t.Fatal(err)
+	}
+	close(st.release)
+	watchdog(t, "flush after the store answers", flushed)
+	if ferr != nil {
+		t.Fatalf("flush: %v", ferr)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Clone(stored)
+	copy(want[2<<10:], ours)
+	copy(want[20<<10:], theirs)
+	want = append(want, make([]byte, 1000)...)
+	want = append(want, past...)
+	g := mustOpen(t, base, "fc/", p)
+	defer g.Close()
+	if g.Size() != int64(len(want)) {
+		t.Fatalf("size %d, want %d", g.Size(), len(want))
+	}
+	buf := make([]byte, len(want))
+	if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
+		t.Errorf("after the merge: read %v, bytes equal %v", err, bytes.Equal(buf, want))
+	}
+	if n := f.Losses(); n != 0 {
+		t.Errorf("%d losses, want none", n)
 	}
 }
