@@ -245,8 +245,9 @@ type File struct {
 	// Unlock publishes stat first.
 	mu stateMu
 	// stat is what Stat returns: the state at the end of the last exclusive
-	// hold of mu. A flush holds mu across its uploads; a stat (the kernel's
-	// getattr of an open file) reads this instead of waiting for it.
+	// hold of mu. A flush may hold mu while it settles uploads or merges; a
+	// stat (the kernel's getattr of an open file) reads this instead of
+	// waiting for it.
 	stat atomic.Pointer[Stat]
 	// mark is what Refresh looks at first, published with stat, so that a
 	// refresh that finds nothing to do never waits for mu (refresh.go).
