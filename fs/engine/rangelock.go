@@ -9,14 +9,16 @@ import (
 // disjoint ones run at once: a write copies its bytes into the dirty tier
 // holding only its blocks, not the file. Writes and truncates take their
 // blocks exclusively, reads share theirs, and a flush, a rollback or a close
-// takes every block. A request that waits for an exclusive range stops newer
-// overlapping requests from jumping ahead of it, so a flush is not starved
-// by a stream of writes. Always taken before File.mu, never while holding it.
+// takes every block. A request that waits stops newer overlapping requests
+// it conflicts with from jumping ahead of it (an exclusive one, any; a
+// shared one, exclusive ones), so a flush, which shares the blocks it
+// publishes, is not starved by a stream of writes, nor a write by a stream
+// of reads. Always taken before File.mu, never while holding it.
 type rangeLock struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	held    []blockRange // GUARDED_BY(mu)
-	waiting []blockRange // exclusive requests waiting; GUARDED_BY(mu)
+	waiting []blockRange // requests waiting; GUARDED_BY(mu)
 	nextID  uint64       // orders requests; GUARDED_BY(mu)
 }
 
@@ -45,7 +47,7 @@ func (l *rangeLock) lock(lo, hi uint64, excl bool) func() {
 	}
 	registered := false
 	for l.conflicts(me) {
-		if excl && !registered {
+		if !registered {
 			l.waiting = append(l.waiting, me)
 			registered = true
 		}
@@ -70,7 +72,7 @@ func (l *rangeLock) lock(lo, hi uint64, excl bool) func() {
 }
 
 // conflicts: a held range overlaps me and one of us is exclusive, or an
-// older exclusive request waits for blocks I want.
+// older request waits for blocks I want and one of us is exclusive.
 func (l *rangeLock) conflicts(me blockRange) bool {
 	for _, h := range l.held {
 		if h.overlaps(me) && (h.excl || me.excl) {
@@ -78,7 +80,7 @@ func (l *rangeLock) conflicts(me blockRange) bool {
 		}
 	}
 	for _, w := range l.waiting {
-		if w.id < me.id && w.overlaps(me) {
+		if w.id < me.id && w.overlaps(me) && (w.excl || me.excl) {
 			return true
 		}
 	}
