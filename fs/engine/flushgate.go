@@ -95,7 +95,7 @@ func (h *flushHold) take(f *File) {
 		f.mu.RLock()
 		hi := f.publishEndLocked()
 		f.mu.RUnlock()
-		release := f.ranges.lock(0, hi, false)
+		release := f.ranges.lockFlush(0, hi)
 		f.mu.Lock()
 		if f.publishEndLocked() <= hi {
 			h.hi, h.excl, h.release = hi, false, release

@@ -13,7 +13,9 @@ import (
 // it conflicts with from jumping ahead of it (an exclusive one, any; a
 // shared one, exclusive ones), so a flush, which shares the blocks it
 // publishes, is not starved by a stream of writes, nor a write by a stream
-// of reads. Always taken before File.mu, never while holding it.
+// of reads; but a write that waits for a flush's blocks does not hold back
+// reads, which the flush lets go on (they end before it, as a rule).
+// Always taken before File.mu, never while holding it.
 type rangeLock struct {
 	mu      sync.Mutex
 	cond    sync.Cond
@@ -26,6 +28,7 @@ type rangeLock struct {
 type blockRange struct {
 	lo, hi uint64
 	excl   bool
+	flush  bool // a flush's shared hold (lockFlush)
 	id     uint64
 }
 
@@ -36,12 +39,22 @@ var allBlocks = blockRange{lo: 0, hi: math.MaxUint64}
 
 // lock takes blocks [lo, hi) and returns the function that releases them.
 func (l *rangeLock) lock(lo, hi uint64, excl bool) func() {
-	if hi <= lo {
-		hi = lo + 1
+	return l.take(blockRange{lo: lo, hi: hi, excl: excl})
+}
+
+// lockFlush takes blocks [lo, hi) shared for a flush: a write waiting for
+// them lets reads of them go on.
+func (l *rangeLock) lockFlush(lo, hi uint64) func() {
+	return l.take(blockRange{lo: lo, hi: hi, flush: true})
+}
+
+func (l *rangeLock) take(me blockRange) func() {
+	if me.hi <= me.lo {
+		me.hi = me.lo + 1
 	}
 	l.mu.Lock()
 	l.nextID++
-	me := blockRange{lo: lo, hi: hi, excl: excl, id: l.nextID}
+	me.id = l.nextID
 	if l.cond.L == nil {
 		l.cond.L = &l.mu
 	}
@@ -72,7 +85,8 @@ func (l *rangeLock) lock(lo, hi uint64, excl bool) func() {
 }
 
 // conflicts: a held range overlaps me and one of us is exclusive, or an
-// older request waits for blocks I want and one of us is exclusive.
+// older request waits for blocks I want and one of us is exclusive (but a
+// shared request passes a waiter that a flush's hold keeps waiting).
 func (l *rangeLock) conflicts(me blockRange) bool {
 	for _, h := range l.held {
 		if h.overlaps(me) && (h.excl || me.excl) {
@@ -81,6 +95,19 @@ func (l *rangeLock) conflicts(me blockRange) bool {
 	}
 	for _, w := range l.waiting {
 		if w.id < me.id && w.overlaps(me) && (w.excl || me.excl) {
+			if !me.excl && l.heldByFlush(w) {
+				continue
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// heldByFlush: a flush's shared hold overlaps w.
+func (l *rangeLock) heldByFlush(w blockRange) bool {
+	for _, h := range l.held {
+		if h.flush && h.overlaps(w) {
 			return true
 		}
 	}
