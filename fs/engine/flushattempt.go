@@ -106,12 +106,13 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	if a.ensured != nil && a.ensureErr == nil {
 		a.ensured.landed = true
 	}
-	// Whatever happened to part 0, its name is spent; a name found taken
-	// spends the number too.
-	if (a.p0tried || errors.Is(err, errNameTaken)) && f.pendingCno == spent {
-		f.bumpCno()
-	}
 	if err != nil {
+		// Whatever happened to part 0, its name is spent; a name found
+		// taken spends the number too. (Published, the next checkpoint
+		// is past the head's.)
+		if (a.p0tried || errors.Is(err, errNameTaken)) && f.pendingCno == spent {
+			f.bumpCno()
+		}
 		return err
 	}
 	f.w.applied = a.mark.applied

@@ -254,3 +254,25 @@ func TestFlushConflictWithWritePastEnd(t *testing.T) {
 		t.Errorf("%d losses, want none", n)
 	}
 }
+
+// Flushes one after another name consecutive checkpoints: a published
+// attempt spends no number past its own.
+func TestFlushCnosConsecutive(t *testing.T) {
+	ctx := context.Background()
+	f := mustCreate(t, mem.New(), "fn/", flushUnlockedParams())
+	defer f.Close()
+	var last uint64
+	for i := range 4 {
+		if _, err := f.WriteAt(ctx, pattern(600, uint64(i)), int64(i)*600); err != nil {
+			t.Fatal(err)
+		}
+		ft, err := f.Flush(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && ft.Cno != last+1 {
+			t.Errorf("flush %d made checkpoint %d, want %d", i, ft.Cno, last+1)
+		}
+		last = ft.Cno
+	}
+}
