@@ -294,14 +294,15 @@ func (f *File) sortedDirty() []uint64 {
 // and scattered blocks share objects (a WAL publish is one object, whatever
 // it holds); otherwise each class goes to objects of its own.
 func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool) ([]*plannedObject, error) {
-	return f.packIntoLocked(ctx, f.tree, fbns, final, mixed)
+	return f.packIntoLocked(ctx, f.tree, fbns, final, mixed, nil)
 }
 
 // packIntoLocked is packLocked placing the blocks in tree: f.tree, or a
 // snapshot of it that a flush commits while f.tree stays as it was for the
 // reads that go on meanwhile (its dirty blocks then stay marked unmapped
-// until the flush adopts the committed map).
-func (f *File) packIntoLocked(ctx context.Context, tree *blockmap.Tree, fbns []uint64, final, mixed bool) ([]*plannedObject, error) {
+// until the flush adopts the committed map). sums holds checksums of blocks
+// computed already (precomputeLocked); the others are computed here.
+func (f *File) packIntoLocked(ctx context.Context, tree *blockmap.Tree, fbns []uint64, final, mixed bool, sums map[uint64]uint32) ([]*plannedObject, error) {
 	cno := f.takeCno()
 	// 1. Fix the map's structure.
 	for _, fbn := range fbns {
@@ -427,7 +428,10 @@ func (f *File) packIntoLocked(ctx context.Context, tree *blockmap.Tree, fbns []u
 					return nil, fmt.Errorf("block %d by reference: %w", fbn, err)
 				}
 			}
-			crc := segment.Checksum(buf)
+			crc, ok := sums[fbn]
+			if !ok || d.ref != nil {
+				crc = segment.Checksum(buf)
+			}
 			o.bufs[s] = buf
 			o.summary[s] = segment.SummaryEntry{FBN: fbn, CRC: crc}
 			v := blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: o.name.Part, Slot: uint32(s)}, CRC: crc}

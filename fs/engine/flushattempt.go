@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,12 +68,13 @@ type flushAttempt struct {
 func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushCounters, h *flushHold) error {
 	planStart := time.Now()
 	unlocked := h != nil
+	var sums map[uint64]uint32
 	if unlocked {
-		f.warmMapLocked(ctx, f.sortedDirty(), h.hi)
+		sums = f.precomputeLocked(ctx, h)
 	}
 	fbns := f.sortedDirty()
 	a := &flushAttempt{f: f, t: t, c: c, unlocked: unlocked, tree: f.tree.Snapshot(), fbns: fbns}
-	objs, err := f.packIntoLocked(ctx, a.tree, fbns, true, false)
+	objs, err := f.packIntoLocked(ctx, a.tree, fbns, true, false, sums)
 	if err != nil {
 		return fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
@@ -119,39 +121,85 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	if f.w.log != nil {
 		f.w.log.Covered(a.mark.applied)
 	}
-	a.adoptLocked(etag)
+	free := a.adoptLocked(etag)
+	if a.unlocked {
+		// The published blocks' buffers go back without mu.
+		g := f.openGateLocked(true, h.hi)
+		for _, d := range free {
+			f.freeDirtyBuf(d)
+		}
+		f.closeGate(g)
+	} else {
+		for _, d := range free {
+			f.freeDirtyBuf(d)
+		}
+	}
 	return nil
 }
 
-// warmMapLocked loads, without mu, the nodes of the map the placement of
-// fbns walks (and every leaf, when the map's count is not known), so that
-// packing and committing under mu find them in memory. Nodes once loaded
-// stay loaded, in f.tree too; a failure is met again under mu. The caller
-// holds mu and blocks [0, hi), which cover fbns; writes wait meanwhile (the
-// gate), so nothing changes the map or the dirty tier. mu is held again
-// when it returns.
-func (f *File) warmMapLocked(ctx context.Context, fbns []uint64, hi uint64) {
+// blockSum is a dirty block's checksum computed without mu, valid while the
+// block is the same (d) at the same gen.
+type blockSum struct {
+	fbn uint64
+	d   *dirtyBlock
+	buf []byte
+	gen uint64
+	crc uint32
+}
+
+// precomputeLocked does without mu what packing would do under it at the
+// cost of the checkpoint's size: the checksums of the dirty blocks, and the
+// loads of the map's nodes their placement walks (and of every leaf, when
+// the map's count is not known; nodes once loaded stay loaded, in f.tree
+// too, and a failure is met again under mu). The caller holds mu and blocks
+// [0, h.hi), which cover every dirty block: none changes meanwhile, and a
+// write past them goes on. Such writes are taken into the hold afterwards
+// (their blocks are summed under mu), and a block found changed (another
+// dirty block, or its gen moved, while the hold was taken again) is summed
+// again. It returns the checksums by block, with mu held.
+func (f *File) precomputeLocked(ctx context.Context, h *flushHold) map[uint64]uint32 {
+	var todo []blockSum
 	var cold []uint64
-	for _, fbn := range fbns {
+	for fbn, d := range f.dirty {
+		if d.buf != nil {
+			todo = append(todo, blockSum{fbn: fbn, d: d, buf: d.buf, gen: d.gen})
+		}
 		if _, known := f.tree.Peek(fbn); !known {
 			cold = append(cold, fbn)
 		}
 	}
 	_, counted := f.tree.Len()
-	if len(cold) == 0 && counted {
-		return
+	var snap *blockmap.Tree
+	if len(cold) > 0 || !counted {
+		snap = f.tree.Snapshot()
 	}
-	snap := f.tree.Snapshot()
-	g := f.openGateLocked(false, hi)
-	defer f.closeGate(g)
-	for _, fbn := range cold {
-		if _, _, err := snap.Get(ctx, fbn); err != nil {
-			return
+	g := f.openGateLocked(true, h.hi)
+	for i := range todo {
+		todo[i].crc = segment.Checksum(todo[i].buf)
+	}
+	if f.precomputeHook != nil {
+		f.precomputeHook()
+	}
+	if snap != nil {
+		slices.Sort(cold)
+		for _, fbn := range cold {
+			if _, _, err := snap.Get(ctx, fbn); err != nil {
+				break
+			}
+		}
+		if !counted {
+			_, _ = snap.CountLen(ctx)
 		}
 	}
-	if !counted {
-		_, _ = snap.CountLen(ctx)
+	f.closeGate(g)
+	h.sharedLocked(f)
+	sums := make(map[uint64]uint32, len(todo))
+	for _, b := range todo {
+		if d := f.dirty[b.fbn]; d == b.d && d.gen == b.gen && d.buf != nil {
+			sums[b.fbn] = b.crc
+		}
 	}
+	return sums
 }
 
 // planLocked commits the map into the packed objects and builds the
@@ -273,17 +321,20 @@ func (a *flushAttempt) send(ctx context.Context) (string, error) {
 }
 
 // adoptLocked makes the published checkpoint (its head's ETag etag) the
-// state of f: nothing dirty.
-func (a *flushAttempt) adoptLocked(etag string) {
+// state of f: the blocks it published are no longer dirty (those written
+// past them meanwhile are). It returns the published blocks, whose buffers
+// the caller frees.
+func (a *flushAttempt) adoptLocked(etag string) []*dirtyBlock {
 	f := a.f
 	a.t.StreamSentBytes, a.t.StreamDeadBytes, a.t.StreamFlushBytes = f.s.sentB, f.s.deadB, f.s.flushB
 	for _, o := range a.objs {
 		f.stats.BytesUploaded += o.size(f.bs, f.mbs, 0)
 		f.stats.ObjectsWritten++
 	}
+	free := make([]*dirtyBlock, 0, len(a.fbns))
 	if len(a.fbns) == len(f.dirty) {
 		for _, d := range f.dirty {
-			f.freeDirtyBuf(d)
+			free = append(free, d)
 		}
 		f.dirty = make(map[uint64]*dirtyBlock)
 		f.dirtyB = 0
@@ -298,7 +349,7 @@ func (a *flushAttempt) adoptLocked(etag string) {
 			if d.buf != nil {
 				f.dirtyB -= int64(f.bs)
 			}
-			f.freeDirtyBuf(d)
+			free = append(free, d)
 			f.undirtyLocked(d)
 			f.s.clearUnsent(fbn)
 			delete(f.dirty, fbn)
@@ -320,4 +371,5 @@ func (a *flushAttempt) adoptLocked(etag string) {
 		f.resetSince()
 	}
 	f.wm.Release(a.cno) // the head names what the marker protected
+	return free
 }

@@ -10,10 +10,14 @@ import (
 //
 // A Flush holds flushMu exclusively, and blocks [0, hi) shared, hi being
 // past the file's end and every dirty block (publishEndLocked): nothing that
-// the checkpoint holds can change, and reads anywhere go on. While its
-// requests are out (gate.writes), a write at an offset (WriteAt) whose
-// blocks are all past hi goes on too: it makes new dirty blocks and moves
-// the size, which stay for the next checkpoint. Such a write neither sends
+// the checkpoint holds can change, and reads anywhere go on. It lets go of
+// mu to sum its blocks and load the map's nodes it walks
+// (precomputeLocked), to send, and to free what it published; meanwhile
+// (gate.writes) a write at an offset (WriteAt) whose blocks are all past hi
+// goes on too: it makes new dirty blocks and moves the size, which the
+// flush takes into its hold before it packs (those blocks then wait for
+// it), or which stay for the next checkpoint when they come while it sends
+// (a write that comes while it backs off waits). Such a write neither sends
 // ahead nor writes a partial segment (those place blocks in the map the
 // flush is replacing), and one that would wait for the memory budget waits
 // for the flush instead (the flush frees what it published). A write into
