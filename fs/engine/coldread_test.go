@@ -114,13 +114,14 @@ func (x *coldFixture) awaitPausedGET(t *testing.T) {
 	}
 }
 
-// awaitWaitingForAll returns once an operation waits for every block of f
-// (a flush, a refresh): it cannot have run, and will run next.
+// awaitWaitingForAll returns once an operation waits for every block of f,
+// or a flush for [0, end) shared: it cannot have run, and will run next.
 func awaitWaitingForAll(f *File) {
 	for {
 		f.ranges.mu.Lock()
 		for _, w := range f.ranges.waiting {
-			if w.lo == allBlocks.lo && w.hi == allBlocks.hi {
+			// A flush shares [0, end), the others take every block.
+			if w.lo == allBlocks.lo && (w.hi == allBlocks.hi || !w.excl) {
 				f.ranges.mu.Unlock()
 				return
 			}

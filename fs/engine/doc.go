@@ -39,9 +39,10 @@
 //
 // # What a flush does
 //
-//  1. The dirty blocks are inserted in the block map with a placeholder, which
-//     fixes the map's structure (it depends on keys only), so each dirty block
-//     knows its leaf.
+//  1. The dirty blocks are inserted with a placeholder in a snapshot of the
+//     block map (File.tree stays as it was for reads until the checkpoint
+//     lands), which fixes the map's structure (it depends on keys only), so
+//     each dirty block knows its leaf.
 //  2. Blocks are packed into objects leaf by leaf: a leaf is never split from
 //     its data, and an object never exceeds segment_max_object_bytes. The last
 //     object becomes part 0.
@@ -59,10 +60,11 @@
 //     index nodes do not fit is refused (ErrObjectTooLarge), on the WAL's
 //     publish too.
 //
-// A flush that fails leaves every block dirty and the in-memory map as it was
-// (pointers into objects that did not complete are overwritten by the next
-// placement before any commit), so a later flush writes everything and nothing
-// is lost.
+// Steps 1 to 3 run under File.mu, step 4 without it, and the result is
+// applied under it again (flushattempt.go; what goes on meanwhile is under
+// Locking). A flush that fails leaves every block dirty and the in-memory
+// map as it was (its placements were made in the snapshot), so a later
+// flush writes everything and nothing is lost.
 //
 // # Conflicts
 //
@@ -132,19 +134,27 @@
 //  1. walState.markMu: the closing mark of the WAL (ending); taken with
 //     nothing held (Close before its range lock, LetGoWAL outside it), then
 //     logMu or the log's wal.Log.mu.
-//  2. The range lock (File.ranges, rangelock.go): blocks, not a mutex held
+//  2. File.flushMu (flushgate.go): held exclusively by Flush (the direct
+//     path) for its whole length, and shared by every other change but
+//     WriteAt and SetMtime (Truncate, Zero, ZeroRange, Extend, Append,
+//     WriteRef) and by every operation that takes every block (lockAll:
+//     Close, Rollback, Refresh, a copy) for theirs; taken before the range
+//     lock, never while holding a block.
+//  3. The range lock (File.ranges, rangelock.go): blocks, not a mutex held
 //     across calls. A write takes its blocks exclusively, a read shares its
-//     blocks, a truncate or zero takes the blocks it changes, and a flush, a
-//     rollback or a close takes them all: overlapping operations are
-//     serialised and disjoint ones are not. rangeLock.mu guards its held and
-//     waiting lists, inside lock and its release only.
-//  3. walState.logMu: walState.log, taking the lease (walLog); log is set
+//     blocks, a truncate or zero takes the blocks it changes, a flush shares
+//     blocks [0, end) (the file's end and every dirty block; every block
+//     exclusively while it merges or rolls back), and a rollback or a
+//     close takes them all: overlapping operations are serialised and
+//     disjoint ones are not. rangeLock.mu guards its held and waiting lists,
+//     inside lock and its release only.
+//  4. walState.logMu: walState.log, taking the lease (walLog); log is set
 //     under logMu and mu, read under either.
-//  4. File.mu (stateMu, statemu.go): the file's state, every field of File
+//  5. File.mu (stateMu, statemu.go): the file's state, every field of File
 //     marked GUARDED_BY(mu), and those of sender, walState, publish and
 //     embedObj marked GUARDED_BY(File.mu). Readers shared, every change
 //     exclusive.
-//  5. Taken inside File.mu (shared or not), each held for its own work only
+//  6. Taken inside File.mu (shared or not), each held for its own work only
 //     and none while taking another of this group but where it says:
 //     readers.mu (prefetch.go: flights and streams, held ahead; then
 //     Budget.mu), blockCache.mu (read.go: its blocks and bytes; then
@@ -154,10 +164,10 @@
 //     and DELETE), volume.ObjectSpace.mu (the lineages read), and the
 //     block map's blockmap slot.mu (one lazy load, held across its GET)
 //     before blockmap.ObjectLoader.mu (its cache of index regions).
-//  6. Budget.mu (budget.go): the mount's memory budget, shared by files; a
+//  7. Budget.mu (budget.go): the mount's memory budget, shared by files; a
 //     leaf.
 //
-// Never File.mu while holding a lock of 5 or 6. The WAL log's goroutine
+// Never File.mu while holding a lock of 6 or 7. The WAL log's goroutine
 // asks mayRetake, which only tries File.mu (a Close of the log under mu
 // waits for that goroutine). fakeclock's mu is the tests' clock.
 //
@@ -166,14 +176,19 @@
 // another goroutine, is not made while File.mu is held, shared or
 // exclusive; an operation takes what it needs under the lock, sends without
 // it, and applies the result under it again, re-validating what may have
-// changed. A flush then takes what it publishes under the lock, sends it
-// without the lock, and applies the result under the lock; writes outside
-// the range being published, and reads anywhere, go on meanwhile. The rule
-// is checked by the package's tests (lockcheck_test.go, lockrule_test.go);
-// the paths that still break it are listed in docs/engine-locks.md and are
-// rows of TestNoStoreRequestUnderMu: a flush holds every block and File.mu
-// until the head lands, a read holds mu shared across its map loads and
-// GETs, and a write may wait for uploads holding it (sendahead.go).
+// changed. A flush takes what it publishes under the lock (its dirty
+// blocks, the map committed in a snapshot, the head), sends it without the
+// lock, and applies the result under the lock; writes past the blocks it
+// holds ([0, end)), and reads anywhere, go on meanwhile; a write into them
+// waits for it on its range lock, and every other change waits on flushMu
+// (flushgate.go says what such a write may not do meanwhile, and how what
+// a merge replays of it is kept). The rule is checked by the package's
+// tests (lockcheck_test.go, lockrule_test.go); the paths that still break
+// it are listed in docs/engine-locks.md and are rows of
+// TestNoStoreRequestUnderMu: a read holds mu shared across its map loads
+// and GETs, a write may wait for uploads holding it (sendahead.go), and a
+// flush still settles what was sent ahead, and merges onto another
+// writer's checkpoint, under mu.
 //
 // A change to part of a block that is not dirty (a partial write, the block a
 // shrinking truncate cuts, the edges of a zeroed range) reads the block first
@@ -186,9 +201,10 @@
 // cut and a zero's deletes walk are loaded the same way, on a snapshot. What
 // keeps the value from changing meanwhile is the block's range lock, held
 // exclusively: every operation that changes a block's mapping or makes it
-// dirty holds that block's range (a flush, its merge or rollback, a refresh,
-// a WAL publish or replay, Rollback, Close and a clone hold every block; a
-// truncate or a zero the blocks it changes). The one exception, walLog,
+// dirty holds that block's range (a refresh, a WAL publish or replay,
+// Rollback, Close, a clone, and a flush's merge or rollback hold every block;
+// a truncate or a zero the blocks it changes; a flush shares the blocks it
+// publishes, which no change holds meanwhile). The one exception, walLog,
 // adopts a head and applies another writer's records holding only its own
 // change's blocks, but only while the WAL's lease is not held, and every
 // change takes the lease before it reads: no change holding a block meets it.
@@ -197,10 +213,11 @@
 // change these rules miss (coldread_test.go makes one by hand). A replay or a
 // merge, which hold mu throughout, still read under it.
 //
-// Because a flush still holds File.mu across its uploads, nothing that must
-// answer while the store is stalled takes File.mu: every exclusive hold ends
-// in its Unlock publishing a snapshot of what Stat returns (an atomic
-// pointer), which Stat and Size read without a lock. The snapshot is the
+// Because a flush still holds File.mu while it settles what was sent ahead
+// and while it merges, nothing that must answer while the store is stalled
+// takes File.mu: every exclusive hold ends in its Unlock publishing a
+// snapshot of what Stat returns (an atomic pointer), which Stat and Size
+// read without a lock. The snapshot is the
 // state some critical section left, never a change half made, and a write
 // that has returned is in it; during a flush it shows the state before it
 // (dirty, the old checkpoint). A write holds File.mu to prepare its blocks

@@ -113,19 +113,27 @@ func (f *File) embedBlock(v blockmap.Value) ([]byte, error) {
 // returned wait (idempotent; the caller calls it on every path) returns
 // when that is done and marks it landed; the caller holds mu.
 func (f *File) startEnsureLocked(ctx context.Context, c *flushCounters) func() error {
-	e := f.embed
-	if e == nil || e.landed {
-		return func() error { return nil }
-	}
-	done := make(chan error, 1)
-	go func() { done <- f.ensureEmbedded(ctx, e, c) }()
+	e, wait := f.startEnsure(ctx, c)
 	return sync.OnceValue(func() error {
-		err := <-done
-		if err == nil {
+		err := wait()
+		if err == nil && e != nil {
 			e.landed = true
 		}
 		return err
 	})
+}
+
+// startEnsure is startEnsureLocked for a caller that waits without mu: the
+// wait only waits, and the caller marks e landed (e nil: nothing to store)
+// under mu once wait returned nil. It is called with mu held.
+func (f *File) startEnsure(ctx context.Context, c *flushCounters) (*embedObj, func() error) {
+	e := f.embed
+	if e == nil || e.landed {
+		return nil, func() error { return nil }
+	}
+	done := make(chan error, 1)
+	go func() { done <- f.ensureEmbedded(ctx, e, c) }()
+	return e, sync.OnceValue(func() error { return <-done })
 }
 
 // ensureEmbedded makes sure e's object is stored. It is read first: usually

@@ -227,20 +227,28 @@ type File struct {
 	hintFormat segment.Format
 	hintMBS    uint32
 
+	// flushMu: Flush holds it exclusively for its whole length; every
+	// change but a write by value at an offset (WriteAt) and SetMtime, and
+	// every operation that takes every block (lockAll), hold it shared for
+	// theirs. So while a Flush runs, only reads, WriteAt and SetMtime go on
+	// (doc.go, Locking). Taken with nothing held but walState.markMu.
+	flushMu sync.RWMutex
 	// ranges orders operations on blocks: taken before mu, never inside it.
 	ranges rangeLock
 	// copiers counts writes copying their bytes (without mu) now;
 	// maxCopiers is the most there ever were at once.
 	copiers, maxCopiers atomic.Int64
 	copyHook            func() // tests: runs in every write's copy phase
+	precomputeHook      func() // tests: runs in a flush's precomputeLocked, without mu
 	noArenas            bool   // tests: every dirty block's buffer from the pool
 
 	// mu: readers shared, everything that changes state exclusive. Its
 	// Unlock publishes stat first.
 	mu stateMu
 	// stat is what Stat returns: the state at the end of the last exclusive
-	// hold of mu. A flush holds mu across its uploads; a stat (the kernel's
-	// getattr of an open file) reads this instead of waiting for it.
+	// hold of mu. A flush may hold mu while it settles uploads or merges; a
+	// stat (the kernel's getattr of an open file) reads this instead of
+	// waiting for it.
 	stat atomic.Pointer[Stat]
 	// mark is what Refresh looks at first, published with stat, so that a
 	// refresh that finds nothing to do never waits for mu (refresh.go).
@@ -278,6 +286,10 @@ type File struct {
 	// the map's count plus these.
 	// INVARIANT: dirtyUnmapped == the dirty blocks with unmapped set.
 	dirtyUnmapped int64
+
+	// gate is set while a Flush has let go of mu (pubGate): writes wait
+	// for it, or go on past the blocks the flush holds (gate.writes).
+	gate *pubGate
 
 	// head is the published checkpoint this writer builds on.
 	head     segment.Inode
@@ -860,19 +872,20 @@ func (f *File) adoptHead(hd segment.Head, etag string) {
 
 // resetSince forgets what was done since the head (after a publish).
 func (f *File) resetSince() {
-	f.written = make(map[uint64]blockmap.Value)
-	f.zeroed = make(map[uint64]struct{})
-	f.minSize = noTruncate
-	f.partial = nil
-	f.writeEnd = 0
-	f.zeroAfter = nil
-	f.zeroPast = noTruncate
-	f.appends = appendRun{}
+	f.resetRecords()
+	f.s.unsent = make(map[uint64]struct{})
+	f.s.unsentB = 0
+	f.resetPending()
+}
+
+// resetPending forgets the checkpoint being built, once one is published
+// (the records of changes since the head and the blocks left unsent are the
+// caller's).
+func (f *File) resetPending() {
 	f.pendingCno = 0
 	f.nextPart = 1
 	f.leafImages = make(map[uint64]segment.Ptr)
-	f.s.unsent = make(map[uint64]struct{})
-	f.s.unsentB, f.s.sentB, f.s.deadB, f.s.flushB = 0, 0, 0, 0
+	f.s.sentB, f.s.deadB, f.s.flushB = 0, 0, 0
 }
 
 // ForeignChanges counts the times the file's content changed other than by

@@ -79,20 +79,37 @@ func (f *File) Flush(ctx context.Context) (FlushTiming, error) {
 	if f.walOn() {
 		return f.walFlush(ctx)
 	}
-	defer f.ranges.lock(allBlocks.lo, allBlocks.hi, true)()
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	// One Flush at a time, holding the file's blocks shared: what it
+	// publishes does not change under it, reads go on, and its requests go
+	// without mu (flushgate.go says what else goes on meanwhile).
+	f.flushMu.Lock()
+	defer f.flushMu.Unlock()
+	h := &flushHold{}
+	h.take(f)
+	defer func() {
+		f.mu.Unlock()
+		h.release()
+	}()
 	if err := f.writable(); err != nil {
 		return FlushTiming{}, err
 	}
 	f.walUnderLocked(ctx)
-	return f.flushLocked(ctx)
+	return f.flushMaybeUnlocked(ctx, h)
 }
 
 // flushLocked publishes a checkpoint on the direct path: in parts when it is
 // larger than one object, returning when the head names it. The caller holds
 // every block and mu.
 func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
+	return f.flushMaybeUnlocked(ctx, nil)
+}
+
+// flushMaybeUnlocked is flushLocked, or with h (Flush: it holds flushMu,
+// and the blocks h says) its attempts send without mu (flushAttempt), its
+// backoff waits without mu, and it holds every block exclusively only to
+// merge or roll back.
+func (f *File) flushMaybeUnlocked(ctx context.Context, h *flushHold) (FlushTiming, error) {
+	unlocked := h != nil
 	if !f.changed {
 		return FlushTiming{Cno: f.head.Cno}, nil
 	}
@@ -108,8 +125,17 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 	}
 	backoff := 10 * time.Millisecond
 	for {
+		if unlocked {
+			// Writes past the blocks held may have come since the last
+			// attempt: hold them too (or let go of every block).
+			h.sharedLocked(f)
+			if err := f.writable(); err != nil {
+				t.fill(&c, start, f.s.requests.Load())
+				return t, err
+			}
+		}
 		t.Attempts++
-		err := f.flushAttemptLocked(ctx, &t, &c)
+		err := f.flushAttemptLocked(ctx, &t, &c, h)
 		if err == nil {
 			break
 		}
@@ -124,6 +150,14 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 		if !errors.As(err, &ce) {
 			t.fill(&c, start, f.s.requests.Load())
 			return t, err
+		}
+		if unlocked {
+			// A merge or a rollback changes blocks anywhere.
+			h.allLocked(f)
+			if err := f.writable(); err != nil {
+				t.fill(&c, start, f.s.requests.Load())
+				return t, err
+			}
 		}
 		f.stats.Conflicts++
 		if f.p.ConflictPolicy == ConflictFailFast {
@@ -170,14 +204,26 @@ func (f *File) flushLocked(ctx context.Context) (FlushTiming, error) {
 			// this writer's changes too.
 			f.walUnderLocked(ctx)
 		}
-		// Back off while holding the file: writers would only add to a flush
-		// that is about to retry, and the other writer needs no lock of ours.
+		// Back off while holding the blocks: writers would only add to a
+		// flush that is about to retry, and the other writer needs no lock
+		// of ours. Reads go on (an unlocked flush lets go of mu meanwhile).
 		sleep := backoff/2 + rand.N(backoff)
+		var g *pubGate
+		if unlocked {
+			g = f.openGateLocked(false, h.hi)
+		}
+		var waitErr error
 		select {
 		case <-ctx.Done():
-			t.fill(&c, start, f.s.requests.Load())
-			return t, fmt.Errorf("flush %s: %w", f.prefix, ctx.Err())
+			waitErr = ctx.Err()
 		case <-time.After(sleep):
+		}
+		if g != nil {
+			f.closeGate(g)
+		}
+		if waitErr != nil {
+			t.fill(&c, start, f.s.requests.Load())
+			return t, fmt.Errorf("flush %s: %w", f.prefix, waitErr)
 		}
 		backoff = min(backoff*2, time.Second)
 	}
@@ -248,16 +294,27 @@ func (f *File) sortedDirty() []uint64 {
 // and scattered blocks share objects (a WAL publish is one object, whatever
 // it holds); otherwise each class goes to objects of its own.
 func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool) ([]*plannedObject, error) {
+	return f.packIntoLocked(ctx, f.tree, fbns, final, mixed, nil)
+}
+
+// packIntoLocked is packLocked placing the blocks in tree: f.tree, or a
+// snapshot of it that a flush commits while f.tree stays as it was for the
+// reads that go on meanwhile (its dirty blocks then stay marked unmapped
+// until the flush adopts the committed map). sums holds checksums of blocks
+// computed already (precomputeLocked); the others are computed here.
+func (f *File) packIntoLocked(ctx context.Context, tree *blockmap.Tree, fbns []uint64, final, mixed bool, sums map[uint64]uint32) ([]*plannedObject, error) {
 	cno := f.takeCno()
 	// 1. Fix the map's structure.
 	for _, fbn := range fbns {
-		added, err := f.tree.Put(ctx, fbn, blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: placeholderPart}})
+		added, err := tree.Put(ctx, fbn, blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: placeholderPart}})
 		if err != nil {
 			return nil, fmt.Errorf("place block %d: %w", fbn, err)
 		}
-		f.placedLocked(fbn, added)
+		if tree == f.tree {
+			f.placedLocked(fbn, added)
+		}
 	}
-	leaves, err := f.tree.LeavesFor(ctx, fbns)
+	leaves, err := tree.LeavesFor(ctx, fbns)
 	if err != nil {
 		return nil, fmt.Errorf("leaves of dirty blocks: %w", err)
 	}
@@ -343,7 +400,7 @@ func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool)
 	}
 	if final {
 		last := objs[len(objs)-1]
-		reserve := f.tree.DirtyNodes() + 1
+		reserve := tree.DirtyNodes() + 1
 		if len(last.fbns) > 0 && last.size(f.bs, f.mbs, len(last.leafLos)+reserve) > maxObj {
 			objs = append(objs, &plannedObject{})
 		}
@@ -371,11 +428,14 @@ func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool)
 					return nil, fmt.Errorf("block %d by reference: %w", fbn, err)
 				}
 			}
-			crc := segment.Checksum(buf)
+			crc, ok := sums[fbn]
+			if !ok || d.ref != nil {
+				crc = segment.Checksum(buf)
+			}
 			o.bufs[s] = buf
 			o.summary[s] = segment.SummaryEntry{FBN: fbn, CRC: crc}
 			v := blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: o.name.Part, Slot: uint32(s)}, CRC: crc}
-			if err := f.tree.Set(ctx, fbn, v); err != nil {
+			if err := tree.Set(ctx, fbn, v); err != nil {
 				return nil, fmt.Errorf("place block %d: %w", fbn, err)
 			}
 		}
@@ -455,6 +515,12 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 // leaves go with their data, unchanged leaves are reused from objects
 // already stored, the rest and the nodes above the leaves go into part 0.
 func (f *File) commitLocked(ctx context.Context, objs []*plannedObject) (*blockmap.Tree, error) {
+	return f.commitTreeLocked(ctx, f.tree, objs)
+}
+
+// commitTreeLocked is commitLocked of tree (f.tree or the snapshot a flush
+// packed into).
+func (f *File) commitTreeLocked(ctx context.Context, tree *blockmap.Tree, objs []*plannedObject) (*blockmap.Tree, error) {
 	part0 := objs[len(objs)-1]
 	cno := part0.name.Cno
 	leafHome := make(map[uint64]*plannedObject)
@@ -476,7 +542,7 @@ func (f *File) commitLocked(ctx context.Context, objs []*plannedObject) (*blockm
 		part0.metas = append(part0.metas, n.Encoded)
 		return segment.Ptr{Cno: cno, Part: 0, Slot: uint32(len(part0.metas) - 1)}, nil
 	}
-	committed, err := f.tree.Commit(ctx, place)
+	committed, err := tree.Commit(ctx, place)
 	if err != nil {
 		return nil, fmt.Errorf("commit block map: %w", err)
 	}

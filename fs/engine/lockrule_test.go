@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,6 +33,11 @@ const lockRuleSize = 64 << 10 // of the stored file: 128 blocks of smallParams
 
 func lockRuleCases() []lockRuleCase {
 	small := smallParams(segment.FormatStream)
+	// Objects of at most 8 KiB: a flush of 16 KiB stores data parts, under
+	// a writer marker, before part 0 (nothing sent ahead by the write).
+	severalObjects := small
+	severalObjects.MaxObjectBytes = 8 << 10
+	severalObjects.StreamSegmentBytes = 0
 	return []lockRuleCase{
 		{name: "stat", p: small, stored: true, op: func(ctx context.Context, f *File) error {
 			f.Stat()
@@ -75,7 +81,24 @@ func lockRuleCases() []lockRuleCase {
 			}
 			_, err := f.Flush(ctx)
 			return err
-		}, known: "the flush's uploads and head (flushLocked)"},
+		}},
+		{name: "flush in several objects", p: severalObjects, stored: true, op: func(ctx context.Context, f *File) error {
+			if _, err := f.WriteAt(ctx, pattern(16<<10, 3), 20<<10); err != nil {
+				return err
+			}
+			t, err := f.Flush(ctx)
+			if err == nil && t.Objects < 2 {
+				return fmt.Errorf("the flush stored %d objects, want data parts and part 0", t.Objects)
+			}
+			return err
+		}},
+		{name: "flush a small new file (part 0 in its head)", p: small, op: func(ctx context.Context, f *File) error {
+			if _, err := f.WriteAt(ctx, pattern(1<<10, 3), 0); err != nil {
+				return err
+			}
+			_, err := f.Flush(ctx)
+			return err
+		}},
 		{name: "close a clean file", p: small, stored: true, op: func(ctx context.Context, f *File) error {
 			return f.Close()
 		}},

@@ -29,6 +29,8 @@ func (f *File) ZeroRange(ctx context.Context, off, n int64, keepSize bool) error
 	if keepSize {
 		return f.Zero(ctx, off, n)
 	}
+	f.flushMu.RLock() // waits for a Flush (flushgate.go)
+	defer f.flushMu.RUnlock()
 	bs := int64(f.bs)
 	// Growing moves the end: hold every block from off on, as a truncate
 	// holds those past the new size.
@@ -103,6 +105,8 @@ func (f *File) Extend(ctx context.Context, size int64) error {
 	if size < 0 || size > MaxFileSize {
 		return fmt.Errorf("extend %s to %d: %w", f.prefix, size, ErrInvalid)
 	}
+	f.flushMu.RLock() // waits for a Flush (flushgate.go)
+	defer f.flushMu.RUnlock()
 	defer f.ranges.lock(uint64(size/int64(f.bs)), allBlocks.hi, true)()
 	f.mu.Lock()
 	defer f.mu.Unlock()

@@ -9,14 +9,18 @@ import (
 // disjoint ones run at once: a write copies its bytes into the dirty tier
 // holding only its blocks, not the file. Writes and truncates take their
 // blocks exclusively, reads share theirs, and a flush, a rollback or a close
-// takes every block. A request that waits for an exclusive range stops newer
-// overlapping requests from jumping ahead of it, so a flush is not starved
-// by a stream of writes. Always taken before File.mu, never while holding it.
+// takes every block. A request that waits stops newer overlapping requests
+// it conflicts with from jumping ahead of it (an exclusive one, any; a
+// shared one, exclusive ones), so a flush, which shares the blocks it
+// publishes, is not starved by a stream of writes, nor a write by a stream
+// of reads; but a write that waits for a flush's blocks does not hold back
+// reads, which the flush lets go on (they end before it, as a rule).
+// Always taken before File.mu, never while holding it.
 type rangeLock struct {
 	mu      sync.Mutex
 	cond    sync.Cond
 	held    []blockRange // GUARDED_BY(mu)
-	waiting []blockRange // exclusive requests waiting; GUARDED_BY(mu)
+	waiting []blockRange // requests waiting; GUARDED_BY(mu)
 	nextID  uint64       // orders requests; GUARDED_BY(mu)
 }
 
@@ -24,6 +28,7 @@ type rangeLock struct {
 type blockRange struct {
 	lo, hi uint64
 	excl   bool
+	flush  bool // a flush's shared hold (lockFlush)
 	id     uint64
 }
 
@@ -34,18 +39,28 @@ var allBlocks = blockRange{lo: 0, hi: math.MaxUint64}
 
 // lock takes blocks [lo, hi) and returns the function that releases them.
 func (l *rangeLock) lock(lo, hi uint64, excl bool) func() {
-	if hi <= lo {
-		hi = lo + 1
+	return l.take(blockRange{lo: lo, hi: hi, excl: excl})
+}
+
+// lockFlush takes blocks [lo, hi) shared for a flush: a write waiting for
+// them lets reads of them go on.
+func (l *rangeLock) lockFlush(lo, hi uint64) func() {
+	return l.take(blockRange{lo: lo, hi: hi, flush: true})
+}
+
+func (l *rangeLock) take(me blockRange) func() {
+	if me.hi <= me.lo {
+		me.hi = me.lo + 1
 	}
 	l.mu.Lock()
 	l.nextID++
-	me := blockRange{lo: lo, hi: hi, excl: excl, id: l.nextID}
+	me.id = l.nextID
 	if l.cond.L == nil {
 		l.cond.L = &l.mu
 	}
 	registered := false
 	for l.conflicts(me) {
-		if excl && !registered {
+		if !registered {
 			l.waiting = append(l.waiting, me)
 			registered = true
 		}
@@ -70,7 +85,8 @@ func (l *rangeLock) lock(lo, hi uint64, excl bool) func() {
 }
 
 // conflicts: a held range overlaps me and one of us is exclusive, or an
-// older exclusive request waits for blocks I want.
+// older request waits for blocks I want and one of us is exclusive (but a
+// shared request passes a waiter that a flush's hold keeps waiting).
 func (l *rangeLock) conflicts(me blockRange) bool {
 	for _, h := range l.held {
 		if h.overlaps(me) && (h.excl || me.excl) {
@@ -78,7 +94,20 @@ func (l *rangeLock) conflicts(me blockRange) bool {
 		}
 	}
 	for _, w := range l.waiting {
-		if w.id < me.id && w.overlaps(me) {
+		if w.id < me.id && w.overlaps(me) && (w.excl || me.excl) {
+			if !me.excl && l.heldByFlush(w) {
+				continue
+			}
+			return true
+		}
+	}
+	return false
+}
+
+// heldByFlush: a flush's shared hold overlaps w.
+func (l *rangeLock) heldByFlush(w blockRange) bool {
+	for _, h := range l.held {
+		if h.flush && h.overlaps(w) {
 			return true
 		}
 	}

@@ -55,6 +55,8 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 	if off < 0 || n < 0 || off+n > MaxFileSize || srcOff < 0 {
 		return fmt.Errorf("write by reference %s at %d+%d: %w", f.prefix, off, n, ErrInvalid)
 	}
+	f.flushMu.RLock() // waits for a Flush (flushgate.go)
+	defer f.flushMu.RUnlock()
 	bs := int64(f.bs)
 	first := (off + bs - 1) / bs * bs // first whole block
 	last := (off + n) / bs * bs       // end of the last whole block

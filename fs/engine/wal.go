@@ -300,19 +300,22 @@ func (f *File) logLocked(ctx context.Context, ops ...wal.Op) error {
 
 // lockAll takes every block and mu once no WAL publish is in flight (a
 // publish takes mu when it lands).
+// It takes flushMu shared first: no Flush is between its holds.
 func (f *File) lockAll(ctx context.Context) (func(), error) {
+	f.flushMu.RLock()
 	for {
 		release := f.ranges.lock(allBlocks.lo, allBlocks.hi, true)
 		f.mu.Lock()
 		pub := f.w.pub
 		if pub == nil || pub.finished {
-			return func() { f.mu.Unlock(); release() }, nil
+			return func() { f.mu.Unlock(); release(); f.flushMu.RUnlock() }, nil
 		}
 		f.mu.Unlock()
 		release()
 		select {
 		case <-pub.done:
 		case <-ctx.Done():
+			f.flushMu.RUnlock()
 			return nil, ctx.Err()
 		}
 	}

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/bits"
 	"sync"
@@ -87,6 +88,8 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 // read another writer's changes), whatever the caller last knew of it. A
 // merge places appends at the end of the winner's file (appendRun).
 func (f *File) Append(ctx context.Context, p []byte) (int64, int, error) {
+	f.flushMu.RLock() // waits for a Flush (flushgate.go)
+	defer f.flushMu.RUnlock()
 	for {
 		f.mu.Lock()
 		off := f.size
@@ -127,6 +130,10 @@ func (f *File) write(ctx context.Context, p []byte, off int64, app bool) (int, b
 	defer cold.release()
 	edges := partEdges(off, int64(len(p)), bs)
 	f.mu.Lock()
+	var segs []writeSeg
+	var perr error
+	var prevEdits uint64
+	var prevEnd int64
 	for {
 		if err := f.writable(); err != nil {
 			f.mu.Unlock()
@@ -136,15 +143,28 @@ func (f *File) write(ctx context.Context, p []byte, off int64, app bool) (int, b
 			f.mu.Unlock()
 			return 0, true, nil
 		}
-		if cold.readyLocked(f, edges, f.size) {
-			break
+		if f.waitGateLocked() {
+			continue // a Flush takes what it publishes (flushgate.go)
 		}
-		f.mu.Unlock()
-		cold.fetch(ctx, f)
-		f.mu.Lock()
+		if !cold.readyLocked(f, edges, f.size) {
+			f.mu.Unlock()
+			cold.fetch(ctx, f)
+			f.mu.Lock()
+			continue
+		}
+		prevEdits, prevEnd = f.edits, f.writeEnd
+		segs, perr = f.prepareLocked(ctx, p, off, &cold)
+		if g := f.gate; g != nil && errors.Is(perr, errFlushGate) {
+			// No room in the budget while a Flush publishes: it frees
+			// what it published; prepare again after it.
+			f.unprepareLocked(segs)
+			f.mu.Unlock()
+			<-g.done
+			f.mu.Lock()
+			continue
+		}
+		break
 	}
-	prevEdits, prevEnd := f.edits, f.writeEnd
-	segs, perr := f.prepareLocked(ctx, p, off, &cold)
 	if app && perr == nil {
 		f.noteAppendLocked(off, off+int64(len(p)), prevEdits, prevEnd)
 	}
@@ -219,6 +239,11 @@ func (f *File) write(ctx context.Context, p []byte, off int64, app bool) (int, b
 	// What follows moves data toward the store; the write itself has
 	// succeeded (its data is in the dirty tier, and the flush writes it if
 	// anything here fails), so failures are logged, not returned.
+	if f.gate != nil {
+		// A Flush's requests are out: its blocks' map is being replaced,
+		// so nothing is placed now; the next write after it sends.
+		return done, false, nil
+	}
 	if f.sendAheadOn() {
 		if err := f.s.sendAheadLocked(ctx); err != nil {
 			f.log.Debug("send ahead failed; data stays dirty", zap.Error(err))
@@ -382,6 +407,8 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if size < 0 || size > MaxFileSize {
 		return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, ErrInvalid)
 	}
+	f.flushMu.RLock() // waits for a Flush (flushgate.go)
+	defer f.flushMu.RUnlock()
 	defer f.ranges.lock(uint64(size/int64(f.bs)), allBlocks.hi, true)()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -551,6 +578,8 @@ func (f *File) Zero(ctx context.Context, off, n int64) error {
 	if off < 0 || n < 0 || off+n > MaxFileSize {
 		return fmt.Errorf("zero %s at %d+%d: %w", f.prefix, off, n, ErrInvalid)
 	}
+	f.flushMu.RLock() // waits for a Flush (flushgate.go)
+	defer f.flushMu.RUnlock()
 	defer f.ranges.lock(uint64(off/int64(f.bs)), uint64((off+n)/int64(f.bs))+1, true)()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -690,6 +719,11 @@ func (f *File) undirtyLocked(d *dirtyBlock) {
 // partial segment), then waits for room that other files release.
 func (f *File) allocBlock(ctx context.Context) ([]byte, error) {
 	if b := f.budget; b != nil && !b.TryAcquire(int64(f.bs)) {
+		if f.gate != nil {
+			// A write past a Flush's blocks: neither a partial segment
+			// nor a wait under mu, which the flush needs to free room.
+			return nil, errFlushGate
+		}
 		// Blocks of another writer's records (a WAL overlay) are not ours
 		// to write out.
 		if len(f.dirty) > 0 && !f.w.overlay {

@@ -42,10 +42,21 @@ type Clock = writermark.Clock
 // holdWritersLocked makes the marker cover the objects about to be stored
 // under the pending checkpoint number. The caller holds mu.
 func (f *File) holdWritersLocked(ctx context.Context) error {
-	cno := f.pendingCno
-	if cno == 0 {
-		cno = f.head.Cno + 1
+	return f.holdWriters(ctx, f.markCnoLocked())
+}
+
+// markCnoLocked is the checkpoint number the marker must cover for the
+// objects about to be stored: the pending one, or the next.
+func (f *File) markCnoLocked() uint64 {
+	if f.pendingCno != 0 {
+		return f.pendingCno
 	}
+	return f.head.Cno + 1
+}
+
+// holdWriters is holdWritersLocked for checkpoint number cno, taken under
+// mu (markCnoLocked); it takes no lock of f, so a flush calls it without mu.
+func (f *File) holdWriters(ctx context.Context, cno uint64) error {
 	if err := f.wm.Hold(ctx, cno); err != nil {
 		if errors.Is(err, writermark.ErrClosed) {
 			err = ErrClosed
@@ -60,6 +71,36 @@ func (f *File) holdWritersLocked(ctx context.Context) error {
 // marker must be live, and if it lapsed meanwhile every such object must
 // still exist. The caller holds mu.
 func (f *File) verifyWritersLocked(ctx context.Context, objs []*plannedObject) error {
+	return f.verifyWriters(ctx, func() []string { return f.namedKeysLocked(objs) })
+}
+
+// namedKeysLocked is the keys of objs and of the objects this writer stored
+// since its head (partial segments, objects sent ahead, leaves they hold),
+// sorted: what a head naming objs names of this writer's. The caller holds
+// mu.
+func (f *File) namedKeysLocked(objs []*plannedObject) []string {
+	names := make(map[segment.ObjectName]struct{})
+	for _, v := range f.written {
+		names[v.Ptr.Object()] = struct{}{}
+	}
+	for _, p := range f.leafImages {
+		names[p.Object()] = struct{}{}
+	}
+	for _, o := range objs {
+		names[o.name] = struct{}{}
+	}
+	keys := make([]string, 0, len(names))
+	for n := range names {
+		keys = append(keys, f.key(n))
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+// verifyWriters is verifyWritersLocked with the keys to check given by
+// named, which is called only when the marker lapsed; it takes no lock of
+// f (a flush calls it without mu, named giving what it took under mu).
+func (f *File) verifyWriters(ctx context.Context, named func() []string) error {
 	for {
 		must, lapses, err := f.wm.Check(ctx)
 		if err != nil {
@@ -68,21 +109,7 @@ func (f *File) verifyWritersLocked(ctx context.Context, objs []*plannedObject) e
 		if !must {
 			return nil
 		}
-		names := make(map[segment.ObjectName]struct{})
-		for _, v := range f.written {
-			names[v.Ptr.Object()] = struct{}{}
-		}
-		for _, p := range f.leafImages {
-			names[p.Object()] = struct{}{}
-		}
-		for _, o := range objs {
-			names[o.name] = struct{}{}
-		}
-		keys := make([]string, 0, len(names))
-		for n := range names {
-			keys = append(keys, f.key(n))
-		}
-		slices.Sort(keys)
+		keys := named()
 		f.log.Warn("the writer marker lapsed; checking the objects the checkpoint names", zap.Int("objects", len(keys)))
 		for _, k := range keys {
 			f.s.requests.Add(1)

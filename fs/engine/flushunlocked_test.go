@@ -1,0 +1,333 @@
+package engine
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ckptfs/ckptfs/segment"
+	"github.com/ckptfs/ckptfs/staging/mem"
+)
+
+// flushUnlockedParams: nothing sent ahead and no partial segment, so that
+// the flush stores every block itself.
+func flushUnlockedParams() Params {
+	p := smallParams(segment.FormatStream)
+	p.StreamSegmentBytes = 0
+	p.DirtyLimit = 1 << 20
+	return p
+}
+
+// While a flush's objects are held by a stalled store, reads of the file
+// (stored blocks and the dirty blocks being published) answer, and so does
+// a write past the end; a write into the blocks published waits for the
+// flush. Both go into the next checkpoint: the flush publishes what it
+// took, and the next flush the rest.
+func TestFlushLetsReadsGoOn(t *testing.T) {
+	ctx := context.Background()
+	base := mem.New()
+	st := newStallStore(base)
+	p := flushUnlockedParams()
+	const size = 32 << 10
+	stored := storedFile(t, base, "fu/", p, size, 5)
+	f := mustOpen(t, st, "fu/", p)
+	defer f.Close()
+	before := f.Stat()
+	fresh := pattern(8<<10, 6)
+	if _, err := f.WriteAt(ctx, fresh, 4<<10); err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Clone(stored)
+	copy(want[4<<10:], fresh)
+
+	flushed := make(chan struct{})
+	var ft FlushTiming
+	var ferr error
+	go func() {
+		defer close(flushed)
+		ft, ferr = f.Flush(ctx)
+	}()
+	watchdog(t, "flush reaching the store", st.stalled)
+
+	// A write into the blocks being published waits for the flush: started
+	// now, it lands after it. A write past them goes on.
+	inside := pattern(1<<10, 7)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := f.WriteAt(ctx, inside, 0)
+		wrote <- err
+	}()
+	past := pattern(1<<10, 9)
+	pastDone := make(chan struct{})
+	var perr error
+	go func() {
+		defer close(pastDone)
+		_, perr = f.WriteAt(ctx, past, size)
+	}()
+	select {
+	case <-pastDone:
+	case <-time.After(30 * time.Second):
+		close(st.release)
+		<-flushed
+		t.Fatal("a write past the end waited for the stalled flush (no answer in 30s)")
+	}
+	if perr != nil {
+		t.Fatalf("write past the end during the flush: %v", perr)
+	}
+
+	read := make(chan struct{})
+	var got []byte
+	var rerr error
+	go func() {
+		defer close(read)
+		got = make([]byte, size+len(past))
+		_, rerr = f.ReadAt(ctx, got, 0)
+	}()
+	select {
+	case <-read:
+	case <-time.After(30 * time.Second):
+		close(st.release)
+		<-flushed
+		t.Fatal("a read waited for the stalled flush (no answer in 30s)")
+	}
+	if rerr != nil {
+		t.Fatalf("read during the flush: %v", rerr)
+	}
+	if !bytes.Equal(got, append(bytes.Clone(want), past...)) {
+		t.Errorf("a read during the flush is not what was written")
+	}
+	select {
+	case err := <-wrote:
+		t.Fatalf("a write returned (%v) while the flush it waits for was stalled", err)
+	default:
+	}
+	if s := f.Stat(); s.Cno != before.Cno {
+		t.Errorf("during the flush: checkpoint %d, want %d (not published yet)", s.Cno, before.Cno)
+	}
+
+	close(st.release)
+	watchdog(t, "flush after the store answers", flushed)
+	if ferr != nil {
+		t.Fatalf("flush: %v", ferr)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatalf("write after the flush: %v", err)
+	}
+	if s := f.Stat(); !s.Dirty || s.Cno != ft.Cno {
+		t.Errorf("after the flush: Dirty %v at %d; want dirty (the writes since) at %d", s.Dirty, s.Cno, ft.Cno)
+	}
+	// The checkpoint published holds what was written before the flush.
+	g := mustOpen(t, base, "fu/", p)
+	if g.Size() != size {
+		t.Errorf("checkpoint %d: size %d, want %d (the writes came after it)", ft.Cno, g.Size(), size)
+	}
+	buf := make([]byte, size)
+	if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
+		t.Errorf("checkpoint %d: read %v, bytes equal %v", ft.Cno, err, bytes.Equal(buf, want))
+	}
+	g.Close()
+
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g = mustOpen(t, base, "fu/", p)
+	defer g.Close()
+	copy(want, inside)
+	want = append(want, past...)
+	buf = make([]byte, len(want))
+	if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
+		t.Errorf("the next checkpoint: read %v, bytes equal %v", err, bytes.Equal(buf, want))
+	}
+}
+
+// An mtime set while a flush's requests are out (SetMtime takes mu, not a
+// block) is not lost when the flush adopts its checkpoint: the file stays
+// dirty and the next flush publishes it.
+func TestFlushKeepsMtimeSetMeanwhile(t *testing.T) {
+	ctx := context.Background()
+	base := mem.New()
+	st := newStallStore(base)
+	p := flushUnlockedParams()
+	f := mustCreate(t, st, "fm/", p)
+	defer f.Close()
+	if _, err := f.WriteAt(ctx, pattern(8<<10, 8), 0); err != nil {
+		t.Fatal(err)
+	}
+	flushed := make(chan struct{})
+	var ferr error
+	go func() {
+		defer close(flushed)
+		_, ferr = f.Flush(ctx)
+	}()
+	watchdog(t, "flush reaching the store", st.stalled)
+	mtime := time.Unix(1_700_000_000, 0)
+	set := make(chan error, 1)
+	go func() { set <- f.SetMtime(ctx, mtime) }()
+	select {
+	case err := <-set:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(30 * time.Second):
+		close(st.release)
+		<-flushed
+		t.Fatal("SetMtime waited for the stalled flush (no answer in 30s)")
+	}
+	close(st.release)
+	watchdog(t, "flush after the store answers", flushed)
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	if !f.Stat().Dirty {
+		t.Errorf("after the flush: clean, want dirty (an mtime set during it)")
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g := mustOpen(t, base, "fm/", p)
+	defer g.Close()
+	if s := g.Stat(); !s.Mtime.Equal(mtime) {
+		t.Errorf("the next checkpoint's mtime %v, want %v (set during the flush before)", s.Mtime, mtime)
+	}
+}
+
+// A flush that meets another writer's checkpoint while a write past its
+// blocks went on merges onto it everything this writer did since its head,
+// the write past the end too; the next flush publishes that write, and
+// nothing is lost of either writer.
+func TestFlushConflictWithWritePastEnd(t *testing.T) {
+	ctx := context.Background()
+	base := mem.New()
+	st := newStallStore(base)
+	p := flushUnlockedParams()
+	const size = 32 << 10
+	stored := storedFile(t, base, "fc/", p, size, 11)
+	f := mustOpen(t, st, "fc/", p)
+	defer f.Close()
+	other := mustOpen(t, base, "fc/", p)
+	ours, theirs, past := pattern(2<<10, 12), pattern(2<<10, 13), pattern(3<<10, 14)
+	if _, err := f.WriteAt(ctx, ours, 2<<10); err != nil {
+		t.Fatal(err)
+	}
+	flushed := make(chan struct{})
+	var ferr error
+	go func() {
+		defer close(flushed)
+		_, ferr = f.Flush(ctx)
+	}()
+	watchdog(t, "flush reaching the store", st.stalled)
+	// The other writer publishes first, at other blocks.
+	if _, err := other.WriteAt(ctx, theirs, 20<<10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	other.Close()
+	if _, err := f.WriteAt(ctx, past, size+1000); err != nil {
+		t.Fatal(err)
+	}
+	close(st.release)
+	watchdog(t, "flush after the store answers", flushed)
+	if ferr != nil {
+		t.Fatalf("flush: %v", ferr)
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Clone(stored)
+	copy(want[2<<10:], ours)
+	copy(want[20<<10:], theirs)
+	want = append(want, make([]byte, 1000)...)
+	want = append(want, past...)
+	g := mustOpen(t, base, "fc/", p)
+	defer g.Close()
+	if g.Size() != int64(len(want)) {
+		t.Fatalf("size %d, want %d", g.Size(), len(want))
+	}
+	buf := make([]byte, len(want))
+	if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
+		t.Errorf("after the merge: read %v, bytes equal %v", err, bytes.Equal(buf, want))
+	}
+	if n := f.Losses(); n != 0 {
+		t.Errorf("%d losses, want none", n)
+	}
+}
+
+// Flushes one after another name consecutive checkpoints: a published
+// attempt spends no number past its own.
+func TestFlushCnosConsecutive(t *testing.T) {
+	ctx := context.Background()
+	f := mustCreate(t, mem.New(), "fn/", flushUnlockedParams())
+	defer f.Close()
+	var last uint64
+	for i := range 4 {
+		if _, err := f.WriteAt(ctx, pattern(600, uint64(i)), int64(i)*600); err != nil {
+			t.Fatal(err)
+		}
+		ft, err := f.Flush(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i > 0 && ft.Cno != last+1 {
+			t.Errorf("flush %d made checkpoint %d, want %d", i, ft.Cno, last+1)
+		}
+		last = ft.Cno
+	}
+}
+
+// A block a flush summed without mu that changes before it packs (a write
+// into its blocks got in while the flush took a write past them into its
+// hold) is summed again: the checkpoint reads back whole.
+func TestFlushSumsAgainABlockChanged(t *testing.T) {
+	ctx := context.Background()
+	base := mem.New()
+	p := flushUnlockedParams()
+	const size = 32 << 10
+	stored := storedFile(t, base, "fs/", p, size, 15)
+	f := mustOpen(t, base, "fs/", p)
+	defer f.Close()
+	first, inside, past := pattern(4<<10, 16), pattern(4<<10, 17), pattern(1<<10, 18)
+	if _, err := f.WriteAt(ctx, first, 4<<10); err != nil {
+		t.Fatal(err)
+	}
+	wrote := make(chan error, 1)
+	var once bool
+	f.precomputeHook = func() {
+		if once {
+			return
+		}
+		once = true
+		// A write over the block summed waits for the flush's blocks...
+		go func() {
+			_, err := f.WriteAt(ctx, inside, 4<<10)
+			wrote <- err
+		}()
+		waitFor(t, func() bool {
+			f.ranges.mu.Lock()
+			defer f.ranges.mu.Unlock()
+			return len(f.ranges.waiting) > 0
+		})
+		// ...and one past them goes on: the flush lets go of its blocks
+		// to hold these too, and the first write gets in.
+		if _, err := f.WriteAt(ctx, past, size); err != nil {
+			t.Error(err)
+		}
+	}
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	want := bytes.Clone(stored)
+	copy(want[4<<10:], inside)
+	want = append(want, past...)
+	g := mustOpen(t, base, "fs/", p)
+	defer g.Close()
+	buf := make([]byte, len(want))
+	if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
+		t.Errorf("the checkpoint: read %v, bytes equal %v", err, bytes.Equal(buf, want))
+	}
+}
