@@ -456,9 +456,7 @@ type Namespace uint8
 const (
 	// NamespaceV1 is one ordered log of changes per volume (fs/namespace).
 	NamespaceV1 Namespace = iota + 1
-	// NamespaceV2 makes each name an object (fs/nsv2); experimental: the
-	// changes of several names (rename, link, rmdir) and the cleaner are
-	// not there yet.
+	// NamespaceV2 makes each name an object (fs/nsv2); experimental.
 	NamespaceV2
 )
 

@@ -336,7 +336,7 @@ var options = []option{
 	durationOpt("gc_ns_lag", "GCNSLag", "0 or more",
 		"the background cleaner's ckptfs gc --ns-lag: how long a file must have had no name before it is deleted; it must cover the ns_refresh_max of every mount of the volume",
 		func(c *Config) *time.Duration { return &c.GCNSLag }),
-	enumOpt("namespace", "Namespace", "the namespace format of a new volume, chosen by ckptfs format (or a mount with create) and kept in its descriptor; an existing volume keeps its own. v2 (experimental, docs/namespace-v2.md) makes each name an object, so that mounts creating different names never contend: creates, unlinks, mkdir, attributes and listings work; rename, link and rmdir answer ENOTSUP, and the cleaner (gc, the background one) and fsck refuse v2 volumes, until later releases",
+	enumOpt("namespace", "Namespace", "the namespace format of a new volume, chosen by ckptfs format (or a mount with create) and kept in its descriptor; an existing volume keeps its own. v2 (experimental, docs/namespace-v2.md) makes each name an object, so that mounts creating different names never contend; every change of names works (rename, directories moved across directories, link, rmdir), and so do the cleaner and fsck; the root's attributes cannot be changed yet, and ckptfs upgrade converts a v1 volume",
 		[]Namespace{NamespaceV1, NamespaceV2},
 		func(c *Config) *Namespace { return &c.Namespace }),
 }

@@ -31,9 +31,9 @@ func newFormatCmd() *cobra.Command {
 			"-o create does the same. --keep and --keep-for store the volume's retention\n" +
 			"policy (see ckptfs tune) with it.\n\n" +
 			"-o namespace=v2 (experimental) makes a volume whose names are objects\n" +
-			"(docs/namespace-v2.md): creates, unlinks, mkdir, attributes and listings work;\n" +
-			"rename, link and rmdir answer ENOTSUP, and gc and fsck refuse the volume, until\n" +
-			"later releases. Builds before it refuse such a volume (a newer layout version).",
+			"(docs/namespace-v2.md), so that mounts creating different names never contend;\n" +
+			"every change of names works, and so do gc and fsck; ckptfs upgrade converts a\n" +
+			"v1 volume. Builds before it refuse such a volume (a newer layout version).",
 		Args:              argsBetween(1, 1, "STORE"),
 		ValidArgsFunction: storeCompletion,
 		RunE: func(c *cobra.Command, args []string) error {
