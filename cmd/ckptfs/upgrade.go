@@ -19,9 +19,10 @@ const upgradeLong = `ckptfs upgrade: converts the volume of STORE from namespace
 changes) to namespace v2 (one object per name; experimental, see ckptfs format)
 in place. Files' data is not touched: only names move.
 
-It first checks that v2 can hold the volume's names: a file of several names
-(a hard link) or a file removed while open and not yet deleted by ckptfs gc
-is refused, with its paths or ids, and nothing changes. Then it fences the
+It first checks that v2 can hold the volume's names: a file removed while
+open and not yet deleted by ckptfs gc is refused, with its id, and nothing
+changes. A file of several names (hard links) is carried: its attributes
+and count of names go to one object, which each of its names binds. Then it fences the
 v1 log: from then on a running v1 mount's changes fail with EIO and its
 log names the upgrade, and a new v1 mount is refused; files already open
 keep being written and flushed. Then it writes every name as a v2 object
@@ -108,8 +109,16 @@ func upgradeStore(sctx context.Context, st staging.Store, root string, d volume.
 	if rep.Resumed {
 		how = "upgraded (an interrupted upgrade finished)"
 	}
-	fmt.Fprintf(stdout, "%s %s to namespace v2: %d names (%d directories, %d files, %d symlinks, %d others); the v1 log ends at entry %d, its fence\n",
-		how, redactStore(spec), rep.Names, rep.Dirs, rep.Files, rep.Symlinks, rep.Others, rep.Fence)
+	linked := ""
+	switch rep.Linked {
+	case 0:
+	case 1:
+		linked = ", 1 file of several names (hard links)"
+	default:
+		linked = fmt.Sprintf(", %d files of several names (hard links)", rep.Linked)
+	}
+	fmt.Fprintf(stdout, "%s %s to namespace v2: %d names (%d directories, %d files, %d symlinks, %d others)%s; the v1 log ends at entry %d, its fence\n",
+		how, redactStore(spec), rep.Names, rep.Dirs, rep.Files, rep.Symlinks, rep.Others, linked, rep.Fence)
 	if len(rep.RootLeft) > 0 {
 		fmt.Fprintf(stdout, "not kept of the root directory, which namespace v2 does not hold yet: %s\n", strings.Join(rep.RootLeft, ", "))
 	}

@@ -22,7 +22,8 @@ import (
 // open meanwhile fails its next change naming the upgrade; run again it is
 // refused, "already namespace v2", exit 1; an unknown option and a mount's
 // option are usage errors (exit 2) and change nothing; a hard link is
-// refused naming its paths.
+// carried and its count printed; a file without a name is refused naming
+// ckptfs gc.
 func TestUpgradeCommand(t *testing.T) {
 	ctx := context.Background()
 	root := t.TempDir()
@@ -105,32 +106,52 @@ func TestUpgradeCommand(t *testing.T) {
 		t.Fatalf("upgrade again: exit %d, %q", code, errOut)
 	}
 
-	// A hard link: refused, its paths named, nothing written.
-	root2 := t.TempDir()
-	if code, _, errOut := ckptfs("format", "file://"+root2); code != 0 {
-		t.Fatal(errOut)
+	// A hard link: carried, its names listed; a file without a name:
+	// refused, naming ckptfs gc, nothing written.
+	v1 := func() (string, *namespace.Namespace) {
+		t.Helper()
+		r := t.TempDir()
+		if code, _, errOut := ckptfs("format", "file://"+r); code != 0 {
+			t.Fatal(errOut)
+		}
+		st, err := dir.New(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ns, err := namespace.Open(ctx, st, "", namespace.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ns.Close() })
+		if _, err := ns.Create(ctx, namespace.RootIno, "a", 0o644, namespace.Owner{}); err != nil {
+			t.Fatal(err)
+		}
+		return "file://" + r, ns
 	}
-	st2, err := dir.New(root2)
+	linked, ns2 := v1()
+	a, err := ns2.Lookup(ctx, namespace.RootIno, "a")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns2, err := namespace.Open(ctx, st2, "", namespace.Options{})
-	if err != nil {
+	if _, err := ns2.Link(ctx, a.Ino, namespace.RootIno, "b"); err != nil {
 		t.Fatal(err)
 	}
-	defer ns2.Close()
-	f, err := ns2.Create(ctx, namespace.RootIno, "a", 0o644, namespace.Owner{})
-	if err != nil {
+	code, out, errOut = ckptfs("upgrade", linked)
+	if code != 0 || !strings.Contains(out, "2 names (0 directories, 2 files, 0 symlinks, 0 others), 1 file of several names (hard links);") {
+		t.Fatalf("upgrade of a hard link: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, out, errOut := ckptfs("ls", linked, "/"); code != 0 || !strings.Contains(out, " a\n") || !strings.HasSuffix(out, " b\n") {
+		t.Fatalf("ls / after the upgrade of a hard link: exit %d, %q, %q", code, out, errOut)
+	}
+	orphan, ns3 := v1()
+	if _, err := ns3.Unlink(ctx, namespace.RootIno, "a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := ns2.Link(ctx, f.Ino, namespace.RootIno, "b"); err != nil {
-		t.Fatal(err)
+	code, _, errOut = ckptfs("upgrade", orphan)
+	if code != 1 || !strings.Contains(errOut, "1 files without a name left") || !strings.Contains(errOut, "ckptfs gc") || !strings.Contains(errOut, "nothing changed") {
+		t.Fatalf("upgrade of a file without a name: exit %d, %q", code, errOut)
 	}
-	code, _, errOut = ckptfs("upgrade", "file://"+root2)
-	if code != 1 || !strings.Contains(errOut, "/a = /b") || !strings.Contains(errOut, "nothing changed") {
-		t.Fatalf("upgrade of a hard link: exit %d, %q", code, errOut)
-	}
-	if _, err := ns2.Create(ctx, namespace.RootIno, "c", 0o644, namespace.Owner{}); err != nil {
+	if _, err := ns3.Create(ctx, namespace.RootIno, "c", 0o644, namespace.Owner{}); err != nil {
 		t.Fatalf("v1 after a refused upgrade: %v", err)
 	}
 }

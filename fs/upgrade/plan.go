@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"slices"
 	"sort"
 	"strings"
@@ -37,9 +38,20 @@ type item struct {
 	b    *nsv2.Binding
 }
 
-// plan is the v1 state as v2 dentries, or why it cannot be.
+// linked is the inode object to write for a node of several names (hard
+// links), as nsv2's Link leaves one: its attributes and its count of names,
+// which each name's binding then holds without attributes (inode.go). paths
+// are its names, for messages.
+type linked struct {
+	in    *nsv2.Inode
+	paths []string
+}
+
+// plan is the v1 state as v2 dentries and inode objects, or why it cannot
+// be.
 type plan struct {
 	names    []item
+	inodes   []linked
 	rootLeft []string
 	refused  *RefusedError
 }
@@ -47,13 +59,10 @@ type plan struct {
 // RefusedError says what of the v1 state namespace v2 cannot hold yet;
 // errors.Is(err, ErrRefused). Nothing of v2 was written.
 type RefusedError struct {
-	// SeveralNames: nodes of several names (hard links), each with its
-	// paths.
-	SeveralNames [][]string
 	// Orphans: file ids of files with no name left.
 	Orphans []string
 	// Other: names or nodes v2 refuses (a key too long, an ino out of
-	// range), each with its reason.
+	// range, more names than nsv2.MaxLinks), each with its reason.
 	Other []string
 	// Unfenced: the log had been fenced; the fence is removed.
 	Unfenced bool
@@ -61,18 +70,6 @@ type RefusedError struct {
 
 func (e *RefusedError) Error() string {
 	var parts []string
-	if n := len(e.SeveralNames); n > 0 {
-		var ls []string
-		for _, paths := range e.SeveralNames[:min(n, maxListed)] {
-			ls = append(ls, strings.Join(paths, " = "))
-		}
-		more := ""
-		if n > maxListed {
-			more = fmt.Sprintf(" and %d more", n-maxListed)
-		}
-		parts = append(parts, fmt.Sprintf("%d files of several names (hard links), which namespace v2 does not hold yet: %s%s; "+
-			"remove all names but one of each (or copy them apart) and upgrade again", n, strings.Join(ls, ", "), more))
-	}
 	if n := len(e.Orphans); n > 0 {
 		more := ""
 		if n > maxListed {
@@ -113,7 +110,7 @@ func makePlan(ctx context.Context, ns namespace.Names, root string) (*plan, erro
 		ref.Orphans = append(ref.Orphans, o.FileID)
 	}
 	sort.Strings(ref.Orphans)
-	paths := map[namespace.Ino][]string{} // nodes of several names
+	several := map[namespace.Ino]*linked{} // nodes of several names
 	type dir struct {
 		ino  namespace.Ino
 		path string
@@ -132,12 +129,22 @@ func makePlan(ctx context.Context, ns namespace.Names, root string) (*plan, erro
 			if err != nil {
 				return nil, fmt.Errorf("upgrade: read %s: %w", path, err)
 			}
+			var b *nsv2.Binding
 			if n.Kind != namespace.KindDir && n.Nlink > 1 {
-				paths[n.Ino] = append(paths[n.Ino], path)
-				continue
-			}
-			b, err := binding(ctx, ns, n)
-			if err != nil {
+				// A name of a node of several names binds its ino and kind
+				// only; its attributes go to the inode object, once.
+				l := several[n.Ino]
+				if l == nil {
+					nb, err := binding(ctx, ns, n)
+					if err != nil {
+						return nil, fmt.Errorf("upgrade: read %s: %w", path, err)
+					}
+					l = &linked{in: &nsv2.Inode{Ino: n.Ino, Kind: n.Kind, Node: *nb.Node}}
+					several[n.Ino] = l
+				}
+				l.paths = append(l.paths, path)
+				b = &nsv2.Binding{Ino: n.Ino, Kind: n.Kind}
+			} else if b, err = binding(ctx, ns, n); err != nil {
 				return nil, fmt.Errorf("upgrade: read %s: %w", path, err)
 			}
 			if why := check(root, d.ino, de.Name, b); why != "" {
@@ -150,14 +157,40 @@ func makePlan(ctx context.Context, ns namespace.Names, root string) (*plan, erro
 			}
 		}
 	}
-	for _, ps := range paths {
-		ref.SeveralNames = append(ref.SeveralNames, ps)
+	for _, l := range several {
+		// Its count of names is the names found: v1 counts them so too.
+		l.in.Nlink = uint32(min(len(l.paths), math.MaxUint32))
+		if why := checkInode(root, l.in); why != "" {
+			ref.Other = append(ref.Other, fmt.Sprintf("%s: %s", strings.Join(l.paths, " = "), why))
+			continue
+		}
+		p.inodes = append(p.inodes, *l)
 	}
-	sort.Slice(ref.SeveralNames, func(i, j int) bool { return ref.SeveralNames[i][0] < ref.SeveralNames[j][0] })
-	if len(ref.SeveralNames)+len(ref.Orphans)+len(ref.Other) > 0 {
+	sort.Slice(p.inodes, func(i, j int) bool { return p.inodes[i].paths[0] < p.inodes[j].paths[0] })
+	if len(ref.Orphans)+len(ref.Other) > 0 {
 		p.refused = ref
 	}
 	return p, nil
+}
+
+// checkInode says why the inode object in cannot be written, "" when it
+// can.
+func checkInode(root string, in *nsv2.Inode) string {
+	if in.Nlink > nsv2.MaxLinks {
+		return fmt.Sprintf("%d names, more than namespace v2's %d", in.Nlink, nsv2.MaxLinks)
+	}
+	if in.Ino >= nsv2.FirstIno(v2FirstBatch) {
+		return fmt.Sprintf("ino %d is not below %d, where namespace v2 mounts number nodes", in.Ino, nsv2.FirstIno(v2FirstBatch))
+	}
+	if _, err := nsv2.InodeKey(root, in.Ino); err != nil {
+		return err.Error()
+	}
+	c := *in
+	c.Change = inodeChangeID("", in.Ino)
+	if _, err := nsv2.EncodeInode(&c); err != nil {
+		return err.Error()
+	}
+	return ""
 }
 
 // check says why name in dir bound to b cannot be written, "" when it can.
@@ -240,5 +273,18 @@ func sameBinding(a, b *nsv2.Binding) bool {
 	}
 	ja, err1 := json.Marshal(a)
 	jb, err2 := json.Marshal(b)
+	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
+}
+
+// sameInode says whether a and b hold the same node, count of names and
+// attributes (as encoded), neither locked; their change ids may differ.
+func sameInode(a, b *nsv2.Inode) bool {
+	if a.Lock != nil || b.Lock != nil || len(a.Ops) > 0 || len(b.Ops) > 0 {
+		return false
+	}
+	ca, cb := *a, *b
+	ca.Change, cb.Change = "", ""
+	ja, err1 := json.Marshal(&ca)
+	jb, err2 := json.Marshal(&cb)
 	return err1 == nil && err2 == nil && bytes.Equal(ja, jb)
 }

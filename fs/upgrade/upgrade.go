@@ -8,12 +8,12 @@
 //
 //  1. Read the descriptor (with its ETag) and refuse a v2 volume
 //     (ErrAlreadyV2). Open v1's namespace, its newest state.
-//  2. Check that namespace v2 can hold that state (plan.go): no node of
-//     several names (hard links: nsv2.ErrSeveralNames until step 4 of §10
-//     is whole), no file without a name left (an orphan, whose data only
-//     v1's cleaner knows to delete), every name a dentry key, every node's
-//     attributes a binding, every ino below the first batch a v2 mount
-//     claims. A refusal names what stands in the way and changes nothing.
+//  2. Check that namespace v2 can hold that state (plan.go): no file
+//     without a name left (an orphan, whose data only v1's cleaner knows to
+//     delete), every name a dentry key, every node's attributes a binding
+//     or an inode object, every ino below the first batch a v2 mount
+//     claims, no node of more than nsv2.MaxLinks names. A refusal names
+//     what stands in the way and changes nothing.
 //  3. Fence the v1 log (namespace.Namespace.Fence): an entry at its next
 //     seq, of an envelope version no v1 build knows, that no change lands
 //     after. A running v1 mount's next change fails with EIO, its refresh
@@ -23,8 +23,8 @@
 //     and nothing else was written).
 //  4. Write every name of that state as a v2 dentry (nsv2.Names.Bind: PUT
 //     If-None-Match), Options.Parallel at once. Each name's change id is
-//     derived from the fence's id, the directory and the name, so a rerun
-//     finds its own dentry as Bind finds a lost answer's; one bound the
+//     derived from the fence's id and the directory and name (the ino for
+//     an inode object), so a rerun finds its own dentry as Bind finds a lost answer's; one bound the
 //     same way by any change counts too. Inos stay v1's: seq<<16|i, below
 //     2^60 for any log under 2^44 entries, where v2 mounts claim batches
 //     from 2^40 (inos from 2^60) on.
@@ -49,6 +49,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -71,8 +72,9 @@ var (
 	// error is a *RefusedError saying what stands in the way).
 	ErrRefused = errors.New("namespace v1 state that namespace v2 cannot hold yet")
 	// ErrConflict: a dentry at one of the names binds something else than
-	// the v1 state says (written by something other than an upgrade of this
-	// fence); the descriptor stays at v1.
+	// the v1 state says, or an inode object holds another node (written by
+	// something other than an upgrade of this fence); the descriptor stays
+	// at v1.
 	ErrConflict = errors.New("namespace v2 holds another binding")
 )
 
@@ -101,6 +103,9 @@ type Report struct {
 	Resumed bool
 	// Names written as dentries (or found written), by kind.
 	Names, Dirs, Files, Symlinks, Others int
+	// Linked: nodes of several names (hard links) written as inode objects
+	// (or found written); their names are counted in Names.
+	Linked int
 	// RootLeft lists what of v1's root namespace v2 does not keep yet
 	// (its mode, owner, attributes differing from v2's root).
 	RootLeft []string
@@ -170,6 +175,9 @@ func Upgrade(ctx context.Context, st staging.Store, root string, o Options) (*Re
 		return nil, fmt.Errorf("upgrade: the namespace log is no longer fenced: %w", namespace.ErrCorrupt)
 	}
 	rep.RootLeft = p.rootLeft
+	if err := writeInodes(ctx, st, root, f.ID, p.inodes, o, rep); err != nil {
+		return nil, err
+	}
 	if err := bindAll(ctx, st, root, f.ID, p.names, o, rep); err != nil {
 		return nil, err
 	}
@@ -199,6 +207,73 @@ func changeID(fence string, dir namespace.Ino, name string) string {
 	fmt.Fprintf(h, "ckptfs upgrade\x00%s\x00%016x\x00", fence, uint64(dir))
 	h.Write([]byte(name))
 	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// inodeChangeID is the change id of node ino's inode object for the
+// upgrade of fence: the same in every run.
+func inodeChangeID(fence string, ino namespace.Ino) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "ckptfs upgrade inode\x00%s\x00%016x", fence, uint64(ino))
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// writeInodes writes the inode object of every node of several names,
+// o.Parallel at once, before any name binds one: a crash between leaves
+// objects no name of a v2 mount reads (the descriptor is still v1), which
+// the rerun finds written.
+func writeInodes(ctx context.Context, st staging.Store, root, fence string, inodes []linked, o Options, rep *Report) error {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(o.Parallel)
+	for i := range inodes {
+		l := &inodes[i]
+		g.Go(func() error {
+			in := *l.in
+			in.Change = inodeChangeID(fence, in.Ino)
+			if err := writeInode(gctx, st, root, &in); err != nil {
+				return fmt.Errorf("upgrade: write the inode object of %s: %w", strings.Join(l.paths, " = "), err)
+			}
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	rep.Linked = len(inodes)
+	return nil
+}
+
+// writeInode stores in at its key If-None-Match. Refused, or failed, it
+// reads the key: an object there with in's body (the same node, count and
+// attributes, by any change id, neither locked) is in written; another is
+// ErrConflict; none after a failure is the failure.
+func writeInode(ctx context.Context, st staging.Store, root string, in *nsv2.Inode) error {
+	key, err := nsv2.InodeKey(root, in.Ino)
+	if err != nil {
+		return err
+	}
+	body, err := nsv2.EncodeInode(in)
+	if err != nil {
+		return err
+	}
+	_, perr := st.Put(ctx, key, body, staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true}})
+	if perr == nil {
+		return nil
+	}
+	data, _, gerr := st.Get(ctx, key, staging.Whole())
+	switch {
+	case errors.Is(gerr, staging.ErrNotFound):
+		return perr
+	case gerr != nil:
+		return fmt.Errorf("%w (not known whether stored: reading it back: %v)", perr, gerr)
+	}
+	cur, err := nsv2.DecodeInode(key, data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", staging.TruncKey(key), err)
+	}
+	if !sameInode(cur, in) {
+		return fmt.Errorf("%s: %w: node %d, %d names", staging.TruncKey(key), ErrConflict, cur.Ino, cur.Nlink)
+	}
+	return nil
 }
 
 // Waits of a bind that met its name locked, or its tombstone being deleted

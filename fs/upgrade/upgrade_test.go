@@ -25,7 +25,9 @@ const root = "vol/"
 // directories (nested), symlinks, extended attributes, device nodes, a FIFO
 // and a socket, names that need escaping, set owners, modes and times; and
 // a stand-in for each file's data under f/<file-id>/ (the upgrade must not
-// touch it). It returns the store and the open v1 namespace.
+// touch it); and a file of three names (hard links: /d/e/f3 = /hard =
+// /d/hard2) with its own owner, mode, times and extended attribute. It
+// returns the store and the open v1 namespace.
 func v1Volume(t testing.TB) (*mem.Store, *namespace.Namespace) {
 	t.Helper()
 	ctx := context.Background()
@@ -63,7 +65,8 @@ func v1Volume(t testing.TB) (*mem.Store, *namespace.Namespace) {
 		ino   namespace.Ino
 		name  string
 		value string
-	}{{files[0].Ino, "user.a", "1"}, {files[0].Ino, "user.b", ""}, {d.Ino, "user.dir", "x\x00y"}, {files[2].Ino, "user.\xfe", "bin"}} {
+	}{{files[0].Ino, "user.a", "1"}, {files[0].Ino, "user.b", ""}, {d.Ino, "user.dir", "x\x00y"}, {files[2].Ino, "user.\xfe", "bin"},
+		{files[3].Ino, "user.linked", "3"}} {
 		if err := ns.SetXattr(ctx, x.ino, x.name, []byte(x.value), 0); err != nil {
 			t.Fatal(err)
 		}
@@ -71,6 +74,10 @@ func v1Volume(t testing.TB) (*mem.Store, *namespace.Namespace) {
 	at, mt := time.Unix(1_600_000_000, 5), time.Unix(1_500_000_000, 7)
 	mode, uid := uint32(0o4755), uint32(7)
 	must(ns.SetAttr(ctx, files[1].Ino, namespace.SetAttr{Mode: &mode, Uid: &uid, Atime: &at, Mtime: &mt}))
+	must(ns.Link(ctx, files[3].Ino, namespace.RootIno, "hard"))
+	must(ns.Link(ctx, files[3].Ino, d.Ino, "hard2"))
+	lmode, lgid, lt := uint32(0o640), uint32(50), time.Unix(1_400_000_000, 9)
+	must(ns.SetAttr(ctx, files[3].Ino, namespace.SetAttr{Mode: &lmode, Gid: &lgid, Mtime: &lt}))
 	for _, f := range files {
 		for _, name := range []string{"inode", "0000000001.0"} {
 			if _, err := st.Put(ctx, volume.FilePrefix(root, f.FileID)+name, []byte("data of "+f.FileID+name), staging.PutOptions{}); err != nil {
@@ -82,7 +89,7 @@ func v1Volume(t testing.TB) (*mem.Store, *namespace.Namespace) {
 }
 
 // view is a namespace as its names show it: path -> node, attributes,
-// extended attributes.
+// extended attributes, and a file's count of names.
 type view map[string]string
 
 // walk reads every name of ns from the root.
@@ -118,8 +125,12 @@ func walk(t testing.TB, ns namespace.Names) view {
 				}
 				xv = append(xv, fmt.Sprintf("%q=%q", x, v))
 			}
-			out[p] = fmt.Sprintf("ino=%d kind=%v mode=%o uid=%d gid=%d at=%d mt=%d ct=%d ms=%d file=%s target=%q dev=%d:%d x=%v",
-				n.Ino, n.Kind, n.Mode, n.Uid, n.Gid, n.AtimeNs, n.MtimeNs, n.CtimeNs, n.MtimeSetNs, n.FileID, n.Target, n.Major, n.Minor, xv)
+			nl := ""
+			if n.Kind != namespace.KindDir {
+				nl = fmt.Sprintf(" nlink=%d", n.Nlink)
+			}
+			out[p] = fmt.Sprintf("ino=%d kind=%v%s mode=%o uid=%d gid=%d at=%d mt=%d ct=%d ms=%d file=%s target=%q dev=%d:%d x=%v",
+				n.Ino, n.Kind, nl, n.Mode, n.Uid, n.Gid, n.AtimeNs, n.MtimeNs, n.CtimeNs, n.MtimeSetNs, n.FileID, n.Target, n.Major, n.Minor, xv)
 			if n.Kind == namespace.KindDir {
 				rec(n.Ino, p)
 			}
@@ -193,7 +204,7 @@ func TestUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Upgrade: %v", err)
 	}
-	if rep.Names != len(before) || rep.Dirs != 2 || rep.Files != 5 || rep.Symlinks != 2 || rep.Others != 4 || rep.Resumed || len(progress) != len(before) {
+	if rep.Names != len(before) || rep.Dirs != 2 || rep.Files != 7 || rep.Symlinks != 2 || rep.Others != 4 || rep.Linked != 1 || rep.Resumed || len(progress) != len(before) {
 		t.Fatalf("report %+v (progress %d calls), want %d names", rep, len(progress), len(before))
 	}
 	if len(rep.RootLeft) != 0 {
@@ -233,6 +244,8 @@ func TestUpgrade(t *testing.T) {
 		t.Fatalf("v1 open of the upgraded volume: %v", err)
 	}
 
+	checkLinked(t, st, tree)
+
 	// A new v2 node: an ino no v1 node has, above them all.
 	n, err := tree.Create(ctx, namespace.RootIno, "new", 0o644, namespace.Owner{})
 	if err != nil {
@@ -249,6 +262,62 @@ func TestUpgrade(t *testing.T) {
 
 	if _, err := Upgrade(ctx, st, root, Options{}); !errors.Is(err, ErrAlreadyV2) {
 		t.Fatalf("upgrade of a v2 volume: %v; want ErrAlreadyV2", err)
+	}
+}
+
+// checkLinked: the file of three names is, in v2, an inode object (three
+// names, the v1 ino) whose names bind it without attributes, as nsv2's Link
+// leaves one; a chmod through one name and the unlink of another, made
+// through tree, are seen through the third by another mount.
+func checkLinked(t *testing.T, st staging.Store, tree namespace.Names) {
+	t.Helper()
+	ctx := context.Background()
+	f3, err := tree.Lookup(ctx, namespace.RootIno, "hard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f3.Nlink != 3 || f3.Mode != 0o640 || f3.Gid != 50 {
+		t.Fatalf("/hard in v2: %+v", f3)
+	}
+	prim := nsv2.New(st, root, nil)
+	r, err := prim.Resolve(ctx, namespace.RootIno, rootFrags, "hard")
+	if err != nil || r.Bound == nil || r.Bound.Ino != f3.Ino || r.Bound.Node != nil {
+		t.Fatalf("the dentry of /hard: %+v, %v; want ino %d without attributes", r.Bound, err, f3.Ino)
+	}
+	in, err := prim.ResolveInode(ctx, f3.Ino)
+	if err != nil || in.Inode == nil || in.Inode.Nlink != 3 || in.Inode.Node.FileID != f3.FileID || in.Locked {
+		t.Fatalf("the inode object of /hard: %+v, %v", in.Inode, err)
+	}
+
+	mode := uint32(0o600)
+	if _, err := tree.SetAttr(ctx, f3.Ino, namespace.SetAttr{Mode: &mode}); err != nil {
+		t.Fatalf("chmod /hard: %v", err)
+	}
+	e, err := tree.Lookup(ctx, namespace.RootIno, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tree.Unlink(ctx, e.Ino, "hard2"); err != nil {
+		t.Fatalf("unlink /d/hard2: %v", err)
+	}
+	other := openV2(t, st)
+	d, err := other.Lookup(ctx, namespace.RootIno, "d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err = other.Lookup(ctx, d.Ino, "e")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := other.Lookup(ctx, e.Ino, "f3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Ino != f3.Ino || got.Nlink != 2 || got.Mode != 0o600 || got.FileID != f3.FileID {
+		t.Fatalf("/d/e/f3 seen by another mount after the chmod and the unlink: %+v", got)
+	}
+	if _, err := other.Lookup(ctx, d.Ino, "hard2"); !errors.Is(err, namespace.ErrNotExist) {
+		t.Fatalf("/d/hard2 after its unlink: %v", err)
 	}
 }
 
@@ -273,8 +342,8 @@ func TestUpgradeRootLeft(t *testing.T) {
 	}
 }
 
-// TestUpgradeRefusals: a volume already v2, no volume, a node of several
-// names, files without a name: refused with what stands in the way, and
+// TestUpgradeRefusals: a volume already v2, no volume, files without a
+// name: refused with what stands in the way, and
 // nothing written (no fence, no v2 object, the log as it was).
 func TestUpgradeRefusals(t *testing.T) {
 	ctx := context.Background()
@@ -297,14 +366,6 @@ func TestUpgradeRefusals(t *testing.T) {
 		make func(ns *namespace.Namespace, d namespace.Node) error
 		want []string
 	}{
-		{"hard link", func(ns *namespace.Namespace, d namespace.Node) error {
-			f, err := ns.Lookup(ctx, namespace.RootIno, "f0")
-			if err != nil {
-				return err
-			}
-			_, err = ns.Link(ctx, f.Ino, d.Ino, "again")
-			return err
-		}, []string{"1 files of several names", "/f0 = /d/again", "nothing changed"}},
 		{"orphan", func(ns *namespace.Namespace, d namespace.Node) error {
 			_, err := ns.Unlink(ctx, d.Ino, "f1")
 			return err
@@ -341,45 +402,41 @@ func TestUpgradeRefusals(t *testing.T) {
 	}
 }
 
-// linkAtFence makes a hard link with another v1 mount just before the
+// unlinkAtFence removes a name with another v1 mount just before the
 // upgrade's first write to the log (the fence), as a mount racing it.
-type linkAtFence struct {
+type unlinkAtFence struct {
 	staging.Store
-	once sync.Once
-	link func()
+	once   sync.Once
+	unlink func()
 }
 
-func (s *linkAtFence) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+func (s *unlinkAtFence) Put(ctx context.Context, key string, data []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
 	if strings.HasPrefix(key, root+"ns/log/") {
-		s.once.Do(s.link)
+		s.once.Do(s.unlink)
 	}
 	return s.Store.Put(ctx, key, data, o)
 }
 
-// TestUpgradeLinkBeforeFence: a hard link another mount makes between the
-// upgrade's check and its fence is seen once the log is fenced; the fence
-// is removed and v1 goes on.
-func TestUpgradeLinkBeforeFence(t *testing.T) {
+// TestUpgradeOrphanBeforeFence: a file left without a name by another
+// mount between the upgrade's check and its fence is seen once the log is
+// fenced; the fence is removed and v1 goes on.
+func TestUpgradeOrphanBeforeFence(t *testing.T) {
 	ctx := context.Background()
 	st, ns := v1Volume(t)
 	defer ns.Close()
-	f, err := ns.Lookup(ctx, namespace.RootIno, "f0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	racer := &linkAtFence{Store: st, link: func() {
-		if _, err := ns.Link(ctx, f.Ino, namespace.RootIno, "f0-too"); err != nil {
-			t.Errorf("link: %v", err)
+	racer := &unlinkAtFence{Store: st, unlink: func() {
+		if _, err := ns.Unlink(ctx, namespace.RootIno, "f0"); err != nil {
+			t.Errorf("unlink: %v", err)
 		}
 	}}
-	_, err = Upgrade(ctx, racer, root, Options{})
-	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "/f0 = /f0-too") || !strings.Contains(err.Error(), "the fence is removed") {
-		t.Fatalf("Upgrade racing a link: %v", err)
+	_, err := Upgrade(ctx, racer, root, Options{})
+	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "1 files without a name left") || !strings.Contains(err.Error(), "the fence is removed") {
+		t.Fatalf("Upgrade racing an unlink: %v", err)
 	}
 	if ks := objects(t, st, root+"ns2/"); len(ks) != 0 {
 		t.Fatalf("v2 objects written: %d", len(ks))
 	}
-	// The racing mount met the fence (its link is before it) and stays
+	// The racing mount met the fence (its unlink is before it) and stays
 	// fenced; a new v1 mount is not.
 	fresh, err := namespace.Open(ctx, st, root, namespace.Options{})
 	if err != nil {
@@ -514,5 +571,59 @@ func TestUpgradeCrashAtEveryRequest(t *testing.T) {
 		if got := walk(t, openV2(t, st)); !reflect.DeepEqual(got, want) {
 			t.Fatalf("crash after %d requests, then again: the names differ", k)
 		}
+	}
+}
+
+// TestUpgradeInodeConflict: an inode object at a linked node's key that
+// holds something else than the v1 node (not this upgrade's) is
+// ErrConflict, and the descriptor stays at v1; one with the same body under
+// another change id counts as written.
+func TestUpgradeInodeConflict(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		name  string
+		nlink uint32
+		want  error
+	}{{"other count", 2, ErrConflict}, {"same body", 3, nil}} {
+		t.Run(c.name, func(t *testing.T) {
+			st, ns := v1Volume(t)
+			n, err := ns.Lookup(ctx, namespace.RootIno, "hard")
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := binding(ctx, ns, n)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns.Close()
+			key, err := nsv2.InodeKey(root, n.Ino)
+			if err != nil {
+				t.Fatal(err)
+			}
+			body, err := nsv2.EncodeInode(&nsv2.Inode{Ino: n.Ino, Kind: n.Kind, Nlink: c.nlink, Change: changeID("someone else", 0, ""), Node: *b.Node})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := st.Put(ctx, key, body, staging.PutOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			_, err = Upgrade(ctx, st, root, Options{})
+			if c.want == nil {
+				if err != nil {
+					t.Fatalf("Upgrade: %v", err)
+				}
+				if got, err := openV2(t, st).Lookup(ctx, namespace.RootIno, "hard"); err != nil || got.Nlink != 3 {
+					t.Fatalf("/hard: %+v, %v", got, err)
+				}
+				return
+			}
+			if !errors.Is(err, c.want) {
+				t.Fatalf("Upgrade: %v; want %v", err, c.want)
+			}
+			d, err := volume.ReadDescriptor(ctx, st, root)
+			if err != nil || d.NamespaceVersion() == config.NamespaceV2 {
+				t.Fatalf("descriptor after a conflict: %+v, %v", d, err)
+			}
+		})
 	}
 }
