@@ -244,6 +244,12 @@ func TestUpgrade(t *testing.T) {
 		t.Fatalf("v1 open of the upgraded volume: %v", err)
 	}
 
+	// fsck of v2 finds the upgraded names whole: the file of three names
+	// counted once as a file, its names as linked.
+	c, err := nsv2.Check(ctx, st, root, time.Now(), func(context.Context, string) (bool, int, error) { return true, 2, nil })
+	if err != nil || len(c.Problems) != 0 || len(c.Notes) != 0 || c.Files != 5 || c.Linked != 3 || c.Dirs != 2 || c.Others != 6 {
+		t.Fatalf("nsv2.Check after the upgrade: %+v, %v", c, err)
+	}
 	checkLinked(t, st, tree)
 
 	// A new v2 node: an ino no v1 node has, above them all.
