@@ -4,6 +4,8 @@ import (
 	"fmt"
 
 	"github.com/spf13/cobra"
+
+	"github.com/ckptfs/ckptfs/fs/nsv2"
 )
 
 // newFsckCmd is "ckptfs fsck STORE [PATH]". Exit status: 0 all well, 1
@@ -43,9 +45,8 @@ func newFsckCmd() *cobra.Command {
 			for _, u := range r.Leftovers {
 				fmt.Fprintf(stdout, "leftover: %s (multipart upload %s started %s; the cleaner removes it)\n", u.Key, u.UploadID, u.Initiated.UTC().Format("2006-01-02T15:04:05Z"))
 			}
-			if n := r.Names; n != nil {
-				fmt.Fprintf(stdout, "names (ns2/): %d objects, %d files, %d directories, %d others, %d tombstones, %d locked, %d orphan records\n",
-					n.Objects, n.Files, n.Dirs, n.Others, n.Tombstones, n.Locked, n.Records)
+			if r.Names != nil {
+				fmt.Fprintln(stdout, namesLine(r.Names))
 			}
 			fmt.Fprintf(stdout, "%d files, %d objects, %d problems, %d leftovers\n", r.Files, r.Objects, len(r.Problems), len(r.Leftovers))
 			if !r.OK() {
@@ -57,4 +58,12 @@ func newFsckCmd() *cobra.Command {
 	}
 	tf.register(c)
 	return c
+}
+
+// namesLine is fsck's summary of a namespace v2 volume's names (ns2/): a
+// file of several names counts once in files, and each of its names in
+// linked.
+func namesLine(n *nsv2.CheckReport) string {
+	return fmt.Sprintf("names (ns2/): %d objects, %d files, %d directories, %d others, %d linked names (hard links), %d tombstones, %d locked, %d orphan records",
+		n.Objects, n.Files, n.Dirs, n.Others, n.Linked, n.Tombstones, n.Locked, n.Records)
 }

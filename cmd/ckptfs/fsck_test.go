@@ -8,6 +8,8 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/engine"
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/fs/nsv2"
+	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/dir"
@@ -122,6 +124,74 @@ func TestStoreErrorCauseFirst(t *testing.T) {
 		if code != 1 || cause < 0 || strings.Index(msg, "no such host") < cause ||
 			strings.Index(msg, "check endpoint=") < strings.Index(msg, "no such host") {
 			t.Errorf("ckptfs %s with an endpoint that does not resolve: exit %d, %q; want the lookup's failure, then the advice", tool, code, msg)
+		}
+	}
+}
+
+// TestFsckNamesV2: fsck of a namespace v2 volume prints its names' counts,
+// a file of two names counted once among the files and its two names as
+// linked.
+func TestFsckNamesV2(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store := "file://" + root
+	ckptfs := func(args ...string) (int, string, string) {
+		var out, errOut strings.Builder
+		code := run(append([]string{"ckptfs"}, args...), &out, &errOut)
+		return code, out.String(), errOut.String()
+	}
+	if code, out, errOut := ckptfs("format", "-o", "namespace=v2", store); code != 0 {
+		t.Fatalf("format: exit %d, %q, %q", code, out, errOut)
+	}
+	st, err := dir.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := volume.ReadDescriptor(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := volume.OpenNames(ctx, st, "", desc, volume.NamesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := ns.Mkdir(ctx, namespace.RootIno, "d", 0o755, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := ns.Create(ctx, namespace.RootIno, "a", 0o644, namespace.Owner{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Link(ctx, a.Ino, d.Ino, "b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Create(ctx, d.Ino, "c", 0o644, namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ns.Symlink(ctx, namespace.RootIno, "s", "a", namespace.Owner{}); err != nil {
+		t.Fatal(err)
+	}
+	ns.Close()
+	code, out, errOut := ckptfs("fsck", store)
+	if code != 0 || !strings.Contains(out, "names (ns2/): ") ||
+		!strings.Contains(out, " objects, 2 files, 1 directories, 1 others, 2 linked names (hard links), 0 tombstones, 0 locked, 0 orphan records\n") {
+		t.Fatalf("fsck of a v2 volume with a hard link: exit %d, %q, %q", code, out, errOut)
+	}
+}
+
+// TestNamesLine: each count of nsv2.CheckReport in its place.
+func TestNamesLine(t *testing.T) {
+	for _, c := range []struct {
+		r    nsv2.CheckReport
+		want string
+	}{
+		{nsv2.CheckReport{}, "names (ns2/): 0 objects, 0 files, 0 directories, 0 others, 0 linked names (hard links), 0 tombstones, 0 locked, 0 orphan records"},
+		{nsv2.CheckReport{Objects: 9, Files: 1, Dirs: 2, Others: 3, Linked: 4, Tombstones: 5, Locked: 6, Records: 7},
+			"names (ns2/): 9 objects, 1 files, 2 directories, 3 others, 4 linked names (hard links), 5 tombstones, 6 locked, 7 orphan records"},
+	} {
+		if got := namesLine(&c.r); got != c.want {
+			t.Errorf("namesLine(%+v) = %q, want %q", c.r, got, c.want)
 		}
 	}
 }
