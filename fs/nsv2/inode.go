@@ -514,14 +514,26 @@ func (t *Tree) inForce(ctx context.Context, ino namespace.Ino) (bool, error) {
 	return r.Inode != nil && r.Inode.Nlink > 0, nil
 }
 
-// dropInode deletes node ino's inode object once its file is forgotten,
-// when it is out of force. Best effort: one left is a few hundred bytes.
-func (t *Tree) dropInode(ctx context.Context, ino namespace.Ino) {
+// dropInode deletes node ino's inode object, out of force, for Forget
+// before the orphan record goes; none is nil. Locked by a change, or in
+// force (named since the record was judged), it is kept and the record
+// too: a *NameError matching ErrLocked, or ErrInvalid.
+func (t *Tree) dropInode(ctx context.Context, ino namespace.Ino) error {
 	r, err := t.p.ResolveInode(ctx, ino)
-	if err != nil || r.Inode == nil || r.Inode.Nlink > 0 || r.Locked {
-		return
+	switch {
+	case err != nil:
+		return err
+	case r.Inode == nil:
+		return nil
+	case r.Locked:
+		return lockedErr(r.Key)
+	case r.Inode.Nlink > 0:
+		return fmt.Errorf("node %d's inode object counts %d names: %w", ino, r.Inode.Nlink, namespace.ErrInvalid)
 	}
-	_ = t.st.Delete(ctx, r.Key)
+	if err := t.st.Delete(ctx, r.Key); err != nil {
+		return fmt.Errorf("delete %s: %w", staging.TruncKey(r.Key), err)
+	}
+	return nil
 }
 
 // cookieOf is the listing cookie of name, bound to b: its node's ino, unique

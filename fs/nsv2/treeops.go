@@ -692,9 +692,12 @@ func (t *Tree) Orphans(ctx context.Context) ([]namespace.Orphan, error) {
 	return out, nil
 }
 
-// Forget drops orphan fileID once its data is deleted: it deletes its
-// orphan record. A file with a name left is ErrInvalid, one with no record
-// ErrNotExist, as in v1.
+// Forget drops orphan fileID once its data is deleted: it deletes the
+// inode object of its node, when it had several names, then its orphan
+// record. In that order, as Index.Forget: a crash between leaves the
+// record, which the next Forget (or the cleaner's) finds and finishes;
+// the other order left an inode object no record pointed to. A file with a
+// name left is ErrInvalid, one with no record ErrNotExist, as in v1.
 func (t *Tree) Forget(ctx context.Context, fileID string) error {
 	if err := t.enter(); err != nil {
 		return err
@@ -709,11 +712,13 @@ func (t *Tree) Forget(ctx context.Context, fileID string) error {
 	case !orphan:
 		return fmt.Errorf("forget file %s with a name: %w", fileID, namespace.ErrInvalid)
 	}
+	if err := t.dropInode(ctx, rec.Ino); err != nil {
+		return fmt.Errorf("forget file %s: %w", fileID, err)
+	}
 	key, _ := OrphanKey(t.root, fileID)
 	if err := t.st.Delete(ctx, key); err != nil {
 		return fmt.Errorf("forget file %s: delete %s: %w", fileID, staging.TruncKey(key), err)
 	}
-	t.dropInode(ctx, rec.Ino)
 	// byFile keeps it: Named then knows it forgotten.
 	t.mu.Lock()
 	delete(t.orphans, rec.Ino)
