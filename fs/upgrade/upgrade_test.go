@@ -186,7 +186,9 @@ func openV2(t testing.TB, st staging.Store) namespace.Names {
 // names with the same inos and attributes; the files' objects are
 // untouched; a v1 mount open meanwhile fails its next change with
 // ErrFenced; a new v2 ino is above every v1 ino; the format and block
-// sizes stay; upgrading again is ErrAlreadyV2.
+// sizes stay; upgrading again is ErrAlreadyV2. The file of three names is
+// one inode object that its names bind, whole for fsck, and changes through
+// one name are seen through another (checkLinked).
 func TestUpgrade(t *testing.T) {
 	ctx := context.Background()
 	st, ns := v1Volume(t)
