@@ -4,16 +4,20 @@
 // change names in a staging.Store (Names: Bind, Tombstone, Lock, Decide,
 // Finish, Resolve, ClaimBatch), each one conditional PUT where the design
 // says one, a lost answer resolved by reading back the id it wrote (see
-// prim.go); and Tree (tree.go), namespace.Names over them for the changes
+// prim.go; a Tree sends a change's locks at once, treemulti.go's lockAll,
+// and Lock, which takes them one after another, is for tests); and Tree (tree.go), namespace.Names over them for the changes
 // of one name (docs/namespace-v2.md §10, step 3) and rename, exchange and
 // rmdir with the seal and create leases (treemulti.go, lease.go), hard
 // links with inode objects (inode.go), and directories moved across
 // directories through the moves log (moves.go): step 4, which a mount
 // of a volume made with ckptfs format -o namespace=v2 holds
-// (fs/volume.OpenNames; experimental). For the cleaner and fsck (§5, step
-// 5): Index judges the orphan records, Trim deletes the history older than
-// TrimGrace, Check reads every object under ns2/; a Tree drops its cache
-// after a gap longer than TrimGrace (gap.go).
+// (fs/volume.OpenNames; experimental), with its names and listings in use
+// read again ahead of their TTL (refresh.go) and a walk's subdirectories
+// listed ahead (walkahead.go). For the cleaner and fsck (§5, step 5):
+// Index judges the orphan records, Trim deletes the history older than
+// TrimGrace (not seals nor batch claims: §5 says why), Check reads every
+// object under ns2/; a Tree drops its cache after a gap longer than
+// TrimGrace (gap.go).
 //
 // The package is fs/nsv2 rather than fs/namespace/v2: a final path element
 // "v2" reads to Go's tools as a module's major version, and goimports would

@@ -19,7 +19,8 @@ import (
 
 // Tree is namespace v2 as one mount sees it (docs/namespace-v2.md, sections
 // 3 to 5, steps 3 and 4 of section 10): namespace.Names over the
-// primitives, for the changes of one name and rename, exchange and rmdir.
+// primitives, for the changes of one name and those of several: rename,
+// exchange, rmdir, link, and directories moved across directories.
 // It keeps a cache of the dentries it has read or
 // written, not the whole tree:
 //
@@ -43,22 +44,25 @@ import (
 //     unlink of a file: its orphan record first), stored before it returns;
 //     a lost answer is resolved by the primitives' read-back.
 //
+// The changes of several names are in files of their own: rename,
+// exchange and rmdir (step 4, treemulti.go), every name added to a
+// directory other than the root added under a create lease (lease.go), a
+// directory moved across directories through the moves log (moves.go),
+// and link, which makes a node of several names whose attributes and
+// count of names are its inode object's (inode.go).
+//
 // What is not here yet, and what it answers instead (never a silent wrong
 // answer):
 //
-//   - Rename, exchange and rmdir are changes of several names (step 4,
-//     treemulti.go), and every name added to a directory other than the
-//     root is added under a create lease (lease.go). A directory moved
-//     across directories goes through the moves log (moves.go).
-//   - Link makes a node of several names, whose attributes and count of
-//     names are its inode object's (inode.go).
 //   - The root has no dentry: its attributes are Config's, and it cannot be
 //     changed (chmod, setxattr of the root: ErrNotSupported); the volume's
 //     descriptor does not hold them yet (ckptfs format -o namespace=v2
 //     makes the root 0755, owned by 0:0, of one fragment).
 //   - A directory's fragment count is its parent's (the root's is
 //     Config.RootFrags); user.ckptfs.fragments, which sets it on an empty
-//     directory, needs the leases too (step 4): ErrNotSupported.
+//     directory, answers ErrNotSupported: it must be set under the
+//     directory's create leases, so that no name lands meanwhile, and
+//     setXattr does not take them yet.
 //   - A directory's Nlink is 1 and its times are those it was made or set
 //     with (section 4 gives it the newest Last-Modified of its names as the
 //     last listing saw it: a later step).
@@ -71,11 +75,13 @@ import (
 // the name no longer binds the file, and a rename of a file deletes a
 // record that names the name it moves the file from (one GET). What is
 // left: a mount that dies between its record and its refused tombstone
-// while another mount renames the file leaves a record that reads as an
-// orphan's; step 5's index by file id closes that.
+// while another mount renames the file leaves a record whose dentry says
+// nothing of its change; the cleaner's Index (index.go) then lists every
+// dentry, finds the file named, and deletes the record as stale.
 // Named answers for files whose name this Tree has seen or whose orphan
-// record exists; of any other file it cannot tell without an index by file
-// id (the cleaner's, step 5), and says so with an error rather than guess.
+// record exists; of any other file it cannot tell without listing every
+// dentry, which the cleaner's Index does and a mount does not, and says so
+// with an error rather than guess.
 //
 // Locking: mu guards the cache and is never held across a request to the
 // store; inoMu guards the inode batch and is held across its claim, which

@@ -16,8 +16,9 @@ import (
 )
 
 // The changes of several names (section 3, step 4 of section 10): rename
-// (and exchange) and rmdir, each a change of the primitives: Lock every name
-// it touches (all at once: lockAll), Decide (the commit point: the call
+// (and exchange) and rmdir, each a change of the primitives: lock every name
+// it touches, all at once (lockAll; Names.Lock, which locks one after
+// another in key order, is for tests), Decide (the commit point: the call
 // returns after it), then resolve each lock, after the call, by a tidy the
 // Tree owns (tidyLater). A reader meeting a lock resolves it (Resolve), and
 // a reader that meets a name of a decided change drops what it cached of
