@@ -28,9 +28,9 @@ import (
 // their own and in the shared one (campaign.ManyShared), and race each
 // other for names there with O_EXCL; the four mounts are killed at random
 // moments, four new ones started, and every one must show what the model
-// of the drivers' logs allows. No cleaner runs: v2's is not built yet
-// (`ckptfs gc` and `fsck` refuse a v2 volume), so neither the gc loop nor
-// the last gc and fsck of the other modes.
+// of the drivers' logs allows. No cleaner runs in this mode yet (neither
+// the gc loop nor the last gc and fsck of the other modes): v2 has them
+// now (fs/cleaner/nsv2.go), and they are the mode's next step.
 
 // manyStats are the figures of the many-mounts mode.
 type manyStats struct {

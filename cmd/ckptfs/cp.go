@@ -80,11 +80,6 @@ func newCpCmd() *cobra.Command {
 				return err
 			}
 			defer dst.Close()
-			if dst.desc.NamespaceVersion() == config.NamespaceV2 {
-				// A copy is built under a temporary name and renamed over
-				// DST; a v2 volume's names read fine (--from it works).
-				return refuseV2(args[0], "cp into it needs a rename, which it does not make yet", "step 4")
-			}
 			req := cpRequest{dst: dst, src: args[1], dstPath: args[2], local: local, verbose: verbose}
 			if from != "" {
 				if req.from, err = openCpVolume(ctx, from, so); err != nil {

@@ -109,11 +109,3 @@ func checkVolume(ctx context.Context, st staging.Store, root, spec string, so st
 	}
 	return d, nil
 }
-
-// refuseV2 is the refusal of a command that does not work on a namespace v2
-// volume yet: what cannot be done, and the step of docs/namespace-v2.md §10
-// that brings it. The command has changed nothing.
-func refuseV2(spec, what, step string) error {
-	return &userError{fmt.Sprintf("%s is a namespace v2 volume (experimental): %s (%s of docs/namespace-v2.md §10 brings it); nothing changed",
-		redactStore(spec), what, step), volume.ErrNamespaceV2}
-}
