@@ -58,42 +58,10 @@ type Locked struct {
 //     once (if that fails too, they resolve it after TxGrace). Either way
 //     no reader ever sees a part of the change; try again under a new id.
 func (n *Names) Lock(ctx context.Context, tx string, ops []Op, held []Held) ([]Locked, error) {
-	if !ValidID(tx) {
-		return nil, fmt.Errorf("lock: change id %q: %w", tx, namespace.ErrInvalid)
+	todo, err := lockTodo(n.root, tx, ops, held)
+	if err != nil {
+		return nil, err
 	}
-	if err := checkOps(ops, true); err != nil {
-		return nil, fmt.Errorf("lock %s: %v: %w", tx, err, namespace.ErrInvalid)
-	}
-	if len(held) != len(ops) {
-		return nil, fmt.Errorf("lock %s: %d held for %d ops: %w", tx, len(held), len(ops), namespace.ErrInvalid)
-	}
-	var todo []Locked
-	for i := range ops {
-		o := &ops[i]
-		h := held[i]
-		if o.Ino != 0 {
-			if o.Inode == nil || h.Inode == nil || h.Inode.Ino != o.Ino {
-				return nil, fmt.Errorf("lock %s: op %d: an inode object without its body: %w", tx, i, namespace.ErrInvalid)
-			}
-			in := lockedInode(tx, o.Inode, h.Inode, ops)
-			key, err := in.Key(n.root)
-			if err != nil {
-				return nil, fmt.Errorf("lock %s: %w: %w", tx, namespace.ErrInvalid, err)
-			}
-			todo = append(todo, Locked{Key: key, ETag: h.ETag, Inode: in})
-			continue
-		}
-		if h.ETag == "" && h.Bound != nil {
-			return nil, fmt.Errorf("lock %s: op %d: a binding held without an ETag: %w", tx, i, namespace.ErrInvalid)
-		}
-		d := &Dentry{Dir: o.Dir, Frags: o.Frags, Name: o.Name, Change: tx, Bound: h.Bound, Lock: &Lock{To: o.To}, Ops: ops}
-		key, err := d.Key(n.root)
-		if err != nil {
-			return nil, fmt.Errorf("lock %s: %w: %w", tx, namespace.ErrInvalid, err)
-		}
-		todo = append(todo, Locked{Key: key, ETag: h.ETag, Dentry: d}) // ETag: held until locked
-	}
-	slices.SortFunc(todo, func(a, b Locked) int { return cmp.Compare(a.Key, b.Key) })
 	mine := func(cur *Dentry) bool { return cur.Change == tx && cur.Lock != nil }
 	for i := range todo {
 		l := &todo[i]
@@ -343,4 +311,47 @@ func (n *Names) resolveLocked(ctx context.Context, key string, d *Dentry, info s
 		res.Dentry = nil
 	}
 	return res, nil
+}
+
+// lockTodo checks the ops and held of change tx and makes the lock of each
+// (Names.Lock, Tree.lockAll): a locked dentry for a name, the locked inode
+// object for an op of a node of several names (inode.go); in key order.
+func lockTodo(root, tx string, ops []Op, held []Held) ([]Locked, error) {
+	if !ValidID(tx) {
+		return nil, fmt.Errorf("lock: change id %q: %w", tx, namespace.ErrInvalid)
+	}
+	if err := checkOps(ops, true); err != nil {
+		return nil, fmt.Errorf("lock %s: %v: %w", tx, err, namespace.ErrInvalid)
+	}
+	if len(held) != len(ops) {
+		return nil, fmt.Errorf("lock %s: %d held for %d ops: %w", tx, len(held), len(ops), namespace.ErrInvalid)
+	}
+	var todo []Locked
+	for i := range ops {
+		o := &ops[i]
+		h := held[i]
+		if o.Ino != 0 {
+			if o.Inode == nil || h.Inode == nil || h.Inode.Ino != o.Ino {
+				return nil, fmt.Errorf("lock %s: op %d: an inode object without its body: %w", tx, i, namespace.ErrInvalid)
+			}
+			in := lockedInode(tx, o.Inode, h.Inode, ops)
+			key, err := in.Key(root)
+			if err != nil {
+				return nil, fmt.Errorf("lock %s: %w: %w", tx, namespace.ErrInvalid, err)
+			}
+			todo = append(todo, Locked{Key: key, ETag: h.ETag, Inode: in})
+			continue
+		}
+		if h.ETag == "" && h.Bound != nil {
+			return nil, fmt.Errorf("lock %s: op %d: a binding held without an ETag: %w", tx, i, namespace.ErrInvalid)
+		}
+		d := &Dentry{Dir: o.Dir, Frags: o.Frags, Name: o.Name, Change: tx, Bound: h.Bound, Lock: &Lock{To: o.To}, Ops: ops}
+		key, err := d.Key(root)
+		if err != nil {
+			return nil, fmt.Errorf("lock %s: %w: %w", tx, namespace.ErrInvalid, err)
+		}
+		todo = append(todo, Locked{Key: key, ETag: h.ETag, Dentry: d}) // ETag: held until locked
+	}
+	slices.SortFunc(todo, func(a, b Locked) int { return cmp.Compare(a.Key, b.Key) })
+	return todo, nil
 }

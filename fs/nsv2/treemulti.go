@@ -1,11 +1,9 @@
 package nsv2
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
@@ -171,44 +169,10 @@ func (t *Tree) runChange(ctx context.Context, tx string, ops []Op, held []Held, 
 // grows and is drawn at random (waitLocked), so that the two stop meeting;
 // no lock is held across a wait, so no two changes wait for each other.
 func (t *Tree) lockAll(ctx context.Context, tx string, ops []Op, held []Held) ([]Locked, error) {
-	if !ValidID(tx) {
-		return nil, fmt.Errorf("lock: change id %q: %w", tx, namespace.ErrInvalid)
+	todo, err := lockTodo(t.root, tx, ops, held)
+	if err != nil {
+		return nil, err
 	}
-	if err := checkOps(ops, true); err != nil {
-		return nil, fmt.Errorf("lock %s: %v: %w", tx, err, namespace.ErrInvalid)
-	}
-	if len(held) != len(ops) {
-		return nil, fmt.Errorf("lock %s: %d held for %d ops: %w", tx, len(held), len(ops), namespace.ErrInvalid)
-	}
-	var todo []Locked
-	for i := range ops {
-		o := &ops[i]
-		h := held[i]
-		if o.Ino != 0 {
-			// A node of several names' inode object (inode.go), locked as
-			// Names.Lock locks it.
-			if o.Inode == nil || h.Inode == nil || h.Inode.Ino != o.Ino {
-				return nil, fmt.Errorf("lock %s: op %d: an inode object without its body: %w", tx, i, namespace.ErrInvalid)
-			}
-			in := lockedInode(tx, o.Inode, h.Inode, ops)
-			key, err := in.Key(t.root)
-			if err != nil {
-				return nil, fmt.Errorf("lock %s: %w: %w", tx, namespace.ErrInvalid, err)
-			}
-			todo = append(todo, Locked{Key: key, ETag: h.ETag, Inode: in})
-			continue
-		}
-		if h.ETag == "" && h.Bound != nil {
-			return nil, fmt.Errorf("lock %s: op %d: a binding held without an ETag: %w", tx, i, namespace.ErrInvalid)
-		}
-		d := &Dentry{Dir: o.Dir, Frags: o.Frags, Name: o.Name, Change: tx, Bound: h.Bound, Lock: &Lock{To: o.To}, Ops: ops}
-		key, err := d.Key(t.root)
-		if err != nil {
-			return nil, fmt.Errorf("lock %s: %w: %w", tx, namespace.ErrInvalid, err)
-		}
-		todo = append(todo, Locked{Key: key, ETag: h.ETag, Dentry: d})
-	}
-	slices.SortFunc(todo, func(a, b Locked) int { return cmp.Compare(a.Key, b.Key) })
 	mine := func(cur *Dentry) bool { return cur.Change == tx && cur.Lock != nil }
 	mineInode := func(cur *Inode) bool { return cur.Change == tx && cur.Lock != nil }
 	res := make([]putResult[Dentry], len(todo))
