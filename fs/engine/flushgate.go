@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 
 	"github.com/ckptfs/ckptfs/blockmap"
@@ -63,15 +64,26 @@ func (f *File) closeGate(g *pubGate) {
 
 // waitGateLocked: with a gate set that holds writes, let go of mu until it
 // is lifted and say so (the caller checks again what it checked under mu).
-func (f *File) waitGateLocked() bool {
+func (f *File) waitGateLocked(ctx context.Context) (bool, error) {
 	g := f.gate
 	if g == nil || g.writes {
-		return false
+		return false, nil
 	}
+	return true, f.waitGateDoneLocked(ctx, g)
+}
+
+// waitGateDoneLocked lets go of mu until gate g is lifted, or ctx ends (the
+// kernel's interrupt of the write waiting: it has changed nothing yet); mu
+// is held again when it returns.
+func (f *File) waitGateDoneLocked(ctx context.Context, g *pubGate) error {
 	f.mu.Unlock()
-	<-g.done
-	f.mu.Lock()
-	return true
+	defer f.mu.Lock()
+	select {
+	case <-g.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // publishEndLocked is the first block past the file's end and every dirty

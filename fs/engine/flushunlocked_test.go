@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -329,5 +330,54 @@ func TestFlushSumsAgainABlockChanged(t *testing.T) {
 	buf := make([]byte, len(want))
 	if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
 		t.Errorf("the checkpoint: read %v, bytes equal %v", err, bytes.Equal(buf, want))
+	}
+}
+
+// A write held by a Flush's gate (the flush is about to take what it
+// publishes, or backs off) ends when its context does — the kernel's
+// interrupt of a dying caller — with nothing written, rather than waiting
+// for the flush however long its store takes. Before, it waited on the gate
+// alone.
+func TestWriteWaitingForFlushGateInterrupted(t *testing.T) {
+	ctx := context.Background()
+	base := mem.New()
+	p := flushUnlockedParams()
+	const size = 32 << 10
+	stored := storedFile(t, base, "fg/", p, size, 5)
+	f := mustOpen(t, base, "fg/", p)
+	defer f.Close()
+
+	f.mu.Lock()
+	g := f.openGateLocked(false, 0) // a gate that holds every write
+	wctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	var werr error
+	go func() {
+		defer close(done)
+		_, werr = f.WriteAt(wctx, pattern(1<<10, 7), 0)
+	}()
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		f.closeGate(g) // let the write go, so that the file closes
+		f.mu.Unlock()
+		<-done
+		t.Fatal("a write held by the gate still waited 30s after its context ended")
+	}
+	f.closeGate(g)
+	f.mu.Unlock()
+	if !errors.Is(werr, context.Canceled) {
+		t.Fatalf("write held by the gate, its context cancelled: %v; want context.Canceled", werr)
+	}
+	if f.Stat().Dirty {
+		t.Fatal("the interrupted write left the file dirty")
+	}
+	got := make([]byte, size)
+	if _, err := f.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, stored) {
+		t.Fatalf("after the interrupted write: read %v, bytes as stored %v", err, bytes.Equal(got, stored))
+	}
+	if _, err := f.WriteAt(ctx, pattern(1<<10, 8), 0); err != nil {
+		t.Fatalf("a write once the gate is lifted: %v", err)
 	}
 }

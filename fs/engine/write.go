@@ -143,7 +143,10 @@ func (f *File) write(ctx context.Context, p []byte, off int64, app bool) (int, b
 			f.mu.Unlock()
 			return 0, true, nil
 		}
-		if f.waitGateLocked() {
+		if waited, err := f.waitGateLocked(ctx); err != nil {
+			f.mu.Unlock()
+			return 0, false, fmt.Errorf("write %s at %d: waiting for a flush: %w", f.prefix, off, err)
+		} else if waited {
 			continue // a Flush takes what it publishes (flushgate.go)
 		}
 		if !cold.readyLocked(f, edges, f.size) {
@@ -158,9 +161,10 @@ func (f *File) write(ctx context.Context, p []byte, off int64, app bool) (int, b
 			// No room in the budget while a Flush publishes: it frees
 			// what it published; prepare again after it.
 			f.unprepareLocked(segs)
-			f.mu.Unlock()
-			<-g.done
-			f.mu.Lock()
+			if err := f.waitGateDoneLocked(ctx, g); err != nil {
+				f.mu.Unlock()
+				return 0, false, fmt.Errorf("write %s at %d: waiting for a flush: %w", f.prefix, off, err)
+			}
 			continue
 		}
 		break
