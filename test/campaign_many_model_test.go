@@ -198,3 +198,33 @@ func TestModelManySealed(t *testing.T) {
 		})
 	}
 }
+
+// TestModelManyGCCounts: the many mode's summary counts what a gc run
+// deleted from its output (cmd/ckptfs gc.go's lines), and nothing from a
+// dry run's or a run that deleted nothing.
+func TestModelManyGCCounts(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		out  string
+		want manyGCCounts
+	}{
+		{"nothing", "3 files, 5 checkpoints (3 retained): deleted 0 objects (0 bytes), kept 5 objects (10 bytes; 0 for copies by reference, 0 unreferenced for less than the minimum age), 0 orphaned files pending, 0 uploads aborted, 0 objects left alone, 2 live writers\n", manyGCCounts{}},
+		{"objects, orphans and names", "deleted f/ab/c/1 (10 bytes): dropped by --keep\n" +
+			"deleted orphaned file ab\ndeleted orphaned file cd\n" +
+			"deleted ns2/tx/x (40 bytes): decision older than the trim grace\n" +
+			"3 files, 5 checkpoints (3 retained): deleted 7 objects (70 bytes), kept 5 objects (10 bytes; 0 for copies by reference, 0 unreferenced for less than the minimum age), 0 orphaned files pending, 0 uploads aborted, 0 objects left alone, 2 live writers\n" +
+			"names: deleted 4 objects, 1 op lists\n", manyGCCounts{objects: 7, orphans: 2, names: 4}},
+		{"dry run", "would delete f/ab/c/1 (10 bytes): dropped by --keep\n" +
+			"3 files, 5 checkpoints (3 retained): would delete 7 objects (70 bytes), kept 5 objects (10 bytes; 0 for copies by reference, 0 unreferenced for less than the minimum age), 0 orphaned files pending, 0 uploads aborted, 0 objects left alone, 2 live writers\n" +
+			"names: would delete 4 objects, 1 op lists\n", manyGCCounts{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var g manyGCCounts
+			g.add(tc.out)
+			g.add("")
+			if g != tc.want {
+				t.Errorf("counts %+v, want %+v", g, tc.want)
+			}
+		})
+	}
+}

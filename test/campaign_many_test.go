@@ -2,6 +2,7 @@ package test
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"hash/crc32"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/fs/nsv2"
+	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
+	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/test/campaign"
 )
 
@@ -28,9 +31,52 @@ import (
 // their own and in the shared one (campaign.ManyShared), and race each
 // other for names there with O_EXCL; the four mounts are killed at random
 // moments, four new ones started, and every one must show what the model
-// of the drivers' logs allows. No cleaner runs in this mode yet (neither
-// the gc loop nor the last gc and fsck of the other modes): v2 has them
-// now (fs/cleaner/nsv2.go), and they are the mode's next step.
+// of the drivers' logs allows. The cleaner runs as in the other modes:
+// `ckptfs gc` in a loop while the drivers work (manyTrimGrace: it trims
+// the names' history within a run too), and at the end a last gc and an
+// fsck that must be clean (manyFinalClean).
+
+// manyTrimGrace is the gc loop's --trim-grace. It respects the rules of
+// trimming (fs/nsv2/trim.go) with the mounts' options: it exceeds the
+// longest a change of several names runs (the mounts' op_timeout, 30 s,
+// config.DefaultOpTimeout) and nsv2.TxGrace (30 s: a lock whose decision
+// was trimmed would read as undecided), and no mount of the mode pauses
+// that long (the drivers keep all four busy, and a mount killed comes
+// back fresh), so none holds in its cache what a trim deleted: the mounts
+// drop their cache only after nsv2.TrimGrace. The other graces are the
+// other modes' (campaignGrace, campaignNSLag, campaignMinAge): --ns-lag
+// 1 s exceeds the mounts' ns_refresh (200 ms, campaignMountOpts) and the
+// kernel's one-second caches, and an orphan record goes only after both
+// it and --grace (10 s, and nsv2.TxGrace for a record whose name still
+// binds its file). A run of three iterations lasts about a minute, so the
+// history of the first iteration is trimmed in the last.
+const manyTrimGrace = "40s"
+
+// manyGCCounts: what the gc runs of the many mode deleted, from their
+// output (cmd/ckptfs gc.go).
+type manyGCCounts struct {
+	objects, orphans, names int64
+}
+
+func (g *manyGCCounts) add(out string) {
+	for _, l := range strings.Split(out, "\n") {
+		var n, m int64
+		switch {
+		case strings.HasPrefix(l, "deleted orphaned file "):
+			g.orphans++
+		case strings.HasPrefix(l, "names: deleted "):
+			if k, _ := fmt.Sscanf(l, "names: deleted %d objects, %d op lists", &n, &m); k == 2 {
+				g.names += n
+			}
+		default:
+			if _, rest, ok := strings.Cut(l, ": deleted "); ok && strings.Contains(l, " checkpoints (") {
+				if k, _ := fmt.Sscanf(rest, "%d objects", &n); k == 1 {
+					g.objects += n
+				}
+			}
+		}
+	}
+}
 
 // manyStats are the figures of the many-mounts mode.
 type manyStats struct {
@@ -47,6 +93,9 @@ type manyStats struct {
 	bytesChecked       int64
 	proxyFaults        int64
 	proxyRequests      int64
+	gcRuns, gcFailed   int64
+	gc                 manyGCCounts // what the gc loop deleted
+	fsckFiles          int64        // files fsck counted at the end
 }
 
 func (s manyStats) String() string {
@@ -56,9 +105,11 @@ func (s manyStats) String() string {
 	}
 	return fmt.Sprintf("%d iterations, %d SIGKILLs, %d operations (%d succeeded: %s), %d of unknown outcome, %d failed with EIO under faults, "+
 		"%d names added to a directory a killed rmdir sealed answered ENOENT, %d O_EXCL races (%d won, %d EEXIST, %d names contested by two drivers or more), "+
-		"%d files and %d directories checked (on each of the four mounts), %d bytes; faults: %d of %d requests",
+		"%d files and %d directories checked (on each of the four mounts), %d bytes; %d gc runs (%d failed) deleted %d objects, %d orphaned files and %d objects of names' history; "+
+		"%d files counted by fsck at the end; faults: %d of %d requests",
 		s.iterations, s.kills, s.ops, s.okOps, strings.Join(kinds, ", "), s.unknown, s.eio, s.sealedENOENT,
-		s.races, s.raceWins, s.raceEEXIST, s.contested, s.names, s.dirsChecked, s.bytesChecked, s.proxyFaults, s.proxyRequests)
+		s.races, s.raceWins, s.raceEEXIST, s.contested, s.names, s.dirsChecked, s.bytesChecked,
+		s.gcRuns, s.gcFailed, s.gc.objects, s.gc.orphans, s.gc.names, s.fsckFiles, s.proxyFaults, s.proxyRequests)
 }
 
 // mapsKeys: m's keys, sorted.
@@ -645,9 +696,20 @@ func (c *campaignRun) runMany(iterations int) manyStats {
 		return st
 	}
 	raceBase := map[string][]byte{}
+	c.runGC()
 	for iter := range iterations {
 		base = c.manyIteration(iter, base, raceBase, &st)
 	}
+	gcStop := time.Now()
+	c.stopGC()
+	t.Logf("gc stopped in %v", time.Since(gcStop).Round(time.Millisecond))
+	c.gcMu.Lock()
+	for _, e := range c.gcErrs {
+		t.Logf("a gc run failed: %s", e)
+	}
+	st.gcRuns, st.gcFailed, st.gc = int64(c.stats.gcRuns), int64(c.stats.gcFailed), c.manyGC
+	c.gcMu.Unlock()
+	st.fsckFiles = c.manyFinalClean(base)
 	if c.proxy != nil {
 		ctr := c.proxy.Counters()
 		st.proxyFaults, st.proxyRequests = ctr.Faults(), ctr.Requests
@@ -920,4 +982,68 @@ func (c *campaignRun) manyRead(idx int) (manyTree, bool) {
 		c.hang(fmt.Sprintf("the check's %s through mount %c did not return within %v", what, 'A'+idx, campaignOpTimeout))
 		return nil, false
 	}
+}
+
+// manyFinalClean: with the drivers gone and the four mounts idle, the last
+// gc with no grace (twice: the second deletes what the first recorded),
+// then fsck, which must find no problem and no leftover upload, and count
+// the files the last check's tree names (a file of several names is one):
+// an empty named file may have no object (a create the kill cut after its
+// name landed and before its head did), which fsck does not count; a file
+// with a writer marker of a killed mount may be an orphan still covered by
+// it (finalClean of the other modes). It returns fsck's count.
+func (c *campaignRun) manyFinalClean(tree manyTree) int64 {
+	t := c.t
+	named, empty := 0, 0
+	inos := map[uint64]bool{}
+	for _, e := range tree {
+		if e.dir || inos[e.ino] {
+			continue
+		}
+		inos[e.ino] = true
+		named++
+		if len(e.data) == 0 {
+			empty++
+		}
+	}
+	var gcOut string
+	for range 2 {
+		out, err := c.tool(2*c.opTimeout, "gc", "--keep", campaignKeep, "--grace", "0s", "--min-age", "0s", "--ns-lag", "0s", "--trim-grace", manyTrimGrace, "-o", c.opts, c.store)
+		if err != nil {
+			t.Errorf("the last gc: %v\n%s", err, out)
+			return 0
+		}
+		c.gcMu.Lock()
+		c.manyGC.add(out)
+		c.gcMu.Unlock()
+		gcOut = out
+	}
+	out, err := c.tool(2*c.opTimeout, "fsck", "-o", c.opts, c.store)
+	if err != nil {
+		t.Errorf("fsck after the last gc: %v\n%s\nthe last gc:\n%s", err, out, gcOut)
+		return 0
+	}
+	var files, objects, problems, leftovers int
+	for _, l := range strings.Split(out, "\n") {
+		if n, _ := fmt.Sscanf(l, "%d files, %d objects, %d problems, %d leftovers", &files, &objects, &problems, &leftovers); n == 4 {
+			break
+		}
+	}
+	marked := map[string]bool{}
+	objs, err := staging.ListAll(context.Background(), c.vol.store(), "f/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		id, rest, _ := strings.Cut(strings.TrimPrefix(o.Key, "f/"), "/")
+		if strings.HasPrefix(rest, ckvolume.WritersDir) {
+			marked[id] = true
+		}
+	}
+	if problems != 0 || leftovers != 0 || files < named-empty || files > named+len(marked) {
+		t.Errorf("fsck after the last gc: %d files (the mounts name %d, %d of them empty, %d files have writer markers), %d objects, %d problems, %d leftover uploads:\n%s\nthe last gc:\n%s",
+			files, named, empty, len(marked), objects, problems, leftovers, out, gcOut)
+	}
+	t.Logf("fsck after the last gc: %d files (the mounts name %d, %d of them empty, %d files have writer markers), %d objects", files, named, empty, len(marked), objects)
+	return int64(files)
 }

@@ -482,6 +482,8 @@ type campaignRun struct {
 	// manyDoubt: in the many mode, directories whose rmdir was in flight
 	// at a kill, with the kill's time (unix ns): see manySealedENOENT.
 	manyDoubt map[string]int64
+	// manyGC: what the gc loop of the many mode deleted (gcMu held).
+	manyGC manyGCCounts
 	// slow: the slow mode (campaignSlowRule while the drivers run).
 	slow      bool
 	opTimeout time.Duration
@@ -860,6 +862,9 @@ func (c *campaignRun) runGC() {
 				minAge = campaignDirMinAge
 			}
 			cmd := exec.CommandContext(ctx, c.bin, "gc", "--keep", campaignKeep, "--grace", campaignGrace, "--min-age", minAge, "--ns-lag", campaignNSLag, "-o", c.opts, c.store)
+			if c.many {
+				cmd.Args = append(cmd.Args[:len(cmd.Args)-1], "--trim-grace", manyTrimGrace, c.store)
+			}
 			cmd.Env = c.env
 			cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGQUIT) }
 			cmd.WaitDelay = 10 * time.Second
@@ -870,6 +875,9 @@ func (c *campaignRun) runGC() {
 			cancel()
 			c.gcMu.Lock()
 			c.stats.gcRuns++
+			if c.many && err == nil {
+				c.manyGC.add(out.String())
+			}
 			if err != nil {
 				c.stats.gcFailed++
 				tail := out.String()
