@@ -358,7 +358,8 @@ func TestCampaign(t *testing.T) {
 		{"slow", false, false, max(1, iterations/3), true},
 		// Four mounts of a namespace v2 volume changing names in
 		// directories of their own and a shared one (campaign_many_test.go);
-		// only with "many" in CKPTFS_CAMPAIGN_OPS.
+		// only with "many" in CKPTFS_CAMPAIGN_OPS (it is by default:
+		// campaignOptional).
 		{"many", false, false, iterations, false},
 	} {
 		if m.slow && !ops[campaign.ModeSlow] || m.name == campaign.ModeMany && !ops[campaign.ModeMany] {
