@@ -747,31 +747,7 @@ func (c *campaignRun) manyIteration(iter int, base manyTree, raceBase map[string
 	runFor := time.Duration(1500+c.rngN(4500)) * time.Millisecond
 	until := time.Now().Add(runFor)
 	c.watch(drivers, func() bool { return time.Now().After(until) })
-	// Every driver still running finishes the operation it is in and one
-	// more (a hang is found here), then the kills fall anywhere.
-	snap := make([]int, len(drivers))
-	for i, d := range drivers {
-		d.mu.Lock()
-		snap[i] = d.ended
-		d.mu.Unlock()
-	}
-	c.watch(drivers, func() bool {
-		for i, d := range drivers {
-			select {
-			case <-d.done:
-				continue
-			default:
-			}
-			d.mu.Lock()
-			n := d.ended
-			d.mu.Unlock()
-			if n < snap[i]+2 {
-				return false
-			}
-		}
-		return true
-	})
-	time.Sleep(time.Duration(c.rngN(300)) * time.Millisecond)
+	c.beforeKill(drivers) // then the kills fall anywhere
 	c.killedAt = [4]int64{}
 	order := []int{0, 1, 2, 3}
 	c.rngMu.Lock()

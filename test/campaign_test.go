@@ -1006,6 +1006,36 @@ func (c *campaignRun) launch(d *driverProc) {
 
 // watch waits until done() is true, checking every driver's operation in
 // flight against campaignOpTimeout, and the gc loop.
+// beforeKill waits until every driver that still runs has finished the
+// operation it is in and one more: an operation that hangs is found here by
+// the watchdog, where the kill would otherwise end it. Then a little more,
+// so that the kill falls anywhere in the next ones.
+func (c *campaignRun) beforeKill(drivers []*driverProc) {
+	snap := make([]int, len(drivers))
+	for i, d := range drivers {
+		d.mu.Lock()
+		snap[i] = d.ended
+		d.mu.Unlock()
+	}
+	c.watch(drivers, func() bool {
+		for i, d := range drivers {
+			select {
+			case <-d.done:
+				continue
+			default:
+			}
+			d.mu.Lock()
+			n := d.ended
+			d.mu.Unlock()
+			if n < snap[i]+2 {
+				return false
+			}
+		}
+		return true
+	})
+	time.Sleep(time.Duration(c.rngN(300)) * time.Millisecond)
+}
+
 func (c *campaignRun) watch(drivers []*driverProc, done func() bool) {
 	for !done() {
 		time.Sleep(20 * time.Millisecond)
@@ -1249,33 +1279,7 @@ func (c *campaignRun) iteration(iter int) {
 		c.stats.slowIterations++
 	}
 	c.watch(drivers, func() bool { return time.Now().After(until) })
-	// Before the kill, every driver that still runs must finish the
-	// operation it is in and one more: an operation that hangs is found
-	// here by the watchdog, where the kill would otherwise end it. Then a
-	// little more, so that the kill falls anywhere in the next ones.
-	snap := make([]int, len(drivers))
-	for i, d := range drivers {
-		d.mu.Lock()
-		snap[i] = d.ended
-		d.mu.Unlock()
-	}
-	c.watch(drivers, func() bool {
-		for i, d := range drivers {
-			select {
-			case <-d.done:
-				continue
-			default:
-			}
-			d.mu.Lock()
-			n := d.ended
-			d.mu.Unlock()
-			if n < snap[i]+2 {
-				return false
-			}
-		}
-		return true
-	})
-	time.Sleep(time.Duration(c.rngN(300)) * time.Millisecond)
+	c.beforeKill(drivers)
 	first := c.rngN(2)
 	c.killedAt = [4]int64{}
 	killedAt := &c.killedAt
