@@ -175,7 +175,9 @@ func (t *Tree) Symlink(ctx context.Context, parent namespace.Ino, name, target s
 // refused and reads it again), else read from the store.
 func (t *Tree) held(ctx context.Context, dir namespace.Ino, frags uint32, name string) (*entry, error) {
 	t.mu.Lock()
-	e := t.names[nameKey{dir, name}]
+	// A copy: a rename's tidy (tidyLater) sets the cached entry's ETag
+	// under mu while the caller reads it.
+	e := copyEntry(t.names[nameKey{dir, name}])
 	t.mu.Unlock()
 	if e != nil && e.etag != "" && (e.bound == nil || e.bound.Node != nil) {
 		return e, nil
