@@ -139,7 +139,10 @@
 //     WriteAt and SetMtime (Truncate, Zero, ZeroRange, Extend, Append,
 //     WriteRef) and by every operation that takes every block (lockAll:
 //     Close, Rollback, Refresh, a copy) for theirs; taken before the range
-//     lock, never while holding a block.
+//     lock, never while holding a block. A shared holder with a context
+//     stops waiting when it ends (flushlock.go), as does a request for
+//     blocks (rangeLock.lockCtx): an operation stuck behind a long flush
+//     answers the kernel's interrupt, having changed nothing.
 //  3. The range lock (File.ranges, rangelock.go): blocks, not a mutex held
 //     across calls. A write takes its blocks exclusively, a read shares its
 //     blocks, a truncate or zero takes the blocks it changes, a flush shares

@@ -231,8 +231,9 @@ type File struct {
 	// change but a write by value at an offset (WriteAt) and SetMtime, and
 	// every operation that takes every block (lockAll), hold it shared for
 	// theirs. So while a Flush runs, only reads, WriteAt and SetMtime go on
-	// (doc.go, Locking). Taken with nothing held but walState.markMu.
-	flushMu sync.RWMutex
+	// (doc.go, Locking). Taken with nothing held but walState.markMu; a
+	// change with a context leaves its wait when the context ends.
+	flushMu flushLock
 	// ranges orders operations on blocks: taken before mu, never inside it.
 	ranges rangeLock
 	// copiers counts writes copying their bytes (without mu) now;

@@ -255,7 +255,11 @@ func (f *File) read(ctx context.Context, p []byte, off int64, stream, view bool)
 		return nil, fmt.Errorf("read %s at %d: %w", f.prefix, off, ErrInvalid)
 	}
 	bs := int64(f.bs)
-	defer f.ranges.lock(uint64(off/bs), uint64((off+int64(len(p))+bs-1)/bs), false)()
+	release, err := f.ranges.lockCtx(ctx, uint64(off/bs), uint64((off+int64(len(p))+bs-1)/bs), false)
+	if err != nil {
+		return nil, fmt.Errorf("read %s at %d: waiting for the blocks: %w", f.prefix, off, err)
+	}
+	defer release()
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.closed {

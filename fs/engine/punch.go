@@ -29,12 +29,14 @@ func (f *File) ZeroRange(ctx context.Context, off, n int64, keepSize bool) error
 	if keepSize {
 		return f.Zero(ctx, off, n)
 	}
-	f.flushMu.RLock() // waits for a Flush (flushgate.go)
-	defer f.flushMu.RUnlock()
 	bs := int64(f.bs)
 	// Growing moves the end: hold every block from off on, as a truncate
 	// holds those past the new size.
-	defer f.ranges.lock(uint64(off/bs), allBlocks.hi, true)()
+	release, err := f.changeHold(ctx, uint64(off/bs), allBlocks.hi)
+	if err != nil {
+		return fmt.Errorf("zero %s at %d+%d: %w", f.prefix, off, n, err)
+	}
+	defer release()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {
@@ -105,9 +107,11 @@ func (f *File) Extend(ctx context.Context, size int64) error {
 	if size < 0 || size > MaxFileSize {
 		return fmt.Errorf("extend %s to %d: %w", f.prefix, size, ErrInvalid)
 	}
-	f.flushMu.RLock() // waits for a Flush (flushgate.go)
-	defer f.flushMu.RUnlock()
-	defer f.ranges.lock(uint64(size/int64(f.bs)), allBlocks.hi, true)()
+	release, err := f.changeHold(ctx, uint64(size/int64(f.bs)), allBlocks.hi)
+	if err != nil {
+		return fmt.Errorf("extend %s to %d: %w", f.prefix, size, err)
+	}
+	defer release()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"math"
 	"sync"
 )
@@ -39,16 +40,24 @@ var allBlocks = blockRange{lo: 0, hi: math.MaxUint64}
 
 // lock takes blocks [lo, hi) and returns the function that releases them.
 func (l *rangeLock) lock(lo, hi uint64, excl bool) func() {
-	return l.take(blockRange{lo: lo, hi: hi, excl: excl})
+	release, _ := l.take(context.Background(), blockRange{lo: lo, hi: hi, excl: excl})
+	return release
+}
+
+// lockCtx is lock, or ctx's error if ctx ends while it waits (the kernel's
+// interrupt of the caller): then nothing is held.
+func (l *rangeLock) lockCtx(ctx context.Context, lo, hi uint64, excl bool) (func(), error) {
+	return l.take(ctx, blockRange{lo: lo, hi: hi, excl: excl})
 }
 
 // lockFlush takes blocks [lo, hi) shared for a flush: a write waiting for
 // them lets reads of them go on.
 func (l *rangeLock) lockFlush(lo, hi uint64) func() {
-	return l.take(blockRange{lo: lo, hi: hi, flush: true})
+	release, _ := l.take(context.Background(), blockRange{lo: lo, hi: hi, flush: true})
+	return release
 }
 
-func (l *rangeLock) take(me blockRange) func() {
+func (l *rangeLock) take(ctx context.Context, me blockRange) (func(), error) {
 	if me.hi <= me.lo {
 		me.hi = me.lo + 1
 	}
@@ -63,6 +72,23 @@ func (l *rangeLock) take(me blockRange) func() {
 		if !registered {
 			l.waiting = append(l.waiting, me)
 			registered = true
+			if ctx.Done() != nil {
+				// Wake the wait when ctx ends: the broadcast takes l.mu,
+				// so it cannot come between the check below and Wait.
+				stop := context.AfterFunc(ctx, func() {
+					l.mu.Lock()
+					l.cond.Broadcast()
+					l.mu.Unlock()
+				})
+				defer stop()
+			}
+		}
+		if err := ctx.Err(); err != nil {
+			// Leaving the queue may let requests behind this one go.
+			l.unwait(me.id)
+			l.cond.Broadcast()
+			l.mu.Unlock()
+			return nil, err
 		}
 		l.cond.Wait()
 	}
@@ -81,7 +107,7 @@ func (l *rangeLock) take(me blockRange) func() {
 		}
 		l.cond.Broadcast()
 		l.mu.Unlock()
-	}
+	}, nil
 }
 
 // conflicts: a held range overlaps me and one of us is exclusive, or an

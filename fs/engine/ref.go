@@ -55,7 +55,9 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 	if off < 0 || n < 0 || off+n > MaxFileSize || srcOff < 0 {
 		return fmt.Errorf("write by reference %s at %d+%d: %w", f.prefix, off, n, ErrInvalid)
 	}
-	f.flushMu.RLock() // waits for a Flush (flushgate.go)
+	if err := f.flushMu.RLockCtx(ctx); err != nil { // waits for a Flush (flushgate.go)
+		return fmt.Errorf("write by reference %s at %d+%d: waiting for its flush: %w", f.prefix, off, n, err)
+	}
 	defer f.flushMu.RUnlock()
 	bs := int64(f.bs)
 	first := (off + bs - 1) / bs * bs // first whole block
@@ -88,9 +90,12 @@ func (f *File) WriteRef(ctx context.Context, off, n int64, src Source, srcOff in
 		return err
 	}
 	if last > first {
-		release := f.ranges.lock(uint64(first/bs), uint64(last/bs), true)
+		release, err := f.ranges.lockCtx(ctx, uint64(first/bs), uint64(last/bs), true)
+		if err != nil {
+			return fmt.Errorf("write by reference %s at %d: waiting for the blocks: %w", f.prefix, first, err)
+		}
 		f.mu.Lock()
-		err := f.writable()
+		err = f.writable()
 		if err == nil {
 			seq := f.streamAt(first, last-first)
 			for pos := first; pos < last; pos += bs {

@@ -302,9 +302,15 @@ func (f *File) logLocked(ctx context.Context, ops ...wal.Op) error {
 // publish takes mu when it lands).
 // It takes flushMu shared first: no Flush is between its holds.
 func (f *File) lockAll(ctx context.Context) (func(), error) {
-	f.flushMu.RLock()
+	if err := f.flushMu.RLockCtx(ctx); err != nil {
+		return nil, fmt.Errorf("waiting for the flush of %s: %w", f.prefix, err)
+	}
 	for {
-		release := f.ranges.lock(allBlocks.lo, allBlocks.hi, true)
+		release, err := f.ranges.lockCtx(ctx, allBlocks.lo, allBlocks.hi, true)
+		if err != nil {
+			f.flushMu.RUnlock()
+			return nil, fmt.Errorf("waiting for the blocks of %s: %w", f.prefix, err)
+		}
 		f.mu.Lock()
 		pub := f.w.pub
 		if pub == nil || pub.finished {

@@ -88,7 +88,9 @@ func (f *File) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
 // read another writer's changes), whatever the caller last knew of it. A
 // merge places appends at the end of the winner's file (appendRun).
 func (f *File) Append(ctx context.Context, p []byte) (int64, int, error) {
-	f.flushMu.RLock() // waits for a Flush (flushgate.go)
+	if err := f.flushMu.RLockCtx(ctx); err != nil { // waits for a Flush (flushgate.go)
+		return 0, 0, fmt.Errorf("append to %s: waiting for its flush: %w", f.prefix, err)
+	}
 	defer f.flushMu.RUnlock()
 	for {
 		f.mu.Lock()
@@ -113,7 +115,10 @@ func (f *File) write(ctx context.Context, p []byte, off int64, app bool) (int, b
 		return 0, false, nil
 	}
 	bs := int64(f.bs)
-	release := f.ranges.lock(uint64(off/bs), uint64((off+int64(len(p))+bs-1)/bs), true)
+	release, err := f.ranges.lockCtx(ctx, uint64(off/bs), uint64((off+int64(len(p))+bs-1)/bs), true)
+	if err != nil {
+		return 0, false, fmt.Errorf("write %s at %d: waiting for the blocks: %w", f.prefix, off, err)
+	}
 	defer release()
 	var log *wal.Log
 	if f.walOn() {
@@ -411,9 +416,11 @@ func (f *File) Truncate(ctx context.Context, size int64) error {
 	if size < 0 || size > MaxFileSize {
 		return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, ErrInvalid)
 	}
-	f.flushMu.RLock() // waits for a Flush (flushgate.go)
-	defer f.flushMu.RUnlock()
-	defer f.ranges.lock(uint64(size/int64(f.bs)), allBlocks.hi, true)()
+	release, err := f.changeHold(ctx, uint64(size/int64(f.bs)), allBlocks.hi)
+	if err != nil {
+		return fmt.Errorf("truncate %s to %d: %w", f.prefix, size, err)
+	}
+	defer release()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {
@@ -582,9 +589,11 @@ func (f *File) Zero(ctx context.Context, off, n int64) error {
 	if off < 0 || n < 0 || off+n > MaxFileSize {
 		return fmt.Errorf("zero %s at %d+%d: %w", f.prefix, off, n, ErrInvalid)
 	}
-	f.flushMu.RLock() // waits for a Flush (flushgate.go)
-	defer f.flushMu.RUnlock()
-	defer f.ranges.lock(uint64(off/int64(f.bs)), uint64((off+n)/int64(f.bs))+1, true)()
+	release, err := f.changeHold(ctx, uint64(off/int64(f.bs)), uint64((off+n)/int64(f.bs))+1)
+	if err != nil {
+		return fmt.Errorf("zero %s at %d+%d: %w", f.prefix, off, n, err)
+	}
+	defer release()
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.writable(); err != nil {
