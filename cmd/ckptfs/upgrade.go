@@ -65,7 +65,11 @@ func newUpgradeCmd() *cobra.Command {
 
 // upgradeRun upgrades the volume of spec and prints what it did.
 func upgradeRun(spec string, so storeOpts, parallel int, stdout, stderr io.Writer) error {
-	sctx, cancel := context.WithTimeout(context.Background(), so.startBound())
+	// Ctrl-C or SIGTERM stops it between requests; what it wrote stays, and
+	// a rerun goes on from there.
+	ctx, stop := toolContext()
+	defer stop()
+	sctx, cancel := context.WithTimeout(ctx, so.startBound())
 	defer cancel()
 	st, root, err := openStore(sctx, spec, so)
 	var d volume.Descriptor
@@ -75,13 +79,13 @@ func upgradeRun(spec string, so storeOpts, parallel int, stdout, stderr io.Write
 	if err != nil {
 		return err
 	}
-	return upgradeStore(sctx, st, root, d, spec, parallel, stdout, stderr)
+	return upgradeStore(sctx, ctx, st, root, d, spec, parallel, stdout, stderr)
 }
 
 // upgradeStore is upgradeRun on the store st opened from spec, whose
-// descriptor is d; ctx bounds the requests before the upgrade proper (the
-// start's bound).
-func upgradeStore(sctx context.Context, st staging.Store, root string, d volume.Descriptor, spec string, parallel int, stdout, stderr io.Writer) error {
+// descriptor is d; sctx bounds the requests before the upgrade proper (the
+// start's bound), ctx the upgrade (the signals').
+func upgradeStore(sctx, ctx context.Context, st staging.Store, root string, d volume.Descriptor, spec string, parallel int, stdout, stderr io.Writer) error {
 	if d.NamespaceVersion() == config.NamespaceV2 {
 		return &userError{fmt.Sprintf("%s is already namespace v2; nothing changed", redactStore(spec)), upgrade.ErrAlreadyV2}
 	}
@@ -91,7 +95,6 @@ func upgradeStore(sctx context.Context, st staging.Store, root string, d volume.
 		return &userError{fmt.Sprintf("%s cannot be upgraded: the store must take conditional writes, and %v; nothing changed", redactStore(spec), err), err}
 	}
 
-	ctx := context.Background()
 	p := newProgress(stderr, "upgrade: names written")
 	// One call per name written, from several goroutines (Add locks).
 	rep, err := upgrade.Upgrade(ctx, st, root, upgrade.Options{Parallel: parallel, Progress: func(int) { p.Add(1) }})
@@ -102,6 +105,8 @@ func upgradeStore(sctx context.Context, st staging.Store, root string, d volume.
 		return &userError{fmt.Sprintf("%s: %v", redactStore(spec), refused), err}
 	case errors.Is(err, upgrade.ErrAlreadyV2):
 		return &userError{fmt.Sprintf("%s is already namespace v2; nothing changed", redactStore(spec)), err}
+	case err != nil && ctx.Err() != nil:
+		return &userError{fmt.Sprintf("upgrade of %s interrupted: run ckptfs upgrade again to finish (a v1 mount fails every change meanwhile if the fence was written)", redactStore(spec)), err}
 	case err != nil:
 		return fmt.Errorf("%w (the volume is fenced and still v1 if the fence was written: run ckptfs upgrade again to finish)", err)
 	}

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/ckptfs/ckptfs/config"
@@ -216,7 +218,7 @@ func TestUpgradeReadOnlyStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &writeRecorder{Store: st}
-	err = upgradeStore(ctx, rec, "", d, "file://"+root, upgrade.Parallel, io.Discard, io.Discard)
+	err = upgradeStore(ctx, ctx, rec, "", d, "file://"+root, upgrade.Parallel, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "access denied") || !strings.Contains(err.Error(), "nothing changed") {
 		t.Fatalf("upgrade of a read-only store: %v", err)
 	}
@@ -228,4 +230,77 @@ func TestUpgradeReadOnlyStore(t *testing.T) {
 		t.Fatalf("v1 open after the refusal: %v", err)
 	}
 	ns.Close()
+}
+
+// cancelAfterPuts cancels the upgrade's context once n writes of names
+// have landed, as Ctrl-C in the middle of an upgrade does.
+type cancelAfterPuts struct {
+	staging.Store
+	mu     sync.Mutex
+	n      int
+	cancel context.CancelFunc
+}
+
+func (c *cancelAfterPuts) Put(ctx context.Context, key string, body []byte, o staging.PutOptions) (staging.ObjectInfo, error) {
+	info, err := c.Store.Put(ctx, key, body, o)
+	if strings.Contains(key, "ns2/d/") {
+		c.mu.Lock()
+		if c.n--; c.n == 0 {
+			c.cancel()
+		}
+		c.mu.Unlock()
+	}
+	return info, err
+}
+
+// TestUpgradeInterrupted: an upgrade whose context ends part way (Ctrl-C)
+// stops, says it was interrupted and what to run, and a rerun finishes it
+// with every name. Before, it ran on a context nothing could end.
+func TestUpgradeInterrupted(t *testing.T) {
+	ctx := context.Background()
+	root := t.TempDir()
+	store := "file://" + root
+	var out, errOut strings.Builder
+	if code := run([]string{"ckptfs", "format", store}, &out, &errOut); code != 0 {
+		t.Fatal(errOut.String())
+	}
+	st, err := dir.New(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := namespace.Open(ctx, st, "", namespace.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const names = 200
+	for i := range names {
+		if _, err := ns.Mkdir(ctx, namespace.RootIno, fmt.Sprintf("d%03d", i), 0o755, namespace.Owner{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns.Close()
+	d, err := volume.ReadDescriptor(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	uctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	cs := &cancelAfterPuts{Store: st, n: 10, cancel: cancel}
+	err = upgradeStore(ctx, uctx, cs, "", d, store, 4, io.Discard, io.Discard)
+	var ue *userError
+	if !errors.As(err, &ue) || !strings.Contains(err.Error(), "interrupted") || !strings.Contains(err.Error(), "ckptfs upgrade again") {
+		t.Fatalf("an interrupted upgrade: %v; want it to say so and what to run", err)
+	}
+	keys, err := staging.ListAll(ctx, st, "ns2/d/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(keys); got >= names {
+		t.Fatalf("the interrupted upgrade wrote %d names of %d: it did not stop", got, names)
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := run([]string{"ckptfs", "upgrade", store}, &out, &errOut); code != 0 || !strings.Contains(out.String(), "an interrupted upgrade finished") || !strings.Contains(out.String(), fmt.Sprintf("%d names", names)) {
+		t.Fatalf("upgrade run again: exit %d, %q, %q", code, out.String(), errOut.String())
+	}
 }
