@@ -8,6 +8,10 @@
 //
 //	nullfs MOUNTPOINT     (serves until SIGINT or SIGTERM, or an unmount)
 //
+// With NULLFS_FSYNC_DELAY set (a Go duration), fsync takes that long instead:
+// what a caller of the file waits for while an fsync runs is then the
+// kernel's part alone (it holds the file's inode lock across FUSE_FSYNC).
+//
 // scripts/bench-mount measures it beside ckptfs in the same run.
 package main
 
@@ -107,13 +111,33 @@ func (f *file) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn
 	return 0
 }
 
-func (f *file) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno { return 0 }
-func (f *file) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno               { return 0 }
+// fsyncDelay is NULLFS_FSYNC_DELAY: how long an fsync takes.
+var fsyncDelay time.Duration
+
+func (f *file) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	if fsyncDelay > 0 {
+		select {
+		case <-time.After(fsyncDelay):
+		case <-ctx.Done():
+			return syscall.EINTR
+		}
+	}
+	return 0
+}
+
+func (f *file) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { return 0 }
 
 func main() {
 	if len(os.Args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: nullfs MOUNTPOINT")
 		os.Exit(2)
+	}
+	if d := os.Getenv("NULLFS_FSYNC_DELAY"); d != "" {
+		var err error
+		if fsyncDelay, err = time.ParseDuration(d); err != nil || fsyncDelay < 0 {
+			fmt.Fprintf(os.Stderr, "nullfs: NULLFS_FSYNC_DELAY=%q: want a duration such as 300ms\n", d)
+			os.Exit(2)
+		}
 	}
 	timeout := time.Second
 	opts := &fs.Options{
