@@ -189,7 +189,8 @@
 // tests (lockcheck_test.go, lockrule_test.go); the paths that still break
 // it are listed in docs/engine-locks.md and are rows of
 // TestNoStoreRequestUnderMu: a read holds mu shared across its map loads
-// and GETs, a write may wait for uploads holding it (sendahead.go), and a
+// (its GETs go after it lets go, holding its blocks' range lock:
+// readPlanned), a write may wait for uploads holding it (sendahead.go), and a
 // flush still settles what was sent ahead, and merges onto another
 // writer's checkpoint, under mu.
 //

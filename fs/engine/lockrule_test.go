@@ -61,7 +61,7 @@ func lockRuleCases() []lockRuleCase {
 		{name: "read a cold block", p: small, stored: true, op: func(ctx context.Context, f *File) error {
 			_, err := f.ReadAt(ctx, make([]byte, 512), 20<<10)
 			return err
-		}, known: "the read's map loads and GETs (planLocked, readLocked) under mu shared"},
+		}, known: "the read's map loads (planLocked) under mu shared"},
 		{name: "write part of a cold block", p: small, stored: true, op: func(ctx context.Context, f *File) error {
 			_, err := f.WriteAt(ctx, []byte("x"), 20<<10+7)
 			return err

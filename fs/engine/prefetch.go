@@ -260,35 +260,57 @@ func (f *File) read(ctx context.Context, p []byte, off int64, stream, view bool)
 		return nil, fmt.Errorf("read %s at %d: waiting for the blocks: %w", f.prefix, off, err)
 	}
 	defer release()
+	b, plan, bs, eof, err := f.readStart(ctx, p, off, stream, view)
+	if err != nil || plan == nil {
+		return b, err
+	}
+	// The GETs go without mu: the range lock keeps the blocks as planned
+	// (a write, truncate, merge or rollback of them waits; a flush only
+	// shares them), and the objects they name are not deleted while a map
+	// names them.
+	if err := f.readPlanned(ctx, plan, b, off, bs); err != nil {
+		return nil, err
+	}
+	return b, eof
+}
+
+// readStart is the part of a read made under mu (shared): it serves what
+// memory holds and plans the rest. It returns the bytes to fill
+// (p[:n]) and their plan, or the bytes read (plan nil, err the read's
+// end: io.EOF or an error); bs is the file's block size then.
+func (f *File) readStart(ctx context.Context, p []byte, off int64, stream, view bool) (b []byte, plan *ReadPlan, bs int64, eof, err error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if f.closed {
-		return nil, fmt.Errorf("read %s: %w", f.prefix, ErrClosed)
+		return nil, nil, 0, nil, fmt.Errorf("read %s: %w", f.prefix, ErrClosed)
 	}
 	if off >= f.size {
-		return p[:0], io.EOF
+		return p[:0], nil, 0, nil, io.EOF
 	}
 	n := int64(len(p))
-	var eof error
 	if off+n > f.size {
 		n = f.size - off
 		eof = io.EOF
 	}
 	if n == 0 {
-		return p[:0], eof
+		return p[:0], nil, 0, nil, eof
 	}
 	if stream {
 		f.rd.followLocked(ctx, off, n)
 	}
 	if view {
 		if b := f.viewLocked(ctx, off, n); b != nil {
-			return b, eof
+			return b, nil, 0, nil, eof
 		}
 	}
-	if err := f.readLocked(ctx, p[:n], off); err != nil {
-		return nil, err
+	pl, err := f.readPlanLocked(ctx, p[:n], off)
+	if err != nil {
+		return nil, nil, 0, nil, err
 	}
-	return p[:n], eof
+	if pl == nil {
+		return p[:n], nil, 0, nil, eof
+	}
+	return p[:n], pl, int64(f.bs), eof, nil
 }
 
 // errNoView stops viewLocked's scan at a block it cannot serve.

@@ -65,23 +65,29 @@ func (f *File) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	return f.readAt(ctx, p, off, false)
 }
 
-// readLocked fills p (inside the file) from the dirty tier, the cache, the
-// flights other reads sent and the store. The caller holds mu (shared is
-// enough).
-func (f *File) readLocked(ctx context.Context, p []byte, off int64) error {
+// readPlanLocked fills p (inside the file) from the dirty tier, the cache
+// and what else memory holds, and plans the rest: the flights other reads
+// sent, and its own GETs (nil: nothing left to read). The caller holds mu
+// (shared is enough).
+func (f *File) readPlanLocked(ctx context.Context, p []byte, off int64) (*ReadPlan, error) {
 	// This read's own GETs are flights (claimed as they are planned): a
 	// read that needs their blocks meanwhile waits for them instead of
 	// asking again.
 	plan, err := f.planLocked(ctx, off, int64(len(p)), true, p, claimRead)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if len(plan.Gets) == 0 && len(plan.waits) == 0 {
-		return nil
+		return nil, nil
 	}
-	bs := int64(f.bs)
+	return &plan, nil
+}
+
+// readPlanned makes plan's GETs, a few at a time, and waits for the
+// flights it takes blocks from, filling p = file[off, off+len(p)) in
+// blocks of bs. It needs no lock of f but the blocks' range lock.
+func (f *File) readPlanned(ctx context.Context, plan *ReadPlan, p []byte, off, bs int64) error {
 	fls := plan.flights
-	// Execute the GETs, a few at a time.
 	errs := make([]error, len(fls))
 	sem := make(chan struct{}, f.p.Concurrency)
 	var wg sync.WaitGroup
@@ -91,7 +97,7 @@ func (f *File) readLocked(ctx context.Context, p []byte, off int64) error {
 		go func() {
 			defer wg.Done()
 			defer func() { <-sem }()
-			data, err := f.getVerified(ctx, &fl.g)
+			data, err := f.getVerifiedBS(ctx, &fl.g, bs)
 			fl.data, fl.err = data, err
 			f.rd.mu.Lock()
 			f.rd.unregisterLocked(fl)
@@ -112,7 +118,7 @@ func (f *File) readLocked(ctx context.Context, p []byte, off int64) error {
 			return fmt.Errorf("read %s at %d: %w", f.prefix, off, err)
 		}
 	}
-	if err := f.waitFlights(ctx, p, off, plan.waits); err != nil {
+	if err := f.waitFlights(ctx, p, off, bs, plan.waits); err != nil {
 		return fmt.Errorf("read %s at %d: %w", f.prefix, off, err)
 	}
 	return nil
@@ -128,8 +134,7 @@ type flightWait struct {
 // that failed (its reader gave up, or a read ahead was ended) is no reason
 // for this read to fail: it fetches those blocks itself, adjoining ones in
 // one GET.
-func (f *File) waitFlights(ctx context.Context, p []byte, off int64, ws []flightWait) error {
-	bs := int64(f.bs)
+func (f *File) waitFlights(ctx context.Context, p []byte, off, bs int64, ws []flightWait) error {
 	var failed []flightWait
 	shared := int64(0)
 	for _, w := range ws {
@@ -163,7 +168,7 @@ func (f *File) waitFlights(ctx context.Context, p []byte, off int64, ws []flight
 		j0, j1 := failed[i].sl.j, failed[k-1].sl.j+1
 		g := PlannedGet{Key: fg.Key, Object: fg.Object, Off: fg.Off + int64(j0)*bs, Len: int64(j1-j0) * bs,
 			First: failed[i].fbn, Blocks: j1 - j0, refs: fg.refs[j0:j1]}
-		data, err := f.getVerified(ctx, &g)
+		data, err := f.getVerifiedBS(ctx, &g, bs)
 		if err != nil {
 			return err
 		}
@@ -216,11 +221,16 @@ func dataOffset(fm segment.Format, bs int64, slot uint32) int64 {
 
 // getVerified is fetchVerified, and puts the verified blocks into the cache.
 func (f *File) getVerified(ctx context.Context, g *PlannedGet) ([]byte, error) {
-	data, err := f.fetchVerified(ctx, g)
+	return f.getVerifiedBS(ctx, g, int64(f.bs))
+}
+
+// getVerifiedBS is getVerified for blocks of bs bytes, for a caller that
+// does not hold mu.
+func (f *File) getVerifiedBS(ctx context.Context, g *PlannedGet, bs int64) ([]byte, error) {
+	data, err := f.fetchVerifiedBS(ctx, g, bs)
 	if err != nil {
 		return nil, err
 	}
-	bs := int64(f.bs)
 	for j, r := range g.refs {
 		f.cache.put(r.v, data[int64(j)*bs:int64(j+1)*bs])
 	}
