@@ -101,6 +101,8 @@ func sampleObjects() map[string]any {
 			{Name: "d", Bound: *dirBinding(), ETag: "e-3"},
 		}},
 		"orphan": &Orphan{FileID: idB, Ino: 1<<20 | 5, Dir: 2, Frags: 1, Name: "b", Change: idA},
+		"root": &RootAttrs{Change: idA, Node: Attrs{Mode: 0o1777, Uid: 1000, Gid: 100, Atime: 1, Mtime: 2, Ctime: 3,
+			MtimeSet: 2, Xattrs: []Xattr{{Name: "user.r", Value: []byte("v")}}}},
 	}
 }
 
@@ -146,6 +148,10 @@ func codecOf(v any) codec {
 		return codec{kindOrphan, func(v any) (string, error) { return v.(*Orphan).Key(root) },
 			func(v any) ([]byte, error) { return EncodeOrphan(v.(*Orphan)) },
 			func(k string, d []byte) (any, error) { return DecodeOrphan(k, d) }}
+	case *RootAttrs:
+		return codec{kindRoot, func(v any) (string, error) { return v.(*RootAttrs).Key(root) },
+			func(v any) ([]byte, error) { return EncodeRoot(v.(*RootAttrs)) },
+			func(k string, d []byte) (any, error) { return DecodeRoot(k, d) }}
 	}
 	panic("no codec")
 }

@@ -259,9 +259,16 @@ func TestTreeOps(t *testing.T) {
 			return err
 		}, want: namespace.ErrInvalid},
 		{name: "setattr of the root", run: func(ns namespace.Names, _ fixture) error {
-			_, err := ns.SetAttr(ctx, namespace.RootIno, namespace.SetAttr{Mode: mode(0o700)})
+			n, err := ns.SetAttr(ctx, namespace.RootIno, namespace.SetAttr{Mode: mode(0o1777), Uid: &owner.Uid})
+			if err == nil && (n.Ino != namespace.RootIno || n.Kind != namespace.KindDir || n.Mode != 0o1777 || n.Uid != owner.Uid || n.Gid != 0) {
+				t.Errorf("root after setattr %+v", n)
+			}
 			return err
-		}, want: namespace.ErrNotSupported},
+		}, check: func(t *testing.T, ns namespace.Names, _ fixture) {
+			if n := must(ns.GetNode(ctx, namespace.RootIno))(t); n.Mode != 0o1777 || n.Uid != owner.Uid {
+				t.Errorf("root %+v", n)
+			}
+		}},
 		{name: "setattr of a node never seen", run: func(ns namespace.Names, _ fixture) error {
 			_, err := ns.SetAttr(ctx, 1<<50, namespace.SetAttr{Mode: mode(0o700)})
 			return err

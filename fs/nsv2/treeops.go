@@ -347,7 +347,7 @@ func (t *Tree) rewrite(ctx context.Context, ino namespace.Ino, change func(a *At
 
 func (t *Tree) rewriteTry(ctx context.Context, ino namespace.Ino, change func(a *Attrs) error) (namespace.Node, error) {
 	if ino == namespace.RootIno {
-		return namespace.Node{}, fmt.Errorf("the root's attributes come with the volume's descriptor, not yet: %w", namespace.ErrNotSupported)
+		return t.rewriteRoot(ctx, change) // root.go
 	}
 	e, err := t.current(ctx, ino)
 	if err != nil {
