@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -215,6 +216,103 @@ func TestNSv2Root(t *testing.T) {
 	c := v.mount("")
 	if err := root(c); err != nil {
 		t.Errorf("after a new mount: %v", err)
+	}
+}
+
+// TestNSv2Fragments: setfattr -n user.ckptfs.fragments -v 16 on an empty
+// directory of a v2 mount sets its fragment count (docs/namespace-v2.md
+// §3), getfattr answers it on both mounts and after a remount, the names
+// both mounts add there are listed by each; another count on the directory
+// with names is ENOTEMPTY, a count out of bounds EINVAL, on the root
+// ENOTSUP; fsck accepts the volume.
+func TestNSv2Fragments(t *testing.T) {
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, opts, env := s3Args(t, v)
+	opts = strings.TrimSuffix(opts, ",create")
+	ckptfs := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := ckptfs("format", "-o", opts+",namespace=v2", store); err != nil {
+		t.Fatalf("format -o namespace=v2: %v\n%s", err, out)
+	}
+	const attr = "user.ckptfs.fragments"
+	frags := func(path string) (string, error) {
+		buf := make([]byte, 8)
+		n, err := syscall.Getxattr(path, attr, buf)
+		if err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	a, b := v.mount(""), v.mount("")
+	if err := os.Mkdir(a.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := frags(a.path("d")); err != nil || got != "1" {
+		t.Fatalf("fragments of a new directory: %q, %v", got, err)
+	}
+	if err := syscall.Setxattr(a.path("d"), attr, []byte("16"), 0); err != nil {
+		t.Fatalf("setfattr %s 16 of an empty directory: %v", attr, err)
+	}
+	for _, m := range []*mount{a, b} {
+		waitFor(t, 30*time.Second, func() error {
+			if got, err := frags(m.path("d")); err != nil || got != "16" {
+				return fmt.Errorf("fragments %q, %v", got, err)
+			}
+			return nil
+		})
+	}
+	var want []string
+	for i := range 8 {
+		for j, m := range []*mount{a, b} {
+			name := fmt.Sprintf("%c%d", 'a'+j, i)
+			if err := os.WriteFile(m.path("d/"+name), []byte(name), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, name)
+		}
+	}
+	slices.Sort(want)
+	for _, m := range []*mount{a, b} {
+		waitFor(t, 30*time.Second, func() error {
+			ents, err := os.ReadDir(m.path("d"))
+			if err != nil {
+				return err
+			}
+			var got []string
+			for _, e := range ents {
+				got = append(got, e.Name())
+			}
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("d lists %q, want %q", got, want)
+			}
+			return nil
+		})
+	}
+	for _, c := range []struct {
+		path, value string
+		want        syscall.Errno
+	}{{a.path("d"), "4", syscall.ENOTEMPTY}, {b.path("d"), "3", syscall.EINVAL}, {a.path("d"), "512", syscall.EINVAL},
+		{a.dir, "16", syscall.ENOTSUP}} {
+		if err := syscall.Setxattr(c.path, attr, []byte(c.value), 0); !errors.Is(err, c.want) {
+			t.Errorf("setfattr %s %s of %s: %v, want %v", attr, c.value, c.path, err, c.want)
+		}
+	}
+	a.unmount()
+	b.unmount()
+	if out, err := ckptfs("fsck", "-o", opts, store); err != nil {
+		t.Errorf("ckptfs fsck: %v\n%s", err, out)
+	}
+	c := v.mount("")
+	if got, err := frags(c.path("d")); err != nil || got != "16" {
+		t.Errorf("fragments after a new mount: %q, %v", got, err)
+	}
+	if ents, err := os.ReadDir(c.path("d")); err != nil || len(ents) != len(want) {
+		t.Errorf("d after a new mount: %d names, %v", len(ents), err)
 	}
 }
 

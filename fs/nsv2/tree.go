@@ -51,16 +51,13 @@ import (
 // and link, which makes a node of several names whose attributes and
 // count of names are its inode object's (inode.go). The root has no name:
 // its attributes are an object of their own, ns2/root, read and changed
-// as a name's (root.go); its fragment count is Config's.
+// as a name's (root.go); its fragment count is Config's. A directory's
+// fragment count is its parent's when made, and set on an empty one with
+// user.ckptfs.fragments under its create leases (frags.go).
 //
 // What is not here yet, and what it answers instead (never a silent wrong
 // answer):
 //
-//   - A directory's fragment count is its parent's (the root's is
-//     Config.RootFrags); user.ckptfs.fragments, which sets it on an empty
-//     directory, answers ErrNotSupported: it must be set under the
-//     directory's create leases, so that no name lands meanwhile, and
-//     setXattr does not take them yet.
 //   - A directory's Nlink is 1 and its times are those it was made or set
 //     with (section 4 gives it the newest Last-Modified of its names as the
 //     last listing saw it: a later step).
@@ -179,7 +176,7 @@ var (
 )
 
 // FragmentsXattr is the attribute that sets a directory's fragment count
-// (section 3), refused until it is set under the create leases.
+// (section 3; frags.go).
 const FragmentsXattr = "user.ckptfs.fragments"
 
 // Config is what a Tree is made with.
@@ -960,6 +957,9 @@ func (t *Tree) GetXattr(ctx context.Context, ino namespace.Ino, name string) ([]
 	defer t.calls.Done()
 	if err := checkXattrName(name); err != nil {
 		return nil, err
+	}
+	if name == FragmentsXattr {
+		return t.fragsOf(ctx, ino) // frags.go
 	}
 	a, err := t.attrsOf(ctx, ino)
 	if err != nil {

@@ -283,9 +283,9 @@ func TestTreeOps(t *testing.T) {
 		{name: "setxattr outside user.", run: func(ns namespace.Names, fx fixture) error {
 			return ns.SetXattr(ctx, fx.f.Ino, "trusted.a", []byte("v"), 0)
 		}, want: namespace.ErrNotSupported},
-		{name: "setxattr of the fragment count: step 4", run: func(ns namespace.Names, fx fixture) error {
+		{name: "setxattr of the fragment count of a directory with names", run: func(ns namespace.Names, fx fixture) error {
 			return ns.SetXattr(ctx, fx.d.Ino, FragmentsXattr, []byte("16"), 0)
-		}, want: namespace.ErrNotSupported},
+		}, want: namespace.ErrNotEmpty},
 		{name: "setxattr too big", run: func(ns namespace.Names, fx fixture) error {
 			return ns.SetXattr(ctx, fx.f.Ino, "user.a", make([]byte, namespace.MaxXattrValueLen+1), 0)
 		}, want: namespace.ErrTooBig},
