@@ -2,6 +2,7 @@ package nsv2
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -282,4 +283,42 @@ func TestFragmentsFaultAtEveryRequest(t *testing.T) {
 		}
 	}}
 	faultAtEveryRequest(t, fc, 4)
+}
+
+// The trim deletes old leases only on a removed directory: one whose
+// fragment count a committed change set is live, and its leases stay.
+func TestFragmentsTrimKeepsLeases(t *testing.T) {
+	ctx := context.Background()
+	st := mem.NewS3ETags()
+	key, _ := SealKey(root, 9)
+	body, err := EncodeSeal(&Seal{Dir: 9, Tx: cid(90), Was: 1, Frags: 16})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Put(ctx, key, body, staging.PutOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b := &Binding{Ino: 9, Kind: namespace.KindDir, Frags: 16, Node: &Attrs{Mode: 0o755}}
+	if _, err := New(st, root, nil).decide(ctx, &Decision{Tx: cid(90), Outcome: Commit, Ops: []Op{{Dir: namespace.RootIno, Frags: 1, Name: "d", To: b}}}); err != nil {
+		t.Fatal(err)
+	}
+	lease := putLease(t, st, 9, 1, 1)
+	r := trimAt(t, st, 2*TrimGrace, false)
+	if !has(t, st, lease) {
+		t.Fatalf("the lease on a directory whose fragment count changed was trimmed (report %+v)", r)
+	}
+}
+
+// A seal's fragment counts: each a fragment count, fr only with was.
+func TestSealFragsRefused(t *testing.T) {
+	key, _ := SealKey(root, 2)
+	for _, s := range []Seal{{Dir: 2, Tx: idA, Frags: 16}, {Dir: 2, Tx: idA, Was: 3}, {Dir: 2, Tx: idA, Was: 1, Frags: 512},
+		{Dir: 2, Tx: idA, Was: 512}} {
+		if _, err := EncodeSeal(&s); !errors.Is(err, namespace.ErrInvalid) {
+			t.Errorf("encode %+v: %v, want ErrInvalid", s, err)
+		}
+		body, _ := json.Marshal(&s)
+		_, err := DecodeSeal(key, sealRaw(kindSeal, body))
+		wantCorrupt(t, fmt.Sprintf("%+v", s), key, err)
+	}
 }
