@@ -19,7 +19,9 @@ import (
 // (renewed) when the mount starts adding names there and again once
 // LeaseRenew has passed since the last renewal was sent, and after each
 // renewal the mount reads ns2/seal/<dir>. It adds a name only when it saw no
-// seal at its last renewal (a seal whose change is decided abort is none),
+// seal at its last renewal (a seal whose change is decided abort is none,
+// and so is one of a change of the directory's fragment count decided:
+// the seal then says the count, which the name is added with; frags.go),
 // and that renewal was sent less than LeaseRenew ago by its own clock.
 //
 // A remover (rmdir, or a rename over an empty directory) locks the name,
