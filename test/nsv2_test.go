@@ -2,13 +2,16 @@ package test
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
 )
@@ -152,6 +155,164 @@ func TestNSv2Mount(t *testing.T) {
 	names := run(t, c.dir, "ls", "-A")
 	if names != "a\nbig\nempty\nhard\n" {
 		t.Errorf("the root after a new mount:\n%s", names)
+	}
+}
+
+// TestNSv2Root: chmod, chown, touch and setfattr of a v2 mount's root (its
+// attributes are ns2/root, docs/namespace-v2.md §3) work, a second mount
+// sees them (within ns_refresh and the kernel's attribute timeout), fsck
+// accepts the volume, and a new mount after both unmount finds them kept.
+func TestNSv2Root(t *testing.T) {
+	need(t, "chmod", "chown", "touch")
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, opts, env := s3Args(t, v)
+	opts = strings.TrimSuffix(opts, ",create")
+	ckptfs := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := ckptfs("format", "-o", opts+",namespace=v2", store); err != nil {
+		t.Fatalf("format -o namespace=v2: %v\n%s", err, out)
+	}
+	a, b := v.mount(""), v.mount("")
+	if fi, err := os.Stat(b.dir); err != nil || fi.Mode().Perm() != 0o755 {
+		t.Fatalf("the root of a new v2 volume: %v, %v", fi, err)
+	}
+	run(t, a.dir, "chmod", "1777", ".")
+	run(t, a.dir, "chown", "1234:5678", ".")
+	run(t, a.dir, "touch", "-m", "-d", "2001-02-03 04:05:06", ".")
+	if err := syscall.Setxattr(a.dir, "user.root", []byte("r"), 0); err != nil {
+		t.Fatalf("setxattr of the root: %v", err)
+	}
+	mtime := time.Date(2001, 2, 3, 4, 5, 6, 0, time.Local)
+	root := func(m *mount) error {
+		fi, err := os.Stat(m.dir)
+		if err != nil {
+			return err
+		}
+		st := fi.Sys().(*syscall.Stat_t)
+		if fi.Mode()&(fs.ModePerm|fs.ModeSticky) != 0o777|fs.ModeSticky || st.Uid != 1234 || st.Gid != 5678 || !fi.ModTime().Equal(mtime) {
+			return fmt.Errorf("the root is %v, owned by %d:%d, modified %v", fi.Mode(), st.Uid, st.Gid, fi.ModTime())
+		}
+		buf := make([]byte, 16)
+		n, err := syscall.Getxattr(m.dir, "user.root", buf)
+		if err != nil || string(buf[:n]) != "r" {
+			return fmt.Errorf("user.root of the root: %q, %v", buf[:max(n, 0)], err)
+		}
+		return nil
+	}
+	if err := root(a); err != nil {
+		t.Fatalf("on the mount that changed it: %v", err)
+	}
+	waitFor(t, 30*time.Second, func() error { return root(b) })
+	a.unmount()
+	b.unmount()
+	if out, err := ckptfs("fsck", "-o", opts, store); err != nil {
+		t.Errorf("ckptfs fsck of a v2 volume with the root's attributes: %v\n%s", err, out)
+	}
+	c := v.mount("")
+	if err := root(c); err != nil {
+		t.Errorf("after a new mount: %v", err)
+	}
+}
+
+// TestNSv2Fragments: setfattr -n user.ckptfs.fragments -v 16 on an empty
+// directory of a v2 mount sets its fragment count (docs/namespace-v2.md
+// §3), getfattr answers it on both mounts and after a remount, the names
+// both mounts add there are listed by each; another count on the directory
+// with names is ENOTEMPTY, a count out of bounds EINVAL, on the root
+// ENOTSUP; fsck accepts the volume.
+func TestNSv2Fragments(t *testing.T) {
+	bin := ckptfsBinary(t)
+	v := newVolume(t)
+	store, opts, env := s3Args(t, v)
+	opts = strings.TrimSuffix(opts, ",create")
+	ckptfs := func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	if out, err := ckptfs("format", "-o", opts+",namespace=v2", store); err != nil {
+		t.Fatalf("format -o namespace=v2: %v\n%s", err, out)
+	}
+	const attr = "user.ckptfs.fragments"
+	frags := func(path string) (string, error) {
+		buf := make([]byte, 8)
+		n, err := syscall.Getxattr(path, attr, buf)
+		if err != nil {
+			return "", err
+		}
+		return string(buf[:n]), nil
+	}
+	a, b := v.mount(""), v.mount("")
+	if err := os.Mkdir(a.path("d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := frags(a.path("d")); err != nil || got != "1" {
+		t.Fatalf("fragments of a new directory: %q, %v", got, err)
+	}
+	if err := syscall.Setxattr(a.path("d"), attr, []byte("16"), 0); err != nil {
+		t.Fatalf("setfattr %s 16 of an empty directory: %v", attr, err)
+	}
+	for _, m := range []*mount{a, b} {
+		waitFor(t, 30*time.Second, func() error {
+			if got, err := frags(m.path("d")); err != nil || got != "16" {
+				return fmt.Errorf("fragments %q, %v", got, err)
+			}
+			return nil
+		})
+	}
+	var want []string
+	for i := range 8 {
+		for j, m := range []*mount{a, b} {
+			name := fmt.Sprintf("%c%d", 'a'+j, i)
+			if err := os.WriteFile(m.path("d/"+name), []byte(name), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			want = append(want, name)
+		}
+	}
+	slices.Sort(want)
+	for _, m := range []*mount{a, b} {
+		waitFor(t, 30*time.Second, func() error {
+			ents, err := os.ReadDir(m.path("d"))
+			if err != nil {
+				return err
+			}
+			var got []string
+			for _, e := range ents {
+				got = append(got, e.Name())
+			}
+			if !slices.Equal(got, want) {
+				return fmt.Errorf("d lists %q, want %q", got, want)
+			}
+			return nil
+		})
+	}
+	for _, c := range []struct {
+		path, value string
+		want        syscall.Errno
+	}{{a.path("d"), "4", syscall.ENOTEMPTY}, {b.path("d"), "3", syscall.EINVAL}, {a.path("d"), "512", syscall.EINVAL},
+		{a.dir, "16", syscall.ENOTSUP}} {
+		if err := syscall.Setxattr(c.path, attr, []byte(c.value), 0); !errors.Is(err, c.want) {
+			t.Errorf("setfattr %s %s of %s: %v, want %v", attr, c.value, c.path, err, c.want)
+		}
+	}
+	a.unmount()
+	b.unmount()
+	if out, err := ckptfs("fsck", "-o", opts, store); err != nil {
+		t.Errorf("ckptfs fsck: %v\n%s", err, out)
+	}
+	c := v.mount("")
+	if got, err := frags(c.path("d")); err != nil || got != "16" {
+		t.Errorf("fragments after a new mount: %q, %v", got, err)
+	}
+	if ents, err := os.ReadDir(c.path("d")); err != nil || len(ents) != len(want) {
+		t.Errorf("d after a new mount: %d names, %v", len(ents), err)
 	}
 }
 

@@ -128,6 +128,8 @@ func checkObject(ctx context.Context, st staging.Store, root string, idx *Index,
 		_, _, err = read(ctx, st, o.Key, kindSeal, DecodeSeal)
 	case "digest":
 		_, _, err = read(ctx, st, o.Key, kindDigest, DecodeDigest)
+	case "root":
+		_, _, err = read(ctx, st, o.Key, kindRoot, DecodeRoot)
 	default:
 		problem(o.Key, errors.New("not an object of namespace v2's layout"))
 		return nil

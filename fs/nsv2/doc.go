@@ -41,6 +41,7 @@
 //	ns2/digest/<hh>/<dir-ino>/<mount-id> a mount's digest of its names in a directory
 //	ns2/orphan/<file-id>                 a file whose last name went
 //	ns2/moves/<seq>                      the moves log: a directory moved across directories
+//	ns2/root                             the root directory's attributes (root.go)
 //
 // <ino> and <dir-ino> are 16 hex digits, <batch> 11 (2^44 batches of 2^20),
 // <seq> 16 (nonzero), <frag> 2: xxh3 of the name's bytes modulo the
@@ -70,11 +71,12 @@
 //
 // ver is 1, but 2 for an inode object (kindVersion: a build before hard
 // links refuses it). kind is 1 dentry, 2 inode object, 3 decision, 4 batch claim,
-// 5 lease, 6 seal, 7 digest, 8 orphan record, 9 moves log entry. The CRC-32C (Castagnoli)
+// 5 lease, 6 seal, 7 digest, 8 orphan record, 9 moves log entry, 10 the
+// root's attributes. The CRC-32C (Castagnoli)
 // covers header bytes 0..11 and the body. Each kind bounds its body length
 // (maxBody): a dentry's, a decision's and an inode object's 16 MiB (2 +
 // MaxOps nodes, each with up to 256 KiB of extended attributes), a
-// digest's 64 MiB, the others' 4 KiB. The body is decoded strictly: an unknown field, data after the
+// digest's 64 MiB, the root's attributes' 2 MiB, the others' 4 KiB. The body is decoded strictly: an unknown field, data after the
 // body, an empty list written as [] (the encoder omits it), a value out of
 // its bound, or a body that names another key than the one it was read from
 // is corruption, reported as a *namespace.CorruptError naming the key
@@ -88,7 +90,7 @@
 // The body of each kind is drawn next to its type: Dentry (a name's
 // binding, tombstone or lock, with the op list of a change of several
 // names), Inode, Decision, Batch, Lease, Seal, Digest, Orphan and
-// MoveEntry (moves.go); Binding,
+// MoveEntry (moves.go), RootAttrs (root.go); Binding,
 // Attrs and Op are their parts. Lists and strings are bounded: MaxOps,
 // MaxLinks, MaxDigestNames, MaxETagLen, and v1's bounds on names, targets,
 // modes, device numbers and extended attributes (namespace.MaxNameLen and

@@ -45,6 +45,7 @@ const (
 	kindDigest   byte = 7
 	kindOrphan   byte = 8
 	kindMove     byte = 9
+	kindRoot     byte = 10 // root.go
 )
 
 // maxBody bounds the body of each kind of object, so that a damaged length
@@ -61,12 +62,13 @@ var maxBody = map[byte]int{
 	kindDigest:   64 << 20,
 	kindOrphan:   4 << 10,
 	kindMove:     4 << 10,
+	kindRoot:     2 << 20, // up to namespace.MaxXattrsLen of attributes, each byte up to 6 in JSON
 }
 
 var kindNames = map[byte]string{
 	kindDentry: "dentry", kindInode: "inode object", kindDecision: "decision", kindBatch: "batch claim",
 	kindLease: "lease", kindSeal: "seal", kindDigest: "digest", kindOrphan: "orphan record",
-	kindMove: "moves log entry",
+	kindMove: "moves log entry", kindRoot: "root's attributes",
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

@@ -86,21 +86,25 @@ func sampleObjects() map[string]any {
 		"inode":             sampleInode(),
 		"inode out of force": &Inode{Ino: 1<<20 | 7, Kind: namespace.KindFile, Change: idA,
 			Node: Attrs{Mode: 0o600, FileID: idA}},
-		"locked inode":   lockedInodeSample(),
-		"link decided":   &Decision{Tx: idB, Outcome: Commit, Ops: linkOps()},
-		"commit":         &Decision{Tx: idB, Outcome: Commit, Ops: renameOps()},
-		"abort":          &Decision{Tx: idB, Outcome: Abort},
-		"abort with ops": &Decision{Tx: idB, Outcome: Abort, Ops: renameOps()},
-		"batch":          &Batch{N: 1 << 43, Mount: idA},
-		"lease":          &Lease{Dir: 2, Mount: idA, Renewal: 17},
-		"seal":           &Seal{Dir: 2, Tx: idB},
-		"empty digest":   &Digest{Dir: 2, Frags: 1, Mount: idA},
+		"locked inode":          lockedInodeSample(),
+		"link decided":          &Decision{Tx: idB, Outcome: Commit, Ops: linkOps()},
+		"commit":                &Decision{Tx: idB, Outcome: Commit, Ops: renameOps()},
+		"abort":                 &Decision{Tx: idB, Outcome: Abort},
+		"abort with ops":        &Decision{Tx: idB, Outcome: Abort, Ops: renameOps()},
+		"batch":                 &Batch{N: 1 << 43, Mount: idA},
+		"lease":                 &Lease{Dir: 2, Mount: idA, Renewal: 17},
+		"seal":                  &Seal{Dir: 2, Tx: idB},
+		"seal of a count":       &Seal{Dir: 2, Tx: idB, Was: 1, Frags: 256},
+		"seal carrying a count": &Seal{Dir: 2, Tx: idB, Was: 16},
+		"empty digest":          &Digest{Dir: 2, Frags: 1, Mount: idA},
 		"digest": &Digest{Dir: 2, Frags: 16, Mount: idA, Names: []DigestName{
 			{Name: "a", Bound: *fileBinding(), ETag: `"9b2cf535f27731c974343645a3985328"`},
 			{Name: "b", Bound: *linkedBinding(), ETag: "e-2"},
 			{Name: "d", Bound: *dirBinding(), ETag: "e-3"},
 		}},
 		"orphan": &Orphan{FileID: idB, Ino: 1<<20 | 5, Dir: 2, Frags: 1, Name: "b", Change: idA},
+		"root": &RootAttrs{Change: idA, Node: Attrs{Mode: 0o1777, Uid: 1000, Gid: 100, Atime: 1, Mtime: 2, Ctime: 3,
+			MtimeSet: 2, Xattrs: []Xattr{{Name: "user.r", Value: []byte("v")}}}},
 	}
 }
 
@@ -146,6 +150,10 @@ func codecOf(v any) codec {
 		return codec{kindOrphan, func(v any) (string, error) { return v.(*Orphan).Key(root) },
 			func(v any) ([]byte, error) { return EncodeOrphan(v.(*Orphan)) },
 			func(k string, d []byte) (any, error) { return DecodeOrphan(k, d) }}
+	case *RootAttrs:
+		return codec{kindRoot, func(v any) (string, error) { return v.(*RootAttrs).Key(root) },
+			func(v any) ([]byte, error) { return EncodeRoot(v.(*RootAttrs)) },
+			func(k string, d []byte) (any, error) { return DecodeRoot(k, d) }}
 	}
 	panic("no codec")
 }

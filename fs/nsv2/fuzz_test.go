@@ -54,6 +54,7 @@ func FuzzDecodeLease(f *testing.F)    { fuzzCodec(f, kindLease) }
 func FuzzDecodeSeal(f *testing.F)     { fuzzCodec(f, kindSeal) }
 func FuzzDecodeDigest(f *testing.F)   { fuzzCodec(f, kindDigest) }
 func FuzzDecodeOrphan(f *testing.F)   { fuzzCodec(f, kindOrphan) }
+func FuzzDecodeRoot(f *testing.F)     { fuzzCodec(f, kindRoot) }
 
 // FuzzParseKey: parsing never panics, a key parses as one kind at most,
 // and the Key function of that kind makes the same key from its parts.

@@ -337,7 +337,7 @@ func (t *Tree) linkOnce(ctx context.Context, ino, dir namespace.Ino, frags uint3
 	if dst != nil && dst.bound != nil {
 		return namespace.Node{}, fmt.Errorf("%q in directory %d: %w", name, dir, namespace.ErrExist)
 	}
-	if err := t.leaseFor(ctx, dir); err != nil {
+	if err := t.leaseFor(ctx, dir, frags); err != nil {
 		return namespace.Node{}, err
 	}
 	tx := newID()

@@ -156,6 +156,9 @@ func parseAny(key string) map[string]string {
 	if root, f, err := ParseOrphanKey(key); err == nil {
 		out["orphan"], _ = OrphanKey(root, f)
 	}
+	if root, err := ParseRootKey(key); err == nil {
+		out["root"] = RootKey(root)
+	}
 	return out
 }
 
@@ -175,6 +178,7 @@ func validKeys() map[string]string {
 		"seal":     must(SealKey("vol", 2)),
 		"digest":   must(DigestKey("vol", 2, idB)),
 		"orphan":   must(OrphanKey("vol", idA)),
+		"root":     RootKey("a/b"),
 	}
 }
 

@@ -19,7 +19,9 @@ import (
 // (renewed) when the mount starts adding names there and again once
 // LeaseRenew has passed since the last renewal was sent, and after each
 // renewal the mount reads ns2/seal/<dir>. It adds a name only when it saw no
-// seal at its last renewal (a seal whose change is decided abort is none),
+// seal at its last renewal (a seal whose change is decided abort is none,
+// and so is one of a change of the directory's fragment count decided:
+// the seal then says the count, which the name is added with; frags.go),
 // and that renewal was sent less than LeaseRenew ago by its own clock.
 //
 // A remover (rmdir, or a rename over an empty directory) locks the name,
@@ -72,6 +74,9 @@ type leaseState struct {
 	sealed bool
 	// renewing: the refresher's renewal of it is in flight.
 	renewing bool
+	// frags is the directory's fragment count as its seal said at the last
+	// renewal (0: the seal says none; frags.go).
+	frags uint32
 }
 
 // errRemoved is the error of a name added to a directory being removed.
@@ -80,9 +85,13 @@ func errRemoved(dir namespace.Ino) error {
 }
 
 // leaseFor makes sure this mount holds a lease on dir, renewed less than
-// LeaseRenew ago and with no seal seen, before it adds a name there. The
-// root needs none: it is never removed.
-func (t *Tree) leaseFor(ctx context.Context, dir namespace.Ino) error {
+// LeaseRenew ago and with no seal seen, before it adds a name there, to
+// dir's fragments as frags counts them. The root needs none: it is never
+// removed, and its fragment count never changes. A fragment count the
+// seal says, other than frags, is set in the cache and answered with an
+// error matching ErrLocked (the caller reads it and tries again, see
+// fragsAgree); so is a change of the count in progress.
+func (t *Tree) leaseFor(ctx context.Context, dir namespace.Ino, frags uint32) error {
 	if dir == namespace.RootIno {
 		return nil
 	}
@@ -92,7 +101,7 @@ func (t *Tree) leaseFor(ctx context.Context, dir namespace.Ino) error {
 	ls := t.leases[dir]
 	if ls != nil && !ls.sealed && now.Sub(ls.sent) < LeaseRenew {
 		ls.used = now
-		return nil
+		return t.fragsAgree(dir, ls.frags, frags)
 	}
 	t.dropIdleLocked(ctx, now)
 	if ls == nil {
@@ -115,21 +124,26 @@ func (t *Tree) leaseFor(ctx context.Context, dir namespace.Ino) error {
 	if err != nil {
 		return fmt.Errorf("lease on directory %d: %w", dir, err)
 	}
-	sealed, err := t.sealed(ctx, dir)
+	si, err := t.readSeal(ctx, dir)
 	if err != nil {
 		return fmt.Errorf("lease on directory %d: %w", dir, err)
 	}
-	if sealed {
+	if si.sealed || si.moving {
 		// Stop adding names there, and let the remover go on at once.
 		delete(t.leases, dir)
 		if err := t.st.Delete(ctx, key); err != nil {
 			t.log.Warn("namespace v2: a lease on a sealed directory not deleted: its remover waits it out",
 				zap.String("key", key), zap.Error(err))
 		}
+		if si.moving {
+			// Its fragment count is being changed: try again once decided.
+			sk, _ := SealKey(t.root, dir)
+			return lockedErr(sk)
+		}
 		return errRemoved(dir)
 	}
-	ls.sent, ls.used, ls.etag, ls.sealed = sent, t.clock(), r.etag, false
-	return nil
+	ls.sent, ls.used, ls.etag, ls.sealed, ls.frags = sent, t.clock(), r.etag, false, si.frags
+	return t.fragsAgree(dir, si.frags, frags)
 }
 
 // dropIdleLocked deletes the leases not used for LeaseIdle, so that a
@@ -161,26 +175,56 @@ func (t *Tree) dropLeases(ctx context.Context) {
 	}
 }
 
-// sealed reads dir's seal: a seal whose change is committed or not decided
-// seals it; one decided abort (left by its remover, see unseal, or by a
-// remover that died) does not. The trim keeps the decision a seal names.
-func (t *Tree) sealed(ctx context.Context, dir namespace.Ino) (bool, error) {
+// sealInfo is what a directory's seal says to a mount adding names there.
+type sealInfo struct {
+	// sealed: removed, or being removed: add nothing.
+	sealed bool
+	// moving: its fragment count is being changed (frags.go): wait.
+	moving bool
+	// frags: its fragment count, when the seal says it (0: it says none,
+	// and the count is the one the directory was made with).
+	frags uint32
+}
+
+// readSeal reads dir's seal: a removal's whose change is committed or not
+// decided seals it; one decided abort (left by its remover, see unseal, or
+// by a remover that died) does not, and says the count it had (was). A
+// change of the fragment count not decided is waited for, or decided abort
+// once its seal is older than TxGrace (its mount died: as Resolve does
+// with a lock); decided commit, it says the count it set. The trim keeps
+// the decision a seal names.
+func (t *Tree) readSeal(ctx context.Context, dir namespace.Ino) (sealInfo, error) {
 	key, err := SealKey(t.root, dir)
 	if err != nil {
-		return false, err
+		return sealInfo{}, err
 	}
-	s, _, err := read(ctx, t.st, key, kindSeal, DecodeSeal)
+	s, info, err := read(ctx, t.st, key, kindSeal, DecodeSeal)
 	switch {
 	case errors.Is(err, staging.ErrNotFound):
-		return false, nil
+		return sealInfo{}, nil
 	case err != nil:
-		return false, err
+		return sealInfo{}, err
 	}
 	out, err := t.outcome(ctx, s.Tx)
 	if err != nil {
-		return false, err
+		return sealInfo{}, err
 	}
-	return out != Abort, nil
+	if out == "" && s.Frags != 0 && t.p.now().Sub(info.LastModified) > t.p.txGrace {
+		x, err := t.p.decide(ctx, &Decision{Tx: s.Tx, Outcome: Abort})
+		if err != nil {
+			return sealInfo{}, err
+		}
+		out = x.Outcome
+	}
+	switch {
+	case s.Frags == 0 && out != Abort:
+		return sealInfo{sealed: true}, nil
+	case out == "":
+		return sealInfo{moving: true}, nil
+	case out == Commit:
+		return sealInfo{frags: s.Frags}, nil
+	}
+	return sealInfo{frags: s.Was}, nil
 }
 
 // outcome is the decision of change tx that stands: Commit, Abort, or ""
@@ -202,14 +246,21 @@ func (t *Tree) outcome(ctx context.Context, tx string) (string, error) {
 
 // seal writes the seal of dir for change tx, whose lock on dir's name is
 // held: If-None-Match, or If-Match over the seal of a change decided abort
-// (a remover that died, or one that lost). A seal of a committed change
-// says the directory is gone (ErrNotExist).
-func (t *Tree) seal(ctx context.Context, tx string, dir namespace.Ino) error {
+// (a remover that died, or one that lost) or of a change of the fragment
+// count decided commit. A seal of a committed removal says the directory
+// is gone (ErrNotExist). was is dir's fragment count under the lock; to
+// the count tx sets (0: tx removes dir). The seal holds was when tx sets a
+// count or the seal it replaces held one (Seal).
+func (t *Tree) seal(ctx context.Context, tx string, dir namespace.Ino, was, to uint32) error {
 	key, err := SealKey(t.root, dir)
 	if err != nil {
 		return err
 	}
-	body, err := EncodeSeal(&Seal{Dir: dir, Tx: tx})
+	sl := &Seal{Dir: dir, Tx: tx, Frags: to}
+	if to != 0 {
+		sl.Was = was
+	}
+	body, err := EncodeSeal(sl)
 	if err != nil {
 		return err
 	}
@@ -238,8 +289,16 @@ func (t *Tree) seal(ctx context.Context, tx string, dir namespace.Ino) error {
 			}
 			out = x.Outcome
 		}
-		if out == Commit {
+		if out == Commit && r.cur.Frags == 0 {
 			return errRemoved(dir)
+		}
+		if r.cur.Was != 0 && sl.Was == 0 {
+			// Carry the count forward: a mount whose lease this change
+			// waits out learns it from the seal whatever the outcome.
+			sl.Was = was
+			if body, err = EncodeSeal(sl); err != nil {
+				return err
+			}
 		}
 		cond = staging.Conditions{IfMatch: r.curInfo.ETag}
 	}
@@ -331,11 +390,12 @@ func (t *Tree) empty(ctx context.Context, dir namespace.Ino, frags uint32) (bool
 	return true, nil
 }
 
-// sealEmpty seals dir for change tx (whose lock on dir's name is held),
-// waits out its leases and says whether it is empty. On an error or a
-// directory with names, the caller decides abort and then unseals.
-func (t *Tree) sealEmpty(ctx context.Context, tx string, dir namespace.Ino, frags uint32) (bool, error) {
-	if err := t.seal(ctx, tx, dir); err != nil {
+// sealEmpty seals dir, of frags fragments, for change tx (whose lock on
+// dir's name is held; to is the fragment count it sets, 0 when it removes
+// dir), waits out its leases and says whether it is empty. On an error or
+// a directory with names, the caller decides abort and then unseals.
+func (t *Tree) sealEmpty(ctx context.Context, tx string, dir namespace.Ino, frags, to uint32) (bool, error) {
+	if err := t.seal(ctx, tx, dir, frags, to); err != nil {
 		return false, err
 	}
 	if err := t.waitLeases(ctx, dir); err != nil {
@@ -406,7 +466,7 @@ func (t *Tree) renewLease(ctx context.Context, dir namespace.Ino, ls *leaseState
 		t.log.Debug("namespace v2: a lease renewed ahead failed; the next create renews it", zap.String("key", key), zap.Error(err))
 		return
 	}
-	sealed, err := t.sealed(ctx, dir)
+	si, err := t.readSeal(ctx, dir)
 	if err != nil {
 		t.log.Debug("namespace v2: a seal read after a renewal failed; the next create renews", zap.String("key", key), zap.Error(err))
 		return
@@ -416,7 +476,7 @@ func (t *Tree) renewLease(ctx context.Context, dir namespace.Ino, ls *leaseState
 	if t.leases[dir] != ls || ls.renewal != n || ls.sealed {
 		return // taken again, dropped or sealed since: that stands
 	}
-	if sealed {
+	if si.sealed || si.moving {
 		delete(t.leases, dir)
 		if err := t.st.Delete(ctx, key); err != nil {
 			t.log.Warn("namespace v2: a lease on a sealed directory not deleted: its remover waits it out",
@@ -424,5 +484,5 @@ func (t *Tree) renewLease(ctx context.Context, dir namespace.Ino, ls *leaseState
 		}
 		return
 	}
-	ls.sent, ls.etag = sent, r.etag
+	ls.sent, ls.etag, ls.frags = sent, r.etag, si.frags
 }

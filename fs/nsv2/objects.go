@@ -566,12 +566,24 @@ func DecodeLease(key string, data []byte) (*Lease, error) {
 }
 
 // Seal says that directory Dir is being removed by change Tx (the rmdir),
-// at SealKey(Dir).
+// or has its fragment count changed by it (user.ckptfs.fragments,
+// frags.go), at SealKey(Dir).
 //
-//	{"p":<dir>,"tx":"<change id>"}
+//	{"p":<dir>,"tx":"<change id>","was":<fragments>,"fr":<fragments>}
+//
+// fr is the fragment count a change of it sets (absent: a removal); was
+// the directory's count under Tx's lock, which stands if Tx is decided
+// abort: written by such a change and by every seal written over a seal
+// that has it (absent on a directory whose count never changed, so that a
+// removal's seal stays what builds before fragment counts read). Each is
+// a fragment count (a power of two, 1 to MaxFrags); fr needs was. A build
+// before them refuses a seal with either (as damaged): it adds no name to
+// such a directory.
 type Seal struct {
-	Dir namespace.Ino `json:"p"`
-	Tx  string        `json:"tx"`
+	Dir   namespace.Ino `json:"p"`
+	Tx    string        `json:"tx"`
+	Was   uint32        `json:"was,omitempty"`
+	Frags uint32        `json:"fr,omitempty"`
 }
 
 func (s *Seal) check() error {
@@ -580,6 +592,9 @@ func (s *Seal) check() error {
 	}
 	if !ValidID(s.Tx) {
 		return fmt.Errorf("change id %q", s.Tx)
+	}
+	if s.Was != 0 && !ValidFrags(s.Was) || s.Frags != 0 && (!ValidFrags(s.Frags) || s.Was == 0) {
+		return fmt.Errorf("fragment counts %d to %d", s.Was, s.Frags)
 	}
 	return nil
 }

@@ -22,7 +22,8 @@ import (
 //
 // The refresher is a goroutine of the Tree (started by Open when the TTL is
 // set, stopped and waited for by Close) that reads again, before they
-// expire, the names and the listings in use: used again and again over at
+// expire, the names and the listings in use (and the root's attributes,
+// root.go): used again and again over at
 // least half a TTL, the last time within the last refreshUse TTLs, and read
 // more than refreshAge of the TTL ago. Uses in one burst (a listing's
 // names stat'ed once, ls -l) do not count: reading those again would double
@@ -168,6 +169,7 @@ func (t *Tree) refreshPass(ctx context.Context) {
 			dirs = append(dirs, dir)
 		}
 	}
+	rootETag, rootGen, rootDue := t.rootDueLocked(now, age)
 	t.mu.Unlock()
 	sem := make(chan struct{}, t.parallel)
 	var wg sync.WaitGroup
@@ -188,6 +190,9 @@ func (t *Tree) refreshPass(ctx context.Context) {
 	}
 	for _, dir := range dirs {
 		run(func() { t.refreshList(ctx, dir) })
+	}
+	if rootDue {
+		run(func() { t.refreshRoot(ctx, rootETag, rootGen) }) // root.go
 	}
 	wg.Wait()
 }

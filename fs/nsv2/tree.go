@@ -49,20 +49,15 @@ import (
 // directory other than the root added under a create lease (lease.go), a
 // directory moved across directories through the moves log (moves.go),
 // and link, which makes a node of several names whose attributes and
-// count of names are its inode object's (inode.go).
+// count of names are its inode object's (inode.go). The root has no name:
+// its attributes are an object of their own, ns2/root, read and changed
+// as a name's (root.go); its fragment count is Config's. A directory's
+// fragment count is its parent's when made, and set on an empty one with
+// user.ckptfs.fragments under its create leases (frags.go).
 //
 // What is not here yet, and what it answers instead (never a silent wrong
 // answer):
 //
-//   - The root has no dentry: its attributes are Config's, and it cannot be
-//     changed (chmod, setxattr of the root: ErrNotSupported); the volume's
-//     descriptor does not hold them yet (ckptfs format -o namespace=v2
-//     makes the root 0755, owned by 0:0, of one fragment).
-//   - A directory's fragment count is its parent's (the root's is
-//     Config.RootFrags); user.ckptfs.fragments, which sets it on an empty
-//     directory, answers ErrNotSupported: it must be set under the
-//     directory's create leases, so that no name lands meanwhile, and
-//     setXattr does not take them yet.
 //   - A directory's Nlink is 1 and its times are those it was made or set
 //     with (section 4 gives it the newest Last-Modified of its names as the
 //     last listing saw it: a later step).
@@ -94,7 +89,7 @@ type Tree struct {
 	log       *zap.Logger
 	now       func() time.Time
 	rootFrags uint32
-	rootNode  namespace.Node
+	rootDef   *Attrs // the root's attributes while none are stored (root.go)
 	parallel  int
 
 	inoMu     sync.Mutex
@@ -120,6 +115,7 @@ type Tree struct {
 	large   map[namespace.Ino]bool       // GUARDED_BY(mu): directories a miss does not list
 	hot     map[nameKey]useSpan          // GUARDED_BY(mu): names used lately (refresh.go)
 	hotDirs map[namespace.Ino]useSpan    // GUARDED_BY(mu): listings used lately
+	rootSt  rootState                    // GUARDED_BY(mu): the root's attributes (root.go)
 	closed  bool                         // GUARDED_BY(mu)
 	gap     gapState                     // GUARDED_BY(mu): gap.go
 	calls   sync.WaitGroup               // calls in flight, for Close
@@ -180,7 +176,7 @@ var (
 )
 
 // FragmentsXattr is the attribute that sets a directory's fragment count
-// (section 3), refused until it is set under the create leases.
+// (section 3; frags.go).
 const FragmentsXattr = "user.ckptfs.fragments"
 
 // Config is what a Tree is made with.
@@ -196,8 +192,8 @@ type Config struct {
 	// RootFrags is the root's fragment count (a power of two, 1 to
 	// MaxFrags; 0 is 1).
 	RootFrags uint32
-	// RootMode and RootOwner are the root's attributes (RootMode 0 is
-	// 0o755).
+	// RootMode and RootOwner are the root's attributes while the volume
+	// stores none (root.go; RootMode 0 is 0o755).
 	RootMode  uint32
 	RootOwner namespace.Owner
 	// Now is the clock of the times of changes; nil is time.Now. StoreNow
@@ -285,9 +281,7 @@ func Open(cfg Config) (*Tree, error) {
 	t := &Tree{
 		p: New(cfg.Store, cfg.Root, cfg.StoreNow), st: cfg.Store, root: cfg.Root, mount: cfg.Mount,
 		log: cfg.Log, now: cfg.Now, rootFrags: cfg.RootFrags, parallel: cfg.Parallel,
-		rootNode: namespace.Node{Ino: namespace.RootIno, Kind: namespace.KindDir, Mode: cfg.RootMode,
-			Uid: cfg.RootOwner.Uid, Gid: cfg.RootOwner.Gid, Nlink: 1, AtimeNs: t0, MtimeNs: t0, CtimeNs: t0,
-			Parent: namespace.RootIno},
+		rootDef:   &Attrs{Mode: cfg.RootMode, Uid: cfg.RootOwner.Uid, Gid: cfg.RootOwner.Gid, Atime: t0, Mtime: t0, Ctime: t0},
 		nextBatch: cfg.FirstBatch,
 		clock:     cfg.Clock,
 		ttl:       cfg.TTL,
@@ -573,7 +567,11 @@ func (t *Tree) GetNode(ctx context.Context, ino namespace.Ino) (namespace.Node, 
 	}
 	defer t.calls.Done()
 	if ino == namespace.RootIno {
-		return t.rootNode, nil
+		a, err := t.rootAttrs(ctx)
+		if err != nil {
+			return namespace.Node{}, err
+		}
+		return rootNodeOf(a), nil
 	}
 	e, err := t.current(ctx, ino)
 	if err != nil {
@@ -909,7 +907,7 @@ func (t *Tree) ReadDirAfter(ctx context.Context, dir namespace.Ino, cookie uint6
 // again when stale): of a named node, or of an orphan.
 func (t *Tree) attrsOf(ctx context.Context, ino namespace.Ino) (*Attrs, error) {
 	if ino == namespace.RootIno {
-		return &Attrs{}, nil // the root has no extended attributes
+		return t.rootAttrs(ctx)
 	}
 	e, err := t.current(ctx, ino)
 	if err != nil {
@@ -959,6 +957,9 @@ func (t *Tree) GetXattr(ctx context.Context, ino namespace.Ino, name string) ([]
 	defer t.calls.Done()
 	if err := checkXattrName(name); err != nil {
 		return nil, err
+	}
+	if name == FragmentsXattr {
+		return t.fragsOf(ctx, ino) // frags.go
 	}
 	a, err := t.attrsOf(ctx, ino)
 	if err != nil {

@@ -259,9 +259,16 @@ func TestTreeOps(t *testing.T) {
 			return err
 		}, want: namespace.ErrInvalid},
 		{name: "setattr of the root", run: func(ns namespace.Names, _ fixture) error {
-			_, err := ns.SetAttr(ctx, namespace.RootIno, namespace.SetAttr{Mode: mode(0o700)})
+			n, err := ns.SetAttr(ctx, namespace.RootIno, namespace.SetAttr{Mode: mode(0o1777), Uid: &owner.Uid})
+			if err == nil && (n.Ino != namespace.RootIno || n.Kind != namespace.KindDir || n.Mode != 0o1777 || n.Uid != owner.Uid || n.Gid != 0) {
+				t.Errorf("root after setattr %+v", n)
+			}
 			return err
-		}, want: namespace.ErrNotSupported},
+		}, check: func(t *testing.T, ns namespace.Names, _ fixture) {
+			if n := must(ns.GetNode(ctx, namespace.RootIno))(t); n.Mode != 0o1777 || n.Uid != owner.Uid {
+				t.Errorf("root %+v", n)
+			}
+		}},
 		{name: "setattr of a node never seen", run: func(ns namespace.Names, _ fixture) error {
 			_, err := ns.SetAttr(ctx, 1<<50, namespace.SetAttr{Mode: mode(0o700)})
 			return err
@@ -276,9 +283,9 @@ func TestTreeOps(t *testing.T) {
 		{name: "setxattr outside user.", run: func(ns namespace.Names, fx fixture) error {
 			return ns.SetXattr(ctx, fx.f.Ino, "trusted.a", []byte("v"), 0)
 		}, want: namespace.ErrNotSupported},
-		{name: "setxattr of the fragment count: step 4", run: func(ns namespace.Names, fx fixture) error {
+		{name: "setxattr of the fragment count of a directory with names", run: func(ns namespace.Names, fx fixture) error {
 			return ns.SetXattr(ctx, fx.d.Ino, FragmentsXattr, []byte("16"), 0)
-		}, want: namespace.ErrNotSupported},
+		}, want: namespace.ErrNotEmpty},
 		{name: "setxattr too big", run: func(ns namespace.Names, fx fixture) error {
 			return ns.SetXattr(ctx, fx.f.Ino, "user.a", make([]byte, namespace.MaxXattrValueLen+1), 0)
 		}, want: namespace.ErrTooBig},

@@ -131,7 +131,7 @@ func (t *Tree) runChange(ctx context.Context, tx string, ops []Op, held []Held, 
 		return cause
 	}
 	if sealDir != 0 {
-		empty, err := t.sealEmpty(ctx, tx, sealDir, sealFrags)
+		empty, err := t.sealEmpty(ctx, tx, sealDir, sealFrags, fragsSet(ops, sealDir))
 		switch {
 		case err != nil:
 			return nil, abort(err)
@@ -395,7 +395,7 @@ func (t *Tree) renameTry(ctx context.Context, oldDir namespace.Ino, oldName stri
 			}
 		}
 		if oldDir != newDir && !exchange {
-			if err := t.leaseFor(ctx, newDir); err != nil {
+			if err := t.leaseFor(ctx, newDir, nfr); err != nil {
 				return namespace.Node{}, err
 			}
 		}

@@ -74,7 +74,7 @@ func (t *Tree) bindNewTry(ctx context.Context, parent namespace.Ino, name string
 	if err != nil {
 		return namespace.Node{}, err
 	}
-	if err := t.leaseFor(ctx, parent); err != nil {
+	if err := t.leaseFor(ctx, parent, frags); err != nil {
 		return namespace.Node{}, err
 	}
 	ino, err := t.allocIno(ctx)
@@ -347,7 +347,7 @@ func (t *Tree) rewrite(ctx context.Context, ino namespace.Ino, change func(a *At
 
 func (t *Tree) rewriteTry(ctx context.Context, ino namespace.Ino, change func(a *Attrs) error) (namespace.Node, error) {
 	if ino == namespace.RootIno {
-		return namespace.Node{}, fmt.Errorf("the root's attributes come with the volume's descriptor, not yet: %w", namespace.ErrNotSupported)
+		return t.rewriteRoot(ctx, change) // root.go
 	}
 	e, err := t.current(ctx, ino)
 	if err != nil {
@@ -494,7 +494,7 @@ func (t *Tree) setXattr(ctx context.Context, ino namespace.Ino, name string, val
 	}
 	switch {
 	case name == FragmentsXattr:
-		return fmt.Errorf("a directory's fragment count is set under its create leases, not yet: %w", namespace.ErrNotSupported)
+		return t.setFrags(ctx, ino, value) // frags.go; flags do not apply: it always exists
 	case flags&^(namespace.XattrCreate|namespace.XattrReplace) != 0 || flags == namespace.XattrCreate|namespace.XattrReplace:
 		return fmt.Errorf("xattr flags %#x: %w", flags, namespace.ErrInvalid)
 	case len(value) > namespace.MaxXattrValueLen:
@@ -541,6 +541,9 @@ func (t *Tree) RemoveXattr(ctx context.Context, ino namespace.Ino, name string) 
 	defer t.calls.Done()
 	if err := checkXattrName(name); err != nil {
 		return fmt.Errorf("removexattr %q of %d: %w", name, ino, err)
+	}
+	if name == FragmentsXattr {
+		return fmt.Errorf("removexattr %q of %d: a fragment count is set, not removed: %w", name, ino, namespace.ErrNotPermitted)
 	}
 	now := t.now().UnixNano()
 	_, err := t.rewrite(ctx, ino, func(a *Attrs) error {

@@ -445,9 +445,9 @@ func (tr *trimmer) leases(ctx context.Context) error {
 	return nil
 }
 
-// removedDir says whether dir's removal committed: its seal is there, and
-// its change's decision is commit (the trim keeps the decision a seal
-// names, sealTxs).
+// removedDir says whether dir's removal committed: its seal is there, a
+// removal's, and its change's decision is commit (the trim keeps the
+// decision a seal names, sealTxs).
 func (tr *trimmer) removedDir(ctx context.Context, dir namespace.Ino) (bool, error) {
 	key, err := SealKey(tr.root, dir)
 	if err != nil {
@@ -471,7 +471,9 @@ func (tr *trimmer) removedDir(ctx context.Context, dir namespace.Ino) (bool, err
 	case err != nil:
 		return false, err
 	}
-	return x.Outcome == Commit, nil
+	// A change of the fragment count committed leaves the directory live
+	// (frags.go): its leases are their holders'.
+	return x.Outcome == Commit && s.Frags == 0, nil
 }
 
 // sealTxs is the change of each seal: their decisions stay. A seal reads

@@ -50,10 +50,12 @@ type linked struct {
 // plan is the v1 state as v2 dentries and inode objects, or why it cannot
 // be.
 type plan struct {
-	names    []item
-	inodes   []linked
-	rootLeft []string
-	refused  *RefusedError
+	names  []item
+	inodes []linked
+	// root is the root's attributes, as v2 keeps them (ns2/root), its
+	// change id left to the writer.
+	root    *nsv2.RootAttrs
+	refused *RefusedError
 }
 
 // RefusedError says what of the v1 state namespace v2 cannot hold yet;
@@ -99,8 +101,11 @@ func makePlan(ctx context.Context, ns namespace.Names, root string) (*plan, erro
 	if err != nil {
 		return nil, fmt.Errorf("upgrade: read the root: %w", err)
 	}
-	if p.rootLeft, err = rootLeft(ctx, ns, rootNode); err != nil {
+	if p.root, err = rootAttrs(ctx, ns, rootNode); err != nil {
 		return nil, err
+	}
+	if _, err := nsv2.EncodeRoot(&nsv2.RootAttrs{Change: rootChangeID(""), Node: p.root.Node}); err != nil {
+		ref.Other = append(ref.Other, fmt.Sprintf("the root: %v", err))
 	}
 	orphans, err := ns.Orphans(ctx)
 	if err != nil {
@@ -245,24 +250,15 @@ func xattrs(ctx context.Context, ns namespace.Names, ino namespace.Ino) ([]nsv2.
 	return out, nil
 }
 
-// rootLeft lists what of v1's root differs from a v2 root (nsv2.Config's:
-// mode 0755, owner 0:0, no extended attributes), which v2 does not keep yet.
-func rootLeft(ctx context.Context, ns namespace.Names, r namespace.Node) ([]string, error) {
-	var out []string
-	if r.Mode != 0o755 {
-		out = append(out, fmt.Sprintf("mode %04o (v2's root is 0755)", r.Mode))
-	}
-	if r.Uid != 0 || r.Gid != 0 {
-		out = append(out, fmt.Sprintf("owner %d:%d (v2's root is 0:0)", r.Uid, r.Gid))
-	}
+// rootAttrs is v1's root r, with its extended attributes, as v2's root
+// object holds it: every attribute v1 keeps of the root.
+func rootAttrs(ctx context.Context, ns namespace.Names, r namespace.Node) (*nsv2.RootAttrs, error) {
 	xs, err := xattrs(ctx, ns, namespace.RootIno)
 	if err != nil {
 		return nil, fmt.Errorf("upgrade: read the root's attributes: %w", err)
 	}
-	for _, x := range xs {
-		out = append(out, fmt.Sprintf("extended attribute %q", string(x.Name)))
-	}
-	return out, nil
+	return &nsv2.RootAttrs{Node: nsv2.Attrs{Mode: r.Mode, Uid: r.Uid, Gid: r.Gid, Atime: r.AtimeNs, Mtime: r.MtimeNs,
+		Ctime: r.CtimeNs, MtimeSet: r.MtimeSetNs, Xattrs: xs}}, nil
 }
 
 // sameBinding says whether a and b bind the same node with the same

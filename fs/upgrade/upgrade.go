@@ -21,7 +21,8 @@
 //     newest v1 state for good; it is checked again (a mount may have made
 //     a hard link between step 2 and the fence: then the fence is removed
 //     and nothing else was written).
-//  4. Write every name of that state as a v2 dentry (nsv2.Names.Bind: PUT
+//  4. Write the root's attributes (see below), then every name of that
+//     state as a v2 dentry (nsv2.Names.Bind: PUT
 //     If-None-Match), Options.Parallel at once. Each name's change id is
 //     derived from the fence's id and the directory and name (the ino for
 //     an inode object), so a rerun finds its own dentry as Bind finds a lost answer's; one bound the
@@ -37,16 +38,19 @@
 // finishes the second: it reads the same state up to the fence, and writes
 // or finds every dentry. Run on the third it answers ErrAlreadyV2.
 //
-// What v2 does not keep yet: the root's mode, owner, times and extended
-// attributes (a v2 root is nsv2.Config's, 0755 owned by 0:0, until the
-// descriptor holds them). The upgrade carries the rest and reports what of
-// the root it left (Report.RootLeft).
+// The root's mode, owner, times and extended attributes are carried too,
+// as v2's root object (nsv2.RootAttrs, ns2/root), written in step 4 before
+// the names, If-None-Match, with a change id derived from the fence's: a
+// rerun finds it written; one holding other attributes (not this upgrade's)
+// is ErrConflict.
 package upgrade
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -106,8 +110,9 @@ type Report struct {
 	// Linked: nodes of several names (hard links) written as inode objects
 	// (or found written); their names are counted in Names.
 	Linked int
-	// RootLeft lists what of v1's root namespace v2 does not keep yet
-	// (its mode, owner, attributes differing from v2's root).
+	// RootLeft lists what of v1's root namespace v2 does not keep: nothing
+	// since v2 keeps the root's attributes (ns2/root, written by step 4);
+	// kept for the callers that print it.
 	RootLeft []string
 	// Descriptor is the volume's new descriptor.
 	Descriptor volume.Descriptor
@@ -174,7 +179,9 @@ func Upgrade(ctx context.Context, st staging.Store, root string, o Options) (*Re
 	if f == nil {
 		return nil, fmt.Errorf("upgrade: the namespace log is no longer fenced: %w", namespace.ErrCorrupt)
 	}
-	rep.RootLeft = p.rootLeft
+	if err := writeRoot(ctx, st, root, f.ID, p.root); err != nil {
+		return nil, err
+	}
 	if err := writeInodes(ctx, st, root, f.ID, p.inodes, o, rep); err != nil {
 		return nil, err
 	}
@@ -215,6 +222,49 @@ func inodeChangeID(fence string, ino namespace.Ino) string {
 	h := sha256.New()
 	fmt.Fprintf(h, "ckptfs upgrade inode\x00%s\x00%016x", fence, uint64(ino))
 	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// rootChangeID is the change id of the root's attributes for the upgrade
+// of fence: the same in every run.
+func rootChangeID(fence string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "ckptfs upgrade root\x00%s", fence)
+	return hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// writeRoot stores the root's attributes r (its change id set here)
+// If-None-Match. Refused, or failed, it reads the key: an object there
+// with r's attributes (by any change id) is r written; another is
+// ErrConflict; none after a failure is the failure. Before the descriptor
+// is replaced no v2 mount changes the root, so an object with other
+// attributes is not this upgrade's.
+func writeRoot(ctx context.Context, st staging.Store, root, fence string, r *nsv2.RootAttrs) error {
+	w := *r
+	w.Change = rootChangeID(fence)
+	body, err := nsv2.EncodeRoot(&w)
+	if err != nil {
+		return fmt.Errorf("upgrade: the root's attributes: %w", err)
+	}
+	key := nsv2.RootKey(root)
+	_, perr := st.Put(ctx, key, body, staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true}})
+	if perr == nil {
+		return nil
+	}
+	cur, _, gerr := nsv2.ReadRoot(ctx, st, root)
+	switch {
+	case gerr != nil:
+		return fmt.Errorf("upgrade: write the root's attributes: %w (not known whether stored: reading it back: %v)", perr, gerr)
+	case cur == nil:
+		return fmt.Errorf("upgrade: write the root's attributes: %w", perr)
+	}
+	ca, cb := *cur, w
+	ca.Change, cb.Change = "", ""
+	ja, err1 := json.Marshal(&ca)
+	jb, err2 := json.Marshal(&cb)
+	if err1 != nil || err2 != nil || !bytes.Equal(ja, jb) {
+		return fmt.Errorf("upgrade: %s: %w: the root's attributes differ from v1's", staging.TruncKey(key), ErrConflict)
+	}
+	return nil
 }
 
 // writeInodes writes the inode object of every node of several names,

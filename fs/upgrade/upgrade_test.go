@@ -78,6 +78,12 @@ func v1Volume(t testing.TB) (*mem.Store, *namespace.Namespace) {
 	must(ns.Link(ctx, files[3].Ino, d.Ino, "hard2"))
 	lmode, lgid, lt := uint32(0o640), uint32(50), time.Unix(1_400_000_000, 9)
 	must(ns.SetAttr(ctx, files[3].Ino, namespace.SetAttr{Mode: &lmode, Gid: &lgid, Mtime: &lt}))
+	// The root's attributes, which v2 keeps in an object of their own.
+	rmode, ruid, rt := uint32(0o1777), uint32(1000), time.Unix(1_300_000_000, 11)
+	must(ns.SetAttr(ctx, namespace.RootIno, namespace.SetAttr{Mode: &rmode, Uid: &ruid, Mtime: &rt}))
+	if err := ns.SetXattr(ctx, namespace.RootIno, "user.root", []byte("r"), 0); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range files {
 		for _, name := range []string{"inode", "0000000001.0"} {
 			if _, err := st.Put(ctx, volume.FilePrefix(root, f.FileID)+name, []byte("data of "+f.FileID+name), staging.PutOptions{}); err != nil {
@@ -97,6 +103,32 @@ func walk(t testing.TB, ns namespace.Names) view {
 	t.Helper()
 	ctx := context.Background()
 	out := view{}
+	node := func(p string, n namespace.Node) {
+		xs, err := ns.ListXattr(ctx, n.Ino)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sort.Strings(xs)
+		var xv []string
+		for _, x := range xs {
+			v, err := ns.GetXattr(ctx, n.Ino, x)
+			if err != nil {
+				t.Fatal(err)
+			}
+			xv = append(xv, fmt.Sprintf("%q=%q", x, v))
+		}
+		nl := ""
+		if n.Kind != namespace.KindDir {
+			nl = fmt.Sprintf(" nlink=%d", n.Nlink)
+		}
+		out[p] = fmt.Sprintf("ino=%d kind=%v%s mode=%o uid=%d gid=%d at=%d mt=%d ct=%d ms=%d file=%s target=%q dev=%d:%d x=%v",
+			n.Ino, n.Kind, nl, n.Mode, n.Uid, n.Gid, n.AtimeNs, n.MtimeNs, n.CtimeNs, n.MtimeSetNs, n.FileID, n.Target, n.Major, n.Minor, xv)
+	}
+	r, err := ns.GetNode(ctx, namespace.RootIno)
+	if err != nil {
+		t.Fatalf("the root: %v", err)
+	}
+	node("/", r)
 	var rec func(dir namespace.Ino, path string)
 	rec = func(dir namespace.Ino, path string) {
 		ents, err := ns.ReadDir(ctx, dir)
@@ -112,25 +144,7 @@ func walk(t testing.TB, ns namespace.Names) view {
 			if n.Ino != de.Ino || n.Kind != de.Kind {
 				t.Fatalf("%s: listed as %d %v, looked up as %d %v", p, de.Ino, de.Kind, n.Ino, n.Kind)
 			}
-			xs, err := ns.ListXattr(ctx, n.Ino)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sort.Strings(xs)
-			var xv []string
-			for _, x := range xs {
-				v, err := ns.GetXattr(ctx, n.Ino, x)
-				if err != nil {
-					t.Fatal(err)
-				}
-				xv = append(xv, fmt.Sprintf("%q=%q", x, v))
-			}
-			nl := ""
-			if n.Kind != namespace.KindDir {
-				nl = fmt.Sprintf(" nlink=%d", n.Nlink)
-			}
-			out[p] = fmt.Sprintf("ino=%d kind=%v%s mode=%o uid=%d gid=%d at=%d mt=%d ct=%d ms=%d file=%s target=%q dev=%d:%d x=%v",
-				n.Ino, n.Kind, nl, n.Mode, n.Uid, n.Gid, n.AtimeNs, n.MtimeNs, n.CtimeNs, n.MtimeSetNs, n.FileID, n.Target, n.Major, n.Minor, xv)
+			node(p, n)
 			if n.Kind == namespace.KindDir {
 				rec(n.Ino, p)
 			}
@@ -206,7 +220,7 @@ func TestUpgrade(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Upgrade: %v", err)
 	}
-	if rep.Names != len(before) || rep.Dirs != 2 || rep.Files != 7 || rep.Symlinks != 2 || rep.Others != 4 || rep.Linked != 1 || rep.Resumed || len(progress) != len(before) {
+	if rep.Names != len(before)-1 || rep.Dirs != 2 || rep.Files != 7 || rep.Symlinks != 2 || rep.Others != 4 || rep.Linked != 1 || rep.Resumed || len(progress) != len(before)-1 {
 		t.Fatalf("report %+v (progress %d calls), want %d names", rep, len(progress), len(before))
 	}
 	if len(rep.RootLeft) != 0 {
@@ -329,24 +343,65 @@ func checkLinked(t *testing.T, st staging.Store, tree namespace.Names) {
 	}
 }
 
-// TestUpgradeRootLeft: what of v1's root v2 does not keep is reported.
-func TestUpgradeRootLeft(t *testing.T) {
+// TestUpgradeRoot: v1's root's attributes are v2's root object's after
+// the upgrade (TestUpgrade compares them through a v2 mount), which a v2
+// mount then changes; a root object with other attributes is ErrConflict,
+// the descriptor left at v1; one with the same under another change id
+// counts as written.
+func TestUpgradeRoot(t *testing.T) {
 	ctx := context.Background()
-	st, ns := v1Volume(t)
-	mode, uid := uint32(0o700), uint32(1000)
-	if _, err := ns.SetAttr(ctx, namespace.RootIno, namespace.SetAttr{Mode: &mode, Uid: &uid}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ns.SetXattr(ctx, namespace.RootIno, "user.r", []byte("1"), 0); err != nil {
-		t.Fatal(err)
-	}
-	ns.Close()
-	rep, err := Upgrade(ctx, st, root, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.Join(rep.RootLeft, "; "); got != `mode 0700 (v2's root is 0755); owner 1000:0 (v2's root is 0:0); extended attribute "user.r"` {
-		t.Fatalf("root left: %q", got)
+	for _, c := range []struct {
+		name string
+		mode uint32
+		want error
+	}{{"none", 0, nil}, {"other attributes", 0o700, ErrConflict}, {"same attributes", 0o1777, nil}} {
+		t.Run(c.name, func(t *testing.T) {
+			st, ns := v1Volume(t)
+			r, err := ns.GetNode(ctx, namespace.RootIno)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ra, err := rootAttrs(ctx, ns, r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ns.Close()
+			if c.mode != 0 {
+				ra.Change, ra.Node.Mode = changeID("someone else", 0, ""), c.mode
+				body, err := nsv2.EncodeRoot(ra)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := st.Put(ctx, nsv2.RootKey(root), body, staging.PutOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err = Upgrade(ctx, st, root, Options{})
+			if c.want != nil {
+				if !errors.Is(err, c.want) {
+					t.Fatalf("Upgrade: %v; want %v", err, c.want)
+				}
+				if d, err := volume.ReadDescriptor(ctx, st, root); err != nil || d.NamespaceVersion() == config.NamespaceV2 {
+					t.Fatalf("descriptor after a conflict: %+v, %v", d, err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Upgrade: %v", err)
+			}
+			v2 := openV2(t, st)
+			got, err := v2.GetNode(ctx, namespace.RootIno)
+			if err != nil || got.Mode != 0o1777 || got.Uid != 1000 || got.MtimeNs != r.MtimeNs {
+				t.Fatalf("the root after the upgrade: %+v, %v; v1's %+v", got, err, r)
+			}
+			uid := uint32(0)
+			if _, err := v2.SetAttr(ctx, namespace.RootIno, namespace.SetAttr{Uid: &uid}); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := openV2(t, st).GetNode(ctx, namespace.RootIno); err != nil || got.Uid != 0 || got.Mode != 0o1777 {
+				t.Fatalf("the root after a chown on v2: %+v, %v", got, err)
+			}
+		})
 	}
 }
 
