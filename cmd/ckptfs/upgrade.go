@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -124,9 +123,6 @@ func upgradeStore(sctx, ctx context.Context, st staging.Store, root string, d vo
 	}
 	fmt.Fprintf(stdout, "%s %s to namespace v2: %d names (%d directories, %d files, %d symlinks, %d others)%s; the v1 log ends at entry %d, its fence\n",
 		how, redactStore(spec), rep.Names, rep.Dirs, rep.Files, rep.Symlinks, rep.Others, linked, rep.Fence)
-	if len(rep.RootLeft) > 0 {
-		fmt.Fprintf(stdout, "not kept of the root directory, which namespace v2 does not hold yet: %s\n", strings.Join(rep.RootLeft, ", "))
-	}
 	fmt.Fprintln(stdout, "v1 mounts of the volume fail every change now: unmount them and mount the volume again")
 	return nil
 }

@@ -110,10 +110,6 @@ type Report struct {
 	// Linked: nodes of several names (hard links) written as inode objects
 	// (or found written); their names are counted in Names.
 	Linked int
-	// RootLeft lists what of v1's root namespace v2 does not keep: nothing
-	// since v2 keeps the root's attributes (ns2/root, written by step 4);
-	// kept for the callers that print it.
-	RootLeft []string
 	// Descriptor is the volume's new descriptor.
 	Descriptor volume.Descriptor
 }

@@ -38,9 +38,10 @@ type NamesOptions struct {
 
 // OpenNames opens the namespace of the volume at root whose descriptor is
 // d: v1's log (namespace.Open, which reads it whole) or v2's Tree
-// (nsv2.Open, which reads nothing until asked). A v2 Tree's root is
-// nsv2.Config's default for now: mode 0755, owned by uid and gid 0 (as v1's
-// root starts), one fragment.
+// (nsv2.Open, which reads nothing until asked). A v2 Tree's root has the
+// attributes of its object (ns2/root), or nsv2.Config's defaults while none
+// is stored: mode 0755, owned by uid and gid 0 (as v1's root starts), one
+// fragment.
 func OpenNames(ctx context.Context, st staging.Store, root string, d Descriptor, o NamesOptions) (namespace.Names, error) {
 	switch d.NamespaceVersion() {
 	case config.NamespaceV2:
