@@ -12,6 +12,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/fs/upload"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -44,8 +45,10 @@ import (
 // since it was placed (its gen: every change goes through touchLocked).
 //
 // At most segment_mpu_max_concurrency tasks run (pieces, tails, completions,
-// aborts); more wait in a queue. A completion whose answer was lost is
-// checked as the flush checks its own (checkLanded). A failure while blocks
+// aborts); more wait in a queue. Their requests are the file's uploader's
+// (package fs/upload: the multipart calls, the check of a completion whose
+// answer was lost, the aborts), under the cap it shares with the flush's
+// own uploads. A failure while blocks
 // are placed in an object (a source by reference that fails) gives the
 // object up: blocks placed with no bytes sent must never complete it.
 
@@ -62,10 +65,9 @@ const (
 type streamObj struct {
 	name       segment.ObjectName
 	cls        class
-	whole      bool // sent in one request
-	uploadID   string
-	writeID    string // the write id the multipart upload was created with
-	bytes      int64  // bytes handed to its parts so far
+	whole      bool              // sent in one request
+	up         *upload.Multipart // the upload of an object not sent whole, once created
+	bytes      int64             // bytes handed to its parts so far
 	fbns       []uint64
 	gens       []uint64 // each slot's block's gen when placed
 	summary    []segment.SummaryEntry
@@ -112,7 +114,8 @@ type sendResult struct {
 // results in. Fields are GUARDED_BY(f.mu) except f, ctx, cancel, wg and done,
 // which are set once, and requests, which is atomic. Its methods are called
 // with f.mu held exclusively (they change f's dirty tier and map, which are
-// File's), but for createObject, which upload tasks run without it.
+// File's); the upload tasks it starts run without it and touch only what
+// their closures captured.
 type sender struct {
 	f      *File
 	ctx    context.Context // uploads outlive the call that started them
@@ -208,7 +211,6 @@ type queuedTask struct {
 // counts against the cap.
 func (s *sender) spawn(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
 	f := s.f
-	s.requests.Add(1) // every task makes one request (more only when it fails)
 	o.pending++
 	if s.inflight >= f.p.Concurrency {
 		s.queued = append(s.queued, queuedTask{o: o, kind: kind, run: run})
@@ -340,7 +342,6 @@ func (s *sender) handleResultLocked(ctx context.Context, r sendResult) {
 
 // advanceLocked moves an object along once its tasks are in.
 func (s *sender) advanceLocked(ctx context.Context, o *streamObj) {
-	f := s.f
 	if o.finished || o.pending > 0 {
 		return
 	}
@@ -348,28 +349,20 @@ func (s *sender) advanceLocked(ctx context.Context, o *streamObj) {
 	case o.complete:
 		s.completedLocked(o)
 	case o.failed != nil:
-		if !o.whole && o.uploadID != "" && !o.aborting {
+		if !o.whole && o.up != nil && !o.aborting {
 			o.aborting = true
-			key, id := f.key(o.name), o.uploadID
+			up := o.up
 			s.spawn(o, taskAbort, func(ctx context.Context) sendResult {
-				return sendResult{err: f.st.AbortMultipart(ctx, key, id)}
+				up.Abort(&s.requests)
+				return sendResult{}
 			})
 			return
 		}
 		s.failedLocked(o)
 	case o.closed && !o.whole:
-		key, id := f.key(o.name), o.uploadID
-		parts := slices.Clone(o.parts)
-		wid, size := o.writeID, o.bytes
+		up, parts, size := o.up, slices.Clone(o.parts), o.bytes
 		s.spawn(o, taskComplete, func(ctx context.Context) sendResult {
-			_, err := f.st.CompleteMultipart(ctx, key, id, parts, staging.Conditions{IfNoneMatch: true})
-			if err != nil {
-				// A lost answer is resolved as the flush resolves its own.
-				var c flushCounters
-				err = f.checkLanded(ctx, key, wid, size, fmt.Errorf("complete upload of %s: %w", key, err), &c)
-				s.requests.Add(c.requests.Load())
-			}
-			return sendResult{err: err}
+			return sendResult{err: up.Complete(ctx, parts, size, &s.requests)}
 		})
 	}
 }
@@ -580,7 +573,6 @@ func (s *sender) stop() {
 	if s == nil {
 		return
 	}
-	f := s.f
 	s.cancel()
 	// Queued tasks run too, with the cancelled context: they fail at once
 	// and return the budget and buffers they hold. Their results are taken
@@ -610,9 +602,8 @@ func (s *sender) stop() {
 	}
 	s.inflight = 0
 	for o := range s.objs {
-		if !o.whole && o.uploadID != "" && !o.complete {
-			var c flushCounters
-			f.abort(f.key(o.name), o.uploadID, &c)
+		if !o.whole && o.up != nil && !o.complete {
+			o.up.Abort(&s.requests) // once: not again if its task did
 		}
 	}
 	s.objs = make(map[*streamObj]struct{})
@@ -665,13 +656,11 @@ func (s *sender) resetLocked(ctx context.Context) {
 	if s == nil {
 		return
 	}
-	f := s.f
 	_ = s.drainLocked(ctx)
 	s.rethrowLocked()
 	for c, o := range s.open {
-		if o != nil && o.uploadID != "" {
-			var fc flushCounters
-			f.abort(f.key(o.name), o.uploadID, &fc)
+		if o != nil && o.up != nil {
+			o.up.Abort(&s.requests)
 		}
 		s.open[c] = nil
 	}

@@ -353,7 +353,9 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 	key := f.key(o.name)
 	s.spawn(o, taskWhole, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
-		kept, err := s.createObject(ctx, key, body)
+		// One request, the body given up: a store that keeps bodies
+		// (memory) keeps it instead of copying it.
+		kept, err := f.up.PutGiven(ctx, key, body, &s.requests)
 		free(body, kept)
 		return sendResult{err: err}
 	})
@@ -384,23 +386,6 @@ func (s *sender) wholeArenaLocked(blocks []uint64) (*arena, int) {
 		return nil, cut
 	}
 	return a, cut
-}
-
-// createObject stores a whole object with If-None-Match, telling a lost
-// answer from a name taken by another writer. The body is given up: kept
-// tells whether the store holds it (then it is never reused).
-func (s *sender) createObject(ctx context.Context, key string, body []byte) (bool, error) {
-	f := s.f
-	id := newWriteID()
-	_, kept, err := staging.PutGiven(ctx, f.st, key, body, staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true},
-		Metadata: map[string]string{writeIDMeta: id}})
-	if err == nil {
-		return kept, nil
-	}
-	var c flushCounters
-	err = f.checkLanded(ctx, key, id, int64(len(body)), fmt.Errorf("put %s: %w", key, err), &c)
-	s.requests.Add(c.requests.Load())
-	return kept, err
 }
 
 // sendPieceLocked places one piece's worth of blocks into the open object
@@ -462,16 +447,14 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 			last = true
 		}
 		n, added = fit, add
-		o.writeID = newWriteID()
-		id, err := f.st.CreateMultipart(ctx, f.key(o.name), staging.PutOptions{
-			Metadata: map[string]string{writeIDMeta: o.writeID}})
+		up, err := f.up.Create(ctx, f.key(o.name), &s.requests)
 		if err != nil {
 			// Nothing was placed: the blocks stay unsent, and the flush or
 			// the dirty limit takes them.
 			delete(s.objs, o)
-			return 0, fmt.Errorf("send ahead %s: %w", f.key(o.name), err)
+			return 0, fmt.Errorf("send ahead: %w", err)
 		}
-		o.uploadID = id
+		o.up = up
 		s.open[c] = o
 	}
 	held := int64(n) * int64(f.bs)
@@ -527,7 +510,7 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 	o.parts = append(o.parts, staging.CompletedPart{})
 	o.bytes += int64(len(buf))
 	part := int32(len(o.parts))
-	key, id := f.key(o.name), o.uploadID
+	up := o.up
 	bs := int64(f.bs)
 	s.spawn(o, taskPiece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
@@ -541,7 +524,7 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 		}
 		// The piece is given up: a store that keeps bodies (memory) keeps
 		// it instead of copying it.
-		r.etag, kept, r.err = staging.UploadPartGiven(ctx, f.st, key, id, part, buf)
+		r.etag, kept, r.err = up.PartGiven(ctx, part, buf, &s.requests)
 		return r
 	})
 	if o.n() >= int((s.target()-segment.HeaderSize)/int64(f.bs)) {
@@ -626,11 +609,11 @@ func (s *sender) finishLocked(ctx context.Context, o *streamObj, data []byte, he
 	o.parts = append(o.parts, staging.CompletedPart{})
 	o.bytes += int64(len(body))
 	part := int32(len(o.parts))
-	key, id := f.key(o.name), o.uploadID
+	up := o.up
 	s.spawn(o, taskPiece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
 		defer freePiece(body)
-		etag, err := f.st.UploadPart(ctx, key, id, part, body)
+		etag, err := up.Part(ctx, part, body, &s.requests)
 		return sendResult{part: part, etag: etag, err: err}
 	})
 	// Closed only now: the completion must wait for the tail part, which is

@@ -1,0 +1,5 @@
+package upload
+
+// SetWaiting makes u call f whenever a request finds every slot taken,
+// before it waits for one; held is how many slots are taken.
+func SetWaiting(u *Uploader, f func(held int)) { u.waiting = f }
