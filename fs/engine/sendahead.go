@@ -4,9 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/zeebo/xxh3"
@@ -44,11 +42,12 @@ import (
 // complete, if its pointer is still where it was sent and it has not changed
 // since it was placed (its gen: every change goes through touchLocked).
 //
-// At most segment_mpu_max_concurrency tasks run (pieces, tails, completions,
-// aborts); more wait in a queue. Their requests are the file's uploader's
-// (package fs/upload: the multipart calls, the check of a completion whose
-// answer was lost, the aborts), under the cap it shares with the flush's
-// own uploads. A failure while blocks
+// The tasks (pieces, tails, completions, aborts) run in the goroutines of
+// the file's uploader (package fs/upload: upload.Tasks), each holding one
+// of its segment_mpu_max_concurrency slots, the cap the flush's own uploads
+// share; more wait for a slot, in order. Their requests are the uploader's
+// (the multipart calls, the check of a completion whose answer was lost,
+// the aborts). A failure while blocks
 // are placed in an object (a source by reference that fails) gives the
 // object up: blocks placed with no bytes sent must never complete it.
 
@@ -111,25 +110,24 @@ type sendResult struct {
 
 // sender is the send-ahead part of a File: it chooses the unsent dirty
 // blocks, places them in objects, runs the upload tasks and takes their
-// results in. Fields are GUARDED_BY(f.mu) except f, ctx, cancel, wg and done,
+// results in. Fields are GUARDED_BY(f.mu) except f, ctx, cancel and tasks,
 // which are set once, and requests, which is atomic. Its methods are called
 // with f.mu held exclusively (they change f's dirty tier and map, which are
-// File's); the upload tasks it starts run without it and touch only what
-// their closures captured.
+// File's); the upload tasks it starts run without it, in the uploader's
+// goroutines (upload.Tasks), and touch only what their closures captured.
 type sender struct {
 	f      *File
 	ctx    context.Context // uploads outlive the call that started them
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	done   chan sendResult
+	tasks  *upload.Tasks[sendResult]
 
-	requests atomic.Int64 // requests started by tasks, for FlushTiming
+	requests atomic.Int64 // requests made by tasks, for FlushTiming
 
-	// inflight counts tasks running (each makes one request at a time): at
-	// most segment_mpu_max_concurrency; tasks spawned beyond it wait in
-	// queued, and start as running ones are taken in.
+	// inflight counts tasks started and not taken in. Each holds one of
+	// the uploader's segment_mpu_max_concurrency slots while it runs
+	// (those beyond wait for one); a writer places no more while inflight
+	// is at the cap (roomLocked).
 	inflight int
-	queued   []queuedTask
 	open     [nClasses]*streamObj
 	objs     map[*streamObj]struct{} // started, not finished
 	// unsent are the dirty blocks no object in flight holds.
@@ -162,7 +160,7 @@ func newSender(f *File) *sender {
 		f:      f,
 		ctx:    ctx,
 		cancel: cancel,
-		done:   make(chan sendResult, 4*f.p.Concurrency+8),
+		tasks:  upload.NewTasks[sendResult](f.up, ctx),
 		objs:   make(map[*streamObj]struct{}),
 		unsent: make(map[uint64]struct{}),
 	}
@@ -199,34 +197,17 @@ func (s *sender) touchLocked(d *dirtyBlock) {
 	}
 }
 
-// queuedTask is a task waiting for room under the concurrency cap.
-type queuedTask struct {
-	o    *streamObj
-	kind taskKind
-	run  func(ctx context.Context) sendResult
-}
-
-// spawn runs one upload task, owned by the sender, once fewer than
-// segment_mpu_max_concurrency run: every piece, tail, completion and abort
-// counts against the cap.
+// spawn runs one upload task of o, once a slot of the uploader's is free:
+// every piece, tail, completion and abort counts against the cap. Its
+// result comes back to takeInLocked, with o and kind (also after a panic).
 func (s *sender) spawn(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
-	f := s.f
 	o.pending++
-	if s.inflight >= f.p.Concurrency {
-		s.queued = append(s.queued, queuedTask{o: o, kind: kind, run: run})
-		return
-	}
-	s.start(o, kind, run)
-}
-
-// startQueuedLocked starts waiting tasks while there is room.
-func (s *sender) startQueuedLocked() {
-	f := s.f
-	for len(s.queued) > 0 && s.inflight < f.p.Concurrency {
-		q := s.queued[0]
-		s.queued = s.queued[1:]
-		s.start(q.o, q.kind, q.run)
-	}
+	s.inflight++
+	s.tasks.Go(sendResult{obj: o, kind: kind}, func(ctx context.Context, r *sendResult) {
+		v := run(ctx)
+		v.obj, v.kind = r.obj, r.kind
+		*r = v
+	})
 }
 
 // roomLocked waits until a request may start under the cap.
@@ -240,48 +221,18 @@ func (s *sender) roomLocked(ctx context.Context) error {
 	return nil
 }
 
-func (s *sender) start(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
-
-	s.inflight++
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		var r sendResult
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					r = sendResult{panic: p, stack: debug.Stack()}
-				}
-			}()
-			r = run(s.ctx)
-		}()
-		r.obj, r.kind = o, kind
-		s.done <- r
-	}()
-}
-
 // takeInLocked handles finished tasks: without wait, those already done;
 // with wait, at least one (if any is in flight).
 func (s *sender) takeInLocked(ctx context.Context, wait bool) error {
-
 	for s.inflight > 0 {
-		var r sendResult
-		if wait {
-			select {
-			case r = <-s.done:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			wait = false
-		} else {
-			select {
-			case r = <-s.done:
-			default:
-				return nil
-			}
+		res, ok, err := s.tasks.Next(ctx, wait)
+		if err != nil || !ok {
+			return err
 		}
+		wait = false
 		s.inflight--
-		s.startQueuedLocked()
+		r := res.Value
+		r.panic, r.stack = res.Panic, res.Stack
 		s.handleResultLocked(ctx, r)
 	}
 	return nil
@@ -353,7 +304,7 @@ func (s *sender) advanceLocked(ctx context.Context, o *streamObj) {
 			o.aborting = true
 			up := o.up
 			s.spawn(o, taskAbort, func(ctx context.Context) sendResult {
-				up.Abort(&s.requests)
+				up.Abort(ctx, &s.requests)
 				return sendResult{}
 			})
 			return
@@ -574,36 +525,13 @@ func (s *sender) stop() {
 		return
 	}
 	s.cancel()
-	// Queued tasks run too, with the cancelled context: they fail at once
-	// and return the budget and buffers they hold. Their results are taken
-	// while waiting, so none blocks on a full channel.
-	for _, q := range s.queued {
-		s.start(q.o, q.kind, q.run)
-	}
-	s.queued = nil
-	waited := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(waited)
-	}()
-	for {
-		select {
-		case r := <-s.done:
-			r.obj.pending--
-			continue
-		case <-waited:
-		}
-		break
-	}
-	// Every task sent its result before it was done: take in the rest.
-	for len(s.done) > 0 {
-		r := <-s.done
-		r.obj.pending--
-	}
+	// Tasks waiting for a slot run too, with the cancelled context: they
+	// fail at once and return the budget and buffers they hold.
+	s.tasks.Stop()
 	s.inflight = 0
 	for o := range s.objs {
 		if !o.whole && o.up != nil && !o.complete {
-			o.up.Abort(&s.requests) // once: not again if its task did
+			o.up.Abort(context.Background(), &s.requests) // once: not again if its task did
 		}
 	}
 	s.objs = make(map[*streamObj]struct{})
@@ -660,7 +588,7 @@ func (s *sender) resetLocked(ctx context.Context) {
 	s.rethrowLocked()
 	for c, o := range s.open {
 		if o != nil && o.up != nil {
-			o.up.Abort(&s.requests)
+			o.up.Abort(ctx, &s.requests)
 		}
 		s.open[c] = nil
 	}

@@ -25,7 +25,10 @@
 // wait for a slot, or for their context to end); a request never waits for
 // a second slot while it holds one, so uploads that share the cap cannot
 // wait on each other. Goroutines: Put's pieces run in goroutines that Put
-// waits for; Start runs a Put in a goroutine that Wait waits for.
+// waits for; Start runs a Put in a goroutine that Wait waits for; Tasks
+// (tasks.go) runs an owner's tasks, each holding one slot for its whole
+// run, and hands their results back to the owner, whose Stop waits for
+// them.
 package upload
 
 import (
@@ -110,6 +113,12 @@ type Uploader struct {
 	log   *zap.Logger
 	hooks Hooks
 	wg    sync.WaitGroup // Start's goroutines
+
+	// qmu guards queue: tasks (tasks.go) waiting for a slot, in order.
+	// A slot given back goes to the first of them before any other
+	// request; qmu is a leaf, held for no request.
+	qmu   sync.Mutex
+	queue []func()
 	// waiting, in tests, is called by a request that finds every slot
 	// taken (held of them), before it waits for one.
 	waiting func(held int)
@@ -124,6 +133,13 @@ func New(c Config) *Uploader {
 	return &Uploader{st: c.Store, slots: make(chan struct{}, max(c.Concurrency, 1)),
 		chunk: c.ChunkSize, log: log, hooks: c.Hooks}
 }
+
+// heldKey marks the context of a task (tasks.go), whose goroutine holds
+// a slot for its whole run: its requests take no other.
+type heldKey struct{}
+
+// holds tells whether ctx is a task's of u.
+func (u *Uploader) holds(ctx context.Context) bool { return ctx.Value(heldKey{}) == u }
 
 // acquire takes a slot, or fails when ctx ends first.
 func (u *Uploader) acquire(ctx context.Context) error {
@@ -146,11 +162,25 @@ func (u *Uploader) acquire(ctx context.Context) error {
 	}
 }
 
-func (u *Uploader) release() { <-u.slots }
+// release gives a slot back: to the first task waiting for one, if any.
+func (u *Uploader) release() {
+	u.qmu.Lock()
+	defer u.qmu.Unlock()
+	if len(u.queue) > 0 {
+		start := u.queue[0]
+		u.queue = u.queue[1:]
+		start() // the slot goes with it
+		return
+	}
+	<-u.slots
+}
 
 // one makes req (one request, or a few one after another: a request and
-// its lost-answer check) in a slot.
+// its lost-answer check) in a slot: the task's own, in a task.
 func (u *Uploader) one(ctx context.Context, req func() error) error {
+	if u.holds(ctx) {
+		return req()
+	}
 	if err := u.acquire(ctx); err != nil {
 		return err
 	}
@@ -239,11 +269,11 @@ func (u *Uploader) Put(ctx context.Context, key string, body Body, reqs *atomic.
 	}
 	wg.Wait()
 	if err := errors.Join(perr...); err != nil {
-		m.Abort(reqs)
+		m.Abort(ctx, reqs)
 		return err
 	}
 	if err := m.Complete(ctx, parts, size, reqs); err != nil {
-		m.Abort(reqs)
+		m.Abort(ctx, reqs)
 		return err
 	}
 	return nil
@@ -399,15 +429,16 @@ func (m *Multipart) Complete(ctx context.Context, parts []staging.CompletedPart,
 	})
 }
 
-// Abort discards the upload, once: a second call does nothing. It runs on
-// a context of its own, so that an upload whose context was cancelled is
-// still aborted, for abortTimeout at most. An abort that fails leaves the
-// upload for the cleaner: not an error of the caller's.
-func (m *Multipart) Abort(reqs *atomic.Int64) {
+// Abort discards the upload, once: a second call does nothing. It runs
+// even when ctx has ended (of ctx it keeps only its values), so that an
+// upload whose context was cancelled is still aborted, for abortTimeout at
+// most. An abort that fails leaves the upload for the cleaner: not an
+// error of the caller's.
+func (m *Multipart) Abort(ctx context.Context, reqs *atomic.Int64) {
 	if m.aborted.Swap(true) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), abortTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
 	defer cancel()
 	err := m.u.one(ctx, func() error {
 		count(reqs)

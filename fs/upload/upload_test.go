@@ -291,7 +291,7 @@ func TestMultipart(t *testing.T) {
 				}
 				e1, kept, err := m.PartGiven(ctx, 1, p1, &reqs)
 				if err != nil {
-					m.Abort(&reqs)
+					m.Abort(ctx, &reqs)
 					return staging.OpUploadPart, err
 				}
 				if !kept {
@@ -299,13 +299,13 @@ func TestMultipart(t *testing.T) {
 				}
 				e2, err := m.Part(ctx, 2, p2, &reqs)
 				if err != nil {
-					m.Abort(&reqs)
+					m.Abort(ctx, &reqs)
 					return staging.OpUploadPart, err
 				}
 				parts := []staging.CompletedPart{{Number: 1, ETag: e1}, {Number: 2, ETag: e2}}
 				if err := m.Complete(ctx, parts, int64(len(p1)+len(p2)), &reqs); err != nil {
-					m.Abort(&reqs)
-					m.Abort(&reqs) // once only
+					m.Abort(ctx, &reqs)
+					m.Abort(ctx, &reqs) // once only
 					return staging.OpCompleteMultipart, err
 				}
 				return staging.OpAny, nil
@@ -396,6 +396,10 @@ type gate struct {
 	inflight, most int
 	started        int
 	held           int // slots taken when a request found none free; 0 before
+	// free: every request from now on must find a slot free (refused
+	// counts those that did not).
+	free    bool
+	refused int
 }
 
 func newGate(st staging.Store, cap, expect int) *gate {
@@ -423,6 +427,9 @@ func (g *gate) enter(gated bool) {
 // waiting is the Uploader's: a request found every slot taken.
 func (g *gate) waiting(held int) {
 	g.mu.Lock()
+	if g.free {
+		g.refused++
+	}
 	g.held = held
 	g.cond.Broadcast()
 	g.mu.Unlock()
@@ -493,7 +500,7 @@ func TestCap(t *testing.T) {
 				wg.Go(func() { _, errs[i] = m.Part(ctx, int32(i+1), pattern(piece, byte(i)), nil) })
 			}
 			wg.Wait()
-			m.Abort(nil)
+			m.Abort(ctx, nil)
 			return errors.Join(errs...)
 		}},
 		{"started puts, cap 2", 2, 5, func(ctx context.Context, u *upload.Uploader) error {
