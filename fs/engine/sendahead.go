@@ -12,7 +12,6 @@ import (
 	"github.com/ckptfs/ckptfs/blockmap"
 	"github.com/ckptfs/ckptfs/fs/upload"
 	"github.com/ckptfs/ckptfs/segment"
-	"github.com/ckptfs/ckptfs/staging"
 )
 
 // Sending ahead: data leaves for the store while it is written, so that a
@@ -66,12 +65,10 @@ type streamObj struct {
 	cls        class
 	whole      bool              // sent in one request
 	up         *upload.Multipart // the upload of an object not sent whole, once created
-	bytes      int64             // bytes handed to its parts so far
 	fbns       []uint64
 	gens       []uint64 // each slot's block's gen when placed
 	summary    []segment.SummaryEntry
 	metas      [][]byte
-	parts      []staging.CompletedPart
 	leafLos    map[uint64]struct{} // leaves (by Lo) over the blocks placed, as counted when placed
 	pending    int                 // tasks of this object in flight
 	closed     bool                // no more pieces
@@ -101,8 +98,6 @@ type sendResult struct {
 	kind  taskKind
 	refs  []pieceRef // blocks by reference the task read
 	crcs  []uint32   // their checksums (nil if the read failed)
-	part  int32
-	etag  string
 	err   error
 	panic any
 	stack []byte
@@ -278,15 +273,8 @@ func (s *sender) handleResultLocked(ctx context.Context, r sendResult) {
 	if len(r.refs) > 0 {
 		s.refsReadLocked(o, r.refs, r.crcs)
 	}
-	switch r.kind {
-	case taskPiece:
-		if r.err == nil && r.panic == nil {
-			o.parts[r.part-1] = staging.CompletedPart{Number: r.part, ETag: r.etag}
-		}
-	case taskWhole, taskComplete:
-		if r.err == nil && r.panic == nil {
-			o.complete = true
-		}
+	if (r.kind == taskWhole || r.kind == taskComplete) && r.err == nil && r.panic == nil {
+		o.complete = true
 	}
 	s.advanceLocked(ctx, o)
 }
@@ -311,9 +299,9 @@ func (s *sender) advanceLocked(ctx context.Context, o *streamObj) {
 		}
 		s.failedLocked(o)
 	case o.closed && !o.whole:
-		up, parts, size := o.up, slices.Clone(o.parts), o.bytes
+		up := o.up
 		s.spawn(o, taskComplete, func(ctx context.Context) sendResult {
-			return sendResult{err: up.Complete(ctx, parts, size, &s.requests)}
+			return sendResult{err: up.Complete(ctx, &s.requests)}
 		})
 	}
 }

@@ -7,7 +7,6 @@ import (
 
 	"github.com/ckptfs/ckptfs/blockmap"
 	"github.com/ckptfs/ckptfs/segment"
-	"github.com/ckptfs/ckptfs/staging"
 )
 
 // The objects sent ahead (sendahead.go): how blocks are placed in one, how
@@ -507,16 +506,14 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 	if last {
 		return n, s.finishLocked(ctx, o, buf, held)
 	}
-	o.parts = append(o.parts, staging.CompletedPart{})
-	o.bytes += int64(len(buf))
-	part := int32(len(o.parts))
 	up := o.up
+	part := up.Reserve()
 	bs := int64(f.bs)
 	s.spawn(o, taskPiece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
 		kept := false
 		defer func() { free(kept) }()
-		r := sendResult{part: part, refs: later}
+		r := sendResult{refs: later}
 		if len(later) > 0 {
 			if r.crcs, r.err = readRefs(buf, bs, later); r.err != nil {
 				return r
@@ -524,7 +521,7 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 		}
 		// The piece is given up: a store that keeps bodies (memory) keeps
 		// it instead of copying it.
-		r.etag, kept, r.err = up.PartGiven(ctx, part, buf, &s.requests)
+		kept, r.err = up.PartGiven(ctx, part, buf, &s.requests)
 		return r
 	})
 	if o.n() >= int((s.target()-segment.HeaderSize)/int64(f.bs)) {
@@ -606,15 +603,12 @@ func (s *sender) finishLocked(ctx context.Context, o *streamObj, data []byte, he
 		return err
 	}
 	body := append(data, tail...) // within data's capacity when data has blocks
-	o.parts = append(o.parts, staging.CompletedPart{})
-	o.bytes += int64(len(body))
-	part := int32(len(o.parts))
 	up := o.up
+	part := up.Reserve()
 	s.spawn(o, taskPiece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
 		defer freePiece(body)
-		etag, err := up.Part(ctx, part, body, &s.requests)
-		return sendResult{part: part, etag: etag, err: err}
+		return sendResult{err: up.Part(ctx, part, body, &s.requests)}
 	})
 	// Closed only now: the completion must wait for the tail part, which is
 	// in flight from here on.

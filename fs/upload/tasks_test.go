@@ -19,7 +19,6 @@ import (
 // partResult is what the tasks of these tests leave.
 type partResult struct {
 	part int32
-	etag string
 	err  error
 }
 
@@ -56,12 +55,11 @@ func TestTasksUpload(t *testing.T) {
 				t.Fatal(err)
 			}
 			pieces := [][]byte{pattern(chunk, 1), pattern(chunk, 2), pattern(chunk, 3), pattern(10, 4)}
-			for i, p := range pieces {
-				tasks.Go(partResult{part: int32(i + 1)}, func(ctx context.Context, r *partResult) {
-					r.etag, _, r.err = m.PartGiven(ctx, r.part, p, &reqs)
+			for _, p := range pieces {
+				tasks.Go(partResult{part: m.Reserve()}, func(ctx context.Context, r *partResult) {
+					_, r.err = m.PartGiven(ctx, r.part, p, &reqs)
 				})
 			}
-			parts := make([]staging.CompletedPart, len(pieces))
 			var failed error
 			for range pieces {
 				res, ok, err := tasks.Next(ctx, true)
@@ -69,11 +67,10 @@ func TestTasksUpload(t *testing.T) {
 					t.Fatalf("Next: %+v %v %v", res, ok, err)
 				}
 				failed = errors.Join(failed, res.Value.err)
-				parts[res.Value.part-1] = staging.CompletedPart{Number: res.Value.part, ETag: res.Value.etag}
 			}
 			if failed == nil {
 				tasks.Go(partResult{}, func(ctx context.Context, r *partResult) {
-					r.err = m.Complete(ctx, parts, int64(3*chunk+10), &reqs)
+					r.err = m.Complete(ctx, &reqs)
 				})
 				res, _, _ := tasks.Next(ctx, true)
 				failed = res.Value.err
@@ -119,8 +116,8 @@ func TestTasksCap(t *testing.T) {
 			tasks := upload.NewTasks[partResult](u, ctx)
 			defer tasks.Stop()
 			for i := range n {
-				tasks.Go(partResult{part: int32(i + 1)}, func(ctx context.Context, r *partResult) {
-					_, r.err = m.Part(ctx, r.part, pattern(100, byte(i)), nil)
+				tasks.Go(partResult{part: m.Reserve()}, func(ctx context.Context, r *partResult) {
+					r.err = m.Part(ctx, r.part, pattern(100, byte(i)), nil)
 				})
 			}
 			for range n {
@@ -164,14 +161,14 @@ func TestTasksPanic(t *testing.T) {
 		t.Fatalf("a result before any task: %v %v", ok, err)
 	}
 	tasks.Go(partResult{part: 7}, func(ctx context.Context, r *partResult) {
-		r.etag = "set"
+		r.err = errors.New("set")
 		panic("boom")
 	})
 	res, ok, err := tasks.Next(ctx, true)
 	if !ok || err != nil || res.Panic != "boom" || len(res.Stack) == 0 {
 		t.Fatalf("Next: %+v %v %v, want the panic", res, ok, err)
 	}
-	if res.Value.part != 7 || res.Value.etag != "set" {
+	if res.Value.part != 7 || res.Value.err == nil {
 		t.Fatalf("result %+v, not as the task left it", res.Value)
 	}
 	if n := upload.Held(u); n != 0 {

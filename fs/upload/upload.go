@@ -244,7 +244,6 @@ func (u *Uploader) Put(ctx context.Context, key string, body Body, reqs *atomic.
 		return err
 	}
 	nparts := int((size + u.chunk - 1) / u.chunk)
-	parts := make([]staging.CompletedPart, nparts)
 	perr := make([]error, nparts)
 	var wg sync.WaitGroup
 	for i := range nparts {
@@ -253,18 +252,14 @@ func (u *Uploader) Put(ctx context.Context, key string, body Body, reqs *atomic.
 		if perr[i] = u.acquire(ctx); perr[i] != nil {
 			break
 		}
+		n := m.Reserve()
 		wg.Go(func() {
 			defer u.release()
 			off := int64(i) * u.chunk
 			buf := u.alloc(min(u.chunk, size-off))
 			defer u.free(buf)
 			body.ReadAt(buf, off)
-			etag, _, err := m.part(ctx, int32(i+1), buf, false, reqs)
-			if err != nil {
-				perr[i] = err
-				return
-			}
-			parts[i] = staging.CompletedPart{Number: int32(i + 1), ETag: etag}
+			_, perr[i] = m.part(ctx, n, buf, false, reqs)
 		})
 	}
 	wg.Wait()
@@ -272,7 +267,7 @@ func (u *Uploader) Put(ctx context.Context, key string, body Body, reqs *atomic.
 		m.Abort(ctx, reqs)
 		return err
 	}
-	if err := m.Complete(ctx, parts, size, reqs); err != nil {
+	if err := m.Complete(ctx, reqs); err != nil {
 		m.Abort(ctx, reqs)
 		return err
 	}
@@ -349,20 +344,31 @@ func (u *Uploader) checkLanded(ctx context.Context, key, id string, size int64, 
 	return err
 }
 
-// Multipart is one multipart upload, created by Create. Its methods may be
-// called from several goroutines (parts in parallel).
+// Multipart is one multipart upload, created by Create. It keeps its parts:
+// the numbers Reserve gave, and the ETag and size of each part stored. Its
+// methods may be called from several goroutines (parts in parallel).
 type Multipart struct {
 	u       *Uploader
 	key     string
 	id      string // the store's upload id
 	writeID string
 	aborted atomic.Bool
+
+	mu       sync.Mutex // guards what follows; a leaf
+	reserved int32      // parts numbered so far
+	stored   map[int32]storedPart
+}
+
+// storedPart is a part the store took.
+type storedPart struct {
+	etag string
+	size int64
 }
 
 // Create starts a multipart upload of key, to be created with
 // If-None-Match when it completes.
 func (u *Uploader) Create(ctx context.Context, key string, reqs *atomic.Int64) (*Multipart, error) {
-	m := &Multipart{u: u, key: key, writeID: NewWriteID()}
+	m := &Multipart{u: u, key: key, writeID: NewWriteID(), stored: make(map[int32]storedPart)}
 	err := u.one(ctx, func() error {
 		count(reqs)
 		var err error
@@ -378,47 +384,77 @@ func (u *Uploader) Create(ctx context.Context, key string, reqs *atomic.Int64) (
 // Key is the upload's object key.
 func (m *Multipart) Key() string { return m.key }
 
-// Part stores part n (from 1) of the upload; data may be reused once it
-// returns.
-func (m *Multipart) Part(ctx context.Context, n int32, data []byte, reqs *atomic.Int64) (string, error) {
-	var etag string
-	err := m.u.one(ctx, func() error {
-		var err error
-		etag, _, err = m.part(ctx, n, data, false, reqs)
+// Reserve numbers the upload's next part: 1, then 2, and so on. The
+// object completes with every part reserved.
+func (m *Multipart) Reserve() int32 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.reserved++
+	return m.reserved
+}
+
+// Part stores part n (from Reserve) of the upload; data may be reused once
+// it returns.
+func (m *Multipart) Part(ctx context.Context, n int32, data []byte, reqs *atomic.Int64) error {
+	return m.u.one(ctx, func() error {
+		_, err := m.part(ctx, n, data, false, reqs)
 		return err
 	})
-	return etag, err
 }
 
 // PartGiven is Part of a body the caller gives up: a store that keeps
 // bodies keeps it, and kept says so (then the caller never reuses data).
-func (m *Multipart) PartGiven(ctx context.Context, n int32, data []byte, reqs *atomic.Int64) (etag string, kept bool, err error) {
+func (m *Multipart) PartGiven(ctx context.Context, n int32, data []byte, reqs *atomic.Int64) (kept bool, err error) {
 	err = m.u.one(ctx, func() error {
 		var err error
-		etag, kept, err = m.part(ctx, n, data, true, reqs)
+		kept, err = m.part(ctx, n, data, true, reqs)
 		return err
 	})
-	return etag, kept, err
+	return kept, err
 }
 
-// part makes the request of Part or PartGiven, in a slot the caller holds.
-func (m *Multipart) part(ctx context.Context, n int32, data []byte, given bool, reqs *atomic.Int64) (etag string, kept bool, err error) {
+// part makes the request of Part or PartGiven, in a slot the caller holds,
+// and keeps the part's ETag.
+func (m *Multipart) part(ctx context.Context, n int32, data []byte, given bool, reqs *atomic.Int64) (kept bool, err error) {
 	count(reqs)
+	var etag string
 	if given {
 		etag, kept, err = staging.UploadPartGiven(ctx, m.u.st, m.key, m.id, n, data)
 	} else {
 		etag, err = m.u.st.UploadPart(ctx, m.key, m.id, n, data)
 	}
 	if err != nil {
-		return "", kept, fmt.Errorf("upload part %d of %s: %w", n, m.key, err)
+		return kept, fmt.Errorf("upload part %d of %s: %w", n, m.key, err)
 	}
-	return etag, kept, nil
+	m.mu.Lock()
+	m.stored[n] = storedPart{etag: etag, size: int64(len(data))}
+	m.mu.Unlock()
+	return kept, nil
 }
 
-// Complete publishes the upload as the object of size bytes, created with
-// If-None-Match; a lost answer is told from a name taken (the package doc).
+// errPartMissing: Complete was called before every part reserved was
+// stored.
+var errPartMissing = errors.New("part not stored")
+
+// Complete publishes the upload, its parts in order, as one object created
+// with If-None-Match; a lost answer is told from a name taken (the package
+// doc). It refuses, without a request, an upload with a part reserved and
+// not stored: an object must never complete without bytes it was given.
 // A failed Complete leaves the upload open: the caller aborts it.
-func (m *Multipart) Complete(ctx context.Context, parts []staging.CompletedPart, size int64, reqs *atomic.Int64) error {
+func (m *Multipart) Complete(ctx context.Context, reqs *atomic.Int64) error {
+	m.mu.Lock()
+	parts := make([]staging.CompletedPart, 0, m.reserved)
+	var size int64
+	for n := int32(1); n <= m.reserved; n++ {
+		p, ok := m.stored[n]
+		if !ok {
+			m.mu.Unlock()
+			return fmt.Errorf("complete upload of %s: part %d of %d: %w", m.key, n, m.reserved, errPartMissing)
+		}
+		parts = append(parts, staging.CompletedPart{Number: n, ETag: p.etag})
+		size += p.size
+	}
+	m.mu.Unlock()
 	return m.u.one(ctx, func() error {
 		count(reqs)
 		_, err := m.u.st.CompleteMultipart(ctx, m.key, m.id, parts, staging.Conditions{IfNoneMatch: true})

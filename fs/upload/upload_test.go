@@ -289,7 +289,11 @@ func TestMultipart(t *testing.T) {
 				if m.Key() != "f/2.1" {
 					t.Fatalf("upload of %q", m.Key())
 				}
-				e1, kept, err := m.PartGiven(ctx, 1, p1, &reqs)
+				n1, n2 := m.Reserve(), m.Reserve()
+				if n1 != 1 || n2 != 2 {
+					t.Fatalf("parts numbered %d and %d", n1, n2)
+				}
+				kept, err := m.PartGiven(ctx, n1, p1, &reqs)
 				if err != nil {
 					m.Abort(ctx, &reqs)
 					return staging.OpUploadPart, err
@@ -297,13 +301,11 @@ func TestMultipart(t *testing.T) {
 				if !kept {
 					t.Fatal("the memory store did not keep a part given up")
 				}
-				e2, err := m.Part(ctx, 2, p2, &reqs)
-				if err != nil {
+				if err := m.Part(ctx, n2, p2, &reqs); err != nil {
 					m.Abort(ctx, &reqs)
 					return staging.OpUploadPart, err
 				}
-				parts := []staging.CompletedPart{{Number: 1, ETag: e1}, {Number: 2, ETag: e2}}
-				if err := m.Complete(ctx, parts, int64(len(p1)+len(p2)), &reqs); err != nil {
+				if err := m.Complete(ctx, &reqs); err != nil {
 					m.Abort(ctx, &reqs)
 					m.Abort(ctx, &reqs) // once only
 					return staging.OpCompleteMultipart, err
@@ -497,7 +499,8 @@ func TestCap(t *testing.T) {
 			errs := make([]error, 6)
 			var wg sync.WaitGroup
 			for i := range errs {
-				wg.Go(func() { _, errs[i] = m.Part(ctx, int32(i+1), pattern(piece, byte(i)), nil) })
+				n := m.Reserve()
+				wg.Go(func() { errs[i] = m.Part(ctx, n, pattern(piece, byte(i)), nil) })
 			}
 			wg.Wait()
 			m.Abort(ctx, nil)
@@ -529,6 +532,57 @@ func TestCap(t *testing.T) {
 			}
 			if g.most != c.cap {
 				t.Fatalf("at most %d requests in flight, want the cap, %d", g.most, c.cap)
+			}
+		})
+	}
+}
+
+// TestCompleteMissingPart: an upload with a part reserved and not stored
+// (its request failed, or was never made) does not complete, and makes no
+// request trying.
+func TestCompleteMissingPart(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		run  func(ctx context.Context, m *upload.Multipart) error // the parts
+	}{
+		{"never sent", func(ctx context.Context, m *upload.Multipart) error {
+			m.Reserve()
+			n := m.Reserve()
+			return m.Part(ctx, n, []byte("last"), nil)
+		}},
+		{"failed", func(ctx context.Context, m *upload.Multipart) error {
+			if err := m.Part(ctx, m.Reserve(), pattern(chunk, 1), nil); err != nil {
+				return err
+			}
+			if err := m.Part(ctx, m.Reserve(), []byte("last"), nil); !errors.Is(err, faulty.ErrInjected) {
+				return fmt.Errorf("part 2: %v, want the fault", err)
+			}
+			return nil
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ms := mem.New()
+			fs := faulty.New(ms, 1)
+			fs.Add(faulty.Rule{Op: staging.OpUploadPart, Nth: 2, Kind: faulty.Error})
+			cs := counting.New(fs)
+			u := upload.New(upload.Config{Store: cs, Concurrency: 1, ChunkSize: chunk})
+			ctx := context.Background()
+			m, err := u.Create(ctx, "f/1.1", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.run(ctx, m); err != nil {
+				t.Fatal(err)
+			}
+			before := cs.Snapshot()
+			if err := m.Complete(ctx, nil); err == nil {
+				t.Fatal("an upload missing a part completed")
+			}
+			if n := cs.Snapshot().Sub(before).Total().Requests; n != 0 {
+				t.Fatalf("%d requests to complete an upload missing a part", n)
+			}
+			if got := stored(t, ms, "f/1.1"); got != nil {
+				t.Fatalf("%d bytes stored", len(got))
 			}
 		})
 	}
