@@ -1,7 +1,6 @@
 package upload_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 
 	"github.com/ckptfs/ckptfs/fs/upload"
 	"github.com/ckptfs/ckptfs/staging"
-	"github.com/ckptfs/ckptfs/staging/counting"
 	"github.com/ckptfs/ckptfs/staging/faulty"
 	"github.com/ckptfs/ckptfs/staging/mem"
 )
@@ -39,13 +37,8 @@ func TestTasksUpload(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ms := mem.New()
-			fs := faulty.New(ms, 1)
-			if c.rule != nil {
-				fs.Add(*c.rule)
-			}
-			cs := counting.New(fs)
-			u := upload.New(upload.Config{Store: cs, Concurrency: 2, ChunkSize: chunk})
+			rg := newRig(c.rule, 2)
+			u := rg.u
 			ctx := context.Background()
 			tasks := upload.NewTasks[partResult](u, ctx)
 			defer tasks.Stop()
@@ -82,16 +75,11 @@ func TestTasksUpload(t *testing.T) {
 			if (failed != nil) != c.failed {
 				t.Fatalf("failed: %v, want a failure: %v", failed, c.failed)
 			}
-			got := stored(t, ms, "f/3.1")
-			if (got != nil) != c.object || got != nil && !bytes.Equal(got, slices.Concat(pieces...)) {
-				t.Fatalf("object stored: %d bytes, want it: %v", len(got), c.object)
+			var want []byte
+			if c.object {
+				want = slices.Concat(pieces...)
 			}
-			if n := openUploads(t, ms); n != 0 {
-				t.Fatalf("%d uploads left open", n)
-			}
-			if got, saw := reqs.Load(), cs.Snapshot().Total().Requests; got != saw {
-				t.Fatalf("requests: counted %d, the store saw %d", got, saw)
-			}
+			rg.check(t, "f/3.1", want, &reqs)
 			if n := upload.Held(u); n != 0 {
 				t.Fatalf("%d slots still taken", n)
 			}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -69,6 +70,40 @@ func stored(t *testing.T, st staging.Store, key string) []byte {
 		t.Fatal(err)
 	}
 	return b
+}
+
+// rig is an Uploader over the memory store behind the fault store (rule,
+// if set) behind a counter.
+type rig struct {
+	ms *mem.Store
+	cs *counting.Store
+	u  *upload.Uploader
+}
+
+func newRig(rule *faulty.Rule, concurrency int) rig {
+	ms := mem.New()
+	fs := faulty.New(ms, 1)
+	if rule != nil {
+		fs.Add(*rule)
+	}
+	cs := counting.New(fs)
+	return rig{ms: ms, cs: cs, u: upload.New(upload.Config{Store: cs, Concurrency: concurrency, ChunkSize: chunk})}
+}
+
+// check asserts what the store holds after an upload of key: want (nil:
+// no object), no upload left open, and reqs counted every request.
+func (r rig) check(t *testing.T, key string, want []byte, reqs *atomic.Int64) {
+	t.Helper()
+	got := stored(t, r.ms, key)
+	if (got != nil) != (want != nil) || !bytes.Equal(got, want) {
+		t.Fatalf("object stored: %d bytes, want %d (stored: %v)", len(got), len(want), want != nil)
+	}
+	if n := openUploads(t, r.ms); n != 0 {
+		t.Fatalf("%d uploads left open", n)
+	}
+	if got, saw := reqs.Load(), r.cs.Snapshot().Total().Requests; got != saw {
+		t.Fatalf("requests: counted %d, the store saw %d", got, saw)
+	}
 }
 
 func TestPut(t *testing.T) {
@@ -269,13 +304,8 @@ func TestMultipart(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			ms := mem.New()
-			fs := faulty.New(ms, 1)
-			if c.rule != nil {
-				fs.Add(*c.rule)
-			}
-			cs := counting.New(fs)
-			u := upload.New(upload.Config{Store: cs, Concurrency: 2, ChunkSize: chunk})
+			r := newRig(c.rule, 2)
+			u := r.u
 			ctx := context.Background()
 			var reqs atomic.Int64
 			p1, p2 := pattern(chunk, 6), pattern(1000, 7)
@@ -316,17 +346,12 @@ func TestMultipart(t *testing.T) {
 			if op != c.err || (err != nil) != (c.err != staging.OpAny) {
 				t.Fatalf("failed at %v with %v, want a failure at %v", op, err, c.err)
 			}
-			got := stored(t, ms, "f/2.1")
-			if (got != nil) != c.object || got != nil && !bytes.Equal(got, append(p1, p2...)) {
-				t.Fatalf("object stored: %d bytes, want it: %v", len(got), c.object)
+			var want []byte
+			if c.object {
+				want = slices.Concat(p1, p2)
 			}
-			if n := openUploads(t, ms); n != 0 {
-				t.Fatalf("%d uploads left open", n)
-			}
-			if got, saw := reqs.Load(), cs.Snapshot().Total().Requests; got != saw {
-				t.Fatalf("requests: counted %d, the store saw %d", got, saw)
-			}
-			if n := cs.Snapshot().Op(staging.OpAbortMultipart).Requests; n > 1 {
+			r.check(t, "f/2.1", want, &reqs)
+			if n := r.cs.Snapshot().Op(staging.OpAbortMultipart).Requests; n > 1 {
 				t.Fatalf("%d aborts of one upload", n)
 			}
 		})
