@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/fs/upload"
 	"github.com/ckptfs/ckptfs/segment"
 )
 
@@ -175,8 +176,8 @@ func (s *sender) refsReadLocked(o *streamObj, refs []pieceRef, crcs []uint32) {
 		o.summary[r.slot].CRC = crcs[i]
 		ptr := segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: r.slot}
 		if v, ok, err := f.tree.Get(s.ctx, r.fbn); err == nil && ok && v.Ptr == ptr {
-			if err := f.tree.Set(s.ctx, r.fbn, blockmap.Value{Ptr: ptr, CRC: crcs[i]}); err != nil && o.failed == nil {
-				o.failed = err
+			if err := f.tree.Set(s.ctx, r.fbn, blockmap.Value{Ptr: ptr, CRC: crcs[i]}); err != nil {
+				o.ob.Fail(err)
 			}
 		}
 	}
@@ -194,11 +195,12 @@ func (s *sender) waitRefsLocked(ctx context.Context, o *streamObj) error {
 	return nil
 }
 
-func (s *sender) newStreamObj(c class, whole bool) *streamObj {
+func (s *sender) newStreamObj(c class) *streamObj {
 	f := s.f
 	cno := f.takeCno()
-	o := &streamObj{name: segment.ObjectName{Cno: cno, Part: f.nextPart}, cls: c, whole: whole,
+	o := &streamObj{name: segment.ObjectName{Cno: cno, Part: f.nextPart}, cls: c,
 		leafLos: make(map[uint64]struct{})}
+	o.ob = s.tasks.NewObject(sendResult{obj: o})
 	f.nextPart++
 	s.objs[o] = struct{}{}
 	return o
@@ -255,7 +257,7 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 	if err := f.holdWritersLocked(ctx); err != nil {
 		return 0, err // nothing placed: the blocks stay unsent
 	}
-	o := s.newStreamObj(c, true)
+	o := s.newStreamObj(c)
 	// An object that is one arena's blocks, in order, is sent as they lie
 	// there, its header and tail in the arena's room; one that begins
 	// inside an arena ends at its end, so that the next begins with the
@@ -323,12 +325,12 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 		return 0, err
 	}
 	o.metas = metas
-	o.closed = true
+	o.ob.Close()
 	if s.objSize(o.n(), len(metas)) > f.p.MaxObjectBytes {
 		f.releaseCopy(held)
 		free(buf, false)
-		o.failed = fmt.Errorf("object %s given up: its leaves outgrew the spare", f.key(o.name))
-		s.advanceLocked(ctx, o)
+		o.ob.Fail(fmt.Errorf("object %s given up: its leaves outgrew the spare", f.key(o.name)))
+		s.advanceLocked(o)
 		return 0, nil // nothing went; stop sending until something changes
 	}
 	tail, err := s.tailLocked(o)
@@ -350,7 +352,7 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 		a = nil
 	}
 	key := f.key(o.name)
-	s.spawn(o, taskWhole, func(ctx context.Context) sendResult {
+	s.spawn(o, upload.Whole, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
 		// One request, the body given up: a store that keeps bodies
 		// (memory) keeps it instead of copying it.
@@ -430,7 +432,7 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 		if err := s.roomLocked(ctx); err != nil {
 			return 0, err
 		}
-		o = s.newStreamObj(c, false)
+		o = s.newStreamObj(c)
 		fit, add, err := s.fitLocked(ctx, o, blocks[:n], s.target())
 		if err != nil {
 			return 0, err
@@ -453,7 +455,7 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 			delete(s.objs, o)
 			return 0, fmt.Errorf("send ahead: %w", err)
 		}
-		o.up = up
+		o.ob.SetUpload(up)
 		s.open[c] = o
 	}
 	held := int64(n) * int64(f.bs)
@@ -506,10 +508,10 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 	if last {
 		return n, s.finishLocked(ctx, o, buf, held)
 	}
-	up := o.up
+	up := o.ob.Upload()
 	part := up.Reserve()
 	bs := int64(f.bs)
-	s.spawn(o, taskPiece, func(ctx context.Context) sendResult {
+	s.spawn(o, upload.Piece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
 		kept := false
 		defer func() { free(kept) }()
@@ -538,11 +540,9 @@ func (s *sender) abandonLocked(ctx context.Context, o *streamObj, err error) {
 	if s.open[o.cls] == o {
 		s.open[o.cls] = nil
 	}
-	if o.failed == nil {
-		o.failed = fmt.Errorf("object %s given up: %w", f.key(o.name), err)
-	}
-	o.closed = true
-	s.advanceLocked(ctx, o)
+	o.ob.Fail(fmt.Errorf("object %s given up: %w", f.key(o.name), err))
+	o.ob.Close()
+	s.advanceLocked(o)
 }
 
 // closeOpenLocked closes the open object of class c with its tail.
@@ -573,18 +573,16 @@ func (s *sender) finishLocked(ctx context.Context, o *streamObj, data []byte, he
 	// its blocks stay dirty.
 	giveUp := func(err error) {
 		f.releaseCopy(held)
-		if o.failed == nil {
-			o.failed = err
-		}
-		o.closed = true
-		s.advanceLocked(ctx, o)
+		o.ob.Fail(err)
+		o.ob.Close()
+		s.advanceLocked(o)
 	}
 	if err := s.waitRefsLocked(ctx, o); err != nil {
 		giveUp(err)
 		return err
 	}
-	if o.failed != nil {
-		giveUp(o.failed) // a piece failed while we waited
+	if err := o.ob.Failed(); err != nil {
+		giveUp(err) // a piece failed while we waited
 		return nil
 	}
 	metas, err := s.leavesLocked(ctx, o)
@@ -603,15 +601,15 @@ func (s *sender) finishLocked(ctx context.Context, o *streamObj, data []byte, he
 		return err
 	}
 	body := append(data, tail...) // within data's capacity when data has blocks
-	up := o.up
+	up := o.ob.Upload()
 	part := up.Reserve()
-	s.spawn(o, taskPiece, func(ctx context.Context) sendResult {
+	s.spawn(o, upload.Piece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
 		defer freePiece(body)
 		return sendResult{err: up.Part(ctx, part, body, &s.requests)}
 	})
 	// Closed only now: the completion must wait for the tail part, which is
 	// in flight from here on.
-	o.closed = true
+	o.ob.Close()
 	return nil
 }

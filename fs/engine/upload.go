@@ -84,7 +84,7 @@ func (f *File) encode(o *plannedObject, base, ino *segment.Inode) (*objectBody, 
 // and ino, when set, are part 0's.
 func (f *File) uploadAll(ctx context.Context, objs []*plannedObject, base, ino *segment.Inode, c *flushCounters) []error {
 	errs := make([]error, len(objs))
-	puts := make([]upload.Object, 0, len(objs))
+	puts := make([]upload.Item, 0, len(objs))
 	var sent []int // the index in objs of each of puts
 	for k, o := range objs {
 		body, err := f.encode(o, base, ino)
@@ -93,7 +93,7 @@ func (f *File) uploadAll(ctx context.Context, objs []*plannedObject, base, ino *
 			continue
 		}
 		c.metaBytes.Add(body.size - o.dataBytes(f.bs))
-		puts = append(puts, upload.Object{Key: f.key(o.name), Body: body})
+		puts = append(puts, upload.Item{Key: f.key(o.name), Body: body})
 		sent = append(sent, k)
 	}
 	for i, err := range f.up.PutAll(ctx, puts, &c.requests) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 )
 
 // Tasks runs one owner's upload tasks (sending ahead's pieces, tails,
@@ -15,40 +16,59 @@ import (
 // given back goes to the first of them before any other request. A task's
 // result (its R, and a panic it raised) waits for its owner to take it with
 // Next: the owner applies it under its own lock, which Tasks never takes.
+// The tasks of an object (object.go) also move it along.
 //
-// Go, Next and Stop are called by the owner, one at a time (the engine:
-// under File.mu); the tasks run without it and touch only their own R.
+// Its methods, and its Objects', are called by the owner, one at a time
+// (the engine: under File.mu); the tasks run without it and touch only
+// their own R.
 type Tasks[R any] struct {
-	u      *Uploader
-	ctx    context.Context // every task's; cancelled by Stop
-	cancel context.CancelFunc
-	wg     sync.WaitGroup // every task Go started, queued or running
+	u       *Uploader
+	ctx     context.Context // every task's; cancelled by Stop
+	cancel  context.CancelFunc
+	reqs    *atomic.Int64  // counts the requests of the tasks Tasks starts itself
+	wg      sync.WaitGroup // every task Go started, queued or running
+	pending int            // tasks started and not taken in by Next
 
 	mu      sync.Mutex // guards results; a leaf
 	results []Result[R]
 	ready   chan struct{} // a result is waiting (buffered: one signal)
 }
 
-// Result is what a task left: its R, and the panic it raised (then R is
-// as the task left it when it panicked).
+// Result is what a task left: its R, the error it returned, and the panic
+// it raised (then R is as the task left it when it panicked); for a task
+// of an object, the object and what the task did for it.
 type Result[R any] struct {
 	Value R
+	Err   error
 	Panic any
 	Stack []byte
+	Obj   *Object[R]
+	Kind  Kind
 }
 
 // NewTasks returns the tasks of one owner on u; they run with a context
-// derived from ctx.
-func NewTasks[R any](u *Uploader, ctx context.Context) *Tasks[R] {
+// derived from ctx. reqs, if set, counts the requests of the tasks it
+// starts itself (an object's completion and abort).
+func NewTasks[R any](u *Uploader, ctx context.Context, reqs *atomic.Int64) *Tasks[R] {
 	ctx, cancel := context.WithCancel(ctx)
-	return &Tasks[R]{u: u, ctx: ctx, cancel: cancel, ready: make(chan struct{}, 1)}
+	return &Tasks[R]{u: u, ctx: ctx, cancel: cancel, reqs: reqs, ready: make(chan struct{}, 1)}
 }
 
 // Go runs run once a slot is free (at once if one is), with r set to v
-// first: what run sets in r is the result Next returns.
-func (t *Tasks[R]) Go(v R, run func(ctx context.Context, r *R)) {
+// first: what run sets in r, and the error it returns, are the result
+// Next returns.
+func (t *Tasks[R]) Go(v R, run func(ctx context.Context, r *R) error) {
+	t.start(Result[R]{Value: v}, run)
+}
+
+// Pending is how many tasks were started and not taken in by Next.
+func (t *Tasks[R]) Pending() int { return t.pending }
+
+// start runs a task whose result begins as res.
+func (t *Tasks[R]) start(res Result[R], run func(ctx context.Context, r *R) error) {
+	t.pending++
 	t.wg.Add(1)
-	start := func() { go t.run(v, run) }
+	start := func() { go t.run(res, run) }
 	u := t.u
 	u.qmu.Lock()
 	if len(u.queue) == 0 {
@@ -68,16 +88,15 @@ func (t *Tasks[R]) Go(v R, run func(ctx context.Context, r *R)) {
 }
 
 // run is a task's goroutine, holding a slot.
-func (t *Tasks[R]) run(v R, run func(ctx context.Context, r *R)) {
+func (t *Tasks[R]) run(res Result[R], run func(ctx context.Context, r *R) error) {
 	defer t.wg.Done()
-	res := Result[R]{Value: v}
 	func() {
 		defer func() {
 			if p := recover(); p != nil {
 				res.Panic, res.Stack = p, debug.Stack()
 			}
 		}()
-		run(context.WithValue(t.ctx, heldKey{}, t.u), &res.Value)
+		res.Err = run(context.WithValue(t.ctx, heldKey{}, t.u), &res.Value)
 	}()
 	// The slot first: an owner that took the result in finds it free.
 	t.u.release()
@@ -93,7 +112,8 @@ func (t *Tasks[R]) run(v R, run func(ctx context.Context, r *R)) {
 // Next returns the result of a task that finished: one already in, else
 // (with wait) the next to finish, or ctx's error. Without wait, ok is
 // false when none is in. The owner waits only while a task it started has
-// not been taken in.
+// not been taken in. A task of an object counts for it (taken), then the
+// owner moves it along (Advance).
 func (t *Tasks[R]) Next(ctx context.Context, wait bool) (res Result[R], ok bool, err error) {
 	for {
 		t.mu.Lock()
@@ -101,6 +121,10 @@ func (t *Tasks[R]) Next(ctx context.Context, wait bool) (res Result[R], ok bool,
 			res = t.results[0]
 			t.results = t.results[1:]
 			t.mu.Unlock()
+			t.pending--
+			if res.Obj != nil {
+				res.Obj.taken(res)
+			}
 			return res, true, nil
 		}
 		t.mu.Unlock()
@@ -125,4 +149,5 @@ func (t *Tasks[R]) Stop() {
 	t.mu.Lock()
 	t.results = nil
 	t.mu.Unlock()
+	t.pending = 0
 }

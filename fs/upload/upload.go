@@ -15,11 +15,13 @@
 // The engine uses it two ways: a flush (and a WAL publish, a copy's part 0)
 // puts an object whole with Put, which decides between one PUT and a
 // multipart upload by size and sends the pieces in parallel; sending ahead
-// builds a multipart object piece by piece (Create, then Multipart's Part,
-// Complete, Abort) from its own upload tasks, and sends an object that fits
-// one request with PutGiven. The Uploader knows nothing of the file: it
-// takes no lock of the engine's, and the engine applies what an upload's
-// result means (which blocks are stored where) under its own lock.
+// builds a multipart object piece by piece (Create, then a Multipart's
+// Reserve and PartGiven) or sends one whole (PutGiven), in tasks (Tasks)
+// of an Object (object.go), which completes it once it is closed and every
+// piece is stored, aborts it if it failed, and says when it is finished.
+// The Uploader knows nothing of the file: it takes no lock of the
+// engine's, and the engine applies what a finished object means (which of
+// its blocks are stored where) under its own lock.
 //
 // Every request holds one slot of the cap while it is made (those beyond it
 // wait for a slot, or for their context to end); a request never waits for
@@ -274,15 +276,15 @@ func (u *Uploader) Put(ctx context.Context, key string, body Body, reqs *atomic.
 	return nil
 }
 
-// Object is one object for PutAll.
-type Object struct {
+// Item is one object for PutAll.
+type Item struct {
 	Key  string
 	Body Body
 }
 
 // PutAll stores objs at once, each as Put does, and returns one error per
 // object once every one is done.
-func (u *Uploader) PutAll(ctx context.Context, objs []Object, reqs *atomic.Int64) []error {
+func (u *Uploader) PutAll(ctx context.Context, objs []Item, reqs *atomic.Int64) []error {
 	errs := make([]error, len(objs))
 	var wg sync.WaitGroup
 	for i, o := range objs {

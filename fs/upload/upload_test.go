@@ -517,9 +517,9 @@ func TestCap(t *testing.T) {
 			return u.Put(ctx, "f/1.1", upload.Bytes(pattern(5*piece-1, 1)), nil)
 		}},
 		{"many objects at once, cap 4", 4, 10, func(ctx context.Context, u *upload.Uploader) error {
-			objs := make([]upload.Object, 10)
+			objs := make([]upload.Item, 10)
 			for i := range objs {
-				objs[i] = upload.Object{Key: fmt.Sprintf("f/1.%d", i+1), Body: upload.Bytes(pattern(100, byte(i)))}
+				objs[i] = upload.Item{Key: fmt.Sprintf("f/1.%d", i+1), Body: upload.Bytes(pattern(100, byte(i)))}
 			}
 			return errors.Join(u.PutAll(ctx, objs, nil)...)
 		}},
