@@ -165,8 +165,9 @@
 //     and DELETE), volume.ObjectSpace.mu (the lineages read), and the
 //     block map's blockmap slot.mu (one lazy load, held across its GET)
 //     before blockmap.ObjectLoader.mu (its cache of index regions),
-//     upload.Uploader.qmu (fs/upload: the tasks waiting for a slot) and
-//     upload.Tasks.mu (the sender's tasks' results).
+//     upload.Uploader.qmu (fs/upload: the tasks waiting for a slot),
+//     upload.Tasks.mu (the sender's tasks' results) and
+//     upload.Multipart.mu (an upload's parts).
 //  7. Budget.mu (budget.go): the mount's memory budget, shared by files; a
 //     leaf.
 //
