@@ -11,8 +11,9 @@ import (
 // completions and aborts) in goroutines of the Uploader's, under its cap:
 // a task holds one slot for its whole run, and the requests it makes
 // through the Uploader (PutGiven, a Multipart's Part, PartGiven, Complete,
-// Abort: one request each, and a lost answer's check) take no other.
-// Tasks beyond the cap wait, in order and without a goroutine, and a slot
+// Abort: one request each, and a lost answer's check) take no other (a
+// task never calls Put or PutAll, whose pieces take slots of their own:
+// tasks holding every slot would wait for one). Tasks beyond the cap wait, in order and without a goroutine, and a slot
 // given back goes to the first of them before any other request. A task's
 // result (its R, and a panic it raised) waits for its owner to take it with
 // Next: the owner applies it under its own lock, which Tasks never takes.
