@@ -232,9 +232,8 @@ func (f *File) clone(ctx context.Context, src *File, v *CopyVersion, current boo
 		}
 		return nil
 	})
-	sem := make(chan struct{}, f.p.Concurrency)
 	reqs = append(reqs, func() error {
-		return f.putObject(ctx, f.key(part0.name), body, sem, &c)
+		return f.up.Put(ctx, f.key(part0.name), body, &c.requests)
 	})
 	errs := make([]error, len(reqs))
 	var wg sync.WaitGroup

@@ -53,10 +53,11 @@
 //  4. Data parts are uploaded, several at once (objects larger than one
 //     segment_mpu_chunk_size go up as multipart pieces in parallel), then part
 //     0, then the head; a checkpoint that is part 0 alone and small sends
-//     part 0 and the head (carrying a copy of it) at once (embed.go). Every
-//     request holds one of segment_mpu_max_concurrency
-//     slots, as the tasks of sending ahead do (those beyond it wait in a
-//     queue). Every object obeys segment_max_object_bytes: a part 0 whose
+//     part 0 and the head (carrying a copy of it) at once (embed.go). The
+//     file's uploader (package fs/upload) makes these requests, and those
+//     of sending ahead's tasks: every one holds one of its
+//     segment_mpu_max_concurrency slots (those beyond it wait for one).
+//     Every object obeys segment_max_object_bytes: a part 0 whose
 //     index nodes do not fit is refused (ErrObjectTooLarge), on the WAL's
 //     publish too.
 //
@@ -166,7 +167,10 @@
 //     (fs/writermark: the writer marker, held across the marker's own PUT
 //     and DELETE), volume.ObjectSpace.mu (the lineages read), and the
 //     block map's blockmap slot.mu (one lazy load, held across its GET)
-//     before blockmap.ObjectLoader.mu (its cache of index regions).
+//     before blockmap.ObjectLoader.mu (its cache of index regions),
+//     upload.Uploader.qmu (fs/upload: the tasks waiting for a slot),
+//     upload.Tasks.mu (the sender's tasks' results) and
+//     upload.Multipart.mu (an upload's parts).
 //  7. Budget.mu (budget.go): the mount's memory budget, shared by files; a
 //     leaf.
 //
@@ -234,7 +238,12 @@
 //
 // File coordinates parts that own their behaviour: the sender (sendahead.go,
 // sendobj.go), the readers (prefetch.go), the WAL state (wal.go), a flush
-// attempt (flushattempt.go) and a read's planner (readplan.go). Their state
+// attempt (flushattempt.go) and a read's planner (readplan.go); the
+// uploader (File.up, package fs/upload) makes every object's requests (a
+// whole PUT or a multipart upload, the check of a lost answer, the abort),
+// takes no lock of File's, and is called without File.mu but on the paths
+// docs/engine-locks.md lists (sending ahead's create of an upload, the
+// aborts of a rollback and of Close). Their state
 // is guarded by File.mu but the readers' (readers.mu) and the WAL's lease
 // (logMu, markMu); each says what of File.mu its methods are called with.
 // The dirty accounting's invariants are written on its fields and checked by

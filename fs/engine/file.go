@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/fs/upload"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/fs/writermark"
 	"github.com/ckptfs/ckptfs/segment"
@@ -24,7 +25,7 @@ const noTruncate = int64(math.MaxInt64)
 
 // writeIDMeta is the metadata key that carries the unique id of a conditional
 // write, so that a write whose answer was lost is recognised when resent.
-const writeIDMeta = "ckptfs-write"
+const writeIDMeta = upload.WriteIDMeta
 
 // ConflictPolicy says what a flush does when another writer published first.
 type ConflictPolicy int
@@ -200,6 +201,7 @@ type Stat struct {
 // File is one checkpointed file. Its methods are safe for concurrent use.
 type File struct {
 	st     staging.Store
+	up     *upload.Uploader // every object's upload, under segment_mpu_max_concurrency
 	prefix string
 	tag    uint64
 	p      Params
@@ -582,6 +584,9 @@ func newFile(st staging.Store, prefix string, o Options) (*File, error) {
 		st = h(f, st)
 	}
 	f.st = st
+	f.up = upload.New(upload.Config{Store: st, Concurrency: f.p.Concurrency, ChunkSize: f.p.ChunkSize, Log: log,
+		Hooks: upload.Hooks{Alloc: func(n int) []byte { return allocPiece(n, 0) }, Free: freePiece,
+			Hold: f.forceCopy, Release: f.releaseCopy}})
 	f.space = volume.NewObjectSpace(st, o.FilesPrefix, o.FileID, prefix)
 	f.rd.init(f, o.Budget)
 	f.w.f = f
@@ -986,6 +991,7 @@ func (f *File) Close() error {
 	f.cache.clear() // its budget goes back to the mount
 	unlock()
 	f.rd.wg.Wait() // the reads ahead just ended
+	f.up.Wait()    // a part 0 put with its head (none: no flush runs now)
 	f.stopHint()
 	f.wm.Close() // what it protected is published or given up
 	f.w.close()

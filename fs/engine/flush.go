@@ -13,6 +13,7 @@ import (
 	"github.com/zeebo/xxh3"
 
 	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/fs/upload"
 	"github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
@@ -30,7 +31,7 @@ const noLeaf = math.MaxUint64
 // errNameTaken: an object name this writer chose was created by someone else
 // (another writer on the same file). The attempt is planned again under new
 // names.
-var errNameTaken = errors.New("object name taken by another writer")
+var errNameTaken = upload.ErrNameTaken
 
 // plannedObject is one object being built: its data blocks (in slot order),
 // its leaves, and for part 0 the nodes above the leaves and the inode.
@@ -694,7 +695,7 @@ func (f *File) embedPart0Locked(part0 *plannedObject, base, ino *segment.Inode) 
 		return nil, fmt.Errorf("encode %s: %w", f.key(part0.name), err)
 	}
 	obj := make([]byte, body.size)
-	body.readAt(obj, 0)
+	body.ReadAt(obj, 0)
 	h, err := segment.DecodeObject(f.key(part0.name), obj, part0.name, f.tag, f.format)
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", f.key(part0.name), err)
@@ -702,6 +703,4 @@ func (f *File) embedPart0Locked(part0 *plannedObject, base, ino *segment.Inode) 
 	return &embedObj{name: part0.name, obj: obj, hdr: h}, nil
 }
 
-func newWriteID() string {
-	return fmt.Sprintf("%016x%016x", rand.Uint64(), rand.Uint64())
-}
+func newWriteID() string { return upload.NewWriteID() }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/fs/upload"
 	"github.com/ckptfs/ckptfs/segment"
 )
 
@@ -284,11 +285,7 @@ func (a *flushAttempt) send(ctx context.Context) (string, error) {
 		e := a.embed
 		a.hd.Embed = e.obj
 		c.metaBytes.Add(int64(len(e.obj)) - a.part0.dataBytes(f.bs))
-		body := &objectBody{front: e.obj, size: int64(len(e.obj))}
-		done := make(chan error, 1)
-		sem := make(chan struct{}, f.p.Concurrency)
-		go func() { done <- f.putObject(ctx, f.key(e.name), body, sem, c) }()
-		a.p0wait = sync.OnceValue(func() error { return <-done })
+		a.p0wait = sync.OnceValue(f.up.Start(ctx, f.key(e.name), upload.Bytes(e.obj), &c.requests))
 		defer a.p0wait()
 	}
 	if err := a.ensureWait(); err != nil {

@@ -45,7 +45,7 @@ func TestSettleWithFullBudget(t *testing.T) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.s.takeInLocked(ctx, false)
-		return a.s.inflight == 0
+		return a.s.tasks.Pending() == 0
 	})
 	// 5 MiB more: a full piece unsent, for which the budget has no room.
 	writeSeq(t, a, data[6<<20:], 6<<20, 1<<20)
@@ -228,7 +228,7 @@ func TestSendAheadNamesAfterRollback(t *testing.T) {
 				f.mu.Lock()
 				defer f.mu.Unlock()
 				f.s.takeInLocked(ctx, false)
-				return f.s.inflight == 0
+				return f.s.tasks.Pending() == 0
 			})
 			if len(dataObjects(t, mem, "rn/")) == 0 {
 				t.Fatalf("setup: nothing was sent ahead")
@@ -262,7 +262,7 @@ func TestCacheNeverServesAReusedName(t *testing.T) {
 		a.mu.Lock()
 		defer a.mu.Unlock()
 		a.s.takeInLocked(ctx, false)
-		return a.s.inflight == 0 && len(a.dirty) < 256
+		return a.s.tasks.Pending() == 0 && len(a.dirty) < 256
 	})
 	readAll(t, a) // its blocks are in a's cache now
 	objs := dataObjects(t, mem, "cn/")

@@ -4,16 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"runtime/debug"
 	"slices"
-	"sync"
 	"sync/atomic"
 
 	"github.com/zeebo/xxh3"
 
 	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/fs/upload"
 	"github.com/ckptfs/ckptfs/segment"
-	"github.com/ckptfs/ckptfs/staging"
 )
 
 // Sending ahead: data leaves for the store while it is written, so that a
@@ -43,11 +41,20 @@ import (
 // complete, if its pointer is still where it was sent and it has not changed
 // since it was placed (its gen: every change goes through touchLocked).
 //
-// At most segment_mpu_max_concurrency tasks run (pieces, tails, completions,
-// aborts); more wait in a queue. A completion whose answer was lost is
-// checked as the flush checks its own (checkLanded). A failure while blocks
-// are placed in an object (a source by reference that fails) gives the
-// object up: blocks placed with no bytes sent must never complete it.
+// The tasks (pieces, tails, completions, aborts) run in the goroutines of
+// the file's uploader (package fs/upload: upload.Tasks), each holding one
+// of its segment_mpu_max_concurrency slots, the cap the flush's own uploads
+// share; more wait for a slot, in order. Their requests are the uploader's
+// (the multipart calls, the check of a completion whose answer was lost,
+// the aborts). The uploader follows each object (upload.Object: its tasks
+// in flight, closed, failed, stored): once its tasks are in it completes a
+// closed one, aborts a failed one, and reports it finished, stored or not;
+// the sender then applies that under mu, slot by slot (completedLocked:
+// each block that still points there at the gen it was placed with leaves
+// the dirty tier; failedLocked: they go back to the unsent). A failure
+// while blocks are placed in an object (a source by reference that fails)
+// gives the object up: blocks placed with no bytes sent must never
+// complete it.
 
 // class separates scattered small blocks from long runs (isolation).
 type class int
@@ -60,75 +67,57 @@ const (
 
 // streamObj is an object sent ahead.
 type streamObj struct {
-	name       segment.ObjectName
-	cls        class
-	whole      bool // sent in one request
-	uploadID   string
-	writeID    string // the write id the multipart upload was created with
-	bytes      int64  // bytes handed to its parts so far
+	name segment.ObjectName
+	cls  class
+	// ob is its upload: its multipart upload (none: sent whole), its
+	// tasks in flight, closed, failed, stored (package fs/upload).
+	ob         *upload.Object[sendResult]
 	fbns       []uint64
 	gens       []uint64 // each slot's block's gen when placed
 	summary    []segment.SummaryEntry
 	metas      [][]byte
-	parts      []staging.CompletedPart
 	leafLos    map[uint64]struct{} // leaves (by Lo) over the blocks placed, as counted when placed
-	pending    int                 // tasks of this object in flight
-	closed     bool                // no more pieces
-	failed     error               // first failure; the object will be aborted
-	aborting   bool
-	finished   bool // completed, failed or given up: taken in for good
-	complete   bool
-	refs       map[uint32]*refSrc // slots holding blocks by reference
-	refPending int                // of those, not read yet by their task
-	dataSent   int64              // data bytes handed to tasks
-	flushData  int64              // of which placed by a flush
+	refs       map[uint32]*refSrc  // slots holding blocks by reference
+	refPending int                 // of those, not read yet by their task
+	dataSent   int64               // data bytes handed to tasks
+	flushData  int64               // of which placed by a flush
 }
 
 func (o *streamObj) n() int { return len(o.fbns) }
 
-type taskKind int
-
-const (
-	taskPiece taskKind = iota
-	taskWhole
-	taskComplete
-	taskAbort
-)
-
+// sendResult is what an upload task of obj leaves (an upload.Result's
+// Value; the tasks the uploader starts itself, completions and aborts,
+// leave only obj).
 type sendResult struct {
 	obj   *streamObj
-	kind  taskKind
 	refs  []pieceRef // blocks by reference the task read
 	crcs  []uint32   // their checksums (nil if the read failed)
-	part  int32
-	etag  string
-	err   error
-	panic any
+	err   error      // the task's error (the Result's Err)
+	panic any        // set when taken in, for rethrowLocked
 	stack []byte
 }
 
 // sender is the send-ahead part of a File: it chooses the unsent dirty
 // blocks, places them in objects, runs the upload tasks and takes their
-// results in. Fields are GUARDED_BY(f.mu) except f, ctx, cancel, wg and done,
+// results in. Fields are GUARDED_BY(f.mu) except f, ctx, cancel and tasks,
 // which are set once, and requests, which is atomic. Its methods are called
 // with f.mu held exclusively (they change f's dirty tier and map, which are
-// File's), but for createObject, which upload tasks run without it.
+// File's); the upload tasks it starts run without it, in the uploader's
+// goroutines (upload.Tasks), and touch only what their closures captured.
 type sender struct {
 	f      *File
 	ctx    context.Context // uploads outlive the call that started them
 	cancel context.CancelFunc
-	wg     sync.WaitGroup
-	done   chan sendResult
+	tasks  *upload.Tasks[sendResult]
 
-	requests atomic.Int64 // requests started by tasks, for FlushTiming
+	requests atomic.Int64 // requests made by tasks, for FlushTiming
 
-	// inflight counts tasks running (each makes one request at a time): at
-	// most segment_mpu_max_concurrency; tasks spawned beyond it wait in
-	// queued, and start as running ones are taken in.
-	inflight int
-	queued   []queuedTask
-	open     [nClasses]*streamObj
-	objs     map[*streamObj]struct{} // started, not finished
+	// The tasks started and not taken in are tasks.Pending(). Each holds
+	// one of the uploader's segment_mpu_max_concurrency slots while it
+	// runs (those beyond wait for one); a writer places no more while
+	// they are at the cap (roomLocked).
+	open [nClasses]*streamObj
+	objs map[*streamObj]struct{} // started, not finished
 	// unsent are the dirty blocks no object in flight holds.
 	// INVARIANT: a block is in unsent if and only if it is dirty, its sent
 	// is nil and sending ahead is on (sendAheadOn).
@@ -155,14 +144,15 @@ func (s *sender) target() int64 {
 // newSender makes f's sender; nothing runs until a block is sent.
 func newSender(f *File) *sender {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &sender{
+	s := &sender{
 		f:      f,
 		ctx:    ctx,
 		cancel: cancel,
-		done:   make(chan sendResult, 4*f.p.Concurrency+8),
 		objs:   make(map[*streamObj]struct{}),
 		unsent: make(map[uint64]struct{}),
 	}
+	s.tasks = upload.NewTasks[sendResult](f.up, ctx, &s.requests)
+	return s
 }
 
 // markUnsent records a dirty block that no object in flight holds.
@@ -191,46 +181,27 @@ func (s *sender) touchLocked(d *dirtyBlock) {
 	}
 	d.gen++
 	d.crcValid = false
-	if o := d.sent; o != nil && !o.closed {
+	if o := d.sent; o != nil && !o.ob.Closed() {
 		o.summary[d.slot].Dead = true
 	}
 }
 
-// queuedTask is a task waiting for room under the concurrency cap.
-type queuedTask struct {
-	o    *streamObj
-	kind taskKind
-	run  func(ctx context.Context) sendResult
-}
-
-// spawn runs one upload task, owned by the sender, once fewer than
-// segment_mpu_max_concurrency run: every piece, tail, completion and abort
-// counts against the cap.
-func (s *sender) spawn(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
-	f := s.f
-	s.requests.Add(1) // every task makes one request (more only when it fails)
-	o.pending++
-	if s.inflight >= f.p.Concurrency {
-		s.queued = append(s.queued, queuedTask{o: o, kind: kind, run: run})
-		return
-	}
-	s.start(o, kind, run)
-}
-
-// startQueuedLocked starts waiting tasks while there is room.
-func (s *sender) startQueuedLocked() {
-	f := s.f
-	for len(s.queued) > 0 && s.inflight < f.p.Concurrency {
-		q := s.queued[0]
-		s.queued = s.queued[1:]
-		s.start(q.o, q.kind, q.run)
-	}
+// spawn runs one upload task of o, once a slot of the uploader's is free:
+// every piece, tail, completion and abort counts against the cap. Its
+// result comes back to takeInLocked, with o (also after a panic).
+func (s *sender) spawn(o *streamObj, kind upload.Kind, run func(ctx context.Context) sendResult) {
+	s.tasks.GoFor(o.ob, kind, func(ctx context.Context, r *sendResult) error {
+		v := run(ctx)
+		v.obj = r.obj
+		*r = v
+		return v.err
+	})
 }
 
 // roomLocked waits until a request may start under the cap.
 func (s *sender) roomLocked(ctx context.Context) error {
 	f := s.f
-	for s.inflight >= f.p.Concurrency {
+	for s.tasks.Pending() >= f.p.Concurrency {
 		if err := s.takeInLocked(ctx, true); err != nil {
 			return err
 		}
@@ -238,49 +209,16 @@ func (s *sender) roomLocked(ctx context.Context) error {
 	return nil
 }
 
-func (s *sender) start(o *streamObj, kind taskKind, run func(ctx context.Context) sendResult) {
-
-	s.inflight++
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		var r sendResult
-		func() {
-			defer func() {
-				if p := recover(); p != nil {
-					r = sendResult{panic: p, stack: debug.Stack()}
-				}
-			}()
-			r = run(s.ctx)
-		}()
-		r.obj, r.kind = o, kind
-		s.done <- r
-	}()
-}
-
 // takeInLocked handles finished tasks: without wait, those already done;
 // with wait, at least one (if any is in flight).
 func (s *sender) takeInLocked(ctx context.Context, wait bool) error {
-
-	for s.inflight > 0 {
-		var r sendResult
-		if wait {
-			select {
-			case r = <-s.done:
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-			wait = false
-		} else {
-			select {
-			case r = <-s.done:
-			default:
-				return nil
-			}
+	for s.tasks.Pending() > 0 {
+		res, ok, err := s.tasks.Next(ctx, wait)
+		if err != nil || !ok {
+			return err
 		}
-		s.inflight--
-		s.startQueuedLocked()
-		s.handleResultLocked(ctx, r)
+		wait = false
+		s.handleResultLocked(ctx, res)
 	}
 	return nil
 }
@@ -288,7 +226,7 @@ func (s *sender) takeInLocked(ctx context.Context, wait bool) error {
 // drainLocked waits for every task in flight and takes it in.
 func (s *sender) drainLocked(ctx context.Context) error {
 
-	for s.inflight > 0 {
+	for s.tasks.Pending() > 0 {
 		if err := s.takeInLocked(ctx, true); err != nil {
 			return err
 		}
@@ -306,78 +244,41 @@ func (s *sender) rethrowLocked() {
 	}
 }
 
-func (s *sender) handleResultLocked(ctx context.Context, r sendResult) {
+// handleResultLocked applies a task's result (the uploader counted it for
+// its object already: failed, or stored) and moves the object along.
+func (s *sender) handleResultLocked(ctx context.Context, res upload.Result[sendResult]) {
 	f := s.f
+	r := res.Value
 	o := r.obj
-	o.pending--
-	if r.panic != nil {
+	if res.Panic != nil {
+		r.panic, r.stack = res.Panic, res.Stack
 		s.panicked = &r
-		if o.failed == nil {
-			o.failed = fmt.Errorf("upload task panicked: %v", r.panic)
-		}
-	} else if r.err != nil && o.failed == nil && r.kind != taskAbort {
-		o.failed = r.err
-		if errors.Is(r.err, errNameTaken) && o.name.Cno == f.pendingCno {
-			// Another writer has names of this number: later objects move on.
-			f.bumpCno()
-		}
+	} else if errors.Is(res.Err, errNameTaken) && o.name.Cno == f.pendingCno {
+		// Another writer has names of this number: later objects move on.
+		f.bumpCno()
 	}
 	if len(r.refs) > 0 {
 		s.refsReadLocked(o, r.refs, r.crcs)
 	}
-	switch r.kind {
-	case taskPiece:
-		if r.err == nil && r.panic == nil {
-			o.parts[r.part-1] = staging.CompletedPart{Number: r.part, ETag: r.etag}
-		}
-	case taskWhole, taskComplete:
-		if r.err == nil && r.panic == nil {
-			o.complete = true
-		}
-	}
-	s.advanceLocked(ctx, o)
+	s.advanceLocked(o)
 }
 
-// advanceLocked moves an object along once its tasks are in.
-func (s *sender) advanceLocked(ctx context.Context, o *streamObj) {
-	f := s.f
-	if o.finished || o.pending > 0 {
-		return
-	}
-	switch {
-	case o.complete:
+// advanceLocked moves an object along once its tasks are in: the uploader
+// completes or aborts it, and says when it is finished, stored or not.
+func (s *sender) advanceLocked(o *streamObj) {
+	switch s.tasks.Advance(o.ob) {
+	case upload.Stored:
 		s.completedLocked(o)
-	case o.failed != nil:
-		if !o.whole && o.uploadID != "" && !o.aborting {
-			o.aborting = true
-			key, id := f.key(o.name), o.uploadID
-			s.spawn(o, taskAbort, func(ctx context.Context) sendResult {
-				return sendResult{err: f.st.AbortMultipart(ctx, key, id)}
-			})
-			return
-		}
+	case upload.Failed:
 		s.failedLocked(o)
-	case o.closed && !o.whole:
-		key, id := f.key(o.name), o.uploadID
-		parts := slices.Clone(o.parts)
-		wid, size := o.writeID, o.bytes
-		s.spawn(o, taskComplete, func(ctx context.Context) sendResult {
-			_, err := f.st.CompleteMultipart(ctx, key, id, parts, staging.Conditions{IfNoneMatch: true})
-			if err != nil {
-				// A lost answer is resolved as the flush resolves its own.
-				var c flushCounters
-				err = f.checkLanded(ctx, key, wid, size, fmt.Errorf("complete upload of %s: %w", key, err), &c)
-				s.requests.Add(c.requests.Load())
-			}
-			return sendResult{err: err}
-		})
 	}
 }
 
-// completedLocked cleans the blocks of a completed object that still hold.
+// completedLocked cleans the blocks of a completed object that still hold:
+// each slot's block, if it still points there and is at the gen it was
+// placed with.
 func (s *sender) completedLocked(o *streamObj) {
 	f := s.f
-	o.finished = true
 	delete(s.objs, o)
 	s.sentB += int64(o.n())*int64(f.bs) - o.flushData
 	s.flushB += o.flushData
@@ -416,7 +317,6 @@ func (s *sender) completedLocked(o *streamObj) {
 // unsent: they are still dirty, and a later object or the flush sends them.
 func (s *sender) failedLocked(o *streamObj) {
 	f := s.f
-	o.finished = true
 	delete(s.objs, o)
 	s.deadB += int64(o.n()) * int64(f.bs)
 	for slot, fbn := range o.fbns {
@@ -488,7 +388,7 @@ func (s *sender) sendAheadLocked(ctx context.Context) error {
 		for c := range nClasses {
 			blocks := picked[c]
 			for int64(len(blocks))*int64(f.bs) >= due {
-				for s.inflight >= f.p.Concurrency {
+				for s.tasks.Pending() >= f.p.Concurrency {
 					if err := s.takeInLocked(ctx, true); err != nil {
 						return err
 					}
@@ -539,7 +439,7 @@ func (s *sender) settleLocked(ctx context.Context) error {
 				if err := ctx.Err(); err != nil {
 					return err
 				}
-				for s.inflight >= f.p.Concurrency {
+				for s.tasks.Pending() >= f.p.Concurrency {
 					if err := s.takeInLocked(ctx, true); err != nil {
 						return err
 					}
@@ -580,39 +480,13 @@ func (s *sender) stop() {
 	if s == nil {
 		return
 	}
-	f := s.f
 	s.cancel()
-	// Queued tasks run too, with the cancelled context: they fail at once
-	// and return the budget and buffers they hold. Their results are taken
-	// while waiting, so none blocks on a full channel.
-	for _, q := range s.queued {
-		s.start(q.o, q.kind, q.run)
-	}
-	s.queued = nil
-	waited := make(chan struct{})
-	go func() {
-		s.wg.Wait()
-		close(waited)
-	}()
-	for {
-		select {
-		case r := <-s.done:
-			r.obj.pending--
-			continue
-		case <-waited:
-		}
-		break
-	}
-	// Every task sent its result before it was done: take in the rest.
-	for len(s.done) > 0 {
-		r := <-s.done
-		r.obj.pending--
-	}
-	s.inflight = 0
+	// Tasks waiting for a slot run too, with the cancelled context: they
+	// fail at once and return the budget and buffers they hold.
+	s.tasks.Stop()
 	for o := range s.objs {
-		if !o.whole && o.uploadID != "" && !o.complete {
-			var c flushCounters
-			f.abort(f.key(o.name), o.uploadID, &c)
+		if up := o.ob.Upload(); up != nil && !o.ob.Stored() {
+			up.Abort(context.Background(), &s.requests) // once: not again if its task did
 		}
 	}
 	s.objs = make(map[*streamObj]struct{})
@@ -624,7 +498,7 @@ func (s *sender) stop() {
 // flight complete (their blocks leave the tier), and if that is not enough a
 // partial segment takes the rest; the writer waits for all of it.
 func (f *File) relieveLocked(ctx context.Context) error {
-	if f.s.inflight > 0 || f.s.open != [nClasses]*streamObj{} {
+	if f.s.tasks.Pending() > 0 || f.s.open != [nClasses]*streamObj{} {
 		if err := f.s.closeAllLocked(ctx); err != nil {
 			return err
 		}
@@ -665,13 +539,11 @@ func (s *sender) resetLocked(ctx context.Context) {
 	if s == nil {
 		return
 	}
-	f := s.f
 	_ = s.drainLocked(ctx)
 	s.rethrowLocked()
 	for c, o := range s.open {
-		if o != nil && o.uploadID != "" {
-			var fc flushCounters
-			f.abort(f.key(o.name), o.uploadID, &fc)
+		if o != nil && o.ob.Upload() != nil {
+			o.ob.Upload().Abort(ctx, &s.requests)
 		}
 		s.open[c] = nil
 	}

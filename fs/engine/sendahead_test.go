@@ -96,7 +96,7 @@ func TestSendAheadRegimes(t *testing.T) {
 				f.mu.Lock()
 				defer f.mu.Unlock()
 				f.s.takeInLocked(context.Background(), false)
-				return f.s.inflight == 0
+				return f.s.tasks.Pending() == 0
 			})
 			objs := dataObjects(t, mem, "sa/")
 			n := cnt.Snapshot()

@@ -6,8 +6,8 @@ import (
 	"slices"
 
 	"github.com/ckptfs/ckptfs/blockmap"
+	"github.com/ckptfs/ckptfs/fs/upload"
 	"github.com/ckptfs/ckptfs/segment"
-	"github.com/ckptfs/ckptfs/staging"
 )
 
 // The objects sent ahead (sendahead.go): how blocks are placed in one, how
@@ -176,8 +176,8 @@ func (s *sender) refsReadLocked(o *streamObj, refs []pieceRef, crcs []uint32) {
 		o.summary[r.slot].CRC = crcs[i]
 		ptr := segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: r.slot}
 		if v, ok, err := f.tree.Get(s.ctx, r.fbn); err == nil && ok && v.Ptr == ptr {
-			if err := f.tree.Set(s.ctx, r.fbn, blockmap.Value{Ptr: ptr, CRC: crcs[i]}); err != nil && o.failed == nil {
-				o.failed = err
+			if err := f.tree.Set(s.ctx, r.fbn, blockmap.Value{Ptr: ptr, CRC: crcs[i]}); err != nil {
+				o.ob.Fail(err)
 			}
 		}
 	}
@@ -195,11 +195,12 @@ func (s *sender) waitRefsLocked(ctx context.Context, o *streamObj) error {
 	return nil
 }
 
-func (s *sender) newStreamObj(c class, whole bool) *streamObj {
+func (s *sender) newStreamObj(c class) *streamObj {
 	f := s.f
 	cno := f.takeCno()
-	o := &streamObj{name: segment.ObjectName{Cno: cno, Part: f.nextPart}, cls: c, whole: whole,
+	o := &streamObj{name: segment.ObjectName{Cno: cno, Part: f.nextPart}, cls: c,
 		leafLos: make(map[uint64]struct{})}
+	o.ob = s.tasks.NewObject(sendResult{obj: o})
 	f.nextPart++
 	s.objs[o] = struct{}{}
 	return o
@@ -256,7 +257,7 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 	if err := f.holdWritersLocked(ctx); err != nil {
 		return 0, err // nothing placed: the blocks stay unsent
 	}
-	o := s.newStreamObj(c, true)
+	o := s.newStreamObj(c)
 	// An object that is one arena's blocks, in order, is sent as they lie
 	// there, its header and tail in the arena's room; one that begins
 	// inside an arena ends at its end, so that the next begins with the
@@ -324,12 +325,12 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 		return 0, err
 	}
 	o.metas = metas
-	o.closed = true
+	o.ob.Close()
 	if s.objSize(o.n(), len(metas)) > f.p.MaxObjectBytes {
 		f.releaseCopy(held)
 		free(buf, false)
-		o.failed = fmt.Errorf("object %s given up: its leaves outgrew the spare", f.key(o.name))
-		s.advanceLocked(ctx, o)
+		o.ob.Fail(fmt.Errorf("object %s given up: its leaves outgrew the spare", f.key(o.name)))
+		s.advanceLocked(o)
 		return 0, nil // nothing went; stop sending until something changes
 	}
 	tail, err := s.tailLocked(o)
@@ -351,9 +352,11 @@ func (s *sender) sendWholeLocked(ctx context.Context, c class, blocks []uint64) 
 		a = nil
 	}
 	key := f.key(o.name)
-	s.spawn(o, taskWhole, func(ctx context.Context) sendResult {
+	s.spawn(o, upload.Whole, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
-		kept, err := s.createObject(ctx, key, body)
+		// One request, the body given up: a store that keeps bodies
+		// (memory) keeps it instead of copying it.
+		kept, err := f.up.PutGiven(ctx, key, body, &s.requests)
 		free(body, kept)
 		return sendResult{err: err}
 	})
@@ -384,23 +387,6 @@ func (s *sender) wholeArenaLocked(blocks []uint64) (*arena, int) {
 		return nil, cut
 	}
 	return a, cut
-}
-
-// createObject stores a whole object with If-None-Match, telling a lost
-// answer from a name taken by another writer. The body is given up: kept
-// tells whether the store holds it (then it is never reused).
-func (s *sender) createObject(ctx context.Context, key string, body []byte) (bool, error) {
-	f := s.f
-	id := newWriteID()
-	_, kept, err := staging.PutGiven(ctx, f.st, key, body, staging.PutOptions{Conditions: staging.Conditions{IfNoneMatch: true},
-		Metadata: map[string]string{writeIDMeta: id}})
-	if err == nil {
-		return kept, nil
-	}
-	var c flushCounters
-	err = f.checkLanded(ctx, key, id, int64(len(body)), fmt.Errorf("put %s: %w", key, err), &c)
-	s.requests.Add(c.requests.Load())
-	return kept, err
 }
 
 // sendPieceLocked places one piece's worth of blocks into the open object
@@ -446,7 +432,7 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 		if err := s.roomLocked(ctx); err != nil {
 			return 0, err
 		}
-		o = s.newStreamObj(c, false)
+		o = s.newStreamObj(c)
 		fit, add, err := s.fitLocked(ctx, o, blocks[:n], s.target())
 		if err != nil {
 			return 0, err
@@ -462,16 +448,14 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 			last = true
 		}
 		n, added = fit, add
-		o.writeID = newWriteID()
-		id, err := f.st.CreateMultipart(ctx, f.key(o.name), staging.PutOptions{
-			Metadata: map[string]string{writeIDMeta: o.writeID}})
+		up, err := f.up.Create(ctx, f.key(o.name), &s.requests)
 		if err != nil {
 			// Nothing was placed: the blocks stay unsent, and the flush or
 			// the dirty limit takes them.
 			delete(s.objs, o)
-			return 0, fmt.Errorf("send ahead %s: %w", f.key(o.name), err)
+			return 0, fmt.Errorf("send ahead: %w", err)
 		}
-		o.uploadID = id
+		o.ob.SetUpload(up)
 		s.open[c] = o
 	}
 	held := int64(n) * int64(f.bs)
@@ -524,16 +508,14 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 	if last {
 		return n, s.finishLocked(ctx, o, buf, held)
 	}
-	o.parts = append(o.parts, staging.CompletedPart{})
-	o.bytes += int64(len(buf))
-	part := int32(len(o.parts))
-	key, id := f.key(o.name), o.uploadID
+	up := o.ob.Upload()
+	part := up.Reserve()
 	bs := int64(f.bs)
-	s.spawn(o, taskPiece, func(ctx context.Context) sendResult {
+	s.spawn(o, upload.Piece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
 		kept := false
 		defer func() { free(kept) }()
-		r := sendResult{part: part, refs: later}
+		r := sendResult{refs: later}
 		if len(later) > 0 {
 			if r.crcs, r.err = readRefs(buf, bs, later); r.err != nil {
 				return r
@@ -541,7 +523,7 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 		}
 		// The piece is given up: a store that keeps bodies (memory) keeps
 		// it instead of copying it.
-		r.etag, kept, r.err = staging.UploadPartGiven(ctx, f.st, key, id, part, buf)
+		kept, r.err = up.PartGiven(ctx, part, buf, &s.requests)
 		return r
 	})
 	if o.n() >= int((s.target()-segment.HeaderSize)/int64(f.bs)) {
@@ -558,11 +540,9 @@ func (s *sender) abandonLocked(ctx context.Context, o *streamObj, err error) {
 	if s.open[o.cls] == o {
 		s.open[o.cls] = nil
 	}
-	if o.failed == nil {
-		o.failed = fmt.Errorf("object %s given up: %w", f.key(o.name), err)
-	}
-	o.closed = true
-	s.advanceLocked(ctx, o)
+	o.ob.Fail(fmt.Errorf("object %s given up: %w", f.key(o.name), err))
+	o.ob.Close()
+	s.advanceLocked(o)
 }
 
 // closeOpenLocked closes the open object of class c with its tail.
@@ -593,18 +573,16 @@ func (s *sender) finishLocked(ctx context.Context, o *streamObj, data []byte, he
 	// its blocks stay dirty.
 	giveUp := func(err error) {
 		f.releaseCopy(held)
-		if o.failed == nil {
-			o.failed = err
-		}
-		o.closed = true
-		s.advanceLocked(ctx, o)
+		o.ob.Fail(err)
+		o.ob.Close()
+		s.advanceLocked(o)
 	}
 	if err := s.waitRefsLocked(ctx, o); err != nil {
 		giveUp(err)
 		return err
 	}
-	if o.failed != nil {
-		giveUp(o.failed) // a piece failed while we waited
+	if err := o.ob.Failed(); err != nil {
+		giveUp(err) // a piece failed while we waited
 		return nil
 	}
 	metas, err := s.leavesLocked(ctx, o)
@@ -623,18 +601,15 @@ func (s *sender) finishLocked(ctx context.Context, o *streamObj, data []byte, he
 		return err
 	}
 	body := append(data, tail...) // within data's capacity when data has blocks
-	o.parts = append(o.parts, staging.CompletedPart{})
-	o.bytes += int64(len(body))
-	part := int32(len(o.parts))
-	key, id := f.key(o.name), o.uploadID
-	s.spawn(o, taskPiece, func(ctx context.Context) sendResult {
+	up := o.ob.Upload()
+	part := up.Reserve()
+	s.spawn(o, upload.Piece, func(ctx context.Context) sendResult {
 		defer f.releaseCopy(held)
 		defer freePiece(body)
-		etag, err := f.st.UploadPart(ctx, key, id, part, body)
-		return sendResult{part: part, etag: etag, err: err}
+		return sendResult{err: up.Part(ctx, part, body, &s.requests)}
 	})
 	// Closed only now: the completion must wait for the tail part, which is
 	// in flight from here on.
-	o.closed = true
+	o.ob.Close()
 	return nil
 }

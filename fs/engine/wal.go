@@ -484,11 +484,10 @@ func (f *File) runPublish(pub *publish) {
 	defer f.pubs.Done()
 	ctx := f.w.pubCtx
 	var c flushCounters
-	sem := make(chan struct{}, f.p.Concurrency)
 	var err error
 	backoff := 50 * time.Millisecond
 	for try := 1; ; try++ {
-		err = f.putObject(ctx, f.key(pub.name), pub.body, sem, &c)
+		err = f.up.Put(ctx, f.key(pub.name), pub.body, &c.requests)
 		if err == nil || errors.Is(err, errNameTaken) || try >= publishAttempts || ctx.Err() != nil {
 			break
 		}
