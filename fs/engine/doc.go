@@ -242,8 +242,9 @@
 // uploader (File.up, package fs/upload) makes every object's requests (a
 // whole PUT or a multipart upload, the check of a lost answer, the abort),
 // takes no lock of File's, and is called without File.mu but on the paths
-// docs/engine-locks.md lists (sending ahead's create of an upload, the
-// aborts of a rollback and of Close). Their state
+// docs/engine-locks.md lists (the aborts of a rollback and of Close;
+// sending ahead begins an upload under it, but the store's upload is
+// created by its first piece's task). Their state
 // is guarded by File.mu but the readers' (readers.mu) and the WAL's lease
 // (logMu, markMu); each says what of File.mu its methods are called with.
 // The dirty accounting's invariants are written on its fields and checked by

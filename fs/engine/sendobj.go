@@ -428,7 +428,8 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 		if err := f.holdWritersLocked(ctx); err != nil {
 			return 0, err // nothing placed: the blocks stay unsent
 		}
-		// Creating the upload is a request too: it waits for room.
+		// The object's first piece (which creates the upload) waits for
+		// room as any piece does.
 		if err := s.roomLocked(ctx); err != nil {
 			return 0, err
 		}
@@ -448,14 +449,10 @@ func (s *sender) sendPieceLocked(ctx context.Context, c class, blocks []uint64, 
 			last = true
 		}
 		n, added = fit, add
-		up, err := f.up.Create(ctx, f.key(o.name), &s.requests)
-		if err != nil {
-			// Nothing was placed: the blocks stay unsent, and the flush or
-			// the dirty limit takes them.
-			delete(s.objs, o)
-			return 0, fmt.Errorf("send ahead: %w", err)
-		}
-		o.ob.SetUpload(up)
+		// No request under mu: the store's upload is created by the first
+		// piece's task; if that fails, the object fails as when a piece
+		// does (its blocks go back to unsent).
+		o.ob.SetUpload(f.up.Create(f.key(o.name)))
 		s.open[c] = o
 	}
 	held := int64(n) * int64(f.bs)

@@ -43,10 +43,7 @@ func TestTasksUpload(t *testing.T) {
 			tasks := upload.NewTasks[partResult](u, ctx, nil)
 			defer tasks.Stop()
 			var reqs atomic.Int64
-			m, err := u.Create(ctx, "f/3.1", &reqs)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := u.Create("f/3.1")
 			pieces := [][]byte{pattern(chunk, 1), pattern(chunk, 2), pattern(chunk, 3), pattern(10, 4)}
 			for _, p := range pieces {
 				tasks.Go(partResult{part: m.Reserve()}, func(ctx context.Context, r *partResult) error {
@@ -98,10 +95,7 @@ func TestTasksCap(t *testing.T) {
 			u := upload.New(upload.Config{Store: g, Concurrency: cap, ChunkSize: 1 << 10})
 			upload.SetWaiting(u, g.waiting)
 			ctx := context.Background()
-			m, err := u.Create(ctx, "f/1.1", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := u.Create("f/1.1")
 			tasks := upload.NewTasks[partResult](u, ctx, nil)
 			defer tasks.Stop()
 			for i := range n {
@@ -270,10 +264,7 @@ func TestObject(t *testing.T) {
 					return err
 				})
 			} else {
-				m, err := r.u.Create(ctx, "f/1.1", &reqs)
-				if err != nil {
-					t.Fatal(err)
-				}
+				m := r.u.Create("f/1.1")
 				o.SetUpload(m)
 				for i, p := range pieces {
 					n := m.Reserve()

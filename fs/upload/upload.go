@@ -241,8 +241,13 @@ func (u *Uploader) Put(ctx context.Context, key string, body Body, reqs *atomic.
 			return nil
 		})
 	}
-	m, err := u.Create(ctx, key, reqs)
-	if err != nil {
+	// Created before the pieces: none is copied for an upload that fails
+	// to begin.
+	m := u.Create(key)
+	if err := u.one(ctx, func() error {
+		_, err := m.upload(ctx, reqs)
+		return err
+	}); err != nil {
 		return err
 	}
 	nparts := int((size + u.chunk - 1) / u.chunk)
@@ -346,19 +351,30 @@ func (u *Uploader) checkLanded(ctx context.Context, key, id string, size int64, 
 	return err
 }
 
-// Multipart is one multipart upload, created by Create. It keeps its parts:
+// Multipart is one multipart upload, begun by Create. It keeps its parts:
 // the numbers Reserve gave, and the ETag and size of each part stored. Its
 // methods may be called from several goroutines (parts in parallel).
+//
+// The store's upload is created by the first request that needs it (a
+// part's, or the completion's), in that request's slot, not by Create: the
+// engine begins an upload holding its file's lock, under which no request
+// is made (fs/engine/doc.go), and its first part is sent without it. A
+// create that fails fails every part, and the upload with it.
 type Multipart struct {
 	u       *Uploader
 	key     string
-	id      string // the store's upload id
 	writeID string
 	aborted atomic.Bool
 
 	mu       sync.Mutex // guards what follows; a leaf
 	reserved int32      // parts numbered so far
 	stored   map[int32]storedPart
+	// created is nil until a request begins creating the upload, then
+	// closed once that is decided: id is the store's upload id, or cerr why
+	// there is none.
+	created chan struct{}
+	id      string
+	cerr    error
 }
 
 // storedPart is a part the store took.
@@ -367,20 +383,49 @@ type storedPart struct {
 	size int64
 }
 
-// Create starts a multipart upload of key, to be created with
-// If-None-Match when it completes.
-func (u *Uploader) Create(ctx context.Context, key string, reqs *atomic.Int64) (*Multipart, error) {
-	m := &Multipart{u: u, key: key, writeID: NewWriteID(), stored: make(map[int32]storedPart)}
-	err := u.one(ctx, func() error {
-		count(reqs)
-		var err error
-		m.id, err = u.st.CreateMultipart(ctx, key, createOpts(m.writeID))
-		return err
-	})
-	if err != nil {
-		return nil, fmt.Errorf("create upload of %s: %w", key, err)
+// Create begins a multipart upload of key, to be created with
+// If-None-Match when it completes. It makes no request: the first part
+// creates the store's upload.
+func (u *Uploader) Create(key string) *Multipart {
+	return &Multipart{u: u, key: key, writeID: NewWriteID(), stored: make(map[int32]storedPart)}
+}
+
+// errAborted: a request of an upload aborted before it was created.
+var errAborted = errors.New("upload aborted")
+
+// upload returns the store's upload id, creating the upload if no request
+// has begun to (in the caller's slot), else waiting for the one that has,
+// or for ctx.
+func (m *Multipart) upload(ctx context.Context, reqs *atomic.Int64) (string, error) {
+	m.mu.Lock()
+	if done := m.created; done != nil {
+		m.mu.Unlock()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		return m.id, m.cerr
 	}
-	return m, nil
+	done := make(chan struct{})
+	m.created = done
+	m.mu.Unlock()
+	var id string
+	err := fmt.Errorf("create upload of %s: %w", m.key, errAborted)
+	if !m.aborted.Load() {
+		count(reqs)
+		id, err = m.u.st.CreateMultipart(ctx, m.key, createOpts(m.writeID))
+		if err != nil {
+			err = fmt.Errorf("create upload of %s: %w", m.key, err)
+		}
+	}
+	m.mu.Lock()
+	m.id, m.cerr = id, err
+	m.mu.Unlock()
+	close(done)
+	return id, err
 }
 
 // Key is the upload's object key.
@@ -418,12 +463,16 @@ func (m *Multipart) PartGiven(ctx context.Context, n int32, data []byte, reqs *a
 // part makes the request of Part or PartGiven, in a slot the caller holds,
 // and keeps the part's ETag.
 func (m *Multipart) part(ctx context.Context, n int32, data []byte, given bool, reqs *atomic.Int64) (kept bool, err error) {
+	id, err := m.upload(ctx, reqs)
+	if err != nil {
+		return false, err
+	}
 	count(reqs)
 	var etag string
 	if given {
-		etag, kept, err = staging.UploadPartGiven(ctx, m.u.st, m.key, m.id, n, data)
+		etag, kept, err = staging.UploadPartGiven(ctx, m.u.st, m.key, id, n, data)
 	} else {
-		etag, err = m.u.st.UploadPart(ctx, m.key, m.id, n, data)
+		etag, err = m.u.st.UploadPart(ctx, m.key, id, n, data)
 	}
 	if err != nil {
 		return kept, fmt.Errorf("upload part %d of %s: %w", n, m.key, err)
@@ -458,8 +507,12 @@ func (m *Multipart) Complete(ctx context.Context, reqs *atomic.Int64) error {
 	}
 	m.mu.Unlock()
 	return m.u.one(ctx, func() error {
+		id, err := m.upload(ctx, reqs)
+		if err != nil {
+			return err
+		}
 		count(reqs)
-		_, err := m.u.st.CompleteMultipart(ctx, m.key, m.id, parts, staging.Conditions{IfNoneMatch: true})
+		_, err = m.u.st.CompleteMultipart(ctx, m.key, id, parts, staging.Conditions{IfNoneMatch: true})
 		if err != nil {
 			return m.u.checkLanded(ctx, m.key, m.writeID, size, fmt.Errorf("complete upload of %s: %w", m.key, err), reqs)
 		}
@@ -470,8 +523,9 @@ func (m *Multipart) Complete(ctx context.Context, reqs *atomic.Int64) error {
 // Abort discards the upload, once: a second call does nothing. It runs
 // even when ctx has ended (of ctx it keeps only its values), so that an
 // upload whose context was cancelled is still aborted, for abortTimeout at
-// most. An abort that fails leaves the upload for the cleaner: not an
-// error of the caller's.
+// most: it waits for a create in flight, and makes no request when none
+// was made (nor does a request after it create one). An abort that fails
+// leaves the upload for the cleaner: not an error of the caller's.
 func (m *Multipart) Abort(ctx context.Context, reqs *atomic.Int64) {
 	if m.aborted.Swap(true) {
 		return
@@ -479,8 +533,12 @@ func (m *Multipart) Abort(ctx context.Context, reqs *atomic.Int64) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), abortTimeout)
 	defer cancel()
 	err := m.u.one(ctx, func() error {
+		id, err := m.upload(ctx, reqs)
+		if err != nil || id == "" {
+			return nil // never created (or not known to be: the cleaner's)
+		}
 		count(reqs)
-		return m.u.st.AbortMultipart(ctx, m.key, m.id)
+		return m.u.st.AbortMultipart(ctx, m.key, id)
 	})
 	if err != nil {
 		m.u.log.Debug("abort failed; the cleaner will remove the upload", zap.String("key", m.key), zap.Error(err))

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -319,10 +320,7 @@ func TestMultipart(t *testing.T) {
 			// build stops at the first failure, as the sender gives an
 			// object up, and says which request failed.
 			build := func() (staging.Op, error) {
-				m, err := u.Create(ctx, "f/2.1", &reqs)
-				if err != nil {
-					return staging.OpCreateMultipart, err
-				}
+				m := u.Create("f/2.1")
 				if m.Key() != "f/2.1" {
 					t.Fatalf("upload of %q", m.Key())
 				}
@@ -333,6 +331,9 @@ func TestMultipart(t *testing.T) {
 				kept, err := m.PartGiven(ctx, n1, p1, &reqs)
 				if err != nil {
 					m.Abort(ctx, &reqs)
+					if strings.Contains(err.Error(), "create upload of f/2.1") {
+						return staging.OpCreateMultipart, err // the first part creates the upload
+					}
 					return staging.OpUploadPart, err
 				}
 				if !kept {
@@ -524,10 +525,7 @@ func TestCap(t *testing.T) {
 			return errors.Join(u.PutAll(ctx, objs, nil)...)
 		}},
 		{"parts of one upload from many goroutines, cap 2", 2, 6, func(ctx context.Context, u *upload.Uploader) error {
-			m, err := u.Create(ctx, "f/1.1", nil)
-			if err != nil {
-				return err
-			}
+			m := u.Create("f/1.1")
 			errs := make([]error, 6)
 			var wg sync.WaitGroup
 			for i := range errs {
@@ -599,10 +597,7 @@ func TestCompleteMissingPart(t *testing.T) {
 			cs := counting.New(fs)
 			u := upload.New(upload.Config{Store: cs, Concurrency: 1, ChunkSize: chunk})
 			ctx := context.Background()
-			m, err := u.Create(ctx, "f/1.1", nil)
-			if err != nil {
-				t.Fatal(err)
-			}
+			m := u.Create("f/1.1")
 			if err := c.run(ctx, m); err != nil {
 				t.Fatal(err)
 			}
@@ -617,5 +612,55 @@ func TestCompleteMissingPart(t *testing.T) {
 				t.Fatalf("%d bytes stored", len(got))
 			}
 		})
+	}
+}
+
+// TestCreateMakesNoRequest: Create makes no request (the engine begins an
+// upload holding its file's lock, under which no request is made); the
+// first part creates the store's upload, once for parts sent at once; an
+// upload aborted before any part makes no request, and none after.
+func TestCreateMakesNoRequest(t *testing.T) {
+	ctx := context.Background()
+	ms := mem.New()
+	cs := counting.New(ms)
+	u := upload.New(upload.Config{Store: cs, Concurrency: 4, ChunkSize: chunk})
+	requests := func() int64 { return cs.Snapshot().Total().Requests }
+
+	m := u.Create("f/1.1")
+	if n := requests(); n != 0 {
+		t.Fatalf("Create made %d requests", n)
+	}
+	parts := [][]byte{pattern(chunk, 1), pattern(chunk, 2), pattern(10, 3)}
+	errs := make([]error, len(parts))
+	var wg sync.WaitGroup
+	for i, p := range parts {
+		n := m.Reserve()
+		wg.Go(func() { errs[i] = m.Part(ctx, n, p, nil) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Complete(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	if n := requests(); n != int64(len(parts))+2 {
+		t.Fatalf("%d requests for %d parts, want one create, the parts and one complete", n, len(parts))
+	}
+	if got := stored(t, ms, "f/1.1"); !bytes.Equal(got, slices.Concat(parts...)) {
+		t.Fatalf("stored %d bytes, not the parts", len(got))
+	}
+
+	before := requests()
+	a := u.Create("f/1.2")
+	a.Abort(ctx, nil)
+	if err := a.Part(ctx, a.Reserve(), pattern(10, 4), nil); err == nil {
+		t.Fatal("a part of an aborted upload was stored")
+	}
+	if n := requests() - before; n != 0 {
+		t.Fatalf("an upload aborted before its first part made %d requests", n)
+	}
+	if ups, err := ms.ListMultipartUploads(ctx, "f/"); err != nil || len(ups) != 0 {
+		t.Fatalf("uploads left open: %v, %v", ups, err)
 	}
 }
