@@ -241,6 +241,7 @@ type File struct {
 	copyHook            func() // tests: runs in every write's copy phase
 	planHook            func() // tests: runs as a flush plans, without mu when unlocked
 	sliceHook           func() // tests: runs between slices of dirtySliceShared, without mu
+	noUnlockChecks      bool   // tests: no invariant check at unlock (a benchmark of waits)
 	noArenas            bool   // tests: every dirty block's buffer from the pool
 
 	// mu: readers shared, everything that changes state exclusive. Its
