@@ -111,7 +111,7 @@ func (f *File) flushAttemptLocked(ctx context.Context, t *FlushTiming, c *flushC
 	if g != nil {
 		f.closeGate(g)
 		if err != nil {
-			f.putBackSinceLocked(aside, h.hi)
+			f.putBackSinceLocked(aside, h.hi, len(f.dirty)-len(a.blocks))
 		}
 	}
 	if a.ensured != nil && a.ensureErr == nil {
@@ -381,12 +381,36 @@ func (a *flushAttempt) adoptLocked(etag string) []*dirtyBlock {
 }
 
 // keepDirtyPastLocked makes the dirty tier the n dirty blocks at hi and
-// past it, and the accounting theirs: the blocks below hi were published.
-// Blocks past hi were written past a flush's blocks, each by a write that
-// moved the file's end past it: they are looked up below the end when that
-// is not much more than n blocks, and found by walking every dirty block
-// otherwise (a write far past the end: a sparse file grown meanwhile).
+// past it (dirtyPastLocked), and the accounting theirs: the blocks below hi
+// were published.
 func (f *File) keepDirtyPastLocked(hi uint64, n int) {
+	bs := int64(f.bs)
+	past := f.dirtyPastLocked(hi, n)
+	unsent := make(map[uint64]struct{})
+	f.dirtyB, f.dirtyUnmapped = 0, 0
+	for fbn, d := range past {
+		if d.buf != nil {
+			f.dirtyB += bs
+		}
+		if d.unmapped {
+			f.dirtyUnmapped++
+		}
+		if _, ok := f.s.unsent[fbn]; ok {
+			unsent[fbn] = struct{}{}
+		}
+	}
+	f.dirty = past
+	f.s.unsent, f.s.unsentB = unsent, int64(len(unsent))*bs
+}
+
+// dirtyPastLocked returns the dirty blocks at hi and past it, n of them
+// when the flush holding [0, hi) found the others below hi: blocks written
+// past a flush's blocks, each by a write that moved the file's end past it.
+// They are looked up below the end when that is not much more than n
+// blocks, and found by walking every dirty block otherwise (a write far
+// past the end: a sparse file grown meanwhile) or when n was not right.
+func (f *File) dirtyPastLocked(hi uint64, n int) map[uint64]*dirtyBlock {
+	n = max(n, 0)
 	bs := int64(f.bs)
 	past := make(map[uint64]*dirtyBlock, n)
 	end := uint64((f.size + bs - 1) / bs)
@@ -405,19 +429,5 @@ func (f *File) keepDirtyPastLocked(hi uint64, n int) {
 			}
 		}
 	}
-	unsent := make(map[uint64]struct{})
-	f.dirtyB, f.dirtyUnmapped = 0, 0
-	for fbn, d := range past {
-		if d.buf != nil {
-			f.dirtyB += bs
-		}
-		if d.unmapped {
-			f.dirtyUnmapped++
-		}
-		if _, ok := f.s.unsent[fbn]; ok {
-			unsent[fbn] = struct{}{}
-		}
-	}
-	f.dirty = past
-	f.s.unsent, f.s.unsentB = unsent, int64(len(unsent))*bs
+	return past
 }

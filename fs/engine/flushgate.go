@@ -217,15 +217,13 @@ func (f *File) resetRecords() {
 
 // putBackSinceLocked returns to the records s set aside, with the changes
 // recorded since added after them: writes at offsets past hi (the only
-// changes made while they were aside), which made their blocks dirty.
-func (f *File) putBackSinceLocked(s sinceRecords, hi uint64) {
+// changes made while they were aside), which made their blocks dirty, n of
+// them (dirtyPastLocked).
+func (f *File) putBackSinceLocked(s sinceRecords, hi uint64, n int) {
 	for fbn, v := range f.written {
 		s.written[fbn] = v
 	}
-	for fbn := range f.dirty {
-		if fbn < hi {
-			continue
-		}
+	for fbn := range f.dirtyPastLocked(hi, n) {
 		delete(s.zeroed, fbn) // written whole or in part since
 		if _, part := f.partial[fbn]; !part {
 			delete(s.partial, fbn) // written whole since
