@@ -125,6 +125,9 @@ type flushHold struct {
 	// each below the end the write moves the file to, so that
 	// max(dirtyEnd, the file's end) is past every dirty block without
 	// counting them again; a merge or a rollback (excl) makes it uncounted.
+	// (A write past the end still copying, whose blocks the count missed,
+	// has not moved the end yet: its blocks are past the size the flush
+	// publishes, and past its hold, and stay dirty.)
 	dirtyEnd uint64
 	counted  bool
 }
