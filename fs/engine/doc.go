@@ -61,11 +61,19 @@
 //     index nodes do not fit is refused (ErrObjectTooLarge), on the WAL's
 //     publish too.
 //
-// Steps 1 to 3 run under File.mu, step 4 without it, and the result is
-// applied under it again (flushattempt.go; what goes on meanwhile is under
-// Locking). A flush that fails leaves every block dirty and the in-memory
-// map as it was (its placements were made in the snapshot), so a later
-// flush writes everything and nothing is lost.
+// A Flush (flushattempt.go) runs steps 1 to 4 without File.mu: the blocks
+// it publishes do not change meanwhile (it holds their range) and the
+// snapshot is its own. It holds File.mu exclusively only to take what it
+// publishes (the size, the mtime, the snapshot, in O(1)), to name its
+// objects, and to apply the result, which makes the dirty tier the blocks
+// written past it meanwhile (found below the file's end) without walking
+// those it published; it takes its dirty blocks under File.mu shared, a
+// slice of dirtySlice blocks at a time. So no hold of File.mu by a flush
+// grows with the blocks it publishes (what goes on meanwhile is under
+// Locking). A WAL publish, a replay and a copy run the steps under File.mu,
+// holding every block. A flush that fails leaves every block dirty and the
+// in-memory map as it was (its placements were made in the snapshot), so a
+// later flush writes everything and nothing is lost.
 //
 // # Conflicts
 //
@@ -184,9 +192,10 @@
 // exclusive; an operation takes what it needs under the lock, sends without
 // it, and applies the result under it again, re-validating what may have
 // changed. A flush takes what it publishes under the lock (its dirty
-// blocks, the map committed in a snapshot, the head), sends it without the
-// lock, and applies the result under the lock; writes past the blocks it
-// holds ([0, end)), and reads anywhere, go on meanwhile; a write into them
+// blocks, shared and a slice at a time; a snapshot of the map), packs it
+// into the snapshot, commits the map and sends it all without the lock,
+// and applies the result under the lock; writes past the blocks it holds
+// ([0, end)), and reads anywhere, go on meanwhile; a write into them
 // waits for it on its range lock, and every other change waits on flushMu
 // (flushgate.go says what such a write may not do meanwhile, and how what
 // a merge replays of it is kept). The rule is checked by the package's

@@ -242,7 +242,9 @@ type File struct {
 	// maxCopiers is the most there ever were at once.
 	copiers, maxCopiers atomic.Int64
 	copyHook            func() // tests: runs in every write's copy phase
-	precomputeHook      func() // tests: runs in a flush's precomputeLocked, without mu
+	planHook            func() // tests: runs as a flush plans, without mu when unlocked
+	sliceHook           func() // tests: runs between slices of dirtySliceShared, without mu
+	noUnlockChecks      bool   // tests: no invariant check at unlock (a benchmark of waits)
 	noArenas            bool   // tests: every dirty block's buffer from the pool
 
 	// mu: readers shared, everything that changes state exclusive. Its

@@ -37,6 +37,7 @@ var errNameTaken = upload.ErrNameTaken
 // its leaves, and for part 0 the nodes above the leaves and the inode.
 type plannedObject struct {
 	name    segment.ObjectName
+	blocks  []packBlock // while packing: the blocks, in slot order
 	fbns    []uint64
 	bufs    [][]byte
 	summary []segment.SummaryEntry
@@ -57,7 +58,7 @@ func (o *plannedObject) dataBytes(bs int) int64 { return int64(len(o.fbns)) * in
 
 // size of the object with extra meta blocks beyond those it has.
 func (o *plannedObject) size(bs, mbs, extraMetas int) int64 {
-	n := int64(len(o.fbns))
+	n := int64(len(o.fbns) + len(o.blocks)) // blocks while packing, fbns after
 	m := int64(len(o.metas) + extraMetas)
 	return n*int64(bs) + m*int64(mbs) + n*segment.SummaryEntrySize + segment.HeaderSize
 }
@@ -288,6 +289,28 @@ func (f *File) sortedDirty() []uint64 {
 	return fbns
 }
 
+// packBlock is what packing needs of one dirty block, taken under mu
+// (packBlockLocked). Packing runs while the block cannot change: its caller
+// holds the block's range, shared by a flush (which lets go of mu
+// meanwhile), or every block and mu.
+type packBlock struct {
+	fbn uint64
+	d   *dirtyBlock
+	buf []byte  // the block's bytes; nil for a block by reference
+	ref *refSrc // where a block by reference reads from
+	crc uint32  // the checksum of buf, when summed
+	// summed: the write that filled buf whole summed it (dirtyBlock.crc).
+	summed bool
+	// run: a block of a run (classRun); runs and scattered blocks go to
+	// objects of their own unless mixed.
+	run bool
+}
+
+func (f *File) packBlockLocked(fbn uint64, d *dirtyBlock) packBlock {
+	return packBlock{fbn: fbn, d: d, buf: d.buf, ref: d.ref, crc: d.crc,
+		summed: d.crcValid && d.buf != nil && d.ref == nil, run: f.s.classOf(d) == classRun}
+}
+
 // packLocked places the given dirty blocks into objects, leaf by leaf, and
 // sets their pointers in the map. With final, the last object is part 0 when
 // it has room for the index nodes too (reserve metas), otherwise part 0 is
@@ -295,24 +318,39 @@ func (f *File) sortedDirty() []uint64 {
 // and scattered blocks share objects (a WAL publish is one object, whatever
 // it holds); otherwise each class goes to objects of its own.
 func (f *File) packLocked(ctx context.Context, fbns []uint64, final, mixed bool) ([]*plannedObject, error) {
-	return f.packIntoLocked(ctx, f.tree, fbns, final, mixed, nil)
+	blocks := make([]packBlock, len(fbns))
+	for i, fbn := range fbns {
+		blocks[i] = f.packBlockLocked(fbn, f.dirty[fbn])
+	}
+	cno := f.takeCno()
+	objs, err := f.layOut(ctx, f.tree, blocks, cno, final, mixed, f.placedLocked)
+	if err != nil {
+		return nil, err
+	}
+	f.nameLocked(objs, cno, final)
+	if err := f.fill(ctx, f.tree, objs); err != nil {
+		return nil, err
+	}
+	return objs, nil
 }
 
-// packIntoLocked is packLocked placing the blocks in tree: f.tree, or a
-// snapshot of it that a flush commits while f.tree stays as it was for the
-// reads that go on meanwhile (its dirty blocks then stay marked unmapped
-// until the flush adopts the committed map). sums holds checksums of blocks
-// computed already (precomputeLocked); the others are computed here.
-func (f *File) packIntoLocked(ctx context.Context, tree *blockmap.Tree, fbns []uint64, final, mixed bool, sums map[uint64]uint32) ([]*plannedObject, error) {
-	cno := f.takeCno()
+// layOut is packing's first two steps, which need nothing of f guarded by
+// mu: blocks (ascending) are inserted in tree with a placeholder, which
+// fixes the map's structure (it depends on keys only), and grouped into
+// objects leaf by leaf (see packLocked for final and mixed). placed, when
+// set, is told of every block the map did not hold before (f.placedLocked,
+// when tree is f.tree). The objects are not named yet (nameLocked).
+func (f *File) layOut(ctx context.Context, tree *blockmap.Tree, blocks []packBlock, cno uint64, final, mixed bool, placed func(uint64, bool)) ([]*plannedObject, error) {
 	// 1. Fix the map's structure.
-	for _, fbn := range fbns {
-		added, err := tree.Put(ctx, fbn, blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: placeholderPart}})
+	fbns := make([]uint64, len(blocks))
+	for i, b := range blocks {
+		fbns[i] = b.fbn
+		added, err := tree.Put(ctx, b.fbn, blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: placeholderPart}})
 		if err != nil {
-			return nil, fmt.Errorf("place block %d: %w", fbn, err)
+			return nil, fmt.Errorf("place block %d: %w", b.fbn, err)
 		}
-		if tree == f.tree {
-			f.placedLocked(fbn, added)
+		if placed != nil {
+			placed(b.fbn, added)
 		}
 	}
 	leaves, err := tree.LeavesFor(ctx, fbns)
@@ -322,35 +360,35 @@ func (f *File) packIntoLocked(ctx context.Context, tree *blockmap.Tree, fbns []u
 	// 2. Group blocks by leaf; scattered groups and runs go to objects of
 	// their own (isolation); pack groups into objects.
 	type group struct {
-		fbns []uint64
-		lo   uint64
-		run  bool
+		blocks []packBlock
+		lo     uint64
+		run    bool
 	}
 	var groups []group
 	li := 0
-	for i := 0; i < len(fbns); {
-		for li+1 < len(leaves) && leaves[li+1].Lo <= fbns[i] {
+	for i := 0; i < len(blocks); {
+		for li+1 < len(leaves) && leaves[li+1].Lo <= blocks[i].fbn {
 			li++
 		}
 		j := i + 1
-		for j < len(fbns) && fbns[j] < leaves[li].Hi {
+		for j < len(blocks) && blocks[j].fbn < leaves[li].Hi {
 			j++
 		}
 		// A leaf's blocks split by class only where a run meets scattered
 		// blocks; such a leaf then goes into part 0.
-		g := fbns[i:j]
+		g := blocks[i:j]
 		k := 0
 		for k < len(g) {
-			c := f.s.classOf(f.dirty[g[k]])
+			c := g[k].run
 			m := k + 1
-			for m < len(g) && f.s.classOf(f.dirty[g[m]]) == c {
+			for m < len(g) && g[m].run == c {
 				m++
 			}
 			lo := leaves[li].Lo
 			if m-k != len(g) {
 				lo = noLeaf
 			}
-			groups = append(groups, group{fbns: g[k:m], lo: lo, run: c == classRun})
+			groups = append(groups, group{blocks: g[k:m], lo: lo, run: c})
 			k = m
 		}
 		i = j
@@ -368,15 +406,15 @@ func (f *File) packIntoLocked(ctx context.Context, tree *blockmap.Tree, fbns []u
 	var objs []*plannedObject
 	cur := &plannedObject{}
 	for gi, g := range groups {
-		groupBytes := int64(len(g.fbns))*(int64(f.bs)+segment.SummaryEntrySize) + int64(f.mbs)
+		groupBytes := int64(len(g.blocks))*(int64(f.bs)+segment.SummaryEntrySize) + int64(f.mbs)
 		classBreak := gi > 0 && groups[gi-1].run != g.run && !mixed
-		if len(cur.fbns) > 0 && (classBreak || cur.size(f.bs, f.mbs, len(cur.leafLos))+groupBytes > maxObj) {
+		if len(cur.blocks) > 0 && (classBreak || cur.size(f.bs, f.mbs, len(cur.leafLos))+groupBytes > maxObj) {
 			objs = append(objs, cur)
 			cur = &plannedObject{}
 		}
 		// A leaf whose data alone is larger than an object is split across
 		// objects; its leaf then goes into part 0.
-		rest := g.fbns
+		rest := g.blocks
 		for len(rest) > 0 {
 			room := (maxObj - cur.size(f.bs, f.mbs, len(cur.leafLos)+1)) / (int64(f.bs) + segment.SummaryEntrySize)
 			if room <= 0 {
@@ -385,8 +423,8 @@ func (f *File) packIntoLocked(ctx context.Context, tree *blockmap.Tree, fbns []u
 				continue
 			}
 			take := min(int64(len(rest)), room)
-			cur.fbns = append(cur.fbns, rest[:take]...)
-			if take == int64(len(rest)) && len(rest) == len(g.fbns) && g.lo != noLeaf {
+			cur.blocks = append(cur.blocks, rest[:take]...)
+			if take == int64(len(rest)) && len(rest) == len(g.blocks) && g.lo != noLeaf {
 				cur.leafLos = append(cur.leafLos, g.lo)
 			}
 			rest = rest[take:]
@@ -396,17 +434,22 @@ func (f *File) packIntoLocked(ctx context.Context, tree *blockmap.Tree, fbns []u
 			}
 		}
 	}
-	if len(cur.fbns) > 0 || final {
+	if len(cur.blocks) > 0 || final {
 		objs = append(objs, cur)
 	}
 	if final {
 		last := objs[len(objs)-1]
 		reserve := tree.DirtyNodes() + 1
-		if len(last.fbns) > 0 && last.size(f.bs, f.mbs, len(last.leafLos)+reserve) > maxObj {
+		if len(last.blocks) > 0 && last.size(f.bs, f.mbs, len(last.leafLos)+reserve) > maxObj {
 			objs = append(objs, &plannedObject{})
 		}
 	}
-	// 3. Name objects and set pointers.
+	return objs, nil
+}
+
+// nameLocked names the objects layOut made in checkpoint cno: data parts
+// take the next part numbers; with final, the last is part 0.
+func (f *File) nameLocked(objs []*plannedObject, cno uint64, final bool) {
 	for k, o := range objs {
 		if final && k == len(objs)-1 {
 			o.name = segment.ObjectName{Cno: cno, Part: 0}
@@ -414,34 +457,45 @@ func (f *File) packIntoLocked(ctx context.Context, tree *blockmap.Tree, fbns []u
 			o.name = segment.ObjectName{Cno: cno, Part: f.nextPart}
 			f.nextPart++
 		}
-		o.bufs = make([][]byte, len(o.fbns))
-		o.summary = make([]segment.SummaryEntry, len(o.fbns))
-		for s, fbn := range o.fbns {
-			d := f.dirty[fbn]
-			buf := d.buf
-			if d.ref != nil {
+	}
+}
+
+// fill is packing's last step, which needs nothing of f guarded by mu: each
+// object takes its blocks' bytes (a block by reference read from its
+// source, drawing on the budget), sums those its write did not, and the
+// blocks' pointers are set in tree. On an error it returns what it drew.
+func (f *File) fill(ctx context.Context, tree *blockmap.Tree, objs []*plannedObject) error {
+	for _, o := range objs {
+		o.fbns = make([]uint64, len(o.blocks))
+		o.bufs = make([][]byte, len(o.blocks))
+		o.summary = make([]segment.SummaryEntry, len(o.blocks))
+		for s, b := range o.blocks {
+			buf, crc := b.buf, b.crc
+			if b.ref != nil {
 				// A block by reference: the flush reads it from its source.
 				f.forceCopy(int64(f.bs))
 				o.held += int64(f.bs)
 				buf = make([]byte, f.bs)
-				if err := d.ref.read(buf); err != nil {
+				if err := b.ref.read(buf); err != nil {
 					f.releasePlanned(objs)
-					return nil, fmt.Errorf("block %d by reference: %w", fbn, err)
+					return fmt.Errorf("block %d by reference: %w", b.fbn, err)
 				}
 			}
-			crc, ok := sums[fbn]
-			if !ok || d.ref != nil {
+			if !b.summed {
 				crc = segment.Checksum(buf)
 			}
+			o.fbns[s] = b.fbn
 			o.bufs[s] = buf
-			o.summary[s] = segment.SummaryEntry{FBN: fbn, CRC: crc}
-			v := blockmap.Value{Ptr: segment.Ptr{Cno: cno, Part: o.name.Part, Slot: uint32(s)}, CRC: crc}
-			if err := tree.Set(ctx, fbn, v); err != nil {
-				return nil, fmt.Errorf("place block %d: %w", fbn, err)
+			o.summary[s] = segment.SummaryEntry{FBN: b.fbn, CRC: crc}
+			v := blockmap.Value{Ptr: segment.Ptr{Cno: o.name.Cno, Part: o.name.Part, Slot: uint32(s)}, CRC: crc}
+			if err := tree.Set(ctx, b.fbn, v); err != nil {
+				f.releasePlanned(objs)
+				return fmt.Errorf("place block %d: %w", b.fbn, err)
 			}
 		}
+		o.blocks = nil
 	}
-	return objs, nil
+	return nil
 }
 
 // writePartialLocked writes every dirty block into objects that are not a
@@ -516,12 +570,13 @@ func (f *File) writePartialLocked(ctx context.Context) error {
 // leaves go with their data, unchanged leaves are reused from objects
 // already stored, the rest and the nodes above the leaves go into part 0.
 func (f *File) commitLocked(ctx context.Context, objs []*plannedObject) (*blockmap.Tree, error) {
-	return f.commitTreeLocked(ctx, f.tree, objs)
+	return commitTree(ctx, f.tree, objs, f.leafImages)
 }
 
-// commitTreeLocked is commitLocked of tree (f.tree or the snapshot a flush
-// packed into).
-func (f *File) commitTreeLocked(ctx context.Context, tree *blockmap.Tree, objs []*plannedObject) (*blockmap.Tree, error) {
+// commitTree is commitLocked of tree (f.tree or the snapshot a flush
+// packed into), leaves whose bytes are in leafImages (File.leafImages, or a
+// flush's copy of it) being reused from there; it needs nothing of f.
+func commitTree(ctx context.Context, tree *blockmap.Tree, objs []*plannedObject, leafImages map[uint64]segment.Ptr) (*blockmap.Tree, error) {
 	part0 := objs[len(objs)-1]
 	cno := part0.name.Cno
 	leafHome := make(map[uint64]*plannedObject)
@@ -532,7 +587,7 @@ func (f *File) commitTreeLocked(ctx context.Context, tree *blockmap.Tree, objs [
 	}
 	place := func(n blockmap.NodeImage) (segment.Ptr, error) {
 		if n.Level == 0 {
-			if p, ok := f.leafImages[xxh3.Hash(n.Encoded)]; ok {
+			if p, ok := leafImages[xxh3.Hash(n.Encoded)]; ok {
 				return p, nil
 			}
 			if o := leafHome[n.Lo]; o != nil {
@@ -553,17 +608,31 @@ func (f *File) commitTreeLocked(ctx context.Context, tree *blockmap.Tree, objs [
 // inodeLocked is the inode of checkpoint cno: the file as it is now, with
 // the committed block map.
 func (f *File) inodeLocked(cno uint64, committed *blockmap.Tree) segment.Inode {
+	return f.inode(inodeOf{cno: cno, size: f.size, format: f.format, parts: f.nextPart, mtime: f.mtime, lineage: f.linCno.Load()}, committed)
+}
+
+// inodeOf is what an inode records of the file, taken under mu.
+type inodeOf struct {
+	cno, lineage uint64
+	size         int64
+	format       segment.Format
+	parts        uint32
+	mtime        time.Time
+}
+
+// inode is the inode of checkpoint i.cno with the committed block map.
+func (f *File) inode(i inodeOf, committed *blockmap.Tree) segment.Inode {
 	ino := segment.Inode{
-		Cno:           cno,
-		Size:          uint64(f.size),
-		Format:        f.format,
+		Cno:           i.cno,
+		Size:          uint64(i.size),
+		Format:        i.format,
 		Height:        uint8(committed.Height()),
 		DataBlockSize: uint32(f.bs),
 		MetaBlockSize: uint32(f.mbs),
-		Parts:         f.nextPart,
-		MtimeNs:       f.mtime.UnixNano(),
+		Parts:         i.parts,
+		MtimeNs:       i.mtime.UnixNano(),
 		// Built on the head's map, it names the same objects.
-		Lineage: f.linCno.Load(),
+		Lineage: i.lineage,
 	}
 	if committed.Height() > 0 {
 		ino.Root = committed.Root()
@@ -683,10 +752,11 @@ func (e *ConflictError) theirsHead() segment.Head {
 	return e.head
 }
 
-// embedPart0Locked returns part 0 laid out whole for its head to carry, when
+// embedPart0 returns part 0 laid out whole for its head to carry, when
 // the checkpoint is that one object and small enough (and not a WAL
-// publish, whose path stays as it is); nil otherwise.
-func (f *File) embedPart0Locked(part0 *plannedObject, base, ino *segment.Inode) (*embedObj, error) {
+// publish, whose path stays as it is); nil otherwise. It needs nothing of f
+// guarded by mu.
+func (f *File) embedPart0(part0 *plannedObject, base, ino *segment.Inode) (*embedObj, error) {
 	if f.p.WAL || ino.Parts != 1 || part0.size(f.bs, f.mbs, 0) > f.embedLimit() {
 		return nil, nil
 	}

@@ -10,15 +10,16 @@ import (
 // What goes on while a Flush has let go of File.mu (flushAttempt, unlocked).
 //
 // A Flush holds flushMu exclusively, and blocks [0, hi) shared, hi being
-// past the file's end and every dirty block (publishEndLocked): nothing that
-// the checkpoint holds can change, and reads anywhere go on. It lets go of
-// mu to sum its blocks and load the map's nodes it walks
-// (precomputeLocked), to send, and to free what it published; meanwhile
-// (gate.writes) a write at an offset (WriteAt) whose blocks are all past hi
-// goes on too: it makes new dirty blocks and moves the size, which the
-// flush takes into its hold before it packs (those blocks then wait for
-// it), or which stay for the next checkpoint when they come while it sends
-// (a write that comes while it backs off waits). Such a write neither sends
+// past the file's end and every dirty block (flushHold.endLocked): nothing
+// that the checkpoint holds can change, and reads anywhere go on. It holds
+// mu exclusively only to take what it publishes (the size, the mtime, a
+// snapshot of the map, the records below), to name its objects and to adopt
+// the result; it takes its dirty blocks holding mu shared, a slice at a time
+// (dirtySliceShared), and plans (packs, commits), sends, and frees what it
+// published without mu. Meanwhile (gate.writes) a write at an offset
+// (WriteAt) whose blocks are all past hi goes on too: it makes new dirty
+// blocks and moves the size, which stay for the next checkpoint (a write
+// that comes while the flush backs off waits). Such a write neither sends
 // ahead nor writes a partial segment (those place blocks in the map the
 // flush is replacing), and one that would wait for the memory budget waits
 // for the flush instead (the flush frees what it published). A write into
@@ -86,14 +87,31 @@ func (f *File) waitGateDoneLocked(ctx context.Context, g *pubGate) error {
 	}
 }
 
-// publishEndLocked is the first block past the file's end and every dirty
-// block: what a Flush holds is [0, publishEndLocked()).
-func (f *File) publishEndLocked() uint64 {
-	hi := uint64((f.size + int64(f.bs) - 1) / int64(f.bs))
-	for fbn := range f.dirty {
-		hi = max(hi, fbn+1)
+// dirtySliceShared calls each for every dirty block, holding mu shared a
+// slice of dirtySlice blocks at a time and letting go of it between slices,
+// so that a write waiting for mu waits for one slice at most. The caller
+// holds nothing of mu. size, if set, is called first, under mu, with the
+// number of dirty blocks. A change made between slices is to the walk what
+// a range loop's own change is to it: a block made dirty meanwhile may be
+// walked or not, one that left before it was reached is not, every other
+// is walked once.
+func (f *File) dirtySliceShared(size func(int), each func(uint64, *dirtyBlock)) {
+	f.mu.RLock()
+	if size != nil {
+		size(len(f.dirty))
 	}
-	return max(hi, 1)
+	n := 0
+	for fbn, d := range f.dirty {
+		if n++; n%dirtySlice == 0 {
+			f.mu.RUnlock()
+			if f.sliceHook != nil {
+				f.sliceHook()
+			}
+			f.mu.RLock()
+		}
+		each(fbn, d)
+	}
+	f.mu.RUnlock()
 }
 
 // flushHold is the blocks an unlocked Flush holds: [0, hi) shared, or every
@@ -102,18 +120,39 @@ type flushHold struct {
 	hi      uint64
 	excl    bool
 	release func()
+	// dirtyEnd is past every dirty block, when counted. While a Flush
+	// holds flushMu only WriteAt (and the flush itself) makes blocks dirty,
+	// each below the end the write moves the file to, so that
+	// max(dirtyEnd, the file's end) is past every dirty block without
+	// counting them again; a merge or a rollback (excl) makes it uncounted.
+	// (A write past the end still copying, whose blocks the count missed,
+	// has not moved the end yet: its blocks are past the size the flush
+	// publishes, and past its hold, and stay dirty.)
+	dirtyEnd uint64
+	counted  bool
+}
+
+// endLocked is the first block past the file's end and every dirty block:
+// what a Flush holds is [0, endLocked()).
+func (h *flushHold) endLocked(f *File) uint64 {
+	return max(h.dirtyEnd, uint64((f.size+int64(f.bs)-1)/int64(f.bs)), 1)
 }
 
 // take takes blocks [0, hi) shared and mu, hi covering the file then; the
 // caller holds nothing of f but flushMu.
 func (h *flushHold) take(f *File) {
+	if !h.counted {
+		h.dirtyEnd = 0
+		f.dirtySliceShared(nil, func(fbn uint64, _ *dirtyBlock) { h.dirtyEnd = max(h.dirtyEnd, fbn+1) })
+		h.counted = true
+	}
 	for {
 		f.mu.RLock()
-		hi := f.publishEndLocked()
+		hi := h.endLocked(f)
 		f.mu.RUnlock()
 		release := f.ranges.lockFlush(0, hi)
 		f.mu.Lock()
-		if f.publishEndLocked() <= hi {
+		if h.endLocked(f) <= hi {
 			h.hi, h.excl, h.release = hi, false, release
 			return
 		}
@@ -126,7 +165,7 @@ func (h *flushHold) take(f *File) {
 // it is now (writes past the old hi since, an exclusive hold), taking mu
 // again if it must let go of it.
 func (h *flushHold) sharedLocked(f *File) {
-	if !h.excl && f.publishEndLocked() <= h.hi {
+	if !h.excl && h.endLocked(f) <= h.hi {
 		return
 	}
 	f.mu.Unlock()
@@ -143,7 +182,7 @@ func (h *flushHold) allLocked(f *File) {
 	f.mu.Unlock()
 	h.release()
 	h.release = f.ranges.lock(allBlocks.lo, allBlocks.hi, true)
-	h.excl = true
+	h.excl, h.counted = true, false
 	f.mu.Lock()
 }
 
@@ -181,15 +220,13 @@ func (f *File) resetRecords() {
 
 // putBackSinceLocked returns to the records s set aside, with the changes
 // recorded since added after them: writes at offsets past hi (the only
-// changes made while they were aside), which made their blocks dirty.
-func (f *File) putBackSinceLocked(s sinceRecords, hi uint64) {
+// changes made while they were aside), which made their blocks dirty, n of
+// them (dirtyPastLocked).
+func (f *File) putBackSinceLocked(s sinceRecords, hi uint64, n int) {
 	for fbn, v := range f.written {
 		s.written[fbn] = v
 	}
-	for fbn := range f.dirty {
-		if fbn < hi {
-			continue
-		}
+	for fbn := range f.dirtyPastLocked(hi, n) {
 		delete(s.zeroed, fbn) // written whole or in part since
 		if _, part := f.partial[fbn]; !part {
 			delete(s.partial, fbn) // written whole since

@@ -278,58 +278,251 @@ func TestFlushCnosConsecutive(t *testing.T) {
 	}
 }
 
-// A block a flush summed without mu that changes before it packs (a write
-// into its blocks got in while the flush took a write past them into its
-// hold) is summed again: the checkpoint reads back whole.
-func TestFlushSumsAgainABlockChanged(t *testing.T) {
+// While a flush plans (packs its blocks into the map and commits it)
+// without mu, a write past its blocks and a read answer, and a write into
+// them waits for it. The checkpoint is the file as the flush took it; the
+// write past it, near the end or far past it (a sparse file grown during
+// the flush), stays dirty for the next one.
+func TestFlushPlansWithoutMu(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		gap  int64 // from the end to the write past it
+	}{
+		{"write at the end", 0},
+		{"write far past the end", 1 << 30},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := context.Background()
+			base := mem.New()
+			p := flushUnlockedParams()
+			const size = 32 << 10
+			stored := storedFile(t, base, "fp/", p, size, 15)
+			f := mustOpen(t, base, "fp/", p)
+			defer f.Close()
+			first, inside, past := pattern(4<<10, 16), pattern(4<<10, 17), pattern(1<<10, 18)
+			if _, err := f.WriteAt(ctx, first, 4<<10); err != nil {
+				t.Fatal(err)
+			}
+			wrote := make(chan error, 1)
+			var once bool
+			f.planHook = func() {
+				if once {
+					return
+				}
+				once = true
+				// A write into the blocks the flush publishes waits for it...
+				go func() {
+					_, err := f.WriteAt(ctx, inside, 4<<10)
+					wrote <- err
+				}()
+				waitFor(t, func() bool {
+					f.ranges.mu.Lock()
+					defer f.ranges.mu.Unlock()
+					return len(f.ranges.waiting) > 0
+				})
+				// ...one past them, and a read, go on.
+				if _, err := f.WriteAt(ctx, past, size+tc.gap); err != nil {
+					t.Error(err)
+				}
+				got := make([]byte, 8<<10)
+				if _, err := f.ReadAt(ctx, got, 0); err != nil {
+					t.Error(err)
+				} else if want := append(bytes.Clone(stored[:4<<10]), first...); !bytes.Equal(got, want) {
+					t.Error("a read while the flush plans is not what was written before it")
+				}
+				if err := f.checkInvariants(); err != nil {
+					t.Error(err)
+				}
+			}
+			ft, err := f.Flush(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !once {
+				t.Fatal("the flush did not plan")
+			}
+			if err := <-wrote; err != nil {
+				t.Fatal(err)
+			}
+			if err := f.checkInvariants(); err != nil {
+				t.Fatal(err)
+			}
+			if s := f.Stat(); !s.Dirty || s.Cno != ft.Cno {
+				t.Errorf("after the flush: Dirty %v at %d; want dirty (the writes since) at %d", s.Dirty, s.Cno, ft.Cno)
+			}
+			want := bytes.Clone(stored)
+			copy(want[4<<10:], first)
+			g := mustOpen(t, base, "fp/", p)
+			buf := make([]byte, size)
+			if g.Size() != size {
+				t.Errorf("checkpoint %d: size %d, want %d (the write past the end came after the flush took the file)", ft.Cno, g.Size(), size)
+			} else if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
+				t.Errorf("checkpoint %d: read %v, bytes equal %v", ft.Cno, err, bytes.Equal(buf, want))
+			}
+			g.Close()
+
+			if _, err := f.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			copy(want[4<<10:], inside)
+			want = append(want, make([]byte, min(tc.gap, 1<<10))...)
+			g = mustOpen(t, base, "fp/", p)
+			defer g.Close()
+			if g.Size() != size+tc.gap+int64(len(past)) {
+				t.Fatalf("the next checkpoint: size %d, want %d", g.Size(), size+tc.gap+int64(len(past)))
+			}
+			buf = make([]byte, len(want))
+			if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
+				t.Errorf("the next checkpoint: read %v, bytes equal %v", err, bytes.Equal(buf, want))
+			}
+			buf = make([]byte, len(past))
+			if _, err := g.ReadAt(ctx, buf, size+tc.gap); err != nil || !bytes.Equal(buf, past) {
+				t.Errorf("the next checkpoint, the write past the end: read %v, bytes equal %v", err, bytes.Equal(buf, past))
+			}
+		})
+	}
+}
+
+// A flush of more dirty blocks than it takes in one hold of mu (it takes
+// them in slices) while a writer keeps writing past them: every checkpoint
+// holds what was written before its flush began, and nothing written during
+// a flush is lost.
+func TestFlushSlicesWithWritesPast(t *testing.T) {
 	ctx := context.Background()
 	base := mem.New()
 	p := flushUnlockedParams()
-	const size = 32 << 10
-	stored := storedFile(t, base, "fs/", p, size, 15)
-	f := mustOpen(t, base, "fs/", p)
+	p.DirtyLimit = 64 << 20
+	p.MaxObjectBytes = 1 << 20
+	bs := int64(p.DataBlockSize)
+	size := 3 * dirtySlice * bs
+	f := mustCreate(t, base, "fw/", p)
 	defer f.Close()
-	first, inside, past := pattern(4<<10, 16), pattern(4<<10, 17), pattern(1<<10, 18)
-	if _, err := f.WriteAt(ctx, first, 4<<10); err != nil {
+	want := pattern(int(size), 19)
+	if _, err := f.WriteAt(ctx, want, 0); err != nil {
 		t.Fatal(err)
 	}
-	wrote := make(chan error, 1)
-	var once bool
-	f.precomputeHook = func() {
-		if once {
-			return
-		}
-		once = true
-		// A write over the block summed waits for the flush's blocks...
+	for round := range 3 {
+		var flushed FlushTiming
+		var ferr error
+		done := make(chan struct{})
 		go func() {
-			_, err := f.WriteAt(ctx, inside, 4<<10)
-			wrote <- err
+			defer close(done)
+			flushed, ferr = f.Flush(ctx)
 		}()
-		waitFor(t, func() bool {
-			f.ranges.mu.Lock()
-			defer f.ranges.mu.Unlock()
-			return len(f.ranges.waiting) > 0
-		})
-		// ...and one past them goes on: the flush lets go of its blocks
-		// to hold these too, and the first write gets in.
-		if _, err := f.WriteAt(ctx, past, size); err != nil {
-			t.Error(err)
+		// Writes past the end until the flush returns.
+		before := f.Size()
+		for i := uint64(0); ; i++ {
+			select {
+			case <-done:
+			default:
+				b := pattern(int(bs)+100, uint64(round)*1000+i)
+				if _, err := f.WriteAt(ctx, b, f.Size()); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, b...)
+				continue
+			}
+			break
 		}
+		if ferr != nil {
+			t.Fatal(ferr)
+		}
+		if err := f.checkInvariants(); err != nil {
+			t.Fatal(err)
+		}
+		g := mustOpen(t, base, "fw/", p)
+		if g.Size() < before || g.Size() > int64(len(want)) {
+			t.Fatalf("round %d: checkpoint %d of %d bytes, want from %d to %d", round, flushed.Cno, g.Size(), before, len(want))
+		}
+		got := make([]byte, g.Size())
+		if _, err := g.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, want[:len(got)]) {
+			t.Fatalf("round %d: checkpoint %d: read %v, bytes equal %v", round, flushed.Cno, err, bytes.Equal(got, want[:len(got)]))
+		}
+		g.Close()
 	}
 	if _, err := f.Flush(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := <-wrote; err != nil {
+	g := mustOpen(t, base, "fw/", p)
+	defer g.Close()
+	got := make([]byte, len(want))
+	if _, err := g.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, want) || g.Size() != int64(len(want)) {
+		t.Fatalf("the last checkpoint: size %d of %d, read %v, bytes equal %v", g.Size(), len(want), err, bytes.Equal(got, want))
+	}
+}
+
+// Writes past the end between the slices in which a flush walks its dirty
+// blocks (when it counts them, and when it takes them), enough to make the
+// map of dirty blocks grow under the walk: the flush publishes exactly the
+// blocks dirty when it took them, and the blocks written meanwhile stay
+// dirty, all of them, for the next checkpoint.
+func TestFlushWalkWithWritesBetweenSlices(t *testing.T) {
+	ctx := context.Background()
+	base := mem.New()
+	p := flushUnlockedParams()
+	p.DirtyLimit = 64 << 20
+	p.MaxObjectBytes = 1 << 20
+	bs := int64(p.DataBlockSize)
+	size := 2*dirtySlice*bs + 100
+	f := mustCreate(t, base, "fs/", p)
+	defer f.Close()
+	want := pattern(int(size), 20)
+	if _, err := f.WriteAt(ctx, want, 0); err != nil {
 		t.Fatal(err)
 	}
-	want := bytes.Clone(stored)
-	copy(want[4<<10:], inside)
-	want = append(want, past...)
+	var counted, took bool
+	var taken int64 // the size when the flush took the file
+	f.sliceHook = func() {
+		// The flush counts its dirty blocks before it holds them, and
+		// takes them with its gate set (the hook runs on its goroutine).
+		switch {
+		case f.gate == nil && !counted:
+			counted = true
+		case f.gate != nil && !took:
+			took, taken = true, f.Size()
+		default:
+			return
+		}
+		// As many blocks again as there are dirty: the map grows. The
+		// write begins at a block past the end: the last block is the
+		// flush's once it holds its blocks.
+		want = append(want, make([]byte, (int64(len(want))+bs-1)/bs*bs-int64(len(want)))...)
+		more := pattern(len(want), uint64(len(want)))
+		if _, err := f.WriteAt(ctx, more, int64(len(want))); err != nil {
+			t.Error(err)
+		}
+		want = append(want, more...)
+	}
+	ft, err := f.Flush(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.sliceHook = nil
+	if !counted || !took {
+		t.Fatalf("the flush walked its dirty blocks in slices: counting %v, taking %v; want both", counted, took)
+	}
+	if err := f.checkInvariants(); err != nil {
+		t.Fatal(err)
+	}
+	if s, n := f.Stat(), (int64(len(want))-taken+bs-1)/bs; s.DirtyBytes != n*bs {
+		t.Errorf("after the flush: %d dirty bytes, want %d (the %d blocks written while it took the file)", s.DirtyBytes, n*bs, n)
+	}
 	g := mustOpen(t, base, "fs/", p)
+	got := make([]byte, g.Size())
+	if g.Size() != taken {
+		t.Errorf("checkpoint %d: size %d, want %d", ft.Cno, g.Size(), taken)
+	} else if _, err := g.ReadAt(ctx, got, 0); err != nil || !bytes.Equal(got, want[:taken]) {
+		t.Errorf("checkpoint %d: read %v, bytes equal %v", ft.Cno, err, bytes.Equal(got, want[:taken]))
+	}
+	g.Close()
+	if _, err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	g = mustOpen(t, base, "fs/", p)
 	defer g.Close()
-	buf := make([]byte, len(want))
-	if _, err := g.ReadAt(ctx, buf, 0); err != nil || !bytes.Equal(buf, want) {
-		t.Errorf("the checkpoint: read %v, bytes equal %v", err, bytes.Equal(buf, want))
+	got = make([]byte, len(want))
+	if _, err := g.ReadAt(ctx, got, 0); err != nil || g.Size() != int64(len(want)) || !bytes.Equal(got, want) {
+		t.Fatalf("the next checkpoint: size %d of %d, read %v, bytes equal %v", g.Size(), len(want), err, bytes.Equal(got, want))
 	}
 }
 

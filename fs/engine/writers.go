@@ -13,6 +13,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/ckptfs/ckptfs/blockmap"
 	"github.com/ckptfs/ckptfs/fs/writermark"
 	"github.com/ckptfs/ckptfs/segment"
 	"github.com/ckptfs/ckptfs/staging"
@@ -79,11 +80,17 @@ func (f *File) verifyWritersLocked(ctx context.Context, objs []*plannedObject) e
 // sorted: what a head naming objs names of this writer's. The caller holds
 // mu.
 func (f *File) namedKeysLocked(objs []*plannedObject) []string {
+	return f.namedKeys(f.written, f.leafImages, objs)
+}
+
+// namedKeys is namedKeysLocked with the records and the leaves stored since
+// the head given (a flush's, taken under mu).
+func (f *File) namedKeys(written map[uint64]blockmap.Value, leafImages map[uint64]segment.Ptr, objs []*plannedObject) []string {
 	names := make(map[segment.ObjectName]struct{})
-	for _, v := range f.written {
+	for _, v := range written {
 		names[v.Ptr.Object()] = struct{}{}
 	}
-	for _, p := range f.leafImages {
+	for _, p := range leafImages {
 		names[p.Object()] = struct{}{}
 	}
 	for _, o := range objs {
