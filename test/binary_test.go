@@ -25,7 +25,8 @@ func s3Args(t *testing.T, v *volume) (store, opts string, env []string) {
 		t.Fatal(err)
 	}
 	store = "s3://" + v.cfg.Bucket + "/" + strings.TrimSuffix(v.cfg.Prefix, "/")
-	opts = "endpoint=" + v.cfg.Endpoint + ",path_style,region=" + v.cfg.Region + ",create"
+	// create last: tests that format the volume take it off.
+	opts = "endpoint=" + v.cfg.Endpoint + ",path_style,region=" + v.cfg.Region + withNamespace(",create")
 	env = os.Environ()
 	if e.AccessKey != "" { // else the environment's own credentials reach it
 		env = append(env, "AWS_ACCESS_KEY_ID="+e.AccessKey, "AWS_SECRET_ACCESS_KEY="+e.SecretKey)

@@ -170,7 +170,7 @@ func TestOpsLogrotate(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := mountpoint(t)
-	if out, err := runErr("", ckptfsBinary(t), "mount", "-o", "create,log=info,log_file="+logFile, "file://"+filepath.Join(work, "store"), dir); err != nil {
+	if out, err := runErr("", ckptfsBinary(t), "mount", "-o", withNamespace("create")+",log=info,log_file="+logFile, "file://"+filepath.Join(work, "store"), dir); err != nil {
 		t.Fatalf("ckptfs mount: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {

@@ -42,7 +42,7 @@ func startOutageMount(t *testing.T, bin, store, opts string, env []string, dir, 
 		t.Fatal(err)
 	}
 	m := &outageMount{dir: dir, log: log, exited: make(chan struct{})}
-	m.cmd = exec.Command(bin, "mount", "-f", "-o", opts, store, dir)
+	m.cmd = exec.Command(bin, "mount", "-f", "-o", withNamespace(opts), store, dir)
 	m.cmd.Env = append(env, "GOTRACEBACK=all")
 	m.cmd.Stdout, m.cmd.Stderr = lf, lf
 	if err := m.cmd.Start(); err != nil {
