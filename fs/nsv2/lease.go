@@ -81,11 +81,19 @@ func errRemoved(dir namespace.Ino) error {
 
 // leaseFor makes sure this mount holds a lease on dir, renewed less than
 // LeaseRenew ago and with no seal seen, before it adds a name there. The
-// root needs none: it is never removed.
+// root needs none: it is never removed. When dir is removed, the cached
+// path of dir is made stale (refused).
 func (t *Tree) leaseFor(ctx context.Context, dir namespace.Ino) error {
 	if dir == namespace.RootIno {
 		return nil
 	}
+	err := t.takeLease(ctx, dir)
+	t.refused(err, dir)
+	return err
+}
+
+// takeLease is leaseFor's work on a directory other than the root.
+func (t *Tree) takeLease(ctx context.Context, dir namespace.Ino) error {
 	t.leaseMu.Lock()
 	defer t.leaseMu.Unlock()
 	now := t.clock()
