@@ -25,6 +25,8 @@ import (
 	"github.com/ckptfs/ckptfs/fs/cleaner"
 	"github.com/ckptfs/ckptfs/fs/fusefs"
 	"github.com/ckptfs/ckptfs/fs/inspect"
+	"github.com/ckptfs/ckptfs/fs/namespace"
+	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 	"github.com/ckptfs/ckptfs/staging/s3"
 	"github.com/ckptfs/ckptfs/staging/s3test"
@@ -80,6 +82,16 @@ func withNamespace(opts string) string {
 	// Before create, which tests that format the volume take off the end.
 	if opts == "create" || strings.HasSuffix(opts, ",create") {
 		return strings.TrimSuffix(opts, "create") + "namespace=" + testNamespace + ",create"
+	}
+	return opts + ",namespace=" + testNamespace
+}
+
+// formatNamespace is the -o of a ckptfs format, opts, that makes a volume
+// of testNamespace's format: with namespace=v2 added on v2, unless opts name
+// a namespace of their own.
+func formatNamespace(opts string) string {
+	if testNamespace == "v1" || strings.Contains(","+opts, ",namespace=") {
+		return opts
 	}
 	return opts + ",namespace=" + testNamespace
 }
@@ -351,6 +363,23 @@ func cleanLater(t *testing.T, st staging.Store) (deleted, referenced int) {
 		referenced = len(rep.Referenced)
 	}
 	return deleted, referenced
+}
+
+// openNames opens the namespace of the volume of st afresh, of whichever
+// format it is; the caller closes it.
+func openNames(t *testing.T, st staging.Store) namespace.Names {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	d, err := ckvolume.ReadDescriptor(ctx, st, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := ckvolume.OpenNames(ctx, st, "", d, ckvolume.NamesOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ns
 }
 
 // fsckClean fails the test unless fsck finds no problem in the volume.
