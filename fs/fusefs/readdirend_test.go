@@ -2,10 +2,14 @@ package fusefs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/ckptfs/ckptfs/fs/namespace"
+	"github.com/ckptfs/ckptfs/staging/mem"
 )
 
 // countListings counts the namespace's listings.
@@ -56,5 +60,47 @@ func TestReaddirListsOnce(t *testing.T) {
 	}
 	if got := read(); len(got) != 5 || c.n != 2 {
 		t.Fatalf("after rewinddir: %v, %d listings; want 5 entries, 2 listings", got, c.n)
+	}
+}
+
+// silentListing is a namespace whose listings wait for the store until
+// the call's context ends, as a v2 listing (a LIST) does while the store is
+// silent; a context that never ends is refused at once, so that a test of
+// a listing left without the call's deadline fails instead of hanging.
+type silentListing struct {
+	namespace.Names
+}
+
+var errUnbounded = errors.New("listing without a deadline")
+
+func (s silentListing) ReadDirAfter(ctx context.Context, dir namespace.Ino, cookie uint64) ([]namespace.Dirent, error) {
+	if ctx.Done() == nil {
+		return nil, errUnbounded
+	}
+	<-ctx.Done()
+	return nil, fmt.Errorf("list directory %d: %w", dir, ctx.Err())
+}
+
+// A readdir's listing waits for the store within op_timeout, as every call
+// that may wait for it does (opctx.go): a v2 listing is a LIST, and the one
+// of `ls -l` during an outage waited for the store's own bounds (two
+// minutes) before. It answers ETIMEDOUT.
+func TestReaddirBoundedByOpTimeout(t *testing.T) {
+	cfg := headTestConfig()
+	cfg.OpTimeout = time.Second
+	fsys, err := New(context.Background(), mem.New(), Options{Config: cfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fsys.Close() })
+	fsys.ns = silentListing{Names: fsys.ns}
+	d := &dirHandle{fsys: fsys, ino: namespace.RootIno, parent: namespace.RootIno}
+	for range 2 { // . and ..
+		if _, errno := d.Readdirent(context.Background()); errno != 0 {
+			t.Fatal(errno)
+		}
+	}
+	if e, errno := d.Readdirent(context.Background()); errno != syscall.ETIMEDOUT {
+		t.Fatalf("readdir with the store silent: %+v, %v; want ETIMEDOUT", e, errno)
 	}
 }
