@@ -98,6 +98,7 @@ func (s *inFlight) ListMultipartUploads(ctx context.Context, prefix string) ([]s
 // them.
 func TestConnsUntar(t *testing.T) {
 	need(t, "tar", "cat")
+	skipOnV2(t, "the root's attributes (tar sets the owner and times of ., the mount's root)")
 	const files, fileSize = 100, 4 << 10
 
 	src := filepath.Join(t.TempDir(), "src")

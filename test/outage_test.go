@@ -535,7 +535,7 @@ func TestInterruptedChangesReportTheirOutcome(t *testing.T) {
 	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{
 		Seed: 1, Delay: 0.99, MaxDelay: 30 * time.Millisecond,
 		Match: func(r *http.Request) bool {
-			return r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/ns/log/")
+			return r.Method == http.MethodPut && namesWrite(r.URL.Path)
 		},
 	})
 	if err != nil {
@@ -574,7 +574,7 @@ func TestKilledDuringChange(t *testing.T) {
 	v := newVolume(t)
 	store, _, env := s3Args(t, v)
 	isLogPut := func(method, path string) bool {
-		return method == http.MethodPut && strings.Contains(path, "/ns/log/")
+		return method == http.MethodPut && namesWrite(path)
 	}
 	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{
 		Seed: 3, Delay: 0.99, MaxDelay: time.Minute,
