@@ -604,8 +604,9 @@ func (t *Tree) seenNode(ino namespace.Ino) (namespace.Node, bool) {
 	return t.seenName(e.dir, e.name)
 }
 
-// listedBefore is dir's names as of its last whole listing here, each as
-// last read; false when that listing holds a name not read since.
+// listedBefore is dir's names as of its last whole listing here and of the
+// names of dir read or written since it began, each as last read; false
+// when that listing holds a name not read since.
 func (t *Tree) listedBefore(dir namespace.Ino) ([]namespace.Dirent, bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -613,14 +614,18 @@ func (t *Tree) listedBefore(dir namespace.Ino) ([]namespace.Dirent, bool) {
 	if l == nil {
 		return nil, false
 	}
-	out := make([]namespace.Dirent, 0, len(l.etags))
 	for name := range l.etags {
-		e := t.names[nameKey{dir, name}]
-		switch {
-		case e == nil:
+		if t.names[nameKey{dir, name}] == nil {
 			return nil, false
-		case e.bound != nil:
-			out = append(out, namespace.Dirent{Name: name, Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: cookieOf(name, e.bound)})
+		}
+	}
+	var out []namespace.Dirent
+	for k, e := range t.names {
+		if k.dir != dir || e.bound == nil {
+			continue
+		}
+		if _, listed := l.etags[k.name]; listed || !e.learned.Before(l.began) {
+			out = append(out, namespace.Dirent{Name: k.name, Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: cookieOf(k.name, e.bound)})
 		}
 	}
 	return out, true
