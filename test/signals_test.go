@@ -204,6 +204,9 @@ print(rc, e)
 	}
 
 	// kill -9: the program is gone while the store still holds the write.
+	// On v2 the interrupt cancels the change's request instead: its Tree
+	// does not ask namespace.WithGone whether the caller is killed.
+	skipOnV2(t, "a killed caller's change finishing without it (namespace.WithGone)")
 	hs.release = make(chan struct{})
 	released = false
 	hs.hold.Store(true)
