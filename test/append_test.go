@@ -230,7 +230,7 @@ func TestAppendFromOutsideThePIDNamespace(t *testing.T) {
 	a := v.mount("ns_refresh=100ms,flush_interval=0")
 	store, opts, env := s3Args(t, v)
 	dir := mountpoint(t)
-	cmd := exec.Command("unshare", "-p", "-f", "--kill-child", ckptfsBinary(t), "mount", "-f", "-o", opts+",ns_refresh=100ms,flush_interval=0,log=warn", store, dir)
+	cmd := exec.Command("unshare", "-p", "-f", "--kill-child", ckptfsBinary(t), "mount", "-f", "-o", withNamespace(opts)+",ns_refresh=100ms,flush_interval=0,log=warn", store, dir)
 	cmd.Env = env
 	var stderr lockedText
 	cmd.Stderr = &stderr

@@ -25,6 +25,8 @@ func s3Args(t *testing.T, v *volume) (store, opts string, env []string) {
 		t.Fatal(err)
 	}
 	store = "s3://" + v.cfg.Bucket + "/" + strings.TrimSuffix(v.cfg.Prefix, "/")
+	// No namespace=: the tools refuse it (a mount's option); the mounts
+	// and formats of the tests add it (withNamespace, formatNamespace).
 	opts = "endpoint=" + v.cfg.Endpoint + ",path_style,region=" + v.cfg.Region + ",create"
 	env = os.Environ()
 	if e.AccessKey != "" { // else the environment's own credentials reach it
@@ -59,7 +61,7 @@ func TestBinaryDaemon(t *testing.T) {
 	dir := mountpoint(t)
 
 	logFile := filepath.Join(t.TempDir(), "ckptfs.log")
-	cmd := exec.Command(bin, "mount", "-o", opts+",ns_refresh=500ms,log=debug,log_file="+logFile, store, dir)
+	cmd := exec.Command(bin, "mount", "-o", withNamespace(opts)+",ns_refresh=500ms,log=debug,log_file="+logFile, store, dir)
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("ckptfs mount: %v\n%s", err, out)

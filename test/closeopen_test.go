@@ -213,7 +213,7 @@ func TestCpAfterWALWriterKilled(t *testing.T) {
 	m.unmount()
 
 	dir := mountpoint(t)
-	mnt := exec.Command(bin, "mount", "-f", "-o", opts+",wal=on", store, dir)
+	mnt := exec.Command(bin, "mount", "-f", "-o", withNamespace(opts)+",wal=on", store, dir)
 	mnt.Env = env
 	logPath := filepath.Join(t.TempDir(), "mount.log")
 	logFile, err := os.Create(logPath)

@@ -44,7 +44,7 @@ func TestCredentialsFile(t *testing.T) {
 			store, opts, _ := s3Args(t, v)
 			dir := mountpoint(t)
 			log := filepath.Join(t.TempDir(), "log")
-			cmd := exec.Command(bin, "mount", "-o", opts+","+tc.option+"="+keys(tc.text, 0o600)+",log_file="+log, store, dir)
+			cmd := exec.Command(bin, "mount", "-o", withNamespace(opts)+","+tc.option+"="+keys(tc.text, 0o600)+",log_file="+log, store, dir)
 			cmd.Env = []string{} // nothing: no keys, no HOME, no PATH
 			if out, err := cmd.CombinedOutput(); err != nil {
 				t.Fatalf("mount with %s and an empty environment: %v\n%s", tc.option, err, out)

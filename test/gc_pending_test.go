@@ -20,10 +20,7 @@ import (
 // orphans.
 func nsOrphans(t *testing.T, st staging.Store) []namespace.Orphan {
 	t.Helper()
-	ns, err := namespace.Open(context.Background(), st, "", namespace.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := openNames(t, st)
 	defer ns.Close()
 	o, err := ns.Orphans(context.Background())
 	if err != nil {

@@ -23,7 +23,7 @@ func TestManyWritersSmallBudget(t *testing.T) {
 	store, opts, env := s3Args(t, v)
 	dir := mountpoint(t)
 	const budget = 64 << 20
-	cmd := exec.Command(bin, "mount", "-f", "-o", opts+fmt.Sprintf(",memory_limit=%d", budget), store, dir)
+	cmd := exec.Command(bin, "mount", "-f", "-o", withNamespace(opts)+fmt.Sprintf(",memory_limit=%d", budget), store, dir)
 	cmd.Env = env
 	var stderr strings.Builder
 	cmd.Stderr = &stderr

@@ -337,7 +337,7 @@ func TestMetricsListenerBusy(t *testing.T) {
 	dir := mountpoint(t)
 	// Detached (no -f): the command returns once mounted, having printed
 	// its warnings.
-	cmd := exec.Command(bin, "mount", "-o", opts+",metrics="+ln.Addr().String(), store, dir)
+	cmd := exec.Command(bin, "mount", "-o", withNamespace(opts)+",metrics="+ln.Addr().String(), store, dir)
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -443,7 +443,7 @@ func TestMountLogLevel(t *testing.T) {
 			logFile := filepath.Join(t.TempDir(), "ckptfs.log")
 			addr := freeAddr(t)
 			cmd := exec.Command(bin, "mount", "-f", "-o",
-				opts+",log="+tc.level+",log_file="+logFile+",metrics="+addr, store, dir)
+				withNamespace(opts)+",log="+tc.level+",log_file="+logFile+",metrics="+addr, store, dir)
 			cmd.Env = env
 			var out strings.Builder
 			cmd.Stdout, cmd.Stderr = &out, &out

@@ -52,7 +52,7 @@ func startForeground(t *testing.T, store, dir, opts string) fgMount {
 // mount at dir is in the mount table already).
 func startForegroundWith(t *testing.T, store, dir, opts string, env []string, ready func() error) fgMount {
 	t.Helper()
-	m := fgMount{cmd: exec.Command(ckptfsBinary(t), "mount", "-f", "-o", opts, store, dir),
+	m := fgMount{cmd: exec.Command(ckptfsBinary(t), "mount", "-f", "-o", withNamespace(opts), store, dir),
 		exited: make(chan struct{}), stderr: &lockedText{}}
 	m.cmd.Env = env
 	m.cmd.Stderr = m.stderr
@@ -181,7 +181,7 @@ func TestMountOptsFstab(t *testing.T) {
 	dir := mountpoint(t)
 	unmountAtEnd(t, dir)
 	fstab := filepath.Join(t.TempDir(), "fstab")
-	line := store + " " + dir + " ckptfs _netdev,nofail,x-systemd.automount,noexec,create,log_file=" +
+	line := store + " " + dir + " ckptfs _netdev,nofail,x-systemd.automount,noexec," + withNamespace("create") + ",log_file=" +
 		filepath.Join(t.TempDir(), "log") + " 0 0\n"
 	if err := os.WriteFile(fstab, []byte("# test fstab\n"+line), 0o644); err != nil {
 		t.Fatal(err)
@@ -228,7 +228,7 @@ func TestMountOptsHelper(t *testing.T) {
 			runErr("", "fusermount3", "-u", dir)
 		}
 	})
-	run(t, "", helper, store, dir, "-n", "-s", "-v", "-o", "rw,nodev,nosuid,_netdev,nofail,x-systemd.device-timeout=10s,create,uid=4321")
+	run(t, "", helper, store, dir, "-n", "-s", "-v", "-o", withNamespace("rw,nodev,nosuid,_netdev,nofail,x-systemd.device-timeout=10s,create")+",uid=4321")
 	if !isMounted(t, dir) {
 		t.Fatal("mount.ckptfs returned 0 but nothing is mounted")
 	}
@@ -280,7 +280,7 @@ func TestMountNoPath(t *testing.T) {
 		dir := mountpoint(t)
 		unmountAtEnd(t, dir)
 		fstab := filepath.Join(t.TempDir(), "fstab")
-		line := store + " " + dir + " ckptfs create,auto_unmount,log_file=" + filepath.Join(t.TempDir(), "log") + " 0 0\n"
+		line := store + " " + dir + " ckptfs " + withNamespace("create") + ",auto_unmount,log_file=" + filepath.Join(t.TempDir(), "log") + " 0 0\n"
 		if err := os.WriteFile(fstab, []byte(line), 0o644); err != nil {
 			t.Fatal(err)
 		}

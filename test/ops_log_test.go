@@ -27,7 +27,7 @@ func TestOpsLogReopen(t *testing.T) {
 	dir := mountpoint(t)
 	logDir := t.TempDir()
 	logFile := filepath.Join(logDir, "ckptfs.log")
-	cmd := exec.Command(bin, "mount", "-o", opts+",log=info,log_file="+logFile, store, dir)
+	cmd := exec.Command(bin, "mount", "-o", withNamespace(opts)+",log=info,log_file="+logFile, store, dir)
 	cmd.Env = env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("ckptfs mount: %v\n%s", err, out)
@@ -111,7 +111,7 @@ func TestOpsNoSyslog(t *testing.T) {
 	v := newVolume(t)
 	store, opts, env := s3Args(t, v)
 	dir := mountpoint(t)
-	cmd := exec.Command(bin, "mount", "-o", opts, store, dir)
+	cmd := exec.Command(bin, "mount", "-o", withNamespace(opts), store, dir)
 	cmd.Env = env
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -170,7 +170,7 @@ func TestOpsLogrotate(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := mountpoint(t)
-	if out, err := runErr("", ckptfsBinary(t), "mount", "-o", "create,log=info,log_file="+logFile, "file://"+filepath.Join(work, "store"), dir); err != nil {
+	if out, err := runErr("", ckptfsBinary(t), "mount", "-o", withNamespace("create")+",log=info,log_file="+logFile, "file://"+filepath.Join(work, "store"), dir); err != nil {
 		t.Fatalf("ckptfs mount: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {

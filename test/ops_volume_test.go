@@ -48,7 +48,7 @@ func TestOpsVolumeCreation(t *testing.T) {
 			t.Errorf("ckptfs %s of a store without a volume: exit %d, %q", tool, code, out)
 		}
 	}
-	if out, code := ckptfs("format", "-o", opts+",format=parted", store); code != 0 {
+	if out, code := ckptfs("format", "-o", formatNamespace(opts+",format=parted"), store); code != 0 {
 		t.Fatalf("format: exit %d: %s", code, out)
 	}
 	if out, code := ckptfs("format", "-o", opts, store); code != 1 || !strings.Contains(out, "already a volume") {

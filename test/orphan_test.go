@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ckptfs/ckptfs/fs/cleaner"
-	"github.com/ckptfs/ckptfs/fs/namespace"
 	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
 	"github.com/ckptfs/ckptfs/staging"
 )
@@ -218,10 +217,8 @@ func TestFsyncDir(t *testing.T) {
 // holds.
 func oneOrphan(t *testing.T, st staging.Store) string {
 	t.Helper()
-	ns, err := namespace.Open(context.Background(), st, "", namespace.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := openNames(t, st)
+	defer ns.Close()
 	o, err := ns.Orphans(context.Background())
 	if err != nil || len(o) != 1 {
 		t.Fatalf("namespace holds %d orphans, want 1: %v (%v)", len(o), o, err)
@@ -245,10 +242,8 @@ func reapOrphans(t *testing.T, st staging.Store) {
 	if len(rep.Orphans) == 0 {
 		t.Fatal("the cleaner deleted no orphan")
 	}
-	ns, err := namespace.Open(context.Background(), st, "", namespace.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ns := openNames(t, st)
+	defer ns.Close()
 	if o, err := ns.Orphans(context.Background()); err != nil || len(o) != 0 {
 		t.Fatalf("namespace still holds orphans %v (%v)", o, err)
 	}

@@ -42,7 +42,7 @@ func startOutageMount(t *testing.T, bin, store, opts string, env []string, dir, 
 		t.Fatal(err)
 	}
 	m := &outageMount{dir: dir, log: log, exited: make(chan struct{})}
-	m.cmd = exec.Command(bin, "mount", "-f", "-o", opts, store, dir)
+	m.cmd = exec.Command(bin, "mount", "-f", "-o", withNamespace(opts), store, dir)
 	m.cmd.Env = append(env, "GOTRACEBACK=all")
 	m.cmd.Stdout, m.cmd.Stderr = lf, lf
 	if err := m.cmd.Start(); err != nil {
@@ -535,7 +535,7 @@ func TestInterruptedChangesReportTheirOutcome(t *testing.T) {
 	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{
 		Seed: 1, Delay: 0.99, MaxDelay: 30 * time.Millisecond,
 		Match: func(r *http.Request) bool {
-			return r.Method == http.MethodPut && strings.Contains(r.URL.Path, "/ns/log/")
+			return r.Method == http.MethodPut && namesWrite(r.URL.Path)
 		},
 	})
 	if err != nil {
@@ -574,7 +574,7 @@ func TestKilledDuringChange(t *testing.T) {
 	v := newVolume(t)
 	store, _, env := s3Args(t, v)
 	isLogPut := func(method, path string) bool {
-		return method == http.MethodPut && strings.Contains(path, "/ns/log/")
+		return method == http.MethodPut && namesWrite(path)
 	}
 	proxy, err := faultproxy.Start(v.cfg.Endpoint, faultproxy.Rule{
 		Seed: 3, Delay: 0.99, MaxDelay: time.Minute,

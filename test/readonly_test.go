@@ -57,7 +57,7 @@ func TestReadOnlyMountSendsNoWrite(t *testing.T) {
 	}
 
 	logPath := filepath.Join(t.TempDir(), "mount.log")
-	mnt := exec.Command(bin, "mount", "-f", "-o", opts+",ro,wal=on,ns_refresh=100ms,log=debug,log_file="+logPath, store, dir)
+	mnt := exec.Command(bin, "mount", "-f", "-o", withNamespace(opts)+",ro,wal=on,ns_refresh=100ms,log=debug,log_file="+logPath, store, dir)
 	mnt.Env = env
 	if err := mnt.Start(); err != nil {
 		t.Fatal(err)

@@ -391,7 +391,7 @@ func startBinMount(b *testing.B, bin, store, opts string, procEnv []string) *bin
 	b.Helper()
 	dir, addr := mountpoint(b), freeAddr(b)
 	m := &binMount{b: b, dir: dir, metrics: addr, stderr: &strings.Builder{}, exited: make(chan struct{})}
-	m.cmd = exec.Command(bin, "mount", "-f", "-o", opts+",metrics="+addr, store, dir)
+	m.cmd = exec.Command(bin, "mount", "-f", "-o", withNamespace(opts)+",metrics="+addr, store, dir)
 	m.cmd.Env = procEnv
 	m.cmd.Stderr = m.stderr
 	if err := m.cmd.Start(); err != nil {

@@ -106,7 +106,8 @@ func TestSignalStorm(t *testing.T) {
 	}
 }
 
-// holdingStore holds writes of namespace log entries while held is set,
+// holdingStore holds writes of namespace log entries (v1) and of dentries
+// (v2, namesWrite) while held is set,
 // until release is closed, so that a change waits on the store for as long
 // as the test needs.
 type holdingStore struct {
@@ -117,7 +118,7 @@ type holdingStore struct {
 }
 
 func (s *holdingStore) Put(ctx context.Context, key string, data []byte, opts staging.PutOptions) (staging.ObjectInfo, error) {
-	if s.hold.Load() && strings.Contains(key, "ns/log/") {
+	if s.hold.Load() && namesWrite(key) {
 		s.inFlight.Add(1)
 		select {
 		case <-s.release:
@@ -126,6 +127,13 @@ func (s *holdingStore) Put(ctx context.Context, key string, data []byte, opts st
 		s.inFlight.Add(-1)
 	}
 	return s.Store.Put(ctx, key, data, opts)
+}
+
+// namesWrite says whether key is written by a change of names: a v1 log
+// entry or a v2 dentry (not a v2 lease nor an inode batch's claim, which a
+// change may write first).
+func namesWrite(key string) bool {
+	return strings.Contains(key, "ns/log/") || strings.HasPrefix(key, "ns2/d/") || strings.Contains(key, "/ns2/d/")
 }
 
 // TestKilledCallerLeaves: kill -9 of a program whose mkdir waits on the
@@ -196,6 +204,9 @@ print(rc, e)
 	}
 
 	// kill -9: the program is gone while the store still holds the write.
+	// On v2 the interrupt cancels the change's request instead: its Tree
+	// does not ask namespace.WithGone whether the caller is killed.
+	skipOnV2(t, "a killed caller's change finishing without it (namespace.WithGone)")
 	hs.release = make(chan struct{})
 	released = false
 	hs.hold.Store(true)
@@ -258,7 +269,9 @@ func TestCaughtSignalWhileQueued(t *testing.T) {
 	}{{"", "0 0", true}, {"intr", "-1 4", false}} {
 		t.Run("opts="+tc.opts, func(t *testing.T) {
 			hs := &holdingStore{release: make(chan struct{})}
-			m := newVolume(t).mountWrapped(tc.opts, func(st staging.Store) staging.Store { hs.Store = st; return hs })
+			// v1 whatever CKPTFS_TEST_NAMESPACE says: v1's changes queue
+			// behind one another for its log; v2's go out at once.
+			m := newVolume(t).mountWrapped("namespace=v1,"+tc.opts, func(st staging.Store) staging.Store { hs.Store = st; return hs })
 			// The second mkdir is in another directory: the kernel holds
 			// a directory's lock across a mkdir in it.
 			if err := os.Mkdir(m.path("a"), 0o755); err != nil {

@@ -47,7 +47,7 @@ func TestMultiChmodOfOpenFileIsStored(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	refuse := faults.Add(faulty.Rule{Op: staging.OpPut, KeyPrefix: "ns/log/"})
+	refuse := faults.Add(faulty.Rule{Op: staging.OpPut, Match: namesWrite})
 	if err := os.Chmod(a.path("secret"), 0o600); err == nil {
 		t.Error("chmod 600 of an open file returned success with the namespace log refusing appends")
 	}

@@ -31,7 +31,8 @@ func TestUpgradeUnderAMount(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		return string(out), err
 	}
-	if out, err := ckptfs("format", "-o", opts, store); err != nil {
+	// A v1 volume whatever CKPTFS_TEST_NAMESPACE says: the upgrade converts one.
+	if out, err := ckptfs("format", "-o", opts+",namespace=v1", store); err != nil {
 		t.Fatalf("format: %v\n%s", err, out)
 	}
 	local := t.TempDir()

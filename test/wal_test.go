@@ -207,7 +207,7 @@ func TestWALCrashSIGKILL(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	mnt := exec.Command(bin, "mount", "-f", "-o", opts+",wal=on,log=debug", store, dir)
+	mnt := exec.Command(bin, "mount", "-f", "-o", withNamespace(opts)+",wal=on,log=debug", store, dir)
 	mnt.Env = env
 	mnt.Stdout, mnt.Stderr = logFile, logFile
 	if err := mnt.Start(); err != nil {
@@ -788,7 +788,7 @@ func TestWALRemountWhileZombie(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer logFile.Close()
-	mnt := exec.Command(bin, "mount", "-f", "-o", opts+",wal=on", store, dir)
+	mnt := exec.Command(bin, "mount", "-f", "-o", withNamespace(opts)+",wal=on", store, dir)
 	mnt.Env = env
 	mnt.Stdout, mnt.Stderr = logFile, logFile
 	if err := mnt.Start(); err != nil {

@@ -1017,7 +1017,11 @@ func (d *dirHandle) Readdirent(ctx context.Context) (*fuse.DirEntry, syscall.Err
 	}
 	if len(d.buf) == 0 {
 		d.fsys.touch()
-		ents, err := d.fsys.ns.ReadDirAfter(ctx, d.ino, d.pos)
+		// Within op_timeout: a v2 listing waits for the store (a LIST,
+		// and a GET of each name not cached).
+		octx, done := d.fsys.opCtx(ctx)
+		ents, err := d.fsys.ns.ReadDirAfter(octx, d.ino, d.pos)
+		done()
 		if errors.Is(err, namespace.ErrNotExist) {
 			return nil, 0 // removed while listed: nothing more
 		}

@@ -90,11 +90,19 @@ func errRemoved(dir namespace.Ino) error {
 // removed, and its fragment count never changes. A fragment count the
 // seal says, other than frags, is set in the cache and answered with an
 // error matching ErrLocked (the caller reads it and tries again, see
-// fragsAgree); so is a change of the count in progress.
+// fragsAgree); so is a change of the count in progress. When dir is
+// removed, the cached path of dir is made stale (refused).
 func (t *Tree) leaseFor(ctx context.Context, dir namespace.Ino, frags uint32) error {
 	if dir == namespace.RootIno {
 		return nil
 	}
+	err := t.takeLease(ctx, dir, frags)
+	t.refused(err, dir)
+	return err
+}
+
+// takeLease is leaseFor's work on a directory other than the root.
+func (t *Tree) takeLease(ctx context.Context, dir namespace.Ino, frags uint32) error {
 	t.leaseMu.Lock()
 	defer t.leaseMu.Unlock()
 	now := t.clock()

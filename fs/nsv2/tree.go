@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"slices"
 	"sort"
 	"strings"
@@ -550,12 +551,78 @@ func (t *Tree) Lookup(ctx context.Context, dir namespace.Ino, name string) (name
 	}
 	e, err := t.resolve(ctx, dir, frags, name)
 	if err != nil {
+		if n, ok := t.seenName(dir, name); ok && unanswered(err) {
+			return n, nil
+		}
 		return namespace.Node{}, fmt.Errorf("lookup %q in %d: %w", name, dir, err)
 	}
 	if e == nil || e.bound == nil {
 		return namespace.Node{}, fmt.Errorf("%q in directory %d: %w", name, dir, namespace.ErrNotExist)
 	}
 	return t.nodeOfEntry(e), nil
+}
+
+// While the store answers nothing (an outage), a read of a name, a node or
+// a listing this Tree has seen answers what it last saw, past its TTL, as
+// v1's view of the log answers during an outage (docs/outages.md): the
+// read waits for the store within the call's deadline (op_timeout) first.
+// A name never seen, and every change, still fail: nothing is known of
+// them. The first read once the store answers again goes to it.
+
+// unanswered says whether err is the store not answering (no answer in
+// time, a connection refused or cut), as against an answer.
+func unanswered(err error) bool {
+	var ne *net.OpError
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, staging.ErrTimeout) || errors.As(err, &ne)
+}
+
+// seenName is name in dir as this Tree last read it, fresh or not.
+func (t *Tree) seenName(dir namespace.Ino, name string) (namespace.Node, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	e := t.names[nameKey{dir, name}]
+	if e == nil || e.bound == nil || e.bound.Node == nil && e.node == nil {
+		return namespace.Node{}, false
+	}
+	return nodeOf(dir, e.bound, e.node), true
+}
+
+// seenNode is node ino as this Tree last read it, fresh or not.
+func (t *Tree) seenNode(ino namespace.Ino) (namespace.Node, bool) {
+	t.mu.Lock()
+	e := t.inos[ino]
+	t.mu.Unlock()
+	if e == nil {
+		return namespace.Node{}, false
+	}
+	return t.seenName(e.dir, e.name)
+}
+
+// listedBefore is dir's names as of its last whole listing here and of the
+// names of dir read or written since it began, each as last read; false
+// when that listing holds a name not read since.
+func (t *Tree) listedBefore(dir namespace.Ino) ([]namespace.Dirent, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	l := t.lists[dir]
+	if l == nil {
+		return nil, false
+	}
+	for name := range l.etags {
+		if t.names[nameKey{dir, name}] == nil {
+			return nil, false
+		}
+	}
+	var out []namespace.Dirent
+	for k, e := range t.names {
+		if k.dir != dir || e.bound == nil {
+			continue
+		}
+		if _, listed := l.etags[k.name]; listed || !e.learned.Before(l.began) {
+			out = append(out, namespace.Dirent{Name: k.name, Ino: e.bound.Ino, Kind: e.bound.Kind, Cookie: cookieOf(k.name, e.bound)})
+		}
+	}
+	return out, true
 }
 
 // GetNode returns node ino: the root, a node whose name this Tree has seen
@@ -575,6 +642,9 @@ func (t *Tree) GetNode(ctx context.Context, ino namespace.Ino) (namespace.Node, 
 	}
 	e, err := t.current(ctx, ino)
 	if err != nil {
+		if n, ok := t.seenNode(ino); ok && unanswered(err) {
+			return n, nil
+		}
 		return namespace.Node{}, err
 	}
 	if e == nil {
@@ -805,6 +875,9 @@ func (t *Tree) listDir(ctx context.Context, dir namespace.Ino, ahead bool) ([]na
 	began := t.clock()
 	keys, err := t.listFrags(ctx, dir, frags)
 	if err != nil {
+		if out, ok := t.listedBefore(dir); ok && !ahead && unanswered(err) {
+			return out, nil
+		}
 		return nil, err
 	}
 	t.noteList(dir, gen, began, keys)

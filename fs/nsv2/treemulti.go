@@ -294,6 +294,40 @@ func (t *Tree) invalidateLocked(dir namespace.Ino, name string) {
 	}
 }
 
+// refused makes the paths of dirs stale (invalidatePath) when a change of
+// names in them failed with err for a name or a directory not there: the
+// cache said it was, and its directory may be gone with it (another
+// mount's rm -r), which the mount asks about right after the refusal to
+// tell a directory replaced under its name from one removed
+// (fs/fusefs/staledir.go), as v1 reads its log to the end on a refusal.
+// Adding a name to a removed directory is refused by its seal, in
+// leaseFor, which does the same.
+func (t *Tree) refused(err error, dirs ...namespace.Ino) {
+	if !errors.Is(err, namespace.ErrNotExist) {
+		return
+	}
+	for _, d := range dirs {
+		t.invalidatePath(d)
+	}
+}
+
+// invalidatePath makes the cached names of directory dir and of the
+// directories above it stale, up to the root or the first one not cached.
+func (t *Tree) invalidatePath(dir namespace.Ino) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	// Bounded by the entries cached: a cycle (a name read before a move,
+	// another after) ends the walk.
+	for range len(t.inos) {
+		e := t.inos[dir]
+		if dir == namespace.RootIno || e == nil {
+			return
+		}
+		t.invalidateLocked(e.dir, e.name)
+		dir = e.dir
+	}
+}
+
 // Rename moves oldName in oldParent to newName in newParent, atomically
 // across mounts (one change: both names locked, then decided), replacing a
 // file or an empty directory there unless flags say otherwise, with v1's
@@ -308,6 +342,7 @@ func (t *Tree) Rename(ctx context.Context, oldParent namespace.Ino, oldName stri
 	defer t.calls.Done()
 	n, err := t.rename(ctx, oldParent, oldName, newParent, newName, flags)
 	if err != nil {
+		t.refused(err, oldParent, newParent)
 		return namespace.Node{}, fmt.Errorf("rename %q in %d to %q in %d: %w", oldName, oldParent, newName, newParent, err)
 	}
 	return n, nil
@@ -656,6 +691,7 @@ func (t *Tree) Rmdir(ctx context.Context, parent namespace.Ino, name string) err
 	}
 	defer t.calls.Done()
 	if err := t.rmdir(ctx, parent, name); err != nil {
+		t.refused(err, parent)
 		return fmt.Errorf("rmdir %q in %d: %w", name, parent, err)
 	}
 	return nil

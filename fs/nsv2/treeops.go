@@ -207,6 +207,7 @@ func (t *Tree) Unlink(ctx context.Context, parent namespace.Ino, name string) (n
 	defer t.calls.Done()
 	n, err := t.unlink(ctx, parent, name)
 	if err != nil {
+		t.refused(err, parent)
 		return namespace.Node{}, fmt.Errorf("unlink %q in %d: %w", name, parent, err)
 	}
 	return n, nil
