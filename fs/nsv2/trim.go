@@ -54,7 +54,10 @@ import (
 //     directory is removed (each removal of it waits LeaseTerm for it).
 //   - The decision a seal names stays: a seal reads as one unless its
 //     change is decided abort, and a remover whose removal aborted leaves
-//     its seal (lease.go's unseal).
+//     its seal (lease.go's unseal). Its names are released as any
+//     decision's (a lock resolved, the op list taken off), so that the
+//     removed directory's name goes as any tombstone; each trim reads
+//     every such decision again.
 //
 // A decision is deleted after a HEAD showing the ETag judged: nothing
 // writes a decision again (it is written If-None-Match under a fresh id).
@@ -171,10 +174,6 @@ func (tr *trimmer) decisions(ctx context.Context) error {
 		if !tr.old(obj) {
 			continue
 		}
-		if _, tx, err := ParseDecisionKey(obj.Key); err == nil && sealed[tx] {
-			tr.rep.Kept++ // a seal's: see sealTxs
-			continue
-		}
 		x, info, err := read(ctx, tr.st, obj.Key, kindDecision, DecodeDecision)
 		switch {
 		case errors.Is(err, staging.ErrNotFound):
@@ -185,11 +184,14 @@ func (tr *trimmer) decisions(ctx context.Context) error {
 		case err != nil:
 			return err
 		}
+		// A seal's decision stays (sealTxs), but its names are released
+		// as any decision's: the removed directory's name, once its op
+		// list is off, is a tombstone the next trim deletes.
 		free, err := tr.release(ctx, x)
 		if err != nil {
 			return err
 		}
-		if !free {
+		if !free || sealed[x.Tx] {
 			tr.rep.Kept++
 			continue
 		}
