@@ -175,7 +175,7 @@ func (f *File) clone(ctx context.Context, src *File, v *CopyVersion, current boo
 		return unsupported("another format or block size")
 	}
 	// What was sent ahead before the file was emptied is given up.
-	if err := f.s.settleLocked(ctx); err != nil {
+	if err := f.s.settleLocked(ctx, false); err != nil {
 		return fmt.Errorf("copy %s into %s: %w", src.prefix, f.prefix, err)
 	}
 	cno := max(f.head.Cno, f.usedCno, sino.Cno) + 1

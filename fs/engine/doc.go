@@ -204,8 +204,9 @@
 // TestNoStoreRequestUnderMu: a read holds mu shared across its map loads
 // (its GETs go after it lets go, holding its blocks' range lock:
 // readPlanned), a write may wait for uploads holding it (sendahead.go), and a
-// flush still settles what was sent ahead, and merges onto another
-// writer's checkpoint, under mu.
+// flush still sends the last pieces of what was sent ahead, and merges onto
+// another writer's checkpoint, under mu (a Flush waits for the uploads in
+// flight without it, behind a gate that holds writes: takeInWaitLocked).
 //
 // A change to part of a block that is not dirty (a partial write, the block a
 // shrinking truncate cuts, the edges of a zeroed range) reads the block first
@@ -230,8 +231,8 @@
 // change these rules miss (coldread_test.go makes one by hand). A replay or a
 // merge, which hold mu throughout, still read under it.
 //
-// Because a flush still holds File.mu while it settles what was sent ahead
-// and while it merges, nothing that must answer while the store is stalled
+// Because a flush still holds File.mu while it merges (and the flushes of
+// a WAL publish, a replay or a copy while they settle what was sent ahead), nothing that must answer while the store is stalled
 // takes File.mu: every exclusive hold ends in its Unlock publishing a
 // snapshot of what Stat returns (an atomic pointer), which Stat and Size
 // read without a lock. The snapshot is the

@@ -122,7 +122,7 @@ func (f *File) flushMaybeUnlocked(ctx context.Context, h *flushHold) (FlushTimin
 	c.taskBase = f.s.requests.Load()
 	// Objects sent ahead: the last pieces go up, open objects close, and
 	// everything in flight completes (or fails, leaving its blocks dirty).
-	if err := f.s.settleLocked(ctx); err != nil {
+	if err := f.s.settleLocked(ctx, unlocked); err != nil {
 		return t, fmt.Errorf("flush %s: %w", f.prefix, err)
 	}
 	backoff := 10 * time.Millisecond

@@ -128,6 +128,9 @@ type sender struct {
 	deadB    int64 // data that died before its object counted, since the head
 	flushB   int64 // data the flush itself put into objects sent ahead
 	settling bool  // a flush is sending the last pieces
+	// letGo: the settling flush waits for tasks without File.mu
+	// (takeInWaitLocked).
+	letGo    bool
 	panicked *sendResult
 }
 
@@ -225,13 +228,40 @@ func (s *sender) takeInLocked(ctx context.Context, wait bool) error {
 
 // drainLocked waits for every task in flight and takes it in.
 func (s *sender) drainLocked(ctx context.Context) error {
-
 	for s.tasks.Pending() > 0 {
-		if err := s.takeInLocked(ctx, true); err != nil {
+		if err := s.takeInWaitLocked(ctx); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// takeInWaitLocked takes in the results of the tasks that finished,
+// waiting for one if none has. While a Flush settles (letGo) it waits
+// without File.mu, behind a gate that holds every write (the flush holds
+// flushMu and its blocks, so nothing else changes what it settles): reads
+// of the file go on while the uploads sent ahead complete, where they
+// waited for every one of them.
+func (s *sender) takeInWaitLocked(ctx context.Context) error {
+	if !s.letGo {
+		return s.takeInLocked(ctx, true)
+	}
+	f := s.f
+	landed := s.tasks.Landed()
+	select {
+	case <-landed:
+	default:
+		g := f.openGateLocked(false, 0)
+		select {
+		case <-landed:
+		case <-ctx.Done():
+		}
+		f.closeGate(g)
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return s.takeInLocked(ctx, false)
 }
 
 // rethrow re-raises a task's panic in the calling goroutine: it is a bug, and
@@ -422,14 +452,14 @@ func (s *sender) sendAheadLocked(ctx context.Context) error {
 // unsent goes into the open objects as their last pieces, the open objects
 // close, and every object in flight completes (or fails: its blocks stay
 // dirty and the flush writes them; not an error of the flush).
-func (s *sender) settleLocked(ctx context.Context) error {
+func (s *sender) settleLocked(ctx context.Context, letGo bool) error {
 	f := s.f
 	if err := s.takeInLocked(ctx, false); err != nil {
 		return err
 	}
 	s.rethrowLocked()
-	s.settling = true
-	defer func() { s.settling = false }()
+	s.settling, s.letGo = true, letGo
+	defer func() { s.settling, s.letGo = false, false }()
 	if !f.sendsWhole() {
 		picked := s.pickLocked()
 		for c := range nClasses {
@@ -440,7 +470,7 @@ func (s *sender) settleLocked(ctx context.Context) error {
 					return err
 				}
 				for s.tasks.Pending() >= f.p.Concurrency {
-					if err := s.takeInLocked(ctx, true); err != nil {
+					if err := s.takeInWaitLocked(ctx); err != nil {
 						return err
 					}
 				}

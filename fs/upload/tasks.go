@@ -30,9 +30,11 @@ type Tasks[R any] struct {
 	wg      sync.WaitGroup // every task Go started, queued or running
 	pending int            // tasks started and not taken in by Next
 
-	mu      sync.Mutex // guards results; a leaf
+	mu      sync.Mutex // guards results and landed; a leaf
 	results []Result[R]
 	ready   chan struct{} // a result is waiting (buffered: one signal)
+	// landed, when set, is closed at the next result (Landed).
+	landed chan struct{}
 }
 
 // Result is what a task left: its R, the error it returned, and the panic
@@ -103,6 +105,10 @@ func (t *Tasks[R]) run(res Result[R], run func(ctx context.Context, r *R) error)
 	t.u.release()
 	t.mu.Lock()
 	t.results = append(t.results, res)
+	if t.landed != nil {
+		close(t.landed)
+		t.landed = nil
+	}
 	t.mu.Unlock()
 	select {
 	case t.ready <- struct{}{}:
@@ -138,6 +144,25 @@ func (t *Tasks[R]) Next(ctx context.Context, wait bool) (res Result[R], ok bool,
 			return res, false, ctx.Err()
 		}
 	}
+}
+
+// closedChan is a channel closed from the start.
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Landed returns a channel closed once a task's result is in (at once if
+// one is waiting): for an owner that waits without its own lock held and
+// then takes the result in with Next under it. Unlike Next's wait it takes
+// nothing, so any number may wait on it.
+func (t *Tasks[R]) Landed() <-chan struct{} {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.results) > 0 {
+		return closedChan
+	}
+	if t.landed == nil {
+		t.landed = make(chan struct{})
+	}
+	return t.landed
 }
 
 // Stop cancels every task and waits for all of them: those waiting for a
