@@ -2,7 +2,6 @@ package nsv2
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -171,22 +170,14 @@ func (t *Tree) setFragsTry(ctx context.Context, ino namespace.Ino, f uint32) err
 		}
 		b := *e.bound
 		b.Frags = f
-		tx := newID()
 		ops := []Op{{Dir: e.dir, Frags: e.frags, Name: Name(e.name), To: &b}}
-		locks, err := t.runChange(ctx, tx, ops, []Held{heldOf(e)}, ino, e.bound.Frags, nil)
-		var ne *NameError
-		if errors.As(err, &ne) && errors.Is(err, ErrStale) || errors.Is(err, ErrAborted) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		t.tidyLater(tx, locks, t.applyOps(tx, ops), nil)
 		// The next name added here takes a lease again, and reads the
 		// count from the seal.
-		t.leaseMu.Lock()
-		delete(t.leases, ino)
-		t.leaseMu.Unlock()
+		if retry, err := t.sealingChange(ctx, ops, e, ino, e.bound.Frags); retry {
+			continue
+		} else if err != nil {
+			return err
+		}
 		return nil
 	}
 	return ErrContended

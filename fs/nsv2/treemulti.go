@@ -721,23 +721,37 @@ func (t *Tree) rmdirTry(ctx context.Context, parent namespace.Ino, name string) 
 			return fmt.Errorf("%q in directory %d: %w", name, parent, namespace.ErrNotDir)
 		}
 		d := e.bound
-		tx := newID()
 		ops := []Op{{Dir: parent, Frags: frags, Name: Name(name)}}
-		locks, err := t.runChange(ctx, tx, ops, []Held{heldOf(e)}, d.Ino, d.Frags, nil)
-		var ne *NameError
-		if errors.As(err, &ne) && errors.Is(err, ErrStale) || errors.Is(err, ErrAborted) {
+		if retry, err := t.sealingChange(ctx, ops, e, d.Ino, d.Frags); retry {
 			continue
-		}
-		if err != nil {
+		} else if err != nil {
 			return err
 		}
-		t.tidyLater(tx, locks, t.applyOps(tx, ops), nil)
-		t.leaseMu.Lock()
-		delete(t.leases, d.Ino)
-		t.leaseMu.Unlock()
 		return nil
 	}
 	return ErrContended
+}
+
+// sealingChange makes ops, a change of e's name that seals directory dir
+// of frags fragments (rmdir, a change of its fragment count), once: retry
+// says the name was stale or the change aborted (the caller reads again
+// and tries again). Once decided, the lease this mount held on dir is
+// forgotten: a name added there later takes one again, reading the seal.
+func (t *Tree) sealingChange(ctx context.Context, ops []Op, e *entry, dir namespace.Ino, frags uint32) (retry bool, err error) {
+	tx := newID()
+	locks, err := t.runChange(ctx, tx, ops, []Held{heldOf(e)}, dir, frags, nil)
+	var ne *NameError
+	if errors.As(err, &ne) && errors.Is(err, ErrStale) || errors.Is(err, ErrAborted) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	t.tidyLater(tx, locks, t.applyOps(tx, ops), nil)
+	t.leaseMu.Lock()
+	delete(t.leases, dir)
+	t.leaseMu.Unlock()
+	return false, nil
 }
 
 // The tidy of a committed change: its locks replaced by their resolutions
