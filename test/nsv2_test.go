@@ -16,6 +16,24 @@ import (
 	ckvolume "github.com/ckptfs/ckptfs/fs/volume"
 )
 
+// toolVolume is a volume on the S3 server, not yet formatted, with its
+// store URL and options for the tools, and the ckptfs binary run with the
+// server's credentials.
+func toolVolume(t *testing.T) (v *volume, store, opts string, ckptfs func(args ...string) (string, error)) {
+	t.Helper()
+	bin := ckptfsBinary(t)
+	v = newVolume(t)
+	store, opts, env := s3Args(t, v)
+	opts = strings.TrimSuffix(opts, ",create")
+	ckptfs = func(args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	return v, store, opts, ckptfs
+}
+
 // TestNSv2Mount: a volume made with ckptfs format -o namespace=v2 is
 // mounted with namespace v2 (docs/namespace-v2.md §10, step 3), and
 // unmodified programs use it: cp, dd, cat and cmp, ls -l, mkdir -p, rm; an
@@ -30,16 +48,7 @@ import (
 // everything as it was left.
 func TestNSv2Mount(t *testing.T) {
 	need(t, "cp", "dd", "cmp", "ls", "mkdir", "rm", "mv", "rmdir", "ln")
-	bin := ckptfsBinary(t)
-	v := newVolume(t)
-	store, opts, env := s3Args(t, v)
-	opts = strings.TrimSuffix(opts, ",create")
-	ckptfs := func(args ...string) (string, error) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	v, store, opts, ckptfs := toolVolume(t)
 	if out, err := ckptfs("format", "-o", opts+",namespace=v2", store); err != nil || !strings.Contains(out, "namespace=v2") {
 		t.Fatalf("format -o namespace=v2: %v\n%s", err, out)
 	}
@@ -164,16 +173,7 @@ func TestNSv2Mount(t *testing.T) {
 // accepts the volume, and a new mount after both unmount finds them kept.
 func TestNSv2Root(t *testing.T) {
 	need(t, "chmod", "chown", "touch")
-	bin := ckptfsBinary(t)
-	v := newVolume(t)
-	store, opts, env := s3Args(t, v)
-	opts = strings.TrimSuffix(opts, ",create")
-	ckptfs := func(args ...string) (string, error) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	v, store, opts, ckptfs := toolVolume(t)
 	if out, err := ckptfs("format", "-o", opts+",namespace=v2", store); err != nil {
 		t.Fatalf("format -o namespace=v2: %v\n%s", err, out)
 	}
@@ -226,16 +226,7 @@ func TestNSv2Root(t *testing.T) {
 // with names is ENOTEMPTY, a count out of bounds EINVAL, on the root
 // ENOTSUP; fsck accepts the volume.
 func TestNSv2Fragments(t *testing.T) {
-	bin := ckptfsBinary(t)
-	v := newVolume(t)
-	store, opts, env := s3Args(t, v)
-	opts = strings.TrimSuffix(opts, ",create")
-	ckptfs := func(args ...string) (string, error) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	v, store, opts, ckptfs := toolVolume(t)
 	if out, err := ckptfs("format", "-o", opts+",namespace=v2", store); err != nil {
 		t.Fatalf("format -o namespace=v2: %v\n%s", err, out)
 	}

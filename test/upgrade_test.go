@@ -4,7 +4,6 @@ import (
 	"errors"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -21,16 +20,7 @@ import (
 // "already namespace v2".
 func TestUpgradeUnderAMount(t *testing.T) {
 	need(t, "cp", "cmp", "ls", "mkdir", "ln", "readlink")
-	bin := ckptfsBinary(t)
-	v := newVolume(t)
-	store, opts, env := s3Args(t, v)
-	opts = strings.TrimSuffix(opts, ",create")
-	ckptfs := func(args ...string) (string, error) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = env
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	v, store, opts, ckptfs := toolVolume(t)
 	// A v1 volume whatever CKPTFS_TEST_NAMESPACE says: the upgrade converts one.
 	if out, err := ckptfs("format", "-o", opts+",namespace=v1", store); err != nil {
 		t.Fatalf("format: %v\n%s", err, out)
